@@ -1,0 +1,50 @@
+# Two entry points: `make run` (Nebula on its embedded default) and `make test` (what CI runs).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+TOOLS := .tools
+KUBECTL_120 := $(TOOLS)/kubectl-1.20/usr/bin/kubectl
+DEV_ADDR ?= 127.0.0.1:6443
+
+.PHONY: run test bootstrap tools lint typecheck contracts pytest clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+bootstrap: $(VENV)/.installed
+
+# kubectl 1.20 (SPDY-only, the oldest client we support) from Debian's kubernetes-client.
+# Extracted, not installed: the image's own kubectl package owns /usr/bin/kubectl.
+$(KUBECTL_120):
+	mkdir -p $(TOOLS)/deb
+	cd $(TOOLS)/deb && (apt-get download kubernetes-client >/dev/null 2>&1 || \
+		(apt-get update >/dev/null && apt-get download kubernetes-client))
+	dpkg-deb -x $$(ls $(TOOLS)/deb/kubernetes-client_*.deb | head -n 1) $(TOOLS)/kubectl-1.20
+	test -x $@
+
+tools: $(KUBECTL_120)
+
+lint: bootstrap
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: bootstrap
+	$(VENV)/bin/mypy --strict providers devcluster vnode placement
+	$(VENV)/bin/mypy nebula_site
+
+contracts: bootstrap
+	$(VENV)/bin/lint-imports
+
+pytest: bootstrap tools
+	$(PY) -m pytest
+
+test: bootstrap tools lint typecheck contracts pytest
+
+run: bootstrap
+	$(PY) manage.py devcluster --addr $(DEV_ADDR) --kubeconfig .nebula/kubeconfig
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .nebula .pytest_cache .mypy_cache .ruff_cache

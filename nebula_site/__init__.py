@@ -1,0 +1,5 @@
+"""The Django project: settings, URL map, ASGI application and the management commands.
+
+Owns the wiring between Django and Nebula's packages. The management commands are the
+only code that builds providers, controllers and the embedded cluster together.
+"""

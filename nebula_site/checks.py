@@ -1,0 +1,69 @@
+"""System checks for the NEBULA settings (`manage.py check`), with stable ids.
+
+nebula.E001 unknown provider alias      nebula.E005 malformed provider entry
+nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
+nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
+nebula.E004 bad POLL_INTERVAL
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+
+from nebula_site.config import parse_address
+from providers import registry
+
+
+@register("nebula")
+def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    conf: Mapping[str, Any] = getattr(settings, "NEBULA", {})
+    errors: list[CheckMessage] = []
+    for message in conf.get("_ERRORS", []):
+        errors.append(Error(message, hint="Fix the NEBULA_* environment variable.", id="nebula.E006"))
+    providers = conf.get("PROVIDERS", {})
+    errors += _check_providers(providers)
+    for alias in conf.get("ENABLED_PROVIDERS", []):
+        if alias not in providers:
+            errors.append(
+                Error(
+                    f"ENABLED_PROVIDERS names {alias!r}, which is not in NEBULA['PROVIDERS']",
+                    hint=f"Known aliases: {', '.join(sorted(providers)) or 'none'}.",
+                    id="nebula.E001",
+                )
+            )
+    for key in ("KUBELET_ADDR", "CONSOLE_ADDR"):
+        try:
+            parse_address(conf.get(key, ""))
+        except ValueError as exc:
+            errors.append(Error(f"NEBULA['{key}']: {exc}", hint="Use host:port, e.g. :10250.", id="nebula.E003"))
+    node_ip = conf.get("NODE_IP", "")
+    if node_ip:
+        try:
+            ipaddress.ip_address(node_ip)
+        except ValueError:
+            errors.append(Error(f"NEBULA['NODE_IP']={node_ip!r} is not an IP address", id="nebula.E003"))
+    interval = conf.get("POLL_INTERVAL")
+    if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        errors.append(Error(f"NEBULA['POLL_INTERVAL']={interval!r} must be a positive number of seconds", id="nebula.E004"))
+    if conf.get("LOG_FORMAT") not in ("text", "json"):
+        errors.append(Error(f"NEBULA['LOG_FORMAT']={conf.get('LOG_FORMAT')!r} must be 'text' or 'json'", id="nebula.E007"))
+    return errors
+
+
+def _check_providers(providers: Any) -> list[CheckMessage]:
+    if not isinstance(providers, Mapping):
+        return [Error("NEBULA['PROVIDERS'] must map aliases to {'BACKEND': ..., 'OPTIONS': {...}}", id="nebula.E005")]
+    errors: list[CheckMessage] = []
+    for alias, entry in providers.items():
+        try:
+            registry.validate_entry(alias, entry)
+        except registry.BackendImportError as exc:
+            errors.append(Error(str(exc), hint="Check the dotted path and that its package is installed.", id="nebula.E002"))
+        except registry.ConfigurationError as exc:
+            errors.append(Error(str(exc), id="nebula.E005"))
+    return errors

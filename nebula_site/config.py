@@ -1,0 +1,119 @@
+"""The `NEBULA` settings dict: its defaults and its `NEBULA_*` environment overrides.
+
+Read by `settings.py` once at import; validated by `checks.py`. Never imports Django, so
+the defaults can be read (and tested) without a configured project.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+DEFAULT_STATE_DIR = ".nebula/state"
+
+# Providers that exist out of the box, named by alias with an import path (the shape of
+# Django's CACHES). `NEBULA_PROVIDERS` (JSON) or a providers file adds or replaces aliases.
+BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
+    "local": {"BACKEND": "providers.local.LocalProvider", "OPTIONS": {}},
+    "fake": {"BACKEND": "providers.fake.FakeProvider", "OPTIONS": {}},
+}
+
+DEFAULTS: dict[str, Any] = {
+    # Where the local provider keeps its instances' folders, logs and exit codes.
+    "STATE_DIR": DEFAULT_STATE_DIR,
+    # alias -> {"BACKEND": "dotted.path.Class", "OPTIONS": {...}}
+    "PROVIDERS": BUILTIN_PROVIDERS,
+    # Aliases `runvnode` starts when no --provider is given.
+    "ENABLED_PROVIDERS": ["local"],
+    # host:port; an empty host means every interface.
+    "KUBELET_ADDR": ":10250",
+    "CONSOLE_ADDR": "127.0.0.1:8000",
+    # The address the virtual nodes publish; empty means $POD_IP, else logs/exec unsupported.
+    "NODE_IP": "",
+    # Seconds between provider.list() calls when the provider does not say otherwise.
+    "POLL_INTERVAL": 15.0,
+    # "text" or "json".
+    "LOG_FORMAT": "text",
+}
+
+
+def _coerce(key: str, raw: str, default: Any) -> Any:
+    """Parse one environment override into the type of its default."""
+    if isinstance(default, bool):
+        lowered = raw.strip().lower()
+        if lowered in {"1", "true", "yes", "on"}:
+            return True
+        if lowered in {"0", "false", "no", "off", ""}:
+            return False
+        raise ValueError(f"NEBULA_{key}={raw!r} is not a boolean")
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, (dict, list)):
+        value = json.loads(raw)
+        if not isinstance(value, type(default)):
+            raise ValueError(f"NEBULA_{key} must be a JSON {type(default).__name__}")
+        return value
+    return raw
+
+
+def load(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Return the NEBULA dict: defaults, then `NEBULA_<KEY>` environment overrides.
+
+    A malformed override is kept as the raw string under its key and reported by the
+    system check `nebula.E006`, so `manage.py check` names it instead of a traceback.
+    """
+    env = os.environ if environ is None else environ
+    result = copy.deepcopy(DEFAULTS)
+    for key, default in DEFAULTS.items():
+        raw = env.get(f"NEBULA_{key}")
+        if raw is None:
+            continue
+        try:
+            value = _coerce(key, raw, default)
+        except ValueError as exc:
+            result.setdefault("_ERRORS", []).append(f"{exc}")
+            continue
+        if key == "PROVIDERS":
+            merged = dict(BUILTIN_PROVIDERS)
+            merged.update(value)
+            value = merged
+        result[key] = value
+    return result
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """Split `host:port` (`:port` and `[v6]:port` too) and check both halves.
+
+    Raises ValueError with a message a person can act on.
+    """
+    import ipaddress
+
+    if not isinstance(text, str) or ":" not in text:
+        raise ValueError(f"{text!r} is not host:port")
+    host, _, port_text = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        ipaddress.IPv6Address(host)
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ValueError(f"{text!r}: port must be a number from 0 to 65535")
+    if host and not _is_ip_or_hostname(host):
+        raise ValueError(f"{text!r}: {host!r} is neither an IP address nor a host name")
+    return host, int(port_text)
+
+
+def _is_ip_or_hostname(host: str) -> bool:
+    import ipaddress
+    import re
+
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    label = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
+    return re.fullmatch(rf"{label}(\.{label})*", host) is not None

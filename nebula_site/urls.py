@@ -1,0 +1,18 @@
+"""The console listener's URL map. The kubelet listener has its own (design I5)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+
+
+def healthz(request: HttpRequest) -> HttpResponse:
+    """Process liveness: answers while the process serves HTTP."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz),
+]

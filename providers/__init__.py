@@ -1,0 +1,13 @@
+"""Compute providers behind one seam (`providers.base`).
+
+base      the Provider protocol, optional LogStreamer/Executor, frozen seam values
+errors    the only exceptions a provider may raise
+claim     claim_name(): the identity linking an instance to its Pod
+podspec   the provider's read-only view of a Pod
+registry  build providers from settings by alias and import path
+local/    instances are process groups on this machine (the embedded default)
+fake/     an in-memory cloud with scripted faults, for tests, demos and benchmarks
+
+Providers report facts; they never import vnode, placement, nebula_site, devcluster or
+Django, nor each other. Cloud SDKs are imported lazily inside their own package.
+"""

@@ -1,0 +1,319 @@
+"""The provider seam: the `Provider` protocol, the optional `LogStreamer` and `Executor`
+protocols, and the frozen values that cross the seam.
+
+The vnode, placement and the kubelet API are typed against these protocols only; they
+never import a concrete provider or branch on a provider's name. Providers report facts
+(`Instance`); turning facts into Kubernetes status is the vnode's job. Every method may
+raise only `providers.errors` types.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NewType, Protocol, runtime_checkable
+
+from providers.errors import ProviderError, QuotaExceeded, Unauthorized
+
+InstanceId = NewType("InstanceId", str)
+ClaimName = NewType("ClaimName", str)
+
+
+class Tier(str, enum.Enum):
+    """Capacity type, spelled as in the `nebula.io/capacity-type` annotation."""
+
+    SPOT = "Spot"
+    ON_DEMAND = "OnDemand"
+
+
+class InstanceState(str, enum.Enum):
+    """What a provider knows of one instance. Unknown provider states map to PROVISIONING."""
+
+    PROVISIONING = "provisioning"  # asked for; capacity not yet confirmed
+    INITIALIZING = "initializing"  # capacity held; the workload is starting
+    RUNNING = "running"  # the workload runs
+    SUCCEEDED = "succeeded"  # the workload exited 0
+    FAILED = "failed"  # the workload exited non-zero, or the instance broke
+    TERMINATING = "terminating"  # terminate was asked; not gone yet
+    TERMINATED = "terminated"  # gone, by request or by the provider (e.g. spot reclaim)
+
+
+TERMINAL_STATES = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """What a provider may read of the Pod: identity and the first container.
+
+    Built by `providers.podspec.pod_spec_from_dict`. Env is NOT here: the resolved env
+    (with Secret values) travels in `ProvisionRequest.env` only.
+    """
+
+    namespace: str
+    name: str
+    uid: str
+    container: str
+    image: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    working_dir: str | None = None
+    ports: tuple[int, ...] = ()
+    cpu: float | None = None  # cores (request, else limit)
+    memory: int | None = None  # bytes (request, else limit)
+    accelerator: str | None = None  # lower-cased `nebula.io/accelerator`
+    gpu_count: int = 0  # the `nvidia.com/gpu` limit
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Redacted:
+    """Mixin: repr names the keys of `env`/`data`, never the values (design I4)."""
+
+    def _redacted_keys(self) -> str:
+        values = getattr(self, "env", None) or getattr(self, "data", None) or {}
+        return "{%d keys: %s}" % (len(values), ",".join(sorted(values)))
+
+
+@dataclass(frozen=True, repr=False)
+class ProvisionRequest(_Redacted):
+    """What `provision` needs that is not on the Pod."""
+
+    claim: ClaimName
+    capacity_type: Tier | None = None
+    region: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)  # secret values: never log
+
+    def __repr__(self) -> str:
+        return (
+            f"ProvisionRequest(claim={self.claim!r}, capacity_type={self.capacity_type!r}, "
+            f"region={self.region!r}, env={self._redacted_keys()})"
+        )
+
+
+@dataclass(frozen=True, repr=False)
+class ConnectCredential(_Redacted):
+    """A credential minted once by `provision` (a token, a private key); goes to the
+    Pod's connect Secret and nowhere else."""
+
+    data: Mapping[str, bytes]
+
+    def __repr__(self) -> str:
+        return f"ConnectCredential({self._redacted_keys()})"
+
+
+@dataclass(frozen=True)
+class ProvisionResult:
+    """`reserved`: capacity is committed (the Pod may say Initializing).
+    `credential` is returned only by the call that created the instance."""
+
+    instance_id: InstanceId
+    reserved: bool
+    credential: ConnectCredential | None = None
+    endpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class ResourceUsage:
+    """Point-in-time usage, for `/stats/summary` where the provider can measure it."""
+
+    cpu_nano_cores: int | None = None
+    memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class Instance:
+    """Facts about one instance, as the provider last saw it."""
+
+    id: InstanceId
+    claim: ClaimName
+    state: InstanceState
+    created_at: datetime
+    endpoint: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    message: str = ""
+    region: str | None = None
+    capacity_type: Tier | None = None
+    usage: ResourceUsage | None = None
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider declares about itself; read once when its node is built."""
+
+    poll_interval: float = 15.0  # seconds between list() calls
+    list_lag: float = 0.0  # a fresh launch may be missing from list() this long
+    tiers: tuple[Tier, ...] = (Tier.ON_DEMAND,)
+    regions: tuple[str, ...] = ()
+    capacity: Mapping[str, str] = field(default_factory=dict)  # node capacity, e.g. {"cpu": "64"}
+    pulls_images: bool = True  # False: the container image is not used (say so to the user)
+    log_timestamps: bool = False  # True: log lines are stamped at the source (timestamps, since*)
+
+
+@dataclass(frozen=True)
+class Offering:
+    """One thing a provider can sell: an accelerator count on a tier in a region."""
+
+    accelerator: str | None  # None: CPU only
+    gpu_count: int
+    tier: Tier
+    region: str
+    hourly_price: float | None  # None: unknown
+    available: bool = True
+    instance_type: str = ""
+
+
+class BlockBreadth(str, enum.Enum):
+    OFFERING = "offering"  # {provider, accelerator, tier, region}
+    TIER = "tier"  # {provider, tier}
+    PROVIDER = "provider"  # {provider}
+
+
+@dataclass(frozen=True)
+class BlockScope:
+    """How wide a refusal blocks. Fields outside the breadth are None."""
+
+    provider: str
+    breadth: BlockBreadth
+    tier: Tier | None = None
+    accelerator: str | None = None
+    region: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """The kubelet's containerLogs parameters, already validated."""
+
+    follow: bool = False
+    tail_lines: int | None = None
+    limit_bytes: int | None = None
+    timestamps: bool = False
+    since: datetime | None = None
+    previous: bool = False
+
+
+class Provider(Protocol):
+    """A compute provider. Every method is safe for concurrent use and raises only
+    `providers.errors` types. Constructors `(name, options)` store and do no I/O."""
+
+    @property
+    def name(self) -> str:
+        """Stable id; the virtual node is `nebula-<name>`."""
+        ...
+
+    def capabilities(self) -> Capabilities:
+        """Pure: poll interval, tiers, regions, node capacity, flags."""
+        ...
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        """Start one instance for `request.claim`.
+
+        Idempotent on the claim (I1): if an instance with this claim exists, return it
+        (credential None) instead of creating another. Raises `Refused` subclasses for a
+        refusal, `Unavailable` when it could not ask (the caller retries and adopts),
+        `InvalidRequest` when this Pod can never run here.
+        """
+        ...
+
+    def terminate(self, instance_id: InstanceId) -> None:
+        """Ask the instance to go. Idempotent: an already-gone instance is success."""
+        ...
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        """The instance's facts; None means the provider says it is gone.
+        `Unavailable` means we could not ask, which is NOT gone (I3)."""
+        ...
+
+    def list(self) -> list[Instance]:
+        """Every instance Nebula owns here, in as few calls as possible.
+        Raises `Unavailable` rather than return a partial list."""
+        ...
+
+    def offerings(self) -> list[Offering]:
+        """What can be provisioned, with prices where known."""
+        ...
+
+    def expand_regions(self, declared: Sequence[str]) -> list[str]:
+        """Pure: group tokens (`us`, `eu`, `ap`) to concrete regions, order kept, no repeats."""
+        ...
+
+    def classify_provision_error(
+        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
+    ) -> BlockScope:
+        """Pure: how widely a refusal from `provision` should block this provider."""
+        ...
+
+
+class LogStream(Protocol):
+    """A byte stream of an instance's console output."""
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        """Block until data is there; b"" means the end (backlog drained, or exited)."""
+        ...
+
+    def close(self) -> None:
+        """Stop following; safe from any thread; a blocked read returns b""."""
+        ...
+
+
+@runtime_checkable
+class LogStreamer(Protocol):
+    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        """stdout and stderr merged, from the first byte (subject to options).
+        With `follow`, the stream ends when the workload exits. Raises NotFound,
+        NotSupported (for an option it cannot honour), Unavailable."""
+        ...
+
+
+class Process(Protocol):
+    """A command running inside an instance."""
+
+    def write_stdin(self, data: bytes) -> None: ...
+
+    def close_stdin(self) -> None:
+        """EOF on the command's stdin."""
+        ...
+
+    def read_stdout(self, max_bytes: int = 65536) -> bytes:
+        """Block for output; b"" at EOF. With a TTY, stderr arrives here too."""
+        ...
+
+    def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        """Block for output; b"" at EOF (at once with a TTY)."""
+        ...
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size (a no-op without a TTY)."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code, or None if still running after `timeout` seconds."""
+        ...
+
+    def close(self) -> None:
+        """Kill the command if it still runs and free everything. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+        """Start `command` in the instance. Raises NotFound, NotSupported, Unavailable."""
+        ...
+
+
+def default_block_scope(
+    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
+) -> BlockScope:
+    """The common classification: credentials block the provider, quota the tier,
+    anything else the one offering."""
+    reason = f"{type(err).__name__}: {err}"
+    if isinstance(err, Unauthorized):
+        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
+    if isinstance(err, QuotaExceeded):
+        return BlockScope(provider, BlockBreadth.TIER, tier=tier, reason=reason)
+    return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)

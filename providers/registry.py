@@ -1,0 +1,68 @@
+"""Build providers from settings: alias -> {"BACKEND": "dotted.Class", "OPTIONS": {...}}.
+
+Called by the management commands (which read `NEBULA['PROVIDERS']`) and by the system
+checks. Knows no concrete provider: backends are imported by path, lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from providers.base import Provider
+
+
+class ConfigurationError(Exception):
+    """A provider entry in the settings cannot be used as written."""
+
+
+class BackendImportError(ConfigurationError):
+    """The BACKEND path does not import."""
+
+
+def import_backend(path: str) -> type:
+    """The class at the dotted `path`, or BackendImportError saying why not."""
+    module_name, _, class_name = path.rpartition(".")
+    if not module_name:
+        raise BackendImportError(f"BACKEND {path!r} is not a dotted path to a class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendImportError(f"BACKEND {path!r} cannot be imported: {exc}") from exc
+    backend = getattr(module, class_name, None)
+    if not isinstance(backend, type):
+        raise BackendImportError(f"BACKEND {path!r}: {module_name} has no class {class_name!r}")
+    return backend
+
+
+def validate_entry(alias: str, entry: Any) -> type:
+    """Check one settings entry; return its backend class."""
+    if not isinstance(alias, str) or not alias or alias != alias.lower() or not alias.replace("-", "").isalnum():
+        raise ConfigurationError(f"provider alias {alias!r} must be a lower-case name (letters, digits, '-')")
+    if not isinstance(entry, Mapping) or "BACKEND" not in entry:
+        raise ConfigurationError(f"provider {alias!r} needs a mapping with a 'BACKEND' dotted path")
+    options = entry.get("OPTIONS", {})
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(f"provider {alias!r}: OPTIONS must be a mapping")
+    return import_backend(str(entry["BACKEND"]))
+
+
+def build_provider(alias: str, entry: Mapping[str, Any]) -> Provider:
+    """One provider named `alias` (the node becomes `nebula-<alias>`)."""
+    backend = validate_entry(alias, entry)
+    try:
+        return cast(Provider, backend(alias, dict(entry.get("OPTIONS", {}))))
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"provider {alias!r}: {exc}") from exc
+
+
+def build_providers(config: Mapping[str, Mapping[str, Any]], aliases: Iterable[str]) -> dict[str, Provider]:
+    """The providers for `aliases`, in order; ConfigurationError for an unknown alias."""
+    result: dict[str, Provider] = {}
+    for alias in aliases:
+        if alias not in config:
+            known = ", ".join(sorted(config)) or "none"
+            raise ConfigurationError(f"unknown provider alias {alias!r} (known: {known})")
+        result[alias] = build_provider(alias, config[alias])
+    return result

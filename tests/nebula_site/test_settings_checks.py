@@ -1,0 +1,75 @@
+"""The NEBULA settings: environment overrides, and system checks with stable ids."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from nebula_site import config
+from nebula_site.checks import check_nebula_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ids(conf: dict[str, Any]) -> list[str]:
+    with override_settings(NEBULA=conf):
+        return [m.id or "" for m in check_nebula_settings()]
+
+
+def test_defaults_pass_every_check() -> None:
+    assert ids(config.load({})) == []
+
+
+def test_environment_overrides_keep_the_default_types() -> None:
+    conf = config.load({"NEBULA_POLL_INTERVAL": "2.5", "NEBULA_KUBELET_ADDR": "0.0.0.0:11250"})
+    assert conf["POLL_INTERVAL"] == 2.5
+    assert conf["KUBELET_ADDR"] == "0.0.0.0:11250"
+
+
+def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
+    conf = config.load({"NEBULA_PROVIDERS": '{"gpu-a": {"BACKEND": "providers.fake.FakeProvider"}}'})
+    assert set(conf["PROVIDERS"]) == {"local", "fake", "gpu-a"}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"ENABLED_PROVIDERS": ["nope"]}, "nebula.E001"),
+        ({"PROVIDERS": {"x": {"BACKEND": "no.such.Backend"}}}, "nebula.E002"),
+        ({"KUBELET_ADDR": "10250"}, "nebula.E003"),
+        ({"CONSOLE_ADDR": "host:99999"}, "nebula.E003"),
+        ({"NODE_IP": "not-an-ip"}, "nebula.E003"),
+        ({"POLL_INTERVAL": 0}, "nebula.E004"),
+        ({"PROVIDERS": {"x": {"OPTIONS": {}}}}, "nebula.E005"),
+        ({"LOG_FORMAT": "xml"}, "nebula.E007"),
+    ],
+)
+def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected: str) -> None:
+    conf = config.load({})
+    conf.update(overrides)
+    assert expected in ids(conf)
+
+
+def test_malformed_environment_override_is_reported_not_raised() -> None:
+    conf = config.load({"NEBULA_POLL_INTERVAL": "soon"})
+    assert "nebula.E006" in ids(conf)
+
+
+@pytest.mark.parametrize("addr", [":10250", "127.0.0.1:0", "[::1]:8000", "node-1.example:443"])
+def test_good_addresses_parse(addr: str) -> None:
+    config.parse_address(addr)
+
+
+def test_manage_py_check_fails_with_the_check_id_on_a_bad_environment() -> None:
+    env = {**os.environ, "NEBULA_KUBELET_ADDR": "nowhere"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert "nebula.E003" in result.stderr

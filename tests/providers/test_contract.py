@@ -1,0 +1,186 @@
+"""The behavioural contract every provider honours (design §4), run against each one.
+
+A `Cloud` fixture yields a factory of provider objects that share one backing state, so a
+new object stands for the manager restarted on the same state.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from providers import errors
+from providers.base import InstanceId, InstanceState, PodSpec, Provider, ProvisionRequest
+from providers.claim import claim_name
+
+ProviderFactory = Callable[[], Provider]
+
+
+@pytest.fixture(params=["local", "fake", "fake-http"])
+def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderFactory]:
+    """A factory of provider objects on one shared state; every instance is terminated after."""
+    made: list[Provider] = []
+
+    if request.param == "local":
+        from providers.local import LocalProvider
+
+        def factory() -> Provider:
+            provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
+            made.append(provider)
+            return provider
+
+        close: Callable[[], None] = lambda: None  # noqa: E731
+    elif request.param == "fake":
+        from providers.fake import FakeProvider
+
+        cloud = f"contract-{uuid.uuid4().hex}"
+
+        def factory() -> Provider:
+            provider = FakeProvider("fake", {"cloud": cloud})
+            made.append(provider)
+            return provider
+
+        close = lambda: None  # noqa: E731
+    else:
+        from providers.fake import FakeProvider
+        from providers.fake.server import start_server
+
+        server = start_server()
+
+        def factory() -> Provider:
+            provider = FakeProvider("fake", {"url": server.url})
+            made.append(provider)
+            return provider
+
+        close = server.close
+    try:
+        yield factory
+    finally:
+        if made:
+            for instance in made[-1].list():
+                made[-1].terminate(instance.id)
+        close()
+
+
+def make_pod(name: str = "worker", **overrides: object) -> PodSpec:
+    values: dict[str, object] = {
+        "namespace": "default",
+        "name": name,
+        "uid": str(uuid.uuid4()),
+        "container": "main",
+        "image": "busybox",
+        "command": ("sh", "-c", "sleep 60"),
+    }
+    values.update(overrides)
+    return PodSpec(**values)  # type: ignore[arg-type]
+
+
+def request_for(pod: PodSpec, **env: str) -> ProvisionRequest:
+    return ProvisionRequest(claim=claim_name(pod.namespace, pod.name, pod.uid), env=env)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_provision_is_idempotent_on_the_claim(make_provider: ProviderFactory) -> None:
+    """I1: a retried provision for one claim adopts the first instance."""
+    provider = make_provider()
+    pod = make_pod()
+    first = provider.provision(pod, request_for(pod))
+    second = provider.provision(pod, request_for(pod))
+    assert second.instance_id == first.instance_id
+    assert second.credential is None
+    claims = [i.claim for i in provider.list()]
+    assert claims.count(request_for(pod).claim) == 1
+
+
+def test_a_new_provider_object_adopts_instead_of_duplicating(make_provider: ProviderFactory) -> None:
+    """I1 across a restart: the new object finds the claim and returns the same instance."""
+    pod = make_pod()
+    first = make_provider().provision(pod, request_for(pod))
+    again = make_provider().provision(pod, request_for(pod))
+    assert again.instance_id == first.instance_id
+
+
+def test_terminate_is_idempotent_and_get_of_a_gone_instance_is_none(make_provider: ProviderFactory) -> None:
+    provider = make_provider()
+    pod = make_pod()
+    result = provider.provision(pod, request_for(pod))
+    provider.terminate(result.instance_id)
+    provider.terminate(result.instance_id)
+    wait_until(lambda: provider.get(result.instance_id) is None)
+    provider.terminate(result.instance_id)
+    assert all(i.id != result.instance_id for i in provider.list())
+
+
+def test_unknown_instance_is_none_and_terminating_it_succeeds(make_provider: ProviderFactory) -> None:
+    provider = make_provider()
+    assert provider.get(InstanceId("never-existed")) is None
+    provider.terminate(InstanceId("never-existed"))
+
+
+def test_list_finds_every_instance_by_claim_from_a_new_provider_object(make_provider: ProviderFactory) -> None:
+    pods = [make_pod(f"w{i}") for i in range(3)]
+    ids = {request_for(p).claim: make_provider().provision(p, request_for(p)).instance_id for p in pods}
+    fresh = make_provider()
+    found = {i.claim: i.id for i in fresh.list()}
+    assert found == ids
+    for claim, instance_id in ids.items():
+        instance = fresh.get(instance_id)
+        assert instance is not None and instance.claim == claim
+
+
+def test_a_provisioned_instance_reaches_running(make_provider: ProviderFactory) -> None:
+    provider = make_provider()
+    pod = make_pod()
+    result = provider.provision(pod, request_for(pod))
+
+    def running() -> bool:
+        instance = provider.get(result.instance_id)
+        return instance is not None and instance.state is InstanceState.RUNNING
+
+    wait_until(running)
+
+
+def test_secret_env_values_never_appear_in_reprs_or_errors(make_provider: ProviderFactory) -> None:
+    """I4 at the seam: the request's repr names keys only."""
+    pod = make_pod()
+    request = request_for(pod, API_TOKEN="s3cr3t-value")
+    assert "s3cr3t-value" not in repr(request)
+    result = make_provider().provision(pod, request)
+    assert "s3cr3t-value" not in repr(result)
+
+
+def test_only_provider_errors_escape(make_provider: ProviderFactory) -> None:
+    """Bad input comes back as a providers.errors type, never an OS or HTTP exception."""
+    provider = make_provider()
+    pod = make_pod(command=(), args=(), image="")
+    try:
+        provider.provision(pod, request_for(pod))
+    except errors.ProviderError:
+        pass
+    for bad in (InstanceId(""), InstanceId("../../etc"), InstanceId("x" * 300)):
+        try:
+            provider.get(bad)
+            provider.terminate(bad)
+        except errors.ProviderError:
+            pass
+
+
+def test_capabilities_offerings_and_regions_are_well_formed(make_provider: ProviderFactory) -> None:
+    provider = make_provider()
+    caps = provider.capabilities()
+    assert caps.poll_interval > 0 and caps.tiers
+    offerings = provider.offerings()
+    assert offerings and all(o.gpu_count >= 0 for o in offerings)
+    regions = provider.expand_regions([o.region for o in offerings])
+    assert len(regions) == len(set(regions))
