@@ -49,9 +49,11 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             errors.append(Error(f"NEBULA['NODE_IP']={node_ip!r} is not an IP address", id="nebula.E003"))
     interval = conf.get("POLL_INTERVAL")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
-        errors.append(Error(f"NEBULA['POLL_INTERVAL']={interval!r} must be a positive number of seconds", id="nebula.E004"))
+        message = f"NEBULA['POLL_INTERVAL']={interval!r} must be a positive number of seconds"
+        errors.append(Error(message, id="nebula.E004"))
     if conf.get("LOG_FORMAT") not in ("text", "json"):
-        errors.append(Error(f"NEBULA['LOG_FORMAT']={conf.get('LOG_FORMAT')!r} must be 'text' or 'json'", id="nebula.E007"))
+        message = f"NEBULA['LOG_FORMAT']={conf.get('LOG_FORMAT')!r} must be 'text' or 'json'"
+        errors.append(Error(message, id="nebula.E007"))
     return errors
 
 
@@ -63,7 +65,8 @@ def _check_providers(providers: Any) -> list[CheckMessage]:
         try:
             registry.validate_entry(alias, entry)
         except registry.BackendImportError as exc:
-            errors.append(Error(str(exc), hint="Check the dotted path and that its package is installed.", id="nebula.E002"))
+            hint = "Check the dotted path and that its package is installed."
+            errors.append(Error(str(exc), hint=hint, id="nebula.E002"))
         except registry.ConfigurationError as exc:
             errors.append(Error(str(exc), id="nebula.E005"))
     return errors

@@ -9,6 +9,7 @@ raise only `providers.errors` types.
 
 from __future__ import annotations
 
+import builtins
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -73,7 +74,7 @@ class _Redacted:
 
     def _redacted_keys(self) -> str:
         values = getattr(self, "env", None) or getattr(self, "data", None) or {}
-        return "{%d keys: %s}" % (len(values), ",".join(sorted(values)))
+        return f"{{{len(values)} keys: {','.join(sorted(values))}}}"
 
 
 @dataclass(frozen=True, repr=False)
@@ -233,11 +234,11 @@ class Provider(Protocol):
         Raises `Unavailable` rather than return a partial list."""
         ...
 
-    def offerings(self) -> list[Offering]:
+    def offerings(self) -> builtins.list[Offering]:
         """What can be provisioned, with prices where known."""
         ...
 
-    def expand_regions(self, declared: Sequence[str]) -> list[str]:
+    def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
         """Pure: group tokens (`us`, `eu`, `ap`) to concrete regions, order kept, no repeats."""
         ...
 

@@ -30,7 +30,13 @@ def make_pod(**overrides: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("500m", Decimal("0.5")), ("2", Decimal(2)), ("1Gi", Decimal(2**30)), ("1k", Decimal(1000)), ("1e3", Decimal(1000))],
+    [
+        ("500m", Decimal("0.5")),
+        ("2", Decimal(2)),
+        ("1Gi", Decimal(2**30)),
+        ("1k", Decimal(1000)),
+        ("1e3", Decimal(1000)),
+    ],
 )
 def test_quantities_parse_like_kubernetes(text: str, value: Decimal) -> None:
     assert parse_quantity(text) == value
