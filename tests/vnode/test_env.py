@@ -1,0 +1,104 @@
+"""resolve_env(): kubelet precedence, optional/mandatory sources, fieldRef, $(VAR)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from vnode.env import EnvError, MissingSource, expand, resolve_env
+
+SECRETS = {"db": {"PASSWORD": "hunter2", "USER": "app"}}
+CONFIGMAPS = {"cfg": {"MODE": "fast", "USER": "from-cm", "bad name": "x"}}
+
+
+def read_secret(namespace: str, name: str) -> Mapping[str, str] | None:
+    return SECRETS.get(name)
+
+
+def read_configmap(namespace: str, name: str) -> Mapping[str, str] | None:
+    return CONFIGMAPS.get(name)
+
+
+def make_pod(env: list[dict[str, Any]] | None = None, env_from: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "main", "env": env or [], "envFrom": env_from or []}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"app": "a"}},
+        "spec": {"nodeName": "nebula-local", "containers": [container]},
+    }
+
+
+def resolve(pod: dict[str, Any]) -> dict[str, str]:
+    return resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap).values
+
+
+def test_env_wins_over_env_from_and_sources_apply_in_order() -> None:
+    pod = make_pod(
+        env=[{"name": "USER", "value": "literal"}],
+        env_from=[{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "db"}, "prefix": "DB_"}],
+    )
+    values = resolve(pod)
+    assert values["USER"] == "literal"
+    assert values["DB_PASSWORD"] == "hunter2"
+    assert values["MODE"] == "fast"
+    assert "bad name" not in values
+
+
+def test_value_from_secret_configmap_and_fields() -> None:
+    pod = make_pod(
+        env=[
+            {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "PASSWORD"}}},
+            {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "MODE"}}},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "URL", "value": "http://$(POD):80/$$(POD)"},
+        ]
+    )
+    assert resolve(pod) == {
+        "PW": "hunter2",
+        "MODE": "fast",
+        "POD": "p",
+        "NODE": "nebula-local",
+        "APP": "a",
+        "URL": "http://p:80/$(POD)",
+    }
+
+
+def test_missing_mandatory_secret_names_the_object_to_wait_for() -> None:
+    pod = make_pod(env=[{"name": "X", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k"}}}])
+    with pytest.raises(EnvError) as caught:
+        resolve(pod)
+    assert caught.value.reason == "MandatorySecretNotFound"
+    assert caught.value.missing == MissingSource("Secret", "ns", "later")
+
+
+def test_missing_optional_sources_are_skipped_with_a_warning() -> None:
+    pod = make_pod(
+        env=[{"name": "X", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k", "optional": True}}}],
+        env_from=[{"configMapRef": {"name": "nope", "optional": True}}],
+    )
+    result = resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    assert result.values == {}
+    assert {w[0] for w in result.warnings} == {"OptionalSecretNotFound", "OptionalConfigMapNotFound"}
+
+
+def test_unsupported_field_path_is_a_config_error() -> None:
+    pod = make_pod(env=[{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}])
+    with pytest.raises(EnvError, match="unsupported fieldPath"):
+        resolve(pod)
+
+
+def test_errors_and_reprs_never_carry_values() -> None:
+    pod = make_pod(env_from=[{"secretRef": {"name": "db"}}])
+    result = resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    assert "hunter2" not in repr(result)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("$(A)", "1"), ("$(B)", "$(B)"), ("$$(A)", "$(A)"), ("a$", "a$"), ("$(A", "$(A"), ("$(A)$(A)", "11")],
+)
+def test_expand_follows_kubernetes_rules(text: str, expected: str) -> None:
+    assert expand(text, {"A": "1"}) == expected

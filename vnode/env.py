@@ -1,0 +1,211 @@
+"""Resolve a container's environment the way the kubelet does, before `provision`.
+
+Called by the Handler's create path with a reader for Secrets and ConfigMaps. Order:
+every `envFrom` source in listed order (with its prefix), then `env` entries, which win;
+`$(VAR)` references expand against what is defined so far. Values are secrets (I4): this
+module never logs them, and its errors name keys and objects, never values.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from typing import Any
+
+from providers.podspec import parse_quantity
+
+# Reads an object's `data` (base64-decoded for Secrets); None means NotFound. Any other
+# failure raises, and is treated as "could not read" even for optional references.
+Reader = Callable[[str, str], Mapping[str, str] | None]
+
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_FIELD_SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+@dataclass(frozen=True)
+class MissingSource:
+    """The object a mandatory reference needs: the Pod is retried when it appears."""
+
+    kind: str  # "Secret" or "ConfigMap"
+    namespace: str
+    name: str
+
+
+class EnvError(Exception):
+    """The environment cannot be resolved; `reason` is a kubelet Event reason."""
+
+    def __init__(self, reason: str, message: str, *, missing: MissingSource | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.missing = missing
+
+
+@dataclass
+class ResolvedEnv:
+    values: dict[str, str] = field(default_factory=dict)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (Event reason, message)
+
+    def __repr__(self) -> str:
+        return f"ResolvedEnv({len(self.values)} keys: {','.join(sorted(self.values))}, warnings={self.warnings})"
+
+
+class _Sources:
+    """Memoised reads of one Pod's Secrets and ConfigMaps."""
+
+    def __init__(self, namespace: str, read_secret: Reader, read_configmap: Reader) -> None:
+        self.namespace = namespace
+        self._readers = {"Secret": read_secret, "ConfigMap": read_configmap}
+        self._cache: dict[tuple[str, str], Mapping[str, str] | None] = {}
+
+    def read(self, kind: str, name: str, *, optional: bool) -> Mapping[str, str] | None:
+        key = (kind, name)
+        if key not in self._cache:
+            try:
+                self._cache[key] = self._readers[kind](self.namespace, name)
+            except Exception as exc:
+                word = "Optional" if optional else "Mandatory"
+                raise EnvError(
+                    f"FailedToRead{word}{kind}", f"could not read {kind} {self.namespace}/{name}: {type(exc).__name__}"
+                ) from exc
+        data = self._cache[key]
+        if data is None and not optional:
+            raise EnvError(
+                f"Mandatory{kind}NotFound",
+                f"{kind} {self.namespace}/{name} not found",
+                missing=MissingSource(kind, self.namespace, name),
+            )
+        return data
+
+
+def decode_secret_data(data: Mapping[str, str] | None) -> dict[str, str]:
+    """A Secret's base64 `data` as text (undecodable bytes replaced)."""
+    return {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in (data or {}).items()}
+
+
+def expand(text: str, defined: Mapping[str, str]) -> str:
+    """Kubernetes `$(VAR)` expansion: defined names are replaced, `$$` is a literal `$`,
+    anything else is left as written."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2 : end]
+            out.append(defined[name] if name in defined else text[i : end + 1])
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _field_value(pod: Mapping[str, Any], path: str) -> str:
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    simple = {
+        "metadata.name": meta.get("name"),
+        "metadata.namespace": meta.get("namespace"),
+        "metadata.uid": meta.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
+        "spec.serviceAccountName": spec.get("serviceAccountName"),
+    }
+    if path in simple:
+        return str(simple[path] or "")
+    if path in ("metadata.labels", "metadata.annotations"):
+        values = meta.get(path.split(".")[1]) or {}
+        return "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+    match = _FIELD_SUBSCRIPT.match(path)
+    if match:
+        return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+    raise EnvError("ConfigError", f"unsupported fieldPath {path!r} in env")
+
+
+def _resource_value(container: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    resource = str(ref.get("resource", ""))
+    section, _, name = resource.partition(".")
+    if section not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
+        raise EnvError("ConfigError", f"unsupported resourceFieldRef {resource!r} in env")
+    raw = ((container.get("resources") or {}).get(section) or {}).get(name)
+    if raw is None:
+        return "0"
+    divisor = parse_quantity(ref.get("divisor") or "1")
+    if divisor == 0:
+        raise EnvError("ConfigError", f"resourceFieldRef {resource!r} has a zero divisor")
+    value = (parse_quantity(raw) / divisor).to_integral_value(rounding=ROUND_CEILING)
+    return str(int(value if value > 0 else Decimal(1)))
+
+
+def _from_source(sources: _Sources, source: Mapping[str, Any], result: ResolvedEnv, values: dict[str, str]) -> None:
+    for kind, key in (("ConfigMap", "configMapRef"), ("Secret", "secretRef")):
+        ref = source.get(key)
+        if not ref:
+            continue
+        optional = bool(ref.get("optional"))
+        data = sources.read(kind, str(ref.get("name", "")), optional=optional)
+        if data is None:
+            result.warnings.append(
+                (f"Optional{kind}NotFound", f"{kind} {sources.namespace}/{ref.get('name')} not found")
+            )
+            continue
+        prefix = str(source.get("prefix") or "")
+        invalid = sorted(prefix + k for k in data if not _ENV_NAME.match(prefix + k))
+        if invalid:
+            result.warnings.append(("InvalidEnvironmentVariableNames", f"skipped invalid names: {', '.join(invalid)}"))
+        values.update({prefix + k: v for k, v in data.items() if _ENV_NAME.match(prefix + k)})
+
+
+def _from_key_ref(sources: _Sources, kind: str, ref: Mapping[str, Any], result: ResolvedEnv) -> str | None:
+    optional = bool(ref.get("optional"))
+    name, key = str(ref.get("name", "")), str(ref.get("key", ""))
+    data = sources.read(kind, name, optional=optional)
+    if data is None:
+        result.warnings.append((f"Optional{kind}NotFound", f"{kind} {sources.namespace}/{name} not found"))
+        return None
+    if key not in data:
+        if optional:
+            result.warnings.append(
+                (f"Optional{kind}KeyNotFound", f"{kind} {sources.namespace}/{name} has no key {key!r}")
+            )
+            return None
+        raise EnvError(f"Mandatory{kind}KeyNotFound", f"{kind} {sources.namespace}/{name} has no key {key!r}")
+    return data[key]
+
+
+def resolve_env(pod: Mapping[str, Any], *, read_secret: Reader, read_configmap: Reader) -> ResolvedEnv:
+    """The first container's environment, fully resolved. Raises EnvError."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        return ResolvedEnv()
+    container = containers[0]
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    sources = _Sources(namespace, read_secret, read_configmap)
+    result = ResolvedEnv()
+    values: dict[str, str] = {}
+    for source in container.get("envFrom") or []:
+        _from_source(sources, source, result, values)
+    for entry in container.get("env") or []:
+        name = str(entry.get("name", ""))
+        value_from = entry.get("valueFrom")
+        if not value_from:
+            values[name] = expand(str(entry.get("value") or ""), values)
+            continue
+        value: str | None
+        if value_from.get("fieldRef"):
+            value = _field_value(pod, str(value_from["fieldRef"].get("fieldPath", "")))
+        elif value_from.get("resourceFieldRef"):
+            value = _resource_value(container, value_from["resourceFieldRef"])
+        elif value_from.get("secretKeyRef"):
+            value = _from_key_ref(sources, "Secret", value_from["secretKeyRef"], result)
+        elif value_from.get("configMapKeyRef"):
+            value = _from_key_ref(sources, "ConfigMap", value_from["configMapKeyRef"], result)
+        else:
+            raise EnvError("ConfigError", f"env {name!r} has an empty valueFrom")
+        if value is not None:
+            values[name] = value
+    result.values = values
+    return result

@@ -1,0 +1,64 @@
+"""Every name Nebula writes into the cluster: labels, annotations, taints, Event reasons.
+
+One module so that the vnode, placement, the console and the manifests agree. Pure
+constants and two naming functions; imports nothing from the rest of Nebula.
+"""
+
+from __future__ import annotations
+
+PREFIX = "nebula.io"
+
+# Pod opt-in and placement (written by users, the webhook and placement).
+ENABLED_LABEL = f"{PREFIX}/enabled"
+POOL_LABEL = f"{PREFIX}/pool"
+ACCELERATOR_LABEL = f"{PREFIX}/accelerator"
+PROVIDER_KEY = f"{PREFIX}/provider"  # node label, nodeSelector key, taint key, toleration key
+PLACEMENT_GATE = f"{PREFIX}/placement"
+CAPACITY_TYPE_ANNOTATION = f"{PREFIX}/capacity-type"
+REGION_ANNOTATION = f"{PREFIX}/region"
+
+# Written by the vnode on the Pod (metadata first, then status).
+INSTANCE_ID_ANNOTATION = f"{PREFIX}/instance-id"
+ENDPOINT_ANNOTATION = f"{PREFIX}/endpoint"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "nebula"
+
+# Pod status reasons.
+REASON_PROVISIONING = "Provisioning"
+REASON_INITIALIZING = "Initializing"
+REASON_RUNNING = "Running"
+REASON_COMPLETED = "Completed"
+REASON_FAILED = "Failed"
+REASON_TERMINATING = "Terminating"
+REASON_TERMINATED = "Terminated"
+REASON_INSTANCE_LOST = "InstanceLost"
+REASON_PROVISION_FAILED = "ProvisionFailed"
+REASON_CONFIG_ERROR = "ConfigError"
+
+# Event reasons.
+EVENT_PROVISIONED = "Provisioned"
+EVENT_PROVISION_FAILED = "ProvisionFailed"
+EVENT_PROVISION_RETRYING = "ProvisionRetrying"
+EVENT_IMAGE_NOT_USED = "ImageNotUsed"
+EVENT_TERMINATED = "InstanceTerminated"
+EVENT_INSTANCE_LOST = "InstanceLost"
+EVENT_ORPHAN_TERMINATED = "OrphanTerminated"
+EVENT_PROVIDER_UNREACHABLE = "ProviderUnreachable"
+EVENT_STILL_RETRYING = "StillRetrying"
+EVENT_CONFIG_ERROR = "ConfigError"
+
+# Node condition saying whether the provider answers.
+CONDITION_PROVIDER_REACHABLE = "ProviderReachable"
+
+LEASE_NAMESPACE = "kube-node-lease"
+
+
+def node_name(provider: str) -> str:
+    """The virtual node of `provider`."""
+    return f"nebula-{provider}"
+
+
+def connect_secret_name(pod_name: str) -> str:
+    """The Secret holding a Pod's connect credential (as in the Go original)."""
+    return f"{pod_name}-connect"

@@ -1,0 +1,191 @@
+"""Instance facts -> Pod status: the one pure mapping every provider's Pods go through.
+
+Called by the Handler's poll loop and by create/delete paths. Takes the Pod as the API
+returned it (for its containers and the times already stamped) and never does I/O.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from providers.base import Instance, InstanceState
+from vnode import names
+
+JsonDict = dict[str, Any]
+
+
+def rfc3339(moment: datetime) -> str:
+    """The API server's timestamp form (second precision, Z)."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _phase_reason_message(instance: Instance) -> tuple[str, str, str]:
+    state = instance.state
+    if state is InstanceState.PROVISIONING:
+        return "Pending", names.REASON_PROVISIONING, "allocating external instance"
+    if state is InstanceState.INITIALIZING:
+        return "Pending", names.REASON_INITIALIZING, "external instance is initializing"
+    if state is InstanceState.RUNNING:
+        return "Running", names.REASON_RUNNING, "external instance is running"
+    if state is InstanceState.TERMINATING:
+        return "Running", names.REASON_TERMINATING, "external instance is terminating"
+    if state is InstanceState.SUCCEEDED:
+        return "Succeeded", names.REASON_COMPLETED, "workload exited with code 0"
+    if state is InstanceState.FAILED:
+        detail = f"workload exited with code {instance.exit_code}" if instance.exit_code is not None else ""
+        return "Failed", names.REASON_FAILED, instance.message or detail or "external instance failed"
+    return "Failed", names.REASON_TERMINATED, instance.message or "external instance is gone"
+
+
+def _container_state(instance: Instance, reason: str) -> tuple[JsonDict, bool]:
+    """(state, ready) of every container of the Pod: one instance runs them all."""
+    state = instance.state
+    if state in (InstanceState.RUNNING, InstanceState.TERMINATING):
+        started = instance.started_at or instance.created_at
+        return {"running": {"startedAt": rfc3339(started)}}, state is InstanceState.RUNNING
+    if state in (InstanceState.PROVISIONING, InstanceState.INITIALIZING):
+        return {"waiting": {"reason": reason}}, False
+    exit_code = instance.exit_code
+    if exit_code is None:
+        exit_code = 0 if state is InstanceState.SUCCEEDED else 137
+    terminated: JsonDict = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else ("Error" if state is InstanceState.FAILED else reason),
+    }
+    if instance.started_at:
+        terminated["startedAt"] = rfc3339(instance.started_at)
+    terminated["finishedAt"] = rfc3339(instance.finished_at or instance.started_at or instance.created_at)
+    return {"terminated": terminated}, False
+
+
+def _old_conditions(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return {str(c.get("type")): c for c in conditions if isinstance(c, Mapping)}
+
+
+def _condition(
+    old: Mapping[str, Mapping[str, Any]], kind: str, status: str, now: datetime, reason: str = ""
+) -> JsonDict:
+    """A condition whose lastTransitionTime moves only when its status changes."""
+    previous = old.get(kind)
+    if previous is None or previous.get("status") != status:
+        moved_at = rfc3339(now)
+    else:
+        moved_at = previous.get("lastTransitionTime") or rfc3339(now)
+    result: JsonDict = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": moved_at}
+    if reason and status != "True":
+        result["reason"] = reason
+    return result
+
+
+def _compose(
+    pod: Mapping[str, Any],
+    *,
+    phase: str,
+    reason: str,
+    message: str,
+    state: JsonDict,
+    ready: bool,
+    container_id: str,
+    now: datetime,
+) -> JsonDict:
+    """The status shape shared by every mapping: conditions, one status per container."""
+    old = _old_conditions(pod)
+    ready_word = "True" if ready else "False"
+    not_ready = "" if ready else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady")
+    containers = (pod.get("spec") or {}).get("containers") or []
+    container_statuses = []
+    for container in containers:
+        entry: JsonDict = {
+            "name": container.get("name", ""),
+            "image": container.get("image", ""),
+            "imageID": "",
+            "ready": ready,
+            "started": "running" in state,
+            "restartCount": 0,
+            "state": state,
+        }
+        if container_id:
+            entry["containerID"] = container_id
+        container_statuses.append(entry)
+    status: JsonDict = {
+        "phase": phase,
+        "reason": reason,
+        "message": message,
+        "conditions": [
+            _condition(old, "PodScheduled", "True", now),
+            _condition(old, "Initialized", "True", now),
+            _condition(old, "ContainersReady", ready_word, now, not_ready),
+            _condition(old, "Ready", ready_word, now, not_ready),
+        ],
+        "containerStatuses": container_statuses,
+    }
+    old_status: Mapping[str, Any] = pod.get("status") or {}
+    for key in ("startTime", "hostIP", "hostIPs"):
+        if key in old_status:
+            status[key] = old_status[key]
+    return status
+
+
+def status_from_instance(pod: Mapping[str, Any], instance: Instance, *, now: datetime) -> JsonDict:
+    """The full `status` for `pod`, given what the provider reports of its instance."""
+    phase, reason, message = _phase_reason_message(instance)
+    state, ready = _container_state(instance, reason)
+    status = _compose(
+        pod,
+        phase=phase,
+        reason=reason,
+        message=message,
+        state=state,
+        ready=ready,
+        container_id=f"nebula://{instance.id}",
+        now=now,
+    )
+    if "startTime" not in status and phase != "Pending":
+        status["startTime"] = rfc3339(instance.started_at or now)
+    if instance.endpoint and _is_ip(instance.endpoint):
+        status["podIP"] = instance.endpoint
+        status["podIPs"] = [{"ip": instance.endpoint}]
+    return status
+
+
+def lost_status(pod: Mapping[str, Any], *, now: datetime) -> JsonDict:
+    """`Failed/InstanceLost`: a successful list no longer shows the Pod's instance."""
+    state = {"terminated": {"exitCode": 137, "reason": names.REASON_INSTANCE_LOST, "finishedAt": rfc3339(now)}}
+    message = "the provider no longer lists this Pod's instance"
+    return _compose(
+        pod,
+        phase="Failed",
+        reason=names.REASON_INSTANCE_LOST,
+        message=message,
+        state=state,
+        ready=False,
+        container_id="",
+        now=now,
+    )
+
+
+def failed_status(pod: Mapping[str, Any], *, reason: str, message: str, now: datetime) -> JsonDict:
+    """A terminal status for a Pod that never got an instance (a refused provision)."""
+    state = {"waiting": {"reason": reason, "message": message}}
+    return _compose(
+        pod, phase="Failed", reason=reason, message=message, state=state, ready=False, container_id="", now=now
+    )
+
+
+def pending_status(pod: Mapping[str, Any], *, reason: str, message: str) -> JsonDict:
+    """A non-terminal status that says why the Pod waits (config error, retrying)."""
+    status = dict(pod.get("status") or {})
+    status.update({"phase": "Pending", "reason": reason, "message": message})
+    return status
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
