@@ -75,16 +75,17 @@ class WorkQueue:
                 self._cond.wait(min(waits) if waits else None)
             return None
 
-    def done(self, key: str, *, failed: bool = False) -> int:
-        """Finish processing `key`. A failure re-queues it with backoff; returns how many
-        times in a row it has failed (0 after a success)."""
+    def done(self, key: str, *, failed: bool = False, retry_in: float | None = None) -> int:
+        """Finish processing `key`. A failure re-queues it with backoff (or after `retry_in`
+        when the failure says when); returns how many times in a row it has failed (0 after
+        a success)."""
         with self._cond:
             self._processing.discard(key)
             redirty = self._redirty.pop(key, None)
             if failed:
                 failures = self._failures.get(key, 0) + 1
                 self._failures[key] = failures
-                delay = min(self._max, self._base * (2 ** (failures - 1)))
+                delay = retry_in if retry_in is not None else min(self._max, self._base * (2 ** (failures - 1)))
                 self._push(key, self._clock() + delay)
                 if redirty is not None:  # an event during the failed run: retry at once
                     self._push(key, redirty)

@@ -1,0 +1,145 @@
+"""`manage.py runvnode`: the long-running manager process (virtual nodes for providers).
+
+Parses arguments, builds providers from settings (plus `--providers-file`), starts the
+embedded cluster when asked (`--dev-cluster`), and calls `vnode.manager.run`. SIGTERM or
+SIGINT stops intake, lets in-flight calls finish, releases the leader Lease, exits 0.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import signal
+import threading
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+import yaml
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from nebula_site.config import parse_address
+from providers import registry
+from vnode import manager
+
+DEV_KUBECONFIG = ".nebula/kubeconfig"
+
+
+def load_providers_file(path: str) -> dict[str, Any]:
+    """A YAML mapping alias -> {BACKEND, OPTIONS} (lower-case keys accepted)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise CommandError(f"--providers-file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CommandError(f"--providers-file {path}: expected a mapping of alias to backend and options")
+    result: dict[str, Any] = {}
+    for alias, entry in data.items():
+        if not isinstance(entry, dict):
+            raise CommandError(f"--providers-file {path}: {alias!r} must map to a mapping")
+        result[str(alias)] = {str(k).upper(): v for k, v in entry.items()}
+    return result
+
+
+def provider_options(alias: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """Settings that belong to the process, handed to the built-in local provider."""
+    entry = dict(entry)
+    if entry.get("BACKEND") == "providers.local.LocalProvider":
+        options = dict(entry.get("OPTIONS") or {})
+        options.setdefault("state_dir", settings.NEBULA["STATE_DIR"])
+        entry["OPTIONS"] = options
+    return entry
+
+
+def node_ip_from(flag: str | None, dev_cluster: bool) -> str | None:
+    value = flag or os.environ.get("POD_IP") or settings.NEBULA.get("NODE_IP") or ("127.0.0.1" if dev_cluster else "")
+    if not value:
+        return None
+    try:
+        ipaddress.ip_address(value)
+    except ValueError as exc:
+        raise CommandError(f"node IP {value!r} is not an IP address") from exc
+    return value
+
+
+class Command(BaseCommand):
+    help = "Run Nebula's virtual nodes: one per --provider, against a cluster or the embedded one."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--provider", action="append", default=[], metavar="ALIAS", help="repeatable")
+        parser.add_argument("--providers-file", metavar="PATH", help="YAML: alias -> {backend, options}")
+        parser.add_argument("--kubeconfig", metavar="PATH", help="default: in-cluster, then $KUBECONFIG")
+        parser.add_argument("--dev-cluster", action="store_true", help="start the embedded API server in-process")
+        parser.add_argument("--dev-cluster-addr", default="127.0.0.1:6443", help="its HOST:PORT (0: any free port)")
+        parser.add_argument(
+            "--kubelet-addr", default=None, help="the kubelet API listener, default NEBULA['KUBELET_ADDR']"
+        )
+        parser.add_argument("--console-addr", default=None, help="the console listener (arrives with the console)")
+        parser.add_argument("--node-ip", default=None, help="address the nodes publish; default $POD_IP")
+        parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"), help="leader Lease")
+        parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
+        parser.add_argument("--no-leader-election", action="store_true", help="run controllers without a Lease")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        config = dict(settings.NEBULA["PROVIDERS"])
+        if options["providers_file"]:
+            config.update(load_providers_file(options["providers_file"]))
+        aliases = options["provider"] or list(settings.NEBULA["ENABLED_PROVIDERS"])
+        try:
+            providers = registry.build_providers({a: provider_options(a, e) for a, e in config.items()}, aliases)
+        except registry.ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["poll_interval"] is not None and options["poll_interval"] <= 0:
+            raise CommandError("--poll-interval must be a positive number of seconds")
+        try:
+            _, kubelet_port = parse_address(options["kubelet_addr"] or settings.NEBULA["KUBELET_ADDR"])
+        except ValueError as exc:
+            raise CommandError(f"--kubelet-addr: {exc}") from exc
+        node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
+        stop = threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+        cluster = None
+        try:
+            kubeconfig = options["kubeconfig"]
+            if options["dev_cluster"]:
+                cluster = self._start_dev_cluster(options["dev_cluster_addr"])
+                kubeconfig = DEV_KUBECONFIG
+            if node_ip is None:
+                logging.getLogger(__name__).warning("no node IP: logs and exec are advertised as unsupported")
+            self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
+            self.stdout.flush()
+            kept = manager.run(
+                providers,
+                kubeconfig=kubeconfig,
+                node_ip=node_ip,
+                kubelet_port=kubelet_port,
+                namespace=options["namespace"],
+                stop=stop,
+                poll_interval=options["poll_interval"],
+                leader_election=not options["no_leader_election"],
+            )
+        finally:
+            if cluster is not None:
+                cluster.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        if not kept:
+            raise CommandError("lost the leader lease; exiting so a standby takes over")
+
+    def _start_dev_cluster(self, addr: str) -> Any:
+        import devcluster
+
+        try:
+            host, port = parse_address(addr)
+        except ValueError as exc:
+            raise CommandError(f"--dev-cluster-addr: {exc}") from exc
+        Path(DEV_KUBECONFIG).parent.mkdir(parents=True, exist_ok=True)
+        cluster = devcluster.DevCluster(host or "127.0.0.1", port, kubeconfig_path=DEV_KUBECONFIG)
+        try:
+            cluster.start()
+        except OSError as exc:
+            raise CommandError(f"cannot start the embedded cluster on {addr}: {exc}") from exc
+        self.stdout.write(f"embedded cluster at {cluster.url}; kubeconfig {DEV_KUBECONFIG}")
+        return cluster

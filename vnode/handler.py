@@ -1,0 +1,487 @@
+"""The Handler: one per provider, the bridge between Pods and the provider's instances.
+
+Called by the pod controller (create, update, delete, lookup, flush) and by its own poll
+loop (`poll_once`, one `provider.list()` per tick). Owns the tracked map, the only
+in-memory record of which instance serves which Pod. Writes to the API only the Pod's
+annotations, its status (metadata first) and the connect Secret; never deletes Pods.
+
+Invariant (I2): the instance id is in the tracked map and on the Pod's annotations before
+`create_pod` returns; see tests/vnode/test_invariants.py::test_I2_*.
+Invariant (I3): `Unavailable` never leads to a create, a Failed phase or a delete; see
+tests/vnode/test_invariants.py::test_I3_*.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from placement.blocklister import Blocklister
+from providers import errors
+from providers.base import (
+    Capabilities,
+    ClaimName,
+    Instance,
+    InstanceId,
+    InstanceState,
+    Provider,
+    ProvisionRequest,
+    ProvisionResult,
+    Tier,
+)
+from providers.claim import claim_name
+from providers.podspec import pod_spec_from_dict
+from vnode import names, status
+from vnode.env import EnvError, MissingSource, decode_secret_data, resolve_env
+from vnode.events import EventRecorder
+from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+DEFAULT_BLOCK_TTL = 300.0
+
+
+class Lookup(enum.Enum):
+    FOUND = "found"
+    NOT_FOUND = "not found"
+    UNKNOWN = "could not ask"
+
+
+class RetryLater(Exception):
+    """The work for this Pod must be tried again (with backoff, or after `delay`)."""
+
+    def __init__(self, message: str, *, delay: float | None = None, missing: MissingSource | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+        self.missing = missing
+
+
+@dataclass
+class Tracked:
+    """What the Handler knows of one Pod bound to its node."""
+
+    namespace: str
+    name: str
+    uid: str
+    claim: ClaimName
+    pod: JsonDict
+    instance_id: InstanceId | None = None
+    provisioned_at: float = 0.0  # monotonic; for the provider's list lag
+    terminal: bool = False  # refused: there is no instance and never will be
+    desired_annotations: dict[str, str] = field(default_factory=dict)
+    written_annotations: dict[str, str] = field(default_factory=dict)
+    desired_status: JsonDict | None = None
+    written_status: JsonDict | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace')}/{meta.get('name')}"
+
+
+def pod_claim(pod: Mapping[str, Any]) -> ClaimName:
+    meta = pod.get("metadata") or {}
+    return claim_name(str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
+
+
+def _tier(text: str | None) -> Tier | None:
+    for tier in Tier:
+        if text and text.lower() == tier.value.lower():
+            return tier
+    return None
+
+
+class Handler:
+    """Thread-safe; the pod controller never runs two operations on one Pod at once."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        kube: Kube,
+        events: EventRecorder,
+        blocklister: Blocklister | None = None,
+        block_ttl: float = DEFAULT_BLOCK_TTL,
+        poll_interval: float | None = None,
+        snapshot_ttl: float = 2.0,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.provider = provider
+        self._kube = kube
+        self._events = events
+        self._blocklister = blocklister
+        self._block_ttl = block_ttl
+        self._poll_interval = poll_interval
+        self._snapshot_ttl = snapshot_ttl
+        self._monotonic = monotonic
+        self._now = now
+        self._tracked: dict[str, Tracked] = {}
+        self._lock = threading.Lock()
+        self._list_lock = threading.Lock()
+        self._snapshot: dict[ClaimName, Instance] | None = None
+        self._snapshot_at = -1e18
+        self._capabilities: Capabilities | None = None
+        self.last_list_ok: bool | None = None  # None until the first list
+        self.last_list_error = ""
+        self.last_list_seconds = 0.0
+        self._orphan_suspects: set[InstanceId] = set()
+
+    # -- identity --------------------------------------------------------------------------
+    @property
+    def node_name(self) -> str:
+        return names.node_name(self.provider.name)
+
+    def capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            self._capabilities = self.provider.capabilities()
+        return self._capabilities
+
+    @property
+    def poll_interval(self) -> float:
+        return self._poll_interval or self.capabilities().poll_interval
+
+    def tracks(self, namespace: str, name: str) -> bool:
+        with self._lock:
+            return f"{namespace}/{name}" in self._tracked
+
+    def tracked(self, key: str) -> Tracked | None:
+        with self._lock:
+            return self._tracked.get(key)
+
+    def tracked_claims(self) -> set[ClaimName]:
+        with self._lock:
+            return {t.claim for t in self._tracked.values()}
+
+    def get_pods(self) -> list[JsonDict]:
+        """The Pods this node serves, with the status Nebula computed for them."""
+        with self._lock:
+            return [dict(t.pod, status=t.desired_status or t.pod.get("status") or {}) for t in self._tracked.values()]
+
+    def get_pod_status(self, namespace: str, name: str) -> JsonDict | None:
+        entry = self.tracked(f"{namespace}/{name}")
+        return None if entry is None else entry.desired_status
+
+    # -- the provider's instances ------------------------------------------------------------
+    def _list(self) -> dict[ClaimName, Instance]:
+        """One provider.list(); raises errors.Unavailable. Feeds the re-adoption snapshot."""
+        started = self._monotonic()
+        try:
+            instances = self.provider.list()
+        except errors.ProviderError as exc:
+            self.last_list_ok, self.last_list_error = False, f"{type(exc).__name__}: {exc}"
+            self.last_list_seconds = self._monotonic() - started
+            raise
+        self.last_list_seconds = self._monotonic() - started
+        self.last_list_ok, self.last_list_error = True, ""
+        snapshot = {i.claim: i for i in instances}
+        self._snapshot, self._snapshot_at = snapshot, self._monotonic()
+        return snapshot
+
+    def lookup(self, pod: Mapping[str, Any]) -> tuple[Lookup, Instance | None]:
+        """Is there an instance for this Pod's claim? Three outcomes stay distinct (I3)."""
+        claim = pod_claim(pod)
+        with self._list_lock:  # single flight: 500 cold Pods share one list()
+            snapshot = self._snapshot
+            if snapshot is None or self._monotonic() - self._snapshot_at > self._snapshot_ttl:
+                try:
+                    snapshot = self._list()
+                except errors.ProviderError:
+                    return Lookup.UNKNOWN, None
+        instance = snapshot.get(claim)
+        return (Lookup.FOUND, instance) if instance is not None else (Lookup.NOT_FOUND, None)
+
+    def adopt(self, pod: JsonDict, instance: Instance) -> None:
+        """Track an instance found again after a restart (no provider call)."""
+        entry = self._track(pod)
+        entry.instance_id = instance.id
+        entry.provisioned_at = self._monotonic()
+        self._observe(entry, instance)
+
+    # -- create / update / delete -------------------------------------------------------------
+    def _track(self, pod: JsonDict) -> Tracked:
+        meta = pod.get("metadata") or {}
+        key = pod_key(pod)
+        with self._lock:
+            entry = self._tracked.get(key)
+            if entry is None or entry.uid != meta.get("uid"):
+                entry = Tracked(
+                    namespace=str(meta.get("namespace")),
+                    name=str(meta.get("name")),
+                    uid=str(meta.get("uid")),
+                    claim=pod_claim(pod),
+                    pod=pod,
+                )
+                self._tracked[key] = entry
+            entry.pod = pod
+            return entry
+
+    def update_pod(self, pod: JsonDict) -> None:
+        """A Pod's spec or metadata changed: nothing changes at the provider."""
+        entry = self.tracked(pod_key(pod))
+        if entry is not None and entry.uid == (pod.get("metadata") or {}).get("uid"):
+            entry.pod = pod
+
+    def create_pod(self, pod: JsonDict) -> None:
+        """Provision the Pod's instance. Returns once the instance id is recorded in memory
+        and on the Pod (I2); raises RetryLater when it must be tried again."""
+        try:
+            env = resolve_env(pod, read_secret=self._read_secret, read_configmap=self._read_configmap)
+        except EnvError as exc:
+            self._events.pod(pod, "Warning", exc.reason, str(exc))
+            raise RetryLater(str(exc), missing=exc.missing) from exc
+        for reason, message in env.warnings:
+            self._events.pod(pod, "Warning", reason, message)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        request = ProvisionRequest(
+            claim=pod_claim(pod),
+            capacity_type=_tier(annotations.get(names.CAPACITY_TYPE_ANNOTATION)),
+            region=annotations.get(names.REGION_ANNOTATION) or None,
+            env=env.values,
+        )
+        try:
+            spec = pod_spec_from_dict(pod)
+            result = self.provider.provision(spec, request)
+        except ValueError as exc:
+            self._refuse(pod, names.REASON_CONFIG_ERROR, str(exc))
+            return
+        except errors.Unavailable as exc:
+            self._events.pod(pod, "Warning", names.EVENT_PROVISION_RETRYING, f"provider unreachable: {exc}")
+            raise RetryLater(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.Refused as exc:
+            scope = self.provider.classify_provision_error(
+                exc, accelerator=spec.accelerator, tier=request.capacity_type, region=request.region
+            )
+            if self._blocklister is not None:
+                self._blocklister.record(self.provider.name, scope, self._block_ttl)
+            self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
+            return
+        except (errors.InvalidRequest, errors.NotSupported, errors.NotFound) as exc:
+            self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
+            return
+        except errors.ProviderError as exc:
+            raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
+        self._record_instance(pod, result)
+
+    def _record_instance(self, pod: JsonDict, result: ProvisionResult) -> None:
+        entry = self._track(pod)
+        entry.instance_id = result.instance_id
+        entry.provisioned_at = self._monotonic()
+        entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = result.instance_id
+        if result.endpoint:
+            entry.desired_annotations[names.ENDPOINT_ANNOTATION] = result.endpoint
+        self.flush_annotations(entry)  # I2: on the Pod before we report success
+        if result.credential is not None:
+            self._write_connect_secret(pod, result.credential.data)
+        if not self.capabilities().pulls_images:
+            image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
+            message = f"{self.provider.name} does not pull container images; image {image!r} is not used"
+            self._events.pod(pod, "Normal", names.EVENT_IMAGE_NOT_USED, message)
+        try:
+            instance = self.provider.get(result.instance_id)
+        except errors.ProviderError:
+            instance = None
+        if instance is None:
+            state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
+            instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
+        self._observe(entry, instance)
+
+    def _refuse(self, pod: JsonDict, reason: str, message: str) -> None:
+        """The provider will not serve this Pod: Failed, with an Event saying why."""
+        entry = self._track(pod)
+        entry.terminal = True
+        entry.desired_status = status.failed_status(pod, reason=reason, message=message, now=self._now())
+        self._events.pod(pod, "Warning", reason, message)
+
+    def delete_pod(self, key: str, *, uid: str | None = None) -> bool:
+        """Terminate the Pod's instance (idempotent). True once the instance is gone and
+        the Pod dropped from tracking; False while it is going; RetryLater if we could not
+        ask (I3: the Pod object stays until the provider answers)."""
+        entry = self.tracked(key)
+        if entry is None or (uid is not None and entry.uid != uid):
+            return True
+        if entry.instance_id is None:
+            self._forget(key, entry)
+            return True
+        try:
+            self.provider.terminate(entry.instance_id)
+            gone = self.provider.get(entry.instance_id) is None
+        except errors.Unavailable as exc:
+            raise RetryLater(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
+        if gone:
+            self._forget(key, entry)
+        return gone
+
+    def terminate_for_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Terminate the instance of a Pod this Handler may not track (cold map, or the Pod
+        object is already gone). True once gone; RetryLater if we could not ask."""
+        key = pod_key(pod)
+        if self.tracked(key) is None:
+            found, instance = self.lookup(pod)
+            if found is Lookup.UNKNOWN:
+                raise RetryLater("provider unreachable: cannot tell whether the Pod has an instance")
+            if instance is None:
+                return True
+            self.adopt(dict(pod), instance)
+        return self.delete_pod(key)
+
+    def _forget(self, key: str, entry: Tracked) -> None:
+        with self._lock:
+            if self._tracked.get(key) is entry:
+                del self._tracked[key]
+
+    # -- observing ---------------------------------------------------------------------------
+    def _observe(self, entry: Tracked, instance: Instance) -> None:
+        if instance.endpoint:
+            entry.desired_annotations[names.ENDPOINT_ANNOTATION] = instance.endpoint
+        entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = instance.id
+        entry.desired_status = status.status_from_instance(entry.pod, instance, now=self._now())
+
+    def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
+        """One tick: one provider.list(), statuses recomputed, orphans swept.
+
+        Returns the keys whose desired metadata or status changed (to be flushed). A failed
+        list changes nothing (I3). `live_claims` (the claims of every Pod on the node, or
+        None while the Pod cache is not synced) enables the orphan sweep.
+        """
+        try:
+            snapshot = self._list()
+        except errors.ProviderError as exc:
+            logger.warning("list on %s failed; nothing changes this tick: %s", self.provider.name, exc)
+            return []
+        changed: list[str] = []
+        lag = self.capabilities().list_lag
+        with self._lock:
+            entries = list(self._tracked.values())
+        for entry in entries:
+            if entry.terminal or entry.instance_id is None:
+                continue
+            before = (entry.desired_status, dict(entry.desired_annotations))
+            instance = snapshot.get(entry.claim)
+            if instance is not None:
+                self._observe(entry, instance)
+            elif self._monotonic() - entry.provisioned_at >= lag:
+                entry.desired_status = status.lost_status(entry.pod, now=self._now())
+            if (entry.desired_status, entry.desired_annotations) != before or self.needs_flush(entry):
+                changed.append(entry.key)
+        if live_claims is not None:
+            self._sweep_orphans(snapshot, set(live_claims) | self.tracked_claims())
+        return changed
+
+    def _sweep_orphans(self, snapshot: Mapping[ClaimName, Instance], live: set[ClaimName]) -> None:
+        """Terminate instances whose claim matched no live Pod on two successful lists in a row."""
+        suspects = {i.id for claim, i in snapshot.items() if claim not in live}
+        confirmed = suspects & self._orphan_suspects
+        self._orphan_suspects = suspects - confirmed
+        for instance_id in sorted(confirmed):
+            try:
+                self.provider.terminate(instance_id)
+            except errors.ProviderError as exc:
+                logger.warning("orphan %s on %s: terminate failed: %s", instance_id, self.provider.name, exc)
+                self._orphan_suspects.add(instance_id)
+                continue
+            logger.info("terminated orphan instance %s on %s (no live Pod claims it)", instance_id, self.provider.name)
+            node = {"metadata": {"name": self.node_name, "uid": self.node_name}}
+            self._events.node(
+                node, "Normal", names.EVENT_ORPHAN_TERMINATED, f"terminated instance {instance_id}: no Pod claims it"
+            )
+
+    # -- writing -----------------------------------------------------------------------------
+    def needs_flush(self, entry: Tracked) -> bool:
+        pending_annotations = any(entry.written_annotations.get(k) != v for k, v in entry.desired_annotations.items())
+        return pending_annotations or (
+            entry.desired_status is not None and entry.desired_status != entry.written_status
+        )
+
+    def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
+        """Write what changed: annotations first, then status (skipped once the Pod is terminal
+        in the API: a terminal status is frozen). Raises RetryLater on an API failure."""
+        entry = self.tracked(key)
+        if entry is None or (current is not None and (current.get("metadata") or {}).get("uid") != entry.uid):
+            return  # a Pod recreated under the same name is not this entry's
+        self.flush_annotations(entry)
+        if entry.desired_status is None or entry.desired_status == entry.written_status:
+            return
+        phase = ((current or {}).get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            entry.written_status = entry.desired_status
+            return
+        desired = entry.desired_status
+        try:
+            self._kube.patch(
+                path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"),
+                {"status": desired},
+            )
+        except NotFoundError:
+            return
+        except KubeError as exc:
+            raise RetryLater(f"status write failed: {exc}") from exc
+        entry.written_status = desired
+
+    def flush_annotations(self, entry: Tracked) -> None:
+        pending = {k: v for k, v in entry.desired_annotations.items() if entry.written_annotations.get(k) != v}
+        if not pending:
+            return
+        try:
+            self._kube.patch(
+                path_for("pods", namespace=entry.namespace, name=entry.name),
+                {"metadata": {"annotations": pending}},
+            )
+        except NotFoundError:
+            return
+        except KubeError as exc:
+            raise RetryLater(f"annotation write failed: {exc}") from exc
+        entry.written_annotations.update(pending)
+
+    def _write_connect_secret(self, pod: Mapping[str, Any], data: Mapping[str, bytes]) -> None:
+        meta = pod.get("metadata") or {}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": names.connect_secret_name(str(meta.get("name"))),
+                "namespace": meta.get("namespace"),
+                "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
+                ],
+            },
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        try:
+            self._kube.create(path_for("secrets", namespace=str(meta.get("namespace"))), secret)
+        except ConflictError:
+            pass  # written by an earlier attempt
+        except KubeError as exc:
+            # The instance runs and is tracked; only the credential is lost. Say so, no secret.
+            logger.warning("could not write the connect Secret for %s: %s", pod_key(pod), exc.reason)
+            self._events.pod(pod, "Warning", "ConnectSecretFailed", f"could not write the connect Secret: {exc.reason}")
+
+    def _read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        try:
+            secret = self._kube.get(path_for("secrets", namespace=namespace, name=name))
+        except NotFoundError:
+            return None
+        return decode_secret_data(secret.get("data"))
+
+    def _read_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        try:
+            configmap = self._kube.get(path_for("configmaps", namespace=namespace, name=name))
+        except NotFoundError:
+            return None
+        return dict(configmap.get("data") or {})

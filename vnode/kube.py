@@ -1,0 +1,198 @@
+"""The vnode's one door to the Kubernetes API: JSON in, dicts out, errors translated once.
+
+Built on the official client's ApiClient (kubeconfig, in-cluster auth, TLS, pooling) but
+skips its model classes: the controllers work on plain dicts, which is what they compare
+and patch. Every urllib3/ApiException failure becomes a `KubeError` subclass here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+JsonDict = dict[str, Any]
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+class KubeError(Exception):
+    """The API server answered with an error (or, for status 0, could not be reached)."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class NotFoundError(KubeError):
+    pass
+
+
+class ConflictError(KubeError):
+    """409: a stale resourceVersion, a failed precondition, or AlreadyExists."""
+
+
+class GoneError(KubeError):
+    """410: the resourceVersion is too old; re-list."""
+
+
+class UnreachableError(KubeError):
+    """No answer at all (connection refused, timeout, TLS failure)."""
+
+
+def _error(status: int, body: bytes) -> KubeError:
+    try:
+        parsed = json.loads(body)
+        reason, message = str(parsed.get("reason", "")), str(parsed.get("message", ""))
+    except (ValueError, AttributeError):
+        reason, message = "", body[:200].decode("utf-8", "replace")
+    kind = {404: NotFoundError, 409: ConflictError, 410: GoneError}.get(status, KubeError)
+    return kind(status, reason, message)
+
+
+def load_api_client(kubeconfig: str | None = None, *, pool_size: int = 32) -> k8s_client.ApiClient:
+    """An ApiClient from `kubeconfig`, else in-cluster config, else $KUBECONFIG/~/.kube/config."""
+    configuration = k8s_client.Configuration()
+    if kubeconfig:
+        k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        k8s_config.load_incluster_config(client_configuration=configuration)
+    else:
+        k8s_config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool_size
+    return k8s_client.ApiClient(configuration)
+
+
+def path_for(
+    resource: str,
+    *,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+    group: str = "",
+    version: str = "v1",
+) -> str:
+    """The REST path of a resource (core group when `group` is empty)."""
+    parts = ["/api/v1"] if not group else [f"/apis/{group}/{version}"]
+    if namespace is not None:
+        parts.append(f"namespaces/{quote(namespace, safe='')}")
+    parts.append(resource)
+    if name is not None:
+        parts.append(quote(name, safe=""))
+    if subresource:
+        parts.append(subresource)
+    return "/".join(parts)
+
+
+class Kube:
+    """Thread-safe (the ApiClient's pool is). Watches should use their own Kube object,
+    so a long-lived stream never starves the workers' connections."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, *, timeout: float = 30.0) -> None:
+        self._api = api_client
+        self._timeout = timeout
+        self._host = api_client.configuration.host.rstrip("/")
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | tuple[float, float] | None = None,
+    ) -> urllib3.BaseHTTPResponse:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        self._api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        url = self._host + path + (f"?{urlencode(list(query))}" if query else "")
+        try:
+            response = self._api.rest_client.request(
+                method, url, headers=headers, body=body, _request_timeout=timeout or self._timeout
+            )
+        except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
+            raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
+        raw: urllib3.BaseHTTPResponse = response.response
+        if raw.status >= 400:
+            try:
+                data = raw.read()
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
+            raise _error(raw.status, data)
+        return raw
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JsonDict:
+        """One call; the decoded JSON answer. Raises KubeError subclasses."""
+        raw = self._send(method, path, query=query, body=body, content_type=content_type)
+        try:
+            data = raw.read()
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
+        result: JsonDict = json.loads(data) if data else {}
+        return result
+
+    def get(self, path: str) -> JsonDict:
+        return self.request("GET", path)
+
+    def list(self, path: str, **selectors: str) -> tuple[list[JsonDict], str]:
+        """(items, list resourceVersion); selectors are query parameters such as
+        fieldSelector and labelSelector."""
+        answer = self.request("GET", path, query=[(k, v) for k, v in selectors.items() if v])
+        return list(answer.get("items") or []), str((answer.get("metadata") or {}).get("resourceVersion", ""))
+
+    def create(self, path: str, obj: Mapping[str, Any]) -> JsonDict:
+        return self.request("POST", path, body=dict(obj))
+
+    def replace(self, path: str, obj: Mapping[str, Any]) -> JsonDict:
+        return self.request("PUT", path, body=dict(obj))
+
+    def patch(self, path: str, patch: Mapping[str, Any], *, content_type: str = MERGE_PATCH) -> JsonDict:
+        return self.request("PATCH", path, body=dict(patch), content_type=content_type)
+
+    def delete(self, path: str, *, grace_seconds: int | None = None, uid: str | None = None) -> JsonDict:
+        options: JsonDict = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        if uid is not None:
+            options["preconditions"] = {"uid": uid}
+        return self.request("DELETE", path, body=options)
+
+    def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300, **selectors: str
+    ) -> Iterator[tuple[str, JsonDict]]:
+        """(type, object) events from `resource_version` until the server ends the stream.
+        An ERROR event raises its KubeError (GoneError for 410: re-list)."""
+        query = [("watch", "true"), ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(timeout_seconds))]
+        query += [("resourceVersion", resource_version)] if resource_version else []
+        query += [(k, v) for k, v in selectors.items() if v]
+        raw = self._send("GET", path, query=query, timeout=(self._timeout, timeout_seconds + 30))
+        try:
+            for line in raw:
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                kind, obj = str(event.get("type", "")), event.get("object") or {}
+                if kind == "ERROR":
+                    raise _error(int(obj.get("code", 500)), json.dumps(obj).encode())
+                yield kind, obj
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise UnreachableError(0, "Unreachable", f"watch {path}: {type(exc).__name__}") from exc
+        finally:
+            raw.release_conn()

@@ -1,0 +1,72 @@
+"""The manager process's core: leader election, then one Runner per provider.
+
+Called by `manage.py runvnode` (which builds providers and, in dev, the embedded
+cluster). Blocks until `stop` is set or leadership is lost; then stops intake, lets
+in-flight work finish and releases the leader Lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Mapping
+
+from providers.base import Provider
+from vnode.kube import Kube, load_api_client
+from vnode.leader import LeaderElector
+from vnode.runner import Runner
+
+logger = logging.getLogger(__name__)
+
+LEADER_LEASE = "nebula-manager"
+
+
+def run(
+    providers: Mapping[str, Provider],
+    *,
+    kubeconfig: str | None,
+    node_ip: str | None,
+    kubelet_port: int,
+    namespace: str,
+    stop: threading.Event,
+    poll_interval: float | None = None,
+    leader_election: bool = True,
+    lease_renew_interval: float = 10.0,
+) -> bool:
+    """Run until `stop`. Returns False if leadership was lost (the caller should exit
+    non-zero so the Deployment restarts it as a standby)."""
+    kube = Kube(load_api_client(kubeconfig))
+    watch_kube = Kube(load_api_client(kubeconfig))
+    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    elector = LeaderElector(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
+    if leader_election and not elector.acquire(stop):
+        return True
+    runners = [
+        Runner(
+            provider,
+            kube=kube,
+            watch_kube=watch_kube,
+            node_ip=node_ip,
+            kubelet_port=kubelet_port,
+            poll_interval=poll_interval,
+            lease_renew_interval=lease_renew_interval,
+        )
+        for provider in providers.values()
+    ]
+    for runner in runners:
+        runner.start()
+        logger.info("virtual node %s started", runner.handler.node_name)
+    kept = True
+    if leader_election:
+        elector.keep(stop)
+        kept = stop.is_set()
+    else:
+        stop.wait()
+    logger.info("stopping: no new work; letting in-flight calls finish")
+    for runner in runners:
+        runner.stop()
+    elector.release()
+    return kept

@@ -1,0 +1,234 @@
+"""The pod controller: Pods bound to one virtual node, kept in step with the provider.
+
+Started by the Runner. Lists and watches Pods with `spec.nodeName=<node>` (re-listing
+after 410), queues their keys, and runs `decisions.decide` for each on worker threads,
+never two at once for one key. Its poll thread calls `Handler.poll_once` once per poll
+interval and queues the Pods whose status changed. It writes nothing itself but the
+final grace-0 delete of a Pod whose instance is gone.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from providers.base import ClaimName
+from vnode import names
+from vnode.decisions import Action, decide
+from vnode.env import MissingSource
+from vnode.events import EventRecorder
+from vnode.handler import Handler, Lookup, RetryLater, pod_claim
+from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+from vnode.queue import WorkQueue
+from vnode.reflector import Reflector
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+STILL_RETRYING_AFTER = 20  # failures in a row before an Event says we keep trying
+DELETION_RECHECK = 0.5  # seconds between looks at an instance that is going away
+
+
+class PodController:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        kube: Kube,
+        watch_kube: Kube,
+        events: EventRecorder,
+        workers: int = 8,
+        queue: WorkQueue | None = None,
+    ) -> None:
+        self.handler = handler
+        self._kube = kube
+        self._watch_kube = watch_kube
+        self._events = events
+        self._workers = workers
+        self.queue = queue or WorkQueue()
+        self._tombstones: dict[str, JsonDict] = {}
+        self._waiting: dict[tuple[str, str, str], set[str]] = {}  # missing source -> Pod keys
+        self._source_reflectors: dict[str, Reflector] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._reconciled = threading.Event()
+        self.pods = Reflector(
+            watch_kube,
+            "/api/v1/pods",
+            on_change=self._on_pod,
+            field_selector=f"spec.nodeName={handler.node_name}",
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """List, then reconcile every Pod, then start the workers and the poll loop."""
+        self.pods.start()
+        self._spawn(self._startup, "startup")
+
+    def _startup(self) -> None:
+        while not self.pods.synced.wait(0.1):
+            if self._stop.is_set():
+                return
+        for pod in self.pods.snapshot():
+            self.queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        self._reconciled.set()
+        for index in range(self._workers):
+            self._spawn(self._work, f"pod worker {index}")
+        self._spawn(self._poll, "poll")
+
+    def _spawn(self, target: Callable[[], None], label: str) -> None:
+        thread = threading.Thread(target=target, name=f"{self.handler.node_name} {label}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop intake, let in-flight work finish (up to `timeout`)."""
+        self._stop.set()
+        self.pods.stop()
+        for reflector in self._source_reflectors.values():
+            reflector.stop()
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # -- inputs ------------------------------------------------------------------------------
+    def _on_pod(self, key: str, pod: JsonDict | None) -> None:
+        if pod is None:
+            return self._on_pod_deleted(key)
+        self.queue.add(key)
+
+    def _on_pod_deleted(self, key: str) -> None:
+        entry = self.handler.tracked(key)
+        if entry is not None:
+            with self._lock:
+                self._tombstones[key] = entry.pod
+        self.queue.add(key)
+
+    def _on_source(self, kind: str, key: str, obj: JsonDict | None) -> None:
+        if obj is None:
+            return
+        namespace, _, name = key.partition("/")
+        with self._lock:
+            waiting = self._waiting.pop((kind, namespace, name), set())
+        for pod_key in waiting:
+            self.queue.add(pod_key)
+
+    def _wait_for(self, missing: MissingSource, key: str) -> None:
+        """Re-queue `key` as soon as the Secret or ConfigMap it needs appears."""
+        with self._lock:
+            self._waiting.setdefault((missing.kind, missing.namespace, missing.name), set()).add(key)
+            if missing.kind in self._source_reflectors:
+                return
+            resource = "secrets" if missing.kind == "Secret" else "configmaps"
+            reflector = Reflector(
+                self._watch_kube,
+                f"/api/v1/{resource}",
+                on_change=functools.partial(self._on_source, missing.kind),
+            )
+            self._source_reflectors[missing.kind] = reflector
+        reflector.start()
+
+    def live_claims(self) -> set[ClaimName] | None:
+        """Claims of every Pod on the node, or None until the startup reconcile is done."""
+        if not self._reconciled.is_set():
+            return None
+        return {pod_claim(pod) for pod in self.pods.snapshot()}
+
+    # -- work --------------------------------------------------------------------------------
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            for key in self.handler.poll_once(self.live_claims()):
+                self.queue.add(key)
+            self._stop.wait(self.handler.poll_interval)
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                recheck = self.sync(key)
+            except RetryLater as exc:
+                failures = self.queue.done(key, failed=True, retry_in=exc.delay)
+                if exc.missing is not None:
+                    self._wait_for(exc.missing, key)
+                logger.info("pod %s: retrying (%d in a row): %s", key, failures, exc)
+                if failures == STILL_RETRYING_AFTER:
+                    self._still_retrying(key, str(exc))
+                continue
+            except Exception:
+                logger.exception("pod %s: unexpected error; retrying with backoff", key)
+                self.queue.done(key, failed=True)
+                continue
+            self.queue.done(key)
+            if recheck is not None:
+                self.queue.add(key, delay=recheck)
+
+    def _still_retrying(self, key: str, reason: str) -> None:
+        pod = self.pods.cache.get(key)
+        if pod is not None:
+            message = f"failed {STILL_RETRYING_AFTER} times in a row; still retrying with capped backoff: {reason}"
+            self._events.pod(pod, "Warning", names.EVENT_STILL_RETRYING, message)
+
+    def sync(self, key: str) -> float | None:
+        """Process one Pod key. Returns a delay after which to look again, or None."""
+        with self.pods.lock:
+            pod = self.pods.cache.get(key)
+        entry = self.handler.tracked(key)
+        action = decide(pod, entry)
+        if action is Action.NOTHING:
+            return None
+        if action is Action.TERMINATE_GONE:
+            return self._terminate_gone(key, pod)
+        assert pod is not None
+        if action is Action.TERMINATE_THEN_DELETE:
+            return self._terminate_then_delete(key, pod)
+        if action is Action.UPDATE:
+            self.handler.update_pod(pod)
+            self.handler.flush(key, pod)
+            return None
+        found, instance = self.handler.lookup(pod)
+        if found is Lookup.UNKNOWN:
+            raise RetryLater("provider unreachable: cannot tell whether this Pod already has an instance")
+        if instance is not None:
+            self.handler.adopt(pod, instance)
+        else:
+            self.handler.create_pod(pod)
+        self.handler.flush(key, pod)
+        return None
+
+    def _terminate_gone(self, key: str, pod: JsonDict | None) -> float | None:
+        entry = self.handler.tracked(key)
+        if entry is not None:
+            if not self.handler.delete_pod(key, uid=entry.uid):
+                return DELETION_RECHECK
+            if pod is not None:
+                return 0.0  # now serve the Pod that took this name
+            return None
+        with self._lock:
+            tombstone = self._tombstones.pop(key, None)
+        if tombstone is not None and not self.handler.terminate_for_pod(tombstone):
+            with self._lock:
+                self._tombstones[key] = tombstone
+            return DELETION_RECHECK
+        return None
+
+    def _terminate_then_delete(self, key: str, pod: JsonDict) -> float | None:
+        """Graceful deletion: terminate, and delete the object with grace 0 once the
+        provider reports the instance gone."""
+        if not self.handler.terminate_for_pod(pod):
+            return DELETION_RECHECK
+        meta = pod["metadata"]
+        try:
+            self._kube.delete(
+                path_for("pods", namespace=meta["namespace"], name=meta["name"]), grace_seconds=0, uid=meta["uid"]
+            )
+        except (NotFoundError, ConflictError):
+            pass  # already gone, or a new Pod took the name
+        except KubeError as exc:
+            raise RetryLater(f"final delete failed: {exc}") from exc
+        return None

@@ -1,0 +1,48 @@
+"""One Runner per provider: its Handler, pod controller and node controller, started and
+stopped together. Built by `vnode.manager`; holds no state of its own."""
+
+from __future__ import annotations
+
+from placement.blocklister import Blocklister
+from providers.base import Provider
+from vnode.events import EventRecorder
+from vnode.handler import Handler
+from vnode.kube import Kube
+from vnode.nodecontroller import NodeController
+from vnode.podcontroller import PodController
+
+
+class Runner:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        kube: Kube,
+        watch_kube: Kube,
+        node_ip: str | None,
+        kubelet_port: int,
+        poll_interval: float | None = None,
+        blocklister: Blocklister | None = None,
+        workers: int = 8,
+        lease_renew_interval: float = 10.0,
+    ) -> None:
+        self.provider = provider
+        events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
+        self.handler = Handler(provider, kube=kube, events=events, blocklister=blocklister, poll_interval=poll_interval)
+        self.pods = PodController(self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers)
+        self.node = NodeController(
+            self.handler,
+            kube=kube,
+            node_ip=node_ip,
+            kubelet_port=kubelet_port,
+            renew_interval=lease_renew_interval,
+        )
+
+    def start(self) -> None:
+        self.node.start()
+        self.pods.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop intake; in-flight provider calls finish (bounded by `timeout`)."""
+        self.pods.stop(timeout)
+        self.node.stop(timeout)
