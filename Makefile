@@ -44,7 +44,7 @@ pytest: bootstrap tools
 test: bootstrap tools lint typecheck contracts pytest
 
 run: bootstrap
-	$(PY) manage.py devcluster --addr $(DEV_ADDR) --kubeconfig .nebula/kubeconfig
+	$(PY) manage.py runvnode --dev-cluster --dev-cluster-addr $(DEV_ADDR) --provider local --demo
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .nebula .pytest_cache .mypy_cache .ruff_cache

@@ -20,6 +20,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from nebula_site import demo
 from nebula_site.config import parse_address
 from providers import registry
 from vnode import manager
@@ -81,6 +82,7 @@ class Command(BaseCommand):
         parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"), help="leader Lease")
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
         parser.add_argument("--no-leader-election", action="store_true", help="run controllers without a Lease")
+        parser.add_argument("--demo", action="store_true", help="create the demo Pod `hello` and print what to try")
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = dict(settings.NEBULA["PROVIDERS"])
@@ -109,6 +111,9 @@ class Command(BaseCommand):
             if node_ip is None:
                 logging.getLogger(__name__).warning("no node IP: logs and exec are advertised as unsupported")
             self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
+            if options["demo"]:
+                demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
+                self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
             self.stdout.flush()
             kept = manager.run(
                 providers,

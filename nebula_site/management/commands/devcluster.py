@@ -1,0 +1,78 @@
+"""`manage.py devcluster`: run the embedded Kubernetes API server in the foreground.
+
+Parses arguments and calls `run_devcluster`; all behaviour lives in the `devcluster`
+package. For demos and tests only: it serves until SIGINT or SIGTERM, then exits 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from argparse import ArgumentParser
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+import devcluster
+import devcluster.errors
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """`HOST:PORT` (IPv6 as `[::1]:PORT`) to a host and port; CommandError when malformed."""
+    host, sep, port_text = addr.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise CommandError(f"--addr must be HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:6443 (got {addr!r})")
+    return host, int(port_text)
+
+
+def run_devcluster(
+    host: str, port: int, *, kubeconfig: str, crds: list[str], stdout: Any, stop: threading.Event
+) -> None:
+    """Start the cluster, load CRD manifests, print how to reach it, serve until `stop` is set."""
+    cluster = devcluster.DevCluster(host, port, kubeconfig_path=kubeconfig)
+    try:
+        cluster.start()
+    except OSError as err:
+        raise CommandError(f"cannot listen on {host}:{port}: {err}") from err
+    try:
+        for path in crds:
+            try:
+                cluster.load_manifests(Path(path).read_text())
+            except (OSError, ValueError, devcluster.errors.ApiError) as err:
+                raise CommandError(f"cannot load --crd {path}: {err}") from err
+        stdout.write(f"devcluster serving at {cluster.url}\n")
+        stdout.write(f"kubeconfig written to {kubeconfig}\n")
+        stdout.write(f"try: kubectl --kubeconfig {kubeconfig} get nodes\n")
+        stdout.flush()
+        stop.wait()
+    finally:
+        cluster.stop()
+
+
+class Command(BaseCommand):
+    help = "Run the embedded Kubernetes API server (demos and tests only) until SIGINT or SIGTERM."
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument("--addr", default="127.0.0.1:6443", help="HOST:PORT to listen on (port 0: any free port)")
+        parser.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig for kubectl and clients")
+        parser.add_argument(
+            "--crd", action="append", default=[], metavar="FILE", help="a YAML manifest to create at start (repeatable)"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        host, port = parse_addr(options["addr"])
+        stop = threading.Event()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            stop.set()
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            run_devcluster(
+                host, port, kubeconfig=options["kubeconfig"], crds=options["crd"], stdout=self.stdout, stop=stop
+            )
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

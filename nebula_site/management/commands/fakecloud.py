@@ -1,0 +1,30 @@
+"""`manage.py fakecloud`: serve the fake cloud over HTTP, or inject faults into a running one.
+
+Parses arguments and calls `providers.fake.control.run_fakecloud`; nothing else lives here.
+Verbs and routes are documented in docs/providers/fake.md.
+"""
+
+from __future__ import annotations
+
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from providers.fake import control
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the fake cloud as an HTTP service (serve) or drive one (inject, faults, clear, instances, calls, reset)."
+    )
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        control.add_arguments(parser)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            control.run_fakecloud(options, self.stdout)
+        except control.ControlError as exc:
+            raise CommandError(str(exc)) from exc
