@@ -1,0 +1,182 @@
+"""The virtual kubelet against the embedded API server over HTTPS, with the fake provider."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from devcluster import DevCluster
+from providers.base import BlockBreadth, BlockScope
+from providers.fake import FakeProvider
+from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
+from vnode import names
+from vnode.kube import Kube, NotFoundError, path_for
+from vnode.runner import Runner
+
+
+class RecordingBlocklist:
+    def __init__(self) -> None:
+        self.records: list[tuple[str, BlockScope, float]] = []
+
+    def record(self, provider: str, scope: BlockScope, ttl: float) -> None:
+        self.records.append((provider, scope, ttl))
+
+
+def node(kube: Kube, name: str) -> dict[str, Any] | None:
+    try:
+        return kube.get(path_for("nodes", name=name))
+    except NotFoundError:
+        return None
+
+
+def get_or_none(kube: Kube, path: str) -> dict[str, Any] | None:
+    try:
+        return kube.get(path)
+    except NotFoundError:
+        return None
+
+
+def condition(obj: dict[str, Any] | None, kind: str) -> str | None:
+    for entry in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if entry.get("type") == kind:
+            return str(entry.get("status"))
+    return None
+
+
+def events_for(kube: Kube, name: str) -> list[dict[str, Any]]:
+    items, _ = kube.list(path_for("events", namespace="default"), fieldSelector=f"involvedObject.name={name}")
+    return items
+
+
+def test_node_registers_ready_with_taint_capacity_address_and_a_renewing_lease(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    start_runner(FakeProvider("gpu", {"cloud": cloud_name}))
+    registered = wait_for(lambda: condition(node(kube, "nebula-gpu"), "Ready") == "True" and node(kube, "nebula-gpu"))
+    assert registered["metadata"]["labels"][names.PROVIDER_KEY] == "gpu"
+    assert {"key": names.PROVIDER_KEY, "value": "gpu", "effect": "NoSchedule"} in registered["spec"]["taints"]
+    assert {"type": "InternalIP", "address": "127.0.0.1"} in registered["status"]["addresses"]
+    assert registered["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    lease_path = path_for("leases", namespace="kube-node-lease", name="nebula-gpu", group="coordination.k8s.io")
+    first = wait_for(lambda: get_or_none(kube, lease_path))
+    assert first["spec"]["leaseDurationSeconds"] == 40
+    assert first["metadata"]["ownerReferences"][0]["uid"] == registered["metadata"]["uid"]
+    wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"] != first["spec"]["renewTime"])
+
+
+def test_a_deleted_node_is_registered_again(kube: Kube, start_runner: Callable[..., Runner], cloud_name: str) -> None:
+    start_runner(FakeProvider("gpu", {"cloud": cloud_name}))
+    wait_for(lambda: node(kube, "nebula-gpu"))
+    kube.delete(path_for("nodes", name="nebula-gpu"))
+    wait_for(lambda: condition(node(kube, "nebula-gpu"), "Ready") == "True")
+
+
+def test_pod_runs_with_annotations_then_deletion_terminates_and_removes_it(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    start_runner(provider)
+    kube.create(path_for("pods", namespace="default"), make_pod("web", "gpu"))
+    wait_for(lambda: phase_of(kube, "web") == "Running")
+    pod = get_pod(kube, "web")
+    assert pod is not None
+    annotations = pod["metadata"]["annotations"]
+    instance_id = annotations[names.INSTANCE_ID_ANNOTATION]
+    assert annotations[names.ENDPOINT_ANNOTATION].startswith("fake://")
+    assert condition(pod, "Ready") == "True"
+    kube.delete(path_for("pods", namespace="default", name="web"))
+    wait_for(lambda: get_pod(kube, "web") is None)
+    assert provider.get(instance_id) is None
+    assert provider.list() == []
+
+
+def test_a_refused_provision_fails_the_pod_records_a_block_and_says_why(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    provider.cloud.refuse("capacity")
+    blocklist = RecordingBlocklist()
+    start_runner(provider, blocklister=blocklist)
+    kube.create(path_for("pods", namespace="default"), make_pod("big", "gpu"))
+    wait_for(lambda: phase_of(kube, "big") == "Failed")
+    pod = get_pod(kube, "big")
+    assert pod is not None and pod["status"]["reason"] == "ProvisionFailed"
+    assert [r[1].breadth for r in blocklist.records] == [BlockBreadth.OFFERING]
+    wait_for(lambda: any(e["reason"] == "ProvisionFailed" for e in events_for(kube, "big")))
+    assert provider.list() == []
+
+
+def test_an_auth_refusal_blocks_the_whole_provider(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    provider.cloud.refuse("auth")
+    blocklist = RecordingBlocklist()
+    start_runner(provider, blocklister=blocklist)
+    kube.create(path_for("pods", namespace="default"), make_pod("p", "gpu"))
+    wait_for(lambda: blocklist.records)
+    assert blocklist.records[0][1].breadth is BlockBreadth.PROVIDER
+
+
+def test_a_pod_waiting_for_a_missing_secret_starts_when_the_secret_appears(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    start_runner(provider)
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "token"}}}]
+    kube.create(path_for("pods", namespace="default"), make_pod("waiter", "gpu", container={"env": env}))
+    wait_for(lambda: any(e["reason"] == "MandatorySecretNotFound" for e in events_for(kube, "waiter")))
+    assert provider.list() == []
+    kube.create(
+        path_for("secrets", namespace="default"),
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "later"}, "stringData": {"token": "t0k"}},
+    )
+    wait_for(lambda: phase_of(kube, "waiter") == "Running", timeout=10)
+
+
+def test_unchanged_pods_cost_no_api_call_per_poll(
+    cluster: DevCluster, kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    start_runner(FakeProvider("gpu", {"cloud": cloud_name}), lease_renew_interval=60)
+    for index in range(5):
+        kube.create(path_for("pods", namespace="default"), make_pod(f"quiet-{index}", "gpu"))
+    wait_for(lambda: all(phase_of(kube, f"quiet-{i}") == "Running" for i in range(5)))
+    cluster.request_log.clear()
+    import time
+
+    time.sleep(1.5)  # several poll ticks at 0.2 s
+    writes = [r for r in cluster.request_log.snapshot() if r.verb not in ("get", "list", "watch")]
+    assert [(r.verb, r.resource, r.subresource) for r in writes if r.resource == "pods"] == []
+
+
+def test_provider_outage_keeps_running_pods_and_marks_the_node_not_ready(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """I3: an unreachable provider never fails, recreates or deletes anything."""
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    start_runner(provider)
+    kube.create(path_for("pods", namespace="default"), make_pod("steady", "gpu"))
+    wait_for(lambda: phase_of(kube, "steady") == "Running")
+    provider.cloud.outage()
+    wait_for(lambda: condition(node(kube, "nebula-gpu"), "Ready") == "False")
+    assert condition(node(kube, "nebula-gpu"), names.CONDITION_PROVIDER_REACHABLE) == "False"
+    assert phase_of(kube, "steady") == "Running"
+    provider.cloud.clear()
+    wait_for(lambda: condition(node(kube, "nebula-gpu"), "Ready") == "True")
+    assert phase_of(kube, "steady") == "Running"
+    assert len(provider.list()) == 1
+
+
+def test_an_instance_missing_from_a_successful_list_fails_the_pod_as_lost(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    start_runner(provider)
+    kube.create(path_for("pods", namespace="default"), make_pod("spot", "gpu"))
+    wait_for(lambda: phase_of(kube, "spot") == "Running")
+    pod = get_pod(kube, "spot")
+    assert pod is not None
+    provider.cloud.lose(pod["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION], vanish=True)
+    wait_for(lambda: phase_of(kube, "spot") == "Failed")
+    lost = get_pod(kube, "spot")
+    assert lost is not None and lost["status"]["reason"] in ("InstanceLost", "Terminated")
