@@ -1,0 +1,223 @@
+"""Invariants I1-I3 with the real manager process (`manage.py runvnode`) killed and restarted.
+
+The embedded API server runs in the test process; the provider's state outlives the
+manager (the fake cloud's HTTP service, or the local provider's state folder), so a
+restart is a real one: a new process with an empty memory.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster import DevCluster
+from providers.base import Provider
+from providers.claim import claim_name
+from providers.fake import FakeProvider
+from providers.fake.server import FakeCloudServer, start_server
+from providers.local import LocalProvider
+from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
+from vnode.kube import Kube, path_for
+
+ROOT = Path(__file__).resolve().parents[2]
+POLL = 0.3
+
+
+class Manager:
+    """`manage.py runvnode` as a child process, against the test's cluster and provider."""
+
+    def __init__(self, kubeconfig: str, providers_file: Path, alias: str, log: Path) -> None:
+        self.args = [
+            sys.executable,
+            "manage.py",
+            "runvnode",
+            "--kubeconfig",
+            kubeconfig,
+            "--providers-file",
+            str(providers_file),
+            "--provider",
+            alias,
+            "--poll-interval",
+            str(POLL),
+            "--node-ip",
+            "127.0.0.1",
+            "--no-leader-election",
+        ]
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(self.args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        assert self.process is not None
+        self.process.send_signal(sig)
+        code = self.process.wait(30)
+        self.process = None
+        return code
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.kill()
+
+
+@pytest.fixture
+def fake_service() -> Iterator[FakeCloudServer]:
+    server = start_server()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["fake", "local"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, dict[str, Any], Provider]]:
+    """(alias, settings entry, an observer provider object on the same state)."""
+    if request.param == "fake":
+        server = start_server()
+        options: dict[str, Any] = {"url": server.url}
+        yield "gpu", {"backend": "providers.fake.FakeProvider", "options": options}, FakeProvider("gpu", options)
+        server.close()
+    else:
+        options = {"state_dir": str(tmp_path / "state"), "grace_period": 1}
+        observer = LocalProvider("box", options)
+        yield "box", {"backend": "providers.local.LocalProvider", "options": options}, observer
+        for instance in observer.list():
+            observer.terminate(instance.id)
+
+
+def write_providers_file(tmp_path: Path, alias: str, entry: dict[str, Any]) -> Path:
+    path = tmp_path / "providers.yaml"
+    path.write_text(yaml.safe_dump({alias: entry}))
+    return path
+
+
+@pytest.fixture
+def start_manager(cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[[str, dict[str, Any]], Manager]]:
+    managers: list[Manager] = []
+
+    def start(alias: str, entry: dict[str, Any]) -> Manager:
+        assert cluster.kubeconfig_path is not None
+        manager = Manager(
+            cluster.kubeconfig_path, write_providers_file(tmp_path, alias, entry), alias, tmp_path / "manager.log"
+        )
+        manager.start()
+        managers.append(manager)
+        return manager
+
+    yield start
+    for manager in managers:
+        manager.close()
+
+
+def claims_of(kube: Kube, names: list[str]) -> set[str]:
+    result = set()
+    for name in names:
+        pod = get_pod(kube, name)
+        if pod is not None:
+            meta = pod["metadata"]
+            result.add(claim_name(meta["namespace"], meta["name"], meta["uid"]))
+    return result
+
+
+def instance_claims(provider: Provider) -> list[str]:
+    return sorted(i.claim for i in provider.list())
+
+
+def test_I1_one_instance_per_live_pod_after_sigkills_during_50_concurrent_provisions(
+    kube: Kube,
+    backend: tuple[str, dict[str, Any], Provider],
+    start_manager: Callable[[str, dict[str, Any]], Manager],
+) -> None:
+    alias, entry, observer = backend
+    names = [f"job-{i}" for i in range(50)]
+    for name in names:
+        kube.create(path_for("pods", namespace="default"), make_pod(name, alias))
+    manager = start_manager(alias, entry)
+    deleted: list[str] = []
+    rng = random.Random(1)
+    for round_number in range(3):
+        time.sleep(rng.uniform(0.3, 1.5))
+        manager.kill(signal.SIGKILL)
+        if round_number == 1:  # Pods force-deleted while nobody manages them
+            for name in names[:5]:
+                kube.delete(path_for("pods", namespace="default", name=name), grace_seconds=0)
+                deleted.append(name)
+        manager.start()
+    live = [n for n in names if n not in deleted]
+    wait_for(lambda: all(phase_of(kube, n) == "Running" for n in live), timeout=90)
+    expected = sorted(claims_of(kube, live))
+    wait_for(lambda: instance_claims(observer) == expected, timeout=30)
+    assert len(set(expected)) == 50 - len(deleted)
+
+
+def test_I2_instance_of_a_pod_force_deleted_while_the_manager_was_down_is_swept(
+    kube: Kube,
+    backend: tuple[str, dict[str, Any], Provider],
+    start_manager: Callable[[str, dict[str, Any]], Manager],
+) -> None:
+    alias, entry, observer = backend
+    manager = start_manager(alias, entry)
+    kube.create(path_for("pods", namespace="default"), make_pod("doomed", alias))
+    kube.create(path_for("pods", namespace="default"), make_pod("kept", alias))
+    wait_for(lambda: phase_of(kube, "doomed") == "Running" and phase_of(kube, "kept") == "Running", timeout=30)
+    assert len(observer.list()) == 2
+    manager.kill(signal.SIGKILL)
+    kube.delete(path_for("pods", namespace="default", name="doomed"), grace_seconds=0)
+    manager.start()
+    kept = sorted(claims_of(kube, ["kept"]))
+    wait_for(lambda: instance_claims(observer) == kept, timeout=30)
+    events, _ = kube.list(path_for("events", namespace="default"))
+    assert any(e["reason"] == "OrphanTerminated" for e in events)
+
+
+def test_I3_provider_unreachable_across_a_restart_changes_nothing(
+    kube: Kube,
+    fake_service: FakeCloudServer,
+    start_manager: Callable[[str, dict[str, Any]], Manager],
+) -> None:
+    """Running Pods stay Running; nothing is terminated, recreated or failed."""
+    entry = {"backend": "providers.fake.FakeProvider", "options": {"url": fake_service.url}}
+    observer = FakeProvider("gpu", {"url": fake_service.url})
+    manager = start_manager("gpu", entry)
+    names = [f"steady-{i}" for i in range(5)]
+    for name in names:
+        kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    wait_for(lambda: all(phase_of(kube, n) == "Running" for n in names), timeout=30)
+    before = sorted((i.id, i.claim) for i in observer.list())
+    fake_service.cloud.outage()
+    manager.kill(signal.SIGKILL)
+    manager.start()
+    time.sleep(12 * POLL + 3)  # many failed polls, startup re-adoption attempts included
+    assert all(phase_of(kube, n) == "Running" for n in names)
+    calls = {record.method for record in fake_service.cloud.call_log()}
+    fake_service.cloud.clear()
+    assert sorted((i.id, i.claim) for i in observer.list()) == before
+    assert "terminate" not in calls and all(phase_of(kube, n) == "Running" for n in names)
+    time.sleep(6 * POLL)
+    assert sorted((i.id, i.claim) for i in observer.list()) == before
+    assert all(phase_of(kube, n) == "Running" for n in names)
+
+
+def test_sigterm_stops_the_manager_cleanly_with_exit_code_0(
+    backend: tuple[str, dict[str, Any], Provider],
+    start_manager: Callable[[str, dict[str, Any]], Manager],
+    kube: Kube,
+) -> None:
+    alias, entry, _ = backend
+    manager = start_manager(alias, entry)
+    wait_for(lambda: _node_exists(kube, f"nebula-{alias}"), timeout=30)
+    assert manager.kill(signal.SIGTERM) == 0
+
+
+def _node_exists(kube: Kube, name: str) -> bool:
+    items, _ = kube.list(path_for("nodes"))
+    return any(item["metadata"]["name"] == name for item in items)
