@@ -80,6 +80,7 @@ class Tracked:
     written_annotations: dict[str, str] = field(default_factory=dict)
     desired_status: JsonDict | None = None
     written_status: JsonDict | None = None
+    last_instance: Instance | None = None  # unchanged facts need no new status
 
     @property
     def key(self) -> str:
@@ -345,11 +346,16 @@ class Handler:
                 del self._tracked[key]
 
     # -- observing ---------------------------------------------------------------------------
-    def _observe(self, entry: Tracked, instance: Instance) -> None:
+    def _observe(self, entry: Tracked, instance: Instance) -> bool:
+        """Recompute the Pod's desired metadata and status; False if the facts are unchanged."""
+        if instance == entry.last_instance and entry.desired_status is not None:
+            return False
+        entry.last_instance = instance
         if instance.endpoint:
             entry.desired_annotations[names.ENDPOINT_ANNOTATION] = instance.endpoint
         entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = instance.id
         entry.desired_status = status.status_from_instance(entry.pod, instance, now=self._now())
+        return True
 
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
         """One tick: one provider.list(), statuses recomputed, orphans swept.
@@ -370,13 +376,15 @@ class Handler:
         for entry in entries:
             if entry.terminal or entry.instance_id is None:
                 continue
-            before = (entry.desired_status, dict(entry.desired_annotations))
             instance = snapshot.get(entry.claim)
+            moved = False
             if instance is not None:
-                self._observe(entry, instance)
-            elif self._monotonic() - entry.provisioned_at >= lag:
+                moved = self._observe(entry, instance)
+            elif self._monotonic() - entry.provisioned_at >= lag and entry.last_instance is not None:
+                entry.last_instance = None
                 entry.desired_status = status.lost_status(entry.pod, now=self._now())
-            if (entry.desired_status, entry.desired_annotations) != before or self.needs_flush(entry):
+                moved = True
+            if moved or self.needs_flush(entry):
                 changed.append(entry.key)
         if live_claims is not None:
             self._sweep_orphans(snapshot, set(live_claims) | self.tracked_claims())
@@ -403,9 +411,8 @@ class Handler:
     # -- writing -----------------------------------------------------------------------------
     def needs_flush(self, entry: Tracked) -> bool:
         pending_annotations = any(entry.written_annotations.get(k) != v for k, v in entry.desired_annotations.items())
-        return pending_annotations or (
-            entry.desired_status is not None and entry.desired_status != entry.written_status
-        )
+        desired = entry.desired_status
+        return pending_annotations or (desired is not None and desired is not entry.written_status)
 
     def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
         """Write what changed: annotations first, then status (skipped once the Pod is terminal
@@ -415,6 +422,7 @@ class Handler:
             return  # a Pod recreated under the same name is not this entry's
         self.flush_annotations(entry)
         if entry.desired_status is None or entry.desired_status == entry.written_status:
+            entry.written_status = entry.desired_status  # equal in value: nothing to write
             return
         phase = ((current or {}).get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):

@@ -59,7 +59,12 @@ def _error(status: int, body: bytes) -> KubeError:
     return kind(status, reason, message)
 
 
-def load_api_client(kubeconfig: str | None = None, *, pool_size: int = 32) -> k8s_client.ApiClient:
+USER_AGENT = "nebula-vnode/0.1"
+
+
+def load_api_client(
+    kubeconfig: str | None = None, *, pool_size: int = 32, user_agent: str = USER_AGENT
+) -> k8s_client.ApiClient:
     """An ApiClient from `kubeconfig`, else in-cluster config, else $KUBECONFIG/~/.kube/config."""
     configuration = k8s_client.Configuration()
     if kubeconfig:
@@ -69,7 +74,9 @@ def load_api_client(kubeconfig: str | None = None, *, pool_size: int = 32) -> k8
     else:
         k8s_config.load_kube_config(client_configuration=configuration)
     configuration.connection_pool_maxsize = pool_size
-    return k8s_client.ApiClient(configuration)
+    api = k8s_client.ApiClient(configuration)
+    api.user_agent = user_agent
+    return api
 
 
 def path_for(
@@ -112,7 +119,7 @@ class Kube:
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = None,
     ) -> urllib3.BaseHTTPResponse:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": self._api.user_agent}
         self._api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
         url = self._host + path + (f"?{urlencode(list(query))}" if query else "")
         try:

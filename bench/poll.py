@@ -1,0 +1,138 @@
+"""Benchmark: one poll tick with N tracked Pods when nothing changed, and RSS per Pod.
+
+Builds a Handler over the in-process fake provider holding N running instances, tracks N
+realistic Pods (as the pod controller would after a restart: adopted, statuses written),
+then times `Handler.poll_once()` (one provider.list() and the comparison of every Pod)
+and reports the process's resident memory growth per tracked Pod. No API server is
+involved: a tick where nothing changed makes no API call (tests/vnode prove that).
+Usage: python bench/poll.py [--pods 10000] [--ticks 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from providers.base import PodSpec, ProvisionRequest  # noqa: E402
+from providers.claim import claim_name  # noqa: E402
+from providers.fake import FakeProvider  # noqa: E402
+from vnode.handler import Handler  # noqa: E402
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def realistic_pod(index: int) -> dict[str, Any]:
+    """A Pod as the API returns it for a bound, running workload (about 2.5 KB of JSON)."""
+    name = f"worker-{index}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "training",
+            "uid": str(uuid.uuid4()),
+            "resourceVersion": str(1000 + index),
+            "creationTimestamp": "2026-11-30T10:00:00Z",
+            "labels": {"app": "trainer", "nebula.io/enabled": "true", "pod-template-hash": "6d4f8b9c7"},
+            "annotations": {"nebula.io/capacity-type": "Spot", "nebula.io/region": "us-east-1"},
+            "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "trainer-6d4f8b9c7", "uid": str(uuid.uuid4())}
+            ],
+        },
+        "spec": {
+            "nodeName": "nebula-bench",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "ghcr.io/example/trainer:1.4.2",
+                    "command": ["python", "-m", "trainer"],
+                    "args": ["--epochs", "10", "--batch-size", "64"],
+                    "env": [{"name": "MODE", "value": "train"}, {"name": "SEED", "value": "42"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": "32", "memory": "256Gi"}},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 30,
+            "dnsPolicy": "ClusterFirst",
+            "schedulerName": "default-scheduler",
+            "tolerations": [{"key": "nebula.io/provider", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "status": {"phase": "Pending", "qosClass": "Burstable"},
+    }
+
+
+class NoKube:
+    """Stands in for the API client: this bench measures the poll path, which writes
+    nothing when nothing changed; any call would be a bug, so it raises."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected API call {name} during a quiet poll")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--ticks", type=int, default=20)
+    args = parser.parse_args()
+    provider = FakeProvider("bench", {"cloud": f"poll-{uuid.uuid4().hex}"})
+    uids = [str(uuid.uuid4()) for _ in range(args.pods)]
+    instances = []
+    for index, uid in enumerate(uids):
+        name = f"worker-{index}"
+        spec = PodSpec(namespace="training", name=name, uid=uid, container="main", image="x")
+        instances.append(provider.provision(spec, ProvisionRequest(claim=claim_name("training", name, uid))))
+    by_id = {i.id: i for i in provider.list()}
+    handler = Handler(provider, kube=NoKube(), events=NoKube(), poll_interval=1.0)  # type: ignore[arg-type]
+    gc.collect()
+    before = rss_bytes()
+    # The Pods as the pod controller's cache holds them (its memory counts too).
+    pods = [realistic_pod(i) for i in range(args.pods)]
+    for pod, uid in zip(pods, uids, strict=True):
+        pod["metadata"]["uid"] = uid
+    for pod, result in zip(pods, instances, strict=True):
+        handler.adopt(pod, by_id[result.instance_id])
+        entry = handler.tracked(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        assert entry is not None
+        entry.written_status = entry.desired_status  # as after the first flush
+        entry.written_annotations.update(entry.desired_annotations)
+    gc.collect()
+    after = rss_bytes()
+    handler.poll_once(None)  # warm up
+    timings = []
+    for _ in range(args.ticks):
+        started = time.perf_counter()
+        changed = handler.poll_once(None)
+        timings.append(time.perf_counter() - started)
+        assert changed == [], "nothing changed, so nothing is due for a write"
+    list_timings = []
+    for _ in range(args.ticks):
+        started = time.perf_counter()
+        provider.list()
+        list_timings.append(time.perf_counter() - started)
+    print(f"tracked Pods: {args.pods}, ticks: {args.ticks}")
+    print(
+        f"quiet poll tick: p50 {statistics.median(timings) * 1000:.1f} ms, max {max(timings) * 1000:.1f} ms "
+        f"(of which provider.list() p50 {statistics.median(list_timings) * 1000:.1f} ms)"
+    )
+    print(
+        f"RSS growth for the Pods and their tracking: {(after - before) / args.pods / 1024:.1f} KiB per tracked Pod "
+        f"(process RSS {after / 2**20:.0f} MiB)"
+    )
+
+
+if __name__ == "__main__":
+    main()

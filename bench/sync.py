@@ -1,0 +1,224 @@
+"""Benchmark: N Pods through create -> Running -> delete -> gone on the embedded cluster.
+
+Runs the virtual kubelet in-process (one Runner, the fake provider at zero provisioning
+delay) against the devcluster in its own process (`manage.py devcluster`, as a real API
+server would be) over real HTTPS. Pods are bound straight to the virtual node
+(spec.nodeName), so the scheduler is not measured. Prints pods/s per phase, p50/p99
+latency, and the manager's API requests per Pod by verb (the bench's own requests are
+told apart by user agent). Usage: python bench/sync.py [--pods 500] [--poll 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import json
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from providers.fake import FakeProvider  # noqa: E402
+from vnode.kube import USER_AGENT, Kube, KubeError, load_api_client, path_for  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from vnode.runner import Runner  # noqa: E402
+
+WRITE_VERBS = {"create", "update", "patch", "delete"}
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "nodeName": "nebula-bench",
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+class Watcher(threading.Thread):
+    """Timestamps each Pod's first Running and its disappearance, from one watch."""
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(daemon=True)
+        self.kube = kube
+        self.running: dict[str, float] = {}
+        self.gone: dict[str, float] = {}
+        self.version = ""
+        self.stop = False
+
+    def run(self) -> None:
+        try:
+            self._follow()
+        except KubeError:
+            if not self.stop:
+                raise
+
+    def _follow(self) -> None:
+        while not self.stop:
+            for kind, obj in self.kube.watch("/api/v1/namespaces/default/pods", resource_version=self.version):
+                self.version = obj["metadata"]["resourceVersion"]
+                name = obj["metadata"].get("name", "")
+                if kind == "DELETED":
+                    self.gone.setdefault(name, time.monotonic())
+                elif (obj.get("status") or {}).get("phase") == "Running":
+                    self.running.setdefault(name, time.monotonic())
+                if self.stop:
+                    return
+
+
+def wait(condition: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out")
+        time.sleep(0.02)
+
+
+def start_devcluster(folder: str) -> tuple[subprocess.Popen[bytes], str]:
+    kubeconfig = f"{folder}/kubeconfig"
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "devcluster", "--addr", "127.0.0.1:0", "--kubeconfig", kubeconfig],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+    )
+    wait(lambda: os.path.exists(kubeconfig) and os.path.getsize(kubeconfig) > 0, 60)
+    return process, kubeconfig
+
+
+def request_log(kubeconfig: str) -> list[dict[str, Any]]:
+    """The devcluster's request log, from its /debug/requests endpoint."""
+    api = load_api_client(kubeconfig)
+    context = ssl.create_default_context(cadata=open(api.configuration.ssl_ca_cert).read())
+    import urllib.request
+
+    with urllib.request.urlopen(api.configuration.host + "/debug/requests", context=context) as answer:
+        records: list[dict[str, Any]] = json.load(answer)
+    return records
+
+
+def create_all(kube: Kube, names: list[str], created: dict[str, float], threads: int = 4) -> None:
+    def work(part: list[str]) -> None:
+        for name in part:
+            created[name] = time.monotonic()
+            kube.create(path_for("pods", namespace="default"), pod(name))
+
+    workers = [threading.Thread(target=work, args=(names[i::threads],)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def delete_all(kube: Kube, names: list[str], deleted: dict[str, float], threads: int = 4) -> None:
+    def work(part: list[str]) -> None:
+        for name in part:
+            deleted[name] = time.monotonic()
+            kube.delete(path_for("pods", namespace="default", name=name))
+
+    workers = [threading.Thread(target=work, args=(names[i::threads],)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--poll", type=float, default=1.0, help="provider poll interval, seconds")
+    parser.add_argument("--workers", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        server, kubeconfig = start_devcluster(folder)
+        try:
+            run(args, kubeconfig)
+        finally:
+            server.terminate()
+            server.wait(30)
+            times = os.times()
+            print(
+                f"CPU seconds: bench+manager process {times.user + times.system:.1f}, "
+                f"devcluster process {times.children_user + times.children_system:.1f}"
+            )
+
+
+def run(args: argparse.Namespace, kubeconfig: str) -> None:
+    if True:
+        bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
+        provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}"})
+        runner = Runner(
+            provider,
+            kube=Kube(load_api_client(kubeconfig)),
+            watch_kube=Kube(load_api_client(kubeconfig)),
+            node_ip="127.0.0.1",
+            kubelet_port=10250,
+            poll_interval=args.poll,
+            workers=args.workers,
+        )
+        runner.start()
+        wait(lambda: runner.handler.last_list_ok, 30)
+        wait(lambda: runner.pods.live_claims() is not None, 30)
+        watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
+        watcher.start()
+        time.sleep(0.3)
+        skip = len(request_log(kubeconfig))
+        names = [f"bench-{i}" for i in range(args.pods)]
+        created: dict[str, float] = {}
+        start = time.monotonic()
+        create_all(bench, names, created)
+        created_all = time.monotonic()
+        wait(lambda: len(watcher.running) >= args.pods, 300)
+        running_all = time.monotonic()
+        deleted: dict[str, float] = {}
+        delete_start = time.monotonic()
+        delete_all(bench, names, deleted)
+        wait(lambda: len(watcher.gone) >= args.pods, 300)
+        gone_all = time.monotonic()
+        watcher.stop = True
+        runner.stop(timeout=5)
+        watcher.join(1)
+        to_running = [watcher.running[n] - created[n] for n in names]
+        to_gone = [watcher.gone[n] - deleted[n] for n in names]
+        ours = [r for r in request_log(kubeconfig)[skip:] if r["user_agent"].startswith(USER_AGENT)]
+        by_verb = Counter(r["verb"] for r in ours)
+        writes_on_pods = Counter(
+            (r["verb"], r["resource"] + (f"/{r['subresource']}" if r["subresource"] else ""))
+            for r in ours
+            if r["verb"] in WRITE_VERBS
+        )
+        print(f"pods: {args.pods}, poll interval: {args.poll}s, workers: {args.workers}")
+        print(f"create requests sent in {created_all - start:.2f}s")
+        print(
+            f"create -> all Running: {running_all - start:.2f}s ({args.pods / (running_all - start):.0f} pods/s); "
+            f"per Pod p50 {statistics.median(to_running):.3f}s p99 {percentile(to_running, 0.99):.3f}s"
+        )
+        print(
+            f"delete -> all gone:    {gone_all - delete_start:.2f}s ({args.pods / (gone_all - delete_start):.0f} pods/s); "
+            f"per Pod p50 {statistics.median(to_gone):.3f}s p99 {percentile(to_gone, 0.99):.3f}s"
+        )
+        print("manager API requests per Pod by verb:", {v: round(c / args.pods, 2) for v, c in sorted(by_verb.items())})
+        total_writes = sum(c for (v, _), c in writes_on_pods.items())
+        print(f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}")
+        for (verb, resource), count in sorted(writes_on_pods.items()):
+            print(f"  {verb:7s} {resource:14s} {count / args.pods:.2f}/Pod")
+
+
+if __name__ == "__main__":
+    main()
