@@ -11,8 +11,8 @@ told apart by user agent). Usage: python bench/sync.py [--pods 500] [--poll 1.0]
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import ssl
 import statistics
 import subprocess
@@ -160,64 +160,64 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, kubeconfig: str) -> None:
-    if True:
-        bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
-        provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}"})
-        runner = Runner(
-            provider,
-            kube=Kube(load_api_client(kubeconfig)),
-            watch_kube=Kube(load_api_client(kubeconfig)),
-            node_ip="127.0.0.1",
-            kubelet_port=10250,
-            poll_interval=args.poll,
-            workers=args.workers,
-        )
-        runner.start()
-        wait(lambda: runner.handler.last_list_ok, 30)
-        wait(lambda: runner.pods.live_claims() is not None, 30)
-        watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
-        watcher.start()
-        time.sleep(0.3)
-        skip = len(request_log(kubeconfig))
-        names = [f"bench-{i}" for i in range(args.pods)]
-        created: dict[str, float] = {}
-        start = time.monotonic()
-        create_all(bench, names, created)
-        created_all = time.monotonic()
-        wait(lambda: len(watcher.running) >= args.pods, 300)
-        running_all = time.monotonic()
-        deleted: dict[str, float] = {}
-        delete_start = time.monotonic()
-        delete_all(bench, names, deleted)
-        wait(lambda: len(watcher.gone) >= args.pods, 300)
-        gone_all = time.monotonic()
-        watcher.stop = True
-        runner.stop(timeout=5)
-        watcher.join(1)
-        to_running = [watcher.running[n] - created[n] for n in names]
-        to_gone = [watcher.gone[n] - deleted[n] for n in names]
-        ours = [r for r in request_log(kubeconfig)[skip:] if r["user_agent"].startswith(USER_AGENT)]
-        by_verb = Counter(r["verb"] for r in ours)
-        writes_on_pods = Counter(
-            (r["verb"], r["resource"] + (f"/{r['subresource']}" if r["subresource"] else ""))
-            for r in ours
-            if r["verb"] in WRITE_VERBS
-        )
-        print(f"pods: {args.pods}, poll interval: {args.poll}s, workers: {args.workers}")
-        print(f"create requests sent in {created_all - start:.2f}s")
-        print(
-            f"create -> all Running: {running_all - start:.2f}s ({args.pods / (running_all - start):.0f} pods/s); "
-            f"per Pod p50 {statistics.median(to_running):.3f}s p99 {percentile(to_running, 0.99):.3f}s"
-        )
-        print(
-            f"delete -> all gone:    {gone_all - delete_start:.2f}s ({args.pods / (gone_all - delete_start):.0f} pods/s); "
-            f"per Pod p50 {statistics.median(to_gone):.3f}s p99 {percentile(to_gone, 0.99):.3f}s"
-        )
-        print("manager API requests per Pod by verb:", {v: round(c / args.pods, 2) for v, c in sorted(by_verb.items())})
-        total_writes = sum(c for (v, _), c in writes_on_pods.items())
-        print(f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}")
-        for (verb, resource), count in sorted(writes_on_pods.items()):
-            print(f"  {verb:7s} {resource:14s} {count / args.pods:.2f}/Pod")
+    bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
+    provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}"})
+    runner = Runner(
+        provider,
+        kube=Kube(load_api_client(kubeconfig)),
+        watch_kube=Kube(load_api_client(kubeconfig)),
+        node_ip="127.0.0.1",
+        kubelet_port=10250,
+        poll_interval=args.poll,
+        workers=args.workers,
+    )
+    runner.start()
+    wait(lambda: runner.handler.last_list_ok, 30)
+    wait(lambda: runner.pods.live_claims() is not None, 30)
+    watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
+    watcher.start()
+    time.sleep(0.3)
+    skip = len(request_log(kubeconfig))
+    names = [f"bench-{i}" for i in range(args.pods)]
+    created: dict[str, float] = {}
+    start = time.monotonic()
+    create_all(bench, names, created)
+    created_all = time.monotonic()
+    wait(lambda: len(watcher.running) >= args.pods, 300)
+    running_all = time.monotonic()
+    deleted: dict[str, float] = {}
+    delete_start = time.monotonic()
+    delete_all(bench, names, deleted)
+    wait(lambda: len(watcher.gone) >= args.pods, 300)
+    gone_all = time.monotonic()
+    watcher.stop = True
+    runner.stop(timeout=5)
+    watcher.join(1)
+    to_running = [watcher.running[n] - created[n] for n in names]
+    to_gone = [watcher.gone[n] - deleted[n] for n in names]
+    ours = [r for r in request_log(kubeconfig)[skip:] if r["user_agent"].startswith(USER_AGENT)]
+    by_verb = Counter(r["verb"] for r in ours)
+    writes_on_pods = Counter(
+        (r["verb"], r["resource"] + (f"/{r['subresource']}" if r["subresource"] else ""))
+        for r in ours
+        if r["verb"] in WRITE_VERBS
+    )
+    print(f"pods: {args.pods}, poll interval: {args.poll}s, workers: {args.workers}")
+    print(f"create requests sent in {created_all - start:.2f}s")
+    print(
+        f"create -> all Running: {running_all - start:.2f}s ({args.pods / (running_all - start):.0f} pods/s); "
+        f"per Pod p50 {statistics.median(to_running):.3f}s p99 {percentile(to_running, 0.99):.3f}s"
+    )
+    drain = gone_all - delete_start
+    print(
+        f"delete -> all gone:    {drain:.2f}s ({args.pods / drain:.0f} pods/s); "
+        f"per Pod p50 {statistics.median(to_gone):.3f}s p99 {percentile(to_gone, 0.99):.3f}s"
+    )
+    print("manager API requests per Pod by verb:", {v: round(c / args.pods, 2) for v, c in sorted(by_verb.items())})
+    total_writes = sum(c for (v, _), c in writes_on_pods.items())
+    print(f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}")
+    for (verb, resource), count in sorted(writes_on_pods.items()):
+        print(f"  {verb:7s} {resource:14s} {count / args.pods:.2f}/Pod")
 
 
 if __name__ == "__main__":
