@@ -1,0 +1,75 @@
+"""The on-disk layout of one local instance: `<state_dir>/local/<claim>/`.
+
+Owned by the provider (creates, marks, removes) and the supervisor (writes run, exit and
+the log). Every record is written atomically (temp file + rename) so a reader never sees
+half a record. The env file holds secret values: mode 0600, never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+INSTANCE_ID_PREFIX = "local-"
+_CLAIM = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+SPEC_FILE = "instance.json"  # claim, argv, cwd, grace period, created_at (written by provision)
+ENV_FILE = "env.json"  # the workload's env, mode 0600 (exec reuses it after a restart)
+LAUNCH_FILE = "launch.json"  # the supervisor's identity (written by the launcher)
+RUN_FILE = "run.json"  # the workload's identity and started_at (written by the supervisor)
+EXIT_FILE = "exit.json"  # exit code and finished_at (written by the supervisor)
+TERMINATE_FILE = "terminate.json"  # terminate was asked, and when
+LOG_FILE = "console.log"  # stamped output records
+SUPERVISOR_LOG_FILE = "supervisor.log"  # the supervisor's own stderr
+
+
+def is_claim(text: str) -> bool:
+    """A claim is a DNS label, which also makes it a safe single path component."""
+    return bool(_CLAIM.match(text))
+
+
+def instance_id_for(claim: str) -> str:
+    return INSTANCE_ID_PREFIX + claim
+
+
+def claim_of(instance_id: str) -> str | None:
+    """The claim inside a local instance id, or None if the id is not one of ours."""
+    if not instance_id.startswith(INSTANCE_ID_PREFIX):
+        return None
+    claim = instance_id[len(INSTANCE_ID_PREFIX) :]
+    return claim if is_claim(claim) else None
+
+
+def write_json_atomic(path: Path, data: Any, *, mode: int = 0o644) -> None:
+    temp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle)
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    """The decoded record, or None if it does not exist (or was torn by a crash)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+
+
+def remove_folder(folder: Path) -> None:
+    """Delete an instance folder; rename first so no reader sees it half-deleted."""
+    grave = folder.with_name(f".gone-{folder.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.rename(folder, grave)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(grave, ignore_errors=True)

@@ -1,0 +1,281 @@
+"""`LocalProvider`: an instance is a process group on this machine.
+
+Built by `providers.registry` from settings; called by the vnode. Each instance lives in
+`<state_dir>/local/<claim>/` with its records, log and a supervisor that outlives the
+manager. Rule for gone: `terminate` marks the folder and signals; once no process of
+the instance lives, the folder is deleted (by `terminate`, `get` or `list`, whichever
+sees it first), after which `get` returns None and `list` omits it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from providers.base import (
+    BlockScope,
+    Capabilities,
+    Executor,
+    Instance,
+    InstanceId,
+    InstanceState,
+    LogOptions,
+    LogStream,
+    LogStreamer,
+    Offering,
+    PodSpec,
+    Process,
+    Provider,
+    ProvisionRequest,
+    ProvisionResult,
+    Tier,
+    default_block_scope,
+)
+from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
+from providers.local import folder, launch, logs, proc, process, stamp, status
+from providers.local.options import LocalOptions, measure_capacity, parse_options
+
+REGION_TOKENS = frozenset({"local", "us", "eu", "ap", "any", "*"})  # all mean "this machine"
+IMAGE_NOTICE = "the local provider runs the container's command on the manager's machine; image {image!r} is not pulled"
+
+
+def image_notice(image: str) -> str:
+    """An Event-ready message: the image is not used by this provider."""
+    return IMAGE_NOTICE.format(image=image)
+
+
+class _Folder:
+    """Reads one instance folder into a `status.Observation` (liveness included)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def record(self, name: str) -> dict[str, Any] | None:
+        data = folder.read_json(self.path / name)
+        return data if isinstance(data, dict) else None
+
+    def identity(self, name: str, key: str) -> proc.ProcessIdentity | None:
+        return proc.ProcessIdentity.from_json((self.record(name) or {}).get(key))
+
+    def supervisor_alive(self) -> bool:
+        identity = self.identity(folder.LAUNCH_FILE, "supervisor")
+        return identity is not None and proc.is_alive(identity)
+
+    def workload_alive(self) -> bool:
+        leader = self.identity(folder.RUN_FILE, "workload")
+        return leader is not None and proc.group_alive(leader)
+
+    def finished(self) -> bool:
+        """The workload will write no more output."""
+        if not self.path.exists() or (self.path / folder.EXIT_FILE).exists():
+            return True
+        return not (self.supervisor_alive() or self.workload_alive())
+
+    def observe(self) -> status.Observation | None:
+        spec = self.record(folder.SPEC_FILE)
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        created = (spec or {}).get("created_at")
+        return status.Observation(
+            instance_id=folder.instance_id_for(self.path.name),
+            claim=self.path.name,
+            created_at=stamp.datetime_from_stamp(created)
+            if isinstance(created, str)
+            else datetime.fromtimestamp(mtime, UTC),
+            spec=spec,
+            launch=self.record(folder.LAUNCH_FILE),
+            run=self.record(folder.RUN_FILE),
+            exit=self.record(folder.EXIT_FILE),
+            terminate=self.record(folder.TERMINATE_FILE),
+            supervisor_alive=self.supervisor_alive(),
+            workload_alive=self.workload_alive(),
+        )
+
+
+class LocalProvider:
+    """Runs each Pod's first container command as a supervised process group here."""
+
+    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+        self._name = name
+        self._options: LocalOptions = parse_options(options)
+        self._root = self._options.state_dir / "local"
+        self._provision_lock = threading.Lock()
+        self._capacity: dict[str, str] | None = None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def root(self) -> Path:
+        """The folder holding one sub-folder per instance."""
+        return self._root
+
+    def capabilities(self) -> Capabilities:
+        if self._capacity is None:
+            self._capacity = measure_capacity(self._options.capacity)
+        return Capabilities(
+            poll_interval=self._options.poll_interval,
+            tiers=(Tier.ON_DEMAND,),
+            regions=(status.REGION,),
+            capacity=dict(self._capacity),
+            pulls_images=False,
+            log_timestamps=True,
+        )
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        launch.check_request(pod, request)
+        instance_id = InstanceId(folder.instance_id_for(request.claim))
+        try:
+            with self._provision_lock:
+                created = launch.create_instance(self._root, pod, request, grace_period=self._options.grace_period)
+            if created is not None:
+                self._launch(created)
+        except OSError as exc:
+            raise Unavailable(f"cannot start instance {instance_id}: {exc.strerror or type(exc).__name__}") from exc
+        return ProvisionResult(instance_id=instance_id, reserved=True, credential=None, endpoint=status.ENDPOINT)
+
+    def _launch(self, path: Path) -> None:
+        """Start the supervisor; if it never recorded itself, drop the folder so a retry starts afresh."""
+        try:
+            launch.start_supervisor(path)
+        except BaseException:
+            if not (path / folder.LAUNCH_FILE).exists():
+                folder.remove_folder(path)
+            raise
+
+    def terminate(self, instance_id: InstanceId) -> None:
+        path = self._path(instance_id)
+        if path is None or not path.exists():
+            return
+        entry = _Folder(path)
+        try:
+            if not (path / folder.TERMINATE_FILE).exists():
+                folder.write_json_atomic(path / folder.TERMINATE_FILE, {"requested_at": stamp.now_stamp()})
+            self._signal_termination(entry)
+            if not (entry.supervisor_alive() or entry.workload_alive()):
+                folder.remove_folder(path)
+        except FileNotFoundError:
+            return  # removed under us: already gone
+        except OSError as exc:
+            raise Unavailable(f"cannot terminate {instance_id}: {exc.strerror or type(exc).__name__}") from exc
+
+    def _signal_termination(self, entry: _Folder) -> None:
+        """The supervisor enforces the grace period; without one, we do it ourselves."""
+        supervisor = entry.identity(folder.LAUNCH_FILE, "supervisor")
+        if supervisor is not None and proc.is_alive(supervisor):
+            try:
+                os.kill(supervisor.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            return
+        leader = entry.identity(folder.RUN_FILE, "workload")
+        if leader is not None and proc.signal_group(leader, signal.SIGTERM):
+            timer = threading.Timer(self._options.grace_period, proc.signal_group, (leader, signal.SIGKILL))
+            timer.daemon = True
+            timer.start()
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        path = self._path(instance_id)
+        if path is None:
+            return None
+        try:
+            return self._instance(path)
+        except OSError as exc:
+            raise Unavailable(f"cannot read {instance_id}: {exc.strerror or type(exc).__name__}") from exc
+
+    def list(self) -> list[Instance]:
+        try:
+            found = [self._instance(path) for path in self._folders()]
+        except OSError as exc:
+            raise Unavailable(f"cannot list local instances: {exc.strerror or type(exc).__name__}") from exc
+        return [instance for instance in found if instance is not None]
+
+    def offerings(self) -> builtins.list[Offering]:
+        return [Offering(None, 0, Tier.ON_DEMAND, status.REGION, 0.0, True, "local")]
+
+    def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
+        return [status.REGION] if any(token.lower() in REGION_TOKENS for token in declared) else []
+
+    def classify_provision_error(
+        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
+    ) -> BlockScope:
+        return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
+
+    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        if options.previous:
+            raise NotSupported("the local provider never restarts a workload: there is no previous log")
+        path = self._existing(instance_id)
+        try:
+            handle = open(path / folder.LOG_FILE, "rb")  # closed by the stream
+        except FileNotFoundError as exc:
+            raise NotFound(f"instance {instance_id} has no log") from exc
+        except OSError as exc:
+            raise Unavailable(f"cannot open the log of {instance_id}: {exc.strerror}") from exc
+        try:
+            start = logs.tail_offset(handle, options.tail_lines) if options.tail_lines is not None else 0
+        except OSError as exc:
+            handle.close()
+            raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
+        return logs.FileLogStream(handle, options, start=start, finished=_Folder(path).finished)
+
+    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+        path = self._existing(instance_id)
+        instance = self.get(instance_id)
+        if instance is None or instance.state is not InstanceState.RUNNING:
+            state = instance.state.value if instance else "gone"
+            raise NotFound(f"instance {instance_id} is not running ({state})")
+        if not command:
+            raise NotSupported("exec needs a command")
+        entry = _Folder(path)
+        spec, env = entry.record(folder.SPEC_FILE) or {}, entry.record(folder.ENV_FILE) or {}
+        try:
+            return process.start_process(
+                command, cwd=str(spec.get("cwd") or path), env={str(k): str(v) for k, v in env.items()},
+                tty=tty, stdin=stdin,
+            )  # fmt: skip
+        except FileNotFoundError as exc:
+            raise NotFound(f"command {command[0]!r} not found in instance {instance_id}") from exc
+        except OSError as exc:
+            raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
+
+    def _path(self, instance_id: str) -> Path | None:
+        claim = folder.claim_of(instance_id)
+        return self._root / claim if claim else None
+
+    def _existing(self, instance_id: InstanceId) -> Path:
+        path = self._path(instance_id)
+        if path is None or not path.is_dir():
+            raise NotFound(f"no local instance {instance_id}")
+        return path
+
+    def _folders(self) -> Iterator[Path]:
+        try:
+            entries = sorted(self._root.iterdir())
+        except FileNotFoundError:
+            return
+        for entry in entries:
+            if folder.is_claim(entry.name) and entry.is_dir():
+                yield entry
+
+    def _instance(self, path: Path) -> Instance | None:
+        observation = _Folder(path).observe()
+        if observation is None:
+            return None
+        instance = status.instance_from(observation, datetime.now(UTC))
+        if instance is None:
+            folder.remove_folder(path)
+        return instance
+
+
+def _conforms(provider: LocalProvider) -> tuple[Provider, LogStreamer, Executor]:
+    """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
+    return provider, provider, provider

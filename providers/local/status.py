@@ -1,0 +1,89 @@
+"""Turn what an instance folder says (records plus liveness) into an `Instance` fact.
+
+Called by the provider's `get` and `list`; pure, so every rule has a table-driven test
+(tests/providers/test_local_status.py). Never touches the disk or the processes.
+
+Rule for gone: once terminate was asked AND no process of the instance lives, the
+instance is gone (`instance_from` returns None) and the caller deletes the folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
+from providers.local import stamp
+
+LAUNCH_TIMEOUT = timedelta(seconds=60)  # a folder never launched after this is FAILED
+ENDPOINT = "127.0.0.1"
+REGION = "local"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything read from one folder; records are None when absent."""
+
+    instance_id: str
+    claim: str
+    created_at: datetime
+    spec: Mapping[str, Any] | None
+    launch: Mapping[str, Any] | None
+    run: Mapping[str, Any] | None
+    exit: Mapping[str, Any] | None
+    terminate: Mapping[str, Any] | None
+    supervisor_alive: bool
+    workload_alive: bool
+
+
+def _time(record: Mapping[str, Any] | None, key: str) -> datetime | None:
+    value = (record or {}).get(key)
+    return stamp.datetime_from_stamp(value) if isinstance(value, str) else None
+
+
+def _state_and_message(obs: Observation, now: datetime) -> tuple[InstanceState, str]:
+    alive = obs.supervisor_alive or obs.workload_alive
+    if obs.exit is not None:
+        code = obs.exit.get("exit_code")
+        finished, asked = _time(obs.exit, "finished_at"), _time(obs.terminate, "requested_at")
+        if obs.terminate is not None and (finished is None or asked is None or finished >= asked):
+            return InstanceState.TERMINATED, f"terminated on request (exit code {code})"
+        if code == 0:
+            return InstanceState.SUCCEEDED, "exited with code 0"
+        return InstanceState.FAILED, f"exited with code {code}"
+    if obs.terminate is not None:
+        return InstanceState.TERMINATING, "terminate requested"
+    if alive:
+        if obs.run is None:
+            return InstanceState.INITIALIZING, "the supervisor is starting the workload"
+        return InstanceState.RUNNING, ""
+    if obs.spec is None:
+        return InstanceState.FAILED, "the instance folder has no instance record"
+    if obs.launch is None and obs.run is None:
+        if now - obs.created_at < LAUNCH_TIMEOUT:
+            return InstanceState.PROVISIONING, "the supervisor is being launched"
+        return InstanceState.FAILED, "the workload was never started (did the manager stop during provision?)"
+    return InstanceState.FAILED, "the process is gone without a recorded exit code (was the machine restarted?)"
+
+
+def instance_from(obs: Observation, now: datetime) -> Instance | None:
+    """The instance's facts at `now`, or None when it is gone (see the module rule)."""
+    if obs.terminate is not None and not (obs.supervisor_alive or obs.workload_alive):
+        return None
+    state, message = _state_and_message(obs, now)
+    code = (obs.exit or {}).get("exit_code")
+    return Instance(
+        id=InstanceId(obs.instance_id),
+        claim=ClaimName(obs.claim),
+        state=state,
+        created_at=obs.created_at,
+        endpoint=ENDPOINT,
+        started_at=_time(obs.run, "started_at"),
+        finished_at=_time(obs.exit, "finished_at"),
+        exit_code=code if isinstance(code, int) else None,
+        message=message,
+        region=REGION,
+        capacity_type=Tier.ON_DEMAND,
+    )

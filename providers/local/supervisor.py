@@ -1,0 +1,189 @@
+"""The supervisor: `python -m providers.local.supervisor <instance folder>`.
+
+Started by `launch.start_supervisor`; detaches into its own session so it outlives the
+manager, runs the workload as its child (in the workload's own process group), stamps
+each output line into the log and records the exit code. On SIGTERM it forwards TERM to
+the workload's group and sends KILL after the grace period. Never logs the env.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+from typing import BinaryIO
+
+from providers.local import folder, proc, stamp
+
+MAX_RECORD = 16 * 1024  # longer lines are stored in pieces, so memory stays bounded
+DRAIN_AFTER_EXIT = 2.0  # seconds to drain output of leftovers once the workload exited
+
+
+class LineRecorder:
+    """Turns a byte stream into stamped records.
+
+    Record format: `<stamp> <line>\\n` for a line that ended in a newline, and
+    `<stamp>P<piece>\\n` for a piece without one (a split long line, or the last
+    partial line); a reader joins pieces back without adding a newline.
+    """
+
+    def __init__(self, log: BinaryIO) -> None:
+        self._log = log
+        self._pending = b""
+
+    def feed(self, data: bytes) -> None:
+        self._pending += data
+        ts = stamp.now_stamp().encode("ascii")
+        out: list[bytes] = []
+        start = 0
+        while (newline := self._pending.find(b"\n", start)) >= 0:
+            out.extend(_records(ts, self._pending[start:newline], complete=True))
+            start = newline + 1
+        rest = self._pending[start:]
+        while len(rest) > MAX_RECORD:
+            out.append(ts + b"P" + rest[:MAX_RECORD] + b"\n")
+            rest = rest[MAX_RECORD:]
+        self._pending = rest
+        self._write(out)
+
+    def finish(self) -> None:
+        if self._pending:
+            self._write([stamp.now_stamp().encode("ascii") + b"P" + self._pending + b"\n"])
+            self._pending = b""
+
+    def _write(self, records: list[bytes]) -> None:
+        if records:
+            self._log.write(b"".join(records))
+            self._log.flush()
+
+
+def _records(ts: bytes, line: bytes, *, complete: bool) -> list[bytes]:
+    pieces = [line[i : i + MAX_RECORD] for i in range(0, max(len(line), 1), MAX_RECORD)]
+    last = len(pieces) - 1
+    return [ts + (b" " if complete and i == last else b"P") + piece + b"\n" for i, piece in enumerate(pieces)]
+
+
+class Supervisor:
+    """One workload's life: start, pump output, forward termination, record the exit."""
+
+    def __init__(self, path: Path, spec: Mapping[str, object], env: Mapping[str, str]) -> None:
+        self.path = path
+        self.argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]
+        self.cwd = str(spec["cwd"])
+        self.grace = float(spec["grace_period"])  # type: ignore[arg-type]
+        self.env = dict(env)
+        self.terminate_asked = False
+        self.kill_at: float | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.leader: proc.ProcessIdentity | None = None
+
+    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.terminate_asked = True
+
+    def run(self) -> None:
+        if (self.path / folder.TERMINATE_FILE).exists():
+            return  # terminated before it started: nothing to run, nothing to record
+        with open(self.path / folder.LOG_FILE, "ab") as log:
+            recorder = LineRecorder(log)
+            reader, writer = os.pipe()
+            try:
+                self.child = subprocess.Popen(
+                    self.argv, stdin=subprocess.DEVNULL, stdout=writer, stderr=writer,
+                    cwd=self.cwd, env=self.env, process_group=0,
+                )  # fmt: skip
+            except OSError as exc:
+                os.close(writer)
+                os.close(reader)
+                recorder.feed(f"nebula: cannot start {self.argv[0]!r}: {exc.strerror}\n".encode())
+                self._record_exit(127 if isinstance(exc, FileNotFoundError) else 126)
+                return
+            os.close(writer)
+            self.leader = proc.identify(self.child.pid) or proc.ProcessIdentity(self.child.pid, 0)
+            supervisor = proc.identify(os.getpid())
+            folder.write_json_atomic(
+                self.path / folder.RUN_FILE,
+                {
+                    "supervisor": supervisor.as_json() if supervisor else None,
+                    "workload": self.leader.as_json(),
+                    "started_at": stamp.now_stamp(),
+                },
+            )
+            self._pump(reader, recorder)
+            recorder.finish()
+        self._record_exit(proc.exit_code_from_returncode(self.child.wait()))
+
+    def _pump(self, reader: int, recorder: LineRecorder) -> None:
+        assert self.child is not None
+        exited_at: float | None = None
+        pipe_open = True
+        while True:
+            self._enforce_termination()
+            if exited_at is None and self.child.poll() is not None:
+                exited_at = time.monotonic()
+                self._kill_group()  # leftovers of the workload go with it, as in a container
+            if exited_at is not None and (not pipe_open or time.monotonic() - exited_at > DRAIN_AFTER_EXIT):
+                break
+            if not pipe_open:
+                time.sleep(0.05)
+                continue
+            ready, _, _ = select.select([reader], [], [], 0.1)
+            if ready:
+                data = os.read(reader, 65536)
+                if data:
+                    recorder.feed(data)
+                else:
+                    pipe_open = False
+        os.close(reader)
+
+    def _enforce_termination(self) -> None:
+        if not self.terminate_asked and (self.path / folder.TERMINATE_FILE).exists():
+            self.terminate_asked = True
+        if self.terminate_asked and self.kill_at is None:
+            self.kill_at = time.monotonic() + self.grace
+            self._signal(signal.SIGTERM)
+        elif self.kill_at is not None and time.monotonic() >= self.kill_at:
+            self._kill_group()
+            self.kill_at = float("inf")
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self.leader is not None:
+            try:
+                os.killpg(self.leader.pid, signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _kill_group(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _record_exit(self, code: int) -> None:
+        folder.write_json_atomic(self.path / folder.EXIT_FILE, {"exit_code": code, "finished_at": stamp.now_stamp()})
+
+
+def main(argv: list[str]) -> int:
+    """Detach (double fork), record the supervisor's identity, then supervise."""
+    path = Path(argv[1])
+    child = os.fork()
+    if child:
+        identity = proc.identify(child) or proc.ProcessIdentity(child, 0)
+        folder.write_json_atomic(path / folder.LAUNCH_FILE, {"supervisor": identity.as_json()})
+        os._exit(0)
+    os.setsid()
+    spec = folder.read_json(path / folder.SPEC_FILE)
+    env = folder.read_json(path / folder.ENV_FILE)
+    if not isinstance(spec, dict) or not isinstance(env, dict):
+        print(f"nebula supervisor: no instance records in {path}", file=sys.stderr)
+        return 1
+    supervisor = Supervisor(path, spec, env)
+    signal.signal(signal.SIGTERM, supervisor.on_sigterm)
+    supervisor.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,328 @@
+"""The local provider's lifecycle with real processes: provision, state, terminate, restart."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from providers.base import (
+    BlockBreadth,
+    ClaimName,
+    Executor,
+    Instance,
+    InstanceId,
+    InstanceState,
+    LogOptions,
+    LogStreamer,
+    PodSpec,
+    ProvisionRequest,
+    Tier,
+)
+from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
+from providers.local import LocalProvider, image_notice, proc
+
+DEADLINE = 30.0
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = DEADLINE) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.02)
+
+
+def kill_leftovers(state_dir: Path) -> None:
+    """SIGKILL every supervisor and workload group a test left behind, by pgid."""
+    for records in (state_dir / "local").glob("*"):
+        for name, key in (("launch.json", "supervisor"), ("run.json", "workload")):
+            try:
+                identity = proc.ProcessIdentity.from_json(json.loads((records / name).read_text()).get(key))
+            except (OSError, ValueError):
+                continue
+            if identity is not None:
+                proc.signal_group(identity, signal.SIGKILL)
+                if proc.is_alive(identity):
+                    os.kill(identity.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[LocalProvider]:
+    yield LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1, "poll_interval": 0.5})
+    kill_leftovers(tmp_path)
+
+
+def make_pod(**overrides: Any) -> PodSpec:
+    fields: dict[str, Any] = {"namespace": "ns", "name": "pod", "uid": "uid-1", "container": "main", "image": "busybox"}
+    fields.update(overrides)
+    return PodSpec(**fields)
+
+
+def request(claim: str = "ns-pod-abcdefghij", **overrides: Any) -> ProvisionRequest:
+    return ProvisionRequest(claim=ClaimName(claim), **overrides)
+
+
+def finished(provider: LocalProvider, instance_id: InstanceId) -> Any:
+    def check() -> Any:
+        instance = provider.get(instance_id)
+        return instance if instance and instance.state in (InstanceState.SUCCEEDED, InstanceState.FAILED) else None
+
+    return wait_for(check)
+
+
+def read_all(provider: LocalProvider, instance_id: InstanceId, options: LogOptions | None = None) -> bytes:
+    stream = provider.logs(instance_id, options or LogOptions())
+    chunks = []
+    while chunk := stream.read():
+        chunks.append(chunk)
+    stream.close()
+    return b"".join(chunks)
+
+
+def test_provider_conforms_to_the_seam_and_declares_itself(provider: LocalProvider) -> None:
+    """LogStreamer and Executor are detected at runtime; capabilities say the image is not pulled."""
+    assert isinstance(provider, LogStreamer) and isinstance(provider, Executor)
+    caps = provider.capabilities()
+    assert caps.pulls_images is False and caps.log_timestamps is True and caps.poll_interval == 0.5
+    assert {"cpu", "memory", "pods"} <= set(caps.capacity)
+    assert "'nginx:1'" in image_notice("nginx:1") and "not pulled" in image_notice("nginx:1")
+    [offering] = provider.offerings()
+    assert (offering.region, offering.tier, offering.hourly_price, offering.accelerator) == (
+        "local",
+        Tier.ON_DEMAND,
+        0.0,
+        None,
+    )
+    assert provider.expand_regions(["us", "local"]) == ["local"]
+    assert provider.expand_regions(["mars-1"]) == []
+    scope = provider.classify_provision_error(NoCapacity("x"), accelerator=None, tier=Tier.ON_DEMAND, region="local")
+    assert scope.breadth is BlockBreadth.OFFERING and scope.provider == "local"
+
+
+def test_constructor_rejects_unknown_options_and_does_no_io(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="colour"):
+        LocalProvider("local", {"state_dir": str(tmp_path), "colour": "blue"})
+    LocalProvider("local", {"state_dir": str(tmp_path / "never")})
+    assert not (tmp_path / "never").exists()
+
+
+def test_state_dir_defaults_to_the_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NEBULA_STATE_DIR", str(tmp_path))
+    assert LocalProvider("local", {}).root == tmp_path / "local"
+
+
+def test_args_only_run_through_sh_and_output_is_logged(provider: LocalProvider) -> None:
+    result = provider.provision(make_pod(args=("echo out; echo err >&2",)), request())
+    assert result.reserved and result.endpoint == "127.0.0.1" and result.credential is None
+    instance = finished(provider, result.instance_id)
+    assert instance.state is InstanceState.SUCCEEDED and instance.exit_code == 0
+    assert instance.started_at and instance.finished_at and instance.created_at <= instance.started_at
+    assert read_all(provider, result.instance_id) == b"out\nerr\n"
+
+
+def test_command_runs_directly_with_args(provider: LocalProvider) -> None:
+    result = provider.provision(make_pod(command=("printf", "%s|%s\n"), args=("a b", "$HOME")), request())
+    finished(provider, result.instance_id)
+    assert read_all(provider, result.instance_id) == b"a b|$HOME\n"
+
+
+def test_neither_command_nor_args_is_an_invalid_request(provider: LocalProvider) -> None:
+    with pytest.raises(InvalidRequest, match="neither command nor args"):
+        provider.provision(make_pod(), request())
+    with pytest.raises(InvalidRequest):
+        provider.provision(make_pod(args=("true",), gpu_count=1), request())
+
+
+def test_non_zero_exit_is_failed_with_the_exit_code(provider: LocalProvider) -> None:
+    result = provider.provision(make_pod(args=("exit 3",)), request())
+    instance = finished(provider, result.instance_id)
+    assert instance.state is InstanceState.FAILED and instance.exit_code == 3 and "3" in instance.message
+
+
+def test_missing_executable_fails_with_a_logged_reason(provider: LocalProvider) -> None:
+    result = provider.provision(make_pod(command=("/nonexistent/tool",)), request())
+    instance = finished(provider, result.instance_id)
+    assert instance.state is InstanceState.FAILED and instance.exit_code == 127
+    assert b"cannot start '/nonexistent/tool'" in read_all(provider, result.instance_id)
+
+
+def test_provision_is_idempotent_on_the_claim_i1(provider: LocalProvider) -> None:
+    """I1: concurrent and repeated provisions of one claim start exactly one process."""
+    pod = make_pod(args=("echo started; exec sleep 300",))
+    results: list[Any] = []
+    threads = [threading.Thread(target=lambda: results.append(provider.provision(pod, request()))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    results.append(provider.provision(pod, request()))
+    assert len({r.instance_id for r in results}) == 1
+    instance_id = results[0].instance_id
+    wait_for(lambda: provider.get(instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
+    wait_for(lambda: b"started" in read_all(provider, instance_id))
+    assert read_all(provider, instance_id) == b"started\n"
+    assert [i.claim for i in provider.list()] == ["ns-pod-abcdefghij"]
+
+
+def test_terminate_sends_term_and_records_143(provider: LocalProvider) -> None:
+    result = provider.provision(make_pod(args=("echo up; exec sleep 300",)), request())
+    wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
+    exit_file = provider.root / "ns-pod-abcdefghij" / "exit.json"
+    provider.terminate(result.instance_id)
+    assert json.loads(wait_for(lambda: exit_file.exists() and exit_file.read_text()))["exit_code"] == 143
+    wait_for(lambda: provider.get(result.instance_id) is None)
+    assert provider.list() == []
+
+
+def test_terminate_escalates_to_kill_after_the_grace_period(provider: LocalProvider) -> None:
+    """A workload that ignores TERM is killed (137) after grace_period; terminate itself does not block."""
+    result = provider.provision(make_pod(args=("trap '' TERM; echo up; sleep 300",)), request())
+    wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
+    exit_file = provider.root / "ns-pod-abcdefghij" / "exit.json"
+    started = time.monotonic()
+    provider.terminate(result.instance_id)
+    assert time.monotonic() - started < 1.0
+    assert provider.get(result.instance_id).state is InstanceState.TERMINATING  # type: ignore[union-attr]
+    provider.terminate(result.instance_id)  # a second call while terminating is safe
+    assert json.loads(wait_for(lambda: exit_file.exists() and exit_file.read_text()))["exit_code"] == 137
+    assert time.monotonic() - started >= 0.9
+    wait_for(lambda: provider.get(result.instance_id) is None)
+
+
+def test_terminate_is_idempotent_and_unknown_ids_are_gone(provider: LocalProvider) -> None:
+    result = provider.provision(make_pod(args=("true",)), request())
+    finished(provider, result.instance_id)
+    provider.terminate(result.instance_id)
+    provider.terminate(result.instance_id)
+    wait_for(lambda: provider.get(result.instance_id) is None)  # the supervisor may still be exiting
+    provider.terminate(result.instance_id)
+    for unknown in ("local-nothing-here", "not-ours", "local-../../etc"):
+        provider.terminate(InstanceId(unknown))
+        assert provider.get(InstanceId(unknown)) is None
+
+
+def test_a_new_provider_object_finds_every_instance_after_the_old_one_is_dropped(tmp_path: Path) -> None:
+    """Instances run in their own session, so they survive the provider object (and the manager)."""
+    options = {"state_dir": str(tmp_path), "grace_period": 1}
+    try:
+        first = LocalProvider("local", options)
+        ids = {
+            claim: first.provision(make_pod(args=("exec sleep 300",)), request(claim)).instance_id
+            for claim in ("ns-a-1111111111", "ns-b-2222222222")
+        }
+        del first
+        gc.collect()
+        second = LocalProvider("local", options)
+        wait_for(lambda: all(i.state is InstanceState.RUNNING for i in second.list()))
+        assert {i.claim: i.id for i in second.list()} == ids
+        for instance_id in ids.values():
+            assert second.get(instance_id).state is InstanceState.RUNNING  # type: ignore[union-attr]
+            second.terminate(instance_id)
+        wait_for(lambda: second.list() == [])
+    finally:
+        kill_leftovers(tmp_path)
+
+
+def test_a_process_gone_without_an_exit_record_is_failed(provider: LocalProvider) -> None:
+    """As after a reboot: nothing runs and no exit code was written."""
+    result = provider.provision(make_pod(args=("exec sleep 300",)), request())
+    wait_for(lambda: provider.get(result.instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
+    folder = provider.root / "ns-pod-abcdefghij"
+    kill_leftovers(provider.root.parent)
+
+    def failed() -> Instance | None:
+        instance = provider.get(result.instance_id)
+        return instance if instance is not None and instance.state is InstanceState.FAILED else None
+
+    instance = wait_for(failed)
+    assert instance.exit_code is None and "without a recorded exit code" in instance.message
+    assert not (folder / "exit.json").exists()
+
+
+def test_a_reused_pid_is_not_taken_for_the_workload() -> None:
+    """Liveness compares the start time too: the same pid with another start time is not ours."""
+    child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        real = proc.identify(child.pid)
+        assert real is not None and proc.is_alive(real) and proc.group_alive(real)
+        impostor = proc.ProcessIdentity(real.pid, real.start_ticks + 1)
+        assert not proc.is_alive(impostor) and not proc.group_alive(impostor)
+    finally:
+        child.kill()
+        child.wait()
+    assert not proc.is_alive(real) and not proc.group_alive(real)
+
+
+def test_env_reaches_the_workload_and_no_value_is_logged(
+    provider: LocalProvider, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "s3cr3t-value-42"
+    result = provider.provision(
+        make_pod(args=('printf "%s|%s|%s" "$TOKEN" "$HOME" "$PWD" > seen.txt',)),
+        request(env={"TOKEN": secret}),
+    )
+    finished(provider, result.instance_id)
+    folder = provider.root / "ns-pod-abcdefghij"
+    assert (folder / "seen.txt").read_text() == f"{secret}|{folder}|{folder}"
+    assert stat.S_IMODE((folder / "env.json").stat().st_mode) == 0o600
+    provider.terminate(result.instance_id)
+    wait_for(lambda: provider.get(result.instance_id) is None)
+    with pytest.raises(ProviderError) as excinfo:
+        provider.logs(result.instance_id, LogOptions())
+    assert secret not in str(excinfo.value) and secret not in caplog.text
+    assert secret not in repr(request(env={"TOKEN": secret}))
+
+
+def test_working_dir_is_used_when_it_exists(provider: LocalProvider, tmp_path: Path) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    result = provider.provision(make_pod(args=("pwd",), working_dir=str(workdir)), request())
+    finished(provider, result.instance_id)
+    assert read_all(provider, result.instance_id) == f"{workdir}\n".encode()
+
+
+def test_errors_are_provider_errors(provider: LocalProvider, tmp_path: Path) -> None:
+    with pytest.raises(NotFound):
+        provider.logs(InstanceId("local-nothing-here"), LogOptions())
+    with pytest.raises(NotFound):
+        provider.exec(InstanceId("local-nothing-here"), ["true"], tty=False, stdin=False)
+    with pytest.raises(NotSupported):
+        provider.logs(InstanceId("local-nothing-here"), LogOptions(previous=True))
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the state folder should be")
+    broken = LocalProvider("local", {"state_dir": str(blocked)})
+    with pytest.raises(Unavailable):
+        broken.provision(make_pod(args=("true",)), request())
+    with pytest.raises(Unavailable):
+        broken.list()  # could not ask is not "no instances" (I3)
+
+
+def test_terminate_without_a_supervisor_signals_the_workload_group_itself(provider: LocalProvider) -> None:
+    """If the supervisor was killed, terminate still sends TERM, then KILL after the grace period."""
+    result = provider.provision(make_pod(args=("trap '' TERM; echo up; sleep 300",)), request())
+    wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
+    folder = provider.root / "ns-pod-abcdefghij"
+    supervisor = proc.ProcessIdentity.from_json(json.loads((folder / "launch.json").read_text())["supervisor"])
+    assert supervisor is not None
+    os.kill(supervisor.pid, signal.SIGKILL)
+    wait_for(lambda: not proc.is_alive(supervisor))
+    assert provider.get(result.instance_id).state is InstanceState.RUNNING  # type: ignore[union-attr]
+    provider.terminate(result.instance_id)
+    assert provider.get(result.instance_id).state is InstanceState.TERMINATING  # type: ignore[union-attr]
+    wait_for(lambda: provider.get(result.instance_id) is None)

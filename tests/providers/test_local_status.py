@@ -1,0 +1,69 @@
+"""The pure rule from an instance folder's records and liveness to an Instance fact."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from providers.base import InstanceState
+from providers.local.status import Observation, instance_from
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+SPEC = {"claim": "c"}
+LAUNCH = {"supervisor": {"pid": 10, "start_ticks": 1}}
+RUN = {"started_at": "2026-01-01T11:59:00.000000000Z"}
+EXIT_0 = {"exit_code": 0, "finished_at": "2026-01-01T11:59:30.000000000Z"}
+EXIT_1 = {"exit_code": 1, "finished_at": "2026-01-01T11:59:30.000000000Z"}
+EXIT_143 = {"exit_code": 143, "finished_at": "2026-01-01T11:59:50.000000000Z"}
+ASKED = {"requested_at": "2026-01-01T11:59:40.000000000Z"}
+
+
+def observe(age: float = 5.0, alive: tuple[bool, bool] = (False, False), **records: Any) -> Observation:
+    fields: dict[str, Any] = {"spec": SPEC, "launch": LAUNCH, "run": RUN, "exit": None, "terminate": None}
+    fields.update(records)
+    return Observation(
+        instance_id="local-c",
+        claim="c",
+        created_at=NOW - timedelta(seconds=age),
+        supervisor_alive=alive[0],
+        workload_alive=alive[1],
+        **fields,
+    )
+
+
+@pytest.mark.parametrize(
+    ("observation", "state", "exit_code"),
+    [
+        (observe(alive=(True, True)), InstanceState.RUNNING, None),
+        (observe(alive=(False, True)), InstanceState.RUNNING, None),  # supervisor lost, workload lives
+        (observe(alive=(True, False), run=None), InstanceState.INITIALIZING, None),
+        (observe(launch=None, run=None), InstanceState.PROVISIONING, None),
+        (observe(age=600, launch=None, run=None), InstanceState.FAILED, None),
+        (observe(exit=EXIT_0), InstanceState.SUCCEEDED, 0),
+        (observe(exit=EXIT_1), InstanceState.FAILED, 1),
+        (observe(), InstanceState.FAILED, None),  # gone without an exit record: a reboot
+        (observe(alive=(True, True), terminate=ASKED), InstanceState.TERMINATING, None),
+        (observe(alive=(True, False), terminate=ASKED, exit=EXIT_143), InstanceState.TERMINATED, 143),
+        (observe(alive=(True, False), terminate=ASKED, exit=EXIT_1), InstanceState.FAILED, 1),  # exited before
+    ],
+)
+def test_state_from_records(observation: Observation, state: InstanceState, exit_code: int | None) -> None:
+    instance = instance_from(observation, NOW)
+    assert instance is not None
+    assert (instance.state, instance.exit_code) == (state, exit_code)
+    assert instance.endpoint == "127.0.0.1" and instance.region == "local"
+
+
+def test_terminated_and_nothing_alive_is_gone() -> None:
+    assert instance_from(observe(terminate=ASKED), NOW) is None
+    assert instance_from(observe(terminate=ASKED, exit=EXIT_0), NOW) is None
+
+
+def test_times_come_from_the_records() -> None:
+    instance = instance_from(observe(exit=EXIT_0), NOW)
+    assert instance is not None
+    assert instance.started_at == datetime(2026, 1, 1, 11, 59, tzinfo=UTC)
+    assert instance.finished_at == datetime(2026, 1, 1, 11, 59, 30, tzinfo=UTC)
+    assert instance.created_at == NOW - timedelta(seconds=5)
