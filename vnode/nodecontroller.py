@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import platform
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -73,12 +74,21 @@ class NodeController:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        """Sync every `renew_interval`, and at once when the provider's reachability flips
+        (so Ready follows the provider within a second, not a renewal period)."""
+        last_sync = float("-inf")
+        written: bool | None | str = "never"
         while not self._stop.is_set():
-            try:
-                self.sync()
-            except KubeError as exc:
-                logger.warning("node %s: sync failed: %s", self.name, exc)
-            self._stop.wait(self._renew_interval)
+            reachable = self.handler.last_list_ok
+            now = time.monotonic()
+            if reachable != written or now - last_sync >= self._renew_interval:
+                try:
+                    self.sync()
+                    written, last_sync = reachable, now
+                except KubeError as exc:
+                    logger.warning("node %s: sync failed: %s", self.name, exc)
+                    written, last_sync = reachable, now - self._renew_interval + 2.0  # again in 2 s
+            self._stop.wait(min(0.5, self._renew_interval))
 
     def sync(self) -> None:
         """One round: make sure the node exists, write its status, renew its Lease."""

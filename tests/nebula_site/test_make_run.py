@@ -1,0 +1,89 @@
+"""What `make run` does, end to end: runvnode with the embedded cluster, the local
+provider and the demo Pod `hello`, driven from a fresh working folder."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from providers.local import LocalProvider
+from vnode.kube import Kube, KubeError, load_api_client, path_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(condition: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = condition()
+        except (KubeError, OSError, ValueError):
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]]:
+    started = time.monotonic()
+    log = (tmp_path / "run.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "manage.py"),
+            "runvnode",
+            "--dev-cluster",
+            "--dev-cluster-addr",
+            "127.0.0.1:0",
+            "--provider",
+            "local",
+            "--demo",
+        ],
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    yield process, tmp_path, started
+    if process.poll() is None:
+        process.kill()
+        process.wait(30)
+    log.close()
+    observer = LocalProvider("local", {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 1})
+    for instance in observer.list():
+        observer.terminate(instance.id)
+
+
+def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewing_lease(
+    demo: tuple[subprocess.Popen[bytes], Path, float],
+) -> None:
+    process, folder, started = demo
+    kubeconfig = folder / ".nebula" / "kubeconfig"
+    wait_for(lambda: kubeconfig.exists() and kubeconfig.stat().st_size > 0, 60)
+    kube = Kube(load_api_client(str(kubeconfig)))
+    pod = wait_for(
+        lambda: (p := kube.get(path_for("pods", namespace="default", name="hello")))["status"].get("phase") == "Running"
+        and p,
+        60,
+    )
+    print(f"hello Running {time.monotonic() - started:.1f}s after the process started")
+    assert pod["spec"]["nodeName"] == "nebula-local"
+    assert pod["metadata"]["annotations"]["nebula.io/instance-id"].startswith("local-")
+    assert pod["metadata"]["annotations"]["nebula.io/endpoint"] == "127.0.0.1"
+    node = kube.get(path_for("nodes", name="nebula-local"))
+    assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
+    lease_path = path_for("leases", namespace="kube-node-lease", name="nebula-local", group="coordination.k8s.io")
+    first = wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"], 30)
+    wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"] != first, 30)
+    assert b"kubectl --kubeconfig" in (folder / "run.log").read_bytes()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0
