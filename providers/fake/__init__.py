@@ -1,0 +1,22 @@
+"""The `fake` provider: an in-memory cloud with scripted faults, for tests, demos and benchmarks.
+
+scenario  offerings, region groups, timings, scripted logs and exec answers (YAML or dict)
+faults    refuse / outage / slow (standing) and lose / exit (one-shot)
+records   one instance and the transitions time causes
+cloud     FakeCloud: the state and the rules, thread-safe, clock injected
+calllog   what the cloud was asked and answered
+console   scripted log lines and the LogStream over them
+shell     scripted exec (echo, cat, sh -c 'exit N', stty size, ...)
+clouds    the process-wide registry of in-process clouds by name
+wire      the JSON form of seam values and errors
+server    the HTTP service (`manage.py fakecloud serve`), state file in `state`
+client    its HTTP client
+provider  FakeProvider, in-process or over HTTP
+control   what `manage.py fakecloud` does
+
+Never imports Django, vnode, placement or another provider.
+"""
+
+from providers.fake.provider import FakeProvider
+
+__all__ = ["FakeProvider"]

@@ -1,0 +1,40 @@
+"""The fake cloud's call log: what was asked of it and how it answered, for tests and demos.
+
+Written by `FakeCloud` under its lock, read through `FakeCloud.call_log()` and the
+HTTP service's `/v1/calls`. Summaries name env keys and counts, never their values (I4).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MAX_CALLS = 10_000
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    at: float  # clock time
+    method: str
+    args: str
+    outcome: str  # "ok ...", or "<ErrorType>: <message>"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CallLog:
+    """The latest `MAX_CALLS` calls, oldest first. Not thread-safe on its own."""
+
+    def __init__(self) -> None:
+        self._calls: deque[CallRecord] = deque(maxlen=MAX_CALLS)
+
+    def add(self, at: float, method: str, args: str, outcome: str) -> None:
+        self._calls.append(CallRecord(at, method, args, outcome))
+
+    def records(self, method: str | None = None) -> list[CallRecord]:
+        return [c for c in self._calls if method is None or c.method == method]
+
+    def clear(self) -> None:
+        self._calls.clear()

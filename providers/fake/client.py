@@ -1,0 +1,139 @@
+"""The HTTP client of the fake cloud service: one request per cloud call.
+
+Used by `FakeProvider` when its options name a `url`, and by `manage.py fakecloud` for
+the control verbs. Connection errors, 5xx and malformed answers become `Unavailable`;
+typed error answers become the same `providers.errors` class they were on the server.
+"""
+
+from __future__ import annotations
+
+import builtins
+import http.client
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
+
+from providers import errors
+from providers.base import Instance, Offering, PodSpec, ProvisionRequest, ProvisionResult
+from providers.fake import wire
+from providers.fake.console import LogChunk
+
+_T = TypeVar("_T")
+MAX_ANSWER = 64 << 20  # bytes; a longer answer is treated as a broken service (I7)
+
+
+class FakeCloudClient:
+    """Talks to `manage.py fakecloud serve` at `url` (http://host:port). No I/O until a call."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ValueError(f"fake cloud url {url!r} must look like http://host:port")
+        self.url = url.rstrip("/")
+        self._host = parts.hostname
+        self._port = parts.port or 80
+        self._prefix = parts.path.rstrip("/")
+        self._timeout = timeout
+
+    # -- cloud calls ----------------------------------------------------------------
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        answer = self._call(
+            "POST", "/v1/provision", {"pod": wire.pod_to_json(pod), "request": wire.request_to_json(request)}
+        )
+        return self._decode(wire.result_from_json, answer)
+
+    def terminate(self, instance_id: str) -> None:
+        self._call("POST", f"/v1/instances/{_segment(instance_id)}/terminate", {})
+
+    def get(self, instance_id: str) -> Instance | None:
+        answer = self._call("GET", f"/v1/instances/{_segment(instance_id)}")
+        if "instance" not in answer:
+            raise errors.Unavailable(f"fake cloud at {self.url} gave a malformed answer")
+        raw = answer["instance"]
+        return None if raw is None else self._decode(wire.instance_from_json, raw)
+
+    def list(self) -> builtins.list[Instance]:
+        answer = self._call("GET", "/v1/instances")
+        return [self._decode(wire.instance_from_json, raw) for raw in self._items(answer, "instances")]
+
+    def offerings(self) -> builtins.list[Offering]:
+        answer = self._call("GET", "/v1/offerings")
+        return [self._decode(wire.offering_from_json, raw) for raw in self._items(answer, "offerings")]
+
+    def log_chunk(self, instance_id: str, *, after: int, limit: int) -> LogChunk:
+        query = urlencode({"after": after, "limit": limit})
+        return self._decode(
+            wire.chunk_from_json, self._call("GET", f"/v1/instances/{_segment(instance_id)}/logs?{query}")
+        )
+
+    def scenario(self) -> dict[str, Any]:
+        raw = self._call("GET", "/v1/scenario").get("scenario")
+        if not isinstance(raw, dict):
+            raise errors.Unavailable(f"fake cloud at {self.url} gave a malformed scenario")
+        return raw
+
+    # -- control --------------------------------------------------------------------
+    def inject(self, fault: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(self._call("POST", "/v1/faults", dict(fault)).get("fault") or {})
+
+    def faults(self) -> builtins.list[dict[str, Any]]:
+        return self._items(self._call("GET", "/v1/faults"), "faults")
+
+    def clear(self, fault_id: str | None = None) -> int:
+        path = "/v1/faults" if fault_id is None else f"/v1/faults/{_segment(fault_id)}"
+        return int(self._call("DELETE", path).get("removed", 0))
+
+    def instances(self) -> builtins.list[dict[str, Any]]:
+        """Every stored instance, raw, as the service keeps it."""
+        return self._items(self._call("GET", "/v1/records"), "instances")
+
+    def calls(self, method: str | None = None) -> builtins.list[dict[str, Any]]:
+        query = "" if method is None else "?" + urlencode({"method": method})
+        return self._items(self._call("GET", f"/v1/calls{query}"), "calls")
+
+    def reset(self) -> None:
+        self._call("POST", "/v1/reset", {})
+
+    # -- transport ------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One request; the JSON object answered, or the providers.errors it stands for."""
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        try:
+            conn.request(method, self._prefix + path, body=payload, headers=headers)
+            response = conn.getresponse()
+            status = response.status
+            raw = response.read(MAX_ANSWER + 1)
+        except (OSError, http.client.HTTPException) as exc:
+            raise errors.Unavailable(f"fake cloud at {self.url} unreachable: {exc}") from exc
+        finally:
+            conn.close()
+        if len(raw) > MAX_ANSWER:
+            raise errors.Unavailable(f"fake cloud at {self.url} answered more than {MAX_ANSWER} bytes")
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError:
+            data = None
+        if status >= 300:
+            raise wire.error_from_json(status, data)
+        if not isinstance(data, dict):
+            raise errors.Unavailable(f"fake cloud at {self.url} answered HTTP {status} without a JSON object")
+        return data
+
+    def _items(self, answer: Mapping[str, Any], key: str) -> builtins.list[Any]:
+        items = answer.get(key)
+        if not isinstance(items, list):
+            raise errors.Unavailable(f"fake cloud at {self.url} gave a malformed {key} list")
+        return items
+
+    def _decode(self, decode: Callable[[Any], _T], raw: Any) -> _T:
+        try:
+            return decode(raw)
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
+            raise errors.Unavailable(f"fake cloud at {self.url} gave a malformed answer: {exc}") from exc
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")

@@ -1,0 +1,146 @@
+"""A fake instance's console output: which scripted lines exist at a time, and the
+`LogStream` that serves them with the kubelet's options (follow, tail, since, limit).
+
+`log_chunk` is called by the cloud (in-process or behind the HTTP service); the stream
+is built by the provider around a fetch function, so it reads the same way locally and
+over HTTP. Output is derived from the clock and the instance's times, never stored.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from providers import errors
+from providers.base import LogOptions
+from providers.fake.records import LIVE_STATES, InstanceRecord
+from providers.fake.scenario import LogScript
+
+MAX_CHUNK_LINES = 5000
+
+
+@dataclass(frozen=True)
+class LogLine:
+    index: int
+    at: float  # clock time the instance printed it
+    text: str
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """Lines `after`.. of the output so far; `total` lines exist now; `ended`: the
+    workload stopped and nothing more will come."""
+
+    lines: tuple[LogLine, ...]
+    total: int
+    ended: bool
+
+
+def produced(record: InstanceRecord, script: LogScript, now: float) -> int:
+    """How many lines the instance has printed by `now`."""
+    if record.started_at is None:
+        return 0
+    until = now if record.stopped_at is None else min(now, record.stopped_at)
+    if until < record.started_at:
+        return 0
+    if script.interval <= 0:
+        count = len(script.lines or ())
+    else:
+        count = math.floor((until - record.started_at) / script.interval) + 1
+    return count if script.lines is None else min(count, len(script.lines))
+
+
+def log_chunk(record: InstanceRecord, script: LogScript, now: float, *, after: int, limit: int) -> LogChunk:
+    total = produced(record, script, now)
+    start = max(0, after)
+    stop = min(total, start + max(0, min(limit, MAX_CHUNK_LINES)))
+    started = record.started_at or 0.0
+    lines = tuple(
+        LogLine(i, started + i * script.interval, script.text(i, record.id, record.claim)) for i in range(start, stop)
+    )
+    ended = record.state not in LIVE_STATES and stop >= total
+    return LogChunk(lines=lines, total=total, ended=ended)
+
+
+Fetch = Callable[[int, int], LogChunk]  # (after, limit) -> chunk; raises providers.errors
+
+
+def rfc3339(seconds: float) -> str:
+    """The kubelet's timestamp form: RFC 3339 with nanoseconds, UTC."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+
+
+class ScriptedLogStream:
+    """A `LogStream` over a fetch function. Without follow it ends at what existed when
+    it was opened; with follow it ends when the workload stops or the instance is gone."""
+
+    def __init__(self, fetch: Fetch, options: LogOptions, *, poll: float = 0.2) -> None:
+        self._fetch = fetch
+        self._options = options
+        self._poll = poll
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        self._buffer = bytearray()
+        self._cursor = 0
+        self._stop_at: int | None = None  # without follow: the line count at opening
+        self._sent = 0
+        self._done = False
+
+    def open(self) -> ScriptedLogStream:
+        """Take the first look (raises NotFound, Unavailable) and place the cursor."""
+        first = self._fetch(0, 0)
+        if self._options.tail_lines is not None:
+            self._cursor = max(0, first.total - self._options.tail_lines)
+        if not self._options.follow:
+            self._stop_at = first.total
+        return self
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        with self._lock:
+            while not self._buffer and not self._done and not self._closed.is_set():
+                if not self._fill():
+                    self._closed.wait(self._poll)
+            if self._closed.is_set():
+                return b""
+            chunk = bytes(self._buffer[:max_bytes])
+            del self._buffer[:max_bytes]
+            return chunk
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _fill(self) -> bool:
+        """Fetch what is new into the buffer; False means wait and try again."""
+        limit = MAX_CHUNK_LINES if self._stop_at is None else self._stop_at - self._cursor
+        if limit <= 0:
+            self._done = True
+            return True
+        try:
+            chunk = self._fetch(self._cursor, limit)
+        except errors.ProviderError:
+            # Gone or unreachable mid-stream: the stream ends, as a container's log does.
+            self._done = True
+            return True
+        for line in chunk.lines:
+            self._cursor = line.index + 1
+            self._append(line)
+        if chunk.ended and not chunk.lines:
+            self._done = True
+        return bool(chunk.lines) or self._done
+
+    def _append(self, line: LogLine) -> None:
+        since = self._options.since
+        if since is not None and line.at < since.timestamp():
+            return
+        text = f"{rfc3339(line.at)} {line.text}\n" if self._options.timestamps else f"{line.text}\n"
+        data = text.encode()
+        limit = self._options.limit_bytes
+        if limit is not None:
+            data = data[: max(0, limit - self._sent)]
+            if self._sent + len(data) >= limit:
+                self._done = True
+        self._sent += len(data)
+        self._buffer += data

@@ -1,0 +1,148 @@
+"""Faults the fake cloud can be told to show: what each kind is and when it applies.
+
+Parsed from control requests (`inject`) by `parse_fault`; held and applied by the cloud.
+Pure values and matching: a fault never touches instances or the clock itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from providers import errors
+from providers.base import Tier
+from providers.fake.scenario import OfferingSpec, parse_tier
+
+# Held until cleared or expired, applied to every matching call.
+STANDING_KINDS = ("refuse", "outage", "slow")
+# Done to an instance at once; listed in the call log, not held.
+ACTION_KINDS = ("lose", "exit")
+REFUSE_REASONS: Mapping[str, type[errors.Refused]] = {
+    "capacity": errors.NoCapacity,
+    "auth": errors.Unauthorized,
+    "quota": errors.QuotaExceeded,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A standing fault. `until` is a clock time (None: until cleared); `remaining` counts
+    the refusals left (None: unlimited)."""
+
+    id: str
+    kind: str
+    reason: str | None = None  # refuse: capacity, auth or quota
+    accelerator: str | None = None  # refuse: match; None = any
+    tier: Tier | None = None
+    region: str | None = None
+    remaining: int | None = None
+    until: float | None = None
+    delay: float = 0.0  # slow: seconds every call sleeps
+
+    def active(self, now: float) -> bool:
+        return (self.until is None or now < self.until) and (self.remaining is None or self.remaining > 0)
+
+    def refuses(self, spec: OfferingSpec) -> bool:
+        return (
+            self.kind == "refuse"
+            and (self.accelerator is None or self.accelerator == (spec.accelerator or "cpu"))
+            and (self.tier is None or self.tier is spec.tier)
+            and (self.region is None or self.region == spec.region)
+        )
+
+    def error(self, spec: OfferingSpec) -> errors.Refused:
+        shape = f"{spec.accelerator or 'cpu'} x{spec.gpu_count} {spec.tier.value} in {spec.region}"
+        if self.reason == "auth":
+            return errors.Unauthorized(f"fake: credentials rejected (fault {self.id})")
+        if self.reason == "quota":
+            return errors.QuotaExceeded(f"fake: quota exceeded for {shape} (fault {self.id})")
+        return errors.NoCapacity(f"fake: no capacity for {shape} (fault {self.id})")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tier"] = self.tier.value if self.tier else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Fault:
+        values = dict(data)
+        values["tier"] = parse_tier(values["tier"]) if values.get("tier") else None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Action:
+    """A one-shot fault on one instance (by id or claim): `lose` it or make it `exit`."""
+
+    kind: str
+    instance: str | None = None
+    claim: str | None = None
+    code: int = 0  # exit: the workload's exit code
+    vanish: bool = False  # lose: gone at once instead of TERMINATED
+
+
+def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault | Action:
+    """A fault from a control request; ValueError names what is wrong.
+
+    Keys: `kind`; refuse: `reason` (capacity|auth|quota), `accelerator`, `tier`, `region`,
+    `count`, `seconds`; outage: `seconds`; slow: `delay`, `seconds`; lose: `instance` or
+    `claim`, `vanish`; exit: `instance` or `claim`, `code`."""
+    kind = data.get("kind")
+    if kind in ACTION_KINDS:
+        if not data.get("instance") and not data.get("claim"):
+            raise ValueError(f"{kind}: name an 'instance' id or a 'claim'")
+        return Action(
+            kind=str(kind),
+            instance=_text(data.get("instance")),
+            claim=_text(data.get("claim")),
+            code=_integer(data.get("code", 0), "code"),
+            vanish=bool(data.get("vanish", False)),
+        )
+    if kind not in STANDING_KINDS:
+        raise ValueError(f"unknown fault kind {kind!r} (one of {', '.join(STANDING_KINDS + ACTION_KINDS)})")
+    seconds = data.get("seconds")
+    until = None if seconds is None else now + _positive(seconds, "seconds")
+    if kind == "refuse":
+        reason = str(data.get("reason", "capacity"))
+        if reason not in REFUSE_REASONS:
+            raise ValueError(f"refuse: unknown reason {reason!r} (one of {', '.join(REFUSE_REASONS)})")
+        count = data.get("count")
+        accelerator = _text(data.get("accelerator"))
+        return Fault(
+            id=fault_id,
+            kind="refuse",
+            reason=reason,
+            accelerator=accelerator.lower() if accelerator else None,
+            tier=parse_tier(data["tier"]) if data.get("tier") else None,
+            region=_text(data.get("region")),
+            remaining=None if count is None else _integer(count, "count", minimum=1),
+            until=until,
+        )
+    if kind == "slow":
+        return Fault(id=fault_id, kind="slow", delay=_positive(data.get("delay", 1.0), "delay"), until=until)
+    return Fault(id=fault_id, kind="outage", until=until)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _integer(value: Any, name: str, *, minimum: int | None = None) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an integer, not {value!r}") from exc
+    if minimum is not None and number < minimum:
+        raise ValueError(f"{name} must be at least {minimum}")
+    return number
+
+
+def _positive(value: Any, name: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a number, not {value!r}") from exc
+    if not number > 0:
+        raise ValueError(f"{name} must be positive")
+    return number

@@ -1,0 +1,187 @@
+"""`FakeProvider`: the Provider, LogStreamer and Executor seam over a fake cloud.
+
+Built by the provider registry from settings (`providers.fake.FakeProvider`) and by
+tests. Reaches a cloud in-process (a process-wide cloud named by the `cloud` option) or
+over HTTP (the `url` option, a `manage.py fakecloud serve` service). Raises only
+`providers.errors`; never imports Django or another provider.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from providers import errors
+from providers.base import (
+    BlockScope,
+    Capabilities,
+    Executor,
+    Instance,
+    InstanceId,
+    LogOptions,
+    LogStream,
+    LogStreamer,
+    Offering,
+    PodSpec,
+    Process,
+    Provider,
+    ProvisionRequest,
+    ProvisionResult,
+    Tier,
+    default_block_scope,
+)
+from providers.errors import ProviderError
+from providers.fake.client import FakeCloudClient
+from providers.fake.cloud import FakeCloud
+from providers.fake.clouds import cloud_named
+from providers.fake.console import LogChunk, ScriptedLogStream
+from providers.fake.scenario import Scenario, load_scenario
+
+OPTIONS = frozenset({"cloud", "scenario", "url", "timeout"})
+
+
+class _Backend(Protocol):
+    """What the provider needs of a cloud; `FakeCloud` and `FakeCloudClient` both are one."""
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult: ...
+    def terminate(self, instance_id: str) -> None: ...
+    def get(self, instance_id: str) -> Instance | None: ...
+    def list(self) -> builtins.list[Instance]: ...
+    def offerings(self) -> builtins.list[Offering]: ...
+    def log_chunk(self, instance_id: str, *, after: int, limit: int) -> LogChunk: ...
+
+
+class FakeProvider:
+    """A provider over a fake cloud.
+
+    Options: `cloud` (in-process cloud name; default: the provider name), `scenario` (a
+    YAML path or an inline mapping; the first provider naming a cloud decides it), `url`
+    (use the HTTP service instead), `timeout` (seconds per HTTP call, default 10).
+    """
+
+    def __init__(self, name: str, options: Mapping[str, Any] | None = None) -> None:
+        opts = dict(options or {})
+        unknown = set(opts) - OPTIONS
+        if unknown:
+            raise ValueError(f"fake provider: unknown options {sorted(unknown)} (known: {sorted(OPTIONS)})")
+        if "url" in opts and "cloud" in opts:
+            raise ValueError("fake provider: give either 'url' (the HTTP service) or 'cloud' (in-process), not both")
+        scenario = opts.get("scenario")
+        if scenario is not None and not isinstance(scenario, (str, Path, Mapping)):
+            raise ValueError("fake provider: 'scenario' is a file path or a mapping")
+        self._name = name
+        self._cloud_name = str(opts.get("cloud") or name)
+        self._scenario_source: str | Path | Mapping[str, Any] | None = scenario
+        # An inline scenario is checked now (no I/O); a file is read on first use.
+        self._scenario = load_scenario(scenario) if isinstance(scenario, Mapping) else None
+        url = opts.get("url")
+        if url is not None and not isinstance(url, str):
+            raise ValueError("fake provider: 'url' is a string such as http://127.0.0.1:8600")
+        self._client = FakeCloudClient(url, timeout=float(opts.get("timeout", 10.0))) if url else None
+
+    # -- Provider ---------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def cloud(self) -> FakeCloud:
+        """The in-process cloud, for tests to inject faults and read the call log.
+        Over HTTP use `client` (or the HTTP control routes) instead."""
+        if self._client is not None:
+            raise errors.NotSupported("fake provider over HTTP: use .client, not .cloud")
+        return cloud_named(self._cloud_name, lambda: FakeCloud(self._load_scenario()))
+
+    @property
+    def client(self) -> FakeCloudClient | None:
+        return self._client
+
+    def capabilities(self) -> Capabilities:
+        scenario = self._pure_scenario()
+        return Capabilities(
+            poll_interval=scenario.poll_interval,
+            list_lag=scenario.list_lag,
+            tiers=scenario.tiers(),
+            regions=scenario.concrete_regions(),
+            capacity=dict(scenario.node_capacity),
+            pulls_images=False,
+            log_timestamps=True,
+        )
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        return self._backend().provision(pod, request)
+
+    def terminate(self, instance_id: InstanceId) -> None:
+        self._backend().terminate(instance_id)
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        return self._backend().get(instance_id)
+
+    def list(self) -> builtins.list[Instance]:
+        return self._backend().list()
+
+    def offerings(self) -> builtins.list[Offering]:
+        return self._backend().offerings()
+
+    def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
+        return self._pure_scenario().expand_regions(tuple(declared))
+
+    def classify_provision_error(
+        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
+    ) -> BlockScope:
+        return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
+
+    # -- LogStreamer, Executor ----------------------------------------------------------
+    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        """Scripted output, in-process and over HTTP. `previous` is NotSupported: a fake
+        instance has one run only."""
+        if options.previous:
+            raise errors.NotSupported("fake: an instance has no previous run")
+        backend = self._backend()
+
+        def fetch(after: int, limit: int) -> LogChunk:
+            return backend.log_chunk(instance_id, after=after, limit=limit)
+
+        return ScriptedLogStream(fetch, options).open()
+
+    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+        """Scripted commands (see providers.fake.shell); in-process only."""
+        if self._client is not None:
+            raise errors.NotSupported("fake provider over HTTP does not exec; use an in-process cloud")
+        return self.cloud.exec(instance_id, command, tty=tty, stdin=stdin)
+
+    # -- internals ----------------------------------------------------------------------
+    def _backend(self) -> _Backend:
+        return self._client if self._client is not None else self.cloud
+
+    def _load_scenario(self) -> Scenario:
+        """The scenario from the options. A broken file is `Unavailable`: the cloud
+        cannot be reached as configured, and nothing must conclude that instances are gone."""
+        if self._scenario is None:
+            try:
+                self._scenario = load_scenario(self._scenario_source)
+            except (ValueError, TypeError) as exc:
+                raise errors.Unavailable(str(exc)) from exc
+        return self._scenario
+
+    def _pure_scenario(self) -> Scenario:
+        """The scenario for the pure methods. Over HTTP without a `scenario` option it is
+        the service's, fetched once; while the service is unreachable, the default."""
+        if self._client is None or self._scenario_source is not None:
+            try:
+                return self._load_scenario()
+            except errors.Unavailable:
+                return load_scenario(None)
+        if self._scenario is None:
+            try:
+                self._scenario = load_scenario(self._client.scenario())
+            except (errors.ProviderError, ValueError, TypeError):
+                return load_scenario(None)
+        return self._scenario
+
+
+_check_provider: type[Provider] = FakeProvider
+_check_logs: type[LogStreamer] = FakeProvider
+_check_exec: type[Executor] = FakeProvider

@@ -1,0 +1,248 @@
+"""The fake cloud's scenario: its offerings, region groups, timings and scripted output.
+
+Parsed from a YAML file or an inline mapping by `load_scenario`; read by the cloud, the
+provider's pure methods and the HTTP service. Pure values and parsing only: it never
+holds instance state, and it reads a file only when asked to load one.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from providers.base import Offering, Tier
+
+DEFAULT_NODE_CAPACITY: Mapping[str, str] = {"cpu": "1000", "memory": "4Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
+
+DEFAULT_SCENARIO: Mapping[str, Any] = {
+    "poll_interval": 1.0,
+    "list_lag": 0.0,
+    "termination_delay": 0.0,
+    "regions": {"us": ["us-east-1", "us-west-2"], "eu": ["eu-west-1"]},
+    "offerings": [
+        {"accelerator": None, "gpu_count": 0, "tier": "OnDemand", "region": "us-east-1", "hourly_price": 0.1},
+        {
+            "accelerator": "h100",
+            "gpu_count": 8,
+            "tiers": ["Spot", "OnDemand"],
+            "regions": ["us-east-1", "eu-west-1"],
+            "hourly_price": {"Spot": 34.41, "OnDemand": 98.32},
+            "instance_type": "fake.h100x8",
+        },
+    ],
+}
+
+
+@dataclass(frozen=True)
+class OfferingSpec:
+    """One sellable shape in one tier and region, with the fake's own behaviour."""
+
+    accelerator: str | None
+    gpu_count: int
+    tier: Tier
+    region: str
+    hourly_price: float | None = None
+    capacity: int | None = None  # max concurrent live instances; None = unlimited
+    provisioning_delay: float = 0.0  # seconds from PROVISIONING to RUNNING
+    instance_type: str = ""
+
+    def key(self) -> tuple[str | None, int, Tier, str]:
+        return (self.accelerator, self.gpu_count, self.tier, self.region)
+
+    def offering(self, *, available: bool) -> Offering:
+        return Offering(
+            accelerator=self.accelerator,
+            gpu_count=self.gpu_count,
+            tier=self.tier,
+            region=self.region,
+            hourly_price=self.hourly_price,
+            available=available,
+            instance_type=self.instance_type,
+        )
+
+
+@dataclass(frozen=True)
+class LogScript:
+    """What every instance prints: `lines` in order (None: endless numbered lines), one
+    per `interval` seconds from the moment it runs. `{id}`, `{claim}`, `{n}` are filled in."""
+
+    lines: tuple[str, ...] | None = None
+    interval: float = 1.0
+
+    def text(self, index: int, instance_id: str, claim: str) -> str:
+        if self.lines is None:
+            return f"fake instance {instance_id} line {index + 1}"
+        return self.lines[index].format(id=instance_id, claim=claim, n=index + 1)
+
+
+@dataclass(frozen=True)
+class CannedCommand:
+    """A scripted exec answer for one program name (e.g. `nvidia-smi`)."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    offerings: tuple[OfferingSpec, ...]
+    regions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    poll_interval: float = 1.0
+    list_lag: float = 0.0
+    termination_delay: float = 0.0  # seconds a terminated instance stays TERMINATING
+    run_seconds: float | None = None  # the workload exits on its own after this long RUNNING
+    exit_code: int = 0  # ... with this code
+    node_capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CAPACITY))
+    log: LogScript = field(default_factory=LogScript)
+    commands: Mapping[str, CannedCommand] = field(default_factory=dict)
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written, for GET /v1/scenario
+
+    def tiers(self) -> tuple[Tier, ...]:
+        return tuple(dict.fromkeys(o.tier for o in self.offerings))
+
+    def concrete_regions(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(o.region for o in self.offerings))
+
+    def expand_regions(self, declared: list[str] | tuple[str, ...]) -> list[str]:
+        """Group tokens (case-insensitive) become their regions; other names pass through."""
+        groups = {k.lower(): v for k, v in self.regions.items()}
+        result: dict[str, None] = {}
+        for token in declared:
+            token = token.strip()
+            for region in groups.get(token.lower(), (token,)):
+                if region:
+                    result.setdefault(region, None)
+        return list(result)
+
+
+def load_scenario(source: str | Path | Mapping[str, Any] | None) -> Scenario:
+    """A Scenario from a YAML file path, an inline mapping, or None (the default).
+
+    Raises ValueError naming the problem (a missing file included)."""
+    if source is None:
+        return parse_scenario(DEFAULT_SCENARIO)
+    if isinstance(source, Mapping):
+        return parse_scenario(source)
+    try:
+        data = yaml.safe_load(Path(source).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"fake scenario {str(source)!r} cannot be read: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ValueError(f"fake scenario {str(source)!r} must be a YAML mapping")
+    return parse_scenario(data)
+
+
+def parse_scenario(data: Mapping[str, Any]) -> Scenario:
+    """Validate a scenario mapping (the shape is in docs/providers/fake.md)."""
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ValueError(f"fake scenario: unknown keys {sorted(unknown)}")
+    raw_offerings = data.get("offerings", DEFAULT_SCENARIO["offerings"])
+    if not isinstance(raw_offerings, list) or not raw_offerings:
+        raise ValueError("fake scenario: 'offerings' must be a non-empty list")
+    offerings: list[OfferingSpec] = []
+    for entry in raw_offerings:
+        offerings.extend(_parse_offering(entry))
+    regions = data.get("regions") or {}
+    if not isinstance(regions, Mapping) or not all(isinstance(v, list) for v in regions.values()):
+        raise ValueError("fake scenario: 'regions' maps a group name to a list of regions")
+    log = data.get("log") or {}
+    commands = (data.get("exec") or {}).get("commands") or {}
+    workload = data.get("workload") or {}
+    run_seconds = workload.get("run_seconds")
+    return Scenario(
+        offerings=tuple(offerings),
+        regions={str(k): tuple(str(r) for r in v) for k, v in regions.items()},
+        poll_interval=_number(data.get("poll_interval", 1.0), "poll_interval", positive=True),
+        list_lag=_number(data.get("list_lag", 0.0), "list_lag"),
+        termination_delay=_number(data.get("termination_delay", 0.0), "termination_delay"),
+        run_seconds=None if run_seconds is None else _number(run_seconds, "workload.run_seconds"),
+        exit_code=int(workload.get("exit_code", 0)),
+        node_capacity={str(k): str(v) for k, v in (data.get("capacity") or DEFAULT_NODE_CAPACITY).items()},
+        log=_parse_log(log),
+        commands={str(name): _parse_command(spec) for name, spec in commands.items()},
+        raw=copy.deepcopy(dict(data)),
+    )
+
+
+_TOP_KEYS = {
+    "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "workload", "capacity", "log", "exec",
+}  # fmt: skip
+
+
+def parse_tier(value: object) -> Tier:
+    """`Spot` / `OnDemand`, any case, `on-demand` and `on_demand` accepted."""
+    text = str(value).replace("-", "").replace("_", "").lower()
+    for tier in Tier:
+        if tier.value.lower() == text:
+            return tier
+    raise ValueError(f"fake scenario: unknown tier {value!r} (Spot or OnDemand)")
+
+
+def _parse_offering(entry: Any) -> list[OfferingSpec]:
+    if not isinstance(entry, Mapping):
+        raise ValueError("fake scenario: each offering is a mapping")
+    tiers = entry.get("tiers") or [entry.get("tier", "OnDemand")]
+    regions = entry.get("regions") or [entry.get("region", "us-east-1")]
+    accelerator = entry.get("accelerator")
+    gpu_count = int(entry.get("gpu_count", 0 if accelerator is None else 1))
+    capacity = entry.get("capacity")
+    specs = []
+    for tier_text in tiers:
+        tier = parse_tier(tier_text)
+        price = entry.get("hourly_price")
+        if isinstance(price, Mapping):
+            price = price.get(tier.value)
+        for region in regions:
+            specs.append(
+                OfferingSpec(
+                    accelerator=str(accelerator).lower() if accelerator is not None else None,
+                    gpu_count=gpu_count,
+                    tier=tier,
+                    region=str(region),
+                    hourly_price=None if price is None else float(price),
+                    capacity=None if capacity is None else int(capacity),
+                    provisioning_delay=_number(entry.get("provisioning_delay", 0.0), "provisioning_delay"),
+                    instance_type=str(entry.get("instance_type", "")),
+                )
+            )
+    return specs
+
+
+def _parse_log(log: Mapping[str, Any]) -> LogScript:
+    lines = log.get("lines")
+    interval = _number(log.get("interval", 1.0), "log.interval")
+    if lines is not None and not isinstance(lines, list):
+        raise ValueError("fake scenario: 'log.lines' must be a list of strings")
+    for line in lines or ():
+        try:
+            str(line).format(id="fake-1", claim="claim", n=1)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ValueError(f"fake scenario: log line {line!r} may use only {{id}}, {{claim}}, {{n}}") from exc
+    if lines is None and interval <= 0:
+        raise ValueError("fake scenario: endless default log lines need 'log.interval' > 0")
+    return LogScript(lines=None if lines is None else tuple(str(x) for x in lines), interval=interval)
+
+
+def _parse_command(spec: Any) -> CannedCommand:
+    if not isinstance(spec, Mapping):
+        raise ValueError("fake scenario: each 'exec.commands' entry is a mapping")
+    return CannedCommand(
+        stdout=str(spec.get("stdout", "")), stderr=str(spec.get("stderr", "")), exit_code=int(spec.get("exit_code", 0))
+    )
+
+
+def _number(value: Any, name: str, *, positive: bool = False) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"fake scenario: {name} must be a number, not {value!r}") from exc
+    if number < 0 or (positive and number == 0):
+        raise ValueError(f"fake scenario: {name} must be {'positive' if positive else 'zero or more'}")
+    return number

@@ -1,0 +1,221 @@
+"""The fake cloud's JSON wire format: seam values and errors to and from plain dicts.
+
+Used by the HTTP service (encode answers, decode requests) and its client (the
+reverse). A provision request crosses with env KEYS only: values never leave the
+manager (I4). Decoding raises ValueError/KeyError/TypeError on a malformed body.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from providers import errors
+from providers.base import (
+    ClaimName,
+    ConnectCredential,
+    Instance,
+    InstanceId,
+    InstanceState,
+    Offering,
+    PodSpec,
+    ProvisionRequest,
+    ProvisionResult,
+    Tier,
+)
+from providers.fake.console import LogChunk, LogLine
+
+ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
+    errors.NotFound: 404,
+    errors.InvalidRequest: 400,
+    errors.NotSupported: 400,
+    errors.Unauthorized: 403,
+    errors.NoCapacity: 409,
+    errors.QuotaExceeded: 409,
+    errors.Refused: 409,
+    errors.Unavailable: 503,
+}
+_ERROR_TYPES = {cls.__name__: cls for cls in ERROR_STATUS}
+
+
+def pod_to_json(pod: PodSpec) -> dict[str, Any]:
+    return {
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "uid": pod.uid,
+        "container": pod.container,
+        "image": pod.image,
+        "command": list(pod.command),
+        "args": list(pod.args),
+        "working_dir": pod.working_dir,
+        "ports": list(pod.ports),
+        "cpu": pod.cpu,
+        "memory": pod.memory,
+        "accelerator": pod.accelerator,
+        "gpu_count": pod.gpu_count,
+        "labels": dict(pod.labels),
+        "annotations": dict(pod.annotations),
+    }
+
+
+def pod_from_json(data: Mapping[str, Any]) -> PodSpec:
+    return PodSpec(
+        namespace=str(data["namespace"]),
+        name=str(data["name"]),
+        uid=str(data["uid"]),
+        container=str(data.get("container", "")),
+        image=str(data.get("image", "")),
+        command=tuple(str(x) for x in data.get("command") or ()),
+        args=tuple(str(x) for x in data.get("args") or ()),
+        working_dir=data.get("working_dir"),
+        ports=tuple(int(p) for p in data.get("ports") or ()),
+        cpu=None if data.get("cpu") is None else float(data["cpu"]),
+        memory=None if data.get("memory") is None else int(data["memory"]),
+        accelerator=data.get("accelerator"),
+        gpu_count=int(data.get("gpu_count", 0)),
+        labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
+        annotations={str(k): str(v) for k, v in (data.get("annotations") or {}).items()},
+    )
+
+
+def request_to_json(request: ProvisionRequest) -> dict[str, Any]:
+    return {
+        "claim": request.claim,
+        "capacity_type": request.capacity_type.value if request.capacity_type else None,
+        "region": request.region,
+        "env_keys": sorted(request.env),
+    }
+
+
+def request_from_json(data: Mapping[str, Any]) -> ProvisionRequest:
+    tier = data.get("capacity_type")
+    return ProvisionRequest(
+        claim=ClaimName(str(data["claim"])),
+        capacity_type=Tier(tier) if tier else None,
+        region=data.get("region"),
+        env={str(k): "" for k in data.get("env_keys") or ()},
+    )
+
+
+def result_to_json(result: ProvisionResult) -> dict[str, Any]:
+    credential = None
+    if result.credential is not None:
+        credential = {k: base64.b64encode(v).decode() for k, v in result.credential.data.items()}
+    return {
+        "instance_id": result.instance_id,
+        "reserved": result.reserved,
+        "credential": credential,
+        "endpoint": result.endpoint,
+    }
+
+
+def result_from_json(data: Mapping[str, Any]) -> ProvisionResult:
+    raw = data.get("credential")
+    credential = ConnectCredential({k: base64.b64decode(v) for k, v in raw.items()}) if raw else None
+    return ProvisionResult(
+        instance_id=InstanceId(str(data["instance_id"])),
+        reserved=bool(data["reserved"]),
+        credential=credential,
+        endpoint=data.get("endpoint"),
+    )
+
+
+def instance_to_json(instance: Instance) -> dict[str, Any]:
+    return {
+        "id": instance.id,
+        "claim": instance.claim,
+        "state": instance.state.value,
+        "created_at": instance.created_at.isoformat(),
+        "endpoint": instance.endpoint,
+        "started_at": _iso(instance.started_at),
+        "finished_at": _iso(instance.finished_at),
+        "exit_code": instance.exit_code,
+        "message": instance.message,
+        "region": instance.region,
+        "capacity_type": instance.capacity_type.value if instance.capacity_type else None,
+    }
+
+
+def instance_from_json(data: Mapping[str, Any]) -> Instance:
+    tier = data.get("capacity_type")
+    return Instance(
+        id=InstanceId(str(data["id"])),
+        claim=ClaimName(str(data["claim"])),
+        state=InstanceState(data["state"]),
+        created_at=datetime.fromisoformat(data["created_at"]),
+        endpoint=data.get("endpoint"),
+        started_at=_from_iso(data.get("started_at")),
+        finished_at=_from_iso(data.get("finished_at")),
+        exit_code=data.get("exit_code"),
+        message=str(data.get("message", "")),
+        region=data.get("region"),
+        capacity_type=Tier(tier) if tier else None,
+    )
+
+
+def offering_to_json(offering: Offering) -> dict[str, Any]:
+    return {
+        "accelerator": offering.accelerator,
+        "gpu_count": offering.gpu_count,
+        "tier": offering.tier.value,
+        "region": offering.region,
+        "hourly_price": offering.hourly_price,
+        "available": offering.available,
+        "instance_type": offering.instance_type,
+    }
+
+
+def offering_from_json(data: Mapping[str, Any]) -> Offering:
+    return Offering(
+        accelerator=data.get("accelerator"),
+        gpu_count=int(data["gpu_count"]),
+        tier=Tier(data["tier"]),
+        region=str(data["region"]),
+        hourly_price=data.get("hourly_price"),
+        available=bool(data.get("available", True)),
+        instance_type=str(data.get("instance_type", "")),
+    )
+
+
+def chunk_to_json(chunk: LogChunk) -> dict[str, Any]:
+    return {
+        "lines": [[line.index, line.at, line.text] for line in chunk.lines],
+        "total": chunk.total,
+        "ended": chunk.ended,
+    }
+
+
+def chunk_from_json(data: Mapping[str, Any]) -> LogChunk:
+    lines = tuple(LogLine(int(i), float(at), str(text)) for i, at, text in data["lines"])
+    return LogChunk(lines=lines, total=int(data["total"]), ended=bool(data["ended"]))
+
+
+def error_to_json(exc: errors.ProviderError) -> tuple[int, dict[str, Any]]:
+    """The HTTP status and body for a provider error."""
+    cls = next(c for c in type(exc).__mro__ if c in ERROR_STATUS or c is errors.ProviderError)
+    body: dict[str, Any] = {"type": cls.__name__, "message": str(exc)}
+    if isinstance(exc, errors.Unavailable):
+        body["retry_after"] = exc.retry_after
+    return ERROR_STATUS.get(cls, 500), {"error": body}
+
+
+def error_from_json(status: int, data: Any) -> errors.ProviderError:
+    """The provider error an answer stands for. 5xx is always Unavailable; an untyped
+    answer too, because it does not say anything about the instance (I3)."""
+    body = data.get("error") if isinstance(data, Mapping) else None
+    kind = body.get("type") if isinstance(body, Mapping) else None
+    message = str(body.get("message", "")) if isinstance(body, Mapping) else f"HTTP {status}"
+    if status >= 500 or kind not in _ERROR_TYPES:
+        retry = body.get("retry_after") if isinstance(body, Mapping) else None
+        return errors.Unavailable(message or f"fake cloud answered HTTP {status}", retry_after=retry)
+    return _ERROR_TYPES[kind](message)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _from_iso(value: Any) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(str(value))
