@@ -29,7 +29,7 @@ def test_the_default_scenario_has_a_cpu_and_an_h100_spot_and_on_demand_offering(
     assert (None, 0, Tier.ON_DEMAND, "us-east-1") in shapes
     assert {("h100", 8, tier, region) for tier in Tier for region in ("us-east-1", "eu-west-1")} <= shapes
     caps = provider.capabilities()
-    assert caps.poll_interval == 1.0 and not caps.pulls_images and caps.log_timestamps
+    assert caps.poll_interval == 1.0 and caps.pulls_images and caps.log_timestamps
     assert caps.capacity["nvidia.com/gpu"] == "1000" and set(caps.tiers) == set(Tier)
     forget(provider.name)
 
