@@ -10,7 +10,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from vnode.handler import Tracked
+from vnode.tracking import Tracked
 
 
 class Action(enum.Enum):

@@ -13,13 +13,10 @@ tests/vnode/test_invariants.py::test_I3_*.
 
 from __future__ import annotations
 
-import base64
-import enum
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,74 +31,19 @@ from providers.base import (
     Provider,
     ProvisionRequest,
     ProvisionResult,
-    Tier,
 )
-from providers.claim import claim_name
 from providers.podspec import pod_spec_from_dict
 from vnode import names, status
-from vnode.env import EnvError, MissingSource, decode_secret_data, resolve_env
+from vnode.env import EnvError, resolve_env
 from vnode.events import EventRecorder
-from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+from vnode.kube import Kube
+from vnode.podwriter import PodWriter
+from vnode.tracking import Lookup, RetryLater, Tracked, pod_claim, pod_key, tier_from
 
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 DEFAULT_BLOCK_TTL = 300.0
-
-
-class Lookup(enum.Enum):
-    FOUND = "found"
-    NOT_FOUND = "not found"
-    UNKNOWN = "could not ask"
-
-
-class RetryLater(Exception):
-    """The work for this Pod must be tried again (with backoff, or after `delay`)."""
-
-    def __init__(self, message: str, *, delay: float | None = None, missing: MissingSource | None = None) -> None:
-        super().__init__(message)
-        self.delay = delay
-        self.missing = missing
-
-
-@dataclass
-class Tracked:
-    """What the Handler knows of one Pod bound to its node."""
-
-    namespace: str
-    name: str
-    uid: str
-    claim: ClaimName
-    pod: JsonDict
-    instance_id: InstanceId | None = None
-    provisioned_at: float = 0.0  # monotonic; for the provider's list lag
-    terminal: bool = False  # refused: there is no instance and never will be
-    desired_annotations: dict[str, str] = field(default_factory=dict)
-    written_annotations: dict[str, str] = field(default_factory=dict)
-    desired_status: JsonDict | None = None
-    written_status: JsonDict | None = None
-    last_instance: Instance | None = None  # unchanged facts need no new status
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace')}/{meta.get('name')}"
-
-
-def pod_claim(pod: Mapping[str, Any]) -> ClaimName:
-    meta = pod.get("metadata") or {}
-    return claim_name(str(meta.get("namespace")), str(meta.get("name")), str(meta.get("uid")))
-
-
-def _tier(text: str | None) -> Tier | None:
-    for tier in Tier:
-        if text and text.lower() == tier.value.lower():
-            return tier
-    return None
 
 
 class Handler:
@@ -121,8 +63,8 @@ class Handler:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.provider = provider
-        self._kube = kube
         self._events = events
+        self.writer = PodWriter(kube, events)
         self._blocklister = blocklister
         self._block_ttl = block_ttl
         self._poll_interval = poll_interval
@@ -239,7 +181,7 @@ class Handler:
         """Provision the Pod's instance. Returns once the instance id is recorded in memory
         and on the Pod (I2); raises RetryLater when it must be tried again."""
         try:
-            env = resolve_env(pod, read_secret=self._read_secret, read_configmap=self._read_configmap)
+            env = resolve_env(pod, read_secret=self.writer.read_secret, read_configmap=self.writer.read_configmap)
         except EnvError as exc:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             raise RetryLater(str(exc), missing=exc.missing) from exc
@@ -248,7 +190,7 @@ class Handler:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         request = ProvisionRequest(
             claim=pod_claim(pod),
-            capacity_type=_tier(annotations.get(names.CAPACITY_TYPE_ANNOTATION)),
+            capacity_type=tier_from(annotations.get(names.CAPACITY_TYPE_ANNOTATION)),
             region=annotations.get(names.REGION_ANNOTATION) or None,
             env=env.values,
         )
@@ -283,9 +225,9 @@ class Handler:
         entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = result.instance_id
         if result.endpoint:
             entry.desired_annotations[names.ENDPOINT_ANNOTATION] = result.endpoint
-        self.flush_annotations(entry)  # I2: on the Pod before we report success
+        self.writer.flush_annotations(entry)  # I2: on the Pod before we report success
         if result.credential is not None:
-            self._write_connect_secret(pod, result.credential.data)
+            self.writer.write_connect_secret(pod, result.credential.data)
         if not self.capabilities().pulls_images:
             image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
             message = f"{self.provider.name} does not pull container images; image {image!r} is not used"
@@ -384,7 +326,7 @@ class Handler:
                 entry.last_instance = None
                 entry.desired_status = status.lost_status(entry.pod, now=self._now())
                 moved = True
-            if moved or self.needs_flush(entry):
+            if moved or self.writer.needs_flush(entry):
                 changed.append(entry.key)
         if live_claims is not None:
             self._sweep_orphans(snapshot, set(live_claims) | self.tracked_claims())
@@ -408,88 +350,8 @@ class Handler:
                 node, "Normal", names.EVENT_ORPHAN_TERMINATED, f"terminated instance {instance_id}: no Pod claims it"
             )
 
-    # -- writing -----------------------------------------------------------------------------
-    def needs_flush(self, entry: Tracked) -> bool:
-        pending_annotations = any(entry.written_annotations.get(k) != v for k, v in entry.desired_annotations.items())
-        desired = entry.desired_status
-        return pending_annotations or (desired is not None and desired is not entry.written_status)
-
     def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
-        """Write what changed: annotations first, then status (skipped once the Pod is terminal
-        in the API: a terminal status is frozen). Raises RetryLater on an API failure."""
+        """Write the Pod's pending metadata, then its status (see PodWriter.flush)."""
         entry = self.tracked(key)
-        if entry is None or (current is not None and (current.get("metadata") or {}).get("uid") != entry.uid):
-            return  # a Pod recreated under the same name is not this entry's
-        self.flush_annotations(entry)
-        if entry.desired_status is None or entry.desired_status == entry.written_status:
-            entry.written_status = entry.desired_status  # equal in value: nothing to write
-            return
-        phase = ((current or {}).get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            entry.written_status = entry.desired_status
-            return
-        desired = entry.desired_status
-        try:
-            self._kube.patch(
-                path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"),
-                {"status": desired},
-            )
-        except NotFoundError:
-            return
-        except KubeError as exc:
-            raise RetryLater(f"status write failed: {exc}") from exc
-        entry.written_status = desired
-
-    def flush_annotations(self, entry: Tracked) -> None:
-        pending = {k: v for k, v in entry.desired_annotations.items() if entry.written_annotations.get(k) != v}
-        if not pending:
-            return
-        try:
-            self._kube.patch(
-                path_for("pods", namespace=entry.namespace, name=entry.name),
-                {"metadata": {"annotations": pending}},
-            )
-        except NotFoundError:
-            return
-        except KubeError as exc:
-            raise RetryLater(f"annotation write failed: {exc}") from exc
-        entry.written_annotations.update(pending)
-
-    def _write_connect_secret(self, pod: Mapping[str, Any], data: Mapping[str, bytes]) -> None:
-        meta = pod.get("metadata") or {}
-        secret = {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "type": "Opaque",
-            "metadata": {
-                "name": names.connect_secret_name(str(meta.get("name"))),
-                "namespace": meta.get("namespace"),
-                "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
-                "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
-                ],
-            },
-            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-        }
-        try:
-            self._kube.create(path_for("secrets", namespace=str(meta.get("namespace"))), secret)
-        except ConflictError:
-            pass  # written by an earlier attempt
-        except KubeError as exc:
-            # The instance runs and is tracked; only the credential is lost. Say so, no secret.
-            logger.warning("could not write the connect Secret for %s: %s", pod_key(pod), exc.reason)
-            self._events.pod(pod, "Warning", "ConnectSecretFailed", f"could not write the connect Secret: {exc.reason}")
-
-    def _read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        try:
-            secret = self._kube.get(path_for("secrets", namespace=namespace, name=name))
-        except NotFoundError:
-            return None
-        return decode_secret_data(secret.get("data"))
-
-    def _read_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        try:
-            configmap = self._kube.get(path_for("configmaps", namespace=namespace, name=name))
-        except NotFoundError:
-            return None
-        return dict(configmap.get("data") or {})
+        if entry is not None:
+            self.writer.flush(entry, current)

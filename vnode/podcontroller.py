@@ -20,10 +20,11 @@ from vnode import names
 from vnode.decisions import Action, decide
 from vnode.env import MissingSource
 from vnode.events import EventRecorder
-from vnode.handler import Handler, Lookup, RetryLater, pod_claim
+from vnode.handler import Handler
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
 from vnode.queue import WorkQueue
 from vnode.reflector import Reflector
+from vnode.tracking import Lookup, RetryLater, pod_claim
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,111 @@
+"""Everything the vnode writes about a Pod: annotations, then status, and the connect Secret.
+
+Called by the Handler. Metadata goes first so that whoever reads a status can also find
+the instance (design §1.6); a status the API already shows as terminal is frozen. Reads
+Secrets and ConfigMaps for env resolution. Never logs a Secret's content (I4).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from vnode import names
+from vnode.env import decode_secret_data
+from vnode.events import EventRecorder
+from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+from vnode.tracking import RetryLater, Tracked, pod_key
+
+logger = logging.getLogger(__name__)
+
+
+class PodWriter:
+    def __init__(self, kube: Kube, events: EventRecorder) -> None:
+        self._kube = kube
+        self._events = events
+
+    def needs_flush(self, entry: Tracked) -> bool:
+        pending_annotations = any(entry.written_annotations.get(k) != v for k, v in entry.desired_annotations.items())
+        desired = entry.desired_status
+        return pending_annotations or (desired is not None and desired is not entry.written_status)
+
+    def flush(self, entry: Tracked, current: Mapping[str, Any] | None) -> None:
+        """Write what changed: annotations first, then status (skipped once the Pod is terminal
+        in the API: a terminal status is frozen). Raises RetryLater on an API failure."""
+        if current is not None and (current.get("metadata") or {}).get("uid") != entry.uid:
+            return  # a Pod recreated under the same name is not this entry's
+        self.flush_annotations(entry)
+        if entry.desired_status is None or entry.desired_status == entry.written_status:
+            entry.written_status = entry.desired_status  # equal in value: nothing to write
+            return
+        phase = ((current or {}).get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            entry.written_status = entry.desired_status
+            return
+        desired = entry.desired_status
+        try:
+            self._kube.patch(
+                path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"),
+                {"status": desired},
+            )
+        except NotFoundError:
+            return
+        except KubeError as exc:
+            raise RetryLater(f"status write failed: {exc}") from exc
+        entry.written_status = desired
+
+    def flush_annotations(self, entry: Tracked) -> None:
+        pending = {k: v for k, v in entry.desired_annotations.items() if entry.written_annotations.get(k) != v}
+        if not pending:
+            return
+        try:
+            self._kube.patch(
+                path_for("pods", namespace=entry.namespace, name=entry.name),
+                {"metadata": {"annotations": pending}},
+            )
+        except NotFoundError:
+            return
+        except KubeError as exc:
+            raise RetryLater(f"annotation write failed: {exc}") from exc
+        entry.written_annotations.update(pending)
+
+    def write_connect_secret(self, pod: Mapping[str, Any], data: Mapping[str, bytes]) -> None:
+        meta = pod.get("metadata") or {}
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": {
+                "name": names.connect_secret_name(str(meta.get("name"))),
+                "namespace": meta.get("namespace"),
+                "labels": {names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": meta.get("name"), "uid": meta.get("uid")}
+                ],
+            },
+            "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+        }
+        try:
+            self._kube.create(path_for("secrets", namespace=str(meta.get("namespace"))), secret)
+        except ConflictError:
+            pass  # written by an earlier attempt
+        except KubeError as exc:
+            # The instance runs and is tracked; only the credential is lost. Say so, no secret.
+            logger.warning("could not write the connect Secret for %s: %s", pod_key(pod), exc.reason)
+            self._events.pod(pod, "Warning", "ConnectSecretFailed", f"could not write the connect Secret: {exc.reason}")
+
+    def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        try:
+            secret = self._kube.get(path_for("secrets", namespace=namespace, name=name))
+        except NotFoundError:
+            return None
+        return decode_secret_data(secret.get("data"))
+
+    def read_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
+        try:
+            configmap = self._kube.get(path_for("configmaps", namespace=namespace, name=name))
+        except NotFoundError:
+            return None
+        return dict(configmap.get("data") or {})
