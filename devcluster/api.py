@@ -1,0 +1,362 @@
+"""The API layer: one HTTP request (already read) in, one reply out, plus what to log.
+
+`server.py` parses the wire and calls `Api.handle`; this module negotiates media types,
+routes, applies selectors and Tables, and calls `Resources`. Watches and kubelet proxying
+need the socket, so they come back as `WatchReply` / `ProxyReply` for the server to run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from devcluster import admission, discovery, protobuf, selectors, tables
+from devcluster.errors import ApiError, bad_request, not_found
+from devcluster.registry import Registry, ResourceType
+from devcluster.resources import PATCH_TYPES, Resources
+from devcluster.routing import Discovery, ResourceRoute, resolve
+from devcluster.routing import not_found as route_not_found
+
+MAX_BODY = 3 * 1024 * 1024
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+_TRUE = ("true", "1")
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: list[tuple[str, str]]
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+    def param(self, name: str, default: str = "") -> str:
+        for key, value in self.query:
+            if key == name:
+                return value
+        return default
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name.lower(), "")
+
+
+@dataclass
+class Reply:
+    code: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+@dataclass
+class Info:
+    """What the request log records about a request."""
+
+    verb: str = ""
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+@dataclass
+class WatchReply:
+    rt: ResourceType
+    namespace: str | None
+    since: int | None
+    label: selectors.LabelSelector
+    field: selectors.FieldSelector
+    timeout: float | None
+    bookmarks: bool
+    initial_events_end: bool
+    table: str | None  # includeObject policy when the client asked for Table events
+
+
+@dataclass
+class ProxyReply:
+    host: str
+    port: int
+    target: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+AnyReply = Reply | WatchReply | ProxyReply
+
+
+def json_reply(code: int, obj: Any) -> Reply:
+    return Reply(code, json.dumps(obj, separators=(",", ":")).encode())
+
+
+def status_reply(err: ApiError) -> Reply:
+    return json_reply(err.code, err.status())
+
+
+class Api:
+    def __init__(self, resources: Resources, registry: Registry, *, server_address: str) -> None:
+        self.resources = resources
+        self.registry = registry
+        self.server_address = server_address
+
+    def handle(self, request: Request, info: Info) -> AnyReply:
+        try:
+            return self._handle(request, info)
+        except ApiError as err:
+            return status_reply(err)
+        except selectors.SelectorError as err:
+            return status_reply(bad_request(f"unable to parse requirement: {err}"))
+
+    def _handle(self, request: Request, info: Info) -> AnyReply:
+        path = request.path
+        info.verb = request.method.lower() if request.method != "GET" else "get"
+        if path in ("/healthz", "/readyz", "/livez") or path.startswith(("/healthz/", "/readyz/", "/livez/")):
+            return Reply(200, b"ok", "text/plain; charset=utf-8")
+        if path == "/version":
+            return json_reply(200, discovery.VERSION_INFO)
+        if path == "/openapi/v2":
+            if "protobuf" in request.header("accept"):
+                return Reply(200, b"", "application/octet-stream")
+            return json_reply(200, discovery.openapi_v2_json())
+        if path == "/api" or path.startswith(("/api/", "/apis")):
+            target = resolve(self.registry, path)
+            if isinstance(target, Discovery):
+                self._only(request, "GET")
+                return self._discovery(target)
+            return self._resource(request, target, info)
+        raise route_not_found()
+
+    @staticmethod
+    def _only(request: Request, *methods: str) -> None:
+        if request.method not in methods:
+            raise ApiError(405, f"the server does not allow this method on the requested resource ({request.method})")
+
+    def _discovery(self, target: Discovery) -> Reply:
+        if target.legacy and target.version is None:
+            return json_reply(200, discovery.api_versions(self.server_address))
+        if target.group is None:
+            return json_reply(200, discovery.api_group_list(self.registry))
+        if target.version is None:
+            group = discovery.api_group(self.registry, target.group)
+            if group is None:
+                raise route_not_found()
+            return json_reply(200, group)
+        document = discovery.resource_list(self.registry, target.group, target.version)
+        if document is None:
+            raise route_not_found()
+        return json_reply(200, document)
+
+    def _resource(self, request: Request, route: ResourceRoute, info: Info) -> AnyReply:
+        rt, method, sub = route.rt, request.method, route.subresource
+        info.resource, info.subresource = rt.plural, sub
+        info.namespace, info.name = route.namespace or "", route.name
+        dry_run = request.param("dryRun") == "All"
+        ns = route.namespace or ""
+        if sub in ("log", "exec", "attach", "portforward"):
+            self._only(request, *(("GET",) if sub == "log" else ("GET", "POST")))
+            info.verb = "get" if sub == "log" else "create"
+            return self._proxy(route, request)
+        if sub == "binding":
+            self._only(request, "POST")
+            info.verb = "create"
+            self.resources.bind(ns, route.name, self._body(request))
+            return json_reply(
+                201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+            )
+        if not route.name:
+            self._only(request, "GET", "POST")
+            if method == "POST":
+                info.verb = "create"
+                if rt.namespaced and route.namespace is None:
+                    raise ApiError(405, f"a namespace is required to create {rt.plural}")
+                body = self._body(request)
+                if rt.kind == "Pod" and not rt.group:
+                    body = admission.admit_pod(self.resources.store, ns, body)
+                obj = self.resources.create(rt, ns, body, dry_run=dry_run)
+                info.name = obj["metadata"].get("name", "")
+                return json_reply(201, obj)
+            if request.param("watch") in _TRUE:
+                info.verb = "watch"
+                return self._watch(request, route)
+            info.verb = "list"
+            return self._list(request, route)
+        self._only(request, *(("GET", "PUT", "PATCH") if sub else ("GET", "PUT", "PATCH", "DELETE")))
+        if method == "GET":
+            if request.param("watch") in _TRUE:
+                info.verb = "watch"
+                return self._watch(request, route, name=route.name)
+            obj = self.resources.get(rt, ns, route.name)
+            table = _table_request(request)
+            if table is not None:
+                rv = obj["metadata"].get("resourceVersion", "")
+                return json_reply(200, tables.to_table(rt.kind, [obj], resource_version=rv, include_object=table))
+            return json_reply(200, obj)
+        if method == "PUT":
+            info.verb = "update"
+            return json_reply(
+                200, self.resources.replace(rt, ns, route.name, self._body(request), subresource=sub, dry_run=dry_run)
+            )
+        if method == "PATCH":
+            info.verb = "patch"
+            content_type = _media_type(request.header("content-type"))
+            if content_type not in PATCH_TYPES:
+                raise ApiError(
+                    415,
+                    "the body of the request was in an unknown format - accepted media types include: "
+                    + ", ".join(PATCH_TYPES),
+                )
+            self._check_size(request)
+            obj, created = self.resources.patch(
+                rt, ns, route.name, content_type, request.body, subresource=sub, dry_run=dry_run
+            )
+            return json_reply(201 if created else 200, obj)
+        info.verb = "delete"
+        options = self._body(request) if request.body.strip() else {}
+        options = self._delete_options(request, options)
+        return json_reply(200, self.resources.delete(rt, ns, route.name, options, dry_run=dry_run))
+
+    def _check_size(self, request: Request) -> None:
+        if len(request.body) > MAX_BODY:
+            raise ApiError(413, "the request body is too large", reason="RequestEntityTooLarge")
+
+    def _body(self, request: Request) -> Any:
+        """Decode a JSON, YAML or protobuf request body; 400 on malformed input, 415 on unknown types."""
+        self._check_size(request)
+        media = _media_type(request.header("content-type")) or "application/json"
+        if media == PROTOBUF:
+            try:
+                return protobuf.decode_object(request.body)
+            except protobuf.ProtobufError as err:
+                raise ApiError(415, f"the body of the request was in an unknown format: {err}") from None
+        if media in ("application/json", "*/*"):
+            try:
+                return json.loads(request.body or b"null")
+            except (ValueError, UnicodeDecodeError) as err:
+                raise bad_request(f"the request body is invalid JSON: {err}") from None
+        if media in ("application/yaml", "application/x-yaml"):
+            import yaml
+
+            try:
+                return yaml.safe_load(request.body)
+            except yaml.YAMLError as err:
+                raise bad_request(f"the request body is invalid YAML: {err}") from None
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"application/json, application/yaml, {PROTOBUF}",
+        )
+
+    @staticmethod
+    def _delete_options(request: Request, options: Any) -> dict[str, Any]:
+        if not isinstance(options, dict):
+            raise bad_request("the request body must be a DeleteOptions object")
+        grace = request.param("gracePeriodSeconds")
+        if grace:
+            try:
+                options["gracePeriodSeconds"] = int(grace)
+            except ValueError:
+                raise bad_request(f"invalid gracePeriodSeconds {grace!r}") from None
+        policy = request.param("propagationPolicy")
+        if policy:
+            options["propagationPolicy"] = policy
+        return options
+
+    def _list(self, request: Request, route: ResourceRoute) -> Reply:
+        label = selectors.parse_label_selector(request.param("labelSelector"))
+        field_sel = selectors.parse_field_selector(request.param("fieldSelector"))
+        items, rv = self.resources.store.list_objects(route.rt.storage_key, route.namespace)
+        items = [obj for obj in items if label.matches(obj) and field_sel.matches(obj)]
+        table = _table_request(request)
+        if table is not None:
+            return json_reply(
+                200, tables.to_table(route.rt.kind, items, resource_version=str(rv), include_object=table)
+            )
+        return json_reply(
+            200,
+            {
+                "kind": f"{route.rt.kind}List",
+                "apiVersion": route.rt.api_version,
+                "metadata": {"resourceVersion": str(rv)},
+                "items": items,
+            },
+        )
+
+    def _watch(self, request: Request, route: ResourceRoute, *, name: str = "") -> WatchReply:
+        field_text = request.param("fieldSelector")
+        if name:
+            field_text = ",".join(t for t in (field_text, f"metadata.name={name}") if t)
+        rv_text = request.param("resourceVersion")
+        initial = request.param("sendInitialEvents") in _TRUE
+        since: int | None = None
+        if rv_text not in ("", "0") and not initial:
+            try:
+                since = int(rv_text)
+            except ValueError:
+                raise bad_request(f"invalid resourceVersion {rv_text!r}") from None
+        timeout: float | None = None
+        if request.param("timeoutSeconds"):
+            try:
+                timeout = float(request.param("timeoutSeconds"))
+            except ValueError:
+                raise bad_request("timeoutSeconds must be a number") from None
+        return WatchReply(
+            rt=route.rt,
+            namespace=route.namespace,
+            since=since,
+            label=selectors.parse_label_selector(request.param("labelSelector")),
+            field=selectors.parse_field_selector(field_text),
+            timeout=timeout,
+            bookmarks=request.param("allowWatchBookmarks") in _TRUE,
+            initial_events_end=initial,
+            table=_table_request(request),
+        )
+
+    def _proxy(self, route: ResourceRoute, request: Request) -> ProxyReply:
+        from devcluster import proxy
+
+        pods = route.rt
+        pod = self.resources.get(pods, route.namespace or "", route.name)
+        spec = pod.get("spec") or {}
+        node_name = spec.get("nodeName")
+        if not node_name:
+            raise bad_request(f"pod {route.name} does not have a host assigned")
+        node = self.resources.store.get("/nodes", "", node_name)
+        if node is None:
+            raise not_found("nodes", node_name)
+        status = node.get("status") or {}
+        addresses = [a for a in status.get("addresses") or [] if isinstance(a, dict)]
+        host = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), None)
+        port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+        if not host or not isinstance(port, int) or port <= 0:
+            raise ApiError(
+                503, f"node {node_name} has no InternalIP address or kubelet port", reason="ServiceUnavailable"
+            )
+        container: str | None = request.param("container") or None
+        if route.subresource != "portforward" and container is None:
+            names = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, dict)]
+            if len(names) != 1:
+                choices = " ".join(str(n) for n in names)
+                raise bad_request(
+                    f"a container name must be specified for pod {route.name}, choose one of: [{choices}]"
+                )
+            container = str(names[0])
+        try:
+            target = proxy.kubelet_location(
+                route.subresource, route.namespace or "", route.name, container, request.query
+            )
+        except proxy.LocationError as err:
+            raise bad_request(str(err)) from None
+        return ProxyReply(host=str(host), port=port, target=target)
+
+
+def _media_type(value: str) -> str:
+    return value.split(";", 1)[0].strip().lower()
+
+
+def _table_request(request: Request) -> str | None:
+    """The includeObject policy when the Accept header asks for a meta.k8s.io Table, else None."""
+    accept = request.header("accept")
+    for option in accept.split(","):
+        params = {p.strip() for p in option.split(";")[1:]}
+        if "as=Table" in params and "g=meta.k8s.io" in params:
+            return request.param("includeObject") or "Metadata"
+    return None

@@ -1,0 +1,158 @@
+"""`DevCluster`: the embedded API server assembled, started and stopped.
+
+Tests, `manage.py devcluster` and later `runvnode --dev-cluster` construct one; `start()`
+makes the TLS material, binds, writes the kubeconfig and starts the server and scheduler
+threads; `stop()` ends watches and joins every thread. The constructor does no I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from devcluster import tls
+from devcluster.api import Api
+from devcluster.controllers import AppsController
+from devcluster.errors import ApiError
+from devcluster.registry import Registry
+from devcluster.requestlog import RequestLog
+from devcluster.resources import Resources
+from devcluster.schedloop import SchedulerLoop
+from devcluster.server import ApiServer
+from devcluster.store import Store
+
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+
+class DevCluster:
+    """A single-process Kubernetes API server over HTTPS, for demos and tests only."""
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        kubeconfig_path: str | None = None,
+        event_history: int = 10000,
+        bookmark_interval: float = 1.0,
+        scheduler_interval: float = 0.5,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.kubeconfig_path = kubeconfig_path
+        self.bookmark_interval = bookmark_interval
+        self.registry = Registry()
+        self.store = Store(history=event_history)
+        self.resources = Resources(self.store, self.registry)
+        self.request_log = RequestLog()
+        self.scheduler = SchedulerLoop(self.resources, interval=scheduler_interval)
+        self.apps = AppsController(self.resources)
+        self._credentials: tls.Credentials | None = None
+        self._server: ApiServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the devcluster is not started")
+        # A wildcard bind is reached through loopback; the certificate always covers 127.0.0.1.
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        host = f"[{host}]" if ":" in host else host
+        return f"https://{host}:{self._server.server_address[1]}"
+
+    @property
+    def ca_pem(self) -> bytes:
+        if self._credentials is None:
+            raise RuntimeError("the devcluster is not started")
+        return self._credentials.ca_pem
+
+    @property
+    def token(self) -> str:
+        if self._credentials is None:
+            raise RuntimeError("the devcluster is not started")
+        return self._credentials.token
+
+    def kubeconfig(self) -> str:
+        """The kubeconfig YAML (HTTPS, embedded CA, bearer token, context `devcluster`)."""
+        if self._credentials is None:
+            raise RuntimeError("the devcluster is not started")
+        return tls.kubeconfig_yaml(self.url, self._credentials)
+
+    def start(self) -> None:
+        """Serve on background threads; returns once the socket is listening."""
+        if self._server is not None:
+            raise RuntimeError("the devcluster is already started")
+        self._seed()
+        self._credentials = tls.make_credentials(self.host)
+        context = tls.server_context(self._credentials)
+        api = Api(self.resources, self.registry, server_address=f"{self.host}:{self.port}")
+        self._server = ApiServer(
+            (self.host, self.port),
+            api=api,
+            store=self.store,
+            request_log=self.request_log,
+            tls=context,
+            bookmark_interval=self.bookmark_interval,
+        )
+        api.server_address = f"{self.host}:{self._server.server_address[1]}"
+        self._server.hub.start()
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="devcluster-http", daemon=True
+        )
+        self._thread.start()
+        self.scheduler.start()
+        self.apps.start()
+        if self.kubeconfig_path:
+            tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
+
+    def stop(self) -> None:
+        """Stop serving: end open watches and proxied streams, join every thread."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.stopping.set()
+        self.scheduler.stop()
+        self.apps.stop()
+        server.shutdown()
+        server.hub.stop()
+        self.store.close_watchers()
+        server.drop_connections()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def compact(self) -> None:
+        """Forget the event history: watches from any older resourceVersion get 410 Gone."""
+        self.store.compact()
+
+    def apply_manifest(self, document: dict[str, Any]) -> dict[str, Any]:
+        """Create one object from a manifest (e.g. a CRD from `--crd FILE`), as POST would."""
+        api_version, kind = str(document.get("apiVersion", "")), str(document.get("kind", ""))
+        rt = self.registry.by_kind(api_version, kind)
+        if rt is None:
+            raise ApiError(404, f"no resource serves {api_version} {kind}")
+        namespace = str((document.get("metadata") or {}).get("namespace") or "default") if rt.namespaced else ""
+        return self.resources.create(rt, namespace, document)
+
+    def load_manifests(self, text: str) -> list[dict[str, Any]]:
+        """Create every object in a multi-document YAML text."""
+        return [self.apply_manifest(doc) for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+
+    def _seed(self) -> None:
+        namespaces = self.registry.lookup("", "v1", "namespaces")
+        assert namespaces is not None
+        for name in INITIAL_NAMESPACES:
+            if self.store.get(namespaces.storage_key, "", name) is None:
+                self.resources.create(namespaces, "", {"metadata": {"name": name}})
+
+    def __enter__(self) -> DevCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

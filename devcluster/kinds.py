@@ -1,0 +1,123 @@
+"""Kind-specific defaulting and validation, as the real API server's strategies do them.
+
+Pure functions over plain dicts, called by `resources.py` on create and update. They
+mutate only the copy they are handed and never touch the store.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from devcluster.errors import invalid
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+DEFAULT_GRACE_SECONDS = 30
+
+
+def default_pod(pod: dict[str, Any]) -> None:
+    """The defaults clients rely on (kubectl, the official client, the virtual kubelet)."""
+    spec = pod.setdefault("spec", {})
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for container in spec.get(group) or []:
+            if isinstance(container, dict):
+                _default_container(container)
+
+
+def _default_container(container: dict[str, Any]) -> None:
+    container.setdefault("terminationMessagePath", "/dev/termination-log")
+    container.setdefault("terminationMessagePolicy", "File")
+    container.setdefault("resources", {})
+    image = str(container.get("image", ""))
+    last = image.rsplit("/", 1)[-1]
+    untagged_or_latest = "@" not in last and (":" not in last or last.endswith(":latest"))
+    container.setdefault("imagePullPolicy", "Always" if untagged_or_latest else "IfNotPresent")
+
+
+def validate_pod(pod: dict[str, Any]) -> None:
+    name = pod["metadata"].get("name", "")
+    containers = (pod.get("spec") or {}).get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise invalid("Pod", name, "spec.containers: Required value")
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict) or not container.get("name"):
+            raise invalid("Pod", name, f"spec.containers[{i}].name: Required value")
+        if not container.get("image"):
+            raise invalid("Pod", name, f"spec.containers[{i}].image: Required value")
+
+
+def initial_pod_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """A created Pod's status is reset, as the real server does: Pending with its QoS class."""
+    return {"phase": "Pending", "qosClass": qos_class(pod)}
+
+
+def qos_class(pod: dict[str, Any]) -> str:
+    containers = [c for c in (pod.get("spec") or {}).get("containers") or [] if isinstance(c, dict)]
+    resources = [c.get("resources") or {} for c in containers]
+    if not any((r.get("requests") or r.get("limits")) for r in resources):
+        return "BestEffort"
+    for r in resources:
+        limits, requests = r.get("limits") or {}, r.get("requests") or {}
+        for res in ("cpu", "memory"):
+            if res not in limits or requests.get(res, limits[res]) != limits[res]:
+                return "Burstable"
+    return "Guaranteed"
+
+
+def pod_grace_seconds(pod: dict[str, Any], requested: int | None) -> int:
+    """The grace a DELETE gets: none for an unbound or finished Pod (no kubelet will act)."""
+    spec = pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        return 0
+    if requested is not None:
+        return max(0, requested)
+    grace = spec.get("terminationGracePeriodSeconds")
+    return grace if isinstance(grace, int) else DEFAULT_GRACE_SECONDS
+
+
+def default_secret(secret: dict[str, Any]) -> None:
+    """`type` defaults to Opaque; write-only `stringData` is merged into base64 `data`."""
+    if not secret.get("type"):
+        secret["type"] = "Opaque"
+    string_data = secret.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = dict(secret.get("data") or {})
+        for key, value in string_data.items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+        secret["data"] = data
+    name = secret["metadata"].get("name", "")
+    for key, value in (secret.get("data") or {}).items():
+        try:
+            base64.b64decode(str(value), validate=True)
+        except ValueError:
+            raise invalid("Secret", name, f"data[{key}]: Invalid value: illegal base64 data") from None
+
+
+def default_namespace(namespace: dict[str, Any]) -> None:
+    namespace.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    namespace["status"] = {"phase": "Active"}
+    labels = namespace["metadata"].setdefault("labels", {})
+    labels.setdefault("kubernetes.io/metadata.name", namespace["metadata"]["name"])
+
+
+def crd_status(crd: dict[str, Any], now: str) -> dict[str, Any]:
+    spec = crd.get("spec") or {}
+    conditions = [
+        {"type": t, "status": "True", "reason": r, "message": m, "lastTransitionTime": now}
+        for t, r, m in (
+            ("NamesAccepted", "NoConflicts", "no conflicts found"),
+            ("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+        )
+    ]
+    stored = [v.get("name") for v in spec.get("versions") or [] if isinstance(v, dict) and v.get("storage")]
+    return {"acceptedNames": spec.get("names") or {}, "conditions": conditions, "storedVersions": stored}
+
+
+def spec_of(obj: dict[str, Any]) -> dict[str, Any]:
+    """Everything a generation bump looks at: the object minus metadata and status."""
+    return {k: v for k, v in obj.items() if k not in ("metadata", "status", "kind", "apiVersion")}

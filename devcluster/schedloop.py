@@ -1,0 +1,158 @@
+"""The scheduler loop: binds schedulable Pods using the pure decisions of `scheduler.py`.
+
+`DevCluster` runs one `SchedulerLoop` thread. It wakes on Pod or Node changes (or every
+`interval`), binds what fits, and records why the rest does not (PodScheduled=False and a
+FailedScheduling Event only when the reason changes). It writes only through `Resources`.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import uuid
+from collections import Counter
+from typing import Any
+
+from devcluster import scheduler
+from devcluster.errors import ApiError
+from devcluster.resources import Resources, bound_pod, timestamp
+from devcluster.watch import Change
+
+log = logging.getLogger(__name__)
+
+PODS, NODES, EVENTS = "/pods", "/nodes", "/events"
+
+
+class SchedulerLoop:
+    def __init__(self, resources: Resources, *, interval: float = 0.5) -> None:
+        self.resources = resources
+        self.interval = interval
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_message: dict[str, str] = {}
+
+    def start(self) -> None:
+        self.resources.store.add_listener(self._on_change)
+        self._thread = threading.Thread(target=self._run, name="devcluster-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _on_change(self, change: Change) -> None:
+        if change.storage_key in (PODS, NODES):
+            self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.schedule_once()
+            except Exception:  # the loop must survive a bug in one pass; the next pass retries
+                log.exception("scheduler pass failed")
+
+    def schedule_once(self) -> None:
+        """One pass over every unbound Pod: bind, or record why it cannot be bound."""
+        store = self.resources.store
+        pods, _ = store.list_objects(PODS)
+        nodes, _ = store.list_objects(NODES)
+        live = {str(p["metadata"].get("uid")) for p in pods}
+        self._last_message = {uid: m for uid, m in self._last_message.items() if uid in live}
+        counts = Counter(str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName"))
+        for pod in pods:
+            spec = pod.get("spec") or {}
+            if spec.get("nodeName") or spec.get("schedulerName", "default-scheduler") != "default-scheduler":
+                continue
+            if spec.get("schedulingGates"):
+                self._condition(pod, "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
+                continue
+            if not scheduler.schedulable(pod):
+                continue
+            node = scheduler.pick_node(pod, nodes, pod_counts=counts)
+            if node is not None:
+                self._bind(pod, node)
+                counts[node] += 1
+            else:
+                message = scheduler.explain(pod, nodes)
+                if self._condition(pod, "Unschedulable", message):
+                    self._event(pod, "Warning", "FailedScheduling", message)
+
+    def _bind(self, pod: dict[str, Any], node: str) -> None:
+        meta = pod["metadata"]
+        with self.resources.store.lock:
+            current = self.resources.store.get(PODS, meta["namespace"], meta["name"])
+            if current is None or current["metadata"].get("uid") != meta.get("uid"):
+                return
+            if (current.get("spec") or {}).get("nodeName") or current["metadata"].get("deletionTimestamp"):
+                return
+            self.resources.store.put(PODS, bound_pod(current, node, timestamp(self.resources.clock())))
+        self._last_message.pop(str(meta.get("uid")), None)
+        message = f"Successfully assigned {meta['namespace']}/{meta['name']} to {node}"
+        self._event(pod, "Normal", "Scheduled", message)
+
+    def _condition(self, pod: dict[str, Any], reason: str, message: str) -> bool:
+        """Set PodScheduled=False; True when the reason or message changed (worth an Event)."""
+        uid = str(pod["metadata"].get("uid"))
+        if self._last_message.get(uid) == reason + message:
+            return False
+        meta = pod["metadata"]
+        with self.resources.store.lock:
+            current = self.resources.store.get(PODS, meta["namespace"], meta["name"])
+            if current is None or current["metadata"].get("uid") != meta.get("uid"):
+                return False
+            updated = copy.deepcopy(current)
+            status = updated.setdefault("status", {})
+            conditions = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+            conditions.append(
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": timestamp(self.resources.clock()),
+                }
+            )
+            status["conditions"] = conditions
+            self.resources.store.put(PODS, updated)
+        self._last_message[uid] = reason + message
+        return True
+
+    def _event(self, pod: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        meta = pod["metadata"]
+        now = timestamp(self.resources.clock())
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid"),
+                "apiVersion": "v1",
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "source": {"component": "default-scheduler"},
+            "reportingComponent": "default-scheduler",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        events = self.resources.registry.lookup("", "v1", "events")
+        assert events is not None
+        try:
+            self.resources.create(events, meta["namespace"], event)
+        except ApiError as err:  # e.g. the namespace went away meanwhile
+            log.debug("could not record scheduler event: %s", err.message)

@@ -1,0 +1,141 @@
+"""pods/{name}/log|exec through the server to a TLS stand-in kubelet: the rewritten path, a
+streamed chunked answer, an upgrade pumped byte for byte, and the 4xx/5xx when it cannot."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from devcluster_fixtures import Raw, make_node, make_pod
+
+from devcluster import DevCluster, tls
+
+PODS = "/api/v1/namespaces/default/pods"
+
+
+class FakeKubelet:
+    """A one-thread TLS server: answers a chunked log, or 101 and then echoes every byte."""
+
+    def __init__(self) -> None:
+        credentials = tls.make_credentials("127.0.0.1")
+        self.context = tls.server_context(credentials)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.requests: list[str] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                raw, _ = self.listener.accept()
+            except OSError:
+                return
+            with self.context.wrap_socket(raw, server_side=True) as conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    data = conn.recv(4096)
+                    if not data:
+                        break
+                    head += data
+                head, _, rest = head.partition(b"\r\n\r\n")
+                self.requests.append(head.decode())
+                if b"upgrade: spdy/3.1" in head.lower():
+                    conn.sendall(
+                        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n"
+                    )
+                    if rest:
+                        conn.sendall(rest)
+                    while data := conn.recv(4096):
+                        conn.sendall(data)
+                else:
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+                    for line in (b"line1\n", b"line2\n"):
+                        conn.sendall(b"%x\r\n%s\r\n" % (len(line), line))
+                    conn.sendall(b"0\r\n\r\n")
+
+    def close(self) -> None:
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
+        except OSError:
+            pass
+        self.listener.close()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def kubelet() -> Iterator[FakeKubelet]:
+    server = FakeKubelet()
+    server.thread.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def _setup(raw: Raw, port: int) -> None:
+    node = make_node("n1")
+    node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = port
+    assert raw.json("POST", "/api/v1/nodes", node)[0] == 201
+    assert raw.json("POST", PODS, make_pod(spec={"nodeName": "n1"}))[0] == 201
+
+
+def test_logs_are_proxied_to_the_rewritten_kubelet_path_and_streamed(raw: Raw, kubelet: FakeKubelet) -> None:
+    _setup(raw, kubelet.port)
+    status, headers, body = raw.request("GET", f"{PODS}/p1/log?tailLines=2&timestamps=true")
+    assert (status, body) == (200, b"line1\nline2\n")
+    request_line = kubelet.requests[0].split("\r\n")[0]
+    assert request_line.startswith("GET /containerLogs/default/p1/main?")
+    assert "tailLines=2" in request_line and "timestamps=true" in request_line
+
+
+def test_an_exec_upgrade_is_pumped_byte_for_byte(raw: Raw, kubelet: FakeKubelet) -> None:
+    _setup(raw, kubelet.port)
+    context = ssl.create_default_context(cadata=raw.cluster.ca_pem.decode())
+    with context.wrap_socket(socket.create_connection((raw.host, raw.port)), server_hostname="127.0.0.1") as sock:
+        sock.settimeout(30)
+        request = (
+            f"POST {PODS}/p1/exec?command=echo&command=hi&stdout=true HTTP/1.1\r\nHost: x\r\n"
+            "Connection: Upgrade\r\nUpgrade: SPDY/3.1\r\nX-Stream-Protocol-Version: v4.channel.k8s.io\r\n"
+            "Content-Length: 0\r\n\r\n"
+        ).encode()
+        sock.sendall(request + b"\x80\x03pipelined")
+        received = b""
+        while b"pipelined" not in received:
+            received += sock.recv(4096)
+        assert received.startswith(b"HTTP/1.1 101")
+        payload = bytes(range(256))
+        sock.sendall(payload)
+        echoed = b""
+        while len(echoed) < len(payload):
+            echoed += sock.recv(4096)
+        assert echoed == payload
+    request_line = kubelet.requests[0].split("\r\n")[0]
+    assert request_line.startswith("POST /exec/default/p1/main?command=echo&command=hi")
+    assert "output=1" in request_line
+
+
+def test_proxy_refusals_are_statuses(cluster: DevCluster, raw: Raw) -> None:
+    assert raw.json("POST", PODS, make_pod("unbound", spec={"schedulerName": "none"}))[0] == 201
+    status, body = raw.json("GET", f"{PODS}/unbound/log")
+    assert status == 400 and "does not have a host assigned" in body["message"]
+    assert raw.json("POST", PODS, make_pod("orphan", spec={"nodeName": "gone"}))[0] == 201
+    assert raw.json("GET", f"{PODS}/orphan/log")[0] == 404
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    node: dict[str, Any] = make_node("dead")
+    node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = port
+    raw.json("POST", "/api/v1/nodes", node)
+    raw.json("POST", PODS, make_pod("stranded", spec={"nodeName": "dead"}))
+    status, body = raw.json("GET", f"{PODS}/stranded/log")
+    assert status == 503 and body["kind"] == "Status"
+    two = make_pod(
+        "two", spec={"nodeName": "dead", "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}
+    )
+    raw.json("POST", PODS, two)
+    status, body = raw.json("GET", f"{PODS}/two/log")
+    assert status == 400 and "choose one of: [a b]" in body["message"]
+    assert raw.request("GET", "/healthz")[0] == 200
