@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Django's command-line entry point: `runvnode`, `devcluster`, `fakecloud`, `check`, ..."""
+
 import os
 import sys
 
