@@ -6,7 +6,7 @@ TOOLS := .tools
 KUBECTL_120 := $(TOOLS)/kubectl-1.20/usr/bin/kubectl
 DEV_ADDR ?= 127.0.0.1:6443
 
-.PHONY: run test bootstrap tools lint typecheck contracts pytest clean
+.PHONY: run test bootstrap tools system-packages lint typecheck contracts pytest clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -25,7 +25,13 @@ $(KUBECTL_120):
 	dpkg-deb -x $$(ls $(TOOLS)/deb/kubernetes-client_*.deb | head -n 1) $(TOOLS)/kubectl-1.20
 	test -x $@
 
-tools: $(KUBECTL_120)
+# Debian packages the tests drive for real: sshd (the SSH exec/logs tests start their own).
+SYSTEM_PACKAGES := openssh-server
+system-packages:
+	@command -v /usr/sbin/sshd >/dev/null 2>&1 || (apt-get update >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null)
+
+tools: $(KUBECTL_120) system-packages
 
 lint: bootstrap
 	$(VENV)/bin/ruff check .

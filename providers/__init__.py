@@ -7,6 +7,8 @@ podspec   the provider's read-only view of a Pod
 registry  build providers from settings by alias and import path
 local/    instances are process groups on this machine (the embedded default)
 fake/     an in-memory cloud with scripted faults, for tests, demos and benchmarks
+aws/      EC2 instances, one per Pod (boto3 imported lazily, only there)
+ssh/      SSH logs and exec for any VM provider (asyncssh)
 
 Providers report facts; they never import vnode, placement, nebula_site, devcluster or
 Django, nor each other. Cloud SDKs are imported lazily inside their own package.

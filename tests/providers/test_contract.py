@@ -20,7 +20,7 @@ from providers.claim import claim_name
 ProviderFactory = Callable[[], Provider]
 
 
-@pytest.fixture(params=["local", "fake", "fake-http"])
+@pytest.fixture(params=["local", "fake", "fake-http", "aws"])
 def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderFactory]:
     """A factory of provider objects on one shared state; every instance is terminated after."""
     made: list[Provider] = []
@@ -45,6 +45,21 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
             return provider
 
         close = lambda: None  # noqa: E731
+    elif request.param == "aws":
+        from moto import mock_aws
+
+        from providers.aws import AwsProvider
+
+        mock = mock_aws()  # in-process EC2; a new provider object is a restarted manager
+        mock.start()
+        options = {"regions": ["us-east-1"], "ami": "ami-12c6146b", "max_attempts": 1, "ssh": False}
+
+        def factory() -> Provider:
+            provider = AwsProvider("aws", options)
+            made.append(provider)
+            return provider
+
+        close = mock.stop
     else:
         from providers.fake import FakeProvider
         from providers.fake.server import start_server

@@ -1,0 +1,15 @@
+"""The AWS EC2 provider: one instance per Pod, launched from user-data, watched by tags.
+
+provider  `AwsProvider`: the seam (provision, list, get, terminate, offerings, logs, exec)
+ec2       boto3 clients and the one translation of botocore errors (boto3 lives only here)
+catalog   the shipped instance-type catalog (catalog.csv) and the choice of types
+userdata  the boot script that runs the container; keys  ed25519 connect, host, operator keys
+status    EC2 facts to `Instance`, tags; classify  refusal -> block scope
+console   serial-console logs; remote  SSH targets and the exec command; options  settings
+
+Imports boto3 lazily (only `ec2` does); imports `providers.ssh` but no other provider.
+"""
+
+from providers.aws.provider import AwsProvider
+
+__all__ = ["AwsProvider"]

@@ -1,0 +1,29 @@
+"""How widely a refusal from EC2 blocks this provider (design §4, the failover table).
+
+Called by `AwsProvider.classify_provision_error`; pure. Capacity errors (spot capacity
+included) block the one offering in its region, SpotMaxPriceTooLow the Spot tier,
+credentials, permissions and quotas the whole provider.
+"""
+
+from __future__ import annotations
+
+from providers.aws.ec2 import SPOT_PRICE_CODES, error_code
+from providers.base import BlockBreadth, BlockScope, Tier, default_block_scope
+from providers.errors import NoCapacity, ProviderError, QuotaExceeded, Unauthorized
+
+
+def classify(
+    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
+) -> BlockScope:
+    code = error_code(err)
+    reason = f"{code or type(err).__name__}: {err}"
+    if isinstance(err, Unauthorized | QuotaExceeded):
+        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
+    if code in SPOT_PRICE_CODES:
+        return BlockScope(provider, BlockBreadth.TIER, tier=Tier.SPOT, reason=reason)
+    if isinstance(err, NoCapacity):
+        return BlockScope(
+            provider, BlockBreadth.OFFERING, tier=tier or Tier.ON_DEMAND, accelerator=accelerator, region=region,
+            reason=reason,
+        )  # fmt: skip
+    return default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

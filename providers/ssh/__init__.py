@@ -1,0 +1,16 @@
+"""SSH logs and exec for any VM provider whose instances run an sshd (asyncssh underneath).
+
+loop     the private event loop thread asyncssh runs on (callers stay synchronous)
+target   `SshTarget` (where and as whom) and `connect`, which translates SSH failures
+process  `SshProcess`: the seam's `Process` over one SSH channel (PTY, resize, EOF, exit)
+logs     `FileLog` and `open_log_stream`: the seam's `LogStream` tailing a log file remotely
+
+Shared by VM providers (`providers.aws` first); imports no provider. Raises only
+`providers.errors`; never logs a key.
+"""
+
+from providers.ssh.logs import FileLog, open_log_stream
+from providers.ssh.process import SshProcess, start_process
+from providers.ssh.target import SshTarget
+
+__all__ = ["FileLog", "SshProcess", "SshTarget", "open_log_stream", "start_process"]
