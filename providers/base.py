@@ -67,6 +67,7 @@ class PodSpec:
     gpu_count: int = 0  # the `nvidia.com/gpu` limit
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
+    stdin: bool = False  # the container asks for a stdin (`kubectl attach -i` writes to it)
 
 
 class _Redacted:
@@ -318,3 +319,20 @@ def default_block_scope(
     if isinstance(err, QuotaExceeded):
         return BlockScope(provider, BlockBreadth.TIER, tier=tier, reason=reason)
     return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)
+
+
+@runtime_checkable
+class Attacher(Protocol):
+    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
+        """Connect to the workload itself (`kubectl attach`), not to a new command.
+
+        The returned `Process` reads the workload's console from now on (stdout and stderr
+        merged, no backlog); its output ends when the workload exits. With `stdin`, bytes
+        written go to the workload's stdin if the workload was started with one (the Pod's
+        container has `stdin: true`); otherwise they are dropped. `close_stdin` and `close`
+        end this attachment only: the workload keeps running and its stdin stays open for
+        the next attach. `wait` gives the workload's exit code once it has exited, else
+        None; `resize` is a no-op unless the provider gave the workload a terminal.
+        Raises NotFound (no such instance, or not running), NotSupported, Unavailable.
+        """
+        ...

@@ -74,4 +74,5 @@ def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
         gpu_count=int(parse_quantity(gpu_limit)) if gpu_limit is not None else 0,
         labels=labels,
         annotations=dict(meta.get("annotations") or {}),
+        stdin=bool(first.get("stdin")),
     )

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from vnode import observe
 from vnode.kube import Kube, KubeError, path_for
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class EventRecorder:
             if len(self._seen) > 10000:
                 self._seen = {k: t for k, t in self._seen.items() if now - t < self._dedupe}
         namespace = str(meta.get("namespace") or "default")
+        observe.current().event_recorded(kind, namespace, str(meta.get("name")), event_type, reason, message)
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",

@@ -16,24 +16,30 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from placement.blocklister import Blocklister
 from providers import errors
 from providers.base import (
+    Attacher,
     Capabilities,
     ClaimName,
+    Executor,
     Instance,
     InstanceId,
     InstanceState,
+    LogOptions,
+    LogStream,
+    LogStreamer,
+    Process,
     Provider,
     ProvisionRequest,
     ProvisionResult,
 )
 from providers.podspec import pod_spec_from_dict
-from vnode import names, status
+from vnode import names, observe, status
 from vnode.env import EnvError, resolve_env
 from vnode.events import EventRecorder
 from vnode.kube import Kube
@@ -108,6 +114,15 @@ class Handler:
         with self._lock:
             return {t.claim for t in self._tracked.values()}
 
+    def tracked_entries(self) -> list[Tracked]:
+        """Every tracked Pod's record, for readers (the console's mirror); never mutate them."""
+        with self._lock:
+            return list(self._tracked.values())
+
+    def last_instances(self) -> dict[ClaimName, Instance]:
+        """What the last successful provider.list() returned, by claim (orphans included)."""
+        return dict(self._snapshot or {})
+
     def get_pods(self) -> list[JsonDict]:
         """The Pods this node serves, with the status Nebula computed for them."""
         with self._lock:
@@ -126,9 +141,11 @@ class Handler:
         except errors.ProviderError as exc:
             self.last_list_ok, self.last_list_error = False, f"{type(exc).__name__}: {exc}"
             self.last_list_seconds = self._monotonic() - started
+            observe.current().listed(self.provider.name, self.last_list_seconds, ok=False)
             raise
         self.last_list_seconds = self._monotonic() - started
         self.last_list_ok, self.last_list_error = True, ""
+        observe.current().listed(self.provider.name, self.last_list_seconds, ok=True)
         snapshot = {i.claim: i for i in instances}
         self._snapshot, self._snapshot_at = snapshot, self._monotonic()
         return snapshot
@@ -194,16 +211,20 @@ class Handler:
             region=annotations.get(names.REGION_ANNOTATION) or None,
             env=env.values,
         )
+        started, who = self._monotonic(), observe.Subject(pod_key(pod), request.claim)
         try:
             spec = pod_spec_from_dict(pod)
             result = self.provider.provision(spec, request)
         except ValueError as exc:
+            observe.current().provisioned(self.provider.name, "invalid", self._monotonic() - started, who)
             self._refuse(pod, names.REASON_CONFIG_ERROR, str(exc))
             return
         except errors.Unavailable as exc:
+            observe.current().provisioned(self.provider.name, "unavailable", self._monotonic() - started, who)
             self._events.pod(pod, "Warning", names.EVENT_PROVISION_RETRYING, f"provider unreachable: {exc}")
             raise RetryLater(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.Refused as exc:
+            observe.current().provisioned(self.provider.name, "refused", self._monotonic() - started, who)
             scope = self.provider.classify_provision_error(
                 exc, accelerator=spec.accelerator, tier=request.capacity_type, region=request.region
             )
@@ -212,10 +233,13 @@ class Handler:
             self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
             return
         except (errors.InvalidRequest, errors.NotSupported, errors.NotFound) as exc:
+            observe.current().provisioned(self.provider.name, "invalid", self._monotonic() - started, who)
             self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
             return
         except errors.ProviderError as exc:
+            observe.current().provisioned(self.provider.name, "error", self._monotonic() - started, who)
             raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
+        observe.current().provisioned(self.provider.name, "ok", self._monotonic() - started, who.on(result.instance_id))
         self._record_instance(pod, result)
 
     def _record_instance(self, pod: JsonDict, result: ProvisionResult) -> None:
@@ -258,12 +282,16 @@ class Handler:
         if entry.instance_id is None:
             self._forget(key, entry)
             return True
+        who = observe.Subject(key, entry.claim, entry.instance_id)
         try:
             self.provider.terminate(entry.instance_id)
+            observe.current().terminated(self.provider.name, "ok", who)
             gone = self.provider.get(entry.instance_id) is None
         except errors.Unavailable as exc:
+            observe.current().terminated(self.provider.name, "unavailable", who)
             raise RetryLater(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.ProviderError as exc:
+            observe.current().terminated(self.provider.name, "error", who)
             raise RetryLater(f"{type(exc).__name__}: {exc}") from exc
         if gone:
             self._forget(key, entry)
@@ -290,7 +318,7 @@ class Handler:
     # -- observing ---------------------------------------------------------------------------
     def _observe(self, entry: Tracked, instance: Instance) -> bool:
         """Recompute the Pod's desired metadata and status; False if the facts are unchanged."""
-        if instance == entry.last_instance and entry.desired_status is not None:
+        if (instance is entry.last_instance or instance == entry.last_instance) and entry.desired_status is not None:
             return False
         entry.last_instance = instance
         if instance.endpoint:
@@ -345,6 +373,7 @@ class Handler:
                 self._orphan_suspects.add(instance_id)
                 continue
             logger.info("terminated orphan instance %s on %s (no live Pod claims it)", instance_id, self.provider.name)
+            observe.current().orphan_swept(self.provider.name, observe.Subject(instance=instance_id))
             node = {"metadata": {"name": self.node_name, "uid": self.node_name}}
             self._events.node(
                 node, "Normal", names.EVENT_ORPHAN_TERMINATED, f"terminated instance {instance_id}: no Pod claims it"
@@ -355,3 +384,82 @@ class Handler:
         entry = self.tracked(key)
         if entry is not None:
             self.writer.flush(entry, current)
+
+    # -- the kubelet API (vnode.kubelet calls these on worker threads, never the reactor) ----
+    def _kubelet_instance(self, namespace: str, name: str, container: str) -> InstanceId:
+        """The instance serving the Pod's container; NotFound with the reason otherwise."""
+        entry = self.tracked(f"{namespace}/{name}")
+        if entry is None:
+            raise errors.NotFound(f'pod "{namespace}/{name}" is not on node {self.node_name}')
+        if entry.instance_id is None:
+            raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet')
+        containers = ((entry.pod.get("spec") or {}).get("containers")) or [{}]
+        if container != containers[0].get("name"):
+            # Providers run the Pod's first container only (providers.podspec).
+            raise errors.NotFound(f'container "{container}" not found in pod "{namespace}/{name}"')
+        return entry.instance_id
+
+    def get_container_logs(self, namespace: str, name: str, container: str, options: LogOptions) -> LogStream:
+        """The container's log as the provider streams it; NotSupported without LogStreamer."""
+        instance_id = self._kubelet_instance(namespace, name, container)
+        if not isinstance(self.provider, LogStreamer):
+            raise errors.NotSupported(f"provider {self.provider.name!r} does not stream logs")
+        return self.provider.logs(instance_id, options)
+
+    def run_in_container(
+        self, namespace: str, name: str, container: str, command: Sequence[str], *, tty: bool, stdin: bool
+    ) -> Process:
+        """Start a command in the Pod's instance; NotSupported without Executor."""
+        instance_id = self._kubelet_instance(namespace, name, container)
+        if not isinstance(self.provider, Executor):
+            raise errors.NotSupported(f"provider {self.provider.name!r} does not run commands (exec)")
+        return self.provider.exec(instance_id, list(command), tty=tty, stdin=stdin)
+
+    def attach_to_container(self, namespace: str, name: str, container: str, *, tty: bool, stdin: bool) -> Process:
+        """Attach to the Pod's workload; NotSupported without Attacher."""
+        instance_id = self._kubelet_instance(namespace, name, container)
+        if not isinstance(self.provider, Attacher):
+            raise errors.NotSupported(f"provider {self.provider.name!r} does not support attach")
+        return self.provider.attach(instance_id, stdin=stdin, tty=tty)
+
+    def get_stats_summary(self) -> JsonDict:
+        """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods
+        whose provider reports no usage are listed without cpu and memory."""
+        now = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        pods: list[JsonDict] = []
+        with self._lock:
+            entries = list(self._tracked.values())
+        for entry in entries:
+            instance = entry.last_instance
+            container = (((entry.pod.get("spec") or {}).get("containers")) or [{}])[0].get("name", "")
+            stats: JsonDict = {"name": container}
+            usage = instance.usage if instance is not None else None
+            if instance is not None and instance.started_at is not None:
+                stats["startTime"] = instance.started_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+            if usage is not None and usage.cpu_nano_cores is not None:
+                stats["cpu"] = {"time": now, "usageNanoCores": usage.cpu_nano_cores}
+            if usage is not None and usage.memory_bytes is not None:
+                stats["memory"] = {"time": now, "workingSetBytes": usage.memory_bytes, "usageBytes": usage.memory_bytes}
+            pod: JsonDict = {
+                "podRef": {"name": entry.name, "namespace": entry.namespace, "uid": entry.uid},
+                "containers": [stats],
+            }
+            pod.update({k: v for k, v in stats.items() if k in ("startTime", "cpu", "memory")})
+            pods.append(pod)
+        return {"node": {"nodeName": self.node_name, "systemContainers": []}, "pods": pods}
+
+    def get_metrics_resource(self) -> str:
+        """The kubelet's /metrics/resource in Prometheus text format, for the Pods whose
+        provider reports usage."""
+        lines = [
+            "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed by the container in core-seconds",
+            "# TYPE container_cpu_usage_seconds_total counter",
+            "# HELP container_memory_working_set_bytes Current working set of the container in bytes",
+            "# TYPE container_memory_working_set_bytes gauge",
+        ]
+        for pod in self.get_stats_summary()["pods"]:
+            ref, container = pod["podRef"], pod["containers"][0]
+            labels = f'container="{container["name"]}",namespace="{ref["namespace"]}",pod="{ref["name"]}"'
+            if "memory" in container:
+                lines.append(f"container_memory_working_set_bytes{{{labels}}} {container['memory']['workingSetBytes']}")
+        return "\n".join(lines) + "\n"

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from vnode import observe
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
 from vnode.nodecontroller import micro_time
 
@@ -107,9 +108,12 @@ class LeaderElector:
             try:
                 if self.try_acquire_or_renew():
                     self.is_leader = True
+                    observe.current().leadership(True)
                     logger.info("%s is the leader (lease %s/%s)", self.identity, self._namespace, self._name)
                     return True
+                observe.current().leadership(False)
             except KubeError as exc:
+                observe.current().leadership(None)
                 logger.warning("leader election: %s", exc)
             stop.wait(self._retry)
         return False
@@ -122,8 +126,11 @@ class LeaderElector:
             try:
                 if self.try_acquire_or_renew():
                     last_renewal = self._now()
+                    observe.current().leadership(True)
                     continue
+                observe.current().leadership(False)
             except KubeError as exc:
+                observe.current().leadership(None)
                 logger.warning("leader election: renew failed: %s", exc)
             if self._now() - last_renewal > timedelta(seconds=self._renew_deadline):
                 self.is_leader = False

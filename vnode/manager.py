@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from providers.base import Provider
 from vnode.kube import Kube, load_api_client
@@ -35,9 +35,11 @@ def run(
     poll_interval: float | None = None,
     leader_election: bool = True,
     lease_renew_interval: float = 10.0,
+    on_runners: Callable[[list[Runner]], None] | None = None,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
-    non-zero so the Deployment restarts it as a standby)."""
+    non-zero so the Deployment restarts it as a standby). `on_runners` is told about the
+    Runners once they run (the kubelet listener serves their Handlers)."""
     kube = Kube(load_api_client(kubeconfig))
     watch_kube = Kube(load_api_client(kubeconfig))
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -59,6 +61,8 @@ def run(
     for runner in runners:
         runner.start()
         logger.info("virtual node %s started", runner.handler.node_name)
+    if on_runners is not None:
+        on_runners(runners)
     kept = True
     if leader_election:
         elector.keep(stop)

@@ -62,3 +62,28 @@ def node_name(provider: str) -> str:
 def connect_secret_name(pod_name: str) -> str:
     """The Secret holding a Pod's connect credential (as in the Go original)."""
     return f"{pod_name}-connect"
+
+
+# Placement (written by the placement controller on the Pod it ungates).
+POOL_ANNOTATION = f"{PREFIX}/pool"
+HOURLY_PRICE_ANNOTATION = f"{PREFIX}/hourly-price"
+
+# The NodePool custom resource.
+NODEPOOL_GROUP = PREFIX
+NODEPOOL_VERSION = "v1alpha1"
+NODEPOOL_PLURAL = "nodepools"
+NODEPOOL_KIND = "NodePool"
+
+# The mutating admission webhook.
+WEBHOOK_PATH = "/webhooks/pods"
+WEBHOOK_NAME = "pods.placement.nebula.io"
+
+# Placement Event reasons.
+EVENT_PLACED = "Placed"
+EVENT_NO_CANDIDATE = "NoCandidate"
+EVENT_BLOCKED = "Blocked"
+EVENT_NO_POOL = "NoPool"
+EVENT_POOL_INVALID = "PoolInvalid"
+EVENT_INVALID_REQUEST = "InvalidRequest"
+EVENT_REPLACING = "ReplacingFailedPod"
+EVENT_BLOCK_CLEARED = "BlocklistEntryCleared"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from vnode import names
+from vnode import names, observe
 from vnode.handler import Handler
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
 
@@ -101,6 +101,7 @@ class NodeController:
             self._node_uid = ""
             self.ensure_node()
         self.renew_lease()
+        observe.current().node_synced(self.name)
 
     # -- the Node ----------------------------------------------------------------------------
     def build_node(self) -> JsonDict:

@@ -27,7 +27,7 @@ class PodWriter:
         self._events = events
 
     def needs_flush(self, entry: Tracked) -> bool:
-        pending_annotations = any(entry.written_annotations.get(k) != v for k, v in entry.desired_annotations.items())
+        pending_annotations = not entry.desired_annotations.items() <= entry.written_annotations.items()
         desired = entry.desired_status
         return pending_annotations or (desired is not None and desired is not entry.written_status)
 

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from providers import errors
 from providers.base import (
+    Attacher,
     BlockScope,
     Capabilities,
     Executor,
@@ -154,6 +155,13 @@ class FakeProvider:
             raise errors.NotSupported("fake provider over HTTP does not exec; use an in-process cloud")
         return self.cloud.exec(instance_id, command, tty=tty, stdin=stdin)
 
+    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
+        """Scripted, in-process only: the workload echoes each stdin line back on its
+        console, and the attachment ends when stdin does."""
+        if self._client is not None:
+            raise errors.NotSupported("fake provider over HTTP does not attach; use an in-process cloud")
+        return self.cloud.exec(instance_id, ["cat"], tty=tty, stdin=stdin)
+
     # -- internals ----------------------------------------------------------------------
     def _backend(self) -> _Backend:
         return self._client if self._client is not None else self.cloud
@@ -187,3 +195,4 @@ class FakeProvider:
 _check_provider: type[Provider] = FakeProvider
 _check_logs: type[LogStreamer] = FakeProvider
 _check_exec: type[Executor] = FakeProvider
+_check_attach: type[Attacher] = FakeProvider

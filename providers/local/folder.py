@@ -26,6 +26,7 @@ EXIT_FILE = "exit.json"  # exit code and finished_at (written by the supervisor)
 TERMINATE_FILE = "terminate.json"  # terminate was asked, and when
 LOG_FILE = "console.log"  # stamped output records
 SUPERVISOR_LOG_FILE = "supervisor.log"  # the supervisor's own stderr
+STDIN_FIFO = "stdin.fifo"  # the workload's stdin, only when the Pod asked for one (kubectl attach -i)
 
 
 def is_claim(text: str) -> bool:

@@ -75,6 +75,9 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
             "created_at": stamp.now_stamp(),
             "pod": f"{pod.namespace}/{pod.name}",
             "image": pod.image,
+            # The container's `stdin: true`: the workload then reads a FIFO that
+            # `kubectl attach -i` writes to; otherwise /dev/null.
+            "stdin": pod.stdin,
         }
         folder.write_json_atomic(temp / folder.SPEC_FILE, spec)
         folder.write_json_atomic(temp / folder.ENV_FILE, workload_env(request, final), mode=0o600)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from providers.base import (
+    Attacher,
     BlockScope,
     Capabilities,
     Executor,
@@ -38,7 +39,7 @@ from providers.base import (
     default_block_scope,
 )
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
-from providers.local import folder, launch, logs, proc, process, stamp, status
+from providers.local import attach, folder, launch, logs, proc, process, stamp, status
 from providers.local.options import LocalOptions, measure_capacity, parse_options
 
 REGION_TOKENS = frozenset({"local", "us", "eu", "ap", "any", "*"})  # all mean "this machine"
@@ -247,6 +248,22 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
 
+    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
+        path = self._existing(instance_id)
+        instance = self.get(instance_id)
+        if instance is None or instance.state is not InstanceState.RUNNING:
+            state = instance.state.value if instance else "gone"
+            raise NotFound(f"instance {instance_id} is not running ({state})")
+
+        def exit_code() -> int | None:
+            record = _Folder(path).record(folder.EXIT_FILE)
+            return int(record["exit_code"]) if record and "exit_code" in record else None
+
+        try:
+            return attach.Attachment(path, stdin=stdin, exit_code=exit_code)
+        except OSError as exc:
+            raise Unavailable(f"cannot attach to {instance_id}: {exc.strerror}") from exc
+
     def _path(self, instance_id: str) -> Path | None:
         claim = folder.claim_of(instance_id)
         return self._root / claim if claim else None
@@ -276,6 +293,6 @@ class LocalProvider:
         return instance
 
 
-def _conforms(provider: LocalProvider) -> tuple[Provider, LogStreamer, Executor]:
+def _conforms(provider: LocalProvider) -> tuple[Provider, LogStreamer, Executor, Attacher]:
     """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
-    return provider, provider, provider
+    return provider, provider, provider, provider

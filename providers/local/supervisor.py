@@ -78,6 +78,7 @@ class Supervisor:
         self.cwd = str(spec["cwd"])
         self.grace = float(spec["grace_period"])  # type: ignore[arg-type]
         self.env = dict(env)
+        self.stdin = bool(spec.get("stdin"))
         self.terminate_asked = False
         self.kill_at: float | None = None
         self.child: subprocess.Popen[bytes] | None = None
@@ -92,18 +93,22 @@ class Supervisor:
         with open(self.path / folder.LOG_FILE, "ab") as log:
             recorder = LineRecorder(log)
             reader, writer = os.pipe()
+            stdin = self._open_stdin()
             try:
                 self.child = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=writer, stderr=writer,
+                    self.argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=writer, stderr=writer,
                     cwd=self.cwd, env=self.env, process_group=0,
                 )  # fmt: skip
             except OSError as exc:
                 os.close(writer)
                 os.close(reader)
+                if stdin is not None:
+                    os.close(stdin)
                 recorder.feed(f"nebula: cannot start {self.argv[0]!r}: {exc.strerror}\n".encode())
                 self._record_exit(127 if isinstance(exc, FileNotFoundError) else 126)
                 return
             os.close(writer)
+            # stdin stays open here too: the workload never sees EOF when an attachment ends.
             self.leader = proc.identify(self.child.pid) or proc.ProcessIdentity(self.child.pid, 0)
             supervisor = proc.identify(os.getpid())
             folder.write_json_atomic(
@@ -117,6 +122,16 @@ class Supervisor:
             self._pump(reader, recorder)
             recorder.finish()
         self._record_exit(proc.exit_code_from_returncode(self.child.wait()))
+
+    def _open_stdin(self) -> int | None:
+        """The workload's stdin: a FIFO in the folder (read-write, so it never reports EOF
+        and opening it never blocks), or None for /dev/null."""
+        if not self.stdin:
+            return None
+        fifo = self.path / folder.STDIN_FIFO
+        if not fifo.exists():
+            os.mkfifo(fifo, 0o600)
+        return os.open(fifo, os.O_RDWR)
 
     def _pump(self, reader: int, recorder: LineRecorder) -> None:
         assert self.child is not None

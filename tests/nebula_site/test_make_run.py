@@ -48,6 +48,8 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]
             "--provider",
             "local",
             "--demo",
+            "--console-addr",
+            "127.0.0.1:0",
         ],
         cwd=tmp_path,
         stdout=log,

@@ -50,6 +50,10 @@ class Manager:
             str(POLL),
             "--node-ip",
             "127.0.0.1",
+            "--kubelet-addr",
+            "127.0.0.1:0",
+            "--console-addr",
+            "127.0.0.1:0",
             "--no-leader-election",
         ]
         self.log = log

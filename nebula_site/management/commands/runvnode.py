@@ -1,8 +1,9 @@
 """`manage.py runvnode`: the long-running manager process (virtual nodes for providers).
 
 Parses arguments, builds providers from settings (plus `--providers-file`), starts the
-embedded cluster when asked (`--dev-cluster`), and calls `vnode.manager.run`. SIGTERM or
-SIGINT stops intake, lets in-flight calls finish, releases the leader Lease, exits 0.
+embedded cluster when asked (`--dev-cluster`), starts the kubelet and console listeners
+(one Daphne server), and calls `vnode.manager.run`. SIGTERM or SIGINT stops intake, lets
+in-flight calls finish, releases the leader Lease, exits 0.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from providers import registry
 from vnode import manager
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
+CONSOLE_CA = ".nebula/console-ca.pem"
+DEV_KUBELET_ADDR = "127.0.0.1:0"  # --dev-cluster without --kubelet-addr: loopback, any free port
 
 
 def load_providers_file(path: str) -> dict[str, Any]:
@@ -65,6 +68,20 @@ def node_ip_from(flag: str | None, dev_cluster: bool) -> str | None:
     return value
 
 
+def listen_address(flag: str, text: str) -> tuple[str, int]:
+    """host:port to bind; the host must be an IP address (or empty: every interface)."""
+    try:
+        host, port = parse_address(text)
+    except ValueError as exc:
+        raise CommandError(f"{flag}: {exc}") from exc
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError as exc:
+            raise CommandError(f"{flag}: {host!r} is not an IP address") from exc
+    return host, port
+
+
 class Command(BaseCommand):
     help = "Run Nebula's virtual nodes: one per --provider, against a cluster or the embedded one."
 
@@ -77,7 +94,16 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kubelet-addr", default=None, help="the kubelet API listener, default NEBULA['KUBELET_ADDR']"
         )
-        parser.add_argument("--console-addr", default=None, help="the console listener (arrives with the console)")
+        parser.add_argument(
+            "--kubelet-client-ca",
+            default=None,
+            metavar="PATH",
+            help="PEM bundle; clients must present a cert it signed",
+        )
+        parser.add_argument("--console-addr", default=None, help="the console listener, default NEBULA['CONSOLE_ADDR']")
+        parser.add_argument(
+            "--console-tls", action="store_true", help=f"serve the console over TLS; its CA goes to {CONSOLE_CA}"
+        )
         parser.add_argument("--node-ip", default=None, help="address the nodes publish; default $POD_IP")
         parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"), help="leader Lease")
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
@@ -95,15 +121,17 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if options["poll_interval"] is not None and options["poll_interval"] <= 0:
             raise CommandError("--poll-interval must be a positive number of seconds")
-        try:
-            _, kubelet_port = parse_address(options["kubelet_addr"] or settings.NEBULA["KUBELET_ADDR"])
-        except ValueError as exc:
-            raise CommandError(f"--kubelet-addr: {exc}") from exc
+        default_kubelet = DEV_KUBELET_ADDR if options["dev_cluster"] else settings.NEBULA["KUBELET_ADDR"]
+        kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
+        console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
+        listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
+        handlers = listeners.registry
         stop = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         cluster = None
         try:
+            kubelet_port = listeners.kubelet_port
             kubeconfig = options["kubeconfig"]
             if options["dev_cluster"]:
                 cluster = self._start_dev_cluster(options["dev_cluster_addr"])
@@ -124,14 +152,46 @@ class Command(BaseCommand):
                 stop=stop,
                 poll_interval=options["poll_interval"],
                 leader_election=not options["no_leader_election"],
+                on_runners=lambda runners: handlers.add_all(r.handler for r in runners),
             )
         finally:
+            listeners.stop()
             if cluster is not None:
                 cluster.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         if not kept:
             raise CommandError("lost the leader lease; exiting so a standby takes over")
+
+    def _start_listeners(
+        self, kubelet: tuple[str, int], console: tuple[str, int], node_ip: str | None, options: dict[str, Any]
+    ) -> Any:
+        """The kubelet listener (TLS) and the console listener, on one Daphne server."""
+        from nebula_site.asgi import application
+        from vnode.kubelet.resolve import HandlerRegistry
+        from vnode.kubelet.server import KubeletServer, ListenerConfig
+
+        server = KubeletServer(
+            HandlerRegistry(),
+            kubelet=ListenerConfig(*kubelet),
+            node_ip=node_ip,
+            client_ca=options["kubelet_client_ca"],
+            console=ListenerConfig(*console),
+            console_app=application,
+            console_tls=options["console_tls"],
+            console_ca_path=CONSOLE_CA,
+            console_optional=not options["console_addr"],
+        )
+        try:
+            server.start()
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
+        except Exception as exc:  # Twisted's CannotListenError and friends
+            raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
+        scheme = "https" if options["console_tls"] else "http"
+        where = f"{scheme}://{console[0] or '*'}:{server.console_port}" if server.console_port else "not served"
+        self.stdout.write(f"kubelet API on port {server.kubelet_port}; console {where}")
+        return server
 
     def _start_dev_cluster(self, addr: str) -> Any:
         import devcluster

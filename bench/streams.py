@@ -1,0 +1,305 @@
+"""Benchmark: kubelet API stream throughput, echo latency, and a hold test, on loopback.
+
+Prints, in one run: raw TLS socket copy throughput (the physical limit here), containerLogs
+throughput, SPDY exec stdout throughput and websocket exec stdout throughput (each also as
+a ratio to raw), the echo round-trip p50/p99 through an exec session, and a hold test of
+1,000 `logs -f` followers plus 100 exec sessions for `--hold` seconds with the error count
+and the server's RSS. Throughput runs use the local provider (real processes); the hold
+test uses the in-process fake provider, whose scripted logs cost no processes.
+Usage: python bench/streams.py [--megabytes 200] [--hold 60] [--followers 1000] [--execs 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import selectors
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "vnode" / "kubelet")]
+
+import websocket  # noqa: E402
+from kubernetes import client as k8s  # noqa: E402
+from spdyclient import SpdyClient  # noqa: E402
+
+from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # noqa: E402
+from providers.claim import claim_name  # noqa: E402
+from providers.fake import FakeProvider  # noqa: E402
+from providers.local import LocalProvider  # noqa: E402
+from vnode.events import EventRecorder  # noqa: E402
+from vnode.handler import Handler  # noqa: E402
+from vnode.kube import Kube  # noqa: E402
+from vnode.kubelet import certs  # noqa: E402
+from vnode.kubelet.resolve import HandlerRegistry  # noqa: E402
+from vnode.kubelet.server import KubeletServer, ListenerConfig  # noqa: E402
+
+TLS = ssl._create_unverified_context()
+MB = 1024 * 1024
+
+
+def rss_mb(pid: int | None = None) -> float:
+    with open(f"/proc/{pid or 'self'}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+def adopt(handler: Handler, name: str, command: tuple[str, ...]) -> None:
+    uid = str(uuid.uuid4())
+    pod = {"metadata": {"namespace": "bench", "name": name, "uid": uid}, "spec": {"containers": [{"name": "main"}]}}
+    spec = PodSpec("bench", name, uid, "main", "busybox", command=command)
+    result = handler.provider.provision(spec, ProvisionRequest(claim=claim_name("bench", name, uid)))
+    deadline = time.monotonic() + 60
+    while (instance := handler.provider.get(result.instance_id)) is None or instance.state.value != "running":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not start")
+        time.sleep(0.05)
+    handler.adopt(pod, instance)
+
+
+def offline_handler(provider: Provider) -> Handler:
+    kube = Kube(k8s.ApiClient(k8s.Configuration()))
+    return Handler(provider, kube=kube, events=EventRecorder(kube, component="bench"))
+
+
+# -- throughput ------------------------------------------------------------------------------
+def raw_tls(total: int) -> float:
+    """MB/s of one TLS connection on loopback: a thread writes 64 KiB chunks, we read."""
+    pair = certs.issue(certs.make_ca("bench"), "bench", hosts=("127.0.0.1",))
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "c.pem").write_bytes(pair.cert_pem + pair.key_pem)
+        server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server_ctx.load_cert_chain(Path(folder) / "c.pem")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with server_ctx.wrap_socket(conn, server_side=True) as tls:
+            chunk = b"x" * 65536
+            for _ in range(total // len(chunk)):
+                tls.sendall(chunk)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    with TLS.wrap_socket(socket.create_connection(("127.0.0.1", port))) as client:
+        started, got = time.perf_counter(), 0
+        while got < total and (data := client.recv(1 << 20)):
+            got += len(data)
+        elapsed = time.perf_counter() - started
+    thread.join()
+    listener.close()
+    return got / MB / elapsed
+
+
+def container_logs(port: int, pod: str) -> tuple[float, int]:
+    with TLS.wrap_socket(socket.create_connection(("127.0.0.1", port))) as sock:
+        sock.sendall(f"GET /containerLogs/bench/{pod}/main HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        started, got = time.perf_counter(), 0
+        while data := sock.recv(1 << 20):
+            got += len(data)
+        return got / MB / (time.perf_counter() - started), got
+
+
+def provider_reader(provider: LocalProvider, handler: Handler, pod: str) -> float:
+    """MB/s of the provider's own LogStream, no server: what containerLogs can at most reach."""
+    entry = handler.tracked(f"bench/{pod}")
+    assert entry is not None and entry.instance_id is not None
+    stream = provider.logs(entry.instance_id, LogOptions())
+    started, got = time.perf_counter(), 0
+    while data := stream.read(65536):
+        got += len(data)
+    stream.close()
+    return got / MB / (time.perf_counter() - started)
+
+
+def spdy_stdout(port: int, pod: str, total: int) -> float:
+    path = f"/exec/bench/{pod}/main?command=head&command=-c&command={total}&command=/dev/zero&output=1&error=1"
+    started = time.perf_counter()
+    with SpdyClient.connect(("127.0.0.1", port), path, ssl_context=TLS, timeout=300) as client:
+        result = client.communicate(client.open_exec())
+    assert len(result.stdout) == total, len(result.stdout)
+    return total / MB / (time.perf_counter() - started)
+
+
+def websocket_stdout(port: int, pod: str, total: int) -> float:
+    url = f"wss://127.0.0.1:{port}/exec/bench/{pod}/main?command=head&command=-c&command={total}&command=/dev/zero&output=1"
+    conn = websocket.WebSocket(sslopt={"cert_reqs": ssl.CERT_NONE}, skip_utf8_validation=True)
+    started, got = time.perf_counter(), 0
+    conn.connect(url, subprotocols=["v5.channel.k8s.io"], timeout=300)
+    try:
+        while True:
+            opcode, data = conn.recv_data()
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                break
+            if data[:1] == b"\x01":
+                got += len(data) - 1
+    finally:
+        conn.close()
+        conn.shutdown()
+    assert got == total, got
+    return total / MB / (time.perf_counter() - started)
+
+
+def echo_latency(port: int, pod: str, rounds: int = 300) -> tuple[float, float]:
+    path = f"/exec/bench/{pod}/main?command=cat&input=1&output=1&error=1"
+    samples = []
+    with SpdyClient.connect(("127.0.0.1", port), path, ssl_context=TLS) as client:
+        streams = client.open_exec(stdin=True)
+        for i in range(rounds):
+            expected = len(client.received(streams["stdout"])) + 2
+            started = time.perf_counter()
+            client.send(streams["stdin"], b"%c\n" % (65 + i % 26))
+            client.wait_for(lambda n=expected: len(client.received(streams["stdout"])) >= n, "the echo")
+            samples.append((time.perf_counter() - started) * 1000)
+        client.communicate(streams)
+    samples.sort()
+    return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
+
+
+# -- hold test: the load runs in a child process, so the RSS measured is the server's --------
+def hold_load(port: int, followers: int, execs: int, seconds: float) -> int:
+    """Child process: open every stream, keep them for `seconds`, count what went wrong."""
+    errors = 0
+    # Exec sessions first: the SPDY test client uses select(), which takes fds below 1024 only.
+    sessions: list[tuple[SpdyClient, dict[str, int]]] = []
+    for i in range(execs):
+        path = f"/exec/bench/held-{i % 10}/main?command=cat&input=1&output=1&error=1"
+        client = SpdyClient.connect(("127.0.0.1", port), path, ssl_context=TLS, timeout=60)
+        sessions.append((client, client.open_exec(stdin=True)))
+    selector = selectors.DefaultSelector()
+    socks = []
+    for i in range(followers):
+        sock = TLS.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=60))
+        sock.sendall(f"GET /containerLogs/bench/held-{i % 10}/main?follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        sock.setblocking(False)
+        selector.register(sock, selectors.EVENT_READ, bytearray())
+        socks.append(sock)
+    print(f"load: {followers} followers and {execs} exec sessions open", flush=True)
+    deadline = time.monotonic() + seconds
+    next_ping = time.monotonic()
+    while time.monotonic() < deadline:
+        for key, _ in selector.select(timeout=0.5):
+            try:
+                data = key.fileobj.recv(65536)  # type: ignore[union-attr]
+            except (ssl.SSLWantReadError, BlockingIOError):
+                continue
+            if not data:
+                errors += 1
+                selector.unregister(key.fileobj)
+            elif not key.data:
+                key.data.extend(data)
+                errors += 0 if data.startswith(b"HTTP/1.1 200") else 1
+        if time.monotonic() >= next_ping:
+            next_ping += 5.0
+            for index, (client, streams) in enumerate(sessions):
+                try:
+                    client.send(streams["stdin"], b"ping %d\n" % index)
+                except (OSError, TimeoutError, EOFError):
+                    errors += 1
+    for client, streams in sessions:
+        try:
+            result = client.communicate(streams)
+            errors += 0 if b"Success" in result.error and result.stdout.startswith(b"ping") else 1
+        except (OSError, TimeoutError, EOFError):
+            errors += 1
+        client.close()
+    for sock in socks:
+        sock.close()
+    return errors
+
+
+def hold(server: KubeletServer, registry: HandlerRegistry, args: argparse.Namespace) -> None:
+    provider = FakeProvider("fake", {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": {"log": {"interval": 1.0}}})
+    handler = offline_handler(provider)
+    registry.add(handler)
+    for i in range(10):
+        adopt(handler, f"held-{i}", ("sleep",))
+    before = rss_mb()
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--load-client", str(server.kubelet_port), str(args.followers), str(args.execs),
+         str(args.hold)], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    peak = before
+    assert child.stdout is not None
+    output = []
+    while child.poll() is None:
+        line = child.stdout.readline()
+        if line:
+            output.append(line.strip())
+        peak = max(peak, rss_mb())
+    output += [line.strip() for line in child.stdout.read().splitlines()]
+    errors = next((int(x.split("=")[1]) for x in output if x.startswith("errors=")), -1)
+    deadline = time.monotonic() + 15  # the load has gone: every follower and session must wind down
+    while threading.active_count() > 10 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    threads = threading.active_count()
+    print(
+        f"hold {args.followers} logs -f + {args.execs} exec for {args.hold:.0f}s: errors={errors}, "
+        f"server RSS {before:.0f} MB before, peak {peak:.0f} MB (target < 500 MB), threads left after {threads}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=int, default=200, help="bytes moved per throughput run")
+    parser.add_argument("--hold", type=float, default=60.0, help="seconds the hold test keeps its streams open")
+    parser.add_argument("--followers", type=int, default=1000)
+    parser.add_argument("--execs", type=int, default=100)
+    parser.add_argument("--load-client", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.load_client:
+        port, followers, execs, seconds = args.load_client
+        print(f"errors={hold_load(int(port), int(followers), int(execs), float(seconds))}", flush=True)
+        return
+    total = args.megabytes * MB
+    registry = HandlerRegistry()
+    server = KubeletServer(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
+    import logging
+
+    logging.disable(logging.WARNING)  # the open-port warning and Twisted's access log
+    server.start()
+    with tempfile.TemporaryDirectory() as state:
+        local = LocalProvider("local", {"state_dir": state, "grace_period": 1})
+        handler = offline_handler(local)
+        registry.add(handler)
+        lines = total // 100
+        adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
+        adopt(handler, "shell", ("sleep", "3600"))
+        log = Path(state) / "local"
+        while sum(f.stat().st_size for f in log.glob("*/console.log")) < lines * 131:  # 30-byte stamp + record
+            time.sleep(0.2)
+        raw = raw_tls(total)
+        print(f"raw TLS socket copy:      {raw:8.1f} MB/s")
+        alone = provider_reader(local, handler, "logs")
+        print(f"local provider's log reader alone (the ceiling for containerLogs): {alone:8.1f} MB/s")
+        logs, size = container_logs(server.kubelet_port, "logs")
+        print(
+            f"containerLogs:            {logs:8.1f} MB/s  ({logs / raw:.0%} of raw; {size / MB:.0f} MB; target >= 50%)"
+        )
+        spdy_mbs = spdy_stdout(server.kubelet_port, "shell", total)
+        print(f"SPDY exec stdout:         {spdy_mbs:8.1f} MB/s  ({spdy_mbs / raw:.0%} of raw; target >= 30%)")
+        ws_mbs = websocket_stdout(server.kubelet_port, "shell", total)
+        print(f"websocket exec stdout:    {ws_mbs:8.1f} MB/s  ({ws_mbs / raw:.0%} of raw; target >= 30%)")
+        p50, p99 = echo_latency(server.kubelet_port, "shell")
+        print(f"echo round trip (SPDY):   p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        registry.remove(handler)
+        deadline = time.monotonic() + 30  # the state folder goes with this block: let the instances go first
+        while (left := local.list()) and time.monotonic() < deadline:
+            for instance in left:
+                local.terminate(instance.id)
+            time.sleep(0.2)
+    hold(server, registry, args)
+    server.stop()
+
+
+if __name__ == "__main__":
+    main()

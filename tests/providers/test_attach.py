@@ -1,0 +1,102 @@
+"""Attacher (kubectl attach) for the local and fake providers: the console from now on,
+stdin to the workload when the Pod asked for one, and an attachment that ends without
+touching the workload."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from providers.base import Attacher, InstanceState, PodSpec, ProvisionRequest
+from providers.claim import claim_name
+from providers.errors import NotFound, NotSupported
+from providers.fake import FakeProvider
+from providers.local import LocalProvider
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        time.sleep(0.02)
+    return value
+
+
+@pytest.fixture
+def local(tmp_path: Path) -> Iterator[LocalProvider]:
+    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
+    yield provider
+    for instance in provider.list():
+        provider.terminate(instance.id)
+    wait_for(lambda: not provider.list())
+
+
+def start(provider: LocalProvider, script: str, *, stdin: bool) -> Any:
+    uid = str(uuid.uuid4())
+    pod = PodSpec("default", "attached", uid, "main", "busybox", command=("sh", "-c", script), stdin=stdin)
+    result = provider.provision(pod, ProvisionRequest(claim=claim_name("default", "attached", uid)))
+    wait_for(lambda: (i := provider.get(result.instance_id)) is not None and i.state is InstanceState.RUNNING)
+    return result.instance_id
+
+
+def read_until(read: Callable[[int], bytes], expected: bytes) -> bytes:
+    seen = b""
+    while expected not in seen:
+        chunk = read(65536)
+        assert chunk, f"output ended before {expected!r}: {seen!r}"
+        seen += chunk
+    return seen
+
+
+def test_local_attach_writes_to_the_workloads_stdin_and_reads_its_console(local: LocalProvider) -> None:
+    instance = start(local, 'while read line; do echo "got $line"; done', stdin=True)
+    assert isinstance(local, Attacher)
+    first = local.attach(instance, stdin=True, tty=False)
+    first.write_stdin(b"one\n")
+    assert b"got one" in read_until(first.read_stdout, b"got one")
+    first.close_stdin()
+    first.close()
+    second = local.attach(instance, stdin=True, tty=False)  # the workload's stdin stayed open
+    second.write_stdin(b"two\n")
+    assert b"got one" not in read_until(second.read_stdout, b"got two")  # output from now on only
+    assert second.wait(0) is None and second.read_stderr() == b""
+    second.close()
+    assert local.get(instance).state is InstanceState.RUNNING  # type: ignore[union-attr]
+
+
+def test_local_attach_without_a_pod_stdin_drops_input_and_output_ends_at_exit(local: LocalProvider) -> None:
+    instance = start(local, "read x || echo no-stdin; sleep 0.5; echo bye; exit 4", stdin=False)
+    attachment = local.attach(instance, stdin=True, tty=False)
+    attachment.write_stdin(b"dropped\n")
+    output = b""
+    while chunk := attachment.read_stdout(65536):
+        output += chunk
+    assert b"bye" in output and attachment.wait(30) == 4
+    attachment.close()
+
+
+def test_local_attach_to_an_unknown_instance_is_not_found(local: LocalProvider) -> None:
+    with pytest.raises(NotFound):
+        local.attach("local-nope", stdin=False, tty=False)  # type: ignore[arg-type]
+
+
+def test_fake_attach_echoes_stdin_in_process_and_refuses_over_http() -> None:
+    provider = FakeProvider("fake", {"cloud": f"attach-{uuid.uuid4().hex}"})
+    uid = str(uuid.uuid4())
+    result = provider.provision(
+        PodSpec("default", "p", uid, "main", "busybox"), ProvisionRequest(claim_name("default", "p", uid))
+    )
+    wait_for(lambda: (i := provider.get(result.instance_id)) is not None and i.state is InstanceState.RUNNING)
+    attachment = provider.attach(result.instance_id, stdin=True, tty=False)
+    attachment.write_stdin(b"ping\n")
+    attachment.close_stdin()
+    assert read_until(attachment.read_stdout, b"ping\n") == b"ping\n"
+    attachment.close()
+    with pytest.raises(NotSupported):
+        FakeProvider("fake", {"url": "http://127.0.0.1:9"}).attach(result.instance_id, stdin=False, tty=False)

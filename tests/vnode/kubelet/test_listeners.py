@@ -1,0 +1,222 @@
+"""The two listeners over real TLS and HTTP: which routes each serves (I5), containerLogs
+validation and streaming, the 404s with reasons, and client certificates."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from conftest import adopt_new, https_get, offline_handler, wait_for
+
+from providers import errors
+from providers.base import (
+    BlockScope,
+    Capabilities,
+    Instance,
+    InstanceId,
+    Offering,
+    PodSpec,
+    ProvisionRequest,
+    ProvisionResult,
+    Tier,
+)
+from providers.fake import FakeProvider
+from vnode.handler import Handler
+from vnode.kubelet import certs
+from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.server import KubeletServer, ListenerConfig
+
+
+def test_I5_the_kubelet_listener_serves_only_kubelet_routes_and_the_console_only_django(
+    server: KubeletServer, fake_handler: Handler
+) -> None:
+    adopt_new(fake_handler, "i5")
+    assert https_get(server.kubelet_port, "/admin/")[0] == 404
+    assert https_get(server.kubelet_port, "/admin/login/")[0] == 404
+    assert https_get(server.kubelet_port, "/containerLogs/default/i5/main?tailLines=1")[0] == 200
+    console = http.client.HTTPConnection("127.0.0.1", server.console_port or 0, timeout=30)
+    try:
+        console.request("GET", "/containerLogs/default/i5/main")
+        assert console.getresponse().status == 404
+    finally:
+        console.close()
+    console = http.client.HTTPConnection("127.0.0.1", server.console_port or 0, timeout=30)
+    try:
+        console.request("GET", "/healthz")
+        response = console.getresponse()
+        assert response.status == 200 and response.read() == b"ok"
+    finally:
+        console.close()
+
+
+def test_healthz_pods_runningpods_stats_and_metrics_answer(server: KubeletServer, fake_handler: Handler) -> None:
+    adopt_new(fake_handler, "listed")
+    assert https_get(server.kubelet_port, "/healthz")[2] == b"ok"
+    status, headers, body = https_get(server.kubelet_port, "/pods")
+    pods = json.loads(body)
+    assert status == 200 and headers["content-type"] == "application/json" and pods["kind"] == "PodList"
+    assert "listed" in {p["metadata"]["name"] for p in pods["items"]}
+    running = json.loads(https_get(server.kubelet_port, "/runningpods/")[2])
+    assert "listed" in {p["metadata"]["name"] for p in running["items"]}
+    summary = json.loads(https_get(server.kubelet_port, "/stats/summary")[2])
+    assert {"name": "listed", "namespace": "default"}.items() <= next(
+        p["podRef"] for p in summary["pods"] if p["podRef"]["name"] == "listed"
+    ).items()
+    status, headers, _ = https_get(server.kubelet_port, "/metrics/resource")
+    assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+
+
+def test_container_logs_honour_tail_limit_and_timestamps(server: KubeletServer, fake_handler: Handler) -> None:
+    adopt_new(fake_handler, "logger")
+    wait_for(lambda: https_get(server.kubelet_port, "/containerLogs/default/logger/main")[2].count(b"\n") >= 4)
+    status, headers, body = https_get(server.kubelet_port, "/containerLogs/default/logger/main?tailLines=3")
+    assert status == 200 and body.count(b"\n") == 3 and headers["transfer-encoding"] == "chunked"
+    assert len(https_get(server.kubelet_port, "/containerLogs/default/logger/main?limitBytes=7")[2]) == 7
+    stamped = https_get(server.kubelet_port, "/containerLogs/default/logger/main?tailLines=1&timestamps=true")[2]
+    assert stamped[:4].isdigit() and b"Z fake instance" in stamped
+
+
+def test_a_followed_log_streams_chunks_as_they_come_and_a_disconnect_ends_it(
+    server: KubeletServer, fake_handler: Handler
+) -> None:
+    adopt_new(fake_handler, "follower")
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", server.kubelet_port, context=ssl._create_unverified_context(), timeout=30
+    )
+    connection.request("GET", "/containerLogs/default/follower/main?follow=true&tailLines=0")
+    response = connection.getresponse()
+    seen = b""
+    while seen.count(b"\n") < 5:  # lines appear every 50 ms: only a streaming response delivers them
+        seen += response.read1(65536)
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [("tailLines=-1", '"tailLines" is -1'), ("sinceSeconds=1&sinceTime=2024-01-01T00:00:00Z", "both")],
+)
+def test_bad_log_parameters_are_a_400_status(
+    server: KubeletServer, fake_handler: Handler, query: str, message: str
+) -> None:
+    adopt_new(fake_handler, "validated")
+    status, headers, body = https_get(server.kubelet_port, f"/containerLogs/default/validated/main?{query}")
+    assert status == 400 and headers["content-type"] == "application/json"
+    answer = json.loads(body)
+    assert answer["kind"] == "Status" and answer["code"] == 400 and message in answer["message"]
+
+
+def test_missing_pods_containers_instances_and_capabilities_are_404s_with_a_reason(
+    server: KubeletServer, registry: HandlerRegistry, fake_handler: Handler
+) -> None:
+    adopt_new(fake_handler, "present")
+
+    def reason(path: str) -> str:
+        status, _, body = https_get(server.kubelet_port, path)
+        assert status == 404, body
+        return str(json.loads(body)["message"])
+
+    assert "not on a node served here" in reason("/containerLogs/default/absent/main")
+    assert 'container "other" not found' in reason("/containerLogs/default/present/other")
+    assert "port forwarding is not supported" in reason("/portForward/default/present")
+    pending = {"metadata": {"namespace": "default", "name": "pending", "uid": "u"}, "spec": {"containers": [{}]}}
+    fake_handler._track(pending)  # tracked, but provision has not returned yet
+    assert "has no instance yet" in reason("/containerLogs/default/pending/main")
+    bare = offline_handler(BareProvider(f"bare-{uuid.uuid4().hex}"))
+    registry.add(bare)
+    try:
+        adopt_new(bare, "bare")
+        assert "does not support logs" in reason("/containerLogs/default/bare/main")
+    finally:
+        registry.remove(bare)
+    assert https_get(server.kubelet_port, "/exec/default/present/main?command=ls&output=1")[0] == 400
+
+
+class BareProvider:
+    """A provider with no LogStreamer, Executor or Attacher: the edge must say so (404)."""
+
+    def __init__(self, cloud: str) -> None:
+        self._fake = FakeProvider("bare", {"cloud": cloud})
+        self.name = "bare"
+
+    def capabilities(self) -> Capabilities:
+        return self._fake.capabilities()
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        return self._fake.provision(pod, request)
+
+    def terminate(self, instance_id: InstanceId) -> None:
+        self._fake.terminate(instance_id)
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        return self._fake.get(instance_id)
+
+    def list(self) -> list[Instance]:
+        return self._fake.list()
+
+    def offerings(self) -> list[Offering]:
+        return self._fake.offerings()
+
+    def expand_regions(self, declared: Sequence[str]) -> list[str]:
+        return self._fake.expand_regions(declared)
+
+    def classify_provision_error(
+        self, err: errors.ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
+    ) -> BlockScope:
+        return self._fake.classify_provision_error(err, accelerator=accelerator, tier=tier, region=region)
+
+
+@pytest.fixture(scope="module")
+def client_ca(tmp_path_factory: pytest.TempPathFactory) -> tuple[certs.KeyPair, Path]:
+    ca = certs.make_ca("test-client-ca")
+    path = tmp_path_factory.mktemp("ca") / "client-ca.pem"
+    path.write_bytes(ca.cert_pem)
+    return ca, path
+
+
+def _client_context(tmp_path: Path, pair: certs.KeyPair | None) -> ssl.SSLContext:
+    context = ssl._create_unverified_context()
+    if pair is not None:
+        (tmp_path / "client.pem").write_bytes(pair.cert_pem)
+        (tmp_path / "client.key").write_bytes(pair.key_pem)
+        context.load_cert_chain(tmp_path / "client.pem", tmp_path / "client.key")
+    return context
+
+
+def test_with_a_client_ca_only_clients_with_a_certificate_it_signed_get_in(
+    tmp_path: Path, client_ca: tuple[certs.KeyPair, Path], fake_handler: Handler
+) -> None:
+    ca, path = client_ca
+    guarded = KubeletServer(
+        HandlerRegistry([fake_handler]), kubelet=ListenerConfig("127.0.0.1", 0), client_ca=str(path)
+    )
+    guarded.start()
+    try:
+        signed = certs.issue(ca, "kube-apiserver-kubelet-client", client=True)
+        assert https_get(guarded.kubelet_port, "/healthz", context=_client_context(tmp_path, signed))[0] == 200
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            https_get(guarded.kubelet_port, "/healthz", context=_client_context(tmp_path, None))
+        stranger = certs.issue(certs.make_ca("another-ca"), "intruder", client=True)
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            https_get(guarded.kubelet_port, "/healthz", context=_client_context(tmp_path, stranger))
+    finally:
+        guarded.stop()
+
+
+def test_the_serving_certificate_names_the_node_ip(server: KubeletServer) -> None:
+    assert server.kubelet_ca is not None
+    context = ssl.create_default_context(cadata=server.kubelet_ca.cert_pem.decode())
+    assert https_get(server.kubelet_port, "/healthz", context=context)[0] == 200  # hostname 127.0.0.1 verified
+
+
+def test_a_bad_client_ca_bundle_fails_at_start(tmp_path: Path) -> None:
+    (tmp_path / "bad.pem").write_text("not a certificate")
+    broken = KubeletServer(
+        HandlerRegistry(), kubelet=ListenerConfig("127.0.0.1", 0), client_ca=str(tmp_path / "bad.pem")
+    )
+    with pytest.raises(ValueError, match="no PEM certificate"):
+        broken.start()

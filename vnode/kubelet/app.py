@@ -1,0 +1,35 @@
+"""The kubelet listener's ASGI application: plain HTTP routes and websocket exec/attach.
+
+Built once per `KubeletServer`; SPDY upgrades never reach it (the request hook takes
+them). Lifespan events are acknowledged and otherwise ignored: the server owns start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.views import Receive, Scope, Send, serve_http
+from vnode.kubelet.wsexec import ExecConsumer
+
+
+class KubeletApp:
+    def __init__(self, registry: HandlerRegistry) -> None:
+        self.registry = registry
+        self._websocket: Any = ExecConsumer.as_asgi(registry=registry)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await serve_http(scope, receive, send, self.registry)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": message["type"] + ".complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+
+async def refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
+    """The console serves no websocket: refuse the handshake (403)."""
+    await receive()
+    await send({"type": "websocket.close"})

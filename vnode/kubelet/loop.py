@@ -1,0 +1,57 @@
+"""The process's one Twisted reactor (asyncio-based, as Daphne needs it), run on a thread.
+
+Imported by every kubelet module that touches Twisted, so `daphne.server` (which installs
+the asyncio reactor) is always imported before anything asks for `twisted.internet.reactor`.
+A reactor cannot be restarted: `ensure_running` starts it once per process and it lives
+until the process exits; listeners come and go on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import daphne.server  # noqa: F401  (installs the asyncio reactor; must come first)
+from twisted.internet import reactor as _reactor
+from twisted.internet import threads
+from twisted.logger import STDLibLogObserver, globalLogBeginner
+
+reactor: Any = _reactor  # Twisted's reactor module attribute is untyped for mypy
+T = TypeVar("T")
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+
+
+def ensure_running(timeout: float = 10.0) -> None:
+    """Start the reactor on a daemon thread unless it already runs."""
+    global _thread
+    with _lock:
+        if _thread is not None:
+            return
+        observer: Any = STDLibLogObserver("twisted")
+        globalLogBeginner.beginLoggingTo([observer], redirectStandardIO=False, discardBuffer=True)
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(reactor._asyncioEventloop)
+            reactor.callWhenRunning(started.set)
+            reactor.run(installSignalHandlers=False)
+
+        _thread = threading.Thread(target=run, name="kubelet-reactor", daemon=True)
+        _thread.start()
+    if not started.wait(timeout):
+        raise RuntimeError("the Twisted reactor did not start")
+
+
+def on_reactor(function: Callable[..., T], *args: Any) -> T:
+    """Run `function` on the reactor thread and return its result (Deferreds are waited
+    for). Must not be called from the reactor thread itself."""
+    result: T = threads.blockingCallFromThread(reactor, function, *args)
+    return result
+
+
+def event_loop() -> asyncio.AbstractEventLoop:
+    loop: asyncio.AbstractEventLoop = reactor._asyncioEventloop
+    return loop

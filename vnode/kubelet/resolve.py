@@ -1,0 +1,83 @@
+"""Which Handler serves a Pod: the registry of the process's Handlers and the lookup.
+
+Filled by whoever starts the listener (runvnode, tests); read by every kubelet route.
+A lookup asks each Handler whether it tracks the Pod; at most one can, since a Pod is
+bound to one node. Checks that need no provider call are made here, before any upgrade,
+so a missing Pod, instance or capability is still a 404 with a reason.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+from providers.base import Attacher, Executor, LogStreamer, Process
+from vnode.handler import Handler
+from vnode.kubelet.execparams import StreamRequest
+from vnode.kubelet.problems import Problem
+from vnode.kubelet.routes import Kind, Route
+
+
+class HandlerRegistry:
+    """Thread-safe; Handlers may come and go while the listener serves."""
+
+    def __init__(self, handlers: Iterable[Handler] = ()) -> None:
+        self._handlers: list[Handler] = list(handlers)
+        self._lock = threading.Lock()
+
+    def add(self, handler: Handler) -> None:
+        with self._lock:
+            if handler not in self._handlers:
+                self._handlers.append(handler)
+
+    def add_all(self, handlers: Iterable[Handler]) -> None:
+        for handler in handlers:
+            self.add(handler)
+
+    def remove(self, handler: Handler) -> None:
+        with self._lock:
+            if handler in self._handlers:
+                self._handlers.remove(handler)
+
+    def handlers(self) -> list[Handler]:
+        with self._lock:
+            return list(self._handlers)
+
+    def find(self, namespace: str, pod: str) -> Handler:
+        """The Handler tracking the Pod; 404 if none does."""
+        for handler in self.handlers():
+            if handler.tracks(namespace, pod):
+                return handler
+        raise Problem(404, f'pod "{namespace}/{pod}" is not on a node served here')
+
+    def target(self, namespace: str, pod: str, container: str, *, capability: str) -> Handler:
+        """The Handler for a streaming request, once the cheap checks pass (404 otherwise):
+        the Pod is tracked, has an instance, names the container, and the provider has the
+        capability (`logs`, `exec` or `attach`)."""
+        handler = self.find(namespace, pod)
+        entry = handler.tracked(f"{namespace}/{pod}")
+        if entry is None or entry.instance_id is None:
+            raise Problem(404, f'pod "{namespace}/{pod}" has no instance yet: nothing to {capability}')
+        containers = (entry.pod.get("spec") or {}).get("containers") or [{}]
+        if container != containers[0].get("name"):  # providers run the first container only
+            raise Problem(404, f'container "{container}" not found in pod "{namespace}/{pod}"')
+        kinds = {"logs": LogStreamer, "exec": Executor, "attach": Attacher}
+        if not isinstance(handler.provider, kinds[capability]):
+            raise Problem(404, f"provider {handler.provider.name!r} does not support {capability}")
+        return handler
+
+
+def process_starter(handler: Handler, route: Route, request: StreamRequest) -> Callable[[], Process]:
+    """The blocking call that starts the session's command (exec) or attachment (attach);
+    the remote session runs it on its own thread."""
+
+    def start() -> Process:
+        if route.kind is Kind.ATTACH:
+            return handler.attach_to_container(
+                route.namespace, route.pod, route.container, tty=request.tty, stdin=request.stdin
+            )
+        return handler.run_in_container(
+            route.namespace, route.pod, route.container, request.command, tty=request.tty, stdin=request.stdin
+        )
+
+    return start

@@ -1,0 +1,233 @@
+"""The exec/attach session over SPDY/3.1: a Twisted protocol around `spdy.ServerSession`.
+
+Installed on the connection by `upgrade.KubeletRequest` right after the 101. Runs on the
+reactor: it replies to every SYN_STREAM at once, echoes pings, and starts the
+`RemoteSession` once the streams the request implies exist. The session's threads reach
+it through the `Outlet` methods, which hop onto the reactor and wait while the transport
+is full (TCP back-pressure; SPDY windows are not enforced, exec-protocols.md §1.5).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet.protocol import Protocol
+
+from providers.base import Process
+from vnode.kubelet import spdy
+from vnode.kubelet.execparams import StreamRequest, has_resize, json_status
+from vnode.kubelet.loop import reactor
+from vnode.kubelet.remote import RemoteSession
+
+logger = logging.getLogger(__name__)
+
+CREATION_TIMEOUT = 30.0  # seconds for the client to open every stream (the kubelet's default)
+CLOSE_LINGER = 5.0  # seconds we let the client close first, so the tail of stdout is not reset
+MAX_FRAME = 1 << 20  # I7: kubectl writes at most 32 KiB per frame
+MAX_HEADER_BLOCK = 64 << 10
+MAX_STREAMS = 8  # error, stdin, stdout, stderr, resize, and slack for races
+IN_FLIGHT = 16  # output chunks handed to the reactor and not yet written
+DATA_FRAME = 32 * 1024
+
+
+def expected_streams(request: StreamRequest, protocol: str) -> set[str]:
+    """The stream types the client will open for this request (exec-protocols.md §2.2)."""
+    wanted = {"error"}
+    wanted |= {"stdin"} if request.stdin else set()
+    wanted |= {"stdout"} if request.stdout else set()
+    wanted |= {"stderr"} if request.stderr and not request.tty else set()
+    wanted |= {"resize"} if request.tty and has_resize(protocol) else set()
+    return wanted
+
+
+class SpdyExecProtocol(Protocol):
+    """One upgraded connection: one exec or attach."""
+
+    transport: Any  # a TCP or TLS transport (Twisted types it loosely as ITransport | None)
+
+    def __init__(
+        self,
+        *,
+        protocol: str,
+        request: StreamRequest,
+        start_process: Callable[[], Process],
+        attach: bool,
+        name: str,
+    ) -> None:
+        self._session = spdy.ServerSession(
+            max_frame_size=MAX_FRAME, max_header_block=MAX_HEADER_BLOCK, max_streams=MAX_STREAMS
+        )
+        self._request = request
+        self._expected = expected_streams(request, protocol)
+        self._ids: dict[str, int] = {}
+        self._types: dict[int, str] = {}
+        self._remote = RemoteSession(
+            start_process, request, self, json_status=json_status(protocol), attach=attach, name=name
+        )
+        self._started = False
+        self._closed = False
+        self._finished = False
+        self._writable = threading.Event()
+        self._writable.set()
+        self._gone = threading.Event()
+        self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
+        self._timer: Any = None
+        self.on_closed: Callable[[], object] | None = None  # the server's bookkeeping
+
+    # -- Twisted ------------------------------------------------------------------------------
+    def connectionMade(self) -> None:
+        self.transport.registerProducer(self, True)
+        self._timer = reactor.callLater(CREATION_TIMEOUT, self._creation_timed_out)
+
+    def dataReceived(self, data: bytes) -> None:
+        if self._closed:
+            return
+        try:
+            events = self._session.receive(data)
+        except spdy.ProtocolError as exc:
+            logger.info("SPDY session ended: %s", exc)
+            self._write(self._session.goaway(1))
+            self._close()
+            return
+        for event in events:
+            self._on_event(event)
+        self._write(self._session.data_to_send())
+
+    def connectionLost(self, reason: Any = None) -> None:
+        self._closed = True
+        self._gone.set()
+        self._writable.set()
+        self._cancel_timer()
+        self._remote.abort()
+        if self.on_closed is not None:
+            self.on_closed()
+
+    # IPushProducer: the transport's buffer filled up (pause) or drained (resume).
+    def pauseProducing(self) -> None:
+        self._writable.clear()
+
+    def resumeProducing(self) -> None:
+        self._writable.set()
+
+    def stopProducing(self) -> None:
+        self._gone.set()
+        self._writable.set()
+
+    # -- SPDY events --------------------------------------------------------------------------
+    def _on_event(self, event: spdy.Event) -> None:
+        if isinstance(event, spdy.StreamOpened):
+            self._on_stream(event)
+        elif isinstance(event, spdy.DataReceived):
+            kind = self._types.get(event.stream_id)
+            if kind == "stdin":
+                self._remote.stdin(event.data)
+                if event.fin:
+                    self._remote.stdin_eof()
+            elif kind == "resize":
+                self._remote.resize(event.data)
+        elif isinstance(event, spdy.StreamReset):
+            if self._types.get(event.stream_id) == "stdin":
+                self._remote.stdin_eof()
+        elif isinstance(event, spdy.PingReceived):
+            self._write(self._session.ping(event.ping_id))
+        # GoAwayReceived: the client opens nothing more; the session runs on until it ends.
+
+    def _on_stream(self, event: spdy.StreamOpened) -> None:
+        kind = dict(event.headers).get("streamtype", "")
+        self._write(self._session.reply(event.stream_id))  # at once: the client waits for it
+        if kind not in self._expected or kind in self._ids:
+            logger.info("ignoring an unexpected SPDY stream of type %r", kind)
+            return
+        self._ids[kind] = event.stream_id
+        self._types[event.stream_id] = kind
+        if event.fin and kind == "stdin":
+            self._remote.stdin_eof()
+        if set(self._ids) == self._expected and not self._started:
+            self._started = True
+            self._cancel_timer()
+            self._remote.start()
+
+    def _creation_timed_out(self) -> None:
+        self._timer = None
+        if not self._started:
+            logger.info("SPDY exec: streams %s never arrived; closing", sorted(self._expected - set(self._ids)))
+            self._close()
+
+    # -- Outlet (called from session threads) ---------------------------------------------
+    def write(self, stream: str, data: bytes) -> None:
+        stream_id = self._ids.get(stream)
+        if stream_id is None:
+            return
+        while not self._gone.is_set():
+            if self._writable.wait(0.5) and self._in_flight.acquire(timeout=0.5):
+                reactor.callFromThread(self._send_data, stream_id, data)
+                return
+
+    def close_stream(self, stream: str) -> None:
+        stream_id = self._ids.get(stream)
+        if stream_id is not None and not self._gone.is_set():
+            reactor.callFromThread(self._call, self._session.finish, stream_id)
+
+    def finish(self, status: bytes) -> None:
+        if not self._gone.is_set():
+            reactor.callFromThread(self._finish, status)
+
+    def pause_input(self, paused: bool) -> None:
+        if not self._gone.is_set():
+            reactor.callFromThread(self._pause_input, paused)
+
+    # -- on the reactor -------------------------------------------------------------------
+    def _send_data(self, stream_id: int, data: bytes) -> None:
+        self._in_flight.release()
+        for start in range(0, len(data), DATA_FRAME):  # kubectl's own frame size: safe for every client
+            self._call(self._session.send_data, stream_id, data[start : start + DATA_FRAME])
+
+    def _call(self, method: Callable[..., bytes], *args: Any) -> None:
+        if not self._closed:
+            self._write(method(*args))
+
+    def _pause_input(self, paused: bool) -> None:
+        if self._closed:
+            return
+        if paused:
+            self.transport.pauseProducing()
+        else:
+            self.transport.resumeProducing()
+
+    def _finish(self, status: bytes) -> None:
+        """Status on the error stream, every stream closed, GOAWAY; then the client closes
+        (or we do, after CLOSE_LINGER). stdout and stderr are closed before the error stream:
+        the client reads the status only after both (exec-protocols.md §2.4)."""
+        if self._closed or self._finished:
+            return
+        self._finished = True
+        error_id = self._ids.get("error")
+        for kind in ("stdout", "stderr"):
+            if kind in self._ids:
+                self._write(self._session.finish(self._ids[kind]))
+        if error_id is not None:
+            if status:
+                self._write(self._session.send_data(error_id, status))
+            self._write(self._session.finish(error_id))
+        for stream_id in sorted(self._types):
+            self._write(self._session.finish(stream_id))  # stdin, resize: we send nothing more
+        self._write(self._session.goaway())
+        self._timer = reactor.callLater(CLOSE_LINGER, self._close)
+
+    def _write(self, data: bytes) -> None:
+        if data and not self._closed:
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self._closed = True
+            self.transport.loseConnection()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None

@@ -1,0 +1,153 @@
+"""The HTTP request hook: tells the listeners apart and takes SPDY upgrades off Daphne.
+
+`ListenerFactory` is Daphne's HTTP factory with a listener name; `KubeletRequest.process`
+tags each request (and each websocket) with it, so the server can route the kubelet
+listener to the kubelet app and the console listener to Django (I5). A SPDY upgrade on
+the kubelet listener is validated, answered 101 and handed to `SpdyExecProtocol`
+(the recipe of dependencies.md §2: Daphne only upgrades websockets). This touches Daphne
+and Twisted internals; tests/vnode/kubelet/test_spdy_exec.py guards the hand-off.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from daphne.http_protocol import HTTPFactory, WebRequest
+from twisted.protocols.policies import ProtocolWrapper
+
+from vnode.kubelet import execparams, resolve, routes
+from vnode.kubelet.problems import Problem
+from vnode.kubelet.spdyexec import SpdyExecProtocol
+
+logger = logging.getLogger(__name__)
+
+KUBELET = "kubelet"
+CONSOLE = "console"
+
+
+class ListenerFactory(HTTPFactory):  # type: ignore[misc]
+    """Daphne's HTTP factory for one listener; requests are `KubeletRequest`s."""
+
+    def __init__(self, server: Any, listener: str) -> None:
+        super().__init__(server)
+        self.listener = listener
+
+    def buildProtocol(self, addr: Any) -> Any:
+        protocol = super().buildProtocol(addr)
+        protocol.requestFactory = KubeletRequest
+        return protocol
+
+
+class KubeletRequest(WebRequest):  # type: ignore[misc]
+    nebula_listener = CONSOLE
+
+    def process(self) -> Any:
+        self.nebula_listener = self.channel.factory.listener
+        upgrade = (self.requestHeaders.getRawHeaders(b"upgrade") or [b""])[0].strip().lower()
+        if upgrade == b"spdy/3.1" and self.nebula_listener == KUBELET:
+            try:
+                self._upgrade_spdy()
+            except Exception:
+                logger.exception("SPDY upgrade failed")
+                self._answer(Problem(500, "internal error during the SPDY upgrade"))
+            return None
+        if upgrade == b"websocket":
+            self._upgrade_websocket()
+            return None
+        return super().process()
+
+    # -- websocket: Daphne's own hand-off, plus the listener tag -----------------------------
+    def _upgrade_websocket(self) -> None:
+        self.query_string = self.uri.split(b"?", 1)[1] if b"?" in self.uri else b""
+        transport: Any = self.channel.transport
+        protocol = self.server.ws_factory.buildProtocol(transport.getPeer())
+        protocol.nebula_listener = self.nebula_listener
+        protocol._raw_query_string = self.query_string
+        setattr(self, "transport", None)  # noqa: B010  (the request no longer owns it)
+        _swap_protocol(transport, protocol)
+        protocol.makeConnection(transport)
+        data = self.method + b" " + self.uri + b" HTTP/1.1\r\n"
+        for name, values in self.requestHeaders.getAllRawHeaders():
+            data += name + b": " + b",".join(values) + b"\r\n"
+        protocol.dataReceived(data + b"\r\n" + self.content.read())
+        self.server.protocol_disconnected(self)
+        self.channel._networkProducer.resumeProducing()
+
+    # -- SPDY ------------------------------------------------------------------------------
+    def _upgrade_spdy(self) -> None:
+        try:
+            protocol, spdy = self._spdy_protocol()
+        except routes.MethodNotAllowed as exc:
+            self._answer(Problem(405, str(exc)))
+            return
+        except Problem as problem:
+            self._answer(problem)
+            return
+        self._hand_over(protocol, spdy)
+
+    def _spdy_protocol(self) -> tuple[str, SpdyExecProtocol]:
+        path = self.path.decode("latin-1")
+        route = routes.resolve(self.method.decode("latin-1"), path)
+        if route is None or route.kind not in routes.STREAMING:
+            raise Problem(404, "404 request not found")
+        attach = route.kind is routes.Kind.ATTACH
+        query = self.uri.split(b"?", 1)[1].decode("latin-1") if b"?" in self.uri else ""
+        request = execparams.parse_stream_request(query, attach=attach)
+        connection = b",".join(self.requestHeaders.getRawHeaders(b"connection") or []).lower()
+        if b"upgrade" not in connection:
+            raise Problem(400, "unable to upgrade: missing upgrade headers in request")
+        versions = [v.decode("latin-1") for v in self.requestHeaders.getRawHeaders(b"x-stream-protocol-version") or []]
+        protocol = execparams.negotiate_spdy(versions)
+        handler = self.server.registry.target(
+            route.namespace, route.pod, route.container, capability="attach" if attach else "exec"
+        )
+        name = f"spdy-{route.kind.value}-{route.namespace}-{route.pod}"
+        start = resolve.process_starter(handler, route, request)
+        session = SpdyExecProtocol(protocol=protocol, request=request, start_process=start, attach=attach, name=name)
+        return protocol, session
+
+    def _hand_over(self, protocol: str, spdy: SpdyExecProtocol) -> None:
+        """101, then the connection belongs to `spdy`, with every byte already read."""
+        channel: Any = self.channel
+        transport: Any = channel.transport
+        setattr(self, "transport", None)  # noqa: B010
+        transport.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
+            b"X-Stream-Protocol-Version: " + protocol.encode("latin-1") + b"\r\n\r\n"
+        )
+        channel.setTimeout(None)
+        buffered = b"".join(channel._dataBuffer)
+        channel._dataBuffer = []
+        channel.rawDataReceived = spdy.dataReceived  # the rest of the chunk being parsed now
+        transport.unregisterProducer()
+        _swap_protocol(transport, spdy)
+        spdy.makeConnection(transport)  # type: ignore[no-untyped-call]
+        self.server.connections.pop(self, None)
+        self.server.track_upgraded(spdy)
+        if buffered:
+            spdy.dataReceived(buffered)
+        transport.resumeProducing()
+
+    def _answer(self, problem: Problem) -> None:
+        self.setResponseCode(problem.code)
+        for name, value in problem.headers():
+            self.setHeader(name, value)
+        if problem.code == 403:
+            for version in execparams.SPDY_PROTOCOLS:
+                self.responseHeaders.addRawHeader(b"x-accepted-stream-protocol-versions", version.encode())
+        body = problem.body()
+        self.setHeader(b"content-length", str(len(body)).encode())
+        self.setHeader(b"connection", b"close")  # an upgrade that did not happen ends the connection
+        self.channel.persistent = False
+        self.write(body)
+        self.finish()
+
+
+def _swap_protocol(transport: Any, protocol: Any) -> None:
+    """Point the connection at a new protocol: under TLS the wrapper's inner protocol,
+    on plain TCP the transport's own (as Daphne does for websockets)."""
+    if isinstance(transport, ProtocolWrapper):
+        transport.wrappedProtocol = protocol
+    else:
+        transport.protocol = protocol

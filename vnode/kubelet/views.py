@@ -1,0 +1,168 @@
+"""The kubelet listener's plain HTTP routes, as one ASGI callable per request.
+
+Called by `app.KubeletApp` for `type: http`. containerLogs streams the provider's bytes
+chunk by chunk (Twisted flushes each write); every provider call runs off the reactor.
+Errors before the response starts go through `problems.problem_from`, the one mapping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from providers.base import LogStream
+from vnode.kubelet import logparams, routes
+from vnode.kubelet.problems import Problem, problem_from
+from vnode.kubelet.resolve import HandlerRegistry
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+LOG_READ_SIZE = 64 * 1024
+IGNORED_HEADER = b"x-nebula-log-options-ignored"
+QUEUED_CHUNKS = 4  # per follower: bounded, so a slow client slows the reader, not our memory
+
+
+async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    headers = headers or [(b"content-type", b"text/plain; charset=utf-8")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def respond_problem(send: Send, problem: Problem) -> None:
+    await respond(send, problem.code, problem.body(), problem.headers())
+
+
+async def respond_json(send: Send, data: Any) -> None:
+    await respond(send, 200, json.dumps(data).encode(), [(b"content-type", b"application/json")])
+
+
+async def serve_http(scope: Scope, receive: Receive, send: Send, registry: HandlerRegistry) -> None:
+    """One kubelet HTTP request (no upgrade). 404 for anything not a kubelet route (I5)."""
+    try:
+        route = routes.resolve(scope["method"], scope.get("raw_path", b"").decode("latin-1") or scope["path"])
+    except routes.MethodNotAllowed as exc:
+        await respond_problem(send, Problem(405, str(exc)))
+        return
+    if route is None:
+        await respond(send, 404, b"404 request not found")
+        return
+    query = scope.get("query_string", b"").decode("latin-1")
+    try:
+        if route.kind is routes.Kind.LOGS:
+            await serve_logs(route, query, receive, send, registry)
+        elif route.kind in routes.STREAMING:
+            raise Problem(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1 or websocket)")
+        elif route.kind is routes.Kind.PORT_FORWARD:
+            raise Problem(404, "port forwarding is not supported by Nebula's virtual nodes yet")
+        elif route.kind is routes.Kind.HEALTHZ:
+            await respond(send, 200, b"ok")
+        elif route.kind is routes.Kind.PODS:
+            await respond_json(send, pod_list(registry))
+        elif route.kind is routes.Kind.RUNNING_PODS:
+            await respond_json(send, pod_list(registry, running_only=True))
+        elif route.kind is routes.Kind.STATS:
+            await respond_json(send, await asyncio.to_thread(stats_summary, registry))
+        elif route.kind is routes.Kind.METRICS:
+            text = await asyncio.to_thread(lambda: "".join(h.get_metrics_resource() for h in registry.handlers()))
+            await respond(send, 200, text.encode(), [(b"content-type", b"text/plain; version=0.0.4")])
+    except Exception as exc:
+        problem = problem_from(exc)
+        if problem.code >= 500:
+            logger.warning("kubelet %s %s: %s", scope["method"], scope["path"], problem.message, exc_info=exc)
+        await respond_problem(send, problem)
+
+
+def pod_list(registry: HandlerRegistry, *, running_only: bool = False) -> dict[str, Any]:
+    pods = [pod for handler in registry.handlers() for pod in handler.get_pods()]
+    if running_only:
+        pods = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"]
+    return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
+
+
+def stats_summary(registry: HandlerRegistry) -> dict[str, Any]:
+    summaries = [h.get_stats_summary() for h in registry.handlers()]
+    node = summaries[0]["node"] if summaries else {"nodeName": "", "systemContainers": []}
+    return {"node": node, "pods": [p for s in summaries for p in s["pods"]]}
+
+
+async def serve_logs(route: routes.Route, query: str, receive: Receive, send: Send, registry: HandlerRegistry) -> None:
+    """Validate, open the provider's stream, then copy it out chunk by chunk until it ends
+    or the client goes (which closes the stream, waking a blocked read)."""
+    try:
+        options = logparams.parse_log_options(query, now=datetime.now(UTC))
+    except logparams.InvalidParameter as exc:
+        raise Problem(400, str(exc)) from exc
+    handler = registry.target(route.namespace, route.pod, route.container, capability="logs")
+    options, ignored = logparams.honoured_by(options, stamps_at_source=handler.capabilities().log_timestamps)
+    stream = await asyncio.to_thread(handler.get_container_logs, route.namespace, route.pod, route.container, options)
+    headers = [(b"content-type", b"text/plain; charset=utf-8")]
+    if ignored:
+        headers.append((IGNORED_HEADER, ", ".join(ignored).encode()))
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    watcher = asyncio.ensure_future(_close_on_disconnect(receive, stream))
+    try:
+        async for chunk in read_in_thread(stream, name=f"logs-{route.namespace}-{route.pod}"):
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    finally:
+        watcher.cancel()
+        stream.close()
+
+
+async def _close_on_disconnect(receive: Receive, stream: LogStream) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    stream.close()
+
+
+async def read_in_thread(stream: LogStream, *, name: str) -> Any:
+    """Yield what `stream.read` returns, read by a thread of its own (a follower may block
+    for hours; it must not hold a shared pool's worker). A bounded queue in between."""
+    loop = asyncio.get_running_loop()
+    chunks: asyncio.Queue[bytes | BaseException] = asyncio.Queue(QUEUED_CHUNKS)
+    stop = threading.Event()
+
+    def put(item: bytes | BaseException) -> bool:
+        future = asyncio.run_coroutine_threadsafe(chunks.put(item), loop)
+        while not stop.is_set():
+            try:
+                future.result(timeout=1.0)
+                return True
+            except TimeoutError:
+                continue
+        future.cancel()
+        return False
+
+    def pump() -> None:
+        try:
+            while not stop.is_set():
+                data = stream.read(LOG_READ_SIZE)
+                if not put(data) or not data:
+                    return
+        except Exception as exc:
+            put(exc)
+
+    thread = threading.Thread(target=pump, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = await chunks.get()
+            if isinstance(item, BaseException):
+                logger.warning("log stream failed: %s", item)
+                return
+            if not item:
+                return
+            yield item
+    finally:
+        stop.set()
+        stream.close()
