@@ -1,0 +1,216 @@
+"""End to end: kubectl -> the embedded API server's proxy -> the kubelet API -> a VM
+provider whose logs and exec go over SSH (`providers.ssh`) to a real sshd on loopback.
+
+The "VM" is a fake-cloud instance whose endpoint is that sshd: its workload log is a
+stamped file the test appends to, as the AWS user-data's `docker logs --timestamps` would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import termios
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_ssh_sshd import Sshd, sshd_fixture  # noqa: F401 - the fixture
+
+from providers.base import InstanceId, LogOptions, LogStream, Process
+from providers.fake import FakeProvider
+from providers.ssh import FileLog, open_log_stream, start_process
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBECTL = str(ROOT / ".venv" / "bin" / "kubectl")
+POD = "vm-talker"
+
+
+class SshVmProvider(FakeProvider):
+    """A VM provider for tests: instances from a fake cloud, logs and exec over SSH to `sshd`."""
+
+    def __init__(self, name: str, sshd: Sshd) -> None:
+        super().__init__(name, {"cloud": f"sshvm-{uuid.uuid4().hex}"})
+        self.sshd = sshd
+
+    def workload_log(self, instance_id: str) -> FileLog:
+        base = self.sshd.home / instance_id.replace("/", "_")
+        return FileLog(f"{base}.log", f"{base}.exit", stamped=True)
+
+    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        return open_log_stream(self.sshd.target(), self.workload_log(instance_id), options)
+
+    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+        return start_process(self.sshd.target(), command, tty=tty, stdin=stdin)
+
+
+@dataclass
+class Rig:
+    kubeconfig: str
+    provider: SshVmProvider
+    log: FileLog
+
+    def kubectl(
+        self, *args: str, input: bytes | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], input=input, capture_output=True,
+                              timeout=timeout, env=self.env())  # fmt: skip
+
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, KUBECONFIG=self.kubeconfig, HOME=os.path.dirname(self.kubeconfig), TERM="dumb")
+
+    def write(self, *lines: str) -> None:
+        with open(self.log.path, "a") as handle:
+            for line in lines:
+                handle.write(f"{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}\n")
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(0.05)
+    return value
+
+
+@pytest.fixture(scope="module")
+def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    try:
+        from devcluster import DevCluster
+        from vnode.kube import Kube, load_api_client, path_for
+        from vnode.kubelet.resolve import HandlerRegistry
+        from vnode.kubelet.server import KubeletServer, ListenerConfig
+        from vnode.runner import Runner
+    except ImportError as exc:
+        pytest.skip(f"the kubelet API is not importable: {exc}")
+    folder = tmp_path_factory.mktemp("sshvm")
+    kubeconfig = str(folder / "kubeconfig")
+    provider = SshVmProvider("sshvm", sshd)
+    registry = HandlerRegistry()
+    server = KubeletServer(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
+    server.start()
+    try:
+        with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
+            assert cluster is not None
+            runner = Runner(
+                provider, kube=Kube(load_api_client(kubeconfig)), watch_kube=Kube(load_api_client(kubeconfig)),
+                node_ip="127.0.0.1", kubelet_port=server.kubelet_port, poll_interval=0.2, lease_renew_interval=0.5,
+                workers=4,
+            )  # fmt: skip
+            runner.start()
+            registry.add(runner.handler)
+            try:
+                kube = Kube(load_api_client(kubeconfig))
+                kube.create(path_for("pods", namespace="default"), _pod())
+                pods = path_for("pods", namespace="default", name=POD)
+                wait_for(lambda: (kube.get(pods).get("status") or {}).get("phase") == "Running")
+                instance = wait_for(lambda: provider.list())[0]
+                yield Rig(kubeconfig, provider, provider.workload_log(instance.id))
+            finally:
+                registry.remove(runner.handler)
+                runner.stop(timeout=10)
+                for instance in provider.list():
+                    provider.terminate(instance.id)
+    finally:
+        server.stop()
+
+
+def _pod() -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": POD, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {"nebula.io/provider": "sshvm"},
+            "tolerations": [{"key": "nebula.io/provider", "operator": "Exists"}],
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}],
+        },
+    }  # fmt: skip
+
+
+def test_kubectl_exec_i_pipes_stdin_to_eof_over_ssh(rig: Rig) -> None:
+    result = rig.kubectl("exec", "-i", POD, "--", "sh", "-c", "tr a-z A-Z; echo done", input=b"over ssh\n")
+    assert result.returncode == 0, result.stderr[-500:]
+    assert result.stdout == b"OVER SSH\ndone\n"
+
+
+def test_kubectl_exec_reports_the_remote_exit_code_and_stderr(rig: Rig) -> None:
+    result = rig.kubectl("exec", POD, "--", "sh", "-c", "echo out; echo err >&2; exit 5")
+    assert result.returncode == 5
+    assert result.stdout == b"out\n" and result.stderr.startswith(b"err\n")
+
+
+def test_kubectl_exec_it_sees_the_terminal_size_and_its_resize(rig: Rig) -> None:
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    session = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", rig.kubeconfig, "exec", "-it", POD, "--", "sh"], stdin=slave, stdout=slave,
+        stderr=slave, env=rig.env(), start_new_session=True,
+    )  # fmt: skip
+    os.close(slave)
+    try:
+        assert b"24 80" in _type(master, b"stty size\r", b"24 80", retry=True)
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        session.send_signal(signal.SIGWINCH)  # kubectl watches SIGWINCH and sends the new size
+        assert b"40 120" in _type(master, b"stty size\r", b"40 120", retry=True)
+        os.write(master, b"exit 0\r")
+        assert session.wait(timeout=30) == 0
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait(timeout=30)
+        os.close(master)
+
+
+def _type(master: int, keys: bytes, expected: bytes, *, retry: bool = False, timeout: float = 30) -> bytes:
+    """Type `keys` and read until `expected` shows (typing again on `retry`: the resize and
+    the shell's prompt reach the terminal asynchronously)."""
+    os.write(master, keys)
+    seen, deadline, last = b"", time.monotonic() + timeout, time.monotonic()
+    while expected not in seen and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.2)[0]:
+            try:
+                seen += os.read(master, 65536)
+            except OSError:
+                break
+        elif retry and time.monotonic() - last > 1.0:
+            os.write(master, keys)
+            last = time.monotonic()
+    return seen
+
+
+def test_kubectl_logs_f_follows_the_vm_log_until_the_workload_exits(rig: Rig) -> None:
+    rig.write("booted")
+    whole = rig.kubectl("logs", POD)
+    assert whole.returncode == 0 and whole.stdout.endswith(b"booted\n"), whole.stderr[-500:]
+    follower = subprocess.Popen(
+        [KUBECTL, "--kubeconfig", rig.kubeconfig, "logs", "-f", "--timestamps", POD], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, env=rig.env(),
+    )  # fmt: skip
+    try:
+        assert follower.stdout is not None
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.extend(iter(follower.stdout.readline, b"")), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        wait_for(lambda: any(line.endswith(b" booted\n") for line in got), 30)
+        rig.write("step 1", "step 2")
+        wait_for(lambda: any(line.endswith(b" step 2\n") for line in got), 30)
+        assert follower.poll() is None  # still following
+        Path(rig.log.done_path or "").write_text("0\n")
+        assert follower.wait(timeout=30) == 0
+        reader.join(30)
+        assert [line.split(b" ", 1)[1] for line in got] == [b"booted\n", b"step 1\n", b"step 2\n"]
+        assert all(line[:4].isdigit() and line[10:11] == b"T" for line in got)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+        follower.communicate(timeout=30)
