@@ -5,7 +5,11 @@ delay) against the devcluster in its own process (`manage.py devcluster`, as a r
 server would be) over real HTTPS. Pods are bound straight to the virtual node
 (spec.nodeName), so the scheduler is not measured. Prints pods/s per phase, p50/p99
 latency, and the manager's API requests per Pod by verb (the bench's own requests are
-told apart by user agent). Usage: python bench/sync.py [--pods 500] [--poll 1.0]
+told apart by user agent). Usage: python bench/sync.py [--pods 500] [--poll 1.0] [--gated]
+
+--gated: the opted-in path instead. Pods carry `nebula.io/enabled` and a pool; the
+devcluster calls the console's admission webhook (the Django app over real TLS in this
+process), placement ungates them, the scheduler binds them. Adds "placed" timings.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from vnode.runner import Runner  # noqa: E402
 WRITE_VERBS = {"create", "update", "patch", "delete"}
 
 
-def pod(name: str) -> dict[str, Any]:
+def pod(name: str, gated: bool = False) -> dict[str, Any]:
+    if gated:
+        labels = {"nebula.io/enabled": "true", "nebula.io/pool": "bench"}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default", "labels": labels},
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -59,6 +71,7 @@ class Watcher(threading.Thread):
         super().__init__(daemon=True)
         self.kube = kube
         self.running: dict[str, float] = {}
+        self.placed: dict[str, float] = {}
         self.gone: dict[str, float] = {}
         self.version = ""
         self.stop = False
@@ -75,6 +88,8 @@ class Watcher(threading.Thread):
             for kind, obj in self.kube.watch("/api/v1/namespaces/default/pods", resource_version=self.version):
                 self.version = obj["metadata"]["resourceVersion"]
                 name = obj["metadata"].get("name", "")
+                if (obj.get("spec") or {}).get("nodeSelector"):
+                    self.placed.setdefault(name, time.monotonic())
                 if kind == "DELETED":
                     self.gone.setdefault(name, time.monotonic())
                 elif (obj.get("status") or {}).get("phase") == "Running":
@@ -91,10 +106,11 @@ def wait(condition: Any, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def start_devcluster(folder: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_devcluster(folder: str, *, crds: tuple[str, ...] = ()) -> tuple[subprocess.Popen[bytes], str]:
     kubeconfig = f"{folder}/kubeconfig"
+    crd_args = [arg for crd in crds for arg in ("--crd", crd)]
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "devcluster", "--addr", "127.0.0.1:0", "--kubeconfig", kubeconfig],
+        [sys.executable, "manage.py", "devcluster", "--addr", "127.0.0.1:0", "--kubeconfig", kubeconfig, *crd_args],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
     )
@@ -113,11 +129,11 @@ def request_log(kubeconfig: str) -> list[dict[str, Any]]:
     return records
 
 
-def create_all(kube: Kube, names: list[str], created: dict[str, float], threads: int = 4) -> None:
+def create_all(kube: Kube, names: list[str], created: dict[str, float], threads: int = 4, gated: bool = False) -> None:
     def work(part: list[str]) -> None:
         for name in part:
             created[name] = time.monotonic()
-            kube.create(path_for("pods", namespace="default"), pod(name))
+            kube.create(path_for("pods", namespace="default"), pod(name, gated))
 
     workers = [threading.Thread(target=work, args=(names[i::threads],)) for i in range(threads)]
     for worker in workers:
@@ -144,11 +160,26 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=500)
     parser.add_argument("--poll", type=float, default=1.0, help="provider poll interval, seconds")
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--gated", action="store_true", help="webhook -> placement -> Running -> drained")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=None,
+        help="concurrent creating clients (default 4; 16 with --gated: each create waits for the webhook, "
+        "and a ReplicaSet controller creates in parallel bursts too)",
+    )
     args = parser.parse_args()
+    if args.clients is None:
+        args.clients = 16 if args.gated else 4
     with tempfile.TemporaryDirectory() as folder:
-        server, kubeconfig = start_devcluster(folder)
+        crds = (os.path.join(ROOT, "deploy/crds/nodepool.yaml"),) if args.gated else ()
+        server, kubeconfig = start_devcluster(folder, crds=crds)
         try:
-            run(args, kubeconfig)
+            if args.gated:
+                with GatedPath(kubeconfig) as gated:
+                    run(args, kubeconfig, gated)
+            else:
+                run(args, kubeconfig)
         finally:
             server.terminate()
             server.wait(30)
@@ -159,7 +190,94 @@ def main() -> None:
             )
 
 
-def run(args: argparse.Namespace, kubeconfig: str) -> None:
+class GatedPath:
+    """The opted-in path around the Runner: the console's webhook over TLS (registered with
+    the devcluster), a NodePool `bench`, and placement over the one provider."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.kubeconfig = kubeconfig
+        self.blocklist: Any = None
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._placement: Any = None
+
+    def __enter__(self) -> GatedPath:
+        import base64
+        from socketserver import ThreadingMixIn
+        from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+        import django
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nebula_site.settings")
+        django.setup()
+        from django.core.wsgi import get_wsgi_application
+
+        from devcluster import tls
+        from placement.blocklist import Blocklist
+
+        class Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        class Threaded(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+
+            def get_request(self) -> tuple[Any, Any]:
+                # wsgiref writes headers and body apart: NODELAY avoids a 40 ms delayed-ACK stall.
+                import socket
+
+                connection, address = super().get_request()
+                connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                return connection, address
+
+        credentials = tls.make_credentials("127.0.0.1")
+        self._server = make_server("127.0.0.1", 0, get_wsgi_application(), server_class=Threaded, handler_class=Quiet)
+        context = tls.server_context(credentials)
+        self._server.socket = context.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        kube = Kube(load_api_client(self.kubeconfig, user_agent="nebula-bench"))
+        url = f"https://127.0.0.1:{self._server.server_address[1]}/webhooks/pods"
+        hook = {
+            "name": "pods.placement.nebula.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "clientConfig": {"url": url, "caBundle": base64.b64encode(credentials.ca_pem).decode()},
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+            "objectSelector": {"matchLabels": {"nebula.io/enabled": "true"}},
+        }
+        config = {"metadata": {"name": "nebula-placement"}, "webhooks": [hook]}
+        kube.create("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations", config)
+        pool = {
+            "apiVersion": "nebula.io/v1alpha1",
+            "kind": "NodePool",
+            "metadata": {"name": "bench"},
+            "spec": {"providers": [{"name": "bench"}], "capacityTypes": ["OnDemand"]},
+        }
+        kube.create("/apis/nebula.io/v1alpha1/nodepools", pool)
+        self.blocklist = Blocklist()
+        return self
+
+    def start_placement(self, provider: Any, workers: int) -> None:
+        from placement.wiring import start_placement
+
+        self._placement = start_placement(
+            {provider.name: provider},
+            kube=Kube(load_api_client(self.kubeconfig)),
+            watch_kube=Kube(load_api_client(self.kubeconfig)),
+            blocklist=self.blocklist,
+            workers=workers,
+        )
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._placement is not None:
+            self._placement.stop(timeout=5)
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = None) -> None:
     bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
     provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}"})
     runner = Runner(
@@ -170,10 +288,13 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
         kubelet_port=10250,
         poll_interval=args.poll,
         workers=args.workers,
+        blocklister=gated.blocklist if gated is not None else None,
     )
     runner.start()
     wait(lambda: runner.handler.last_list_ok, 30)
     wait(lambda: runner.pods.live_claims() is not None, 30)
+    if gated is not None:
+        gated.start_placement(provider, args.workers)
     watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
     watcher.start()
     time.sleep(0.3)
@@ -181,7 +302,7 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
     names = [f"bench-{i}" for i in range(args.pods)]
     created: dict[str, float] = {}
     start = time.monotonic()
-    create_all(bench, names, created)
+    create_all(bench, names, created, threads=args.clients, gated=gated is not None)
     created_all = time.monotonic()
     wait(lambda: len(watcher.running) >= args.pods, 300)
     running_all = time.monotonic()
@@ -202,8 +323,19 @@ def run(args: argparse.Namespace, kubeconfig: str) -> None:
         for r in ours
         if r["verb"] in WRITE_VERBS
     )
-    print(f"pods: {args.pods}, poll interval: {args.poll}s, workers: {args.workers}")
+    mode = "gated (webhook -> placement -> Running)" if gated is not None else "bound (spec.nodeName)"
+    print(
+        f"pods: {args.pods}, poll interval: {args.poll}s, workers: {args.workers}, "
+        f"clients: {args.clients}, mode: {mode}"
+    )
     print(f"create requests sent in {created_all - start:.2f}s")
+    if gated is not None:
+        to_placed = [watcher.placed[n] - created[n] for n in names]
+        placed_all = max(watcher.placed[n] for n in names)
+        print(
+            f"create -> all placed:  {placed_all - start:.2f}s; "
+            f"per Pod p50 {statistics.median(to_placed):.3f}s p99 {percentile(to_placed, 0.99):.3f}s"
+        )
     print(
         f"create -> all Running: {running_all - start:.2f}s ({args.pods / (running_all - start):.0f} pods/s); "
         f"per Pod p50 {statistics.median(to_running):.3f}s p99 {percentile(to_running, 0.99):.3f}s"

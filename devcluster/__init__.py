@@ -16,6 +16,8 @@ placement, providers, nebula_site or Django. Map of the package:
 - `watch`       per-watcher bounded queues and selector transitions
 - `watchstream` the watch hub: one thread writing every stream (initial events, bookmarks, 410)
 - `schedloop`   the scheduler thread around the pure `scheduler` decisions
+- `admission`   calls registered mutating webhooks on Pod CREATE
+- `controllers` the minimal Deployment -> ReplicaSet -> Pods controller
 - `tls`         in-memory CA, server certificate, kubeconfig
 - `requestlog`  the request log tests and benchmarks count
 - `selectors`, `patch`, `protobuf`, `tables`, `scheduler`, `proxy`: pure pieces and the

@@ -12,6 +12,7 @@ from providers.base import BlockScope
 
 
 class Blocklister(Protocol):
-    def record(self, provider: str, scope: BlockScope, ttl: float) -> None:
-        """Block `scope` of `provider` for about `ttl` seconds (jitter is the blocklist's)."""
+    def record(self, provider: str, scope: BlockScope, ttl: float, *, pool: str | None = None) -> None:
+        """Block `scope` of `provider` for about `ttl` seconds (jitter is the blocklist's).
+        `pool`: the refused Pod's `nebula.io/pool`; when given, its NodePool's TTL wins."""
         ...

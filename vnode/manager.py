@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 
+from placement.blocklister import Blocklister
 from providers.base import Provider
 from vnode.kube import Kube, load_api_client
 from vnode.leader import LeaderElector
@@ -35,11 +36,15 @@ def run(
     poll_interval: float | None = None,
     leader_election: bool = True,
     lease_renew_interval: float = 10.0,
-    on_runners: Callable[[list[Runner]], None] | None = None,
+    blocklister: Blocklister | None = None,
+    on_runners: Callable[[list[Runner], Kube, Kube], None] | None = None,
+    on_stopping: Callable[[], None] | None = None,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
-    non-zero so the Deployment restarts it as a standby). `on_runners` is told about the
-    Runners once they run (the kubelet listener serves their Handlers)."""
+    non-zero so the Deployment restarts it as a standby). As leader: `on_runners` is told
+    about the Runners (and the API clients) once they run, so the caller can serve their
+    Handlers and start what else it wires (placement); `on_stopping` runs first on the
+    way out. `blocklister` receives every refusal the Handlers classify."""
     kube = Kube(load_api_client(kubeconfig))
     watch_kube = Kube(load_api_client(kubeconfig))
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -55,6 +60,7 @@ def run(
             kubelet_port=kubelet_port,
             poll_interval=poll_interval,
             lease_renew_interval=lease_renew_interval,
+            blocklister=blocklister,
         )
         for provider in providers.values()
     ]
@@ -62,7 +68,7 @@ def run(
         runner.start()
         logger.info("virtual node %s started", runner.handler.node_name)
     if on_runners is not None:
-        on_runners(runners)
+        on_runners(runners, kube, watch_kube)
     kept = True
     if leader_election:
         elector.keep(stop)
@@ -70,6 +76,8 @@ def run(
     else:
         stop.wait()
     logger.info("stopping: no new work; letting in-flight calls finish")
+    if on_stopping is not None:
+        on_stopping()
     for runner in runners:
         runner.stop()
     elector.release()

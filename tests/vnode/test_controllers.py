@@ -18,7 +18,7 @@ class RecordingBlocklist:
     def __init__(self) -> None:
         self.records: list[tuple[str, BlockScope, float]] = []
 
-    def record(self, provider: str, scope: BlockScope, ttl: float) -> None:
+    def record(self, provider: str, scope: BlockScope, ttl: float, *, pool: str | None = None) -> None:
         self.records.append((provider, scope, ttl))
 
 

@@ -1,0 +1,86 @@
+"""The shapes the REST API returns (and documents in /api/schema/). Read-only: every value
+comes from `nebula_site.api.rows`, plain dicts built from the manager's memory."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+class BlockScopeSerializer(serializers.Serializer):
+    breadth = serializers.ChoiceField(choices=["provider", "tier", "offering"])
+    tier = serializers.CharField(allow_null=True)
+    accelerator = serializers.CharField(allow_null=True)
+    region = serializers.CharField(allow_null=True)
+
+
+class BlockEntrySerializer(serializers.Serializer):
+    id = serializers.CharField()
+    provider = serializers.CharField()
+    scope = BlockScopeSerializer()
+    description = serializers.CharField()
+    reason = serializers.CharField()
+    pool = serializers.CharField(allow_null=True)
+    recorded_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    seconds_left = serializers.FloatField()
+
+
+class PodSerializer(serializers.Serializer):
+    namespace = serializers.CharField()
+    name = serializers.CharField()
+    uid = serializers.CharField()
+    provider = serializers.CharField()
+    node = serializers.CharField()
+    claim = serializers.CharField()
+    instance_id = serializers.CharField(allow_null=True)
+    phase = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+    capacity_type = serializers.CharField(allow_null=True)
+    region = serializers.CharField(allow_null=True)
+    pool = serializers.CharField(allow_null=True)
+
+
+class ClaimSerializer(serializers.Serializer):
+    claim = serializers.CharField()
+    provider = serializers.CharField()
+    instance_id = serializers.CharField()
+    state = serializers.CharField()
+    region = serializers.CharField(allow_null=True)
+    capacity_type = serializers.CharField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    pod = serializers.CharField(allow_null=True, help_text="namespace/name of the tracked Pod; null for an orphan")
+    orphan = serializers.BooleanField()
+
+
+class NodeSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    provider = serializers.CharField()
+    ready = serializers.BooleanField(allow_null=True, help_text="null until the first list")
+    last_list_error = serializers.CharField()
+    last_list_seconds = serializers.FloatField()
+    poll_interval = serializers.FloatField()
+    pods = serializers.IntegerField()
+
+
+class PoolProviderSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    regions = serializers.ListField(child=serializers.CharField())
+
+
+class PoolSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    valid = serializers.BooleanField()
+    error = serializers.CharField()
+    providers = PoolProviderSerializer(many=True)
+    capacity_types = serializers.ListField(child=serializers.CharField())
+    strategy = serializers.CharField(allow_null=True)
+    blocklist_ttl_seconds = serializers.FloatField(allow_null=True)
+    status = serializers.DictField()
+
+
+class BlocklistFilterSerializer(serializers.Serializer):
+    """Query parameters of GET /api/blocklist/, validated and bounded (I7)."""
+
+    provider = serializers.CharField(required=False, max_length=63)
+    scope = serializers.ChoiceField(required=False, choices=["provider", "tier", "offering"])
+    pool = serializers.CharField(required=False, max_length=253)

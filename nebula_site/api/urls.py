@@ -1,0 +1,24 @@
+"""URLs of the REST API, mounted at /api/ by nebula_site.urls: the viewsets, the OpenAPI
+schema (/api/schema/) and its browsable docs (/api/docs/)."""
+
+from __future__ import annotations
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from nebula_site.api import views
+
+router = DefaultRouter()
+router.trailing_slash = "/?"  # both /api/blocklist/b1 and /api/blocklist/b1/: no redirect for a DELETE
+router.register("blocklist", views.BlocklistViewSet, basename="blocklist")
+router.register("pods", views.PodViewSet, basename="pod")
+router.register("claims", views.ClaimViewSet, basename="claim")
+router.register("nodes", views.NodeViewSet, basename="node")
+router.register("pools", views.PoolViewSet, basename="pool")
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include(router.urls)),
+]

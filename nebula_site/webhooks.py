@@ -1,0 +1,31 @@
+"""The console's admission webhook endpoint: `POST /webhooks/pods` (AdmissionReview v1).
+
+The API server calls it over TLS on Pod CREATE (deploy/webhook/). The decision is
+`placement.admission.review`, a pure function; this view only bounds and moves bytes.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from placement import admission
+
+
+def _failure(code: int, message: str) -> JsonResponse:
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message}
+    return JsonResponse(body, status=code)
+
+
+@csrf_exempt
+def pods(request: HttpRequest) -> HttpResponse:
+    """Gate opted-in Pods; every other Pod is allowed untouched."""
+    if request.method != "POST":
+        return _failure(405, "POST an admission.k8s.io/v1 AdmissionReview")
+    try:
+        body = request.body
+    except RequestDataTooBig:
+        return _failure(413, "request body too large")
+    status, answer = admission.review(body)
+    return JsonResponse(answer, status=status)

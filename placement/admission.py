@@ -1,0 +1,107 @@
+"""The Pod mutating admission decision: AdmissionReview v1 in, AdmissionReview v1 out.
+
+Pure; the console's `/webhooks/pods` view (nebula_site.webhooks) hands it the request body
+and sends back what it returns. Only opted-in, unbound Pods are touched: they get the
+`nebula.io/placement` scheduling gate and a key-only toleration of the virtual node taint.
+A malformed review gets a clean denial with a message, never an exception.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from vnode import names
+
+API_VERSION = "admission.k8s.io/v1"
+MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit (I7)
+
+JsonDict = dict[str, Any]
+
+
+def review(body: bytes) -> tuple[int, JsonDict]:
+    """The HTTP status and JSON answer for one AdmissionReview request body.
+
+    400 with a Status when the body is not an AdmissionReview at all (no uid to answer to);
+    200 with `allowed: false` and a 400 result when it has a uid but a broken Pod."""
+    if len(body) > MAX_BODY:
+        return 413, _status(413, f"request body over {MAX_BODY} bytes")
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return 400, _status(400, "the body is not JSON; expected an admission.k8s.io/v1 AdmissionReview")
+    if not isinstance(document, Mapping) or document.get("kind") != "AdmissionReview":
+        return 400, _status(400, "expected kind AdmissionReview")
+    if document.get("apiVersion") != API_VERSION:
+        return 400, _status(400, f"expected apiVersion {API_VERSION}, got {document.get('apiVersion')!r}")
+    request = document.get("request")
+    if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        return 400, _status(400, "request.uid is required")
+    uid = request["uid"]
+    if request.get("operation", "CREATE") != "CREATE" or not _is_pod(request):
+        return 200, _answer(uid, allowed=True)
+    pod = request.get("object")
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
+        return 200, _answer(uid, allowed=False, code=400, message="request.object must be a Pod with a spec")
+    try:
+        patch = pod_patch(pod)
+    except (TypeError, AttributeError, ValueError) as exc:
+        return 200, _answer(uid, allowed=False, code=400, message=f"malformed Pod: {type(exc).__name__}")
+    return 200, _answer(uid, allowed=True, patch=patch)
+
+
+def pod_patch(pod: Mapping[str, Any]) -> list[JsonDict]:
+    """The JSONPatch that gates an opted-in, unbound Pod; empty for every other Pod.
+    Idempotent: a Pod that already has the gate and the toleration gets an empty patch."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    spec = pod["spec"]
+    if labels.get(names.ENABLED_LABEL) != "true" or spec.get("nodeName"):
+        return []
+    ops: list[JsonDict] = []
+    gates = spec.get("schedulingGates")
+    gate = {"name": names.PLACEMENT_GATE}
+    if not isinstance(gates, list) or not gates:
+        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})
+    elif not any(isinstance(g, Mapping) and g.get("name") == names.PLACEMENT_GATE for g in gates):
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})
+    tolerations = spec.get("tolerations")
+    toleration = {"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"}
+    if not isinstance(tolerations, list) or not tolerations:
+        ops.append({"op": "add", "path": "/spec/tolerations", "value": [toleration]})
+    elif not any(_tolerates(t) for t in tolerations):
+        ops.append({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
+    return ops
+
+
+def _tolerates(toleration: Any) -> bool:
+    """An `Exists` toleration of our key (or of every key) with effect empty or NoSchedule."""
+    if not isinstance(toleration, Mapping) or toleration.get("operator") != "Exists":
+        return False
+    return toleration.get("key") in (names.PROVIDER_KEY, None, "") and toleration.get("effect") in (
+        None,
+        "",
+        "NoSchedule",
+    )
+
+
+def _is_pod(request: Mapping[str, Any]) -> bool:
+    kind = request.get("kind") or {}
+    return isinstance(kind, Mapping) and kind.get("kind") == "Pod" and kind.get("group", "") == ""
+
+
+def _answer(
+    uid: str, *, allowed: bool, patch: list[JsonDict] | None = None, code: int = 200, message: str = ""
+) -> JsonDict:
+    response: JsonDict = {"uid": uid, "allowed": allowed}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if not allowed:
+        response["status"] = {"code": code, "message": message, "reason": "BadRequest" if code == 400 else ""}
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
+
+
+def _status(code: int, message: str) -> JsonDict:
+    return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message}

@@ -1,0 +1,276 @@
+"""The blocklist: which candidates a provider refused recently, held in memory until a TTL lapses.
+
+Written by the vnode Handler (through the `Blocklister` protocol) and by operators (`clear`);
+read by the placement controller, the console and the REST API. Keyed by block scope; identical
+scopes coalesce (the expiry only moves later). Never does I/O; an empty set after a restart is
+correct (I6).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from providers.base import BlockBreadth, BlockScope, Tier
+
+logger = logging.getLogger(__name__)
+
+MAX_JITTER = 30.0  # seconds: the jitter is uniform in [0, min(MAX_JITTER, JITTER_FRACTION * ttl))
+JITTER_FRACTION = 0.1
+MAX_ENTRIES = 10_000  # I7: a refusal storm cannot grow memory without bound
+ATTRIBUTION_WINDOW = 120.0  # seconds: how old an unattributed entry may be when placement names its pool
+
+PoolTtl = Callable[[str], float | None]
+Listener = Callable[[], None]
+ScopeKey = tuple[str, BlockBreadth, Tier | None, str | None, str | None]
+
+
+@dataclass(frozen=True)
+class BlockEntry:
+    """One blocked scope. Times are aware UTC datetimes; `seconds_left` is as of the read."""
+
+    id: str
+    provider: str
+    scope: BlockScope
+    reason: str
+    pool: str | None
+    recorded_at: datetime
+    expires_at: datetime
+    seconds_left: float
+
+    def covers(self, provider: str, *, accelerator: str | None, tier: Tier | None, region: str | None) -> bool:
+        return scope_covers(self.scope, provider, accelerator=accelerator, tier=tier, region=region)
+
+
+def scope_covers(
+    scope: BlockScope, provider: str, *, accelerator: str | None, tier: Tier | None, region: str | None
+) -> bool:
+    """Pure: does `scope` block the candidate? A field the scope leaves None matches anything,
+    except the accelerator of an offering-wide scope, where None means CPU-only."""
+    if scope.provider != provider:
+        return False
+    if scope.breadth is BlockBreadth.PROVIDER:
+        return True
+    if scope.tier is not None and scope.tier != tier:
+        return False
+    if scope.breadth is BlockBreadth.TIER:
+        return True
+    if _fold(scope.accelerator) != _fold(accelerator):
+        return False
+    return scope.region is None or scope.region == region
+
+
+def _fold(text: str | None) -> str | None:
+    return None if text is None else text.casefold()
+
+
+def _scope_key(provider: str, scope: BlockScope) -> ScopeKey:
+    if scope.breadth is BlockBreadth.PROVIDER:
+        return (provider, scope.breadth, None, None, None)
+    if scope.breadth is BlockBreadth.TIER:
+        return (provider, scope.breadth, scope.tier, None, None)
+    return (provider, scope.breadth, scope.tier, _fold(scope.accelerator), scope.region)
+
+
+@dataclass
+class _Slot:
+    id: str
+    provider: str
+    scope: BlockScope
+    pool: str | None
+    recorded_at: float
+    expires_at: float
+
+
+class Blocklist:
+    """Thread-safe. `clock` gives epoch seconds and `uniform` a number in [0, 1): both
+    injected so tests control time and jitter."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        uniform: Callable[[], float] = random.random,
+        pool_ttl: PoolTtl | None = None,
+    ) -> None:
+        self._clock = clock
+        self._uniform = uniform
+        self._pool_ttl = pool_ttl
+        self._slots: dict[ScopeKey, _Slot] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._revision = 0
+        self._listeners: list[Listener] = []
+
+    # -- wiring ----------------------------------------------------------------------------
+    def use_pool_ttls(self, pool_ttl: PoolTtl) -> None:
+        """Resolve a pool's `failover.blocklistTTL` by name (the pool cache offers it)."""
+        self._pool_ttl = pool_ttl
+
+    def subscribe(self, listener: Listener) -> None:
+        """Call `listener` (outside the lock) whenever an entry is cleared or shortened, so
+        Pods waiting for an expiry can be looked at again at once."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def ttl_for(self, pool: str | None, default: float) -> float:
+        """The TTL a refusal of a Pod in `pool` gets: the pool's, else `default`."""
+        if pool and self._pool_ttl is not None:
+            ttl = self._pool_ttl(pool)
+            if ttl is not None and ttl > 0:
+                return ttl
+        return default
+
+    # -- the write side ----------------------------------------------------------------------
+    def record(self, provider: str, scope: BlockScope, ttl: float, *, pool: str | None = None) -> None:
+        """Block `scope` of `provider` for the pool's TTL (else `ttl`) plus bounded jitter.
+        An identical live scope is extended, never shortened. An empty provider records nothing."""
+        if not provider or scope.provider != provider:
+            return
+        seconds = self.ttl_for(pool, ttl)
+        now = self._clock()
+        expires = now + seconds + self._jitter(seconds)
+        key = _scope_key(provider, scope)
+        with self._lock:
+            self._purge_locked(now)
+            slot = self._slots.get(key)
+            if slot is not None:
+                slot.expires_at = max(slot.expires_at, expires)
+                slot.scope = scope
+                slot.pool = slot.pool or pool
+            elif len(self._slots) < MAX_ENTRIES:
+                self._slots[key] = _Slot(f"b{next(self._ids)}", provider, scope, pool, now, expires)
+            self._revision += 1
+        logger.info("blocked %s for %.0fs: %s", describe_scope(provider, scope), seconds, scope.reason)
+
+    def attribute(
+        self,
+        provider: str,
+        *,
+        accelerator: str | None,
+        tier: Tier | None,
+        region: str | None,
+        pool: str,
+    ) -> bool:
+        """Name the pool of recent entries recorded without one that cover this candidate,
+        and give them the pool's TTL (recorded_at + TTL + jitter). Placement calls it when it
+        sees a Pod of `pool` refused there. True if an entry changed."""
+        ttl = self.ttl_for(pool, 0.0)
+        now = self._clock()
+        changed = False
+        with self._lock:
+            for slot in self._slots.values():
+                if slot.pool is not None or now - slot.recorded_at > ATTRIBUTION_WINDOW:
+                    continue
+                if not scope_covers(slot.scope, provider, accelerator=accelerator, tier=tier, region=region):
+                    continue
+                slot.pool = pool
+                if ttl > 0:
+                    slot.expires_at = slot.recorded_at + ttl + self._jitter(ttl)
+                changed = True
+            if changed:
+                self._revision += 1
+        if changed:
+            self._notify()
+        return changed
+
+    def clear(self, entry_id: str) -> bool:
+        """Remove one entry (an operator's action). False if there is no such live entry."""
+        with self._lock:
+            self._purge_locked(self._clock())
+            key = next((k for k, s in self._slots.items() if s.id == entry_id), None)
+            if key is None:
+                return False
+            del self._slots[key]
+            self._revision += 1
+        self._notify()
+        return True
+
+    # -- the read side ----------------------------------------------------------------------
+    def entries(self, now: float | None = None) -> list[BlockEntry]:
+        """Live entries, soonest expiry first."""
+        now = self._clock() if now is None else now
+        with self._lock:
+            self._purge_locked(now)
+            slots = sorted(self._slots.values(), key=lambda s: (s.expires_at, s.id))
+            return [_entry(slot, now) for slot in slots]
+
+    def get(self, entry_id: str) -> BlockEntry | None:
+        now = self._clock()
+        with self._lock:
+            self._purge_locked(now)
+            slot = next((s for s in self._slots.values() if s.id == entry_id), None)
+            return None if slot is None else _entry(slot, now)
+
+    def blocked(
+        self, provider: str, *, accelerator: str | None, tier: Tier | None, region: str | None
+    ) -> BlockEntry | None:
+        """The live entry covering the candidate that lapses LAST (the candidate is free
+        once it has lapsed), or None."""
+        now = self._clock()
+        with self._lock:
+            self._purge_locked(now)
+            covering = [
+                s
+                for s in self._slots.values()
+                if scope_covers(s.scope, provider, accelerator=accelerator, tier=tier, region=region)
+            ]
+            if not covering:
+                return None
+            return _entry(max(covering, key=lambda s: s.expires_at), now)
+
+    def revision(self) -> int:
+        """A number that changes whenever the set of live entries changes (expiries included)."""
+        with self._lock:
+            self._purge_locked(self._clock())
+            return self._revision
+
+    def now(self) -> float:
+        """The blocklist's clock (epoch seconds), so callers compare expiries on one clock."""
+        return self._clock()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _jitter(self, ttl: float) -> float:
+        return self._uniform() * min(MAX_JITTER, JITTER_FRACTION * ttl)
+
+    def _purge_locked(self, now: float) -> None:
+        expired = [k for k, s in self._slots.items() if s.expires_at <= now]
+        for key in expired:
+            del self._slots[key]
+        if expired:
+            self._revision += 1
+
+    def _notify(self) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+
+def _entry(slot: _Slot, now: float) -> BlockEntry:
+    return BlockEntry(
+        id=slot.id,
+        provider=slot.provider,
+        scope=replace(slot.scope),
+        reason=slot.scope.reason,
+        pool=slot.pool,
+        recorded_at=datetime.fromtimestamp(slot.recorded_at, UTC),
+        expires_at=datetime.fromtimestamp(slot.expires_at, UTC),
+        seconds_left=max(0.0, slot.expires_at - now),
+    )
+
+
+def describe_scope(provider: str, scope: BlockScope) -> str:
+    """A person's description of a scope, e.g. `gpu-a h100 Spot us-east-1`."""
+    if scope.breadth is BlockBreadth.PROVIDER:
+        return f"provider {provider}"
+    tier = scope.tier.value if scope.tier else "any tier"
+    if scope.breadth is BlockBreadth.TIER:
+        return f"{provider} {tier}"
+    return f"{provider} {scope.accelerator or 'cpu'} {tier} {scope.region or 'any region'}"

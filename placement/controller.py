@@ -1,0 +1,350 @@
+"""The placement controller: gated, opted-in Pods get a provider, a tier and a region.
+
+Started by `placement.wiring`. Lists and watches Pods labelled `nebula.io/enabled=true`;
+for each gated one it resolves the pool, asks the optimizer, and in ONE Pod update writes
+the nodeSelector and annotations and removes only its own gate. It deletes refused Pods a
+controller owns (so the owner recreates them) and publishes each NodePool's status.
+
+Invariant (no spin): a Pod gets at most one placement attempt per change of its own, of its
+pool, or of the blocklist (an expiry included); see
+tests/placement/test_e2e_failover.py::test_every_candidate_refusing_keeps_pods_gated_without_spinning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from placement.blocklist import Blocklist
+from placement.catalog import Catalog
+from placement.optimizer import Candidate, Decision, count_candidates, decide
+from placement.poolcache import PoolCache, PoolState, pool_status
+from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
+from providers.base import Tier
+from vnode import names, observe
+from vnode.events import EventRecorder
+from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+from vnode.queue import WorkQueue
+from vnode.reflector import Reflector
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+POOL_KEY = "pool:"  # queue keys of NodePools; a namespace never contains ':'
+MAX_EVENT_MESSAGE = 1000
+RETRY_UNKNOWN = 10.0  # seconds before asking again when a provider's offerings were unknown
+RETRY_UNSYNCED = 0.5
+
+
+def fnv1a64(text: str) -> int:
+    value = 0xCBF29CE484222325
+    for byte in text.encode():
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
+class PlacementController:
+    def __init__(
+        self,
+        *,
+        kube: Kube,
+        watch_kube: Kube,
+        catalog: Catalog,
+        pools: PoolCache,
+        blocklist: Blocklist,
+        events: EventRecorder,
+        workers: int = 8,
+        requeue_spread: float = 1.0,
+        queue: WorkQueue | None = None,
+    ) -> None:
+        self._kube = kube
+        self._catalog = catalog
+        self._pools = pools
+        self._blocklist = blocklist
+        self._events = events
+        self._workers = workers
+        self._spread = requeue_spread
+        self.queue = queue or WorkQueue()
+        self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
+        self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, retry_at)
+        self._waiting: set[str] = set()  # keys waiting for a blocklist expiry
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.pods = Reflector(
+            watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        self.pods.start()
+        for index in range(self._workers):
+            thread = threading.Thread(target=self._work, name=f"placement worker {index}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.pods.stop()
+        self.queue.close()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    # -- inputs ------------------------------------------------------------------------------
+    def _on_pod(self, key: str, pod: JsonDict | None) -> None:
+        self.queue.add(key)
+
+    def pool_changed(self, name: str) -> None:
+        """A NodePool appeared, went, or changed its spec."""
+        self.queue.add(POOL_KEY + name)
+
+    def blocklist_changed(self) -> None:
+        """An entry was cleared or shortened: Pods waiting for an expiry look again now."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, set()
+        for key in waiting:
+            self.queue.add(key)
+
+    # -- work --------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                delay = self.sync(key)
+            except Exception:
+                logger.exception("placement of %s failed; retrying with backoff", key)
+                self.queue.done(key, failed=True)
+                continue
+            self.queue.done(key)
+            if delay is not None:
+                self.queue.add(key, delay=max(0.0, delay))
+
+    def sync(self, key: str) -> float | None:
+        """Process one key; returns a delay after which to look again, or None."""
+        if key.startswith(POOL_KEY):
+            self._sync_pool(key[len(POOL_KEY) :])
+            return None
+        with self.pods.lock:
+            pod = self.pods.cache.get(key)
+        if pod is None:
+            self._forget(key)
+            return None
+        if (pod.get("status") or {}).get("reason") == names.REASON_PROVISION_FAILED:
+            self._attribute_refusal(pod)
+        if is_replaceable_failure(pod):
+            self._replace(pod)
+            return None
+        if not is_placeable(pod):
+            self._forget(key)
+            return None
+        if not self._pools.synced.is_set():
+            return RETRY_UNSYNCED
+        signature = self._signature(pod)
+        now = self._blocklist.now()
+        with self._lock:
+            last = self._last.get(key)
+        if last is not None and last[0] == signature and (last[1] is None or now < last[1]):
+            return None  # nothing this attempt depends on has changed: no new attempt
+        self.attempts[key] += 1
+        delay, retry_at = self._place(key, pod)
+        with self._lock:
+            if delay == 0.0:
+                self._last.pop(key, None)  # the write lost a race: the next look is a real attempt
+            else:
+                self._last[key] = (signature, retry_at)
+        return delay
+
+    def _forget(self, key: str) -> None:
+        with self._lock:
+            self._last.pop(key, None)
+            self._waiting.discard(key)
+
+    def _signature(self, pod: JsonDict) -> tuple[Any, ...]:
+        pool_name = labels(pod).get(names.POOL_LABEL, "")
+        state = self._pools.get(pool_name) if pool_name else None
+        pool_sig = None if state is None else (_generation(state), state.error)
+        meta = pod.get("metadata") or {}
+        # What placement reads of the Pod; its status (the scheduler's SchedulingGated
+        # condition, say) is left out so a status write does not buy another attempt.
+        placement_inputs = json.dumps([meta.get("uid"), meta.get("labels"), pod.get("spec")], sort_keys=True)
+        return (placement_inputs, pool_name, pool_sig, self._blocklist.revision())
+
+    # -- one placement attempt -----------------------------------------------------------------
+    def _place(self, key: str, pod: JsonDict) -> tuple[float | None, float | None]:
+        """Returns (requeue delay, retry_at); writes the Pod or an Event saying why not."""
+        pool_name = labels(pod).get(names.POOL_LABEL, "")
+        if not pool_name:
+            self._event(pod, "Warning", names.EVENT_NO_POOL, f"label the Pod {names.POOL_LABEL}=<NodePool name>")
+            observe.current().placement_decided("invalid")
+            return None, None
+        state = self._pools.get(pool_name)
+        if state is None:
+            message = f"NodePool {pool_name!r} does not exist; create it or fix the {names.POOL_LABEL} label"
+            self._event(pod, "Warning", names.EVENT_NO_POOL, message)
+            observe.current().placement_decided("invalid")
+            return None, None
+        if state.pool is None:
+            self._event(pod, "Warning", names.EVENT_POOL_INVALID, f"NodePool {pool_name!r} is invalid: {state.error}")
+            observe.current().placement_decided("invalid")
+            return None, None
+        try:
+            request = workload_request(pod)
+        except RequestError as exc:
+            self._event(pod, "Warning", names.EVENT_INVALID_REQUEST, str(exc))
+            observe.current().placement_decided("invalid")
+            return None, None
+        now = self._blocklist.now()
+        decision = decide(state.pool, request, self._catalog.views(), self._blocked_until(request.accelerator), now=now)
+        if decision.chosen is not None:
+            return self._ungate(pod, pool_name, decision), None
+        skipped = "; ".join(s.text() for s in decision.skipped) or "the pool lists no servable candidate"
+        if decision.retry_at is not None:
+            with self._lock:
+                self._waiting.add(key)
+            uid = str((pod.get("metadata") or {}).get("uid", ""))
+            delay = decision.retry_at - now + 0.05 + self._spread * (fnv1a64(uid) % 1000) / 1000
+            when = datetime.fromtimestamp(decision.retry_at, UTC).strftime("%H:%M:%SZ")
+            message = f"no candidate in pool {pool_name!r} can serve {request.describe()} now: {skipped}"
+            self._event(pod, "Warning", names.EVENT_NO_CANDIDATE, message)
+            message = f"every servable candidate is blocked; trying again at {when}, when the first one frees"
+            self._event(pod, "Normal", names.EVENT_BLOCKED, message)
+            observe.current().placement_decided("blocked")
+            return delay, decision.retry_at
+        message = f"no candidate in pool {pool_name!r} can serve {request.describe()}: {skipped}"
+        self._event(pod, "Warning", names.EVENT_NO_CANDIDATE, message)
+        observe.current().placement_decided("no_candidate")
+        return (RETRY_UNKNOWN if decision.unknown else None), None
+
+    def _blocked_until(self, accelerator: str | None) -> Callable[[Candidate], float | None]:
+        def lookup(candidate: Candidate) -> float | None:
+            entry = self._blocklist.blocked(
+                candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
+            )
+            return None if entry is None else entry.expires_at.timestamp()
+
+        return lookup
+
+    def _ungate(self, pod: JsonDict, pool_name: str, decision: Decision) -> float | None:
+        """One JSON patch: nodeSelector, annotations, our gate removed (others kept). Its
+        `test` ops make it apply only to the Pod as placement saw it; a concurrent status
+        write (the scheduler's) does not conflict with it, as a full update would."""
+        chosen = decision.chosen
+        assert chosen is not None
+        meta = pod["metadata"]
+        annotations = {
+            names.CAPACITY_TYPE_ANNOTATION: chosen.tier.value,
+            names.REGION_ANNOTATION: chosen.region,
+            names.POOL_ANNOTATION: pool_name,
+        }
+        if chosen.hourly_price is not None:
+            annotations[names.HOURLY_PRICE_ANNOTATION] = f"{chosen.hourly_price:.4f}".rstrip("0").rstrip(".")
+        path = path_for("pods", namespace=meta["namespace"], name=meta["name"])
+        try:
+            ops = ungate_patch(pod, chosen.provider, annotations)
+            self._kube.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+        except ConflictError:
+            return 0.0  # the Pod moved under us: look at the new version
+        except NotFoundError:
+            return None
+        except KubeError as exc:
+            if exc.status == 422:
+                return 0.0
+            logger.warning("placing %s/%s failed: %s", meta["namespace"], meta["name"], exc)
+            return 1.0
+        message = f"placed on {chosen.label()} at {chosen.price_text()}: {decision.why}"
+        if decision.skipped:
+            message += "; skipped " + "; ".join(s.text() for s in decision.skipped)
+        observe.current().placement_decided("placed")
+        self._event(pod, "Normal", names.EVENT_PLACED, message)
+        return None
+
+    # -- refused Pods ----------------------------------------------------------------------------
+    def _attribute_refusal(self, pod: JsonDict) -> None:
+        """Give the blocklist entry this refusal caused the TTL of the Pod's pool."""
+        pool_name = labels(pod).get(names.POOL_LABEL, "")
+        provider = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(names.PROVIDER_KEY)
+        if not pool_name or not provider:
+            return
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        tier = next((t for t in Tier if t.value == annotations.get(names.CAPACITY_TYPE_ANNOTATION)), None)
+        try:
+            accelerator = workload_request(pod).accelerator
+        except RequestError:
+            return
+        self._blocklist.attribute(
+            provider,
+            accelerator=accelerator,
+            tier=tier,
+            region=annotations.get(names.REGION_ANNOTATION) or None,
+            pool=pool_name,
+        )
+
+    def _replace(self, pod: JsonDict) -> None:
+        """Delete a refused Pod its controller owns, so the owner makes a fresh gated one."""
+        meta = pod["metadata"]
+        path = path_for("pods", namespace=meta["namespace"], name=meta["name"])
+        try:
+            self._kube.delete(path, uid=meta.get("uid"))
+        except (NotFoundError, ConflictError):
+            return  # gone already, or the name now belongs to a new Pod
+        except KubeError as exc:
+            logger.warning("could not delete refused Pod %s/%s: %s", meta["namespace"], meta["name"], exc)
+            return
+        logger.info("deleted refused Pod %s/%s so its owner replaces it", meta["namespace"], meta["name"])
+        message = "deleted after the provider refused it; its owner creates a replacement that skips the refusal"
+        self._event(pod, "Normal", names.EVENT_REPLACING, message)
+
+    # -- pools -------------------------------------------------------------------------------
+    def _sync_pool(self, name: str) -> None:
+        state = self._pools.get(name)
+        if state is not None:
+            count = 0 if state.pool is None else count_candidates(state.pool, self._catalog.views())
+            self._pools.write_status(name, pool_status(state, candidate_count=count))
+        for pod in self.pods.snapshot():
+            if labels(pod).get(names.POOL_LABEL) == name and is_placeable(pod):
+                meta = pod["metadata"]
+                self.queue.add(f"{meta['namespace']}/{meta['name']}")
+
+    def _event(self, pod: JsonDict, kind: str, reason: str, message: str) -> None:
+        if len(message) > MAX_EVENT_MESSAGE:
+            message = message[: MAX_EVENT_MESSAGE - 3] + "..."
+        self._events.pod(pod, kind, reason, message)
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def ungate_patch(pod: JsonDict, provider: str, annotations: dict[str, str]) -> list[JsonDict]:
+    """Pure: the JSON patch (RFC 6902) that places `pod`; fails as a whole if the Pod's uid
+    or our gate's position changed since it was read."""
+    meta, spec = pod["metadata"], pod["spec"]
+    gates = spec.get("schedulingGates") or []
+    index = next(i for i, g in enumerate(gates) if g.get("name") == names.PLACEMENT_GATE)
+    ops: list[JsonDict] = [
+        {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
+        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": names.PLACEMENT_GATE},
+        {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+    ]
+    if spec.get("nodeSelector"):
+        ops.append({"op": "add", "path": f"/spec/nodeSelector/{_pointer(names.PROVIDER_KEY)}", "value": provider})
+    else:
+        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {names.PROVIDER_KEY: provider}})
+    if meta.get("annotations"):
+        for key, value in annotations.items():
+            ops.append({"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value})
+    else:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
+    return ops
+
+
+def _generation(state: PoolState) -> Any:
+    return (state.raw.get("metadata") or {}).get("generation")

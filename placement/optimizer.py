@@ -1,0 +1,168 @@
+"""The optimizer: a pool, a request and the providers' offerings in, one placement decision out.
+
+Pure and table-tested: the placement controller gathers the inputs (pool, request, offerings,
+a blocklist lookup) and does the I/O around `decide`. Never calls a provider or the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from placement.pools import NodePool, Strategy
+from placement.request import WorkloadRequest
+from providers.base import Offering, Tier
+
+
+@dataclass(frozen=True)
+class ProviderView:
+    """What placement knows of one registered provider. `offerings` None: could not ask."""
+
+    name: str
+    offerings: tuple[Offering, ...] | None
+    expand_regions: Callable[[Sequence[str]], list[str]] = field(compare=False, default=lambda regions: list(regions))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    provider: str
+    tier: Tier
+    region: str
+    hourly_price: float | None
+    instance_type: str = ""
+
+    def label(self) -> str:
+        return f"{self.provider} {self.tier.value} {self.region}"
+
+    def price_text(self) -> str:
+        return "price unknown" if self.hourly_price is None else f"${self.hourly_price:.2f}/h"
+
+
+@dataclass(frozen=True)
+class Skip:
+    what: str  # e.g. "gpu-a Spot us-east-1" or "gpu-c"
+    why: str
+
+    def text(self) -> str:
+        return f"{self.what}: {self.why}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """`chosen` with `why`; or nothing, with every skip. `retry_at` (epoch seconds) when the
+    only obstacle was the blocklist: the moment the soonest-freeing candidate is free."""
+
+    chosen: Candidate | None
+    why: str
+    skipped: tuple[Skip, ...]
+    retry_at: float | None = None
+    unknown: bool = False  # a provider's offerings could not be read: try again later
+
+
+BlockedUntil = Callable[[Candidate], float | None]  # epoch seconds the candidate is blocked until, or None
+
+
+def _matches(offering: Offering, request: WorkloadRequest, tier: Tier) -> bool:
+    if offering.tier != tier:
+        return False
+    accelerator = offering.accelerator.casefold() if offering.accelerator else None
+    if accelerator != request.accelerator:
+        return False
+    # A row with gpu_count 0 sells any count (per-GPU pricing); otherwise the count must match.
+    return request.accelerator is None or offering.gpu_count in (0, request.gpu_count)
+
+
+def candidates(
+    pool: NodePool, request: WorkloadRequest, views: Mapping[str, ProviderView]
+) -> tuple[list[Candidate], list[Skip], bool]:
+    """Every servable candidate in `Ordered` walk order (tiers, providers, regions), the
+    skips, and whether some provider could not be asked."""
+    found: list[Candidate] = []
+    skips: list[Skip] = []
+    unknown = False
+    for tier in pool.capacity_types:
+        for entry in pool.providers:
+            view = views.get(entry.name)
+            if view is None:
+                if tier == pool.capacity_types[0]:
+                    skips.append(Skip(entry.name, "not registered on this manager"))
+                continue
+            if view.offerings is None:
+                unknown = True
+                if tier == pool.capacity_types[0]:
+                    skips.append(Skip(entry.name, "offerings unknown: the provider could not be asked"))
+                continue
+            matching = [o for o in view.offerings if _matches(o, request, tier)]
+            declared = view.expand_regions(entry.regions) if entry.regions else []
+            regions = declared or list(dict.fromkeys(o.region for o in matching))
+            if not regions:
+                skips.append(Skip(f"{entry.name} {tier.value}", f"no {request.describe()} offering"))
+                continue
+            for region in regions:
+                offers = [o for o in matching if o.region == region]
+                label = f"{entry.name} {tier.value} {region}"
+                if not offers:
+                    skips.append(Skip(label, f"no {request.describe()} offering in this region"))
+                    continue
+                available = [o for o in offers if o.available]
+                if not available:
+                    skips.append(Skip(label, "sold out (offering unavailable)"))
+                    continue
+                best = min(available, key=lambda o: float("inf") if o.hourly_price is None else o.hourly_price)
+                found.append(Candidate(entry.name, tier, region, best.hourly_price, best.instance_type))
+    return found, skips, unknown
+
+
+def rank(found: Sequence[Candidate], strategy: Strategy) -> list[Candidate]:
+    """`Ordered` keeps walk order; `LowestPrice` sorts by hourly price (unknown last), stably."""
+    if strategy is Strategy.LOWEST_PRICE:
+        return sorted(found, key=lambda c: float("inf") if c.hourly_price is None else c.hourly_price)
+    return list(found)
+
+
+def decide(
+    pool: NodePool,
+    request: WorkloadRequest,
+    views: Mapping[str, ProviderView],
+    blocked_until: BlockedUntil,
+    *,
+    now: float,
+) -> Decision:
+    """Walk the ranked candidates, skip the blocked ones, take the first free one. `now` is
+    on the clock of `blocked_until` (epoch seconds)."""
+    found, skips, unknown = candidates(pool, request, views)
+    ranked = rank(found, pool.strategy)
+    retry_at: float | None = None
+    for position, candidate in enumerate(ranked):
+        until = blocked_until(candidate)
+        if until is not None:
+            skips.append(Skip(candidate.label(), f"blocked for {max(0.0, until - now):.0f}s more (refused recently)"))
+            retry_at = until if retry_at is None else min(retry_at, until)
+            continue
+        why = _why(pool, candidate, position, len(ranked))
+        return Decision(candidate, why, tuple(skips), unknown=unknown)
+    return Decision(None, "", tuple(skips), retry_at=retry_at, unknown=unknown)
+
+
+def _why(pool: NodePool, candidate: Candidate, position: int, total: int) -> str:
+    if pool.strategy is Strategy.LOWEST_PRICE:
+        order = "cheapest" if position == 0 else f"cheapest unblocked ({position} cheaper blocked)"
+        return f"{order} of {total} candidates at {candidate.price_text()} (strategy LowestPrice)"
+    order = "first" if position == 0 else f"first unblocked ({position} earlier blocked)"
+    return f"{order} of {total} candidates in listed order at {candidate.price_text()} (strategy Ordered)"
+
+
+def count_candidates(pool: NodePool, views: Mapping[str, ProviderView]) -> int:
+    """How many (tier, provider, region) candidates the pool has with an available offering of
+    any shape: the `candidateCount` in the NodePool's status."""
+    seen: set[tuple[Tier, str, str]] = set()
+    for tier in pool.capacity_types:
+        for entry in pool.providers:
+            view = views.get(entry.name)
+            if view is None or view.offerings is None:
+                continue
+            declared = set(view.expand_regions(entry.regions)) if entry.regions else None
+            for offering in view.offerings:
+                if offering.tier == tier and offering.available and (declared is None or offering.region in declared):
+                    seen.add((tier, entry.name, offering.region))
+    return len(seen)

@@ -1,0 +1,143 @@
+"""The NodePool cache: list-and-watch of `nodepools.nebula.io`, each parsed once per change.
+
+Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
+(`ttl_of`) and the REST API (`pools`). Its one write is a NodePool's status subresource,
+asked for by the controller, and only when the status would change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from placement.pools import NodePool, PoolError, parse_pool
+from vnode import names
+from vnode.kube import Kube, KubeError, NotFoundError, path_for
+from vnode.reflector import Reflector
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+NODEPOOLS = path_for(names.NODEPOOL_PLURAL, group=names.NODEPOOL_GROUP, version=names.NODEPOOL_VERSION)
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One NodePool as last seen: parsed, or the error that makes it unusable."""
+
+    name: str
+    pool: NodePool | None
+    error: str
+    raw: JsonDict
+
+
+class PoolCache:
+    """Thread-safe. `on_change(name)` runs on the watch thread when a pool appears, goes, or
+    its spec changes (generation), never for a status-only change."""
+
+    def __init__(self, kube: Kube, watch_kube: Kube, *, on_change: Callable[[str], None] | None = None) -> None:
+        self._kube = kube
+        self._on_change = on_change
+        self._states: dict[str, PoolState] = {}
+        self._lock = threading.Lock()
+        self.reflector = Reflector(watch_kube, NODEPOOLS, on_change=self._changed)
+
+    def start(self) -> None:
+        self.reflector.start()
+
+    def stop(self) -> None:
+        self.reflector.stop()
+
+    @property
+    def synced(self) -> threading.Event:
+        return self.reflector.synced
+
+    def get(self, name: str) -> PoolState | None:
+        with self._lock:
+            return self._states.get(name)
+
+    def pools(self) -> list[PoolState]:
+        with self._lock:
+            return sorted(self._states.values(), key=lambda s: s.name)
+
+    def ttl_of(self, name: str) -> float | None:
+        """The pool's blocklist TTL in seconds, or None for a missing or invalid pool."""
+        state = self.get(name)
+        return None if state is None or state.pool is None else state.pool.blocklist_ttl
+
+    def _changed(self, key: str, obj: JsonDict | None) -> None:
+        with self._lock:
+            before = self._states.get(key)
+            if obj is None:
+                self._states.pop(key, None)
+            else:
+                self._states[key] = _parse(key, obj)
+        spec_moved = obj is None or before is None or _generation(before.raw) != _generation(obj)
+        if spec_moved and self._on_change is not None:
+            self._on_change(key)
+
+    def write_status(self, name: str, status: JsonDict) -> None:
+        """Merge-patch the pool's status if it differs from the cached one (transition times
+        of unchanged conditions are kept)."""
+        state = self.get(name)
+        if state is None:
+            return
+        current = state.raw.get("status") or {}
+        status = _keep_transition_times(current, status)
+        if current == status:
+            return
+        path = path_for(
+            names.NODEPOOL_PLURAL, name=name, subresource="status", group=names.NODEPOOL_GROUP,
+            version=names.NODEPOOL_VERSION,
+        )  # fmt: skip
+        try:
+            self._kube.patch(path, {"status": status})
+        except NotFoundError:
+            return
+        except KubeError as exc:
+            logger.warning("could not write the status of NodePool %s: %s", name, exc)
+
+
+def _parse(name: str, obj: JsonDict) -> PoolState:
+    try:
+        return PoolState(name, parse_pool(obj), "", obj)
+    except PoolError as exc:
+        return PoolState(name, None, str(exc), obj)
+
+
+def _generation(obj: JsonDict) -> Any:
+    return (obj.get("metadata") or {}).get("generation")
+
+
+def pool_status(state: PoolState, *, candidate_count: int) -> JsonDict:
+    """The status placement publishes: observed generation, candidates, a Ready condition."""
+    valid = state.pool is not None
+    message = f"{candidate_count} candidates from the registered providers" if valid else f"invalid pool: {state.error}"
+    return {
+        "observedGeneration": _generation(state.raw) or 0,
+        "candidateCount": candidate_count if valid else 0,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True" if valid and candidate_count else "False",
+                "reason": ("Valid" if candidate_count else "NoCandidates") if valid else "Invalid",
+                "message": message,
+                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            }
+        ],
+    }
+
+
+def _keep_transition_times(current: JsonDict, new: JsonDict) -> JsonDict:
+    old = {c.get("type"): c for c in current.get("conditions") or [] if isinstance(c, dict)}
+    conditions = []
+    for condition in new.get("conditions") or []:
+        previous = old.get(condition.get("type"))
+        if previous is not None and all(previous.get(k) == condition.get(k) for k in ("status", "reason", "message")):
+            condition = dict(condition, lastTransitionTime=previous.get("lastTransitionTime"))
+        conditions.append(condition)
+    return dict(new, conditions=conditions)

@@ -1,0 +1,154 @@
+"""NodePool objects (`nebula.io/v1alpha1`) parsed into frozen values, with messages a person can act on.
+
+Pure: called by the pool cache for every NodePool it sees, and by tests. The CRD's schema
+rejects most mistakes at the API server; this module checks again because a cluster may
+skip schemas (the devcluster does) and because placement must never act on a bad pool.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from providers.base import Tier
+
+DEFAULT_BLOCKLIST_TTL = 300.0  # seconds (5m)
+MIN_TTL, MAX_TTL = 1.0, 86_400.0
+MAX_PROVIDERS = 16
+MAX_REGIONS = 64
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class Strategy(str, enum.Enum):
+    ORDERED = "Ordered"  # tiers, then providers, then regions, in listed order
+    LOWEST_PRICE = "LowestPrice"  # every candidate by hourly price; ties in listed order
+
+
+class PoolError(ValueError):
+    """A NodePool that placement cannot use; the message names the field and the fix."""
+
+
+@dataclass(frozen=True)
+class PoolProvider:
+    name: str
+    regions: tuple[str, ...] = ()  # as declared; group tokens are expanded by the provider
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    providers: tuple[PoolProvider, ...]
+    capacity_types: tuple[Tier, ...] = (Tier.ON_DEMAND, Tier.SPOT)
+    strategy: Strategy = Strategy.ORDERED
+    blocklist_ttl: float = DEFAULT_BLOCKLIST_TTL
+    generation: int = 0
+    resource_version: str = ""
+
+
+def parse_duration(text: Any) -> float:
+    """`30s`, `5m`, `1h30m`, `1.5m` (Go's units h, m, s) to seconds; PoolError otherwise."""
+    match = _DURATION.match(text.strip()) if isinstance(text, str) and text.strip() else None
+    if match is None or not any(match.groups()):
+        raise PoolError(f"{text!r} is not a duration such as 30s, 5m or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The inverse of parse_duration for display: 300 -> `5m`, 90 -> `1m30s`."""
+    whole = int(round(seconds))
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + (f"{secs}s" if secs else "")
+    return text or "0s"
+
+
+def parse_pool(obj: Mapping[str, Any]) -> NodePool:
+    """A NodePool dict (as the API returns it) to a NodePool; PoolError names the first problem."""
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise PoolError("spec: required; give at least spec.providers")
+    return NodePool(
+        name=name,
+        providers=_providers(spec.get("providers")),
+        capacity_types=_capacity_types(spec.get("capacityTypes")),
+        strategy=_strategy(spec.get("strategy")),
+        blocklist_ttl=_ttl(spec.get("failover")),
+        generation=int(meta.get("generation") or 0),
+        resource_version=str(meta.get("resourceVersion") or ""),
+    )
+
+
+def _providers(raw: Any) -> tuple[PoolProvider, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise PoolError("spec.providers: list at least one provider, e.g. [{name: gpu-a}]")
+    if len(raw) > MAX_PROVIDERS:
+        raise PoolError(f"spec.providers: at most {MAX_PROVIDERS} providers (got {len(raw)})")
+    result: list[PoolProvider] = []
+    for index, entry in enumerate(raw):
+        where = f"spec.providers[{index}]"
+        if not isinstance(entry, Mapping):
+            raise PoolError(f"{where}: must be an object such as {{name: gpu-a, regions: [us]}}")
+        unknown = set(entry) - {"name", "regions"}
+        if unknown:
+            raise PoolError(f"{where}: unknown fields {sorted(unknown)}; allowed: name, regions")
+        name = entry.get("name")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise PoolError(f"{where}.name: {name!r} is not a provider alias (lower-case letters, digits, '-')")
+        if any(p.name == name for p in result):
+            raise PoolError(f"{where}.name: {name!r} is listed twice; list each provider once")
+        regions = entry.get("regions", [])
+        if not isinstance(regions, list) or not all(isinstance(r, str) and r.strip() for r in regions):
+            raise PoolError(f"{where}.regions: must be a list of region names or groups such as [us, eu-west-1]")
+        if len(regions) > MAX_REGIONS:
+            raise PoolError(f"{where}.regions: at most {MAX_REGIONS} entries")
+        result.append(PoolProvider(name, tuple(r.strip() for r in regions)))
+    return tuple(result)
+
+
+def _capacity_types(raw: Any) -> tuple[Tier, ...]:
+    if raw is None:
+        return (Tier.ON_DEMAND, Tier.SPOT)
+    if not isinstance(raw, list) or not raw:
+        raise PoolError("spec.capacityTypes: list Spot and/or OnDemand in the order to try them")
+    tiers: list[Tier] = []
+    for index, value in enumerate(raw):
+        tier = next((t for t in Tier if t.value == value), None)
+        if tier is None:
+            raise PoolError(f"spec.capacityTypes[{index}]: {value!r} is not one of Spot, OnDemand (case matters)")
+        if tier in tiers:
+            raise PoolError(f"spec.capacityTypes[{index}]: {value!r} is listed twice")
+        tiers.append(tier)
+    return tuple(tiers)
+
+
+def _strategy(raw: Any) -> Strategy:
+    if raw is None:
+        return Strategy.ORDERED
+    strategy = next((s for s in Strategy if s.value == raw), None)
+    if strategy is None:
+        raise PoolError(f"spec.strategy: {raw!r} is not one of Ordered, LowestPrice")
+    return strategy
+
+
+def _ttl(failover: Any) -> float:
+    if failover is None:
+        return DEFAULT_BLOCKLIST_TTL
+    if not isinstance(failover, Mapping):
+        raise PoolError("spec.failover: must be an object such as {blocklistTTL: 5m}")
+    raw = failover.get("blocklistTTL")
+    if raw is None:
+        return DEFAULT_BLOCKLIST_TTL
+    try:
+        seconds = parse_duration(raw)
+    except PoolError as exc:
+        raise PoolError(f"spec.failover.blocklistTTL: {exc}") from None
+    if not MIN_TTL <= seconds <= MAX_TTL:
+        raise PoolError(f"spec.failover.blocklistTTL: {raw!r} is out of range; use between 1s and 24h")
+    return seconds

@@ -1,0 +1,103 @@
+"""Placement assembled: the pool cache, the offerings catalog and the placement controller.
+
+`runvnode` calls `start_placement` under leader election, after building the Blocklist it
+hands to every Runner (the Handlers write it, placement reads it). Returns a `Placement`
+whose `stop()` stops intake and joins the workers. The console reads `Placement` through
+`nebula_site.runtime`; its one write is `clear_block`, an operator's action.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from placement.blocklist import Blocklist, describe_scope
+from placement.catalog import Catalog
+from placement.controller import PlacementController
+from placement.poolcache import PoolCache
+from providers.base import Provider
+from vnode import names
+from vnode.events import EventRecorder
+from vnode.kube import Kube
+
+logger = logging.getLogger(__name__)
+COMPONENT = "nebula-placement"
+
+
+class Placement:
+    """The running placement machinery; constructed by `start_placement`."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        *,
+        kube: Kube,
+        watch_kube: Kube,
+        blocklist: Blocklist,
+        workers: int = 8,
+        offerings_ttl: float = 10.0,
+        requeue_spread: float = 1.0,
+    ) -> None:
+        self.blocklist = blocklist
+        self.providers = dict(providers)
+        self.events = EventRecorder(kube, component=COMPONENT, host=COMPONENT)
+        self.catalog = Catalog(self.providers, ttl=offerings_ttl)
+        self.pools = PoolCache(kube, watch_kube, on_change=lambda name: self.controller.pool_changed(name))
+        self.controller = PlacementController(
+            kube=kube,
+            watch_kube=watch_kube,
+            catalog=self.catalog,
+            pools=self.pools,
+            blocklist=blocklist,
+            events=self.events,
+            workers=workers,
+            requeue_spread=requeue_spread,
+        )
+
+    def start(self) -> None:
+        self.blocklist.use_pool_ttls(self.pools.ttl_of)
+        self.blocklist.subscribe(self.controller.blocklist_changed)
+        self.pools.start()
+        self.controller.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop intake; in-flight placements finish (bounded by `timeout`)."""
+        self.pools.stop()
+        self.controller.stop(timeout)
+
+    def clear_block(self, entry_id: str, *, actor: str) -> bool:
+        """An operator removes a blocklist entry: logged, and an Event on the provider's node."""
+        entry = self.blocklist.get(entry_id)
+        if entry is None or not self.blocklist.clear(entry_id):
+            return False
+        scope = describe_scope(entry.provider, entry.scope)
+        logger.info("blocklist entry %s (%s) cleared by %s", entry_id, scope, actor)
+        node = {"metadata": {"name": names.node_name(entry.provider), "uid": names.node_name(entry.provider)}}
+        self.events.node(
+            node, "Normal", names.EVENT_BLOCK_CLEARED, f"blocklist entry {entry_id} ({scope}) cleared by {actor}"
+        )
+        return True
+
+
+def start_placement(
+    providers: Mapping[str, Provider],
+    *,
+    kube: Kube,
+    watch_kube: Kube,
+    blocklist: Blocklist,
+    workers: int = 8,
+    offerings_ttl: float = 10.0,
+    requeue_spread: float = 1.0,
+) -> Placement:
+    """Build and start placement over the providers registered on this manager."""
+    placement = Placement(
+        providers,
+        kube=kube,
+        watch_kube=watch_kube,
+        blocklist=blocklist,
+        workers=workers,
+        offerings_ttl=offerings_ttl,
+        requeue_spread=requeue_spread,
+    )
+    placement.start()
+    return placement

@@ -1,0 +1,172 @@
+"""The devcluster calls mutating webhooks on Pod CREATE as the real API server does: over HTTPS
+to clientConfig.url with the caBundle, honouring selectors and failurePolicy, applying the
+returned JSONPatch, and refusing the Pod on a denial."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from devcluster_fixtures import Raw
+
+from devcluster import DevCluster, tls
+
+Answer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+class Hook:
+    """A webhook over real TLS; `answer` turns the AdmissionReview request into a response."""
+
+    def __init__(self) -> None:
+        self.credentials = tls.make_credentials("127.0.0.1")
+        self.reviews: list[dict[str, Any]] = []
+        self.answer: Answer = lambda request: {"uid": request["uid"], "allowed": True}
+        hook = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                hook.reviews.append(review)
+                body = json.dumps(
+                    {
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": hook.answer(review["request"]),
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.socket = tls.server_context(self.credentials).wrap_socket(self.server.socket, server_side=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    def config(
+        self,
+        *,
+        failure_policy: str = "Fail",
+        object_selector: Any = None,
+        namespace_selector: Any = None,
+        ca: bytes | None = None,
+        url: str | None = None,
+    ) -> dict[str, Any]:
+        webhook: dict[str, Any] = {
+            "name": "test.hook.io",
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": failure_policy,
+            "timeoutSeconds": 5,
+            "clientConfig": {
+                "url": url or f"https://127.0.0.1:{self.server.server_address[1]}/mutate",
+                "caBundle": base64.b64encode(ca or self.credentials.ca_pem).decode(),
+            },
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}],
+        }
+        if object_selector is not None:
+            webhook["objectSelector"] = object_selector
+        if namespace_selector is not None:
+            webhook["namespaceSelector"] = namespace_selector
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "test"},
+            "webhooks": [webhook],
+        }
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    server = Hook()
+    server.thread.start()
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+    server.thread.join()
+
+
+def pod(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+
+
+def patch_answer(ops: list[dict[str, Any]]) -> Answer:
+    return lambda request: {
+        "uid": request["uid"],
+        "allowed": True,
+        "patchType": "JSONPatch",
+        "patch": base64.b64encode(json.dumps(ops).encode()).decode(),
+    }
+
+
+def test_a_matching_pod_is_sent_as_an_admission_review_and_patched(cluster: DevCluster, raw: Raw, hook: Hook) -> None:
+    cluster.apply_manifest(hook.config(object_selector={"matchLabels": {"opt": "in"}}))
+    hook.answer = patch_answer([{"op": "add", "path": "/metadata/annotations", "value": {"mutated": "yes"}}])
+    status, created = raw.json("POST", "/api/v1/namespaces/default/pods", pod("a", {"opt": "in"}))
+    assert status == 201 and created["metadata"]["annotations"] == {"mutated": "yes"}
+    (review,) = hook.reviews
+    request = review["request"]
+    assert review["apiVersion"] == "admission.k8s.io/v1" and request["operation"] == "CREATE"
+    assert request["kind"] == {"group": "", "version": "v1", "kind": "Pod"} and request["namespace"] == "default"
+    assert request["object"]["metadata"]["name"] == "a"
+
+
+def test_object_and_namespace_selectors_decide_who_is_sent(cluster: DevCluster, raw: Raw, hook: Hook) -> None:
+    not_system = {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+    }
+    cluster.apply_manifest(hook.config(object_selector={"matchLabels": {"opt": "in"}}, namespace_selector=not_system))
+    raw.json("POST", "/api/v1/namespaces/default/pods", pod("plain"))
+    raw.json("POST", "/api/v1/namespaces/kube-system/pods", pod("system", {"opt": "in"}))
+    assert hook.reviews == []
+    raw.json("POST", "/api/v1/namespaces/default/pods", pod("chosen", {"opt": "in"}))
+    assert [r["request"]["object"]["metadata"]["name"] for r in hook.reviews] == ["chosen"]
+
+
+def test_a_denial_refuses_the_pod_with_the_webhooks_message(cluster: DevCluster, raw: Raw, hook: Hook) -> None:
+    cluster.apply_manifest(hook.config())
+    hook.answer = lambda request: {
+        "uid": request["uid"],
+        "allowed": False,
+        "status": {"code": 403, "message": "no GPUs for you"},
+    }
+    status, body = raw.json("POST", "/api/v1/namespaces/default/pods", pod("denied"))
+    assert status == 403 and 'admission webhook "test.hook.io" denied the request: no GPUs for you' in body["message"]
+    assert raw.json("GET", "/api/v1/namespaces/default/pods/denied")[0] == 404
+
+
+@pytest.mark.parametrize("policy", ["Fail", "Ignore"])
+def test_failure_policy_decides_what_an_unreachable_or_untrusted_webhook_means(
+    cluster: DevCluster, raw: Raw, hook: Hook, policy: str
+) -> None:
+    other_ca = tls.make_credentials("127.0.0.1").ca_pem  # the server's certificate does not chain to it
+    cluster.apply_manifest(hook.config(failure_policy=policy, ca=other_ca))
+    status, body = raw.json("POST", "/api/v1/namespaces/default/pods", pod("p"))
+    if policy == "Fail":
+        assert status == 500 and 'failed calling webhook "test.hook.io"' in body["message"]
+    else:
+        assert status == 201
+    assert hook.reviews == []
+
+
+def test_a_broken_patch_or_a_wrong_uid_is_a_failed_call(cluster: DevCluster, raw: Raw, hook: Hook) -> None:
+    cluster.apply_manifest(hook.config())
+    hook.answer = lambda request: {"uid": request["uid"], "allowed": True, "patchType": "JSONPatch", "patch": "!!!"}
+    assert raw.json("POST", "/api/v1/namespaces/default/pods", pod("x"))[0] == 500
+    hook.answer = lambda request: {"uid": "someone-else", "allowed": True}
+    status, body = raw.json("POST", "/api/v1/namespaces/default/pods", pod("y"))
+    assert status == 500 and "uid" in body["message"]

@@ -1,0 +1,107 @@
+"""The admission decision: opted-in, unbound Pods get the gate and the toleration; nothing
+else is touched; malformed reviews get a clean 4xx answer."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from placement.admission import pod_patch, review
+from vnode import names
+
+
+def make_review(obj: Any, *, operation: str = "CREATE", uid: str = "u-1") -> bytes:
+    request = {"uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": operation, "object": obj}
+    return json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).encode()
+
+
+def opted_in(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "labels": {names.ENABLED_LABEL: "true"}},
+        "spec": {"containers": [{"name": "c", "image": "i"}], **spec},
+    }
+
+
+def patched(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    response = answer["response"]
+    if "patch" not in response:
+        return []
+    assert response["patchType"] == "JSONPatch"
+    ops: list[dict[str, Any]] = json.loads(base64.b64decode(response["patch"]))
+    return ops
+
+
+def test_an_opted_in_pod_gets_the_gate_and_a_key_only_toleration() -> None:
+    status, answer = review(make_review(opted_in()))
+    assert status == 200 and answer["response"] == {**answer["response"], "uid": "u-1", "allowed": True}
+    assert patched(answer) == [
+        {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": names.PLACEMENT_GATE}]},
+        {
+            "op": "add",
+            "path": "/spec/tolerations",
+            "value": [{"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    ]
+
+
+def test_existing_gates_and_tolerations_are_kept_and_the_patch_is_idempotent() -> None:
+    pod = opted_in(schedulingGates=[{"name": "other"}], tolerations=[{"key": "x", "operator": "Exists"}])
+    ops = pod_patch(pod)
+    assert [op["path"] for op in ops] == ["/spec/schedulingGates/-", "/spec/tolerations/-"]
+    done = opted_in(
+        schedulingGates=[{"name": names.PLACEMENT_GATE}],
+        tolerations=[{"key": names.PROVIDER_KEY, "operator": "Exists"}],
+    )
+    assert pod_patch(done) == []
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [
+        {"metadata": {"name": "p"}, "spec": {"containers": []}},
+        {"metadata": {"name": "p", "labels": {names.ENABLED_LABEL: "True"}}, "spec": {}},
+        opted_in(nodeName="nebula-gpu-a"),
+    ],
+)
+def test_other_pods_are_allowed_untouched(pod: dict[str, Any]) -> None:
+    status, answer = review(make_review(pod))
+    assert status == 200 and answer["response"]["allowed"] is True and patched(answer) == []
+
+
+def test_non_create_operations_are_allowed_untouched() -> None:
+    status, answer = review(make_review(opted_in(), operation="UPDATE"))
+    assert status == 200 and patched(answer) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"not json", "not JSON"),
+        (b"[]", "expected kind AdmissionReview"),
+        (
+            json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1beta1"}).encode(),
+            "expected apiVersion",
+        ),
+        (json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {}}).encode(), "uid"),
+        (b"\xff\xfe", "not JSON"),
+    ],
+)
+def test_unreadable_reviews_get_a_400_with_a_message(body: bytes, message: str) -> None:
+    status, answer = review(body)
+    assert status == 400 and message in answer["message"]
+
+
+@pytest.mark.parametrize("obj", [None, "pod", {"metadata": {}, "spec": "x"}, {"metadata": {"labels": "x"}, "spec": {}}])
+def test_a_broken_pod_in_a_good_review_is_denied_cleanly(obj: Any) -> None:
+    status, answer = review(make_review(obj))
+    assert status == 200
+    response = answer["response"]
+    assert response["uid"] == "u-1" and response["allowed"] is False and response["status"]["code"] == 400
+
+
+def test_an_oversized_body_is_413() -> None:
+    status, answer = review(b" " * (3 * 1024 * 1024 + 1))
+    assert status == 413 and "too large" not in answer["message"] and "over" in answer["message"]
