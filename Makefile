@@ -25,10 +25,12 @@ $(KUBECTL_120):
 	dpkg-deb -x $$(ls $(TOOLS)/deb/kubernetes-client_*.deb | head -n 1) $(TOOLS)/kubectl-1.20
 	test -x $@
 
-# Debian packages the tests drive for real: sshd (the SSH exec/logs tests start their own).
-SYSTEM_PACKAGES := openssh-server
+# Debian packages the tests drive for real: sshd (the SSH exec/logs tests start their own),
+# Chromium and its driver (the console's browser tests).
+SYSTEM_PACKAGES := openssh-server chromium chromium-driver
 system-packages:
-	@command -v /usr/sbin/sshd >/dev/null 2>&1 || (apt-get update >/dev/null && \
+	@(command -v /usr/sbin/sshd && command -v chromium && command -v chromedriver) >/dev/null 2>&1 || \
+		(apt-get update >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null)
 
 tools: $(KUBECTL_120) system-packages
@@ -38,7 +40,7 @@ lint: bootstrap
 	$(VENV)/bin/ruff format --check .
 
 typecheck: bootstrap
-	$(VENV)/bin/mypy --strict providers devcluster vnode placement
+	$(VENV)/bin/mypy --strict providers devcluster vnode placement console
 	$(VENV)/bin/mypy nebula_site
 
 contracts: bootstrap

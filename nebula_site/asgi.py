@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nebula_site.settings")
-application = get_asgi_application()
+# The admin's CSS and JavaScript come from the app's static folders, served by this process
+# (DEBUG on or off): the console has no web server in front of it.
+application = ASGIStaticFilesHandler(get_asgi_application())

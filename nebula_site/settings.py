@@ -7,8 +7,11 @@ and is validated by the system checks in `nebula_site.checks` (`manage.py check`
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
+from console.dburl import database_from_url
+from console.logging import logging_config
 from nebula_site import config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -29,8 +32,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
     "channels",
     "nebula_site.apps.NebulaSiteConfig",
+    "console.apps.ConsoleConfig",
 ]
 
 MIDDLEWARE = [
@@ -41,6 +47,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "console.middleware.ApiRequestMetrics",
 ]
 
 ROOT_URLCONF = "nebula_site.urls"
@@ -71,8 +78,15 @@ DATABASES = {
             "transaction_mode": "IMMEDIATE",
             "timeout": 5,
         },
+        # WAL needs a file: the default in-memory test database would ignore it. One file per
+        # test process, so test runs side by side never share one.
+        "TEST": {"NAME": str(Path(tempfile.gettempdir()) / f"nebula-test-{os.getpid()}.sqlite3")},
     }
 }
+# DATABASE_URL (postgres://...) selects PostgreSQL for a console shared by several readers.
+if os.environ.get("DATABASE_URL"):
+    DATABASES["default"] = database_from_url(os.environ["DATABASE_URL"])
+LOGIN_URL = "admin:login"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -85,10 +99,27 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "text"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("NEBULA_LOG_LEVEL", "INFO")},
+# Text lines by default, JSON with NEBULA_LOG_FORMAT=json; secrets redacted (console.logging).
+LOGGING = logging_config(os.environ.get("NEBULA_LOG_FORMAT", "text"), os.environ.get("NEBULA_LOG_LEVEL", "INFO"))
+
+# The REST API (/api/...): no anonymous access; token or session; paginated lists (design §7).
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "nebula_site.api.pagination.BoundedLimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Nebula API",
+    "DESCRIPTION": "Read-only views of the manager's memory (pods, claims, nodes, pools, blocklist); "
+    "the one write is DELETE of a blocklist entry, for staff.",
+    "VERSION": "v1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "COMPONENT_SPLIT_REQUEST": True,
 }

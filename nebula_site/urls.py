@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
-from django.urls import path
+from django.urls import include, path
+
+from nebula_site import webhooks
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
@@ -15,4 +17,7 @@ def healthz(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
+    path("webhooks/pods", webhooks.pods, name="webhook-pods"),
+    path("api/", include("nebula_site.api.urls")),
+    path("", include("console.urls")),  # the dashboard at /, /readyz, /metrics
 ]

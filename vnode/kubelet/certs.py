@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from OpenSSL import SSL
 from twisted.internet import ssl
@@ -123,6 +123,24 @@ def load_ca_bundle(path: str) -> list[x509.Certificate]:
         raise ValueError(f"{path} holds no PEM certificate: {exc}") from exc
 
 
+def load_pair(cert_path: str, key_path: str) -> KeyPair:
+    """A serving certificate and key from PEM files (e.g. a cert-manager Secret's
+    tls.crt and tls.key). Raises ValueError naming the file that is not what it should be."""
+    try:
+        cert_pem, key_pem = Path(cert_path).read_bytes(), Path(key_path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    try:
+        x509.load_pem_x509_certificate(cert_pem)
+    except ValueError as exc:
+        raise ValueError(f"{cert_path} holds no PEM certificate") from exc
+    try:
+        serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{key_path} holds no unencrypted PEM private key") from exc
+    return KeyPair(cert_pem, key_pem)
+
+
 class ServerTLS(ssl.ContextFactory):
     """The OpenSSL server context for one listener, built from `cryptography` objects (the
     pyOpenSSL objects Twisted's CertificateOptions wants are deprecated).
@@ -142,7 +160,8 @@ class ServerTLS(ssl.ContextFactory):
             context.set_min_proto_version(SSL.TLS1_2_VERSION)
             context.use_certificate(x509.load_pem_x509_certificate(self._pair.cert_pem))
             key = serialization.load_pem_private_key(self._pair.key_pem, password=None)
-            assert isinstance(key, ec.EllipticCurvePrivateKey)
+            if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+                raise ValueError("the serving key must be an EC or RSA private key")
             context.use_privatekey(key)
             context.check_privatekey()
             if self._client_ca_path:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from providers.base import Process
+from vnode import observe
 from vnode.kubelet.execparams import StreamRequest
 from vnode.kubelet.problems import exec_status_bytes
 
@@ -130,6 +131,14 @@ class RemoteSession:
         return thread
 
     def _run(self) -> None:
+        kind = "attach" if self._attach else "exec"
+        observe.current().stream_opened(kind)
+        try:
+            self._serve()
+        finally:
+            observe.current().stream_closed(kind)
+
+    def _serve(self) -> None:
         """Start the command, pump until its output ends, report its exit, clean up."""
         try:
             process = self._start_process()

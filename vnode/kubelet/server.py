@@ -58,6 +58,7 @@ class KubeletServer(Server):  # type: ignore[misc]
         console_app: Callable[..., Any] | None = None,
         console_tls: bool = False,
         console_ca_path: str | None = None,
+        console_cert: tuple[str, str] | None = None,
         console_optional: bool = False,
     ) -> None:
         super().__init__(
@@ -75,6 +76,7 @@ class KubeletServer(Server):  # type: ignore[misc]
         self.client_ca = client_ca
         self.console_tls = console_tls
         self.console_ca_path = console_ca_path
+        self.console_cert = console_cert  # (cert, key) PEM files; else an in-memory certificate
         self.console_optional = console_optional  # a default address in use: warn, serve no console
         self._apps: dict[str, Any] = {KUBELET: KubeletApp(registry), CONSOLE: console_app}
         self._ports: dict[str, Any] = {}
@@ -94,7 +96,9 @@ class KubeletServer(Server):  # type: ignore[misc]
         )
         kubelet_tls = certs.ServerTLS(serving, client_ca_path=self.client_ca)
         console_tls = None
-        if self.console_config is not None and self.console_tls:
+        if self.console_config is not None and self.console_cert is not None:
+            console_tls = certs.ServerTLS(certs.load_pair(*self.console_cert))
+        elif self.console_config is not None and self.console_tls:
             self.console_ca = certs.make_ca("nebula-console-ca")
             hosts = certs.serving_hosts(self.console_config.host, self.node_ip)
             console_tls = certs.ServerTLS(certs.issue(self.console_ca, "nebula-console", hosts=hosts))

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from providers.base import LogStream
+from vnode import observe
 from vnode.kubelet import logparams, routes
 from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.resolve import HandlerRegistry
@@ -110,11 +111,13 @@ async def serve_logs(route: routes.Route, query: str, receive: Receive, send: Se
         headers.append((IGNORED_HEADER, ", ".join(ignored).encode()))
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     watcher = asyncio.ensure_future(_close_on_disconnect(receive, stream))
+    observe.current().stream_opened("logs")
     try:
         async for chunk in read_in_thread(stream, name=f"logs-{route.namespace}-{route.pod}"):
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b""})
     finally:
+        observe.current().stream_closed("logs")
         watcher.cancel()
         stream.close()
 

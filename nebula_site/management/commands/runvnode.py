@@ -19,12 +19,20 @@ from typing import Any
 
 import yaml
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from nebula_site import demo
+from console import observer as console_observer
+from console.mirror import Mirror
+from nebula_site import demo, runtime
 from nebula_site.config import parse_address
+from placement.blocklist import Blocklist
+from placement.wiring import Placement, start_placement
 from providers import registry
+from providers.base import Provider
 from vnode import manager
+from vnode.kube import Kube
+from vnode.runner import Runner
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
 CONSOLE_CA = ".nebula/console-ca.pem"
@@ -82,6 +90,41 @@ def listen_address(flag: str, text: str) -> tuple[str, int]:
     return host, port
 
 
+def console_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
+    """`--console-cert` and `--console-key` go together (e.g. a cert-manager Secret's files)."""
+    cert, key = options.get("console_cert"), options.get("console_key")
+    if bool(cert) != bool(key):
+        raise CommandError("--console-cert and --console-key go together")
+    return (cert, key) if cert and key else None
+
+
+class LeaderWiring:
+    """What starts once this process leads: the kubelet listener serves the Handlers,
+    placement runs over the same providers, and the console's registry sees it all."""
+
+    def __init__(self, providers: dict[str, Provider], *, blocklist: Blocklist, kubelet_handlers: Any) -> None:
+        self.providers = providers
+        self.blocklist = blocklist
+        self.kubelet_handlers = kubelet_handlers
+        self.placement: Placement | None = None
+        self.mirror: Mirror | None = None
+
+    def on_runners(self, runners: list[Runner], kube: Kube, watch_kube: Kube) -> None:
+        handlers = [r.handler for r in runners]
+        self.kubelet_handlers.add_all(handlers)
+        self.placement = start_placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
+        runtime.install(handlers=handlers, placement=self.placement)
+        self.mirror = Mirror()
+        self.mirror.start()
+
+    def on_stopping(self) -> None:
+        if self.placement is not None:
+            self.placement.stop()
+        if self.mirror is not None:
+            self.mirror.stop()
+        runtime.clear()
+
+
 class Command(BaseCommand):
     help = "Run Nebula's virtual nodes: one per --provider, against a cluster or the embedded one."
 
@@ -104,6 +147,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--console-tls", action="store_true", help=f"serve the console over TLS; its CA goes to {CONSOLE_CA}"
         )
+        parser.add_argument("--console-cert", metavar="PATH", help="PEM certificate for the console (implies TLS)")
+        parser.add_argument("--console-key", metavar="PATH", help="PEM private key of --console-cert")
         parser.add_argument("--node-ip", default=None, help="address the nodes publish; default $POD_IP")
         parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"), help="leader Lease")
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
@@ -126,7 +171,12 @@ class Command(BaseCommand):
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
         listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
-        handlers = listeners.registry
+        # The console's database is this replica's mirror (SQLite by default): bring its
+        # tables up to date before the first request can need them.
+        Path(str(settings.DATABASES["default"]["NAME"])).parent.mkdir(parents=True, exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        blocklist = Blocklist()
+        wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
         stop = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         cluster = None
@@ -143,6 +193,7 @@ class Command(BaseCommand):
                 demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
                 self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
             self.stdout.flush()
+            console_observer.install()  # metrics and the dashboard's Events see the loops
             kept = manager.run(
                 providers,
                 kubeconfig=kubeconfig,
@@ -152,9 +203,12 @@ class Command(BaseCommand):
                 stop=stop,
                 poll_interval=options["poll_interval"],
                 leader_election=not options["no_leader_election"],
-                on_runners=lambda runners: handlers.add_all(r.handler for r in runners),
+                blocklister=blocklist,
+                on_runners=wiring.on_runners,
+                on_stopping=wiring.on_stopping,
             )
         finally:
+            console_observer.uninstall()
             listeners.stop()
             if cluster is not None:
                 cluster.stop()
@@ -178,7 +232,8 @@ class Command(BaseCommand):
             client_ca=options["kubelet_client_ca"],
             console=ListenerConfig(*console),
             console_app=application,
-            console_tls=options["console_tls"],
+            console_tls=options["console_tls"] or bool(options["console_cert"]),
+            console_cert=console_cert_files(options),
             console_ca_path=CONSOLE_CA,
             console_optional=not options["console_addr"],
         )
@@ -188,7 +243,7 @@ class Command(BaseCommand):
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
         except Exception as exc:  # Twisted's CannotListenError and friends
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
-        scheme = "https" if options["console_tls"] else "http"
+        scheme = "https" if options["console_tls"] or options["console_cert"] else "http"
         where = f"{scheme}://{console[0] or '*'}:{server.console_port}" if server.console_port else "not served"
         self.stdout.write(f"kubelet API on port {server.kubelet_port}; console {where}")
         return server

@@ -220,3 +220,80 @@ def test_a_bad_client_ca_bundle_fails_at_start(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="no PEM certificate"):
         broken.start()
+
+
+def _rsa_pair(tmp_path: Path, host: str) -> tuple[Path, Path]:
+    """A self-signed RSA serving certificate as cert-manager would mount it (tls.crt, tls.key)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nebula-console.nebula-system.svc")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+    )
+    return cert_path, key_path
+
+
+def test_the_console_serves_a_mounted_certificate_for_the_webhook(tmp_path: Path) -> None:
+    """--console-cert/--console-key: the console presents the files' certificate (RSA, as
+    cert-manager issues by default), so the API server's caBundle can verify it."""
+    cert_path, key_path = _rsa_pair(tmp_path, "127.0.0.1")
+
+    async def console(scope: dict[str, object], receive: object, send: object) -> None:  # a minimal ASGI app
+        assert callable(send)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"console"})
+
+    served = KubeletServer(
+        HandlerRegistry(),
+        kubelet=ListenerConfig("127.0.0.1", 0),
+        console=ListenerConfig("127.0.0.1", 0),
+        console_app=console,
+        console_tls=True,
+        console_cert=(str(cert_path), str(key_path)),
+    )
+    served.start()
+    try:
+        assert served.console_port is not None
+        context = ssl.create_default_context(cafile=str(cert_path))
+        assert https_get(served.console_port, "/healthz", context=context)[2] == b"console"
+    finally:
+        served.stop()
+
+
+def test_an_unreadable_console_certificate_fails_at_start(tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    (tmp_path / "tls.key").write_text("not a key")
+    broken = KubeletServer(
+        HandlerRegistry(),
+        kubelet=ListenerConfig("127.0.0.1", 0),
+        console=ListenerConfig("127.0.0.1", 0),
+        console_app=None,
+        console_tls=True,
+        console_cert=(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
+    )
+    with pytest.raises(ValueError, match="no PEM certificate"):
+        broken.start()

@@ -1,0 +1,216 @@
+"""The admin over the mirror: every table read-only for staff, with filters, search and links
+between a Pod, its claim and its node; and the one operator action, clearing a blocklist entry.
+
+Nothing here writes the mirror (only `console.mirror` does). The clear action is staff-only,
+POST with a CSRF token after a confirmation page, and audited three ways: the admin's LogEntry,
+a log line, and (through placement) an Event on the provider's node.
+"""
+
+# mypy: disallow-subclassing-any=False, disallow-untyped-decorators=False
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_http_methods
+
+from console import models
+from nebula_site import runtime
+
+logger = logging.getLogger(__name__)
+
+admin.site.site_header = "Nebula console"
+admin.site.site_title = "Nebula"
+admin.site.index_title = "The manager's memory, mirrored"
+admin.site.enable_nav_sidebar = False  # the mirror's lists are wide; they need the room
+ENTRY_ID = re.compile(r"b[0-9]{1,12}")
+
+
+def changelist_link(model: type[Any], text: str, **query: str) -> str:
+    """A link to `model`'s admin list filtered by `query` (exact matches on its own columns)."""
+    url = reverse(f"admin:console_{model._meta.model_name}_changelist")
+    return str(format_html('<a href="{}?{}">{}</a>', url, urlencode(query), text))
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """No add, change or delete for anyone (superusers included), no bulk actions; staff may view."""
+
+    actions = None
+    list_per_page = 50
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+
+@admin.register(models.TrackedPod)
+class TrackedPodAdmin(ReadOnlyAdmin):
+    list_display = ["pod", "phase", "reason", "node_link", "claim_link", "instance_link", "capacity_type", "region"]
+    list_display += ["hourly_price", "provisioned_at", "last_seen"]
+    list_filter = ["provider", "phase", "capacity_type", "namespace"]
+    search_fields = ["name", "namespace", "claim", "instance_id", "uid"]
+    ordering = ["namespace", "name"]
+
+    @admin.display(description="pod", ordering="name")
+    def pod(self, obj: models.TrackedPod) -> str:
+        return f"{obj.namespace}/{obj.name}"
+
+    @admin.display(description="node", ordering="node")
+    def node_link(self, obj: models.TrackedPod) -> str:
+        return changelist_link(models.VirtualNode, obj.node, name=obj.node)
+
+    @admin.display(description="claim", ordering="claim")
+    def claim_link(self, obj: models.TrackedPod) -> str:
+        return changelist_link(models.InstanceClaim, obj.claim, claim=obj.claim)
+
+    @admin.display(description="instance id", ordering="instance_id")
+    def instance_link(self, obj: models.TrackedPod) -> str:
+        if not obj.instance_id:
+            return "-"
+        return changelist_link(models.InstanceClaim, obj.instance_id, instance_id=obj.instance_id)
+
+
+@admin.register(models.InstanceClaim)
+class InstanceClaimAdmin(ReadOnlyAdmin):
+    list_display = ["claim", "instance_id", "provider", "state", "pod_link", "orphan", "region", "capacity_type"]
+    list_display += ["created_at", "first_seen", "last_seen"]
+    list_filter = ["provider", "state", "orphan"]
+    search_fields = ["claim", "instance_id", "pod"]
+    ordering = ["provider", "claim"]
+
+    @admin.display(description="pod", ordering="pod")
+    def pod_link(self, obj: models.InstanceClaim) -> str:
+        if obj.orphan:
+            return str(format_html('<strong class="orphan">{}</strong>', "orphan"))
+        return changelist_link(models.TrackedPod, obj.pod, claim=obj.claim)
+
+
+@admin.register(models.VirtualNode)
+class VirtualNodeAdmin(ReadOnlyAdmin):
+    list_display = ["name", "ready", "pods_link", "claims_link", "last_lease_renewal", "last_list_seconds"]
+    list_display += ["last_list_error", "poll_interval"]
+    list_filter = ["provider", "ready"]
+    search_fields = ["name", "provider"]
+    ordering = ["name"]
+
+    @admin.display(description="pods", ordering="pods")
+    def pods_link(self, obj: models.VirtualNode) -> str:
+        return changelist_link(models.TrackedPod, str(obj.pods), provider=obj.provider)
+
+    @admin.display(description="instances")
+    def claims_link(self, obj: models.VirtualNode) -> str:
+        return changelist_link(models.InstanceClaim, "instances", provider=obj.provider)
+
+
+@admin.register(models.BlocklistEntry)
+class BlocklistEntryAdmin(ReadOnlyAdmin):
+    list_display = ["entry_id", "provider", "scope", "reason", "pool", "recorded_at", "expires_at", "time_left"]
+    list_display += ["clear_link"]
+    list_filter = ["provider", "breadth", "pool"]
+    search_fields = ["entry_id", "scope", "reason", "pool"]
+    ordering = ["expires_at", "entry_id"]
+
+    @admin.display(description="time left", ordering="expires_at")
+    def time_left(self, obj: models.BlocklistEntry) -> str:
+        return seconds_text((obj.expires_at - datetime.now(UTC)).total_seconds())
+
+    @admin.display(description="operator action")
+    def clear_link(self, obj: models.BlocklistEntry) -> str:
+        url = reverse("admin:console_blocklistentry_clear", args=[obj.entry_id])
+        return str(format_html('<a class="button" href="{}">Clear…</a>', url))
+
+    def get_urls(self) -> list[URLPattern]:
+        clear = self.admin_site.admin_view(require_http_methods(["GET", "POST"])(self.clear_view))
+        return [path("<str:entry_id>/clear/", clear, name="console_blocklistentry_clear"), *super().get_urls()]
+
+    def clear_view(self, request: HttpRequest, entry_id: str) -> HttpResponse:
+        """GET: a confirmation page. POST (CSRF-checked by the middleware): clear the entry in
+        memory, audit it, back to the list. Staff only (admin_view requires staff)."""
+        if not request.user.is_staff or not ENTRY_ID.fullmatch(entry_id):
+            raise Http404("no such blocklist entry")
+        row = models.BlocklistEntry.objects.filter(entry_id=entry_id).first()
+        current = runtime.current()
+        live = current.blocklist.get(entry_id) if current.blocklist is not None else None
+        changelist = reverse("admin:console_blocklistentry_changelist")
+        if request.method == "GET":
+            context = dict(
+                self.admin_site.each_context(request),
+                title=f"Clear blocklist entry {entry_id}?",
+                entry_id=entry_id,
+                row=row,
+                live=live,
+                opts=self.model._meta,
+                changelist=changelist,
+            )
+            return TemplateResponse(request, "admin/console/blocklistentry/clear_confirmation.html", context)
+        actor = request.user.get_username()
+        if not clear_block(current, entry_id, actor=actor):
+            gone = f"Blocklist entry {entry_id} is gone already (expired or cleared)."
+            self.message_user(request, gone, messages.WARNING)
+            return HttpResponseRedirect(changelist)
+        if row is not None:
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk,
+                queryset=[row],
+                action_flag=DELETION,
+                change_message=f"cleared blocklist entry {entry_id} ({row.scope}) in memory",
+                single_object=True,
+            )
+        self.message_user(request, f"Blocklist entry {entry_id} cleared; placement may use that scope again.")
+        return HttpResponseRedirect(changelist)
+
+
+@admin.register(models.RecentEvent)
+class RecentEventAdmin(ReadOnlyAdmin):
+    list_display = ["at", "type", "reason", "kind", "subject", "message"]
+    list_filter = ["type", "kind", "reason"]
+    search_fields = ["name", "namespace", "reason", "message"]
+    ordering = ["-seq"]
+
+    @admin.display(description="object")
+    def subject(self, obj: models.RecentEvent) -> str:
+        return obj.name if obj.kind == "Node" else f"{obj.namespace}/{obj.name}"
+
+
+def clear_block(current: runtime.Runtime, entry_id: str, *, actor: str) -> bool:
+    """Clear one entry in memory. Placement, when it runs, logs it and records the Event."""
+    if current.placement is not None:
+        return current.placement.clear_block(entry_id, actor=actor)
+    if current.blocklist is None or not current.blocklist.clear(entry_id):
+        return False
+    logger.info("blocklist entry %s cleared by %s", entry_id, actor)
+    return True
+
+
+def seconds_text(seconds: float) -> str:
+    """`4m 05s`, `59s`, `expired`: how a person reads a countdown."""
+    if seconds <= 0:
+        return "expired"
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"

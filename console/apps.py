@@ -1,0 +1,13 @@
+"""App config for the console: the mirror's models, the admin, the dashboard and metrics."""
+
+# mypy: disallow-subclassing-any=False
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ConsoleConfig(AppConfig):
+    name = "console"
+    verbose_name = "Nebula mirror"
+    default_auto_field = "django.db.models.BigAutoField"

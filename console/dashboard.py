@@ -1,0 +1,74 @@
+"""The dashboard's figures, read from the mirror tables (so a shared console on PostgreSQL
+shows the same as the manager's own listener).
+
+Called by `console.views` on every page and fragment request; a handful of queries, each
+bounded. Reads only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Sum
+
+from console import models
+
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+MAX_ORPHANS = 50
+MAX_BLOCKS = 50
+MAX_EVENTS = 15
+
+
+@dataclass
+class Tile:
+    """One virtual node as the dashboard shows it."""
+
+    node: models.VirtualNode
+    phases: dict[str, int] = field(default_factory=dict)
+    hourly_spend: float = 0.0
+    priced: int = 0  # running Pods whose price is known
+    lease_age: float | None = None  # seconds since the node's Lease was renewed
+
+    @property
+    def state(self) -> str:
+        return {True: "ready", False: "not-ready"}.get(self.node.ready, "unknown")
+
+
+@dataclass
+class Block:
+    entry: models.BlocklistEntry
+    seconds_left: float
+
+
+def figures(now: datetime) -> dict[str, Any]:
+    """Everything the dashboard template needs."""
+    tiles = {node.name: Tile(node, dict.fromkeys(PHASES, 0)) for node in models.VirtualNode.objects.order_by("name")}
+    for each in tiles.values():
+        if each.node.last_lease_renewal is not None:
+            each.lease_age = max(0.0, (now - each.node.last_lease_renewal).total_seconds())
+    for row in models.TrackedPod.objects.values("node", "phase").annotate(n=Count("id")):
+        tile = tiles.get(row["node"])
+        if tile is not None:
+            tile.phases[row["phase"] or "Unknown"] = tile.phases.get(row["phase"] or "Unknown", 0) + row["n"]
+    running = models.TrackedPod.objects.filter(phase="Running", hourly_price__isnull=False)
+    for row in running.values("node").annotate(spend=Sum("hourly_price"), n=Count("id")):
+        tile = tiles.get(row["node"])
+        if tile is not None:
+            tile.hourly_spend, tile.priced = float(row["spend"] or 0.0), row["n"]
+    blocks = [
+        Block(entry, (entry.expires_at - now).total_seconds())
+        for entry in models.BlocklistEntry.objects.filter(expires_at__gt=now).order_by("expires_at")[:MAX_BLOCKS]
+    ]
+    orphans = list(models.InstanceClaim.objects.filter(orphan=True).order_by("provider", "claim")[:MAX_ORPHANS])
+    return {
+        "tiles": list(tiles.values()),
+        "total_spend": sum(t.hourly_spend for t in tiles.values()),
+        "pod_count": sum(sum(t.phases.values()) for t in tiles.values()),
+        "orphans": orphans,
+        "orphan_count": models.InstanceClaim.objects.filter(orphan=True).count(),
+        "blocks": blocks,
+        "events": list(models.RecentEvent.objects.order_by("-seq")[:MAX_EVENTS]),
+        "now": now,
+    }

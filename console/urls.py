@@ -1,0 +1,14 @@
+"""The console's routes, included at the root of the console listener by nebula_site.urls."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from console import metrics, views
+
+urlpatterns = [
+    path("", views.index, name="console-dashboard"),
+    path("dashboard/panels", views.panels, name="console-panels"),
+    path("readyz", views.readyz, name="console-readyz"),
+    path("metrics", metrics.metrics, name="console-metrics"),
+]
