@@ -1,0 +1,286 @@
+"""The console in headless Chromium against a running manager (embedded cluster, two fake
+virtual nodes): log in, the dashboard and every admin list match the cluster, no add, change
+or delete control exists, the dashboard refreshes in place; screenshots go to docs/images/.
+Also: /metrics parses and carries the series; no secret reaches a page, the API, a log line
+or a metric."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from console_scenario import KNOWN_SECRET, Scenario, populate, start, stop, wait_for
+from django.contrib.auth.models import User
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from console import models
+from console.logging import JsonFormatter, TextFormatter
+from console.mirror import Mirror
+from vnode.kube import path_for
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "docs" / "images"
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+ADMIN_LISTS = {
+    "trackedpod": "console-pods.png",
+    "instanceclaim": "console-claims.png",
+    "virtualnode": "console-nodes.png",
+    "blocklistentry": "console-blocklist.png",
+    "recentevent": "console-events.png",
+}
+SERIES = [
+    "nebula_provisions",
+    "nebula_provision_seconds",
+    "nebula_terminations",
+    "nebula_orphans_swept",
+    "nebula_poll_seconds",
+    "nebula_poll_errors",
+    "nebula_placement_decisions",
+    "nebula_blocklist_entries",
+    "nebula_blocklist_size",
+    "nebula_kubelet_streams_open",
+    "nebula_api_requests",
+]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    running = start(tmp_path_factory.mktemp("console"))
+    try:
+        populate(running)
+        yield running
+    finally:
+        stop(running)
+
+
+@pytest.fixture
+def mirror(scenario: Scenario, transactional_db: Any) -> Iterator[Mirror]:
+    """A fresh mirror per test (the test database is emptied between tests; a start rebuilds)."""
+    running = Mirror(observer=lambda: scenario.observer, interval=0.3)
+    running.start()
+    wait_for(lambda: running.syncs >= 1)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def staff(transactional_db: Any) -> User:
+    return User.objects.create_user("operator", password="pw-operator-12345", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("needs Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in [*FLAGS, f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,900"]:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def log_in(driver: Any, base: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{base}/")
+    assert "/admin/login/" in driver.current_url  # the dashboard needs a login
+    driver.find_element(By.NAME, "username").send_keys("operator")
+    driver.find_element(By.NAME, "password").send_keys("pw-operator-12345")
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait_for(lambda: driver.find_elements(By.ID, "panels"))
+
+
+def assert_no_edit_controls(driver: Any) -> None:
+    """No add, change or delete control for a mirror table anywhere on the page (the sidebar
+    still offers them for auth's Users and Groups, which are not ours)."""
+    from selenium.webdriver.common.by import By
+
+    links = [a.get_attribute("href") or "" for a in driver.find_elements(By.CSS_SELECTOR, "a")]
+    ours = [link for link in links if "/admin/console/" in link]
+    assert not [link for link in ours if link.endswith(("/add/", "/delete/"))], ours
+    controls = "#content select[name=action], #content .deletelink, #content input[name=_save], #content a.addlink"
+    assert not driver.find_elements(By.CSS_SELECTOR, controls)
+
+
+def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
+    scenario: Scenario, mirror: Mirror, staff: User, live_server: Any, browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    base = live_server.url
+    log_in(browser, base)
+    tile_a = 'section[data-node="nebula-gpu-a"]'
+
+    def dashboard_matches() -> bool:
+        browser.get(f"{base}/")
+        tiles = browser.find_elements(By.CSS_SELECTOR, tile_a)
+        if not tiles or not browser.find_elements(By.CSS_SELECTOR, ".block-row"):
+            return False
+        running = scenario.phase_counts("nebula-gpu-a").get("Running", 0)
+        return f"Running {running}" in tiles[0].text and "Ready" in tiles[0].text
+
+    wait_for(dashboard_matches)
+    tile_b = browser.find_element(By.CSS_SELECTOR, 'section[data-node="nebula-gpu-b"]')
+    assert "Not ready" in tile_b.text and "Unavailable" in tile_b.text
+    assert "Failed 1" in tile_b.text
+    assert "$0.84/h" in browser.find_element(By.CSS_SELECTOR, tile_a).text  # two running Spot Pods at $0.42
+    assert scenario.orphan_id in browser.find_element(By.ID, "panels").text
+    entry = scenario.blocklist.entries()[0]
+    block_text = browser.find_element(By.CSS_SELECTOR, ".block-row").text
+    assert "gpu-b" in block_text and " s" in block_text
+    assert "ProvisionFailed" in browser.find_element(By.ID, "panels").text
+    assert_no_edit_controls(browser)
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(IMAGES / "console-dashboard.png"))
+
+    # The panels refresh in place: a new Pod appears without a page load.
+    browser.execute_script("window.__noReload = 'still here'")
+    scenario.kube.create(path_for("pods", namespace="default"), _pod("train-2"))
+    wait_for(
+        lambda: f"Running {scenario.phase_counts('nebula-gpu-a').get('Running', 0)}"
+        in browser.find_element(By.CSS_SELECTOR, tile_a).text
+        and scenario.phase_counts("nebula-gpu-a").get("Running") == 3,
+        timeout=40,
+    )
+    assert browser.execute_script("return window.__noReload") == "still here"
+
+    cluster_pods = {p["metadata"]["name"] for n in ("nebula-gpu-a", "nebula-gpu-b") for p in scenario.pods_on(n)}
+    instance_ids = {p["metadata"]["annotations"].get("nebula.io/instance-id") for p in scenario.pods_on("nebula-gpu-a")}
+    cluster_nodes = {n["metadata"]["name"] for n in scenario.kube.get(path_for("nodes"))["items"]}
+    expected = {
+        "trackedpod": [f"default/{name}" for name in cluster_pods],
+        "instanceclaim": [i for i in instance_ids if i] + [scenario.orphan_id],
+        "virtualnode": sorted(cluster_nodes),
+        "blocklistentry": [entry.id, "gpu-b"],
+        "recentevent": ["ProvisionFailed"],
+    }
+    for model, image in ADMIN_LISTS.items():
+
+        def listed(model: str = model) -> bool:
+            browser.get(f"{base}/admin/console/{model}/")
+            return all(text in browser.page_source for text in expected[model])
+
+        wait_for(listed, timeout=20)
+        assert_no_edit_controls(browser)
+        browser.save_screenshot(str(IMAGES / image))
+    browser.get(f"{base}/admin/console/trackedpod/?q=train-0")
+    browser.find_element(By.LINK_TEXT, "nebula-gpu-a")  # links to the node and the claim
+    browser.find_element(By.CSS_SELECTOR, "td.field-claim_link a").click()
+    assert "instanceclaim" in browser.current_url
+    first = browser.find_element(By.CSS_SELECTOR, "#result_list tbody th a, #result_list tbody td a")
+    assert first is not None
+    row = models.InstanceClaim.objects.filter(orphan=False).first()
+    assert row is not None
+    browser.get(f"{base}/admin/console/instanceclaim/{row.pk}/change/")
+    assert_no_edit_controls(browser)
+
+    browser.set_window_size(390, 844)  # a phone
+    browser.get(f"{base}/")
+    assert browser.execute_script("return document.documentElement.scrollWidth") <= 400
+    browser.save_screenshot(str(IMAGES / "console-dashboard-phone.png"))
+
+
+def _pod(name: str) -> dict[str, Any]:
+    from console_scenario import pod
+
+    from vnode import names
+
+    return pod(name, "gpu-a", **{names.HOURLY_PRICE_ANNOTATION: "0.42", names.CAPACITY_TYPE_ANNOTATION: "Spot"})
+
+
+def test_dashboard_works_without_javascript(scenario: Scenario, mirror: Mirror, staff: User) -> None:
+    client = Client()
+    client.force_login(staff)
+    page = client.get("/").content.decode()
+    assert '<meta http-equiv="refresh"' in page and "<noscript>" in page
+    assert 'data-node="nebula-gpu-a"' in page and "Running" in page
+    assert client.get("/dashboard/panels").status_code == 200
+
+
+def test_metrics_parse_and_carry_every_series(scenario: Scenario, mirror: Mirror, staff: User) -> None:
+    client = Client()
+    client.force_login(staff)
+    assert client.get("/api/pods/").status_code == 200
+    text = client.get("/metrics").content.decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(SERIES) <= set(families), set(SERIES) - set(families)
+
+    def value(name: str, sample: str, **labels: str) -> float:
+        return sum(
+            s.value
+            for s in families[name].samples
+            if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
+        )
+
+    assert value("nebula_provisions", "nebula_provisions_total", provider="gpu-a", outcome="ok") >= 2
+    assert value("nebula_provisions", "nebula_provisions_total", provider="gpu-b", outcome="refused") >= 1
+    assert value("nebula_provision_seconds", "nebula_provision_seconds_count", provider="gpu-a") >= 2
+    assert value("nebula_poll_errors", "nebula_poll_errors_total", provider="gpu-b") >= 1
+    assert value("nebula_poll_seconds", "nebula_poll_seconds_count", provider="gpu-a") >= 1
+    assert value("nebula_blocklist_size", "nebula_blocklist_size") == len(scenario.blocklist.entries()) >= 1
+    assert value("nebula_api_requests", "nebula_api_requests_total", verb="GET", code="200") >= 1
+    kinds = {s.labels["kind"] for s in families["nebula_kubelet_streams_open"].samples}
+    assert kinds == {"logs", "exec", "attach"}
+    assert {s.labels["outcome"] for s in families["nebula_placement_decisions"].samples} >= {"placed", "blocked"}
+
+
+def test_readyz_reports_the_cluster_reachable(scenario: Scenario, mirror: Mirror) -> None:
+    answer = Client().get("/readyz")
+    assert answer.status_code == 200, answer.content
+    assert json.loads(answer.content)["ready"] is True
+
+
+def test_no_secret_reaches_a_page_the_api_a_log_line_or_a_metric(
+    scenario: Scenario, mirror: Mirror, staff: User
+) -> None:
+    secrets = [KNOWN_SECRET, *scenario.credentials]
+    assert len(secrets) >= 2, "the fake cloud minted no connect credential to look for"
+    client = Client()
+    client.force_login(staff)
+    wait_for(lambda: models.TrackedPod.objects.filter(phase="Running").exists())
+    pages = ["/", "/dashboard/panels", "/metrics", "/readyz", "/healthz"]
+    pages += [f"/admin/console/{m}/" for m in ADMIN_LISTS]
+    pages += [f"/admin/console/trackedpod/{p.pk}/change/" for p in models.TrackedPod.objects.all()]
+    pages += [f"/admin/console/instanceclaim/{c.pk}/change/" for c in models.InstanceClaim.objects.all()]
+    pages += ["/api/pods/", "/api/claims/", "/api/nodes/", "/api/blocklist/", "/api/pools/"]
+    bodies = {path: client.get(path).content.decode() for path in pages}
+    for path, body in bodies.items():
+        for secret in secrets:
+            assert secret not in body, f"a secret appears in {path}"
+    lines = []
+    for record in scenario.records.records:
+        lines.append(record.getMessage())
+        lines.append(TextFormatter().format(record))
+        lines.append(JsonFormatter().format(record))
+    assert len(lines) > 10
+    for line in lines:
+        for secret in secrets:
+            assert secret not in line
+    rows = json.dumps(
+        [list(m.objects.values()) for m in (models.TrackedPod, models.InstanceClaim, models.RecentEvent)], default=str
+    )
+    assert not any(secret in rows for secret in secrets)

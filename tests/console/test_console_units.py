@@ -1,0 +1,181 @@
+"""The console's small parts: the mirror's diff and restart, log formats and redaction,
+readiness, DATABASE_URL parsing, and API request counting."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import logging.config
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conftest import adopt_new_pod, offline_handler
+from django.contrib.auth.models import User
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
+
+from console import metrics, models, snapshot, views
+from console.dburl import database_from_url
+from console.logging import JsonFormatter, RedactSecrets, logging_config, redact
+from console.mirror import Mirror, diff
+from console.observer import ConsoleObserver
+from nebula_site import runtime
+from vnode import observe
+
+ROW = {"uid": "u1", "phase": "Running"}
+
+
+@pytest.mark.parametrize(
+    ("written", "taken", "stale", "upserts", "deletes"),
+    [
+        ({"pods": {"u1": ROW}}, {"pods": {"u1": ROW}}, False, {}, []),
+        ({"pods": {"u1": ROW}}, {"pods": {"u1": {**ROW, "phase": "Failed"}}}, False, {"u1"}, []),
+        ({"pods": {"u1": ROW}}, {"pods": {"u1": ROW}}, True, {"u1"}, []),  # last_seen is due
+        ({"pods": {"u1": ROW}}, {"pods": {}}, False, {}, ["u1"]),
+        ({}, {"pods": {"u1": ROW}}, False, {"u1"}, []),
+    ],
+)
+def test_diff_writes_only_changed_rows_and_deletes_what_left_memory(
+    written: dict[str, Any], taken: dict[str, Any], stale: bool, upserts: set[str], deletes: list[str]
+) -> None:
+    changes = diff(written, snapshot.Snapshot(taken), stale=lambda table, key: stale)
+    assert set(changes.upserts["pods"]) == set(upserts)
+    assert changes.deletes["pods"] == deletes
+
+
+def test_a_restarted_mirror_rebuilds_from_memory_and_reads_nothing_back(
+    db: Any, fake_provider: Callable[..., Any], observer: ConsoleObserver, installed_runtime: Callable[..., Any]
+) -> None:
+    models.TrackedPod.objects.create(
+        uid="left-over", namespace="default", name="old", provider="x", node="n", claim="c"
+    )
+    handler = offline_handler(fake_provider("restart"))
+    adopt_new_pod(handler, "fresh")
+    installed_runtime(handlers=[handler])
+    mirror = Mirror(runtime.current, observer=lambda: observer)
+    assert mirror.sync_once() >= 2  # the Pod and the node
+    assert list(models.TrackedPod.objects.values_list("name", flat=True)) == ["fresh"]
+    assert mirror.sync_once() == 0  # nothing changed: nothing written
+
+
+def test_json_lines_name_pod_claim_and_instance() -> None:
+    stream = io.StringIO()
+    config = logging_config("json", "INFO")
+    config["handlers"]["console"]["stream"] = stream
+    config["loggers"] = {"probe": {"level": "INFO", "handlers": ["console"], "propagate": False}}
+    logging.config.dictConfig(config)
+    try:
+        observer = ConsoleObserver()
+        logging.getLogger("probe").info(
+            "provision ok", extra={"pod": "default/a", "claim": "default-a-x", "instance": "i-1"}
+        )
+        observer.provisioned("gpu", "ok", 0.25, observe.Subject("default/a", "default-a-x", "i-1"))
+    finally:
+        logging.config.dictConfig(_settings_logging())
+    line = json.loads(stream.getvalue().splitlines()[0])
+    assert line["pod"] == "default/a" and line["claim"] == "default-a-x" and line["instance"] == "i-1"
+    assert line["level"] == "INFO" and line["message"] == "provision ok"
+
+
+def _settings_logging() -> dict[str, Any]:
+    from django.conf import settings
+
+    return dict(settings.LOGGING)
+
+
+def test_text_is_the_default_format() -> None:
+    assert logging_config()["handlers"]["console"]["formatter"] == "text"
+    assert logging_config("JSON")["handlers"]["console"]["formatter"] == "json"
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("env TOKEN=abc123secretvalue set", "abc123secretvalue"),
+        ('{"password": "hunter2hunter2"}', "hunter2hunter2"),
+        ("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "eyJhbGciOiJIUzI1NiJ9.payload.sig"),
+        (
+            "key -----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----",
+            "b3BlbnNzaC1rZXk",
+        ),
+        ("aws AKIAIOSFODNN7EXAMPLE used", "AKIAIOSFODNN7EXAMPLE"),
+        ("postgres://nebula:pa55word@db:5432/nebula", "pa55word"),
+        ("api_key: sk-live-1234567890", "sk-live-1234567890"),
+    ],
+)
+def test_secret_shaped_values_are_redacted(text: str, secret: str) -> None:
+    assert secret not in redact(text)
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "%s", (text,), None)
+    assert RedactSecrets().filter(record)
+    assert secret not in JsonFormatter().format(record)
+
+
+def test_ordinary_lines_are_left_alone() -> None:
+    text = "provision on gpu-a: ok after 0.120s (pod default/train-0, instance fake-1)"
+    assert redact(text) == text
+
+
+def test_readyz_follows_leadership_and_node_syncs(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = Client()
+    monkeypatch.setattr(views, "installed_observer", lambda: None)
+    assert client.get("/readyz").status_code == 503
+    observer = ConsoleObserver()
+    monkeypatch.setattr(views, "installed_observer", lambda: observer)
+    assert client.get("/readyz").status_code == 503  # never reached the cluster
+    observer.node_synced("nebula-x")
+    assert json.loads(client.get("/readyz").content)["role"] == "leader"
+    observer.leadership(False)
+    assert json.loads(client.get("/readyz").content) == {
+        "ready": True,
+        "role": "standby",
+        "reason": "cluster reachable",
+    }
+    observer.leadership(None)
+    assert client.get("/readyz").status_code == 503
+
+
+def test_database_url_selects_postgresql_and_never_echoes_the_password() -> None:
+    entry = database_from_url("postgres://nebula:p%40ss@db.example:5433/console?sslmode=require")
+    assert entry["ENGINE"] == "django.db.backends.postgresql"
+    assert (entry["NAME"], entry["USER"], entry["PASSWORD"], entry["HOST"], entry["PORT"]) == (
+        "console",
+        "nebula",
+        "p@ss",
+        "db.example",
+        "5433",
+    )
+    assert entry["OPTIONS"] == {"sslmode": "require"}
+    with pytest.raises(ValueError) as raised:
+        database_from_url("mysql://nebula:topsecret@db/console")
+    assert "topsecret" not in str(raised.value)
+
+
+def test_api_requests_are_counted_by_verb_and_code(db: Any) -> None:
+    def count(code: str) -> float:
+        text = Client().get("/metrics").content.decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "nebula_api_requests_total" and sample.labels == {"verb": "GET", "code": code}:
+                    return sample.value
+        return 0.0
+
+    before = count("401"), count("200")
+    Client().get("/api/pods/")  # anonymous: refused
+    client = Client()
+    client.force_login(User.objects.create_user("reader", password="pw-reader-1234"))
+    client.get("/api/pods/")
+    client.get("/admin/")  # not the API: not counted
+    assert (count("401") - before[0], count("200") - before[1]) == (1.0, 1.0)
+
+
+def test_metrics_read_memory_at_scrape_time(
+    fake_provider: Callable[..., Any], installed_runtime: Callable[..., Any]
+) -> None:
+    handler = offline_handler(fake_provider("scrape"))
+    adopt_new_pod(handler, "p")
+    installed_runtime(handlers=[handler])
+    text = metrics.metrics(None).content.decode()  # type: ignore[arg-type]
+    assert 'nebula_tracked_pods{provider="scrape"} 1.0' in text
+    assert "nebula_mirror_lag_seconds" in text
