@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import base64
 import logging
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from placement.blocklist import Blocklist
 from providers.base import ClaimName, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.podspec import PodSpec
+from tests.polling import wait_for as wait_for  # re-exported for the tests here
 from vnode import names
 from vnode.kube import Kube, NotFoundError, load_api_client, path_for
 from vnode.runner import Runner
@@ -33,17 +32,6 @@ SCENARIO = {
         {"accelerator": None, "gpu_count": 0, "tier": "OnDemand", "region": "us-east-1", "hourly_price": 1.1},
     ],
 }
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 class Records(logging.Handler):

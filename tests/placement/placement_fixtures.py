@@ -8,7 +8,6 @@ import socket
 import socketserver
 import ssl
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -19,6 +18,7 @@ from devcluster import tls
 from placement.blocklist import Blocklist
 from placement.wiring import Placement
 from providers.fake import FakeProvider
+from tests.polling import wait_for as wait_for  # re-exported for the tests here
 from vnode import names
 from vnode.kube import Kube, path_for
 from vnode.runner import Runner
@@ -187,14 +187,3 @@ def tier_of(pod: dict[str, Any]) -> str | None:
 def events_for(kube: Kube, reason: str) -> list[dict[str, Any]]:
     items, _ = kube.list(path_for("events", namespace="default"))
     return [e for e in items if e.get("reason") == reason]
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)

@@ -3,7 +3,6 @@ on its kubeconfig, Pod factories, and in-process Runners over the fake provider.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ import pytest
 
 from devcluster import DevCluster
 from providers.base import Provider
+from tests.polling import wait_for as wait_for  # re-exported for the tests here
 from vnode import names
 from vnode.kube import Kube, NotFoundError, load_api_client, path_for
 from vnode.runner import Runner
@@ -46,18 +46,6 @@ def make_pod(name: str, provider: str, **overrides: Any) -> dict[str, Any]:
     }
     pod["spec"].update(overrides)
     return pod
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05) -> Any:
-    """Poll until `condition()` is truthy; its value, or AssertionError at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def get_pod(kube: Kube, name: str) -> dict[str, Any] | None:

@@ -8,9 +8,8 @@ import http.client
 import os
 import ssl
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from devcluster import DevCluster
 from providers.base import PodSpec, Provider, ProvisionRequest
 from providers.claim import claim_name
 from providers.fake import FakeProvider
+from tests.polling import wait_for as wait_for  # re-exported for the tests here
 from vnode.events import EventRecorder
 from vnode.handler import Handler
 from vnode.kube import Kube, load_api_client, path_for
@@ -33,17 +33,6 @@ ROOT = Path(__file__).resolve().parents[3]
 KUBECTL_137 = str(ROOT / ".venv" / "bin" / "kubectl")
 KUBECTL_IMAGE = "/usr/bin/kubectl"
 KUBECTL_120 = str(ROOT / ".tools" / "kubectl-1.20" / "usr" / "bin" / "kubectl")
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(interval)
 
 
 def https_get(port: int, path: str, *, context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
