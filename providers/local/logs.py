@@ -18,7 +18,7 @@ from providers.errors import Unavailable
 from providers.local import stamp
 
 POLL_SECONDS = 0.05
-_READ_BLOCK = 65536
+_READ_BLOCK = 256 * 1024
 _SEP = stamp.STAMP_LENGTH  # index of the separator: b" " (line end) or b"P" (piece)
 _PIECE_MARK = b"ZP"  # the end of a stamp followed by the piece separator
 

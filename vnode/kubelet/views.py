@@ -28,9 +28,9 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-LOG_READ_SIZE = 64 * 1024
+LOG_READ_SIZE = 256 * 1024
 IGNORED_HEADER = b"x-nebula-log-options-ignored"
-QUEUED_CHUNKS = 4  # per follower: bounded, so a slow client slows the reader, not our memory
+QUEUED_CHUNKS = 2  # per follower: bounded, so a slow client slows the reader, not our memory
 
 
 async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
