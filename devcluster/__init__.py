@@ -16,6 +16,7 @@ placement, providers, nebula_site or Django. Map of the package:
 - `watch`       per-watcher bounded queues and selector transitions
 - `watchstream` the watch hub: one thread writing every stream (initial events, bookmarks, 410)
 - `schedloop`   the scheduler thread around the pure `scheduler` decisions
+- `controlloop` the thread shape the scheduler and the apps controller share
 - `admission`   calls registered mutating webhooks on Pod CREATE
 - `controllers` the minimal Deployment -> ReplicaSet -> Pods controller
 - `tls`         in-memory CA, server certificate, kubeconfig

@@ -13,11 +13,11 @@ import copy
 import hashlib
 import json
 import logging
-import threading
 import uuid
 from typing import Any
 
 from devcluster import admission
+from devcluster.controlloop import ControlLoop
 from devcluster.errors import ApiError
 from devcluster.resources import Resources, timestamp
 from devcluster.watch import Change
@@ -58,41 +58,19 @@ def template_hash(template: Any) -> str:
     return digest[:10]
 
 
-class AppsController:
+class AppsController(ControlLoop):
+    name = "devcluster-apps"
+
     def __init__(self, resources: Resources, *, interval: float = 1.0) -> None:
-        self.resources = resources
-        self.interval = interval
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(resources, interval=interval)
 
-    def start(self) -> None:
-        self.resources.store.add_listener(self._on_change)
-        self._thread = threading.Thread(target=self._run, name="devcluster-apps", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _on_change(self, change: Change) -> None:
-        if change.storage_key in (DEPLOYMENTS, REPLICASETS) or (
+    def wants(self, change: Change) -> bool:
+        return change.storage_key in (DEPLOYMENTS, REPLICASETS) or (
             change.storage_key == PODS and _controller_uid(change.obj) is not None
-        ):
-            self._wake.set()
+        )
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.sync_once()
-            except Exception:  # the loop must survive a bug in one pass; the next pass retries
-                log.exception("apps controller pass failed")
+    def run_once(self) -> None:
+        self.sync_once()
 
     def sync_once(self) -> None:
         store = self.resources.store

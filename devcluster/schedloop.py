@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 import uuid
 from collections import Counter
 from typing import Any
 
 from devcluster import scheduler
+from devcluster.controlloop import ControlLoop
 from devcluster.errors import ApiError
 from devcluster.resources import Resources, bound_pod, timestamp
 from devcluster.watch import Change
@@ -24,40 +24,18 @@ log = logging.getLogger(__name__)
 PODS, NODES, EVENTS = "/pods", "/nodes", "/events"
 
 
-class SchedulerLoop:
+class SchedulerLoop(ControlLoop):
+    name = "devcluster-scheduler"
+
     def __init__(self, resources: Resources, *, interval: float = 0.5) -> None:
-        self.resources = resources
-        self.interval = interval
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__(resources, interval=interval)
         self._last_message: dict[str, str] = {}
 
-    def start(self) -> None:
-        self.resources.store.add_listener(self._on_change)
-        self._thread = threading.Thread(target=self._run, name="devcluster-scheduler", daemon=True)
-        self._thread.start()
+    def wants(self, change: Change) -> bool:
+        return change.storage_key in (PODS, NODES)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _on_change(self, change: Change) -> None:
-        if change.storage_key in (PODS, NODES):
-            self._wake.set()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(self.interval)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            try:
-                self.schedule_once()
-            except Exception:  # the loop must survive a bug in one pass; the next pass retries
-                log.exception("scheduler pass failed")
+    def run_once(self) -> None:
+        self.schedule_once()
 
     def schedule_once(self) -> None:
         """One pass over every unbound Pod: bind, or record why it cannot be bound."""
