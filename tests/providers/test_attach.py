@@ -4,7 +4,6 @@ touching the workload."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,15 +16,7 @@ from providers.claim import claim_name
 from providers.errors import NotFound, NotSupported
 from providers.fake import FakeProvider
 from providers.local import LocalProvider
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.02)
-    return value
+from tests.polling import wait_for
 
 
 @pytest.fixture

@@ -11,11 +11,12 @@ import stat
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from local_cleanup import kill_leftovers
 
 from providers.base import (
     BlockBreadth,
@@ -32,33 +33,9 @@ from providers.base import (
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
 from providers.local import LocalProvider, image_notice, proc
+from tests.polling import wait_for
 
 DEADLINE = 30.0
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = DEADLINE) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.02)
-
-
-def kill_leftovers(state_dir: Path) -> None:
-    """SIGKILL every supervisor and workload group a test left behind, by pgid."""
-    for records in (state_dir / "local").glob("*"):
-        for name, key in (("launch.json", "supervisor"), ("run.json", "workload")):
-            try:
-                identity = proc.ProcessIdentity.from_json(json.loads((records / name).read_text()).get(key))
-            except (OSError, ValueError):
-                continue
-            if identity is not None:
-                proc.signal_group(identity, signal.SIGKILL)
-                if proc.is_alive(identity):
-                    os.kill(identity.pid, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -2,47 +2,28 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from local_cleanup import kill_leftovers
 
 from providers.base import ClaimName, InstanceId, InstanceState, PodSpec, Process, ProvisionRequest
 from providers.errors import NotFound
-from providers.local import LocalProvider, proc
+from providers.local import LocalProvider
+from tests.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
 SECRET = "exec-s3cr3t"
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        time.sleep(0.02)
-    return value
-
-
 @pytest.fixture
 def provider(tmp_path: Path) -> Iterator[LocalProvider]:
     yield LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
-    for records in (tmp_path / "local").glob("*"):
-        for name, key in (("launch.json", "supervisor"), ("run.json", "workload")):
-            try:
-                identity = proc.ProcessIdentity.from_json(json.loads((records / name).read_text()).get(key))
-            except (OSError, ValueError):
-                continue
-            if identity is not None:
-                proc.signal_group(identity, signal.SIGKILL)
-                if proc.is_alive(identity):
-                    os.kill(identity.pid, signal.SIGKILL)
+    kill_leftovers(tmp_path)
 
 
 @pytest.fixture
