@@ -35,6 +35,7 @@ from vnode.kube import Kube
 from vnode.runner import Runner
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
+NODEPOOL_CRD = Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
 CONSOLE_CA = ".nebula/console-ca.pem"
 DEV_KUBELET_ADDR = "127.0.0.1:0"  # --dev-cluster without --kubelet-addr: loopback, any free port
 
@@ -261,5 +262,11 @@ class Command(BaseCommand):
             cluster.start()
         except OSError as exc:
             raise CommandError(f"cannot start the embedded cluster on {addr}: {exc}") from exc
+        # The NodePool CRD, as `kubectl apply -f deploy/crds` would install it, so placement
+        # and `kubectl get nodepools` work against the embedded cluster too.
+        if NODEPOOL_CRD.exists():
+            cluster.load_manifests(NODEPOOL_CRD.read_text())
+        else:
+            logging.getLogger(__name__).warning("%s is missing: no NodePools in the embedded cluster", NODEPOOL_CRD)
         self.stdout.write(f"embedded cluster at {cluster.url}; kubeconfig {DEV_KUBECONFIG}")
         return cluster
