@@ -7,14 +7,8 @@ stamped file the test appends to, as the AWS user-data's `docker logs --timestam
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
-import select
-import signal
-import struct
 import subprocess
-import termios
 import threading
 import time
 import uuid
@@ -30,6 +24,7 @@ from test_ssh_sshd import Sshd, sshd_fixture  # noqa: F401 - the fixture
 from providers.base import InstanceId, LogOptions, LogStream, Process
 from providers.fake import FakeProvider
 from providers.ssh import FileLog, open_log_stream, start_process
+from tests.terminal import check_exec_tty_resize
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = str(ROOT / ".venv" / "bin" / "kubectl")
@@ -150,42 +145,7 @@ def test_kubectl_exec_reports_the_remote_exit_code_and_stderr(rig: Rig) -> None:
 
 
 def test_kubectl_exec_it_sees_the_terminal_size_and_its_resize(rig: Rig) -> None:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-    session = subprocess.Popen(
-        [KUBECTL, "--kubeconfig", rig.kubeconfig, "exec", "-it", POD, "--", "sh"], stdin=slave, stdout=slave,
-        stderr=slave, env=rig.env(), start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    try:
-        assert b"24 80" in _type(master, b"stty size\r", b"24 80", retry=True)
-        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        session.send_signal(signal.SIGWINCH)  # kubectl watches SIGWINCH and sends the new size
-        assert b"40 120" in _type(master, b"stty size\r", b"40 120", retry=True)
-        os.write(master, b"exit 0\r")
-        assert session.wait(timeout=30) == 0
-    finally:
-        if session.poll() is None:
-            session.kill()
-            session.wait(timeout=30)
-        os.close(master)
-
-
-def _type(master: int, keys: bytes, expected: bytes, *, retry: bool = False, timeout: float = 30) -> bytes:
-    """Type `keys` and read until `expected` shows (typing again on `retry`: the resize and
-    the shell's prompt reach the terminal asynchronously)."""
-    os.write(master, keys)
-    seen, deadline, last = b"", time.monotonic() + timeout, time.monotonic()
-    while expected not in seen and time.monotonic() < deadline:
-        if select.select([master], [], [], 0.2)[0]:
-            try:
-                seen += os.read(master, 65536)
-            except OSError:
-                break
-        elif retry and time.monotonic() - last > 1.0:
-            os.write(master, keys)
-            last = time.monotonic()
-    return seen
+    check_exec_tty_resize([KUBECTL, "--kubeconfig", rig.kubeconfig, "exec", "-it", POD, "--", "sh"], rig.env())
 
 
 def test_kubectl_logs_f_follows_the_vm_log_until_the_workload_exits(rig: Rig) -> None:

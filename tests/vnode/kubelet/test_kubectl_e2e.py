@@ -5,18 +5,13 @@ client's websocket exec, against an in-process Runner on the local provider. One
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import pty
 import random
 import re
 import select
-import signal
 import ssl
-import struct
 import subprocess
-import termios
 import time
 from typing import Any
 
@@ -26,6 +21,7 @@ from kubernetes import client as k8s
 from kubernetes.stream import ws_client
 from spdyclient import SpdyClient
 
+from tests.terminal import check_exec_tty_resize
 from vnode.kube import Kube, NotFoundError, load_api_client, path_for
 
 CLIENTS = {
@@ -107,47 +103,10 @@ def test_exec_reports_the_exit_code_and_keeps_stdout_and_stderr_apart(kubectl: A
 
 
 def test_exec_with_a_terminal_sees_the_size_and_its_resize(kubectl: Any, rig: Rig) -> None:
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = dict(os.environ, KUBECONFIG=rig.kubeconfig, HOME=os.path.dirname(rig.kubeconfig), TERM="dumb")
     if not kubectl.websockets:
         env["KUBECTL_REMOTE_COMMAND_WEBSOCKETS"] = "false"
-    session = subprocess.Popen(
-        [kubectl.binary, "--kubeconfig", rig.kubeconfig, "exec", "-it", rig.pod, "--", "sh"],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
-    )  # fmt: skip
-    os.close(slave)
-    try:
-        assert b"24 80" in _type(master, b"stty size\r", b"24 80", retry=True)
-        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-        session.send_signal(signal.SIGWINCH)  # kubectl watches SIGWINCH and sends the new size
-        assert b"40 120" in _type(master, b"stty size\r", b"40 120", retry=True)
-        os.write(master, b"exit\r")
-        assert session.wait(timeout=30) == 0
-    finally:
-        if session.poll() is None:
-            session.kill()
-            session.wait(timeout=30)
-        os.close(master)
-
-
-def _type(master: int, keys: bytes, expected: bytes, *, retry: bool = False, timeout: float = 30) -> bytes:
-    """Type `keys` into the terminal and read until `expected` shows (typing again on
-    `retry`, as the resize reaches the remote shell asynchronously)."""
-    os.write(master, keys)
-    seen = b""
-    deadline = time.monotonic() + timeout
-    last_try = time.monotonic()
-    while expected not in seen and time.monotonic() < deadline:
-        if select.select([master], [], [], 0.2)[0]:  # the pty's fd: always a low number
-            try:
-                seen += os.read(master, 65536)
-            except OSError:
-                break
-        elif retry and time.monotonic() - last_try > 1.0:
-            os.write(master, keys)
-            last_try = time.monotonic()
-    return seen
+    check_exec_tty_resize([kubectl.binary, "--kubeconfig", rig.kubeconfig, "exec", "-it", rig.pod, "--", "sh"], env)
 
 
 def test_attach_streams_the_workloads_console(kubectl: Any, rig: Rig) -> None:
