@@ -62,6 +62,14 @@ def _error(status: int, body: bytes) -> KubeError:
 USER_AGENT = "nebula-vnode/0.1"
 
 
+def _read_body(raw: urllib3.BaseHTTPResponse, method: str, path: str) -> bytes:
+    """The whole answer body; a connection that breaks mid-body is Unreachable."""
+    try:
+        return raw.read()
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
+
+
 def load_api_client(
     kubeconfig: str | None = None, *, pool_size: int = 32, user_agent: str = USER_AGENT
 ) -> k8s_client.ApiClient:
@@ -130,11 +138,7 @@ class Kube:
             raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
         raw: urllib3.BaseHTTPResponse = response.response
         if raw.status >= 400:
-            try:
-                data = raw.read()
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
-            raise _error(raw.status, data)
+            raise _error(raw.status, _read_body(raw, method, path))
         return raw
 
     def request(
@@ -148,10 +152,7 @@ class Kube:
     ) -> JsonDict:
         """One call; the decoded JSON answer. Raises KubeError subclasses."""
         raw = self._send(method, path, query=query, body=body, content_type=content_type)
-        try:
-            data = raw.read()
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
+        data = _read_body(raw, method, path)
         result: JsonDict = json.loads(data) if data else {}
         return result
 

@@ -3,28 +3,16 @@ active Pods with a controller ownerReference, replacing deleted and Failed ones.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 from devcluster_fixtures import Raw
 
 from devcluster import DevCluster
+from tests.polling import wait_for
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"
 PODS = "/api/v1/namespaces/default/pods"
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
 
 
 def deployment(name: str, replicas: int, image: str = "busybox") -> dict[str, Any]:
