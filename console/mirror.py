@@ -95,10 +95,13 @@ class Mirror:
         self._thread = threading.Thread(target=self._run, name="console mirror", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> list[threading.Thread]:
+        """Stop after the sync in progress; returns the thread if it outlasts `timeout`."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        if self._thread is None:
+            return []
+        self._thread.join(timeout)
+        return [self._thread] if self._thread.is_alive() else []
 
     def _run(self) -> None:
         try:

@@ -31,6 +31,7 @@ from vnode.events import EventRecorder
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
 from vnode.queue import WorkQueue
 from vnode.reflector import Reflector
+from vnode.threads import join_within
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +90,11 @@ class PlacementController:
             self._threads.append(thread)
             thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         self._stop.set()
         self.pods.stop()
         self.queue.close()
-        for thread in self._threads:
-            thread.join(timeout)
+        return join_within(list(self._threads), timeout)
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:

@@ -9,6 +9,7 @@ whose `stop()` stops intake and joins the workers. The console reads `Placement`
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 
 from placement.blocklist import Blocklist, describe_scope
@@ -60,10 +61,11 @@ class Placement:
         self.pools.start()
         self.controller.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop intake; in-flight placements finish (bounded by `timeout`)."""
+    def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
+        """Stop intake; in-flight placements finish (bounded by `timeout`). Returns the
+        workers still busy then."""
         self.pools.stop()
-        self.controller.stop(timeout)
+        return self.controller.stop(timeout)
 
     def clear_block(self, entry_id: str, *, actor: str) -> bool:
         """An operator removes a blocklist entry: logged, and an Event on the provider's node."""

@@ -2,7 +2,8 @@
 
 Called by `manage.py runvnode` (which builds providers and, in dev, the embedded
 cluster). Blocks until `stop` is set or leadership is lost; then stops intake, lets
-in-flight work finish and releases the leader Lease.
+in-flight work finish (within one shutdown grace, under the Pod's termination grace
+period) and releases the leader Lease.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 
@@ -19,10 +21,14 @@ from providers.base import Provider
 from vnode.kube import Kube, load_api_client
 from vnode.leader import LeaderElector
 from vnode.runner import Runner
+from vnode.threads import describe
 
 logger = logging.getLogger(__name__)
 
 LEADER_LEASE = "nebula-manager"
+# In-flight work gets this long in all after SIGTERM; the Deployment's grace period is 45 s,
+# which leaves time to release the Lease and stop the listeners before a SIGKILL.
+SHUTDOWN_GRACE = 20.0
 
 
 def run(
@@ -38,13 +44,17 @@ def run(
     lease_renew_interval: float = 10.0,
     blocklister: Blocklister | None = None,
     on_runners: Callable[[list[Runner], Kube, Kube], None] | None = None,
-    on_stopping: Callable[[], None] | None = None,
+    on_stopping: Callable[[float], list[threading.Thread]] | None = None,
+    shutdown_grace: float = SHUTDOWN_GRACE,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). As leader: `on_runners` is told
     about the Runners (and the API clients) once they run, so the caller can serve their
-    Handlers and start what else it wires (placement); `on_stopping` runs first on the
-    way out. `blocklister` receives every refusal the Handlers classify."""
+    Handlers and start what else it wires (placement); `on_stopping(seconds)` runs first
+    on the way out and returns the threads it left busy. Stopping takes at most
+    `shutdown_grace` seconds: work still in flight then is abandoned (and named in the
+    log); a provider call cut short is redone safely by the next leader, as claims make
+    provisioning idempotent. `blocklister` receives every refusal the Handlers classify."""
     kube = Kube(load_api_client(kubeconfig))
     watch_kube = Kube(load_api_client(kubeconfig))
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -75,10 +85,12 @@ def run(
         kept = stop.is_set()
     else:
         stop.wait()
-    logger.info("stopping: no new work; letting in-flight calls finish")
-    if on_stopping is not None:
-        on_stopping()
+    logger.info("stopping: no new work; letting in-flight calls finish (at most %.0fs)", shutdown_grace)
+    deadline = time.monotonic() + shutdown_grace
+    busy = on_stopping(shutdown_grace) if on_stopping is not None else []
     for runner in runners:
-        runner.stop()
+        busy += runner.stop(max(0.0, deadline - time.monotonic()))
+    if busy:
+        logger.warning("stopped with work still in flight after %.0fs: %s", shutdown_grace, describe(busy))
     elector.release()
     return kept

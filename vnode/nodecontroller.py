@@ -19,6 +19,7 @@ from typing import Any
 from vnode import names, observe
 from vnode.handler import Handler
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+from vnode.threads import join_within
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +69,10 @@ class NodeController:
         self._thread = threading.Thread(target=self._run, name=f"{self.name} node", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout: float = 10.0) -> None:
+    def stop(self, timeout: float = 10.0) -> list[threading.Thread]:
+        """Stop syncing; returns the thread if it is still inside a call after `timeout`."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        return join_within([self._thread] if self._thread is not None else [], timeout)
 
     def _run(self) -> None:
         """Sync every `renew_interval`, and at once when the provider's reachability flips

@@ -24,6 +24,7 @@ from vnode.handler import Handler
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
 from vnode.queue import WorkQueue
 from vnode.reflector import Reflector
+from vnode.threads import join_within
 from vnode.tracking import Lookup, RetryLater, pod_claim
 
 logger = logging.getLogger(__name__)
@@ -86,15 +87,15 @@ class PodController:
         self._threads.append(thread)
         thread.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop intake, let in-flight work finish (up to `timeout`)."""
+    def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
+        """Stop intake, let in-flight work finish (up to `timeout` in all); returns the
+        threads still busy then."""
         self._stop.set()
         self.pods.stop()
-        for reflector in self._source_reflectors.values():
+        for reflector in list(self._source_reflectors.values()):
             reflector.stop()
         self.queue.close()
-        for thread in self._threads:
-            thread.join(timeout)
+        return join_within(list(self._threads), timeout)
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:

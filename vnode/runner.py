@@ -3,6 +3,9 @@ stopped together. Built by `vnode.manager`; holds no state of its own."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 from placement.blocklister import Blocklister
 from providers.base import Provider
 from vnode.events import EventRecorder
@@ -42,7 +45,9 @@ class Runner:
         self.node.start()
         self.pods.start()
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop intake; in-flight provider calls finish (bounded by `timeout`)."""
-        self.pods.stop(timeout)
-        self.node.stop(timeout)
+    def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
+        """Stop intake; in-flight provider calls finish (`timeout` bounds the whole stop).
+        Returns the threads still busy then."""
+        deadline = time.monotonic() + timeout
+        busy = self.pods.stop(timeout)
+        return busy + self.node.stop(max(0.0, deadline - time.monotonic()))

@@ -30,12 +30,15 @@ from vnode.kube import Kube, path_for
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL = 0.3
+SHUTDOWN_GRACE = 10  # well inside the 30 s `kill` waits, so a slow stop fails with the log
 
 
 class Manager:
     """`manage.py runvnode` as a child process, against the test's cluster and provider."""
 
-    def __init__(self, kubeconfig: str, providers_file: Path, alias: str, log: Path) -> None:
+    def __init__(
+        self, kubeconfig: str, providers_file: Path, alias: str, log: Path, grace: float = SHUTDOWN_GRACE
+    ) -> None:
         self.args = [
             sys.executable,
             "manage.py",
@@ -55,6 +58,8 @@ class Manager:
             "--console-addr",
             "127.0.0.1:0",
             "--no-leader-election",
+            "--shutdown-grace",
+            str(grace),
         ]
         self.log = log
         self.process: subprocess.Popen[bytes] | None = None
@@ -66,7 +71,11 @@ class Manager:
     def kill(self, sig: int = signal.SIGKILL) -> int:
         assert self.process is not None
         self.process.send_signal(sig)
-        code = self.process.wait(30)
+        try:
+            code = self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            print(self.log.read_text()[-20000:])  # pytest shows it with the failure
+            raise
         self.process = None
         return code
 
@@ -105,13 +114,17 @@ def write_providers_file(tmp_path: Path, alias: str, entry: dict[str, Any]) -> P
 
 
 @pytest.fixture
-def start_manager(cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[[str, dict[str, Any]], Manager]]:
+def start_manager(cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[..., Manager]]:
     managers: list[Manager] = []
 
-    def start(alias: str, entry: dict[str, Any]) -> Manager:
+    def start(alias: str, entry: dict[str, Any], grace: float = SHUTDOWN_GRACE) -> Manager:
         assert cluster.kubeconfig_path is not None
         manager = Manager(
-            cluster.kubeconfig_path, write_providers_file(tmp_path, alias, entry), alias, tmp_path / "manager.log"
+            cluster.kubeconfig_path,
+            write_providers_file(tmp_path, alias, entry),
+            alias,
+            tmp_path / "manager.log",
+            grace,
         )
         manager.start()
         managers.append(manager)
@@ -220,6 +233,25 @@ def test_sigterm_stops_the_manager_cleanly_with_exit_code_0(
     manager = start_manager(alias, entry)
     wait_for(lambda: _node_exists(kube, f"nebula-{alias}"), timeout=30)
     assert manager.kill(signal.SIGTERM) == 0
+
+
+def test_sigterm_during_a_hung_provider_call_exits_0_within_the_grace_naming_the_busy_thread(
+    fake_service: FakeCloudServer,
+    start_manager: Callable[..., Manager],
+    kube: Kube,
+    tmp_path: Path,
+) -> None:
+    entry = {"backend": "providers.fake.FakeProvider", "options": {"url": fake_service.url, "timeout": 60}}
+    manager = start_manager("gpu", entry, grace=1)
+    wait_for(lambda: _node_exists(kube, "nebula-gpu"), timeout=30)
+    fake_service.cloud.slow(40)  # every provider call now takes 40 s
+    time.sleep(3 * POLL + 0.5)  # the poll loop is inside list() now
+    started = time.monotonic()
+    assert manager.kill(signal.SIGTERM) == 0
+    assert time.monotonic() - started < 15
+    log = (tmp_path / "manager.log").read_text()
+    assert "stopped with work still in flight after 1s" in log
+    assert "nebula-gpu poll (" in log
 
 
 def _node_exists(kube: Kube, name: str) -> bool:

@@ -9,14 +9,16 @@ until the process exits; listeners come and go on it.
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import daphne.server  # noqa: F401  (installs the asyncio reactor; must come first)
+from twisted.internet import defer, threads
 from twisted.internet import reactor as _reactor
-from twisted.internet import threads
 from twisted.logger import STDLibLogObserver, globalLogBeginner
+from twisted.python.failure import Failure
 
 reactor: Any = _reactor  # Twisted's reactor module attribute is untyped for mypy
 T = TypeVar("T")
@@ -45,11 +47,27 @@ def ensure_running(timeout: float = 10.0) -> None:
         raise RuntimeError("the Twisted reactor did not start")
 
 
-def on_reactor(function: Callable[..., T], *args: Any) -> T:
+def on_reactor(function: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
     """Run `function` on the reactor thread and return its result (Deferreds are waited
-    for). Must not be called from the reactor thread itself."""
-    result: T = threads.blockingCallFromThread(reactor, function, *args)
-    return result
+    for, at most `timeout` seconds: TimeoutError after). Must not be called from the
+    reactor thread itself."""
+    if timeout is None:
+        result: T = threads.blockingCallFromThread(reactor, function, *args)
+        return result
+    answers: queue.Queue[Any] = queue.Queue()
+
+    def call() -> None:
+        defer.maybeDeferred(function, *args).addBoth(answers.put)
+
+    reactor.callFromThread(call)
+    try:
+        answer = answers.get(timeout=timeout)
+    except queue.Empty:
+        name = getattr(function, "__name__", function)
+        raise TimeoutError(f"the reactor did not finish {name} in {timeout}s") from None
+    if isinstance(answer, Failure):
+        answer.raiseException()
+    return cast(T, answer)
 
 
 def event_loop() -> asyncio.AbstractEventLoop:

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -118,12 +119,14 @@ class LeaderWiring:
         self.mirror = Mirror()
         self.mirror.start()
 
-    def on_stopping(self) -> None:
-        if self.placement is not None:
-            self.placement.stop()
+    def on_stopping(self, timeout: float) -> list[threading.Thread]:
+        """Stop placement and the mirror within `timeout`; returns the threads left busy."""
+        deadline = time.monotonic() + timeout
+        busy = self.placement.stop(timeout) if self.placement is not None else []
         if self.mirror is not None:
-            self.mirror.stop()
+            busy += self.mirror.stop(max(0.0, deadline - time.monotonic()))
         runtime.clear()
+        return busy
 
 
 class Command(BaseCommand):
@@ -154,6 +157,13 @@ class Command(BaseCommand):
         parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"), help="leader Lease")
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
         parser.add_argument("--no-leader-election", action="store_true", help="run controllers without a Lease")
+        parser.add_argument(
+            "--shutdown-grace",
+            type=float,
+            default=manager.SHUTDOWN_GRACE,
+            metavar="SECONDS",
+            help=f"after SIGTERM, how long in-flight work may finish (default {manager.SHUTDOWN_GRACE:.0f})",
+        )
         parser.add_argument("--demo", action="store_true", help="create the demo Pod `hello` and print what to try")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -167,6 +177,8 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         if options["poll_interval"] is not None and options["poll_interval"] <= 0:
             raise CommandError("--poll-interval must be a positive number of seconds")
+        if not 0 <= options["shutdown_grace"] <= 3600:
+            raise CommandError("--shutdown-grace must be between 0 and 3600 seconds")
         default_kubelet = DEV_KUBELET_ADDR if options["dev_cluster"] else settings.NEBULA["KUBELET_ADDR"]
         kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
@@ -207,6 +219,7 @@ class Command(BaseCommand):
                 blocklister=blocklist,
                 on_runners=wiring.on_runners,
                 on_stopping=wiring.on_stopping,
+                shutdown_grace=options["shutdown_grace"],
             )
         finally:
             console_observer.uninstall()
