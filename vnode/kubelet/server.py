@@ -23,6 +23,7 @@ from twisted.internet import endpoints
 
 from vnode.kubelet import certs, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
+from vnode.kubelet.flow import ResponseFlow
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.spdyexec import SpdyExecProtocol
 from vnode.kubelet.upgrade import CONSOLE, KUBELET, ListenerFactory
@@ -154,10 +155,14 @@ class KubeletServer(Server):  # type: ignore[misc]
             )
         return endpoint.listen(factory)
 
-    def stop(self) -> None:
-        """Stop listening and end every open connection (their commands are killed)."""
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop listening and end every open connection (their commands are killed); waits
+        at most `timeout` seconds for the ports to close."""
         if self._ports or self._running:
-            loop.on_reactor(self._shutdown)
+            try:
+                loop.on_reactor(self._shutdown, timeout=timeout)
+            except TimeoutError as exc:
+                logger.warning("kubelet and console listeners: %s; exiting anyway", exc)
 
     def _shutdown(self) -> Any:
         self._running = False
@@ -207,7 +212,10 @@ class KubeletServer(Server):  # type: ignore[misc]
             return None
         queue: asyncio.Queue[Any] = asyncio.Queue()
         scope.setdefault("asgi", {"version": "3.0"})
-        instance = app(scope=scope, receive=queue.get, send=partial(self.handle_reply, protocol))
+        send: Any = partial(self.handle_reply, protocol)
+        if scope["type"] == "http":
+            send = ResponseFlow(protocol, send).send  # a slow reader slows the response down
+        instance = app(scope=scope, receive=queue.get, send=send)
         self.connections[protocol]["application_instance"] = asyncio.ensure_future(instance, loop=loop.event_loop())
         return queue
 

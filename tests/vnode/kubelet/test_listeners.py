@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import ssl
+import threading
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +22,7 @@ from providers.base import (
     Capabilities,
     Instance,
     InstanceId,
+    LogOptions,
     Offering,
     PodSpec,
     ProvisionRequest,
@@ -297,3 +301,79 @@ def test_an_unreadable_console_certificate_fails_at_start(tmp_path: Path) -> Non
     )
     with pytest.raises(ValueError, match="no PEM certificate"):
         broken.start()
+
+
+class EndlessLog:
+    """A log that never ends, counting what the server has read of it."""
+
+    LINE = b"x" * 1023 + b"\n"
+
+    def __init__(self) -> None:
+        self.read_bytes = 0
+        self.closed = threading.Event()
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        if self.closed.is_set():
+            return b""
+        data = self.LINE * max(1, max_bytes // len(self.LINE))
+        self.read_bytes += len(data)
+        return data
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class EndlessLogProvider(BareProvider):
+    def __init__(self, cloud: str) -> None:
+        super().__init__(cloud)
+        self.streams: list[EndlessLog] = []
+
+    def logs(self, instance_id: InstanceId, options: LogOptions) -> EndlessLog:
+        self.streams.append(EndlessLog())
+        return self.streams[-1]
+
+
+def test_a_client_that_stops_reading_stops_the_log_being_read(server: KubeletServer, registry: HandlerRegistry) -> None:
+    """Backpressure: the provider's stream is read no faster than the client takes it, so
+    a stalled `kubectl logs` holds a few socket buffers, not the whole log, in memory."""
+    provider = EndlessLogProvider(f"endless-{uuid.uuid4().hex}")
+    handler = offline_handler(provider)
+    registry.add(handler)
+    try:
+        adopt_new(handler, "endless")
+        raw = socket.create_connection(("127.0.0.1", server.kubelet_port))
+        with ssl._create_unverified_context().wrap_socket(raw) as sock:
+            sock.sendall(b"GET /containerLogs/default/endless/main HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+            stream = wait_for(lambda: provider.streams[0] if provider.streams else None)
+            time.sleep(1.5)  # the client reads nothing: buffers fill, the server pauses
+            paused_at = stream.read_bytes
+            time.sleep(1.0)
+            assert stream.read_bytes == paused_at, "the server kept reading for a client that does not"
+            assert paused_at < 64 * 1024 * 1024  # socket and TLS buffers, not the log
+            got = 0
+            while got < 2 * paused_at + 8 * 1024 * 1024:  # reading again resumes the stream
+                got += len(sock.recv(1 << 20))
+            assert stream.read_bytes > paused_at
+        wait_for(stream.closed.is_set)
+    finally:
+        registry.remove(handler)
+
+
+def test_responses_on_a_kept_alive_connection_each_get_their_own_flow(
+    server: KubeletServer, fake_handler: Handler
+) -> None:
+    adopt_new(fake_handler, "twice")
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", server.kubelet_port, context=ssl._create_unverified_context(), timeout=30
+    )
+    try:
+        bodies = []
+        for _ in range(3):
+            connection.request("GET", "/containerLogs/default/twice/main?tailLines=1")
+            response = connection.getresponse()
+            assert response.status == 200
+            bodies.append(response.read())
+        assert all(body.count(b"\n") == 1 for body in bodies), bodies
+    finally:
+        connection.close()
