@@ -35,11 +35,16 @@ KUBECTL_IMAGE = "/usr/bin/kubectl"
 KUBECTL_120 = str(ROOT / ".tools" / "kubectl-1.20" / "usr" / "bin" / "kubectl")
 
 
+def kubelet_connection(port: int, *, context: ssl.SSLContext | None = None) -> http.client.HTTPSConnection:
+    """A keep-alive HTTPS connection to a local listener (its certificate is not verified
+    unless `context` says so)."""
+    context = context or ssl._create_unverified_context()
+    return http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+
+
 def https_get(port: int, path: str, *, context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
     """One GET over TLS (the server's certificate is not verified unless `context` says so)."""
-    connection = http.client.HTTPSConnection(
-        "127.0.0.1", port, context=context or ssl._create_unverified_context(), timeout=30
-    )
+    connection = kubelet_connection(port, context=context)
     try:
         connection.request("GET", path)
         response = connection.getresponse()

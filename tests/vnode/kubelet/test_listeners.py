@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from conftest import adopt_new, https_get, offline_handler, wait_for
+from conftest import adopt_new, https_get, kubelet_connection, offline_handler, wait_for
 
 from providers import errors
 from providers.base import (
@@ -89,9 +89,7 @@ def test_a_followed_log_streams_chunks_as_they_come_and_a_disconnect_ends_it(
     server: KubeletServer, fake_handler: Handler
 ) -> None:
     adopt_new(fake_handler, "follower")
-    connection = http.client.HTTPSConnection(
-        "127.0.0.1", server.kubelet_port, context=ssl._create_unverified_context(), timeout=30
-    )
+    connection = kubelet_connection(server.kubelet_port)
     connection.request("GET", "/containerLogs/default/follower/main?follow=true&tailLines=0")
     response = connection.getresponse()
     seen = b""
@@ -364,9 +362,7 @@ def test_responses_on_a_kept_alive_connection_each_get_their_own_flow(
     server: KubeletServer, fake_handler: Handler
 ) -> None:
     adopt_new(fake_handler, "twice")
-    connection = http.client.HTTPSConnection(
-        "127.0.0.1", server.kubelet_port, context=ssl._create_unverified_context(), timeout=30
-    )
+    connection = kubelet_connection(server.kubelet_port)
     try:
         bodies = []
         for _ in range(3):
