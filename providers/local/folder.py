@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,9 @@ LAUNCH_FILE = "launch.json"  # the supervisor's identity (written by the launche
 RUN_FILE = "run.json"  # the workload's identity and started_at (written by the supervisor)
 EXIT_FILE = "exit.json"  # exit code and finished_at (written by the supervisor)
 TERMINATE_FILE = "terminate.json"  # terminate was asked, and when
-LOG_FILE = "console.log"  # stamped output records
+LOG_FILE = "output.log"  # the workload's stdout and stderr, byte for byte as they came
+LOG_INDEX_FILE = "output.idx"  # per received chunk, written before it: INDEX_ENTRY
+INDEX_ENTRY = struct.Struct("<QQ")  # the chunk's offset in LOG_FILE, its arrival (ns since the epoch)
 SUPERVISOR_LOG_FILE = "supervisor.log"  # the supervisor's own stderr
 STDIN_FIFO = "stdin.fifo"  # the workload's stdin, only when the Pod asked for one (kubectl attach -i)
 

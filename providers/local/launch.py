@@ -82,6 +82,7 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
         folder.write_json_atomic(temp / folder.SPEC_FILE, spec)
         folder.write_json_atomic(temp / folder.ENV_FILE, workload_env(request, final), mode=0o600)
         (temp / folder.LOG_FILE).touch()
+        (temp / folder.LOG_INDEX_FILE).touch()
         os.rename(temp, final)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)

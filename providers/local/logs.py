@@ -1,73 +1,140 @@
-"""Read an instance's stamped log file as the kubelet would serve it.
+"""Read an instance's log as the kubelet would serve it.
 
-Called by `LocalProvider.logs`. Options are honoured here, at the source: the stamp is
-kept or stripped, `since` skips older records, `tail_lines` seeks backwards in blocks
+Called by `LocalProvider.logs` and the attachment. The supervisor (`supervisor.
+OutputRecorder`) appends the workload's output, byte for byte as it came, to `LOG_FILE`,
+and for every chunk it received, before the chunk, one entry in `LOG_INDEX_FILE`: the
+chunk's offset and its arrival time. A line's time is that of the chunk holding its
+first byte. So a plain read is a file copy, and only `timestamps` and `since` walk the
+lines, with the index beside them. `tail_lines` counts newlines backwards in blocks
 (never reading the whole file), `limit_bytes` cuts the output, `follow` polls for new
-records until the workload exited and the file is drained. Record format: see
-`supervisor.LineRecorder`.
+output until the workload exited and the file is drained.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import BinaryIO
 
 from providers.base import LogOptions
 from providers.errors import Unavailable
 from providers.local import stamp
+from providers.local.folder import INDEX_ENTRY
 
 POLL_SECONDS = 0.05
 _READ_BLOCK = 256 * 1024
-_SEP = stamp.STAMP_LENGTH  # index of the separator: b" " (line end) or b"P" (piece)
-_PIECE_MARK = b"ZP"  # the end of a stamp followed by the piece separator
-
-
-def _line_ends(records: list[bytes]) -> list[bool]:
-    """Which records end an output line: a complete line, or the very last record."""
-    return [rec[_SEP : _SEP + 1] != b"P" or i == len(records) - 1 for i, rec in enumerate(records)]
+_INDEX_BATCH = 4096  # entries read at a time
 
 
 def tail_offset(handle: BinaryIO, lines: int) -> int:
-    """The file offset where the last `lines` output lines begin, reading backwards in
-    growing blocks, so a big file is not read in full."""
+    """The offset where the last `lines` lines begin (a last line without its newline
+    counts), reading backwards in growing blocks, so a big file is not read in full."""
     size = handle.seek(0, 2)
+    if lines <= 0:
+        return size
     block = _READ_BLOCK
     while True:
         pos = max(0, size - block)
         handle.seek(pos)
         data = handle.read(size - pos)
-        complete_end = data.rfind(b"\n") + 1  # a record being written is not counted
-        first = 0 if pos == 0 else data.find(b"\n") + 1  # the first record may be cut
-        if lines <= 0 and (complete_end or pos == 0):
-            return pos + complete_end
-        if lines > 0 and (0 < first <= complete_end or pos == 0):
-            records = data[first:complete_end].split(b"\n")[:-1]
-            ends = _line_ends(records)
-            if sum(ends) > lines or pos == 0:
-                offset, seen = complete_end, 0
-                for record, is_end in zip(reversed(records), reversed(ends), strict=True):
-                    if is_end:
-                        seen += 1
-                        if seen > lines:
-                            return pos + offset
-                    offset -= len(record) + 1
-                return pos + first if pos else 0
+        found = len(data) - 1 if data.endswith(b"\n") else len(data)  # that newline ends the last line
+        for _ in range(lines):
+            found = data.rfind(b"\n", 0, found)
+            if found < 0:
+                break
+        if found >= 0:
+            return pos + found + 1
+        if pos == 0:
+            return 0
         block *= 2
+
+
+def ns_from_datetime(moment: datetime) -> int:
+    """Nanoseconds since the epoch (a naive datetime is taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+
+
+class StampIndex:
+    """When each byte of the log arrived, read forward from a starting offset."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self._entries: deque[tuple[int, int]] = deque()  # entries after the current one
+        self._current: tuple[int, int] | None = None
+        self._partial = b""  # an entry still being written
+
+    def seek(self, offset: int) -> None:
+        """Position on the last entry at or before `offset` (binary search over the file)."""
+        count = self._handle.seek(0, 2) // INDEX_ENTRY.size
+        low, high = 0, count  # the answer is the last entry in [low, high) with an offset <= `offset`
+        while high - low > 1:
+            middle = (low + high) // 2
+            self._handle.seek(middle * INDEX_ENTRY.size)
+            if INDEX_ENTRY.unpack(self._handle.read(INDEX_ENTRY.size))[0] <= offset:
+                low = middle
+            else:
+                high = middle
+        self._handle.seek(low * INDEX_ENTRY.size)
+        self._entries.clear()
+        self._partial = b""
+        self._current = None
+        self.ns_at(offset)
+
+    def ns_at(self, offset: int) -> int:
+        """The arrival time of the byte at `offset`; offsets asked for never go down."""
+        while True:
+            if not self._entries and not self._load():
+                break
+            if self._entries[0][0] > offset:
+                break
+            self._current = self._entries.popleft()
+        return self._current[1] if self._current is not None else 0
+
+    def _load(self) -> bool:
+        data = self._partial + self._handle.read(_INDEX_BATCH * INDEX_ENTRY.size)
+        whole = len(data) - len(data) % INDEX_ENTRY.size
+        self._partial = data[whole:]
+        self._entries.extend(INDEX_ENTRY.iter_unpack(data[:whole]))
+        return whole > 0
 
 
 class FileLogStream:
     """A `LogStream` over the log file; `close()` from any thread wakes a pending read."""
 
-    def __init__(self, handle: BinaryIO, options: LogOptions, *, start: int, finished: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        handle: BinaryIO,
+        options: LogOptions,
+        *,
+        start: int,
+        finished: Callable[[], bool],
+        index: BinaryIO | None = None,
+    ) -> None:
+        """`start` is where reading begins: a line's start, or the end for an attachment.
+        `index` is needed for `timestamps` and `since`."""
         self._handle: BinaryIO | None = handle
+        self._index_handle = index
         self._options = options
         self._finished = finished
-        self._since = stamp.stamp_from_datetime(options.since).encode("ascii") if options.since else None
+        self._since = ns_from_datetime(options.since) if options.since else None
+        self._plain = self._since is None and not options.timestamps
+        self._stamps: StampIndex | None = None
+        if not self._plain:
+            if index is None:
+                raise ValueError("timestamps and since need the log's index")
+            self._stamps = StampIndex(index)
+            self._stamps.seek(start)
         self._remaining = options.limit_bytes
-        self._pending = b""  # file bytes of a record not yet complete
-        self._out = bytearray()
+        self._position = start
         self._at_line_start = True
+        self._skipping = False  # inside a line that `since` leaves out
+        self._last_stamp: tuple[int, bytes] = (-1, b"")
+        self._out: deque[bytes] = deque()  # output not yet read, in the blocks it was made in
         self._lock = threading.Lock()
         self._closed = threading.Event()
         handle.seek(start)
@@ -85,9 +152,7 @@ class FileLogStream:
                 if self._handle is None:
                     return b""
                 if self._out:
-                    chunk = bytes(self._out[:max_bytes])
-                    del self._out[:max_bytes]
-                    return chunk
+                    return self._take(max_bytes)
                 if self._remaining == 0:
                     self._release()
                     return b""
@@ -100,6 +165,20 @@ class FileLogStream:
             self._closed.wait(POLL_SECONDS)
         return b""
 
+    def _take(self, max_bytes: int) -> bytes:
+        """Up to `max_bytes` of output: whole blocks as they are (no copy) when they fit."""
+        chunk = self._out.popleft()
+        if len(chunk) > max_bytes:
+            chunk, rest = chunk[:max_bytes], chunk[max_bytes:]
+            self._out.appendleft(rest)
+            return chunk
+        taken = [chunk]
+        size = len(chunk)
+        while self._out and size + len(self._out[0]) <= max_bytes:
+            taken.append(self._out.popleft())
+            size += len(taken[-1])
+        return taken[0] if len(taken) == 1 else b"".join(taken)
+
     def close(self) -> None:
         self._closed.set()
         with self._lock:
@@ -109,46 +188,52 @@ class FileLogStream:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
+        if self._index_handle is not None:
+            self._index_handle.close()
+            self._index_handle = None
 
     def _fill(self) -> bool:
-        """Turn newly written complete records into output; True if any were read."""
+        """Turn newly written output into what the reader asked for; True if any was read."""
         assert self._handle is not None
         data = self._handle.read(_READ_BLOCK)
         if not data:
             return False
-        data = self._pending + data
-        complete = data.rfind(b"\n") + 1
-        self._pending = data[complete:]
-        block = data[:complete]
-        records = block.split(b"\n")[:-1]
-        # A piece's stamp ends "ZP"; without one (and with no short record), every record is a
-        # whole line, checked in C rather than record by record.
-        whole_lines = bool(records) and _PIECE_MARK not in block and min(map(len, records)) > _SEP
-        if self._since is None and self._at_line_start and whole_lines:
-            # Whole lines only and no `since`: one join for the block instead of a call per line.
-            if self._options.timestamps:
-                self._append(block)
-            else:
-                self._append(b"\n".join([r[_SEP + 1 :] for r in records]) + b"\n")
-            return True
-        for record in records:
-            self._emit(record)
+        self._append(data if self._plain else self._by_line(data))
+        self._position += len(data)
         return True
 
-    def _emit(self, record: bytes) -> None:
-        if len(record) <= _SEP:
-            return  # not a record of ours; nothing to show
-        ts, sep, content = record[:_SEP], record[_SEP : _SEP + 1], record[_SEP + 1 :]
-        starts_line, self._at_line_start = self._at_line_start, sep != b"P"
-        if self._since is not None and ts < self._since:
-            return
-        out = (ts + b" " if self._options.timestamps and starts_line else b"") + content
-        if sep != b"P":
-            out += b"\n"
-        self._append(out)
+    def _by_line(self, data: bytes) -> bytes:
+        """`data` (read at `_position`) with each line stamped and/or filtered by `since`."""
+        assert self._stamps is not None
+        out: list[bytes] = []
+        position = self._position
+        pieces = data.split(b"\n")
+        last = len(pieces) - 1
+        for number, piece in enumerate(pieces):
+            ended = number < last
+            size = len(piece) + ended
+            if size == 0:
+                continue  # the empty tail after a final newline
+            if self._at_line_start:
+                arrived = self._stamps.ns_at(position)
+                self._skipping = self._since is not None and arrived < self._since
+                if self._options.timestamps and not self._skipping:
+                    out.append(self._stamp(arrived))
+            if not self._skipping:
+                out.append(piece + b"\n" if ended else piece)
+            position += size
+            self._at_line_start = ended
+        return b"".join(out)
+
+    def _stamp(self, arrived: int) -> bytes:
+        """The kubelet's line prefix; lines of one chunk share it, so it is made once."""
+        if self._last_stamp[0] != arrived:
+            self._last_stamp = (arrived, stamp.stamp_from_ns(arrived).encode("ascii") + b" ")
+        return self._last_stamp[1]
 
     def _append(self, out: bytes) -> None:
         if self._remaining is not None:
             out = out[: self._remaining]
             self._remaining -= len(out)
-        self._out += out
+        if out:
+            self._out.append(out)

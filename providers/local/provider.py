@@ -221,12 +221,17 @@ class LocalProvider:
             raise NotFound(f"instance {instance_id} has no log") from exc
         except OSError as exc:
             raise Unavailable(f"cannot open the log of {instance_id}: {exc.strerror}") from exc
+        index = None
         try:
             start = logs.tail_offset(handle, options.tail_lines) if options.tail_lines is not None else 0
+            if options.timestamps or options.since is not None:
+                index = open(path / folder.LOG_INDEX_FILE, "rb")  # closed by the stream
+            return logs.FileLogStream(handle, options, start=start, finished=_Folder(path).finished, index=index)
         except OSError as exc:
             handle.close()
+            if index is not None:
+                index.close()
             raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
-        return logs.FileLogStream(handle, options, start=start, finished=_Folder(path).finished)
 
     def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
         path = self._existing(instance_id)

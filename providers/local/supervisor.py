@@ -21,52 +21,27 @@ from typing import BinaryIO
 
 from providers.local import folder, proc, stamp
 
-MAX_RECORD = 16 * 1024  # longer lines are stored in pieces, so memory stays bounded
 DRAIN_AFTER_EXIT = 2.0  # seconds to drain output of leftovers once the workload exited
 
 
-class LineRecorder:
-    """Turns a byte stream into stamped records.
+class OutputRecorder:
+    """Appends output to the log as it comes, byte for byte, and before each chunk an
+    index entry saying where it starts and when it arrived (`folder.INDEX_ENTRY`), so a
+    reader that finds a byte in the log also finds its time."""
 
-    Record format: `<stamp> <line>\\n` for a line that ended in a newline, and
-    `<stamp>P<piece>\\n` for a piece without one (a split long line, or the last
-    partial line); a reader joins pieces back without adding a newline.
-    """
-
-    def __init__(self, log: BinaryIO) -> None:
+    def __init__(self, log: BinaryIO, index: BinaryIO) -> None:
         self._log = log
-        self._pending = b""
+        self._index = index
+        self._size = log.seek(0, os.SEEK_END)
 
     def feed(self, data: bytes) -> None:
-        self._pending += data
-        ts = stamp.now_stamp().encode("ascii")
-        out: list[bytes] = []
-        start = 0
-        while (newline := self._pending.find(b"\n", start)) >= 0:
-            out.extend(_records(ts, self._pending[start:newline], complete=True))
-            start = newline + 1
-        rest = self._pending[start:]
-        while len(rest) > MAX_RECORD:
-            out.append(ts + b"P" + rest[:MAX_RECORD] + b"\n")
-            rest = rest[MAX_RECORD:]
-        self._pending = rest
-        self._write(out)
-
-    def finish(self) -> None:
-        if self._pending:
-            self._write([stamp.now_stamp().encode("ascii") + b"P" + self._pending + b"\n"])
-            self._pending = b""
-
-    def _write(self, records: list[bytes]) -> None:
-        if records:
-            self._log.write(b"".join(records))
-            self._log.flush()
-
-
-def _records(ts: bytes, line: bytes, *, complete: bool) -> list[bytes]:
-    pieces = [line[i : i + MAX_RECORD] for i in range(0, max(len(line), 1), MAX_RECORD)]
-    last = len(pieces) - 1
-    return [ts + (b" " if complete and i == last else b"P") + piece + b"\n" for i, piece in enumerate(pieces)]
+        if not data:
+            return
+        self._index.write(folder.INDEX_ENTRY.pack(self._size, time.time_ns()))
+        self._index.flush()
+        self._log.write(data)
+        self._log.flush()
+        self._size += len(data)
 
 
 class Supervisor:
@@ -90,8 +65,8 @@ class Supervisor:
     def run(self) -> None:
         if (self.path / folder.TERMINATE_FILE).exists():
             return  # terminated before it started: nothing to run, nothing to record
-        with open(self.path / folder.LOG_FILE, "ab") as log:
-            recorder = LineRecorder(log)
+        with open(self.path / folder.LOG_FILE, "ab") as log, open(self.path / folder.LOG_INDEX_FILE, "ab") as index:
+            recorder = OutputRecorder(log, index)
             reader, writer = os.pipe()
             stdin = self._open_stdin()
             try:
@@ -120,7 +95,6 @@ class Supervisor:
                 },
             )
             self._pump(reader, recorder)
-            recorder.finish()
         self._record_exit(proc.exit_code_from_returncode(self.child.wait()))
 
     def _open_stdin(self) -> int | None:
@@ -133,7 +107,7 @@ class Supervisor:
             os.mkfifo(fifo, 0o600)
         return os.open(fifo, os.O_RDWR)
 
-    def _pump(self, reader: int, recorder: LineRecorder) -> None:
+    def _pump(self, reader: int, recorder: OutputRecorder) -> None:
         assert self.child is not None
         exited_at: float | None = None
         pipe_open = True

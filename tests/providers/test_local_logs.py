@@ -1,4 +1,4 @@
-"""The local provider's logs: stamped records read back with the kubelet's options."""
+"""The local provider's logs: output and its arrival index read back with the kubelet's options."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from local_cleanup import kill_leftovers
 
 from providers.base import ClaimName, InstanceId, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import NotSupported
-from providers.local import LocalProvider, logs
+from providers.local import LocalProvider, folder, logs
 from tests.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
@@ -46,11 +46,17 @@ def read_all(provider: LocalProvider, instance_id: InstanceId, **options: Any) -
     return b"".join(chunks)
 
 
-def fake_instance(provider: LocalProvider, records: bytes) -> InstanceId:
-    """A finished instance folder whose log holds exactly `records`."""
-    folder = provider.root / CLAIM
-    folder.mkdir(parents=True)
-    (folder / "console.log").write_bytes(records)
+def fake_instance(provider: LocalProvider, chunks: list[tuple[str, bytes]]) -> InstanceId:
+    """A finished instance folder whose log received exactly these (arrival, bytes) chunks."""
+    path = provider.root / CLAIM
+    path.mkdir(parents=True)
+    offset, index = 0, b""
+    for arrived, data in chunks:
+        moment = datetime.fromisoformat(arrived.replace("Z", "+00:00"))
+        index += folder.INDEX_ENTRY.pack(offset, logs.ns_from_datetime(moment))
+        offset += len(data)
+    (path / folder.LOG_FILE).write_bytes(b"".join(data for _, data in chunks))
+    (path / folder.LOG_INDEX_FILE).write_bytes(index)
     return InstanceId(f"local-{CLAIM}")
 
 
@@ -77,34 +83,48 @@ def test_tail_limit_and_since(provider: LocalProvider) -> None:
     assert read_all(provider, instance_id, since=datetime(2999, 1, 1)) == b""
 
 
-def test_since_skips_older_records(provider: LocalProvider) -> None:
+def test_since_and_timestamps_go_by_the_chunk_each_line_began_in(provider: LocalProvider) -> None:
     instance_id = fake_instance(
         provider,
-        b"2026-01-01T00:00:01.000000000Z old\n"
-        b"2026-01-01T00:00:02.500000000Z new\n"
-        b"2026-01-01T00:00:03.000000000Z newer\n",
+        [
+            ("2026-01-01T00:00:01.000000000Z", b"old\nspans "),
+            ("2026-01-01T00:00:02.500000000Z", b"two chunks\nnew\n"),
+            ("2026-01-01T00:00:03.000000000Z", b"newer\n"),
+            ("2026-01-01T00:00:04.000000000Z", b"last, no newline"),
+        ],
     )
     since = datetime(2026, 1, 1, 0, 0, 2, tzinfo=UTC)
-    assert read_all(provider, instance_id, since=since) == b"new\nnewer\n"
-    assert read_all(provider, instance_id, since=since, tail_lines=1, timestamps=True) == (
+    assert read_all(provider, instance_id, since=since) == b"new\nnewer\nlast, no newline"
+    assert read_all(provider, instance_id, timestamps=True) == (
+        b"2026-01-01T00:00:01.000000000Z old\n"
+        b"2026-01-01T00:00:01.000000000Z spans two chunks\n"
+        b"2026-01-01T00:00:02.500000000Z new\n"
         b"2026-01-01T00:00:03.000000000Z newer\n"
+        b"2026-01-01T00:00:04.000000000Z last, no newline"
+    )
+    assert read_all(provider, instance_id, since=since, tail_lines=2, timestamps=True) == (
+        b"2026-01-01T00:00:03.000000000Z newer\n2026-01-01T00:00:04.000000000Z last, no newline"
+    )
+    assert read_all(provider, instance_id, tail_lines=3, timestamps=True, limit_bytes=40) == (
+        b"2026-01-01T00:00:02.500000000Z new\n2026-"
     )
 
 
-def test_long_lines_are_stored_in_pieces_and_read_back_whole(provider: LocalProvider) -> None:
-    instance_id = run(provider, "head -c 40000 /dev/zero | tr '\\0' x; echo; echo short")
-    assert (provider.root / CLAIM / "console.log").read_bytes().count(b"\n") > 2
-    assert read_all(provider, instance_id) == b"x" * 40000 + b"\nshort\n"
-    assert read_all(provider, instance_id, tail_lines=2) == b"x" * 40000 + b"\nshort\n"
+def test_the_log_is_the_output_byte_for_byte(provider: LocalProvider) -> None:
+    instance_id = run(provider, "head -c 40000 /dev/zero | tr '\\0' x; echo; printf 'tab\\tcr\\r\\n'; echo short")
+    expected = b"x" * 40000 + b"\ntab\tcr\r\nshort\n"
+    assert (provider.root / CLAIM / folder.LOG_FILE).read_bytes() == expected
+    assert read_all(provider, instance_id) == expected
+    assert read_all(provider, instance_id, tail_lines=3) == expected
     assert read_all(provider, instance_id, tail_lines=1) == b"short\n"
     stamped = read_all(provider, instance_id, timestamps=True)
-    assert stamped.count(b"Z x") == 1 and stamped.endswith(b"Z short\n")
+    assert stamped.count(b"Z x") == 1 and stamped.endswith(b"Z short\n") and b"Z tab\tcr\r\n" in stamped
 
 
 def test_tail_reads_a_big_file_backwards_without_reading_it_all(tmp_path: Path) -> None:
-    record = b"2026-01-01T00:00:01.000000000Z " + b"y" * 69 + b"\n"
-    path = tmp_path / "console.log"
-    path.write_bytes(record * 200_000 + b"2026-01-01T00:00:02.000000000Z last\n")  # 20 MB
+    record = b"y" * 99 + b"\n"
+    path = tmp_path / "output.log"
+    path.write_bytes(record * 200_000 + b"last")  # 20 MB, the last line unfinished
 
     class Counting(io.FileIO):
         consumed = 0
@@ -116,8 +136,11 @@ def test_tail_reads_a_big_file_backwards_without_reading_it_all(tmp_path: Path) 
 
     with io.BufferedReader(Counting(path, "rb")) as handle:
         offset = logs.tail_offset(handle, 3)
-    assert path.read_bytes()[offset:] == record * 2 + b"2026-01-01T00:00:02.000000000Z last\n"
+    assert path.read_bytes()[offset:] == record * 2 + b"last"
     assert Counting.consumed < 1_000_000
+    with path.open("rb") as handle:
+        assert logs.tail_offset(handle, 0) == path.stat().st_size
+        assert logs.tail_offset(handle, 10**9) == 0
 
 
 def test_follow_streams_lines_as_they_come_and_ends_at_exit(provider: LocalProvider) -> None:
