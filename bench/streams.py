@@ -5,7 +5,8 @@ throughput, SPDY exec stdout throughput and websocket exec stdout throughput (ea
 a ratio to raw), the echo round-trip p50/p99 through an exec session, and a hold test of
 1,000 `logs -f` followers plus 100 exec sessions for `--hold` seconds with the error count
 and the server's RSS. Throughput runs use the local provider (real processes); the hold
-test uses the in-process fake provider, whose scripted logs cost no processes.
+test uses the in-process fake provider, whose scripted logs cost no processes. Every
+client runs in a child process, as kubectl does, so the figures are the server's alone.
 Usage: python bench/streams.py [--megabytes 200] [--hold 60] [--followers 1000] [--execs 100]
 """
 
@@ -34,13 +35,14 @@ from spdyclient import SpdyClient  # noqa: E402
 from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
-from providers.local import LocalProvider  # noqa: E402
+from providers.local import LocalProvider, folder  # noqa: E402
 from vnode.events import EventRecorder  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 from vnode.kube import Kube  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
 from vnode.kubelet.resolve import HandlerRegistry  # noqa: E402
 from vnode.kubelet.server import KubeletServer, ListenerConfig  # noqa: E402
+from vnode.kubelet.views import LOG_READ_SIZE  # noqa: E402
 
 TLS = ssl._create_unverified_context()
 MB = 1024 * 1024
@@ -71,8 +73,39 @@ def offline_handler(provider: Provider) -> Handler:
 
 
 # -- throughput ------------------------------------------------------------------------------
+def run_client(kind: str, port: int, target: str, total: int) -> float:
+    """MB/s seen by a client in a process of its own, as kubectl is: sharing this process
+    (and its GIL) with the server would measure the two together, not the server."""
+    child = subprocess.run(
+        [sys.executable, __file__, "--client", kind, str(port), target, str(total)],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if child.returncode != 0:
+        raise RuntimeError(f"the {kind} client failed: {child.stderr.strip()[-2000:]}")
+    got, seconds = child.stdout.split()
+    return int(got) / MB / float(seconds)
+
+
+def client_main(kind: str, port: int, target: str, total: int) -> None:
+    """Child process: move the bytes, print `bytes seconds`. Raw and logs are timed from
+    the first byte asked for (after the TLS handshake); exec from the session's start."""
+    if kind in ("raw", "logs"):
+        with TLS.wrap_socket(socket.create_connection(("127.0.0.1", port))) as sock:
+            started, got = time.perf_counter(), 0
+            if kind == "logs":
+                request = f"GET /containerLogs/bench/{target}/main HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                sock.sendall(request.encode())
+            while data := sock.recv(1 << 20):
+                got += len(data)
+    else:
+        started = time.perf_counter()
+        got = (spdy_stdout if kind == "spdy" else websocket_stdout)(port, target, total)
+    print(got, time.perf_counter() - started)
+
+
 def raw_tls(total: int) -> float:
-    """MB/s of one TLS connection on loopback: a thread writes 64 KiB chunks, we read."""
+    """MB/s of one TLS connection on loopback: a thread here writes 64 KiB chunks, a client
+    process reads."""
     pair = certs.issue(certs.make_ca("bench"), "bench", hosts=("127.0.0.1",))
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "c.pem").write_bytes(pair.cert_pem + pair.key_pem)
@@ -90,23 +123,11 @@ def raw_tls(total: int) -> float:
 
     thread = threading.Thread(target=serve)
     thread.start()
-    with TLS.wrap_socket(socket.create_connection(("127.0.0.1", port))) as client:
-        started, got = time.perf_counter(), 0
-        while got < total and (data := client.recv(1 << 20)):
-            got += len(data)
-        elapsed = time.perf_counter() - started
-    thread.join()
-    listener.close()
-    return got / MB / elapsed
-
-
-def container_logs(port: int, pod: str) -> tuple[float, int]:
-    with TLS.wrap_socket(socket.create_connection(("127.0.0.1", port))) as sock:
-        sock.sendall(f"GET /containerLogs/bench/{pod}/main HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-        started, got = time.perf_counter(), 0
-        while data := sock.recv(1 << 20):
-            got += len(data)
-        return got / MB / (time.perf_counter() - started), got
+    try:
+        return run_client("raw", port, "-", total)
+    finally:
+        thread.join()
+        listener.close()
 
 
 def provider_reader(provider: LocalProvider, handler: Handler, pod: str) -> float:
@@ -115,25 +136,24 @@ def provider_reader(provider: LocalProvider, handler: Handler, pod: str) -> floa
     assert entry is not None and entry.instance_id is not None
     stream = provider.logs(entry.instance_id, LogOptions())
     started, got = time.perf_counter(), 0
-    while data := stream.read(65536):
+    while data := stream.read(LOG_READ_SIZE):  # as the server reads it
         got += len(data)
     stream.close()
     return got / MB / (time.perf_counter() - started)
 
 
-def spdy_stdout(port: int, pod: str, total: int) -> float:
+def spdy_stdout(port: int, pod: str, total: int) -> int:
     path = f"/exec/bench/{pod}/main?command=head&command=-c&command={total}&command=/dev/zero&output=1&error=1"
-    started = time.perf_counter()
     with SpdyClient.connect(("127.0.0.1", port), path, ssl_context=TLS, timeout=300) as client:
         result = client.communicate(client.open_exec())
     assert len(result.stdout) == total, len(result.stdout)
-    return total / MB / (time.perf_counter() - started)
+    return total
 
 
-def websocket_stdout(port: int, pod: str, total: int) -> float:
+def websocket_stdout(port: int, pod: str, total: int) -> int:
     url = f"wss://127.0.0.1:{port}/exec/bench/{pod}/main?command=head&command=-c&command={total}&command=/dev/zero&output=1"
     conn = websocket.WebSocket(sslopt={"cert_reqs": ssl.CERT_NONE}, skip_utf8_validation=True)
-    started, got = time.perf_counter(), 0
+    got = 0
     conn.connect(url, subprotocols=["v5.channel.k8s.io"], timeout=300)
     try:
         while True:
@@ -146,7 +166,7 @@ def websocket_stdout(port: int, pod: str, total: int) -> float:
         conn.close()
         conn.shutdown()
     assert got == total, got
-    return total / MB / (time.perf_counter() - started)
+    return total
 
 
 def echo_latency(port: int, pod: str, rounds: int = 300) -> tuple[float, float]:
@@ -255,7 +275,12 @@ def main() -> None:
     parser.add_argument("--followers", type=int, default=1000)
     parser.add_argument("--execs", type=int, default=100)
     parser.add_argument("--load-client", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client:
+        kind, port, target, size = args.client
+        client_main(kind, int(port), target, int(size))
+        return
     if args.load_client:
         port, followers, execs, seconds = args.load_client
         print(f"errors={hold_load(int(port), int(followers), int(execs), float(seconds))}", flush=True)
@@ -275,19 +300,17 @@ def main() -> None:
         adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
         adopt(handler, "shell", ("sleep", "3600"))
         log = Path(state) / "local"
-        while sum(f.stat().st_size for f in log.glob("*/console.log")) < lines * 131:  # 30-byte stamp + record
+        while sum(f.stat().st_size for f in log.glob(f"*/{folder.LOG_FILE}")) < lines * 100:
             time.sleep(0.2)
         raw = raw_tls(total)
         print(f"raw TLS socket copy:      {raw:8.1f} MB/s")
         alone = provider_reader(local, handler, "logs")
         print(f"local provider's log reader alone (the ceiling for containerLogs): {alone:8.1f} MB/s")
-        logs, size = container_logs(server.kubelet_port, "logs")
-        print(
-            f"containerLogs:            {logs:8.1f} MB/s  ({logs / raw:.0%} of raw; {size / MB:.0f} MB; target >= 50%)"
-        )
-        spdy_mbs = spdy_stdout(server.kubelet_port, "shell", total)
+        logs = run_client("logs", server.kubelet_port, "logs", total)
+        print(f"containerLogs:            {logs:8.1f} MB/s  ({logs / raw:.0%} of raw; target >= 50%)")
+        spdy_mbs = run_client("spdy", server.kubelet_port, "shell", total)
         print(f"SPDY exec stdout:         {spdy_mbs:8.1f} MB/s  ({spdy_mbs / raw:.0%} of raw; target >= 30%)")
-        ws_mbs = websocket_stdout(server.kubelet_port, "shell", total)
+        ws_mbs = run_client("ws", server.kubelet_port, "shell", total)
         print(f"websocket exec stdout:    {ws_mbs:8.1f} MB/s  ({ws_mbs / raw:.0%} of raw; target >= 30%)")
         p50, p99 = echo_latency(server.kubelet_port, "shell")
         print(f"echo round trip (SPDY):   p50 {p50:.2f} ms, p99 {p99:.2f} ms")
