@@ -3,7 +3,7 @@
 nebula.E001 unknown provider alias      nebula.E005 malformed provider entry
 nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
 nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
-nebula.E004 bad POLL_INTERVAL
+nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
 """
 
 from __future__ import annotations
@@ -54,6 +54,10 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if conf.get("LOG_FORMAT") not in ("text", "json"):
         message = f"NEBULA['LOG_FORMAT']={conf.get('LOG_FORMAT')!r} must be 'text' or 'json'"
         errors.append(Error(message, id="nebula.E007"))
+    outage = conf.get("OUTAGE_TOLERATION_SECONDS")
+    if outage is not None and (isinstance(outage, bool) or not isinstance(outage, int) or outage < 0):
+        message = f"NEBULA['OUTAGE_TOLERATION_SECONDS']={outage!r} must be None or whole seconds >= 0"
+        errors.append(Error(message, id="nebula.E008"))
     return errors
 
 

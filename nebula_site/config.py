@@ -37,11 +37,17 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 15.0,
     # "text" or "json".
     "LOG_FORMAT": "text",
+    # How long opted-in Pods stay on a node that is NotReady (its provider's API does not
+    # answer) or unreachable, before the cluster evicts them and their instances are
+    # terminated. None: for as long as the outage lasts (the instances usually run on).
+    "OUTAGE_TOLERATION_SECONDS": None,
 }
 
 
 def _coerce(key: str, raw: str, default: Any) -> Any:
     """Parse one environment override into the type of its default."""
+    if default is None:  # an optional number of seconds: "none" (or nothing) for none
+        return None if raw.strip().lower() in {"", "none"} else int(raw)
     if isinstance(default, bool):
         lowered = raw.strip().lower()
         if lowered in {"1", "true", "yes", "on"}:

@@ -6,6 +6,7 @@ The API server calls it over TLS on Pod CREATE (deploy/webhook/). The decision i
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -27,5 +28,5 @@ def pods(request: HttpRequest) -> HttpResponse:
         body = request.body
     except RequestDataTooBig:
         return _failure(413, "request body too large")
-    status, answer = admission.review(body)
+    status, answer = admission.review(body, outage_seconds=settings.NEBULA.get("OUTAGE_TOLERATION_SECONDS"))
     return JsonResponse(answer, status=status)

@@ -2,7 +2,11 @@
 
 Pure; the console's `/webhooks/pods` view (nebula_site.webhooks) hands it the request body
 and sends back what it returns. Only opted-in, unbound Pods are touched: they get the
-`nebula.io/placement` scheduling gate and a key-only toleration of the virtual node taint.
+`nebula.io/placement` scheduling gate, a key-only toleration of the virtual node taint, and
+tolerations of the taints a node gets while NotReady or unreachable that last
+`outage_seconds` (None: for as long as it lasts). A provider's API being down marks its
+node NotReady, and the cluster's default (300 s, added by the API server before webhooks
+run) would then evict, and so terminate, instances that were running fine all along.
 A malformed review gets a clean denial with a message, never an exception.
 """
 
@@ -17,11 +21,13 @@ from vnode import names
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit (I7)
+# The node lifecycle controller's NoExecute taints for a NotReady and an unreachable node.
+OUTAGE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 JsonDict = dict[str, Any]
 
 
-def review(body: bytes) -> tuple[int, JsonDict]:
+def review(body: bytes, *, outage_seconds: int | None = None) -> tuple[int, JsonDict]:
     """The HTTP status and JSON answer for one AdmissionReview request body.
 
     400 with a Status when the body is not an AdmissionReview at all (no uid to answer to);
@@ -46,15 +52,15 @@ def review(body: bytes) -> tuple[int, JsonDict]:
     if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
         return 200, _answer(uid, allowed=False, code=400, message="request.object must be a Pod with a spec")
     try:
-        patch = pod_patch(pod)
+        patch = pod_patch(pod, outage_seconds=outage_seconds)
     except (TypeError, AttributeError, ValueError) as exc:
         return 200, _answer(uid, allowed=False, code=400, message=f"malformed Pod: {type(exc).__name__}")
     return 200, _answer(uid, allowed=True, patch=patch)
 
 
-def pod_patch(pod: Mapping[str, Any]) -> list[JsonDict]:
+def pod_patch(pod: Mapping[str, Any], *, outage_seconds: int | None = None) -> list[JsonDict]:
     """The JSONPatch that gates an opted-in, unbound Pod; empty for every other Pod.
-    Idempotent: a Pod that already has the gate and the toleration gets an empty patch."""
+    Idempotent: a Pod that already has the gate and the tolerations gets an empty patch."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
     spec = pod["spec"]
     if labels.get(names.ENABLED_LABEL) != "true" or spec.get("nodeName"):
@@ -72,7 +78,34 @@ def pod_patch(pod: Mapping[str, Any]) -> list[JsonDict]:
         ops.append({"op": "add", "path": "/spec/tolerations", "value": [toleration]})
     elif not any(_tolerates(t) for t in tolerations):
         ops.append({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
+    existing = tolerations if isinstance(tolerations, list) else []
+    for key in OUTAGE_TAINTS:
+        ops += _outage_toleration(existing, key, outage_seconds)
     return ops
+
+
+def _outage_toleration(tolerations: list[Any], key: str, seconds: int | None) -> list[JsonDict]:
+    """Make every toleration of `key`'s NoExecute taint last `seconds` (None: forever), or
+    add one. The taint manager goes by the shortest matching toleration, so each one is set."""
+    ops: list[JsonDict] = []
+    found = False
+    for index, toleration in enumerate(tolerations):
+        if not isinstance(toleration, Mapping) or toleration.get("key") != key:
+            continue
+        if toleration.get("effect") not in (None, "", "NoExecute"):
+            continue
+        found = True
+        path = f"/spec/tolerations/{index}/tolerationSeconds"
+        if seconds is None and "tolerationSeconds" in toleration:
+            ops.append({"op": "remove", "path": path})
+        elif seconds is not None and toleration.get("tolerationSeconds") != seconds:
+            ops.append({"op": "add", "path": path, "value": seconds})  # `add` replaces a member
+    if found:
+        return ops
+    added: JsonDict = {"key": key, "operator": "Exists", "effect": "NoExecute"}
+    if seconds is not None:
+        added["tolerationSeconds"] = seconds
+    return [{"op": "add", "path": "/spec/tolerations/-", "value": added}]
 
 
 def _tolerates(toleration: Any) -> bool:

@@ -48,6 +48,9 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"POLL_INTERVAL": 0}, "nebula.E004"),
         ({"PROVIDERS": {"x": {"OPTIONS": {}}}}, "nebula.E005"),
         ({"LOG_FORMAT": "xml"}, "nebula.E007"),
+        ({"OUTAGE_TOLERATION_SECONDS": -1}, "nebula.E008"),
+        ({"OUTAGE_TOLERATION_SECONDS": "soon"}, "nebula.E008"),
+        ({"OUTAGE_TOLERATION_SECONDS": True}, "nebula.E008"),
     ],
 )
 def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected: str) -> None:
@@ -59,6 +62,14 @@ def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected:
 def test_malformed_environment_override_is_reported_not_raised() -> None:
     conf = config.load({"NEBULA_POLL_INTERVAL": "soon"})
     assert "nebula.E006" in ids(conf)
+    assert "nebula.E006" in ids(config.load({"NEBULA_OUTAGE_TOLERATION_SECONDS": "forever-ish"}))
+
+
+def test_the_outage_toleration_is_forever_by_default_and_whole_seconds_from_the_environment() -> None:
+    assert config.load({})["OUTAGE_TOLERATION_SECONDS"] is None
+    assert config.load({"NEBULA_OUTAGE_TOLERATION_SECONDS": "600"})["OUTAGE_TOLERATION_SECONDS"] == 600
+    assert config.load({"NEBULA_OUTAGE_TOLERATION_SECONDS": "None"})["OUTAGE_TOLERATION_SECONDS"] is None
+    assert not ids(config.load({"NEBULA_OUTAGE_TOLERATION_SECONDS": "0"}))
 
 
 @pytest.mark.parametrize("addr", [":10250", "127.0.0.1:0", "[::1]:8000", "node-1.example:443"])

@@ -1,4 +1,4 @@
-"""The admission decision: opted-in, unbound Pods get the gate and the toleration; nothing
+"""The admission decision: opted-in, unbound Pods get the gate and the tolerations; nothing
 else is touched; malformed reviews get a clean 4xx answer."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from placement.admission import pod_patch, review
+from placement.admission import OUTAGE_TAINTS, pod_patch, review
 from vnode import names
 
 
@@ -34,7 +34,10 @@ def patched(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return ops
 
 
-def test_an_opted_in_pod_gets_the_gate_and_a_key_only_toleration() -> None:
+FOREVER = [{"key": key, "operator": "Exists", "effect": "NoExecute"} for key in OUTAGE_TAINTS]
+
+
+def test_an_opted_in_pod_gets_the_gate_a_key_only_toleration_and_outlasts_outages() -> None:
     status, answer = review(make_review(opted_in()))
     assert status == 200 and answer["response"] == {**answer["response"], "uid": "u-1", "allowed": True}
     assert patched(answer) == [
@@ -44,18 +47,49 @@ def test_an_opted_in_pod_gets_the_gate_and_a_key_only_toleration() -> None:
             "path": "/spec/tolerations",
             "value": [{"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"}],
         },
+        *({"op": "add", "path": "/spec/tolerations/-", "value": toleration} for toleration in FOREVER),
     ]
 
 
 def test_existing_gates_and_tolerations_are_kept_and_the_patch_is_idempotent() -> None:
     pod = opted_in(schedulingGates=[{"name": "other"}], tolerations=[{"key": "x", "operator": "Exists"}])
     ops = pod_patch(pod)
-    assert [op["path"] for op in ops] == ["/spec/schedulingGates/-", "/spec/tolerations/-"]
+    assert [op["path"] for op in ops] == ["/spec/schedulingGates/-", *["/spec/tolerations/-"] * 3]
     done = opted_in(
         schedulingGates=[{"name": names.PLACEMENT_GATE}],
-        tolerations=[{"key": names.PROVIDER_KEY, "operator": "Exists"}],
+        tolerations=[{"key": names.PROVIDER_KEY, "operator": "Exists"}, *FOREVER],
     )
     assert pod_patch(done) == []
+
+
+def _apply(pod: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The few JSON patch ops the webhook uses, applied as the API server would."""
+    for op in ops:
+        *parents, last = op["path"].strip("/").split("/")
+        target: Any = pod
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if op["op"] == "remove":
+            del target[last]
+        elif isinstance(target, list) and last == "-":
+            target.append(op["value"])
+        else:
+            target[int(last) if isinstance(target, list) else last] = op["value"]
+    return pod
+
+
+def test_the_clusters_300_second_outage_tolerations_become_forever_or_the_configured_seconds() -> None:
+    # What the API server's DefaultTolerationSeconds plugin adds before webhooks run.
+    defaults = [{**toleration, "tolerationSeconds": 300} for toleration in FOREVER]
+    forever = _apply(opted_in(tolerations=[dict(t) for t in defaults]), pod_patch(opted_in(tolerations=defaults)))
+    assert forever["spec"]["tolerations"][:2] == FOREVER
+    assert pod_patch(forever) == []
+    ten_minutes = opted_in(tolerations=[dict(t) for t in defaults])
+    _apply(ten_minutes, pod_patch(opted_in(tolerations=defaults), outage_seconds=600))
+    assert [t["tolerationSeconds"] for t in ten_minutes["spec"]["tolerations"][:2]] == [600, 600]
+    assert pod_patch(ten_minutes, outage_seconds=600) == []
+    added = _apply(opted_in(), pod_patch(opted_in(), outage_seconds=0))
+    assert [t.get("tolerationSeconds") for t in added["spec"]["tolerations"]] == [None, 0, 0]
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,10 @@ opted-in Pods; malformed input gets a 4xx and a message, never a crash."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+from typing import Any
 
 from placement_fixtures import TlsWsgiServer
 
@@ -43,5 +45,19 @@ def test_the_devcluster_gates_opted_in_pods_and_leaves_others_alone(
     created = kube.create(pods, opted)
     assert created["spec"]["schedulingGates"] == [{"name": names.PLACEMENT_GATE}]
     assert {"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"} in created["spec"]["tolerations"]
+    assert {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"} in created["spec"][
+        "tolerations"
+    ]
     system = dict(opted, metadata={"name": "sys", "labels": {names.ENABLED_LABEL: "true"}})
     assert "schedulingGates" not in kube.create(path_for("pods", namespace="kube-system"), system)["spec"]
+
+
+def test_the_outage_toleration_follows_the_setting(console: TlsWsgiServer, settings: Any) -> None:
+    settings.NEBULA = {**settings.NEBULA, "OUTAGE_TOLERATION_SECONDS": 900}
+    pod = {"metadata": {"name": "p", "labels": {names.ENABLED_LABEL: "true"}}, "spec": {"containers": []}}
+    request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE", "object": pod}
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+    status, answer = post(console, body.encode())
+    ops = json.loads(base64.b64decode(str(answer["response"]["patch"])))  # type: ignore[index]
+    assert status == 200
+    assert [op["value"].get("tolerationSeconds") for op in ops if op["path"] == "/spec/tolerations/-"] == [900, 900]
