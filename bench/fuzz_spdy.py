@@ -31,11 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from vnode.kubelet import spdy, spdyframes  # noqa: E402
 
-# The shared reference folder sits beside the repository (../shared), as on developer machines and CI.
+# Copied from the shared reference into the repository, so a clean clone has them.
 CAPTURES = Path(
     os.environ.get(
         "NEBULA_KUBECTL_CAPTURES",
-        str(Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "kubectl-captures"),
+        str(Path(__file__).resolve().parents[1] / "tests" / "vnode" / "kubelet" / "captures"),
     )
 )
 

@@ -15,11 +15,11 @@ import pytest
 
 from vnode.kubelet import spdy, spdyframes
 
-# The shared reference folder sits beside the repository (../shared), as on developer machines and CI.
+# Copied from the shared reference into the repository, so a clean clone has them.
 CAPTURES = Path(
     os.environ.get(
         "NEBULA_KUBECTL_CAPTURES",
-        str(Path(__file__).resolve().parents[3].parent / "shared" / "reference" / "kubectl-captures"),
+        str(Path(__file__).resolve().parent / "captures"),
     )
 )
 SPDY_CAPTURES = sorted(
