@@ -123,6 +123,13 @@ def log_in(driver: Any, base: str) -> None:
     wait_for(lambda: driver.find_elements(By.ID, "panels"))
 
 
+def text_of(driver: Any, css: str) -> str:
+    """An element's text, read in one script call: the dashboard's panels are replaced in
+    place on every refresh, so an element found first can be gone when its text is read."""
+    script = "const found = document.querySelector(arguments[0]); return found ? found.innerText : '';"
+    return str(driver.execute_script(script, css))
+
+
 def assert_no_edit_controls(driver: Any) -> None:
     """No add, change or delete control for a mirror table anywhere on the page (the sidebar
     still offers them for auth's Users and Groups, which are not ours)."""
@@ -146,22 +153,22 @@ def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
 
     def dashboard_matches() -> bool:
         browser.get(f"{base}/")
-        tiles = browser.find_elements(By.CSS_SELECTOR, tile_a)
-        if not tiles or not browser.find_elements(By.CSS_SELECTOR, ".block-row"):
+        tile = text_of(browser, tile_a)
+        if not tile or not text_of(browser, ".block-row"):
             return False
         running = scenario.phase_counts("nebula-gpu-a").get("Running", 0)
-        return f"Running {running}" in tiles[0].text and "Ready" in tiles[0].text
+        return f"Running {running}" in tile and "Ready" in tile
 
     wait_for(dashboard_matches)
-    tile_b = browser.find_element(By.CSS_SELECTOR, 'section[data-node="nebula-gpu-b"]')
-    assert "Not ready" in tile_b.text and "Unavailable" in tile_b.text
-    assert "Failed 1" in tile_b.text
-    assert "$0.84/h" in browser.find_element(By.CSS_SELECTOR, tile_a).text  # two running Spot Pods at $0.42
-    assert scenario.orphan_id in browser.find_element(By.ID, "panels").text
+    tile_b = text_of(browser, 'section[data-node="nebula-gpu-b"]')
+    assert "Not ready" in tile_b and "Unavailable" in tile_b
+    assert "Failed 1" in tile_b
+    assert "$0.84/h" in text_of(browser, tile_a)  # two running Spot Pods at $0.42
+    assert scenario.orphan_id in text_of(browser, "#panels")
     entry = scenario.blocklist.entries()[0]
-    block_text = browser.find_element(By.CSS_SELECTOR, ".block-row").text
+    block_text = text_of(browser, ".block-row")
     assert "gpu-b" in block_text and " s" in block_text
-    assert "ProvisionFailed" in browser.find_element(By.ID, "panels").text
+    assert "ProvisionFailed" in text_of(browser, "#panels")
     assert_no_edit_controls(browser)
     IMAGES.mkdir(parents=True, exist_ok=True)
     assert browser.save_screenshot(str(IMAGES / "console-dashboard.png"))
@@ -170,8 +177,7 @@ def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
     browser.execute_script("window.__noReload = 'still here'")
     scenario.kube.create(path_for("pods", namespace="default"), _pod("train-2"))
     wait_for(
-        lambda: f"Running {scenario.phase_counts('nebula-gpu-a').get('Running', 0)}"
-        in browser.find_element(By.CSS_SELECTOR, tile_a).text
+        lambda: f"Running {scenario.phase_counts('nebula-gpu-a').get('Running', 0)}" in text_of(browser, tile_a)
         and scenario.phase_counts("nebula-gpu-a").get("Running") == 3,
         timeout=40,
     )
