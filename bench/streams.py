@@ -268,6 +268,26 @@ def hold(server: KubeletServer, registry: HandlerRegistry, args: argparse.Namesp
     )
 
 
+def throughput(server: KubeletServer, local: LocalProvider, handler: Handler, state: Path, total: int) -> None:
+    lines = total // 100
+    adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
+    adopt(handler, "shell", ("sleep", "3600"))
+    while sum(f.stat().st_size for f in (state / "local").glob(f"*/{folder.LOG_FILE}")) < lines * 100:
+        time.sleep(0.2)
+    raw = raw_tls(total)
+    print(f"raw TLS socket copy:      {raw:8.1f} MB/s")
+    alone = provider_reader(local, handler, "logs")
+    print(f"local provider's log reader alone (the ceiling for containerLogs): {alone:8.1f} MB/s")
+    logs = run_client("logs", server.kubelet_port, "logs", total)
+    print(f"containerLogs:            {logs:8.1f} MB/s  ({logs / raw:.0%} of raw; target >= 50%)")
+    spdy_mbs = run_client("spdy", server.kubelet_port, "shell", total)
+    print(f"SPDY exec stdout:         {spdy_mbs:8.1f} MB/s  ({spdy_mbs / raw:.0%} of raw; target >= 30%)")
+    ws_mbs = run_client("ws", server.kubelet_port, "shell", total)
+    print(f"websocket exec stdout:    {ws_mbs:8.1f} MB/s  ({ws_mbs / raw:.0%} of raw; target >= 30%)")
+    p50, p99 = echo_latency(server.kubelet_port, "shell")
+    print(f"echo round trip (SPDY):   p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--megabytes", type=int, default=200, help="bytes moved per throughput run")
@@ -296,30 +316,15 @@ def main() -> None:
         local = LocalProvider("local", {"state_dir": state, "grace_period": 1})
         handler = offline_handler(local)
         registry.add(handler)
-        lines = total // 100
-        adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
-        adopt(handler, "shell", ("sleep", "3600"))
-        log = Path(state) / "local"
-        while sum(f.stat().st_size for f in log.glob(f"*/{folder.LOG_FILE}")) < lines * 100:
-            time.sleep(0.2)
-        raw = raw_tls(total)
-        print(f"raw TLS socket copy:      {raw:8.1f} MB/s")
-        alone = provider_reader(local, handler, "logs")
-        print(f"local provider's log reader alone (the ceiling for containerLogs): {alone:8.1f} MB/s")
-        logs = run_client("logs", server.kubelet_port, "logs", total)
-        print(f"containerLogs:            {logs:8.1f} MB/s  ({logs / raw:.0%} of raw; target >= 50%)")
-        spdy_mbs = run_client("spdy", server.kubelet_port, "shell", total)
-        print(f"SPDY exec stdout:         {spdy_mbs:8.1f} MB/s  ({spdy_mbs / raw:.0%} of raw; target >= 30%)")
-        ws_mbs = run_client("ws", server.kubelet_port, "shell", total)
-        print(f"websocket exec stdout:    {ws_mbs:8.1f} MB/s  ({ws_mbs / raw:.0%} of raw; target >= 30%)")
-        p50, p99 = echo_latency(server.kubelet_port, "shell")
-        print(f"echo round trip (SPDY):   p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-        registry.remove(handler)
-        deadline = time.monotonic() + 30  # the state folder goes with this block: let the instances go first
-        while (left := local.list()) and time.monotonic() < deadline:
-            for instance in left:
-                local.terminate(instance.id)
-            time.sleep(0.2)
+        try:
+            throughput(server, local, handler, Path(state), total)
+        finally:  # the state folder goes with this block: the instances go first, even after an error
+            registry.remove(handler)
+            deadline = time.monotonic() + 30
+            while (left := local.list()) and time.monotonic() < deadline:
+                for instance in left:
+                    local.terminate(instance.id)
+                time.sleep(0.2)
     hold(server, registry, args)
     server.stop()
 
