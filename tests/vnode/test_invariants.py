@@ -235,6 +235,15 @@ def test_sigterm_stops_the_manager_cleanly_with_exit_code_0(
     assert manager.kill(signal.SIGTERM) == 0
 
 
+def test_sigterm_while_starting_up_is_an_orderly_stop_with_exit_code_0(
+    fake_service: FakeCloudServer, start_manager: Callable[..., Manager], tmp_path: Path
+) -> None:
+    manager = start_manager("gpu", {"backend": "providers.fake.FakeProvider", "options": {"url": fake_service.url}})
+    log = tmp_path / "manager.log"
+    wait_for(lambda: log.exists() and "kubelet API on port" in log.read_text(), timeout=30)  # handlers are set by then
+    assert manager.kill(signal.SIGTERM) == 0
+
+
 def test_sigterm_during_a_hung_provider_call_exits_0_within_the_grace_naming_the_busy_thread(
     fake_service: FakeCloudServer,
     start_manager: Callable[..., Manager],

@@ -183,17 +183,19 @@ class Command(BaseCommand):
         kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
-        listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
-        # The console's database is this replica's mirror (SQLite by default): bring its
-        # tables up to date before the first request can need them.
-        Path(str(settings.DATABASES["default"]["NAME"])).parent.mkdir(parents=True, exist_ok=True)
-        call_command("migrate", interactive=False, verbosity=0)
-        blocklist = Blocklist()
-        wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
+        # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included.
         stop = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        cluster = None
+        listeners = cluster = None
+        kept = True
         try:
+            listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
+            # The console's database is this replica's mirror (SQLite by default): bring its
+            # tables up to date before the first request can need them.
+            Path(str(settings.DATABASES["default"]["NAME"])).parent.mkdir(parents=True, exist_ok=True)
+            call_command("migrate", interactive=False, verbosity=0)
+            blocklist = Blocklist()
+            wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
             kubelet_port = listeners.kubelet_port
             kubeconfig = options["kubeconfig"]
             if options["dev_cluster"]:
@@ -202,10 +204,13 @@ class Command(BaseCommand):
             if node_ip is None:
                 logging.getLogger(__name__).warning("no node IP: logs and exec are advertised as unsupported")
             self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
-            if options["demo"]:
+            if options["demo"] and not stop.is_set():
                 demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
                 self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
             self.stdout.flush()
+            if stop.is_set():
+                logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
+                return
             console_observer.install()  # metrics and the dashboard's Events see the loops
             kept = manager.run(
                 providers,
@@ -223,7 +228,8 @@ class Command(BaseCommand):
             )
         finally:
             console_observer.uninstall()
-            listeners.stop()
+            if listeners is not None:
+                listeners.stop()
             if cluster is not None:
                 cluster.stop()
             for sig, handler in previous.items():
