@@ -31,6 +31,10 @@ logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 STILL_RETRYING_AFTER = 20  # failures in a row before an Event says we keep trying
+# Missing Secrets/ConfigMaps watched at once (one watch of that one object each); Pods
+# waiting for more fall back to their retry backoff, which finds the object too, later.
+MAX_SOURCE_WATCHES = 64
+Source = tuple[str, str, str]  # kind, namespace, name
 DELETION_RECHECK = 0.5  # seconds between looks at an instance that is going away
 
 
@@ -52,8 +56,8 @@ class PodController:
         self._workers = workers
         self.queue = queue or WorkQueue()
         self._tombstones: dict[str, JsonDict] = {}
-        self._waiting: dict[tuple[str, str, str], set[str]] = {}  # missing source -> Pod keys
-        self._source_reflectors: dict[str, Reflector] = {}
+        self._waiting: dict[Source, set[str]] = {}  # missing source -> Pod keys
+        self._source_reflectors: dict[Source, Reflector] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -105,33 +109,48 @@ class PodController:
 
     def _on_pod_deleted(self, key: str) -> None:
         entry = self.handler.tracked(key)
-        if entry is not None:
-            with self._lock:
+        unwatched = []
+        with self._lock:
+            if entry is not None:
                 self._tombstones[key] = entry.pod
+            for source in [source for source, keys in self._waiting.items() if key in keys]:
+                self._waiting[source].discard(key)
+                if not self._waiting[source]:  # nobody waits for it any more
+                    del self._waiting[source]
+                    unwatched.append(self._source_reflectors.pop(source, None))
+        for reflector in unwatched:
+            if reflector is not None:
+                reflector.stop()
         self.queue.add(key)
 
-    def _on_source(self, kind: str, key: str, obj: JsonDict | None) -> None:
+    def _on_source(self, source: Source, key: str, obj: JsonDict | None) -> None:
         if obj is None:
             return
-        namespace, _, name = key.partition("/")
         with self._lock:
-            waiting = self._waiting.pop((kind, namespace, name), set())
+            waiting = self._waiting.pop(source, set())
+            reflector = self._source_reflectors.pop(source, None)
+        if reflector is not None:
+            reflector.stop()  # it is there now: the watch has done its job
         for pod_key in waiting:
             self.queue.add(pod_key)
 
     def _wait_for(self, missing: MissingSource, key: str) -> None:
-        """Re-queue `key` as soon as the Secret or ConfigMap it needs appears."""
+        """Re-queue `key` as soon as the Secret or ConfigMap it needs appears: a watch of
+        that one object (never of every Secret in the cluster, which would hold them all
+        in memory)."""
+        source = (missing.kind, missing.namespace, missing.name)
         with self._lock:
-            self._waiting.setdefault((missing.kind, missing.namespace, missing.name), set()).add(key)
-            if missing.kind in self._source_reflectors:
+            self._waiting.setdefault(source, set()).add(key)
+            if source in self._source_reflectors or len(self._source_reflectors) >= MAX_SOURCE_WATCHES:
                 return
             resource = "secrets" if missing.kind == "Secret" else "configmaps"
             reflector = Reflector(
                 self._watch_kube,
-                f"/api/v1/{resource}",
-                on_change=functools.partial(self._on_source, missing.kind),
+                path_for(resource, namespace=missing.namespace),
+                on_change=functools.partial(self._on_source, source),
+                field_selector=f"metadata.name={missing.name}",
             )
-            self._source_reflectors[missing.kind] = reflector
+            self._source_reflectors[source] = reflector
         reflector.start()
 
     def live_claims(self) -> set[ClaimName] | None:

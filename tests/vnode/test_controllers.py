@@ -119,7 +119,7 @@ def test_an_auth_refusal_blocks_the_whole_provider(
 
 
 def test_a_pod_waiting_for_a_missing_secret_starts_when_the_secret_appears(
-    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+    cluster: DevCluster, kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
 ) -> None:
     provider = FakeProvider("gpu", {"cloud": cloud_name})
     start_runner(provider)
@@ -132,6 +132,21 @@ def test_a_pod_waiting_for_a_missing_secret_starts_when_the_secret_appears(
         {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "later"}, "stringData": {"token": "t0k"}},
     )
     wait_for(lambda: phase_of(kube, "waiter") == "Running", timeout=10)
+    # Only that Secret was watched for: the manager never lists every Secret in the cluster.
+    reads = [r for r in cluster.request_log.snapshot() if r.resource == "secrets" and r.verb in ("list", "watch")]
+    assert reads and all(r.namespace == "default" for r in reads), reads
+
+
+def test_a_deleted_pod_stops_the_watch_for_the_secret_it_waited_for(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    runner = start_runner(FakeProvider("gpu", {"cloud": cloud_name}))
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "never", "key": "token"}}}]
+    kube.create(path_for("pods", namespace="default"), make_pod("gives-up", "gpu", container={"env": env}))
+    watched = ("Secret", "default", "never")
+    wait_for(lambda: watched in runner.pods._source_reflectors)
+    kube.delete(path_for("pods", namespace="default", name="gives-up"), grace_seconds=0)
+    wait_for(lambda: watched not in runner.pods._source_reflectors and not runner.pods._waiting)
 
 
 def test_unchanged_pods_cost_no_api_call_per_poll(
