@@ -7,13 +7,16 @@ from collections.abc import Callable
 from typing import Any
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05) -> Any:
-    """Poll until `condition()` is truthy and return its value; AssertionError at the deadline."""
+def wait_for(
+    condition: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, *, what: str = "condition"
+) -> Any:
+    """Poll until `condition()` is truthy and return its value; AssertionError naming `what`
+    at the deadline."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"{what} not met within {timeout}s")
         time.sleep(interval)

@@ -23,7 +23,6 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from devcluster import DevCluster, RequestRecord
 from providers.base import ClaimName, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
+from tests import polling
 from tests.deploy import rbac_eval
 from tests.deploy.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
 from vnode import names
@@ -51,14 +51,7 @@ UNEXERCISED: dict[tuple[str, str, str, str], str] = {}
 
 
 def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(0.05)
+    return polling.wait_for(condition, timeout, what=what)
 
 
 @pytest.fixture

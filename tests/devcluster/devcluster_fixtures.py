@@ -5,11 +5,11 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
-import time
 from collections.abc import Callable
 from typing import Any
 
 from devcluster import DevCluster
+from tests import polling
 
 
 class Raw:
@@ -71,11 +71,4 @@ def make_node(name: str = "n1", *, labels: dict[str, str] | None = None, **spec:
 
 def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str = "condition") -> Any:
     """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return polling.wait_for(predicate, timeout, 0.02, what=what)

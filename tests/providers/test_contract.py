@@ -6,7 +6,6 @@ new object stands for the manager restarted on the same state.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from providers import errors
 from providers.base import InstanceId, InstanceState, PodSpec, Provider, ProvisionRequest
 from providers.claim import claim_name
+from tests import polling
 
 ProviderFactory = Callable[[], Provider]
 
@@ -99,11 +99,7 @@ def request_for(pod: PodSpec, **env: str) -> ProvisionRequest:
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
+    polling.wait_for(condition, timeout)
 
 
 def test_provision_is_idempotent_on_the_claim(make_provider: ProviderFactory) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from test_ssh_sshd import Sshd, sshd_fixture  # noqa: F401 - the fixture
 from providers.base import InstanceId, LogOptions, LogStream, Process
 from providers.fake import FakeProvider
 from providers.ssh import FileLog, open_log_stream, start_process
+from tests import polling
 from tests.terminal import check_exec_tty_resize
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,12 +71,7 @@ class Rig:
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        time.sleep(0.05)
-    return value
+    return polling.wait_for(condition, timeout)
 
 
 @pytest.fixture(scope="module")
