@@ -1,9 +1,9 @@
 """`kubectl attach` for a local instance: the workload's console from now on, and its stdin.
 
-Called by `LocalProvider.attach`. Output follows the stamped log from its current end
-(stamps stripped). Input goes to the FIFO the supervisor gave the workload as stdin when
-the Pod asked for one (`stdin: true`); the supervisor holds the FIFO open itself, so an
-attachment ending never closes the workload's stdin. Never signals the workload.
+Called by `LocalProvider.attach`. Output follows the log from its current end. Input
+goes to the FIFO the supervisor gave the workload as stdin when the Pod asked for one
+(`stdin: true`); the supervisor holds the FIFO open itself, so an attachment ending
+never closes the workload's stdin. Never signals the workload.
 """
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import BinaryIO
 
 from providers.base import LogOptions
@@ -49,14 +48,6 @@ def tail_offset(handle: BinaryIO, lines: int) -> int:
         if pos == 0:
             return 0
         block *= 2
-
-
-def ns_from_datetime(moment: datetime) -> int:
-    """Nanoseconds since the epoch (a naive datetime is taken as UTC)."""
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
 class StampIndex:
@@ -121,7 +112,7 @@ class FileLogStream:
         self._index_handle = index
         self._options = options
         self._finished = finished
-        self._since = ns_from_datetime(options.since) if options.since else None
+        self._since = stamp.ns_from_datetime(options.since) if options.since else None
         self._plain = self._since is None and not options.timestamps
         self._stamps: StampIndex | None = None
         if not self._plain:
@@ -156,10 +147,13 @@ class FileLogStream:
                 if self._remaining == 0:
                     self._release()
                     return b""
-                done = not self._options.follow or self._finished()
                 if self._fill():
                     continue
-                if done:
+                # Nothing new: is that the end? (Asked only now, not per block of backlog,
+                # and read once more after a yes: output written just before it counts.)
+                if not self._options.follow or self._finished():
+                    if self._fill():
+                        continue
                     self._release()
                     return b""
             self._closed.wait(POLL_SECONDS)

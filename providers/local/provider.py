@@ -233,12 +233,17 @@ class LocalProvider:
                 index.close()
             raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
 
-    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+    def _running(self, instance_id: InstanceId) -> Path:
+        """The folder of a RUNNING instance; NotFound (with its state) otherwise."""
         path = self._existing(instance_id)
         instance = self.get(instance_id)
         if instance is None or instance.state is not InstanceState.RUNNING:
             state = instance.state.value if instance else "gone"
             raise NotFound(f"instance {instance_id} is not running ({state})")
+        return path
+
+    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+        path = self._running(instance_id)
         if not command:
             raise NotSupported("exec needs a command")
         entry = _Folder(path)
@@ -254,11 +259,7 @@ class LocalProvider:
             raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
-        path = self._existing(instance_id)
-        instance = self.get(instance_id)
-        if instance is None or instance.state is not InstanceState.RUNNING:
-            state = instance.state.value if instance else "gone"
-            raise NotFound(f"instance {instance_id} is not running ({state})")
+        path = self._running(instance_id)
 
         def exit_code() -> int | None:
             record = _Folder(path).record(folder.EXIT_FILE)

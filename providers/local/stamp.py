@@ -1,16 +1,14 @@
 """Receive timestamps in the kubelet's log format: RFC3339, UTC, nine fraction digits.
 
-Used by the supervisor to stamp each output line and by the log reader to filter and
-strip them. Every stamp is exactly `STAMP_LENGTH` bytes, so a record's prefix can be cut
-by position. Pure apart from reading the clock in `now_stamp`.
+Used by the provider and supervisor for the times in their records, and by the log reader
+to show arrival times (`timestamps`) and compare them with `since`. Pure apart from reading
+the clock in `now_stamp`.
 """
 
 from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-
-STAMP_LENGTH = 30  # len("2026-11-30T11:25:44.123456789Z")
 
 
 def stamp_from_ns(epoch_ns: int) -> str:
@@ -23,12 +21,12 @@ def now_stamp() -> str:
     return stamp_from_ns(time.time_ns())
 
 
-def stamp_from_datetime(moment: datetime) -> str:
-    """A datetime as a stamp; a naive datetime is taken as UTC."""
+def ns_from_datetime(moment: datetime) -> int:
+    """Nanoseconds since the epoch (a naive datetime is taken as UTC)."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    moment = moment.astimezone(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{moment.microsecond * 1000:09d}Z"
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
 
 
 def datetime_from_stamp(stamp: str) -> datetime:

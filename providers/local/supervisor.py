@@ -1,8 +1,8 @@
 """The supervisor: `python -m providers.local.supervisor <instance folder>`.
 
 Started by `launch.start_supervisor`; detaches into its own session so it outlives the
-manager, runs the workload as its child (in the workload's own process group), stamps
-each output line into the log and records the exit code. On SIGTERM it forwards TERM to
+manager, runs the workload as its child (in the workload's own process group), appends its
+output to the log with an index of arrival times, and records the exit code. On SIGTERM it forwards TERM to
 the workload's group and sends KILL after the grace period. Never logs the env.
 """
 

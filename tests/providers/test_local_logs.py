@@ -16,7 +16,7 @@ from local_cleanup import kill_leftovers
 
 from providers.base import ClaimName, InstanceId, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import NotSupported
-from providers.local import LocalProvider, folder, logs
+from providers.local import LocalProvider, folder, logs, stamp
 from tests.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
@@ -53,7 +53,7 @@ def fake_instance(provider: LocalProvider, chunks: list[tuple[str, bytes]]) -> I
     offset, index = 0, b""
     for arrived, data in chunks:
         moment = datetime.fromisoformat(arrived.replace("Z", "+00:00"))
-        index += folder.INDEX_ENTRY.pack(offset, logs.ns_from_datetime(moment))
+        index += folder.INDEX_ENTRY.pack(offset, stamp.ns_from_datetime(moment))
         offset += len(data)
     (path / folder.LOG_FILE).write_bytes(b"".join(data for _, data in chunks))
     (path / folder.LOG_INDEX_FILE).write_bytes(index)
