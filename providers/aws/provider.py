@@ -12,7 +12,7 @@ import builtins
 import hashlib
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -111,7 +111,9 @@ class AwsProvider:
             )  # fmt: skip
             user_data = render_user_data(pod, request.env, boot)
             tags = self._tags(pod, request, host_key.public_line)
-            data = self._launch(region, choices, tier, ami, user_data, tags, secrets=list(request.env.values()))
+            data = self._launch(
+                region, choices, tier, ami, user_data, tags, claim=request.claim, secrets=list(request.env.values())
+            )
         logger.info("launched %s for claim %s in %s (%s, %s)", data["InstanceId"], request.claim, region,
                     data.get("InstanceType"), tier.value)  # fmt: skip
         credential = ConnectCredential(
@@ -170,16 +172,15 @@ class AwsProvider:
         user_data: bytes,
         tags: list[dict[str, str]],
         *,
+        claim: str,
         secrets: Sequence[str],
     ) -> dict[str, Any]:
         """RunInstances on each instance type in turn; a capacity refusal moves to the next."""
         refusal: CapacityRefusal | None = None
         for entry in choices:
             try:
-                result = self._ec2.call(
-                    region, "run_instances", secrets=secrets, **self._run_params(region, entry, tier, ami, user_data,
-                                                                                  tags),
-                )  # fmt: skip
+                params = self._run_params(region, entry, tier, ami, user_data, tags, claim=claim)
+                result = self._ec2.call(region, "run_instances", secrets=secrets, **params)
                 return dict(result["Instances"][0])
             except CapacityRefusal as exc:
                 if error_code(exc) in SPOT_PRICE_CODES:
@@ -190,9 +191,8 @@ class AwsProvider:
 
     def _run_params(
         self, region: str, entry: catalog.CatalogEntry, tier: Tier, ami: str, user_data: bytes,
-        tags: list[dict[str, str]],
+        tags: list[dict[str, str]], *, claim: str,
     ) -> dict[str, Any]:  # fmt: skip
-        claim = next(tag["Value"] for tag in tags if tag["Key"] == status.TAG_CLAIM)
         params: dict[str, Any] = {
             "ImageId": ami,
             "InstanceType": entry.instance_type,
@@ -236,13 +236,8 @@ class AwsProvider:
             return self._claim_locks.setdefault(claim, threading.Lock())
 
     def _find_claim(self, region: str, claim: str) -> Instance | None:
-        for page in self._ec2.pages(region, "describe_instances", Filters=self._filters(claim=claim)):
-            for reservation in page.get("Reservations") or ():
-                for data in reservation.get("Instances") or ():
-                    instance = status.instance_from(data, region)
-                    if instance is not None:
-                        return instance
-        return None
+        pages = self._ec2.pages(region, "describe_instances", Filters=self._filters(claim=claim))
+        return next(_instances(pages, region), None)
 
     def _filters(self, *, claim: str | None = None) -> list[dict[str, Any]]:
         filters = [
@@ -294,17 +289,10 @@ class AwsProvider:
         return [instance for found in pages for instance in found]
 
     def _list_region(self, region: str) -> builtins.list[Instance]:
-        found = []
         pages = self._ec2.pages(
             region, "describe_instances", Filters=self._filters(), PaginationConfig={"PageSize": 1000}
         )
-        for page in pages:
-            for reservation in page.get("Reservations") or ():
-                for data in reservation.get("Instances") or ():
-                    instance = status.instance_from(data, region)
-                    if instance is not None:
-                        found.append(instance)
-        return found
+        return builtins.list(_instances(pages, region))
 
     # -- offerings and regions ----------------------------------------------------------------
     def offerings(self) -> builtins.list[Offering]:
@@ -398,3 +386,13 @@ class AwsProvider:
 def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
     return provider, provider, provider
+
+
+def _instances(pages: Sequence[Mapping[str, Any]], region: str) -> Iterator[Instance]:
+    """Our instances in DescribeInstances pages (pages > reservations > instances)."""
+    for page in pages:
+        for reservation in page.get("Reservations") or ():
+            for data in reservation.get("Instances") or ():
+                instance = status.instance_from(data, region)
+                if instance is not None:
+                    yield instance
