@@ -71,7 +71,7 @@ class PlacementController:
         self._events = events
         self._workers = workers
         self._spread = requeue_spread
-        self.queue = queue or WorkQueue()
+        self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, retry_at)
         self._waiting: set[str] = set()  # keys waiting for a blocklist expiry

@@ -18,6 +18,7 @@ from typing import Any
 
 from vnode import observe
 from vnode.kube import Kube, KubeError, path_for
+from vnode.status import rfc3339
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class EventRecorder:
                 self._seen = {k: t for k, t in self._seen.items() if now - t < self._dedupe}
         namespace = str(meta.get("namespace") or "default")
         observe.current().event_recorded(kind, namespace, str(meta.get("name")), event_type, reason, message)
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = rfc3339(datetime.now(UTC))
         event = {
             "apiVersion": "v1",
             "kind": "Event",

@@ -342,9 +342,7 @@ class Handler:
             return []
         changed: list[str] = []
         lag = self.capabilities().list_lag
-        with self._lock:
-            entries = list(self._tracked.values())
-        for entry in entries:
+        for entry in self.tracked_entries():
             if entry.terminal or entry.instance_id is None:
                 continue
             instance = snapshot.get(entry.claim)
@@ -426,17 +424,15 @@ class Handler:
     def get_stats_summary(self) -> JsonDict:
         """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods
         whose provider reports no usage are listed without cpu and memory."""
-        now = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = status.rfc3339(self._now())
         pods: list[JsonDict] = []
-        with self._lock:
-            entries = list(self._tracked.values())
-        for entry in entries:
+        for entry in self.tracked_entries():
             instance = entry.last_instance
             container = (((entry.pod.get("spec") or {}).get("containers")) or [{}])[0].get("name", "")
             stats: JsonDict = {"name": container}
             usage = instance.usage if instance is not None else None
             if instance is not None and instance.started_at is not None:
-                stats["startTime"] = instance.started_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                stats["startTime"] = status.rfc3339(instance.started_at)
             if usage is not None and usage.cpu_nano_cores is not None:
                 stats["cpu"] = {"time": now, "usageNanoCores": usage.cpu_nano_cores}
             if usage is not None and usage.memory_bytes is not None:

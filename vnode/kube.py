@@ -20,7 +20,6 @@ from kubernetes import config as k8s_config
 JsonDict = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
-STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
 class KubeError(Exception):

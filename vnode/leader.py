@@ -16,7 +16,7 @@ from typing import Any
 
 from vnode import observe
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
-from vnode.nodecontroller import micro_time
+from vnode.status import micro_time
 
 logger = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from typing import Any
 from vnode import names, observe
 from vnode.handler import Handler
 from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
+from vnode.status import micro_time, rfc3339
 from vnode.threads import join_within
 
 logger = logging.getLogger(__name__)
@@ -26,14 +27,6 @@ logger = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
 VERSION = "nebula-0.1.0"
 DEFAULT_CAPACITY = {"cpu": "1k", "memory": "10Ti", "pods": "1k", "nvidia.com/gpu": "1k"}
-
-
-def micro_time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def second_time(moment: datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class NodeController:
@@ -184,8 +177,8 @@ class NodeController:
                 "status": status,
                 "reason": reason,
                 "message": message,
-                "lastHeartbeatTime": second_time(now),
-                "lastTransitionTime": second_time(now) if moved else previous["lastTransitionTime"],  # type: ignore[index]
+                "lastHeartbeatTime": rfc3339(now),
+                "lastTransitionTime": rfc3339(now) if moved else previous["lastTransitionTime"],  # type: ignore[index]
             }
             self._conditions[kind] = condition
             result.append(condition)

@@ -54,7 +54,7 @@ class PodController:
         self._watch_kube = watch_kube
         self._events = events
         self._workers = workers
-        self.queue = queue or WorkQueue()
+        self.queue = queue if queue is not None else WorkQueue()
         self._tombstones: dict[str, JsonDict] = {}
         self._waiting: dict[Source, set[str]] = {}  # missing source -> Pod keys
         self._source_reflectors: dict[Source, Reflector] = {}
@@ -79,8 +79,7 @@ class PodController:
         while not self.pods.synced.wait(0.1):
             if self._stop.is_set():
                 return
-        for pod in self.pods.snapshot():
-            self.queue.add(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
+        # The first list already queued every Pod on the node (through `_on_pod`).
         self._reconciled.set()
         for index in range(self._workers):
             self._spawn(self._work, f"pod worker {index}")

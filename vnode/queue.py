@@ -95,19 +95,9 @@ class WorkQueue:
                 self._push(key, redirty)
             return 0
 
-    def forget(self, key: str) -> None:
-        """Drop a waiting key and its backoff history."""
-        with self._cond:
-            self._due.pop(key, None)
-            self._failures.pop(key, None)
-
     def failures(self, key: str) -> int:
         with self._cond:
             return self._failures.get(key, 0)
-
-    def __len__(self) -> int:
-        with self._cond:
-            return len(self._due)
 
     def close(self) -> None:
         """Wake every waiting worker; `get` returns None from now on."""

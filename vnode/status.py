@@ -22,6 +22,11 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def micro_time(moment: datetime) -> str:
+    """A MicroTime (Lease renew and acquire times): microseconds, Z."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def _phase_reason_message(instance: Instance) -> tuple[str, str, str]:
     state = instance.state
     if state is InstanceState.PROVISIONING:
@@ -174,13 +179,6 @@ def failed_status(pod: Mapping[str, Any], *, reason: str, message: str, now: dat
     return _compose(
         pod, phase="Failed", reason=reason, message=message, state=state, ready=False, container_id="", now=now
     )
-
-
-def pending_status(pod: Mapping[str, Any], *, reason: str, message: str) -> JsonDict:
-    """A non-terminal status that says why the Pod waits (config error, retrying)."""
-    status = dict(pod.get("status") or {})
-    status.update({"phase": "Pending", "reason": reason, "message": message})
-    return status
 
 
 def _is_ip(text: str) -> bool:
