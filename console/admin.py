@@ -166,7 +166,7 @@ class BlocklistEntryAdmin(ReadOnlyAdmin):
             )
             return TemplateResponse(request, "admin/console/blocklistentry/clear_confirmation.html", context)
         actor = request.user.get_username()
-        if not clear_block(current, entry_id, actor=actor):
+        if not current.clear_block(entry_id, actor=actor):
             gone = f"Blocklist entry {entry_id} is gone already (expired or cleared)."
             self.message_user(request, gone, messages.WARNING)
             return HttpResponseRedirect(changelist)
@@ -192,16 +192,6 @@ class RecentEventAdmin(ReadOnlyAdmin):
     @admin.display(description="object")
     def subject(self, obj: models.RecentEvent) -> str:
         return obj.name if obj.kind == "Node" else f"{obj.namespace}/{obj.name}"
-
-
-def clear_block(current: runtime.Runtime, entry_id: str, *, actor: str) -> bool:
-    """Clear one entry in memory. Placement, when it runs, logs it and records the Event."""
-    if current.placement is not None:
-        return current.placement.clear_block(entry_id, actor=actor)
-    if current.blocklist is None or not current.blocklist.clear(entry_id):
-        return False
-    logger.info("blocklist entry %s cleared by %s", entry_id, actor)
-    return True
 
 
 def seconds_text(seconds: float) -> str:

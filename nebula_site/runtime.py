@@ -2,12 +2,14 @@
 placement (pool cache included).
 
 `manage.py runvnode` fills it (`install`) once its Runners and placement run, and empties it
-(`clear`) on the way out; the REST API reads it (`current`). Read-only views of memory: nothing
-here starts, stops or changes operational state.
+(`clear`) on the way out; the REST API and the admin read it (`current`). Read-only views of
+memory, but for the one operator action both offer, `Runtime.clear_block`: nothing here
+starts or stops anything.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,12 +18,24 @@ from placement.blocklist import Blocklist
 from placement.wiring import Placement
 from vnode.handler import Handler
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class Runtime:
     handlers: tuple[Handler, ...] = ()
     blocklist: Blocklist | None = None
     placement: Placement | None = None
+
+    def clear_block(self, entry_id: str, *, actor: str) -> bool:
+        """Clear one blocklist entry in memory; False if there is none. Placement, when it
+        runs, logs it and records the Event."""
+        if self.placement is not None:
+            return self.placement.clear_block(entry_id, actor=actor)
+        if self.blocklist is None or not self.blocklist.clear(entry_id):
+            return False
+        logger.info("blocklist entry %s cleared by %s", entry_id, actor)
+        return True
 
 
 _lock = threading.Lock()

@@ -15,8 +15,7 @@ from placement import admission
 
 
 def _failure(code: int, message: str) -> JsonResponse:
-    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message}
-    return JsonResponse(body, status=code)
+    return JsonResponse(admission.status_body(code, message), status=code)
 
 
 @csrf_exempt

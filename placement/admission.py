@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from placement.request import labels
 from vnode import names
 
 API_VERSION = "admission.k8s.io/v1"
@@ -33,18 +34,18 @@ def review(body: bytes, *, outage_seconds: int | None = None) -> tuple[int, Json
     400 with a Status when the body is not an AdmissionReview at all (no uid to answer to);
     200 with `allowed: false` and a 400 result when it has a uid but a broken Pod."""
     if len(body) > MAX_BODY:
-        return 413, _status(413, f"request body over {MAX_BODY} bytes")
+        return 413, status_body(413, f"request body over {MAX_BODY} bytes")
     try:
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        return 400, _status(400, "the body is not JSON; expected an admission.k8s.io/v1 AdmissionReview")
+        return 400, status_body(400, "the body is not JSON; expected an admission.k8s.io/v1 AdmissionReview")
     if not isinstance(document, Mapping) or document.get("kind") != "AdmissionReview":
-        return 400, _status(400, "expected kind AdmissionReview")
+        return 400, status_body(400, "expected kind AdmissionReview")
     if document.get("apiVersion") != API_VERSION:
-        return 400, _status(400, f"expected apiVersion {API_VERSION}, got {document.get('apiVersion')!r}")
+        return 400, status_body(400, f"expected apiVersion {API_VERSION}, got {document.get('apiVersion')!r}")
     request = document.get("request")
     if not isinstance(request, Mapping) or not isinstance(request.get("uid"), str) or not request["uid"]:
-        return 400, _status(400, "request.uid is required")
+        return 400, status_body(400, "request.uid is required")
     uid = request["uid"]
     if request.get("operation", "CREATE") != "CREATE" or not _is_pod(request):
         return 200, _answer(uid, allowed=True)
@@ -61,9 +62,8 @@ def review(body: bytes, *, outage_seconds: int | None = None) -> tuple[int, Json
 def pod_patch(pod: Mapping[str, Any], *, outage_seconds: int | None = None) -> list[JsonDict]:
     """The JSONPatch that gates an opted-in, unbound Pod; empty for every other Pod.
     Idempotent: a Pod that already has the gate and the tolerations gets an empty patch."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
     spec = pod["spec"]
-    if labels.get(names.ENABLED_LABEL) != "true" or spec.get("nodeName"):
+    if labels(pod).get(names.ENABLED_LABEL) != "true" or spec.get("nodeName"):
         return []
     ops: list[JsonDict] = []
     gates = spec.get("schedulingGates")
@@ -136,5 +136,5 @@ def _answer(
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
 
 
-def _status(code: int, message: str) -> JsonDict:
+def status_body(code: int, message: str) -> JsonDict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message}

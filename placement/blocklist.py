@@ -44,9 +44,6 @@ class BlockEntry:
     expires_at: datetime
     seconds_left: float
 
-    def covers(self, provider: str, *, accelerator: str | None, tier: Tier | None, region: str | None) -> bool:
-        return scope_covers(self.scope, provider, accelerator=accelerator, tier=tier, region=region)
-
 
 def scope_covers(
     scope: BlockScope, provider: str, *, accelerator: str | None, tier: Tier | None, region: str | None

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from placement.optimizer import ProviderView
 from providers.base import Offering, Provider
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 class _Cached:
     offerings: tuple[Offering, ...] | None = None
     fetched_at: float = -1e18
-    lock: threading.Lock | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Catalog:
@@ -36,22 +36,13 @@ class Catalog:
         self._providers = dict(providers)
         self._ttl = ttl
         self._clock = clock
-        self._cache = {name: _Cached(lock=threading.Lock()) for name in self._providers}
-
-    def names(self) -> list[str]:
-        return list(self._providers)
+        self._cache = {name: _Cached() for name in self._providers}
 
     def views(self) -> dict[str, ProviderView]:
         return {name: self._view(name, provider) for name, provider in self._providers.items()}
 
-    def refresh(self) -> None:
-        """Forget every cached answer (e.g. after a refusal, when availability moved)."""
-        for cached in self._cache.values():
-            cached.fetched_at = -1e18
-
     def _view(self, name: str, provider: Provider) -> ProviderView:
         cached = self._cache[name]
-        assert cached.lock is not None
         with cached.lock:  # single flight per provider
             if self._clock() - cached.fetched_at >= self._ttl:
                 try:

@@ -23,7 +23,7 @@ from typing import Any
 from placement.blocklist import Blocklist
 from placement.catalog import Catalog
 from placement.optimizer import Candidate, Decision, count_candidates, decide
-from placement.poolcache import PoolCache, PoolState, pool_status
+from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
 from providers.base import Tier
 from vnode import names, observe
@@ -76,7 +76,6 @@ class PlacementController:
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, retry_at)
         self._waiting: set[str] = set()  # keys waiting for a blocklist expiry
         self._lock = threading.Lock()
-        self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.pods = Reflector(
             watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
@@ -91,7 +90,7 @@ class PlacementController:
             thread.start()
 
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
-        self._stop.set()
+        """Stop intake (the workers end when the queue closes); returns those still busy after `timeout`."""
         self.pods.stop()
         self.queue.close()
         return join_within(list(self._threads), timeout)
@@ -170,7 +169,7 @@ class PlacementController:
     def _signature(self, pod: JsonDict) -> tuple[Any, ...]:
         pool_name = labels(pod).get(names.POOL_LABEL, "")
         state = self._pools.get(pool_name) if pool_name else None
-        pool_sig = None if state is None else (_generation(state), state.error)
+        pool_sig = None if state is None else (generation(state.raw), state.error)
         meta = pod.get("metadata") or {}
         # What placement reads of the Pod; its status (the scheduler's SchedulingGated
         # condition, say) is left out so a status write does not buy another attempt.
@@ -344,7 +343,3 @@ def ungate_patch(pod: JsonDict, provider: str, annotations: dict[str, str]) -> l
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
     return ops
-
-
-def _generation(state: PoolState) -> Any:
-    return (state.raw.get("metadata") or {}).get("generation")

@@ -76,7 +76,7 @@ class PoolCache:
                 self._states.pop(key, None)
             else:
                 self._states[key] = _parse(key, obj)
-        spec_moved = obj is None or before is None or _generation(before.raw) != _generation(obj)
+        spec_moved = obj is None or before is None or generation(before.raw) != generation(obj)
         if spec_moved and self._on_change is not None:
             self._on_change(key)
 
@@ -109,7 +109,7 @@ def _parse(name: str, obj: JsonDict) -> PoolState:
         return PoolState(name, None, str(exc), obj)
 
 
-def _generation(obj: JsonDict) -> Any:
+def generation(obj: JsonDict) -> Any:
     return (obj.get("metadata") or {}).get("generation")
 
 
@@ -118,7 +118,7 @@ def pool_status(state: PoolState, *, candidate_count: int) -> JsonDict:
     valid = state.pool is not None
     message = f"{candidate_count} candidates from the registered providers" if valid else f"invalid pool: {state.error}"
     return {
-        "observedGeneration": _generation(state.raw) or 0,
+        "observedGeneration": generation(state.raw) or 0,
         "candidateCount": candidate_count if valid else 0,
         "conditions": [
             {

@@ -116,15 +116,7 @@ class BlocklistViewSet(_ListView, mixins.RetrieveModelMixin, mixins.DestroyModel
         """Clear one entry now (staff only): placement may use the scope again at once."""
         entry_id = str(kwargs.get("pk", ""))
         self._entry(entry_id)
-        current = runtime.current()
-        actor = request.user.get_username()
-        if current.placement is not None:
-            cleared = current.placement.clear_block(entry_id, actor=actor)
-        else:
-            cleared = current.blocklist is not None and current.blocklist.clear(entry_id)
-            if cleared:
-                logger.info("blocklist entry %s cleared by %s", entry_id, actor)
-        if not cleared:
+        if not runtime.current().clear_block(entry_id, actor=request.user.get_username()):
             raise NotFound(f"no blocklist entry {entry_id}")
         return Response(status=status.HTTP_204_NO_CONTENT)
 

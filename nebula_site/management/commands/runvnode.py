@@ -259,9 +259,7 @@ class Command(BaseCommand):
         )
         try:
             server.start()
-        except (OSError, ValueError) as exc:
-            raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
-        except Exception as exc:  # Twisted's CannotListenError and friends
+        except Exception as exc:  # OSError, ValueError (certificates), Twisted's CannotListenError
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
         scheme = "https" if options["console_tls"] or options["console_cert"] else "http"
         where = f"{scheme}://{console[0] or '*'}:{server.console_port}" if server.console_port else "not served"
