@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from devcluster import admission, discovery, protobuf, selectors, tables
 from devcluster.errors import ApiError, bad_request, not_found
 from devcluster.registry import Registry, ResourceType
-from devcluster.resources import PATCH_TYPES, Resources
+from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
 from devcluster.routing import Discovery, ResourceRoute, resolve
 from devcluster.routing import not_found as route_not_found
 
@@ -78,7 +78,6 @@ class ProxyReply:
     host: str
     port: int
     target: str
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 AnyReply = Reply | WatchReply | ProxyReply
@@ -204,7 +203,6 @@ class Api:
                     "the body of the request was in an unknown format - accepted media types include: "
                     + ", ".join(PATCH_TYPES),
                 )
-            self._check_size(request)
             obj, created = self.resources.patch(
                 rt, ns, route.name, content_type, request.body, subresource=sub, dry_run=dry_run
             )
@@ -214,13 +212,8 @@ class Api:
         options = self._delete_options(request, options)
         return json_reply(200, self.resources.delete(rt, ns, route.name, options, dry_run=dry_run))
 
-    def _check_size(self, request: Request) -> None:
-        if len(request.body) > MAX_BODY:
-            raise ApiError(413, "the request body is too large", reason="RequestEntityTooLarge")
-
     def _body(self, request: Request) -> Any:
         """Decode a JSON, YAML or protobuf request body; 400 on malformed input, 415 on unknown types."""
-        self._check_size(request)
         media = _media_type(request.header("content-type")) or "application/json"
         if media == PROTOBUF:
             try:
@@ -228,17 +221,9 @@ class Api:
             except protobuf.ProtobufError as err:
                 raise ApiError(415, f"the body of the request was in an unknown format: {err}") from None
         if media in ("application/json", "*/*"):
-            try:
-                return json.loads(request.body or b"null")
-            except (ValueError, UnicodeDecodeError) as err:
-                raise bad_request(f"the request body is invalid JSON: {err}") from None
+            return load_json(request.body or b"null")
         if media in ("application/yaml", "application/x-yaml"):
-            import yaml
-
-            try:
-                return yaml.safe_load(request.body)
-            except yaml.YAMLError as err:
-                raise bad_request(f"the request body is invalid YAML: {err}") from None
+            return load_yaml(request.body)
         raise ApiError(
             415,
             f"the body of the request was in an unknown format - accepted media types include: "

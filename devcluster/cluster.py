@@ -142,8 +142,7 @@ class DevCluster:
         return [self.apply_manifest(doc) for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
 
     def _seed(self) -> None:
-        namespaces = self.registry.lookup("", "v1", "namespaces")
-        assert namespaces is not None
+        namespaces = self.resources.builtin("", "v1", "namespaces")
         for name in INITIAL_NAMESPACES:
             if self.store.get(namespaces.storage_key, "", name) is None:
                 self.resources.create(namespaces, "", {"metadata": {"name": name}})

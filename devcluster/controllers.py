@@ -24,7 +24,7 @@ from devcluster.watch import Change
 
 log = logging.getLogger(__name__)
 
-DEPLOYMENTS, REPLICASETS, PODS, EVENTS = "apps/deployments", "apps/replicasets", "/pods", "/events"
+DEPLOYMENTS, REPLICASETS, PODS = "apps/deployments", "apps/replicasets", "/pods"
 TEMPLATE_HASH = "pod-template-hash"
 Obj = dict[str, Any]
 
@@ -232,7 +232,4 @@ class AppsController(ControlLoop):
             log.debug("apps controller write skipped: %s", exc.message)
 
     def _rt(self, plural: str) -> Any:
-        group = "apps" if plural in ("deployments", "replicasets") else ""
-        rt = self.resources.registry.lookup(group, "v1", plural)
-        assert rt is not None, f"{plural} is always registered"
-        return rt
+        return self.resources.builtin("apps" if plural in ("deployments", "replicasets") else "", "v1", plural)

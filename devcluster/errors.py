@@ -80,11 +80,6 @@ def failure_status(
     return status
 
 
-def success_status(*, name: str = "", kind: str = "", uid: str = "") -> dict[str, Any]:
-    details = {k: v for k, v in (("name", name), ("kind", kind), ("uid", uid)) if v}
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
-
-
 def not_found(plural: str, name: str, *, group: str = "") -> ApiError:
     qualified = f"{plural}.{group}" if group else plural
     return ApiError(404, f'{qualified} "{name}" not found', name=name, kind=plural, group=group or None)

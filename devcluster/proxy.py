@@ -199,8 +199,7 @@ def forward(
 
 
 def _upgrade_requested(headers: list[tuple[str, str]]) -> bool:
-    tokens = {t.strip().lower() for name, value in headers if name.lower() == "connection" for t in value.split(",")}
-    return "upgrade" in tokens and any(name.lower() == "upgrade" for name, _ in headers)
+    return "upgrade" in _connection_tokens(headers) and any(name.lower() == "upgrade" for name, _ in headers)
 
 
 def _connection_tokens(headers: list[tuple[str, str]]) -> set[str]:

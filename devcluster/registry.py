@@ -35,10 +35,6 @@ class ResourceType:
         return f"{self.group}/{self.version}" if self.group else self.version
 
     @property
-    def group_version(self) -> str:
-        return self.api_version
-
-    @property
     def storage_key(self) -> str:
         """Objects are stored per group and plural, shared by every served version."""
         return f"{self.group}/{self.plural}"

@@ -87,7 +87,7 @@ class Resources:
         with self.store.lock:
             old = self.store.get(rt.storage_key, namespace if rt.namespaced else "", name)
             if content_type == APPLY_PATCH:
-                applied = _load_yaml(raw)
+                applied = load_yaml(raw)
                 if old is None:
                     if subresource:
                         raise not_found(rt.plural, name, group=rt.group)
@@ -97,7 +97,7 @@ class Resources:
             else:
                 if old is None:
                     raise not_found(rt.plural, name, group=rt.group)
-                new = self._merge(rt, old, _load_json(raw), content_type)
+                new = self._merge(rt, old, load_json(raw), content_type)
             new = self._checked_body(rt, namespace, new, name=name)
             return self._update(rt, old, new, subresource=subresource, dry_run=dry_run), False
 
@@ -129,7 +129,7 @@ class Resources:
 
     def bind(self, namespace: str, name: str, binding: Any) -> Obj:
         """POST pods/{name}/binding: what the scheduler does to assign a node."""
-        pods = self._rt("", "v1", "pods")
+        pods = self.builtin("", "v1", "pods")
         target = (binding or {}).get("target") if isinstance(binding, dict) else None
         node = target.get("name") if isinstance(target, dict) else None
         if not node:
@@ -143,12 +143,13 @@ class Resources:
                 raise conflict("pods", name, f"pod {name} is being deleted, cannot be assigned to a host")
             return self.store.put(pods.storage_key, bound_pod(pod, node, timestamp(self.clock())))
 
-    # -- internals ---------------------------------------------------------------------------
-
-    def _rt(self, group: str, version: str, plural: str) -> ResourceType:
+    def builtin(self, group: str, version: str, plural: str) -> ResourceType:
+        """A built-in type, which is always registered."""
         rt = self.registry.lookup(group, version, plural)
         assert rt is not None, f"built-in {plural} is always registered"
         return rt
+
+    # -- internals ---------------------------------------------------------------------------
 
     def _checked_body(self, rt: ResourceType, namespace: str, body: Any, *, name: str | None = None) -> Obj:
         if not isinstance(body, dict):
@@ -332,11 +333,9 @@ class Resources:
         gone = self.store.remove(rt.storage_key, meta.get("namespace", ""), meta["name"])
         assert gone is not None
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
-            for served in self.registry.unregister_crd(obj):
-                for item in self.store.list_objects(served.storage_key)[0]:
-                    m = item["metadata"]
-                    if self.store.get(served.storage_key, m.get("namespace", ""), m["name"]) is not None:
-                        self.store.remove(served.storage_key, m.get("namespace", ""), m["name"])
+            for storage_key in {served.storage_key for served in self.registry.unregister_crd(obj)}:  # one per CRD
+                for item in self.store.list_objects(storage_key)[0]:
+                    self.store.remove(storage_key, item["metadata"].get("namespace", ""), item["metadata"]["name"])
         if rt.kind == "Namespace" and rt.builtin:
             for key, item in self.store.all_objects():
                 if item["metadata"].get("namespace") == meta["name"]:
@@ -347,8 +346,9 @@ class Resources:
 
     def _collect_garbage(self) -> None:
         """Background propagation: delete every object whose owners are all gone."""
-        live = {obj["metadata"].get("uid") for _, obj in self.store.all_objects()}
-        for key, obj in self.store.all_objects():
+        objects = self.store.all_objects()
+        live = {obj["metadata"].get("uid") for _, obj in objects}
+        for key, obj in objects:
             owners = obj["metadata"].get("ownerReferences") or []
             uids = [o.get("uid") for o in owners if isinstance(o, dict)]
             if not uids or any(uid in live for uid in uids) or obj["metadata"].get("deletionTimestamp"):
@@ -377,14 +377,14 @@ def _same(old: Obj, new: Obj) -> bool:
     return a == b
 
 
-def _load_json(raw: bytes) -> Any:
+def load_json(raw: bytes) -> Any:
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise bad_request(f"the request body is invalid JSON: {err}") from None
 
 
-def _load_yaml(raw: bytes) -> Any:
+def load_yaml(raw: bytes) -> Any:
     try:
         return yaml.safe_load(raw)
     except yaml.YAMLError as err:

@@ -21,7 +21,7 @@ from devcluster.watch import Change
 
 log = logging.getLogger(__name__)
 
-PODS, NODES, EVENTS = "/pods", "/nodes", "/events"
+PODS, NODES = "/pods", "/nodes"
 
 
 class SchedulerLoop(ControlLoop):
@@ -128,8 +128,7 @@ class SchedulerLoop(ControlLoop):
             "lastTimestamp": now,
             "count": 1,
         }
-        events = self.resources.registry.lookup("", "v1", "events")
-        assert events is not None
+        events = self.resources.builtin("", "v1", "events")
         try:
             self.resources.create(events, meta["namespace"], event)
         except ApiError as err:  # e.g. the namespace went away meanwhile
