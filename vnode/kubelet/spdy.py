@@ -100,10 +100,17 @@ class _Session:
 
     _server: bool
 
-    def __init__(self, *, max_frame_size: int, max_header_block: int, max_streams: int) -> None:
+    def __init__(
+        self, *, max_frame_size: int, max_header_block: int, max_streams: int, max_data_payload: int | None = None
+    ) -> None:
+        """`max_data_payload` bounds the DATA frames we send (default `max_frame_size`, the
+        bound on what we receive)."""
         if not 0 < max_frame_size <= frames.MAX_LENGTH:
             raise ValueError(f"max_frame_size must be in 1..{frames.MAX_LENGTH}")
+        if max_data_payload is not None and not 0 < max_data_payload <= frames.MAX_LENGTH:
+            raise ValueError(f"max_data_payload must be in 1..{frames.MAX_LENGTH}")
         self.max_frame_size = max_frame_size
+        self.max_data_payload = max_data_payload or max_frame_size
         self.max_streams = max_streams
         self._buffer = bytearray()
         self._inflater = frames.HeaderInflater(limit=max_header_block)
@@ -290,7 +297,7 @@ class _Session:
         return self.data_to_send() + frame if self._pending else frame
 
     def send_data(self, stream_id: int, data: bytes, *, fin: bool = False) -> bytes:
-        """DATA frames of at most `max_frame_size` bytes each; b"" if we may not send on the
+        """DATA frames of at most `max_data_payload` bytes each; b"" if we may not send on the
         stream (never opened, reset, or already finished by us) or if there is nothing to send."""
         stream = self._streams.get(stream_id)
         if stream is None or not stream.local_open or (not data and not fin):
@@ -298,7 +305,7 @@ class _Session:
         if fin:
             stream.local_open = False
             self._forget_if_closed(stream_id, stream)
-        return self._out(frames.data_frames(stream_id, data, fin=fin, max_payload=self.max_frame_size))
+        return self._out(frames.data_frames(stream_id, data, fin=fin, max_payload=self.max_data_payload))
 
     def finish(self, stream_id: int) -> bytes:
         """An empty DATA frame with FIN: we send nothing more on this stream (half-close)."""
@@ -336,11 +343,21 @@ class ServerSession(_Session):
     _server = True
 
     def __init__(
-        self, *, max_frame_size: int = 1 << 20, max_header_block: int = 256 << 10, max_streams: int = 16
+        self,
+        *,
+        max_frame_size: int = 1 << 20,
+        max_header_block: int = 256 << 10,
+        max_streams: int = 16,
+        max_data_payload: int | None = None,
     ) -> None:
         """More than `max_streams` open streams: the extra one is answered RST_STREAM
         REFUSED_STREAM (queued, see `data_to_send`) and never reported."""
-        super().__init__(max_frame_size=max_frame_size, max_header_block=max_header_block, max_streams=max_streams)
+        super().__init__(
+            max_frame_size=max_frame_size,
+            max_header_block=max_header_block,
+            max_streams=max_streams,
+            max_data_payload=max_data_payload,
+        )
 
     def receive(self, data: bytes) -> list[Event]:
         """Frames completed by `data` as events (partial frames are kept for the next call)."""

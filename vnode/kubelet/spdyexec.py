@@ -58,7 +58,10 @@ class SpdyExecProtocol(Protocol):
         name: str,
     ) -> None:
         self._session = spdy.ServerSession(
-            max_frame_size=MAX_FRAME, max_header_block=MAX_HEADER_BLOCK, max_streams=MAX_STREAMS
+            max_frame_size=MAX_FRAME,
+            max_header_block=MAX_HEADER_BLOCK,
+            max_streams=MAX_STREAMS,
+            max_data_payload=DATA_FRAME,  # kubectl's own frame size: safe for every client
         )
         self._request = request
         self._expected = expected_streams(request, protocol)
@@ -182,8 +185,7 @@ class SpdyExecProtocol(Protocol):
     # -- on the reactor -------------------------------------------------------------------
     def _send_data(self, stream_id: int, data: bytes) -> None:
         self._in_flight.release()
-        for start in range(0, len(data), DATA_FRAME):  # kubectl's own frame size: safe for every client
-            self._call(self._session.send_data, stream_id, data[start : start + DATA_FRAME])
+        self._call(self._session.send_data, stream_id, data)
 
     def _call(self, method: Callable[..., bytes], *args: Any) -> None:
         if not self._closed:

@@ -74,6 +74,15 @@ def test_large_data_is_split_into_frames_no_longer_than_the_bound() -> None:
     assert [e.fin for e in events if isinstance(e, spdy.DataReceived)] == [False] * 5 + [True]
 
 
+def test_sent_data_frames_follow_their_own_bound_below_the_received_one() -> None:
+    client, server, ids = connect(max_frame_size=1 << 20, max_data_payload=1024)
+    payload = b"x" * 2500
+    events = client.receive(server.send_data(ids["stdout"], payload))
+    assert [len(e.data) for e in events if isinstance(e, spdy.DataReceived)] == [1024, 1024, 452]
+    with pytest.raises(ValueError, match="max_data_payload"):
+        spdy.ServerSession(max_data_payload=0)
+
+
 def test_header_names_are_lower_cased_and_repeated_values_survive() -> None:
     client, server = spdy.ClientSession(), spdy.ServerSession()
     headers = [("StreamType", "stdin"), ("X-Multi", "a"), ("x-multi", "b"), ("Empty", ""), ("latin", "caf\xe9")]
