@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 
 import daphne.server  # noqa: F401  (installs the asyncio reactor; must come first)
@@ -68,6 +68,23 @@ def on_reactor(function: Callable[..., T], *args: Any, timeout: float | None = N
     if isinstance(answer, Failure):
         answer.raiseException()
     return cast(T, answer)
+
+
+def run_unless(
+    coroutine: Coroutine[Any, Any, Any], loop: asyncio.AbstractEventLoop, gone: threading.Event, poll: float
+) -> bool:
+    """From a thread: run `coroutine` on `loop` and wait for it, giving up (and cancelling
+    it) once `gone` is set, looked at every `poll` seconds. True if it completed; its
+    exception, if any, is raised."""
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    while not gone.is_set():
+        try:
+            future.result(timeout=poll)
+            return True
+        except TimeoutError:
+            continue
+    future.cancel()
+    return False
 
 
 def event_loop() -> asyncio.AbstractEventLoop:

@@ -77,7 +77,6 @@ class RemoteSession:
         self._process: Process | None = None
         self._aborted = threading.Event()
         self._resize_buffer = b""
-        self._threads: list[threading.Thread] = []
 
     # -- input from the client (any thread, never blocks) -----------------------------------
     def stdin(self, data: bytes) -> None:
@@ -120,13 +119,8 @@ class RemoteSession:
     def start(self) -> None:
         self._spawn(self._run, "main")
 
-    def join(self, timeout: float | None = None) -> None:
-        for thread in list(self._threads):
-            thread.join(timeout)
-
     def _spawn(self, target: Callable[[], None], role: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"kubelet-{self._name}-{role}", daemon=True)
-        self._threads.append(thread)
         thread.start()
         return thread
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
-from twisted.internet import endpoints
+from twisted.internet import defer, endpoints
 
 from vnode.kubelet import certs, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
@@ -178,12 +178,7 @@ class KubeletServer(Server):  # type: ignore[misc]
                     transport.abortConnection()
                 except Exception:  # already closing: nothing left to end
                     logger.debug("aborting a connection at shutdown failed", exc_info=True)
-        for details in getattr(self, "connections", {}).values():
-            instance = details.get("application_instance")
-            if instance is not None and not instance.done():
-                instance.cancel()
-        from twisted.internet import defer
-
+        self.kill_all_applications()
         return defer.gatherResults([defer.maybeDeferred(p.stopListening) for p in ports])
 
     @property
@@ -229,7 +224,7 @@ class KubeletServer(Server):  # type: ignore[misc]
 
     def kill_all_applications(self) -> Any:
         # Daphne's version indexes "application_instance" unconditionally (KeyError after a websocket).
-        for details in self.connections.values():
+        for details in getattr(self, "connections", {}).values():
             instance = details.get("application_instance")
             if instance is not None and not instance.done():
                 instance.cancel()

@@ -18,6 +18,7 @@ from typing import Any
 from providers.base import LogStream
 from vnode import observe
 from vnode.kubelet import logparams, routes
+from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.resolve import HandlerRegistry
 
@@ -136,15 +137,7 @@ async def read_in_thread(stream: LogStream, *, name: str) -> Any:
     stop = threading.Event()
 
     def put(item: bytes | BaseException) -> bool:
-        future = asyncio.run_coroutine_threadsafe(chunks.put(item), loop)
-        while not stop.is_set():
-            try:
-                future.result(timeout=1.0)
-                return True
-            except TimeoutError:
-                continue
-        future.cancel()
-        return False
+        return run_unless(chunks.put(item), loop, stop, 1.0)
 
     def pump() -> None:
         try:

@@ -22,7 +22,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.utils import await_many_dispatch
 
 from providers.base import Process
-from vnode.kubelet import execparams, resolve, routes
+from vnode.kubelet import execparams, loop, resolve, routes
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.remote import RemoteSession
 from vnode.kubelet.resolve import HandlerRegistry
@@ -148,14 +148,7 @@ class ExecConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         async def call() -> None:
             await make()
 
-        future = asyncio.run_coroutine_threadsafe(call(), self._loop)
-        while not self._gone.is_set():
-            try:
-                future.result(timeout=0.5)
-                return
-            except TimeoutError:
-                continue
-        future.cancel()
+        loop.run_unless(call(), self._loop, self._gone, 0.5)
 
     def write(self, stream: str, data: bytes) -> None:
         self._run(lambda: self._send_frame(_CHANNELS[stream], data))
