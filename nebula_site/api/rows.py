@@ -11,10 +11,8 @@ from typing import Any
 
 from placement.blocklist import BlockEntry, describe_scope
 from placement.poolcache import PoolState
-from providers.base import Instance
 from vnode import names
 from vnode.handler import Handler
-from vnode.tracking import pod_claim, pod_key
 
 Row = dict[str, Any]
 
@@ -42,20 +40,18 @@ def block_row(entry: BlockEntry) -> Row:
 def pod_rows(handlers: Iterable[Handler]) -> list[Row]:
     rows: list[Row] = []
     for handler in handlers:
-        for pod in handler.get_pods():
-            meta = pod.get("metadata") or {}
-            status = pod.get("status") or {}
-            annotations = meta.get("annotations") or {}
-            entry = handler.tracked(pod_key(pod))
+        for entry in handler.tracked_entries():
+            status = entry.desired_status or entry.pod.get("status") or {}
+            annotations = (entry.pod.get("metadata") or {}).get("annotations") or {}
             rows.append(
                 {
-                    "namespace": meta.get("namespace", ""),
-                    "name": meta.get("name", ""),
-                    "uid": meta.get("uid", ""),
+                    "namespace": entry.namespace,
+                    "name": entry.name,
+                    "uid": entry.uid,
                     "provider": handler.provider.name,
                     "node": handler.node_name,
-                    "claim": pod_claim(pod),
-                    "instance_id": entry.instance_id if entry is not None else None,
+                    "claim": entry.claim,
+                    "instance_id": entry.instance_id,
                     "phase": status.get("phase"),
                     "reason": status.get("reason"),
                     "capacity_type": annotations.get(names.CAPACITY_TYPE_ANNOTATION),
@@ -66,25 +62,11 @@ def pod_rows(handlers: Iterable[Handler]) -> list[Row]:
     return sorted(rows, key=lambda r: (r["namespace"], r["name"]))
 
 
-def _instances(handler: Handler) -> list[Instance]:
-    """What the last list() returned. `Handler.last_instances()` gives every instance, orphans
-    included; until a Handler offers it, the tracked Pods' last facts are all we have."""
-    last_instances = getattr(handler, "last_instances", None)
-    if callable(last_instances):
-        return list(last_instances().values())
-    result: list[Instance] = []
-    for pod in handler.get_pods():
-        entry = handler.tracked(pod_key(pod))
-        if entry is not None and entry.last_instance is not None:
-            result.append(entry.last_instance)
-    return result
-
-
 def claim_rows(handlers: Iterable[Handler]) -> list[Row]:
     rows: list[Row] = []
     for handler in handlers:
-        owners = {pod_claim(pod): pod_key(pod) for pod in handler.get_pods()}
-        for instance in _instances(handler):
+        owners = {entry.claim: entry.key for entry in handler.tracked_entries()}
+        for instance in handler.last_instances().values():
             owner = owners.get(instance.claim)
             rows.append(
                 {
@@ -111,7 +93,7 @@ def node_rows(handlers: Iterable[Handler]) -> list[Row]:
             "last_list_error": handler.last_list_error,
             "last_list_seconds": round(handler.last_list_seconds, 3),
             "poll_interval": handler.poll_interval,
-            "pods": len(handler.get_pods()),
+            "pods": len(handler.tracked_entries()),
         }
         for handler in handlers
     ]
