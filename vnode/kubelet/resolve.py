@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 
 from providers.base import Attacher, Executor, LogStreamer, Process
 from vnode.handler import Handler
-from vnode.kubelet.execparams import StreamRequest
+from vnode.kubelet import routes
+from vnode.kubelet.execparams import StreamRequest, parse_stream_request
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.routes import Kind, Route
 
@@ -65,6 +66,20 @@ class HandlerRegistry:
         if not isinstance(handler.provider, kinds[capability]):
             raise Problem(404, f"provider {handler.provider.name!r} does not support {capability}")
         return handler
+
+    def starter(self, route: Route, request: StreamRequest) -> Callable[[], Process]:
+        """`process_starter` for an exec or attach route, once `target`'s checks pass."""
+        handler = self.target(route.namespace, route.pod, route.container, capability=route.kind.value)
+        return process_starter(handler, route, request)
+
+
+def stream_route(method: str, path: str, query: str) -> tuple[Route, StreamRequest]:
+    """The exec or attach route of a request and its parsed query: 404 for any other
+    path, 400 for a bad query (both transports, before anything is upgraded)."""
+    route = routes.resolve(method, path)
+    if route is None or route.kind not in routes.STREAMING:
+        raise Problem(404, "404 request not found")
+    return route, parse_stream_request(query, attach=route.kind is Kind.ATTACH)
 
 
 def process_starter(handler: Handler, route: Route, request: StreamRequest) -> Callable[[], Process]:

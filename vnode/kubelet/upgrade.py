@@ -87,23 +87,16 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         self._hand_over(protocol, spdy)
 
     def _spdy_protocol(self) -> tuple[str, SpdyExecProtocol]:
-        path = self.path.decode("latin-1")
-        route = routes.resolve(self.method.decode("latin-1"), path)
-        if route is None or route.kind not in routes.STREAMING:
-            raise Problem(404, "404 request not found")
-        attach = route.kind is routes.Kind.ATTACH
         query = self.uri.split(b"?", 1)[1].decode("latin-1") if b"?" in self.uri else ""
-        request = execparams.parse_stream_request(query, attach=attach)
+        route, request = resolve.stream_route(self.method.decode("latin-1"), self.path.decode("latin-1"), query)
+        attach = route.kind is routes.Kind.ATTACH
         connection = b",".join(self.requestHeaders.getRawHeaders(b"connection") or []).lower()
         if b"upgrade" not in connection:
             raise Problem(400, "unable to upgrade: missing upgrade headers in request")
         versions = [v.decode("latin-1") for v in self.requestHeaders.getRawHeaders(b"x-stream-protocol-version") or []]
         protocol = execparams.negotiate_spdy(versions)
-        handler = self.server.registry.target(
-            route.namespace, route.pod, route.container, capability="attach" if attach else "exec"
-        )
+        start = self.server.registry.starter(route, request)
         name = f"spdy-{route.kind.value}-{route.namespace}-{route.pod}"
-        start = resolve.process_starter(handler, route, request)
         session = SpdyExecProtocol(protocol=protocol, request=request, start_process=start, attach=attach, name=name)
         return protocol, session
 

@@ -88,17 +88,10 @@ class ExecConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self._session.start()
 
     def _prepare(self) -> tuple[Callable[[], Process], execparams.StreamRequest, bool, str]:
-        route = routes.resolve(self.scope.get("method", "GET"), self.scope["path"])
-        if route is None or route.kind not in routes.STREAMING:
-            raise Problem(404, "404 request not found")
-        attach = route.kind is routes.Kind.ATTACH
         query = self.scope.get("query_string", b"").decode("latin-1")
-        request = execparams.parse_stream_request(query, attach=attach)
-        handler = self._registry.target(
-            route.namespace, route.pod, route.container, capability="attach" if attach else "exec"
-        )
-        start = resolve.process_starter(handler, route, request)
-        return start, request, attach, f"ws-{route.kind.value}-{route.namespace}-{route.pod}"
+        route, request = resolve.stream_route(self.scope.get("method", "GET"), self.scope["path"], query)
+        start = self._registry.starter(route, request)
+        return start, request, route.kind is routes.Kind.ATTACH, f"ws-{route.kind.value}-{route.namespace}-{route.pod}"
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self._session is None:
