@@ -217,9 +217,11 @@ def test_a_client_that_disconnects_kills_the_remote_process(rig: Rig) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Running (not a zombie). The process may be reaped between the two looks, and /proc
+    then answers ENOENT or ESRCH: gone."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ")[1][0] != "Z"
