@@ -263,6 +263,14 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     kube.create(pods, late_config)
     wait_for(lambda: events(kube, "MandatorySecretNotFound"), "a missing Secret is reported")
     wait_for(lambda: events(kube, "MandatoryConfigMapNotFound"), "a missing ConfigMap is reported")
+
+    def watching(resource: str) -> bool:  # the watch for one missing object (its list found nothing)
+        return any(
+            r.verb == "watch" and r.resource == resource and r.user_agent.startswith(MANAGER_AGENT)
+            for r in cluster.request_log.snapshot()
+        )
+
+    wait_for(lambda: watching("secrets") and watching("configmaps"), "the manager watches for both")
     kube.create(path_for("secrets", namespace=WORKLOADS), secret("later", k="v"))
     kube.create(
         path_for("configmaps", namespace=WORKLOADS),
