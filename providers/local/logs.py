@@ -128,6 +128,9 @@ class FileLogStream:
         self._out: deque[bytes] = deque()  # output not yet read, in the blocks it was made in
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        # Without `follow`, the log as it is now: output written while the answer is being
+        # read is not part of it (else `tail_lines=2` on a busy workload could give 3).
+        self._end = None if options.follow else handle.seek(0, 2)
         handle.seek(start)
 
     def read(self, max_bytes: int = 65536) -> bytes:
@@ -189,7 +192,8 @@ class FileLogStream:
     def _fill(self) -> bool:
         """Turn newly written output into what the reader asked for; True if any was read."""
         assert self._handle is not None
-        data = self._handle.read(_READ_BLOCK)
+        size = _READ_BLOCK if self._end is None else min(_READ_BLOCK, self._end - self._position)
+        data = self._handle.read(size) if size > 0 else b""
         if not data:
             return False
         self._append(data if self._plain else self._by_line(data))

@@ -121,6 +121,17 @@ def test_the_log_is_the_output_byte_for_byte(provider: LocalProvider) -> None:
     assert stamped.count(b"Z x") == 1 and stamped.endswith(b"Z short\n") and b"Z tab\tcr\r\n" in stamped
 
 
+def test_a_log_read_without_follow_ends_where_the_log_ended_when_it_was_asked_for(provider: LocalProvider) -> None:
+    instance_id = fake_instance(provider, [("2026-01-01T00:00:01.000000000Z", b"one\ntwo\nthree\n")])
+    stream = provider.logs(instance_id, LogOptions(tail_lines=2))
+    with (provider.root / CLAIM / folder.LOG_FILE).open("ab") as log:
+        log.write(b"written while the answer is read\n")
+    chunks = []
+    while chunk := stream.read(4):
+        chunks.append(chunk)
+    assert b"".join(chunks) == b"two\nthree\n"
+
+
 def test_tail_reads_a_big_file_backwards_without_reading_it_all(tmp_path: Path) -> None:
     record = b"y" * 99 + b"\n"
     path = tmp_path / "output.log"
