@@ -4,7 +4,10 @@ Built by `providers.registry` from settings; called by the vnode. Each instance 
 `<state_dir>/local/<claim>/` with its records, log and a supervisor that outlives the
 manager. Rule for gone: `terminate` marks the folder and signals; once no process of
 the instance lives, the folder is deleted (by `terminate`, `get` or `list`, whichever
-sees it first), after which `get` returns None and `list` omits it.
+sees it first), after which `get` returns None and `list` omits it. Rule for an
+interrupted launch: a folder whose supervisor was never started (the manager stopped
+between creating it and launching) is launched by whoever sees it next (`provision`,
+`get` or `list`); the supervisor's launch lock keeps that to one workload (I1).
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class _Folder:
             terminate=self.record(folder.TERMINATE_FILE),
             supervisor_alive=self.supervisor_alive(),
             workload_alive=self.workload_alive(),
+            launch_error=self.record(folder.LAUNCH_ERROR_FILE),
         )
 
 
@@ -109,6 +113,7 @@ class LocalProvider:
         self._options: LocalOptions = parse_options(options)
         self._root = self._options.state_dir / "local"
         self._provision_lock = threading.Lock()
+        self._launching: set[str] = set()  # claims whose supervisor this object is starting
         self._capacity: dict[str, str] | None = None
 
     @property
@@ -135,14 +140,30 @@ class LocalProvider:
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
         launch.check_request(pod, request)
         instance_id = InstanceId(folder.instance_id_for(request.claim))
+        path = self._root / request.claim
         try:
             with self._provision_lock:
                 created = launch.create_instance(self._root, pod, request, grace_period=self._options.grace_period)
-            if created is not None:
-                self._launch(created)
+                start = self._begin_launch(path) if created is not None else self._needs_launch(path)
+            if start:
+                self._launch(path)
         except OSError as exc:
             raise Unavailable(f"cannot start instance {instance_id}: {exc.strerror or type(exc).__name__}") from exc
         return ProvisionResult(instance_id=instance_id, reserved=True, credential=None, endpoint=status.ENDPOINT)
+
+    def _begin_launch(self, path: Path) -> bool:
+        """Mark the claim as being launched by this object; False if it already is. Call
+        with the provision lock held."""
+        if path.name in self._launching:
+            return False
+        self._launching.add(path.name)
+        return True
+
+    def _needs_launch(self, path: Path) -> bool:
+        """An existing folder whose launch was interrupted, now marked as ours to launch.
+        Call with the provision lock held."""
+        observation = _Folder(path).observe()
+        return observation is not None and status.needs_launch(observation) and self._begin_launch(path)
 
     def _launch(self, path: Path) -> None:
         """Start the supervisor; if it never recorded itself, drop the folder so a retry starts afresh."""
@@ -152,6 +173,31 @@ class LocalProvider:
             if not (path / folder.LAUNCH_FILE).exists():
                 folder.remove_folder(path)
             raise
+        finally:
+            with self._provision_lock:
+                self._launching.discard(path.name)
+
+    def _resume_launch(self, path: Path) -> None:
+        """Launch, in the background, an instance whose launch an earlier process began and
+        never finished; a failure is recorded in the folder so the instance reports it."""
+        with self._provision_lock:
+            if not self._begin_launch(path):
+                return
+
+        def resume() -> None:
+            try:
+                launch.start_supervisor(path)
+            except (ProviderError, OSError) as exc:
+                message = str(exc) if isinstance(exc, ProviderError) else exc.strerror or type(exc).__name__
+                try:
+                    folder.write_json_atomic(path / folder.LAUNCH_ERROR_FILE, {"message": message})
+                except OSError:
+                    pass  # the folder went away: the instance is gone anyway
+            finally:
+                with self._provision_lock:
+                    self._launching.discard(path.name)
+
+        threading.Thread(target=resume, name=f"local-launch-{path.name}", daemon=True).start()
 
     def terminate(self, instance_id: InstanceId) -> None:
         path = self._path(instance_id)
@@ -293,9 +339,11 @@ class LocalProvider:
         observation = _Folder(path).observe()
         if observation is None:
             return None
-        instance = status.instance_from(observation, datetime.now(UTC))
+        instance = status.instance_from(observation)
         if instance is None:
             folder.remove_folder(path)
+        elif status.needs_launch(observation):
+            self._resume_launch(path)
         return instance
 
 

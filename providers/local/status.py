@@ -5,19 +5,22 @@ Called by the provider's `get` and `list`; pure, so every rule has a table-drive
 
 Rule for gone: once terminate was asked AND no process of the instance lives, the
 instance is gone (`instance_from` returns None) and the caller deletes the folder.
+
+Rule for an interrupted launch: a folder whose supervisor was never started (the manager
+stopped between creating it and launching) `needs_launch`; it stays PROVISIONING while
+the provider resumes the launch, and is FAILED only if that resumption failed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
 from providers.local import stamp
 
-LAUNCH_TIMEOUT = timedelta(seconds=60)  # a folder never launched after this is FAILED
 ENDPOINT = "127.0.0.1"
 REGION = "local"
 
@@ -36,6 +39,13 @@ class Observation:
     terminate: Mapping[str, Any] | None
     supervisor_alive: bool
     workload_alive: bool
+    launch_error: Mapping[str, Any] | None = None
+
+
+def needs_launch(obs: Observation) -> bool:
+    """Nothing was ever started for this instance and nothing asked it to stop."""
+    records = (obs.launch, obs.run, obs.exit, obs.terminate, obs.launch_error)
+    return obs.spec is not None and all(r is None for r in records) and not obs.workload_alive
 
 
 def _time(record: Mapping[str, Any] | None, key: str) -> datetime | None:
@@ -43,7 +53,7 @@ def _time(record: Mapping[str, Any] | None, key: str) -> datetime | None:
     return stamp.datetime_from_stamp(value) if isinstance(value, str) else None
 
 
-def _state_and_message(obs: Observation, now: datetime) -> tuple[InstanceState, str]:
+def _state_and_message(obs: Observation) -> tuple[InstanceState, str]:
     alive = obs.supervisor_alive or obs.workload_alive
     if obs.exit is not None:
         code = obs.exit.get("exit_code")
@@ -62,17 +72,18 @@ def _state_and_message(obs: Observation, now: datetime) -> tuple[InstanceState, 
     if obs.spec is None:
         return InstanceState.FAILED, "the instance folder has no instance record"
     if obs.launch is None and obs.run is None:
-        if now - obs.created_at < LAUNCH_TIMEOUT:
-            return InstanceState.PROVISIONING, "the supervisor is being launched"
-        return InstanceState.FAILED, "the workload was never started (did the manager stop during provision?)"
+        if obs.launch_error is not None:
+            reason = obs.launch_error.get("message") or "unknown reason"
+            return InstanceState.FAILED, f"the workload was never started: {reason}"
+        return InstanceState.PROVISIONING, "the supervisor is being launched"
     return InstanceState.FAILED, "the process is gone without a recorded exit code (was the machine restarted?)"
 
 
-def instance_from(obs: Observation, now: datetime) -> Instance | None:
-    """The instance's facts at `now`, or None when it is gone (see the module rule)."""
+def instance_from(obs: Observation) -> Instance | None:
+    """The instance's facts, or None when it is gone (see the module rule)."""
     if obs.terminate is not None and not (obs.supervisor_alive or obs.workload_alive):
         return None
-    state, message = _state_and_message(obs, now)
+    state, message = _state_and_message(obs)
     code = (obs.exit or {}).get("exit_code")
     return Instance(
         id=InstanceId(obs.instance_id),

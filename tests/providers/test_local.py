@@ -32,7 +32,7 @@ from providers.base import (
     Tier,
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
-from providers.local import LocalProvider, image_notice, proc
+from providers.local import LocalProvider, image_notice, launch, proc
 from tests.polling import wait_for
 
 DEADLINE = 30.0
@@ -303,3 +303,92 @@ def test_terminate_without_a_supervisor_signals_the_workload_group_itself(provid
     provider.terminate(result.instance_id)
     assert provider.get(result.instance_id).state is InstanceState.TERMINATING  # type: ignore[union-attr]
     wait_for(lambda: provider.get(result.instance_id) is None)
+
+
+def _interrupted_launch(provider: LocalProvider, pod: PodSpec, claim: str = "ns-pod-abcdefghij") -> Path:
+    """The folder a manager leaves when it is killed between creating it and starting the
+    supervisor: exactly what `provision` had done by then."""
+    path = launch.create_instance(provider.root, pod, request(claim), grace_period=1)
+    assert path is not None and not (path / "launch.json").exists()
+    return path
+
+
+def _supervisors_of(path: Path) -> list[int]:
+    """Pids of live supervisor processes for one instance folder, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"providers.local.supervisor" in argv and str(path).encode() in argv:
+            identity = proc.identify(int(entry.name))
+            if identity is not None and proc.is_alive(identity):
+                found.append(identity.pid)
+    return found
+
+
+def test_a_launch_interrupted_by_a_manager_crash_is_resumed_by_the_next_list_i1(tmp_path: Path) -> None:
+    """I1 across a crash inside provision: the next provider object to look launches the
+    instance instead of reporting it PROVISIONING forever, and the workload runs once."""
+    options = {"state_dir": str(tmp_path), "grace_period": 1}
+    try:
+        path = _interrupted_launch(LocalProvider("local", options), make_pod(args=("echo started; exec sleep 300",)))
+        restarted = LocalProvider("local", options)
+        assert [i.state for i in restarted.list()] == [InstanceState.PROVISIONING]
+        instance_id = InstanceId("local-ns-pod-abcdefghij")
+        wait_for(lambda: restarted.get(instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
+        wait_for(lambda: read_all(restarted, instance_id) == b"started\n")
+        restarted.list()  # another look launches nothing more
+        assert len(_supervisors_of(path)) == 1
+        assert read_all(restarted, instance_id) == b"started\n"
+    finally:
+        kill_leftovers(tmp_path)
+
+
+def test_a_provision_retried_after_an_interrupted_launch_starts_the_instance(provider: LocalProvider) -> None:
+    path = _interrupted_launch(provider, make_pod(args=("echo started; exec sleep 300",)))
+    result = provider.provision(make_pod(args=("echo started; exec sleep 300",)), request())
+    assert (path / "launch.json").exists()  # provision returns once the supervisor recorded itself
+    wait_for(lambda: read_all(provider, result.instance_id) == b"started\n")
+    assert len(_supervisors_of(path)) == 1
+
+
+def test_concurrent_launchers_of_one_instance_start_one_supervisor(provider: LocalProvider) -> None:
+    """The launch lock: however many launchers race (a resuming observer, a retried
+    provision, a second manager), one supervisor runs the workload and the rest exit 0."""
+    path = _interrupted_launch(provider, make_pod(args=("echo started; exec sleep 300",)))
+    errors: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            launch.start_supervisor(path)
+        except BaseException as exc:  # collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(_supervisors_of(path)) == 1
+    instance_id = InstanceId("local-ns-pod-abcdefghij")
+    wait_for(lambda: read_all(provider, instance_id) == b"started\n")
+    launch.start_supervisor(path)  # the workload ran already: a late launcher runs nothing
+    assert len(_supervisors_of(path)) == 1 and read_all(provider, instance_id) == b"started\n"
+
+
+def test_a_resumed_launch_that_fails_reports_the_instance_failed_with_the_reason(provider: LocalProvider) -> None:
+    path = _interrupted_launch(provider, make_pod(args=("echo started",)))
+    (path / "supervisor.lock").mkdir()  # the launcher cannot open its lock: it fails
+    instance_id = InstanceId("local-ns-pod-abcdefghij")
+    assert provider.get(instance_id).state is InstanceState.PROVISIONING  # type: ignore[union-attr]
+
+    def failed() -> Instance | None:
+        instance = provider.get(instance_id)
+        return instance if instance is not None and instance.state is InstanceState.FAILED else None
+
+    instance = wait_for(failed)
+    assert instance.message.startswith("the workload was never started: the supervisor for ns-pod-abcdefghij")
+    assert read_all(provider, instance_id) == b"" and _supervisors_of(path) == []

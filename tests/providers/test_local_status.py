@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from providers.base import InstanceState
-from providers.local.status import Observation, instance_from
+from providers.local.status import Observation, instance_from, needs_launch
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 SPEC = {"claim": "c"}
@@ -18,6 +18,7 @@ EXIT_0 = {"exit_code": 0, "finished_at": "2026-01-01T11:59:30.000000000Z"}
 EXIT_1 = {"exit_code": 1, "finished_at": "2026-01-01T11:59:30.000000000Z"}
 EXIT_143 = {"exit_code": 143, "finished_at": "2026-01-01T11:59:50.000000000Z"}
 ASKED = {"requested_at": "2026-01-01T11:59:40.000000000Z"}
+LAUNCH_ERROR = {"message": "the supervisor for c failed to start (see supervisor.log)"}
 
 
 def observe(age: float = 5.0, alive: tuple[bool, bool] = (False, False), **records: Any) -> Observation:
@@ -40,7 +41,8 @@ def observe(age: float = 5.0, alive: tuple[bool, bool] = (False, False), **recor
         (observe(alive=(False, True)), InstanceState.RUNNING, None),  # supervisor lost, workload lives
         (observe(alive=(True, False), run=None), InstanceState.INITIALIZING, None),
         (observe(launch=None, run=None), InstanceState.PROVISIONING, None),
-        (observe(age=600, launch=None, run=None), InstanceState.FAILED, None),
+        (observe(age=3600, launch=None, run=None), InstanceState.PROVISIONING, None),  # resumed, however old
+        (observe(launch=None, run=None, launch_error=LAUNCH_ERROR), InstanceState.FAILED, None),
         (observe(exit=EXIT_0), InstanceState.SUCCEEDED, 0),
         (observe(exit=EXIT_1), InstanceState.FAILED, 1),
         (observe(), InstanceState.FAILED, None),  # gone without an exit record: a reboot
@@ -50,20 +52,44 @@ def observe(age: float = 5.0, alive: tuple[bool, bool] = (False, False), **recor
     ],
 )
 def test_state_from_records(observation: Observation, state: InstanceState, exit_code: int | None) -> None:
-    instance = instance_from(observation, NOW)
+    instance = instance_from(observation)
     assert instance is not None
     assert (instance.state, instance.exit_code) == (state, exit_code)
     assert instance.endpoint == "127.0.0.1" and instance.region == "local"
 
 
 def test_terminated_and_nothing_alive_is_gone() -> None:
-    assert instance_from(observe(terminate=ASKED), NOW) is None
-    assert instance_from(observe(terminate=ASKED, exit=EXIT_0), NOW) is None
+    assert instance_from(observe(terminate=ASKED)) is None
+    assert instance_from(observe(terminate=ASKED, exit=EXIT_0)) is None
 
 
 def test_times_come_from_the_records() -> None:
-    instance = instance_from(observe(exit=EXIT_0), NOW)
+    instance = instance_from(observe(exit=EXIT_0))
     assert instance is not None
     assert instance.started_at == datetime(2026, 1, 1, 11, 59, tzinfo=UTC)
     assert instance.finished_at == datetime(2026, 1, 1, 11, 59, 30, tzinfo=UTC)
     assert instance.created_at == NOW - timedelta(seconds=5)
+
+
+@pytest.mark.parametrize(
+    ("observation", "expected"),
+    [
+        (observe(launch=None, run=None), True),  # the manager stopped between the folder and the launch
+        (observe(age=3600, launch=None, run=None), True),
+        (observe(launch=None, run=None, alive=(False, True)), False),  # something runs: never start another
+        (observe(run=None), False),  # a supervisor was launched
+        (observe(launch=None), False),  # the workload was started
+        (observe(launch=None, run=None, exit=EXIT_0), False),
+        (observe(launch=None, run=None, terminate=ASKED), False),  # terminate won the race: nothing to run
+        (observe(launch=None, run=None, launch_error=LAUNCH_ERROR), False),  # resumption already failed
+        (observe(launch=None, run=None, spec=None), False),  # not a folder we can launch
+    ],
+)
+def test_only_a_launch_that_never_began_needs_one(observation: Observation, expected: bool) -> None:
+    assert needs_launch(observation) is expected
+
+
+def test_a_failed_resumption_says_why() -> None:
+    instance = instance_from(observe(launch=None, run=None, launch_error=LAUNCH_ERROR))
+    assert instance is not None and instance.state is InstanceState.FAILED
+    assert instance.message == "the workload was never started: " + LAUNCH_ERROR["message"]
