@@ -100,6 +100,16 @@ def console_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
     return (cert, key) if cert and key else None
 
 
+def migrate_mirror() -> None:
+    """Bring the console's mirror tables (this replica's SQLite by default) up to date
+    before the first request can need them. Django records a migration with deferred SQL
+    only after its transaction commits, so a kill in between leaves tables that no record
+    explains; `fake_initial` takes such an initial migration as applied instead of failing
+    every later start with "table already exists"."""
+    Path(str(settings.DATABASES["default"]["NAME"])).parent.mkdir(parents=True, exist_ok=True)
+    call_command("migrate", interactive=False, verbosity=0, fake_initial=True)
+
+
 class LeaderWiring:
     """What starts once this process leads: the kubelet listener serves the Handlers,
     placement runs over the same providers, and the console's registry sees it all."""
@@ -190,10 +200,7 @@ class Command(BaseCommand):
         kept = True
         try:
             listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
-            # The console's database is this replica's mirror (SQLite by default): bring its
-            # tables up to date before the first request can need them.
-            Path(str(settings.DATABASES["default"]["NAME"])).parent.mkdir(parents=True, exist_ok=True)
-            call_command("migrate", interactive=False, verbosity=0)
+            migrate_mirror()
             blocklist = Blocklist()
             wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
             kubelet_port = listeners.kubelet_port
