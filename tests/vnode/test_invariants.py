@@ -113,8 +113,15 @@ def write_providers_file(tmp_path: Path, alias: str, entry: dict[str, Any]) -> P
     return path
 
 
+@pytest.fixture(scope="module")
+def migrated_mirror() -> None:
+    """The console mirror's tables exist before the first kill, so every kill here lands in
+    the manager's loops (a kill inside the migration is tests/nebula_site/test_migrate.py's)."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, check=True, timeout=120)
+
+
 @pytest.fixture
-def start_manager(cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[..., Manager]]:
+def start_manager(cluster: DevCluster, tmp_path: Path, migrated_mirror: None) -> Iterator[Callable[..., Manager]]:
     managers: list[Manager] = []
 
     def start(alias: str, entry: dict[str, Any], grace: float = SHUTDOWN_GRACE) -> Manager:
@@ -133,6 +140,22 @@ def start_manager(cluster: DevCluster, tmp_path: Path) -> Iterator[Callable[...,
     yield start
     for manager in managers:
         manager.close()
+
+
+def wait_running(kube: Kube, names: list[str], manager: Manager, timeout: float) -> None:
+    """Wait until every named Pod is Running; on failure name the others and show the log."""
+    try:
+        wait_for(lambda: all(phase_of(kube, n) == "Running" for n in names), timeout=timeout)
+    except AssertionError:
+        pods = {n: get_pod(kube, n) for n in names}
+        others = {n: (p or {}).get("status") for n, p in pods.items() if phase_of(kube, n) != "Running"}
+        events, _ = kube.list(path_for("events", namespace="default"))
+        told = [f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}" for e in events]
+        told = [line for line in told if line.split(":")[0] in others]
+        log = manager.log.read_text(errors="replace")[-8000:]
+        raise AssertionError(
+            f"not Running within {timeout}s: {others}\nEvents: {told}\n--- manager log, last part ---\n{log}"
+        ) from None
 
 
 def claims_of(kube: Kube, names: list[str]) -> set[str]:
@@ -170,7 +193,7 @@ def test_I1_one_instance_per_live_pod_after_sigkills_during_50_concurrent_provis
                 deleted.append(name)
         manager.start()
     live = [n for n in names if n not in deleted]
-    wait_for(lambda: all(phase_of(kube, n) == "Running" for n in live), timeout=90)
+    wait_running(kube, live, manager, timeout=90)
     expected = sorted(claims_of(kube, live))
     wait_for(lambda: instance_claims(observer) == expected, timeout=30)
     assert len(set(expected)) == 50 - len(deleted)
@@ -185,7 +208,7 @@ def test_I2_instance_of_a_pod_force_deleted_while_the_manager_was_down_is_swept(
     manager = start_manager(alias, entry)
     kube.create(path_for("pods", namespace="default"), make_pod("doomed", alias))
     kube.create(path_for("pods", namespace="default"), make_pod("kept", alias))
-    wait_for(lambda: phase_of(kube, "doomed") == "Running" and phase_of(kube, "kept") == "Running", timeout=30)
+    wait_running(kube, ["doomed", "kept"], manager, timeout=30)
     assert len(observer.list()) == 2
     manager.kill(signal.SIGKILL)
     kube.delete(path_for("pods", namespace="default", name="doomed"), grace_seconds=0)
@@ -208,7 +231,7 @@ def test_I3_provider_unreachable_across_a_restart_changes_nothing(
     names = [f"steady-{i}" for i in range(5)]
     for name in names:
         kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
-    wait_for(lambda: all(phase_of(kube, n) == "Running" for n in names), timeout=30)
+    wait_running(kube, names, manager, timeout=30)
     before = sorted((i.id, i.claim) for i in observer.list())
     fake_service.cloud.outage()
     manager.kill(signal.SIGKILL)
