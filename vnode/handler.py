@@ -335,6 +335,7 @@ class Handler:
         list changes nothing (I3). `live_claims` (the claims of every Pod on the node, or
         None while the Pod cache is not synced) enables the orphan sweep.
         """
+        begun = self._monotonic()
         try:
             snapshot = self._list()
         except errors.ProviderError as exc:
@@ -349,7 +350,9 @@ class Handler:
             moved = False
             if instance is not None:
                 moved = self._observe(entry, instance)
-            elif self._monotonic() - entry.provisioned_at >= lag and entry.last_instance is not None:
+            # Only a list begun `lag` after the instance was recorded can say it is gone: one
+            # begun earlier may have been read before the provision completed.
+            elif begun - entry.provisioned_at >= lag and entry.last_instance is not None:
                 entry.last_instance = None
                 entry.desired_status = status.lost_status(entry.pod, now=self._now())
                 moved = True

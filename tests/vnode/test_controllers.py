@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from devcluster import DevCluster
-from providers.base import BlockBreadth, BlockScope
+from providers.base import BlockBreadth, BlockScope, Instance
 from providers.fake import FakeProvider
 from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
 from vnode import names
+from vnode.events import EventRecorder
+from vnode.handler import Handler
 from vnode.kube import Kube, NotFoundError, path_for
 from vnode.runner import Runner
 
@@ -195,3 +198,45 @@ def test_an_instance_missing_from_a_successful_list_fails_the_pod_as_lost(
     wait_for(lambda: phase_of(kube, "spot") == "Failed")
     lost = get_pod(kube, "spot")
     assert lost is not None and lost["status"]["reason"] in ("InstanceLost", "Terminated")
+
+
+class HeldList:
+    """A provider whose list() takes its answer at once and returns it only when released,
+    like a list of many instances that is still running when a provision completes."""
+
+    def __init__(self, inner: FakeProvider) -> None:
+        self.inner = inner
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def list(self) -> list[Instance]:
+        answer = self.inner.list()
+        self.entered.set()
+        assert self.release.wait(30)
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_list_begun_before_a_provision_completed_does_not_call_its_instance_lost(kube: Kube, cloud_name: str) -> None:
+    """Seen under load with the local provider: a poll's list() began, a provision completed
+    meanwhile, and the list's answer (without the new instance) failed the Pod as lost."""
+    provider = HeldList(FakeProvider("gpu", {"cloud": cloud_name}))
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    pod = kube.create(path_for("pods", namespace="default"), make_pod("fresh", "gpu"))
+    polled: list[list[str]] = []
+    poll = threading.Thread(target=lambda: polled.append(handler.poll_once()))
+    poll.start()
+    assert provider.entered.wait(30)
+    handler.create_pod(pod)  # completes while the list is out
+    provider.release.set()
+    poll.join(30)
+    entry = handler.tracked("default/fresh")
+    assert entry is not None and entry.desired_status is not None
+    assert entry.desired_status["phase"] in ("Pending", "Running") and len(polled) == 1
+    handler.poll_once()  # a list begun after the provision sees the instance
+    assert entry.last_instance is not None and entry.desired_status["phase"] in ("Pending", "Running")
+    provider.inner.cloud.lose(entry.instance_id, vanish=True)
+    handler.poll_once()  # and a list begun after it vanished still calls it lost
+    assert entry.desired_status["reason"] == names.REASON_INSTANCE_LOST
