@@ -40,13 +40,15 @@ def open_stdin(path: Path) -> int | None:
 class Attachment:
     """A `Process` over a running local instance."""
 
-    def __init__(self, path: Path, *, stdin: bool, exit_code: Callable[[], int | None]) -> None:
+    def __init__(
+        self, path: Path, *, stdin: bool, exit_code: Callable[[], int | None], finished: Callable[[], bool]
+    ) -> None:
+        """`finished` says the workload will write no more output; `exit_code` its recorded code."""
         try:
             handle = open(path / folder.LOG_FILE, "rb")  # closed by the stream
         except FileNotFoundError as exc:
             raise NotFound(f"instance {path.name} has no console") from exc
         start = handle.seek(0, os.SEEK_END)
-        finished = _Finished(path)
         self._output = logs.FileLogStream(handle, LogOptions(follow=True), start=start, finished=finished)
         self._exit_code = exit_code
         self._lock = threading.Lock()
@@ -92,13 +94,3 @@ class Attachment:
     def close(self) -> None:
         self._output.close()
         self.close_stdin()
-
-
-class _Finished:
-    """The workload will write no more output: its exit is recorded, or its folder is gone."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __call__(self) -> bool:
-        return not self._path.exists() or (self._path / folder.EXIT_FILE).exists()

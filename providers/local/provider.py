@@ -312,7 +312,7 @@ class LocalProvider:
             return int(record["exit_code"]) if record and "exit_code" in record else None
 
         try:
-            return attach.Attachment(path, stdin=stdin, exit_code=exit_code)
+            return attach.Attachment(path, stdin=stdin, exit_code=exit_code, finished=_Folder(path).finished)
         except OSError as exc:
             raise Unavailable(f"cannot attach to {instance_id}: {exc.strerror}") from exc
 

@@ -4,6 +4,10 @@ touching the workload."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,7 +19,7 @@ from providers.base import Attacher, InstanceState, PodSpec, ProvisionRequest
 from providers.claim import claim_name
 from providers.errors import NotFound, NotSupported
 from providers.fake import FakeProvider
-from providers.local import LocalProvider
+from providers.local import LocalProvider, proc
 from tests.polling import wait_for
 
 
@@ -91,3 +95,29 @@ def test_fake_attach_echoes_stdin_in_process_and_refuses_over_http() -> None:
     attachment.close()
     with pytest.raises(NotSupported):
         FakeProvider("fake", {"url": "http://127.0.0.1:9"}).attach(result.instance_id, stdin=False, tty=False)
+
+
+def test_local_attach_output_ends_when_the_workload_dies_without_an_exit_record(local: LocalProvider) -> None:
+    """As after a reboot or an OOM kill of the supervisor: no exit code will ever be
+    written, so the console ends once nothing of the instance lives, instead of hanging."""
+    instance = start(local, "echo up; exec sleep 300", stdin=False)
+    attached = local.attach(instance, stdin=False, tty=False)
+    folder = local.root / str(instance).removeprefix("local-")
+    supervisor, workload = (
+        proc.ProcessIdentity.from_json(json.loads((folder / record).read_text())[key])
+        for record, key in (("launch.json", "supervisor"), ("run.json", "workload"))
+    )
+    assert supervisor is not None and workload is not None
+    os.kill(supervisor.pid, signal.SIGKILL)
+    os.killpg(workload.pid, signal.SIGKILL)
+    ended = threading.Event()
+
+    def drain() -> None:
+        while attached.read_stdout(65536):
+            pass
+        ended.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    assert ended.wait(30), "the attachment's output did not end"
+    assert not (folder / "exit.json").exists()
+    attached.close()
