@@ -104,7 +104,10 @@ def parse_address(text: str) -> tuple[str, int]:
     host, _, port_text = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-        ipaddress.IPv6Address(host)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{text!r}: {host!r} in brackets is not an IPv6 address") from None
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{text!r}: port must be a number from 0 to 65535")
     if host and not _is_ip_or_hostname(host):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,20 @@ def test_the_outage_toleration_is_forever_by_default_and_whole_seconds_from_the_
 @pytest.mark.parametrize("addr", [":10250", "127.0.0.1:0", "[::1]:8000", "node-1.example:443"])
 def test_good_addresses_parse(addr: str) -> None:
     config.parse_address(addr)
+
+
+@pytest.mark.parametrize(
+    ("addr", "message"),
+    [
+        ("localhost", "is not host:port"),
+        ("host:port", "port must be a number"),
+        ("[zz]:80", "'zz' in brackets is not an IPv6 address"),
+        ("bad_host!:80", "neither an IP address nor a host name"),
+    ],
+)
+def test_bad_addresses_say_what_is_wrong(addr: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config.parse_address(addr)
 
 
 def test_manage_py_check_fails_with_the_check_id_on_a_bad_environment() -> None:

@@ -16,15 +16,19 @@ from django.core.management.base import BaseCommand, CommandError
 
 import devcluster
 import devcluster.errors
+from nebula_site.config import parse_address
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
     """`HOST:PORT` (IPv6 as `[::1]:PORT`) to a host and port; CommandError when malformed."""
-    host, sep, port_text = addr.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise CommandError(f"--addr must be HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:6443 (got {addr!r})")
-    return host, int(port_text)
+    usage = "--addr must be HOST:PORT with a port from 0 to 65535, e.g. 127.0.0.1:6443"
+    try:
+        host, port = parse_address(addr)
+    except ValueError as exc:
+        raise CommandError(f"{usage} ({exc})") from exc
+    if not host:
+        raise CommandError(f"{usage} (got {addr!r}: no host)")
+    return host, port
 
 
 def run_devcluster(
