@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from placement.blocklister import Blocklister
 from providers import errors
@@ -50,6 +50,9 @@ logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 DEFAULT_BLOCK_TTL = 300.0
+# What a provider must implement for each kubelet streaming capability (`kubelet_instance`
+# checks it, so the methods below may cast).
+_CAPABILITIES: dict[str, type] = {"logs": LogStreamer, "exec": Executor, "attach": Attacher}
 
 
 class Handler:
@@ -388,41 +391,38 @@ class Handler:
             self.writer.flush(entry, current)
 
     # -- the kubelet API (vnode.kubelet calls these on worker threads, never the reactor) ----
-    def _kubelet_instance(self, namespace: str, name: str, container: str) -> InstanceId:
-        """The instance serving the Pod's container; NotFound with the reason otherwise."""
+    def kubelet_instance(self, namespace: str, name: str, container: str, *, capability: str) -> InstanceId:
+        """The instance serving the Pod's container for `capability` (`logs`, `exec` or
+        `attach`); NotFound or NotSupported with the reason otherwise."""
         entry = self.tracked(f"{namespace}/{name}")
         if entry is None:
             raise errors.NotFound(f'pod "{namespace}/{name}" is not on node {self.node_name}')
         if entry.instance_id is None:
-            raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet')
+            raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet: nothing to {capability}')
         containers = ((entry.pod.get("spec") or {}).get("containers")) or [{}]
         if container != containers[0].get("name"):
             # Providers run the Pod's first container only (providers.podspec).
             raise errors.NotFound(f'container "{container}" not found in pod "{namespace}/{name}"')
+        if not isinstance(self.provider, _CAPABILITIES[capability]):
+            raise errors.NotSupported(f"provider {self.provider.name!r} does not support {capability}")
         return entry.instance_id
 
     def get_container_logs(self, namespace: str, name: str, container: str, options: LogOptions) -> LogStream:
         """The container's log as the provider streams it; NotSupported without LogStreamer."""
-        instance_id = self._kubelet_instance(namespace, name, container)
-        if not isinstance(self.provider, LogStreamer):
-            raise errors.NotSupported(f"provider {self.provider.name!r} does not stream logs")
-        return self.provider.logs(instance_id, options)
+        instance_id = self.kubelet_instance(namespace, name, container, capability="logs")
+        return cast(LogStreamer, self.provider).logs(instance_id, options)
 
     def run_in_container(
         self, namespace: str, name: str, container: str, command: Sequence[str], *, tty: bool, stdin: bool
     ) -> Process:
         """Start a command in the Pod's instance; NotSupported without Executor."""
-        instance_id = self._kubelet_instance(namespace, name, container)
-        if not isinstance(self.provider, Executor):
-            raise errors.NotSupported(f"provider {self.provider.name!r} does not run commands (exec)")
-        return self.provider.exec(instance_id, list(command), tty=tty, stdin=stdin)
+        instance_id = self.kubelet_instance(namespace, name, container, capability="exec")
+        return cast(Executor, self.provider).exec(instance_id, list(command), tty=tty, stdin=stdin)
 
     def attach_to_container(self, namespace: str, name: str, container: str, *, tty: bool, stdin: bool) -> Process:
         """Attach to the Pod's workload; NotSupported without Attacher."""
-        instance_id = self._kubelet_instance(namespace, name, container)
-        if not isinstance(self.provider, Attacher):
-            raise errors.NotSupported(f"provider {self.provider.name!r} does not support attach")
-        return self.provider.attach(instance_id, stdin=stdin, tty=tty)
+        instance_id = self.kubelet_instance(namespace, name, container, capability="attach")
+        return cast(Attacher, self.provider).attach(instance_id, stdin=stdin, tty=tty)
 
     def get_stats_summary(self) -> JsonDict:
         """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods

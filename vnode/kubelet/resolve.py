@@ -11,7 +11,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-from providers.base import Attacher, Executor, LogStreamer, Process
+from providers import errors
+from providers.base import Process
 from vnode.handler import Handler
 from vnode.kubelet import routes
 from vnode.kubelet.execparams import StreamRequest, parse_stream_request
@@ -56,15 +57,10 @@ class HandlerRegistry:
         the Pod is tracked, has an instance, names the container, and the provider has the
         capability (`logs`, `exec` or `attach`)."""
         handler = self.find(namespace, pod)
-        entry = handler.tracked(f"{namespace}/{pod}")
-        if entry is None or entry.instance_id is None:
-            raise Problem(404, f'pod "{namespace}/{pod}" has no instance yet: nothing to {capability}')
-        containers = (entry.pod.get("spec") or {}).get("containers") or [{}]
-        if container != containers[0].get("name"):  # providers run the first container only
-            raise Problem(404, f'container "{container}" not found in pod "{namespace}/{pod}"')
-        kinds = {"logs": LogStreamer, "exec": Executor, "attach": Attacher}
-        if not isinstance(handler.provider, kinds[capability]):
-            raise Problem(404, f"provider {handler.provider.name!r} does not support {capability}")
+        try:
+            handler.kubelet_instance(namespace, pod, container, capability=capability)
+        except (errors.NotFound, errors.NotSupported) as exc:
+            raise Problem(404, str(exc)) from exc
         return handler
 
     def starter(self, route: Route, request: StreamRequest) -> Callable[[], Process]:
