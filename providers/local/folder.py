@@ -7,6 +7,7 @@ half a record. The env file holds secret values: mode 0600, never logged.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -14,7 +15,7 @@ import shutil
 import struct
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 INSTANCE_ID_PREFIX = "local-"
 _CLAIM = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -79,3 +80,30 @@ def remove_folder(folder: Path) -> None:
     except FileNotFoundError:
         return
     shutil.rmtree(grave, ignore_errors=True)
+
+
+def take_launch_lock(folder: Path) -> BinaryIO | None:
+    """The instance's launch lock (`LAUNCH_LOCK_FILE`), or None while someone else holds it.
+    A supervisor holds it for its whole life; whoever deletes the folder holds it meanwhile."""
+    handle = open(folder / LAUNCH_LOCK_FILE, "ab")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def remove_unsupervised(folder: Path) -> bool:
+    """Delete an instance folder unless a supervisor, or a launcher about to fork one, holds
+    its launch lock; True once the folder is gone. The lock is held across the deletion, so
+    no launcher can start a workload in a folder being deleted."""
+    try:
+        lock = take_launch_lock(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return True  # already gone
+    if lock is None:
+        return False
+    with lock:
+        remove_folder(folder)
+    return True

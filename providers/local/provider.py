@@ -171,7 +171,7 @@ class LocalProvider:
             launch.start_supervisor(path)
         except BaseException:
             if not (path / folder.LAUNCH_FILE).exists():
-                folder.remove_folder(path)
+                folder.remove_unsupervised(path)
             raise
         finally:
             with self._provision_lock:
@@ -209,7 +209,7 @@ class LocalProvider:
                 folder.write_json_atomic(path / folder.TERMINATE_FILE, {"requested_at": stamp.now_stamp()})
             self._signal_termination(entry)
             if not (entry.supervisor_alive() or entry.workload_alive()):
-                folder.remove_folder(path)
+                folder.remove_unsupervised(path)
         except FileNotFoundError:
             return  # removed under us: already gone
         except OSError as exc:
@@ -341,7 +341,7 @@ class LocalProvider:
             return None
         instance = status.instance_from(observation)
         if instance is None:
-            folder.remove_folder(path)
+            folder.remove_unsupervised(path)  # kept while a late launcher still holds it
         elif status.needs_launch(observation):
             self._resume_launch(path)
         return instance

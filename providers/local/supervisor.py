@@ -8,7 +8,6 @@ the workload's group and sends KILL after the grace period. Never logs the env.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import select
 import signal
@@ -155,25 +154,12 @@ class Supervisor:
         folder.write_json_atomic(self.path / folder.EXIT_FILE, {"exit_code": code, "finished_at": stamp.now_stamp()})
 
 
-def take_launch_lock(path: Path) -> BinaryIO | None:
-    """The instance's launch lock, held until this process and its fork exit; None when
-    another supervisor holds it. This makes starting a supervisor idempotent: an
-    interrupted launch can be resumed by anyone, and at most one workload ever runs."""
-    handle = open(path / folder.LAUNCH_LOCK_FILE, "ab")
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        return None
-    return handle
-
-
 def main(argv: list[str]) -> int:
     """Take the launch lock, detach (double fork), record the supervisor's identity, then
     supervise. Exits 0 without running anything when another supervisor has the instance
     or the workload already ran."""
     path = Path(argv[1])
-    lock = take_launch_lock(path)  # inherited by the fork, so the supervisor holds it for life
+    lock = folder.take_launch_lock(path)  # inherited by the fork, so the supervisor holds it for life
     if lock is None:
         return 0
     if (path / folder.RUN_FILE).exists() or (path / folder.EXIT_FILE).exists():

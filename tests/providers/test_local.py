@@ -32,7 +32,7 @@ from providers.base import (
     Tier,
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
-from providers.local import LocalProvider, image_notice, launch, proc
+from providers.local import LocalProvider, folder, image_notice, launch, proc
 from tests.polling import wait_for
 
 DEADLINE = 30.0
@@ -392,3 +392,20 @@ def test_a_resumed_launch_that_fails_reports_the_instance_failed_with_the_reason
     instance = wait_for(failed)
     assert instance.message.startswith("the workload was never started: the supervisor for ns-pod-abcdefghij")
     assert read_all(provider, instance_id) == b"" and _supervisors_of(path) == []
+
+
+def test_terminate_during_a_late_launch_leaves_no_workload_and_then_the_folder_goes(provider: LocalProvider) -> None:
+    """A terminate that lands while a launcher holds the launch lock (before it recorded the
+    supervisor) must not delete the folder under it; the supervisor then sees the terminate,
+    runs nothing, and the folder goes once it exits."""
+    path = _interrupted_launch(provider, make_pod(args=("echo started; exec sleep 300",)))
+    instance_id = InstanceId("local-ns-pod-abcdefghij")
+    lock = folder.take_launch_lock(path)  # a launcher between taking the lock and forking
+    assert lock is not None
+    provider.terminate(instance_id)
+    assert path.exists() and (path / "terminate.json").exists()
+    assert folder.take_launch_lock(path) is None  # while held, nobody else gets it
+    lock.close()  # the launcher carries on: its supervisor finds the terminate
+    launch.start_supervisor(path)
+    wait_for(lambda: provider.get(instance_id) is None)
+    assert not path.exists() and _supervisors_of(path) == []
