@@ -139,6 +139,10 @@ class PodController:
         in memory)."""
         source = (missing.kind, missing.namespace, missing.name)
         with self._lock:
+            # The Pod may have been deleted while its sync failed: the reflector drops it from
+            # the cache before `_on_pod_deleted` runs, so a key no longer cached never waits.
+            if key not in self.pods.cache:
+                return
             self._waiting.setdefault(source, set()).add(key)
             if source in self._source_reflectors or len(self._source_reflectors) >= MAX_SOURCE_WATCHES:
                 return

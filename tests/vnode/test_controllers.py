@@ -11,6 +11,7 @@ from providers.base import BlockBreadth, BlockScope, Instance
 from providers.fake import FakeProvider
 from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
 from vnode import names
+from vnode.env import MissingSource
 from vnode.events import EventRecorder
 from vnode.handler import Handler
 from vnode.kube import Kube, NotFoundError, path_for
@@ -150,6 +151,10 @@ def test_a_deleted_pod_stops_the_watch_for_the_secret_it_waited_for(
     wait_for(lambda: watched in runner.pods._source_reflectors)
     kube.delete(path_for("pods", namespace="default", name="gives-up"), grace_seconds=0)
     wait_for(lambda: watched not in runner.pods._source_reflectors and not runner.pods._waiting)
+    # A worker whose sync failed just before the deletion registers its wait only after it:
+    # found in a stress run, where that late wait kept a watch open for a Pod long gone.
+    runner.pods._wait_for(MissingSource("Secret", "default", "never"), "default/gives-up")
+    assert watched not in runner.pods._source_reflectors and not runner.pods._waiting
 
 
 def test_unchanged_pods_cost_no_api_call_per_poll(
