@@ -94,16 +94,14 @@ def take_launch_lock(folder: Path) -> BinaryIO | None:
     return handle
 
 
-def remove_unsupervised(folder: Path) -> bool:
+def remove_unsupervised(folder: Path) -> None:
     """Delete an instance folder unless a supervisor, or a launcher about to fork one, holds
-    its launch lock; True once the folder is gone. The lock is held across the deletion, so
-    no launcher can start a workload in a folder being deleted."""
+    its launch lock (then it stays, for a later look). The lock is held across the deletion,
+    so no launcher can start a workload in a folder being deleted."""
     try:
         lock = take_launch_lock(folder)
     except (FileNotFoundError, NotADirectoryError):
-        return True  # already gone
-    if lock is None:
-        return False
-    with lock:
-        remove_folder(folder)
-    return True
+        return  # already gone
+    if lock is not None:
+        with lock:
+            remove_folder(folder)

@@ -12,6 +12,7 @@ output until the workload exited and the file is drained.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -130,7 +131,7 @@ class FileLogStream:
         self._closed = threading.Event()
         # Without `follow`, the log as it is now: output written while the answer is being
         # read is not part of it (else `tail_lines=2` on a busy workload could give 3).
-        self._end = None if options.follow else handle.seek(0, 2)
+        self._end = None if options.follow else handle.seek(0, os.SEEK_END)
         handle.seek(start)
 
     def read(self, max_bytes: int = 65536) -> bytes:

@@ -75,6 +75,11 @@ class _Folder:
         leader = self.identity(folder.RUN_FILE, "workload")
         return leader is not None and proc.group_alive(leader)
 
+    def exit_code(self) -> int | None:
+        """The workload's recorded exit code; None while it has none."""
+        record = self.record(folder.EXIT_FILE)
+        return int(record["exit_code"]) if record and "exit_code" in record else None
+
     def finished(self) -> bool:
         """The workload will write no more output."""
         if not self.path.exists() or (self.path / folder.EXIT_FILE).exists():
@@ -305,14 +310,9 @@ class LocalProvider:
             raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
-        path = self._running(instance_id)
-
-        def exit_code() -> int | None:
-            record = _Folder(path).record(folder.EXIT_FILE)
-            return int(record["exit_code"]) if record and "exit_code" in record else None
-
+        entry = _Folder(self._running(instance_id))
         try:
-            return attach.Attachment(path, stdin=stdin, exit_code=exit_code, finished=_Folder(path).finished)
+            return attach.Attachment(entry.path, stdin=stdin, exit_code=entry.exit_code, finished=entry.finished)
         except OSError as exc:
             raise Unavailable(f"cannot attach to {instance_id}: {exc.strerror}") from exc
 

@@ -2,8 +2,8 @@
 
 Started by `launch.start_supervisor`; detaches into its own session so it outlives the
 manager, runs the workload as its child (in the workload's own process group), appends its
-output to the log with an index of arrival times, and records the exit code. On SIGTERM it forwards TERM to
-the workload's group and sends KILL after the grace period. Never logs the env.
+output to the log with an index of arrival times, and records the exit code. On SIGTERM it
+forwards TERM to the workload's group and sends KILL after the grace period. Never logs the env.
 """
 
 from __future__ import annotations
