@@ -8,14 +8,18 @@ import tempfile
 
 import pytest
 
-_MIRROR_DIR = tempfile.mkdtemp(prefix="nebula-test-mirror-")
+_mirror_dir: str | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # Managers the tests start mirror into a database of this run, never into the developer's
     # `.nebula/console.sqlite3` (the one `make run` uses). A test that needs its own sets it.
-    os.environ.setdefault("NEBULA_DB_PATH", os.path.join(_MIRROR_DIR, "console.sqlite3"))
+    global _mirror_dir
+    if "NEBULA_DB_PATH" not in os.environ:
+        _mirror_dir = tempfile.mkdtemp(prefix="nebula-test-mirror-")
+        os.environ["NEBULA_DB_PATH"] = os.path.join(_mirror_dir, "console.sqlite3")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(_MIRROR_DIR, ignore_errors=True)
+    if _mirror_dir is not None:
+        shutil.rmtree(_mirror_dir, ignore_errors=True)

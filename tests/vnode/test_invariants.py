@@ -147,11 +147,14 @@ def wait_running(kube: Kube, names: list[str], manager: Manager, timeout: float)
     try:
         wait_for(lambda: all(phase_of(kube, n) == "Running" for n in names), timeout=timeout)
     except AssertionError:
-        pods = {n: get_pod(kube, n) for n in names}
-        others = {n: (p or {}).get("status") for n, p in pods.items() if phase_of(kube, n) != "Running"}
+        statuses = {n: ((get_pod(kube, n) or {}).get("status") or {}) for n in names}
+        others = {n: status for n, status in statuses.items() if status.get("phase") != "Running"}
         events, _ = kube.list(path_for("events", namespace="default"))
-        told = [f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}" for e in events]
-        told = [line for line in told if line.split(":")[0] in others]
+        told = [
+            f"{e['involvedObject']['name']}: {e['reason']}: {e['message']}"
+            for e in events
+            if e["involvedObject"]["name"] in others
+        ]
         log = manager.log.read_text(errors="replace")[-8000:]
         raise AssertionError(
             f"not Running within {timeout}s: {others}\nEvents: {told}\n--- manager log, last part ---\n{log}"
