@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import threading
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -96,18 +95,9 @@ def _serve(options: Mapping[str, Any], out: TextIO, stop: threading.Event | None
     try:
         out.write(f"fakecloud serving on {server.url}\n")
         out.flush()
-        stop = stop if stop is not None else _stop_on_signals()
-        while not stop.wait(0.5):
-            pass
+        (stop if stop is not None else threading.Event()).wait()  # without `stop`: until the process ends
     finally:
         server.close()
-
-
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    return stop
 
 
 def _drive(client: FakeCloudClient, verb: str, options: Mapping[str, Any], out: TextIO) -> None:

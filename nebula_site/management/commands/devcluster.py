@@ -6,7 +6,6 @@ package. For demos and tests only: it serves until SIGINT or SIGTERM, then exits
 
 from __future__ import annotations
 
-import signal
 import threading
 from argparse import ArgumentParser
 from pathlib import Path
@@ -17,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 import devcluster
 import devcluster.errors
 from nebula_site.config import parse_address
+from nebula_site.signals import stop_on_signals
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -68,15 +68,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = parse_addr(options["addr"])
         stop = threading.Event()
-
-        def on_signal(signum: int, frame: Any) -> None:
-            stop.set()
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
+        with stop_on_signals(stop):
             run_devcluster(
                 host, port, kubeconfig=options["kubeconfig"], crds=options["crd"], stdout=self.stdout, stop=stop
             )
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)

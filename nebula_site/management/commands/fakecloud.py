@@ -6,11 +6,13 @@ Verbs and routes are documented in docs/providers/fake.md.
 
 from __future__ import annotations
 
+import threading
 from argparse import ArgumentParser
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from nebula_site.signals import stop_on_signals
 from providers.fake import control
 
 
@@ -24,7 +26,9 @@ class Command(BaseCommand):
         control.add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
+        stop = threading.Event()  # `serve` runs until SIGINT or SIGTERM
         try:
-            control.run_fakecloud(options, self.stdout)
+            with stop_on_signals(stop):
+                control.run_fakecloud(options, self.stdout, stop=stop)
         except control.ControlError as exc:
             raise CommandError(str(exc)) from exc

@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import signal
 import threading
 import time
 from argparse import ArgumentParser
@@ -27,6 +26,7 @@ from console import observer as console_observer
 from console.mirror import Mirror
 from nebula_site import demo, runtime
 from nebula_site.config import parse_address
+from nebula_site.signals import stop_on_signals
 from placement.blocklist import Blocklist
 from placement.wiring import Placement, start_placement
 from providers import registry
@@ -195,52 +195,50 @@ class Command(BaseCommand):
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included.
         stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
         listeners = cluster = None
         kept = True
-        try:
-            listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
-            migrate_mirror()
-            blocklist = Blocklist()
-            wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
-            kubelet_port = listeners.kubelet_port
-            kubeconfig = options["kubeconfig"]
-            if options["dev_cluster"]:
-                cluster = self._start_dev_cluster(options["dev_cluster_addr"])
-                kubeconfig = DEV_KUBECONFIG
-            if node_ip is None:
-                logging.getLogger(__name__).warning("no node IP: logs and exec are advertised as unsupported")
-            self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
-            if options["demo"] and not stop.is_set():
-                demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
-                self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
-            self.stdout.flush()
-            if stop.is_set():
-                logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
-                return
-            console_observer.install()  # metrics and the dashboard's Events see the loops
-            kept = manager.run(
-                providers,
-                kubeconfig=kubeconfig,
-                node_ip=node_ip,
-                kubelet_port=kubelet_port,
-                namespace=options["namespace"],
-                stop=stop,
-                poll_interval=options["poll_interval"],
-                leader_election=not options["no_leader_election"],
-                blocklister=blocklist,
-                on_runners=wiring.on_runners,
-                on_stopping=wiring.on_stopping,
-                shutdown_grace=options["shutdown_grace"],
-            )
-        finally:
-            console_observer.uninstall()
-            if listeners is not None:
-                listeners.stop()
-            if cluster is not None:
-                cluster.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with stop_on_signals(stop):
+            try:
+                listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
+                migrate_mirror()
+                blocklist = Blocklist()
+                wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
+                kubelet_port = listeners.kubelet_port
+                kubeconfig = options["kubeconfig"]
+                if options["dev_cluster"]:
+                    cluster = self._start_dev_cluster(options["dev_cluster_addr"])
+                    kubeconfig = DEV_KUBECONFIG
+                if node_ip is None:
+                    logging.getLogger(__name__).warning("no node IP: logs and exec are advertised as unsupported")
+                self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
+                if options["demo"] and not stop.is_set():
+                    demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
+                    self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
+                self.stdout.flush()
+                if stop.is_set():
+                    logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
+                    return
+                console_observer.install()  # metrics and the dashboard's Events see the loops
+                kept = manager.run(
+                    providers,
+                    kubeconfig=kubeconfig,
+                    node_ip=node_ip,
+                    kubelet_port=kubelet_port,
+                    namespace=options["namespace"],
+                    stop=stop,
+                    poll_interval=options["poll_interval"],
+                    leader_election=not options["no_leader_election"],
+                    blocklister=blocklist,
+                    on_runners=wiring.on_runners,
+                    on_stopping=wiring.on_stopping,
+                    shutdown_grace=options["shutdown_grace"],
+                )
+            finally:
+                console_observer.uninstall()
+                if listeners is not None:
+                    listeners.stop()
+                if cluster is not None:
+                    cluster.stop()
         if not kept:
             raise CommandError("lost the leader lease; exiting so a standby takes over")
 
