@@ -42,7 +42,7 @@ lint: bootstrap
 	$(VENV)/bin/ruff format --check .
 
 typecheck: bootstrap
-	$(VENV)/bin/mypy --strict providers devcluster vnode placement console
+	$(VENV)/bin/mypy --strict kube providers devcluster vnode placement console
 	$(VENV)/bin/mypy nebula_site
 
 contracts: bootstrap

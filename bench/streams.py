@@ -32,13 +32,13 @@ import websocket  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from spdyclient import SpdyClient  # noqa: E402
 
+from kube.client import Kube  # noqa: E402
+from kube.events import EventRecorder  # noqa: E402
 from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from providers.local import LocalProvider, folder  # noqa: E402
-from vnode.events import EventRecorder  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
-from vnode.kube import Kube  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
 from vnode.kubelet.resolve import HandlerRegistry  # noqa: E402
 from vnode.kubelet.server import KubeletServer, ListenerConfig  # noqa: E402

@@ -30,8 +30,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from kube.client import USER_AGENT, Kube, KubeError, load_api_client, path_for  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
-from vnode.kube import USER_AGENT, Kube, KubeError, load_api_client, path_for  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 from vnode.runner import Runner  # noqa: E402

@@ -1,7 +1,7 @@
 """The operator's console (design §7): a read-only mirror of the manager's memory in the
 database, the admin over it, the dashboard, Prometheus metrics, health and structured logs.
 
-- `observer`   hears the core's facts (vnode.observe) and keeps the little memory they need
+- `observer`   hears the core's facts (kube.observe) and keeps the little memory they need
 - `snapshot`   reads the manager's memory into rows (Handlers, Blocklist, observer); pure reads
 - `mirror`     the single writer: rows diffed and written at most once a second
 - `models`     the mirror's tables; `admin` their read-only pages and the one operator action

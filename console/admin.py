@@ -24,8 +24,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods
 
-from console import models
-from nebula_site import runtime
+from console import models, runtime
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 Counters and histograms are fed by `console.observer` (facts from the core) and
 `console.middleware` (API requests); gauges that describe memory (blocklist size, tracked
-Pods, node readiness, the mirror's lag) are read at scrape time from `nebula_site.runtime`.
+Pods, node readiness, the mirror's lag) are read at scrape time from `console.runtime`.
 Labels are provider, node, outcome, kind, verb and code: never a Pod's env or a credential.
 """
 
@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from nebula_site import runtime
+from console import runtime
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 STREAM_KINDS = ("logs", "exec", "attach")

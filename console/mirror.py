@@ -21,10 +21,9 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from console import metrics, models, snapshot
+from console import metrics, models, runtime, snapshot
 from console.observer import ConsoleObserver
 from console.observer import installed as installed_observer
-from nebula_site import runtime
 
 logger = logging.getLogger(__name__)
 

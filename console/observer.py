@@ -1,4 +1,4 @@
-"""The console's observer: hears the core's facts (`vnode.observe`), counts them in
+"""The console's observer: hears the core's facts (`kube.observe`), counts them in
 `console.metrics`, logs the ones worth knowing (Pod, claim and instance named) and keeps the
 little memory the mirror needs that no Handler holds: lease renewals, leadership, the latest
 Events, open streams.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from console import metrics
-from vnode import observe
+from kube import observe
 
 logger = logging.getLogger("nebula.events")
 
@@ -42,7 +42,7 @@ class EventNote:
 
 
 class ConsoleObserver:
-    """Implements vnode.observe.Observer."""
+    """Implements kube.observe.Observer."""
 
     def __init__(self, *, now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
         self._now = now

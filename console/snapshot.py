@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from console.observer import ConsoleObserver, EventNote
-from nebula_site.runtime import Runtime
+from console.runtime import Runtime
+from kube import names
 from placement.blocklist import BlockEntry, describe_scope
-from vnode import names
 from vnode.handler import Handler
 from vnode.tracking import Tracked
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vnode import names
-from vnode.kube import ConflictError, Kube, load_api_client, path_for
+from kube import names
+from kube.client import ConflictError, Kube, load_api_client, path_for
 
 DEMO_POD = "hello"
 

@@ -10,9 +10,9 @@ import os
 import tempfile
 from pathlib import Path
 
-from console.dburl import database_from_url
-from console.logging import logging_config
 from nebula_site import config
+from nebula_site.dburl import database_from_url
+from nebula_site.logconfig import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -99,7 +99,7 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-# Text lines by default, JSON with NEBULA_LOG_FORMAT=json; secrets redacted (console.logging).
+# Text lines by default, JSON with NEBULA_LOG_FORMAT=json; secrets redacted (nebula_site.logconfig).
 LOGGING = logging_config(os.environ.get("NEBULA_LOG_FORMAT", "text"), os.environ.get("NEBULA_LOG_LEVEL", "INFO"))
 
 # The REST API (/api/...): no anonymous access; token or session; paginated lists (design §7).
@@ -109,7 +109,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "nebula_site.api.pagination.BoundedLimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "console.api.pagination.BoundedLimitOffsetPagination",
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }

@@ -18,6 +18,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz),
     path("webhooks/pods", webhooks.pods, name="webhook-pods"),
-    path("api/", include("nebula_site.api.urls")),
+    path("api/", include("console.api.urls")),
     path("", include("console.urls")),  # the dashboard at /, /readyz, /metrics
 ]

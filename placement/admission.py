@@ -17,8 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from kube import names
 from placement.request import labels
-from vnode import names
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit (I7)

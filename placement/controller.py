@@ -20,18 +20,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from kube import names, observe
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.events import EventRecorder
+from kube.reflector import Reflector
+from kube.worker import join_within
+from kube.workqueue import WorkQueue
 from placement.blocklist import Blocklist
 from placement.catalog import Catalog
 from placement.optimizer import Candidate, Decision, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
 from providers.base import Tier
-from vnode import names, observe
-from vnode.events import EventRecorder
-from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
-from vnode.queue import WorkQueue
-from vnode.reflector import Reflector
-from vnode.threads import join_within
 
 logger = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from kube import names
+from kube.client import Kube, KubeError, NotFoundError, path_for
+from kube.reflector import Reflector
 from placement.pools import NodePool, PoolError, parse_pool
-from vnode import names
-from vnode.kube import Kube, KubeError, NotFoundError, path_for
-from vnode.reflector import Reflector
 
 logger = logging.getLogger(__name__)
 

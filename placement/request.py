@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from vnode import names
+from kube import names
 
 GPU_RESOURCE = "nvidia.com/gpu"
 FAILED_PHASE = "Failed"

@@ -3,7 +3,7 @@
 `runvnode` calls `start_placement` under leader election, after building the Blocklist it
 hands to every Runner (the Handlers write it, placement reads it). Returns a `Placement`
 whose `stop()` stops intake and joins the workers. The console reads `Placement` through
-`nebula_site.runtime`; its one write is `clear_block`, an operator's action.
+`console.runtime`; its one write is `clear_block`, an operator's action.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import logging
 import threading
 from collections.abc import Mapping
 
+from kube import names
+from kube.client import Kube
+from kube.events import EventRecorder
 from placement.blocklist import Blocklist, describe_scope
 from placement.catalog import Catalog
 from placement.controller import PlacementController
 from placement.poolcache import PoolCache
 from providers.base import Provider
-from vnode import names
-from vnode.events import EventRecorder
-from vnode.kube import Kube
 
 logger = logging.getLogger(__name__)
 COMPONENT = "nebula-placement"

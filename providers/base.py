@@ -28,6 +28,14 @@ class Tier(str, enum.Enum):
     SPOT = "Spot"
     ON_DEMAND = "OnDemand"
 
+    @classmethod
+    def parse(cls, text: str | None) -> Tier | None:
+        """The tier `text` names, or None: case, surrounding white space, `-` and `_` are
+        ignored, so `spot`, ` Spot `, `on-demand`, `on_demand` and `OnDemand` all read. The
+        one reader of a tier's spelling (annotations, NodePools, provider options)."""
+        folded = (text or "").strip().lower().replace("-", "").replace("_", "")
+        return next((tier for tier in cls if tier.value.lower() == folded), None)
+
 
 class InstanceState(str, enum.Enum):
     """What a provider knows of one instance. Unknown provider states map to PROVISIONING."""

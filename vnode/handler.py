@@ -20,7 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from placement.blocklister import Blocklister
+from kube import names, observe
+from kube.client import Kube
+from kube.events import EventRecorder
+from kube.times import rfc3339
 from providers import errors
 from providers.base import (
     Attacher,
@@ -39,10 +42,9 @@ from providers.base import (
     ProvisionResult,
 )
 from providers.podspec import pod_spec_from_dict
-from vnode import names, observe, status
+from vnode import status
+from vnode.blocklister import Blocklister
 from vnode.env import EnvError, resolve_env
-from vnode.events import EventRecorder
-from vnode.kube import Kube
 from vnode.podwriter import PodWriter
 from vnode.tracking import Lookup, RetryLater, Tracked, pod_claim, pod_key, tier_from
 
@@ -427,7 +429,7 @@ class Handler:
     def get_stats_summary(self) -> JsonDict:
         """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods
         whose provider reports no usage are listed without cpu and memory."""
-        now = status.rfc3339(self._now())
+        now = rfc3339(self._now())
         pods: list[JsonDict] = []
         for entry in self.tracked_entries():
             instance = entry.last_instance
@@ -435,7 +437,7 @@ class Handler:
             stats: JsonDict = {"name": container}
             usage = instance.usage if instance is not None else None
             if instance is not None and instance.started_at is not None:
-                stats["startTime"] = status.rfc3339(instance.started_at)
+                stats["startTime"] = rfc3339(instance.started_at)
             if usage is not None and usage.cpu_nano_cores is not None:
                 stats["cpu"] = {"time": now, "usageNanoCores": usage.cpu_nano_cores}
             if usage is not None and usage.memory_bytes is not None:

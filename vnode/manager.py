@@ -16,12 +16,12 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from placement.blocklister import Blocklister
+from kube.client import Kube, load_api_client
+from kube.leader import LeaderElector
+from kube.worker import describe
 from providers.base import Provider
-from vnode.kube import Kube, load_api_client
-from vnode.leader import LeaderElector
+from vnode.blocklister import Blocklister
 from vnode.runner import Runner
-from vnode.threads import describe
 
 logger = logging.getLogger(__name__)
 

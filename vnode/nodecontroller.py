@@ -16,11 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from vnode import names, observe
+from kube import names, observe
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.times import micro_time, rfc3339
+from kube.worker import join_within
 from vnode.handler import Handler
-from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
-from vnode.status import micro_time, rfc3339
-from vnode.threads import join_within
 
 logger = logging.getLogger(__name__)
 

@@ -15,16 +15,16 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from kube import names
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.events import EventRecorder
+from kube.reflector import Reflector
+from kube.worker import join_within
+from kube.workqueue import WorkQueue
 from providers.base import ClaimName
-from vnode import names
 from vnode.decisions import Action, decide
 from vnode.env import MissingSource
-from vnode.events import EventRecorder
 from vnode.handler import Handler
-from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
-from vnode.queue import WorkQueue
-from vnode.reflector import Reflector
-from vnode.threads import join_within
 from vnode.tracking import Lookup, RetryLater, pod_claim
 
 logger = logging.getLogger(__name__)

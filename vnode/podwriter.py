@@ -12,10 +12,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from vnode import names
+from kube import names
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.events import EventRecorder
 from vnode.env import decode_secret_data
-from vnode.events import EventRecorder
-from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
 from vnode.tracking import RetryLater, Tracked, pod_key
 
 logger = logging.getLogger(__name__)

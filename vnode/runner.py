@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 import time
 
-from placement.blocklister import Blocklister
+from kube.client import Kube
+from kube.events import EventRecorder
 from providers.base import Provider
-from vnode.events import EventRecorder
+from vnode.blocklister import Blocklister
 from vnode.handler import Handler
-from vnode.kube import Kube
 from vnode.nodecontroller import NodeController
 from vnode.podcontroller import PodController
 

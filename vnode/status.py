@@ -11,20 +11,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from kube import names
+from kube.times import rfc3339
 from providers.base import Instance, InstanceState
-from vnode import names
 
 JsonDict = dict[str, Any]
-
-
-def rfc3339(moment: datetime) -> str:
-    """The API server's timestamp form (second precision, Z)."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(moment: datetime) -> str:
-    """A MicroTime (Lease renew and acquire times): microseconds, Z."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _phase_reason_message(instance: Instance) -> tuple[str, str, str]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from console import observer as console_observer
-from nebula_site import runtime
+from console import runtime
 from placement.blocklist import Blocklist
 from providers.base import Provider, ProvisionRequest
 from providers.claim import claim_name

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from console import observer as console_observer
+from console import runtime
 from devcluster import DevCluster
-from nebula_site import runtime
+from kube import names
+from kube.client import Kube, NotFoundError, load_api_client, path_for
 from placement.blocklist import Blocklist
 from providers.base import ClaimName, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.podspec import PodSpec
 from tests.polling import wait_for as wait_for  # re-exported for the tests here
-from vnode import names
-from vnode.kube import Kube, NotFoundError, load_api_client, path_for
 from vnode.runner import Runner
 
 KNOWN_SECRET = "s3cr3t-" + uuid.uuid4().hex  # the env value a Pod gets from its Secret

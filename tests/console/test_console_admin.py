@@ -14,10 +14,9 @@ from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
 
-from console import models
+from console import models, runtime
 from console.mirror import Mirror
 from console.observer import ConsoleObserver
-from nebula_site import runtime
 from placement.blocklist import Blocklist
 from providers.base import BlockBreadth, BlockScope, Tier
 from providers.claim import claim_name

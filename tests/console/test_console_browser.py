@@ -22,9 +22,9 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from console import models
-from console.logging import JsonFormatter, TextFormatter
 from console.mirror import Mirror
-from vnode.kube import path_for
+from kube.client import path_for
+from nebula_site.logconfig import JsonFormatter, TextFormatter
 
 ROOT = Path(__file__).resolve().parents[2]
 # Screenshots refresh docs/images/ only when asked (NEBULA_SCREENSHOTS=1), so a test run leaves
@@ -222,7 +222,7 @@ def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
 def _pod(name: str) -> dict[str, Any]:
     from console_scenario import pod
 
-    from vnode import names
+    from kube import names
 
     return pod(name, "gpu-a", **{names.HOURLY_PRICE_ANNOTATION: "0.42", names.CAPACITY_TYPE_ANNOTATION: "Spot"})
 

@@ -16,13 +16,12 @@ from django.contrib.auth.models import User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from console import metrics, models, snapshot, views
-from console.dburl import database_from_url
-from console.logging import JsonFormatter, RedactSecrets, logging_config, redact
+from console import metrics, models, runtime, snapshot, views
 from console.mirror import Mirror, diff
 from console.observer import ConsoleObserver
-from nebula_site import runtime
-from vnode import observe
+from kube import observe
+from nebula_site.dburl import database_from_url
+from nebula_site.logconfig import JsonFormatter, RedactSecrets, logging_config, redact
 
 ROW = {"uid": "u1", "phase": "Running"}
 

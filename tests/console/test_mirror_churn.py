@@ -16,10 +16,9 @@ from django.contrib.auth.models import User
 from django.db import OperationalError, connections
 from django.test import Client
 
-from console import models
+from console import models, runtime
 from console.mirror import Mirror
 from console.observer import ConsoleObserver
-from nebula_site import runtime
 from vnode.handler import Handler
 
 PODS = 1000

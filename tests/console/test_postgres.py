@@ -23,9 +23,9 @@ import pytest
 import yaml
 
 from devcluster import DevCluster
+from kube.client import Kube, load_api_client, path_for
 from tests.polling import wait_for
 from tests.vnode.conftest import make_pod, phase_of
-from vnode.kube import Kube, load_api_client, path_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))

@@ -16,6 +16,7 @@ from django.core.management import load_command_class
 from django.urls import Resolver404, resolve
 
 from devcluster import DevCluster
+from kube.client import Kube, KubeError, NotFoundError, load_api_client
 from tests.deploy import schema_check
 from tests.deploy.deploy_manifests import (
     DEPLOYMENT,
@@ -26,7 +27,6 @@ from tests.deploy.deploy_manifests import (
     manager_container,
     render,
 )
-from vnode.kube import Kube, KubeError, NotFoundError, load_api_client
 
 Obj = dict[str, Any]
 

@@ -31,14 +31,14 @@ import pytest
 import yaml
 
 from devcluster import DevCluster, RequestRecord
+from kube import names
+from kube.client import USER_AGENT, Kube, NotFoundError, load_api_client, path_for
 from providers.base import ClaimName, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from tests import polling
 from tests.deploy import rbac_eval
 from tests.deploy.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
-from vnode import names
-from vnode.kube import USER_AGENT, Kube, NotFoundError, load_api_client, path_for
 
 PROVIDER = "gpu"
 NODE = names.node_name(PROVIDER)

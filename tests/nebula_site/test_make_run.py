@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from kube.client import Kube, KubeError, load_api_client, path_for
 from providers.local import LocalProvider
-from vnode.kube import Kube, KubeError, load_api_client, path_for
 
 ROOT = Path(__file__).resolve().parents[2]
 

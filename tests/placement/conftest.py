@@ -13,10 +13,10 @@ from django.core.wsgi import get_wsgi_application
 from placement_fixtures import Stack, TlsWsgiServer, h100_scenario, webhook_configuration
 
 from devcluster import DevCluster
+from kube.client import Kube, load_api_client
 from placement.blocklist import Blocklist
 from placement.wiring import start_placement
 from providers.fake import FakeProvider
-from vnode.kube import Kube, load_api_client
 from vnode.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,12 +15,12 @@ from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from devcluster import tls
+from kube import names
+from kube.client import Kube, path_for
 from placement.blocklist import Blocklist
 from placement.wiring import Placement
 from providers.fake import FakeProvider
 from tests.polling import wait_for as wait_for  # re-exported for the tests here
-from vnode import names
-from vnode.kube import Kube, path_for
 from vnode.runner import Runner
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from kube import names
 from placement.admission import OUTAGE_TAINTS, pod_patch, review
-from vnode import names
 
 
 def make_review(obj: Any, *, operation: str = "CREATE", uid: str = "u-1") -> bytes:

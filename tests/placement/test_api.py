@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from nebula_site import runtime
+from console import runtime
 from placement.blocklist import Blocklist
 from providers.base import BlockBreadth, BlockScope, Tier
 

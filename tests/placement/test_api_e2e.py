@@ -12,10 +12,10 @@ from django.contrib.auth.models import User
 from placement_fixtures import Stack, deployment, events_for, nodepool, pods_of, provider_of, wait_for
 from rest_framework.test import APIClient
 
+from console import runtime
 from devcluster import DevCluster
-from nebula_site import runtime
-from vnode import names
-from vnode.kube import Kube, path_for
+from kube import names
+from kube.client import Kube, path_for
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 

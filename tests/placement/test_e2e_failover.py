@@ -9,9 +9,9 @@ from typing import Any
 from placement_fixtures import Stack, deployment, events_for, nodepool, pods_of, provider_of, tier_of, wait_for
 
 from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, path_for
 from providers.base import BlockBreadth, Tier
-from vnode import names
-from vnode.kube import Kube, path_for
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from kube import names
 from placement.request import RequestError, WorkloadRequest, is_placeable, is_replaceable_failure, workload_request
-from vnode import names
 
 
 def pod(labels: dict[str, str] | None = None, limits: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from typing import Any
 from placement_fixtures import TlsWsgiServer
 
 from devcluster import DevCluster
-from vnode import names
-from vnode.kube import Kube, path_for
+from kube import names
+from kube.client import Kube, path_for
 
 
 def post(server: TlsWsgiServer, body: bytes, method: str = "POST") -> tuple[int, dict[str, object]]:

@@ -78,7 +78,7 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
 def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     try:
         from devcluster import DevCluster
-        from vnode.kube import Kube, load_api_client, path_for
+        from kube.client import Kube, load_api_client, path_for
         from vnode.kubelet.resolve import HandlerRegistry
         from vnode.kubelet.server import KubeletServer, ListenerConfig
         from vnode.runner import Runner

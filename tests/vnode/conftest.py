@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, NotFoundError, load_api_client, path_for
 from providers.base import Provider
 from tests.polling import wait_for as wait_for  # re-exported for the tests here
-from vnode import names
-from vnode.kube import Kube, NotFoundError, load_api_client, path_for
 from vnode.runner import Runner
 
 

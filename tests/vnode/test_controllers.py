@@ -7,14 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, NotFoundError, path_for
+from kube.events import EventRecorder
 from providers.base import BlockBreadth, BlockScope, Instance
 from providers.fake import FakeProvider
 from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
-from vnode import names
 from vnode.env import MissingSource
-from vnode.events import EventRecorder
 from vnode.handler import Handler
-from vnode.kube import Kube, NotFoundError, path_for
 from vnode.runner import Runner
 
 

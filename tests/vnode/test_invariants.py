@@ -20,13 +20,13 @@ import pytest
 import yaml
 
 from devcluster import DevCluster
+from kube.client import Kube, path_for
 from providers.base import Provider
 from providers.claim import claim_name
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from providers.local import LocalProvider
 from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
-from vnode.kube import Kube, path_for
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL = 0.3

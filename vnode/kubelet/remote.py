@@ -16,8 +16,8 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from kube import observe
 from providers.base import Process
-from vnode import observe
 from vnode.kubelet.execparams import StreamRequest
 from vnode.kubelet.problems import exec_status_bytes
 

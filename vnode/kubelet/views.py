@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from kube import observe
 from providers.base import LogStream
-from vnode import observe
 from vnode.kubelet import logparams, routes
 from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from

@@ -23,8 +23,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from console import observer as console_observer
+from console import runtime
 from console.mirror import Mirror
-from nebula_site import demo, runtime
+from kube.client import Kube
+from nebula_site import demo
 from nebula_site.config import parse_address
 from nebula_site.signals import stop_on_signals
 from placement.blocklist import Blocklist
@@ -32,7 +34,6 @@ from placement.wiring import Placement, start_placement
 from providers import registry
 from providers.base import Provider
 from vnode import manager
-from vnode.kube import Kube
 from vnode.runner import Runner
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"

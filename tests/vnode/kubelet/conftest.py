@@ -18,13 +18,13 @@ import pytest
 from kubernetes import client as k8s
 
 from devcluster import DevCluster
+from kube.client import Kube, load_api_client, path_for
+from kube.events import EventRecorder
 from providers.base import PodSpec, Provider, ProvisionRequest
 from providers.claim import claim_name
 from providers.fake import FakeProvider
 from tests.polling import wait_for as wait_for  # re-exported for the tests here
-from vnode.events import EventRecorder
 from vnode.handler import Handler
-from vnode.kube import Kube, load_api_client, path_for
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import KubeletServer, ListenerConfig
 from vnode.runner import Runner

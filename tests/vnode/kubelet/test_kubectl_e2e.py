@@ -21,8 +21,8 @@ from kubernetes import client as k8s
 from kubernetes.stream import ws_client
 from spdyclient import SpdyClient
 
+from kube.client import Kube, NotFoundError, load_api_client, path_for
 from tests.terminal import check_exec_tty_resize
-from vnode.kube import Kube, NotFoundError, load_api_client, path_for
 
 CLIENTS = {
     "kubectl-1.20": (KUBECTL_120, True),

@@ -19,7 +19,7 @@ import pytest
 from spdyclient import SpdyClient, UpgradeRefused
 
 from devcluster import DevCluster, tls
-from vnode.kube import Kube, load_api_client, path_for
+from kube.client import Kube, load_api_client, path_for
 from vnode.kubelet import spdy
 
 ROOT = Path(__file__).resolve().parents[3]

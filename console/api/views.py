@@ -1,4 +1,4 @@
-"""The REST API's viewsets: paginated read-only lists over `nebula_site.runtime`, and DELETE of
+"""The REST API's viewsets: paginated read-only lists over `console.runtime`, and DELETE of
 a blocklist entry (staff only, logged and recorded as an Event by placement).
 
 Authentication and pagination come from settings.REST_FRAMEWORK; no view is anonymous.
@@ -17,15 +17,15 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from nebula_site import runtime
-from nebula_site.api import rows, serializers
+from console import runtime
+from console.api import rows, serializers
 
 logger = logging.getLogger(__name__)
 
 ENTRY_ID = r"b[0-9]{1,12}"
 
 
-class _ListView(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[misc]
+class _ListView(mixins.ListModelMixin, viewsets.GenericViewSet):
     """A paginated list of rows computed from memory on each request."""
 
     def get_queryset(self) -> list[dict[str, Any]]:
@@ -105,7 +105,7 @@ class BlocklistViewSet(_ListView, mixins.RetrieveModelMixin, mixins.DestroyModel
         ]
     )
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().list(request, *args, **kwargs)  # type: ignore[no-any-return]
+        return super().list(request, *args, **kwargs)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         entry = self._entry(str(kwargs.get("pk", "")))

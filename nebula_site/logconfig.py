@@ -100,10 +100,10 @@ def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"redact": {"()": "console.logging.RedactSecrets"}},
+        "filters": {"redact": {"()": "nebula_site.logconfig.RedactSecrets"}},
         "formatters": {
-            "text": {"()": "console.logging.TextFormatter"},
-            "json": {"()": "console.logging.JsonFormatter"},
+            "text": {"()": "nebula_site.logconfig.TextFormatter"},
+            "json": {"()": "nebula_site.logconfig.JsonFormatter"},
         },
         "handlers": {
             "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["redact"]},

@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from vnode import observe
-from vnode.kube import Kube, KubeError, path_for
-from vnode.status import rfc3339
+from kube import observe
+from kube.client import Kube, KubeError, path_for
+from kube.times import rfc3339
 
 logger = logging.getLogger(__name__)
 

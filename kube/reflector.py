@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vnode.kube import GoneError, Kube, KubeError
+from kube.client import GoneError, Kube, KubeError
 
 logger = logging.getLogger(__name__)
 

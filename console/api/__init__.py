@@ -1,3 +1,3 @@
 """The REST API (`/api/...`): read-only views of the manager's memory through
-`nebula_site.runtime`, and one operator action (DELETE of a blocklist entry, staff only).
+`console.runtime`, and one operator action (DELETE of a blocklist entry, staff only).
 Modules: `serializers` (shapes), `views` (viewsets), `pagination`, `urls`."""

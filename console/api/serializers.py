@@ -1,5 +1,5 @@
 """The shapes the REST API returns (and documents in /api/schema/). Read-only: every value
-comes from `nebula_site.api.rows`, plain dicts built from the manager's memory."""
+comes from `console.api.rows`, plain dicts built from the manager's memory."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from vnode.queue import WorkQueue
+from kube.workqueue import WorkQueue
 
 
 class FakeClock:

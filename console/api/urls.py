@@ -7,7 +7,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from nebula_site.api import views
+from console.api import views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"  # both /api/blocklist/b1 and /api/blocklist/b1/: no redirect for a DELETE

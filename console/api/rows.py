@@ -1,6 +1,6 @@
-"""Rows for the REST API: the manager's memory (`nebula_site.runtime`) as plain dicts.
+"""Rows for the REST API: the manager's memory (`console.runtime`) as plain dicts.
 
-Called by `nebula_site.api.views` on every request; reads only, under each owner's lock
+Called by `console.api.views` on every request; reads only, under each owner's lock
 (Handler, Blocklist, pool cache). Never calls a provider or the Kubernetes API.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kube import names
 from placement.blocklist import BlockEntry, describe_scope
 from placement.poolcache import PoolState
-from vnode import names
 from vnode.handler import Handler
 
 Row = dict[str, Any]

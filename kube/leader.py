@@ -14,9 +14,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from vnode import observe
-from vnode.kube import ConflictError, Kube, KubeError, NotFoundError, path_for
-from vnode.status import micro_time
+from kube import observe
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.times import micro_time
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,131 @@
+"""Shutdown joins share one deadline and name the threads that overstay it."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from kube.worker import Requeue, Retry, WorkerPool, describe, join_within
+from kube.workqueue import WorkQueue
+
+
+def _stuck_in_a_call(release: threading.Event) -> None:
+    release.wait(30)
+
+
+def test_join_within_bounds_the_whole_join_not_each_thread() -> None:
+    release = threading.Event()
+    stuck = [threading.Thread(target=_stuck_in_a_call, args=(release,), name=f"w{i}", daemon=True) for i in range(5)]
+    quick = threading.Thread(target=lambda: None, name="quick")
+    for thread in [*stuck, quick]:
+        thread.start()
+    try:
+        started = time.monotonic()
+        busy = join_within([*stuck, quick], 0.5)
+        elapsed = time.monotonic() - started
+        assert busy == stuck
+        assert elapsed < 2.5  # five threads, one shared half-second, not five
+        parts = describe(busy).split(", ")
+        assert [part.split(" (")[0] for part in parts] == ["w0", "w1", "w2", "w3", "w4"]
+        assert all("threading.py:" in part and " in wait)" in part for part in parts)  # Event.wait
+    finally:
+        release.set()
+    assert join_within(stuck, 5) == []
+
+
+def test_join_within_skips_threads_never_started() -> None:
+    assert join_within([threading.Thread(target=lambda: None)], 1) == []
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _pool(outcomes: dict[str, list[object]], **options: object) -> tuple[WorkerPool, WorkQueue, _Clock, list[str]]:
+    """A pool whose sync replays `outcomes[key]` (an exception is raised, anything else returned)."""
+    clock = _Clock()
+    queue = WorkQueue(base_delay=1.0, max_delay=8.0, clock=clock)
+    seen: list[str] = []
+
+    def sync(key: str) -> Requeue | None:
+        seen.append(key)
+        outcome = outcomes[key].pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is None or isinstance(outcome, Requeue)
+        return outcome
+
+    return WorkerPool(queue, sync, name="test", **options), queue, clock, seen  # type: ignore[arg-type]
+
+
+def _run_due(pool: WorkerPool, queue: WorkQueue) -> str | None:
+    key = queue.get(timeout=0)
+    if key is not None:
+        pool.process(key)
+    return key
+
+
+def test_a_returned_requeue_looks_again_after_its_delay_without_counting_a_failure() -> None:
+    pool, queue, clock, seen = _pool({"a": [Requeue(after=5.0), None]})
+    queue.add("a")
+    assert _run_due(pool, queue) == "a"
+    assert queue.failures("a") == 0
+    clock.now = 4.9
+    assert _run_due(pool, queue) is None
+    clock.now = 5.0
+    assert _run_due(pool, queue) == "a"
+    assert seen == ["a", "a"]
+
+
+def test_a_raised_retry_with_a_delay_runs_again_then_and_is_counted() -> None:
+    heard: list[tuple[str, str, int]] = []
+    pool, queue, clock, _ = _pool(
+        {"a": [Retry("not yet", delay=3.0), None]}, on_retry=lambda k, e, n: heard.append((k, str(e), n))
+    )
+    queue.add("a")
+    _run_due(pool, queue)
+    assert heard == [("a", "not yet", 1)]
+    clock.now = 2.9
+    assert _run_due(pool, queue) is None
+    clock.now = 3.0
+    assert _run_due(pool, queue) == "a"
+    assert queue.failures("a") == 0  # a success forgets the failures
+
+
+def test_a_retry_without_a_delay_and_an_unexpected_error_back_off_exponentially() -> None:
+    pool, queue, clock, seen = _pool({"a": [Retry("down"), RuntimeError("bug"), None]})
+    queue.add("a")
+    _run_due(pool, queue)
+    clock.now = 1.0  # base delay after the first failure
+    assert _run_due(pool, queue) == "a"
+    assert queue.failures("a") == 2
+    clock.now = 2.9  # the second failure doubled it
+    assert _run_due(pool, queue) is None
+    clock.now = 3.0
+    assert _run_due(pool, queue) == "a"
+    assert seen == ["a", "a", "a"]
+
+
+def test_stop_closes_the_queue_and_names_the_workers_still_busy() -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def sync(key: str) -> Requeue | None:
+        entered.set()
+        release.wait(30)
+        return None
+
+    pool = WorkerPool(WorkQueue(), sync, name="slow", workers=2)
+    pool.start()
+    try:
+        pool.queue.add("k")
+        assert entered.wait(10)
+        busy = pool.stop(0.2)
+        assert [t.name for t in busy] == ["slow worker 0"] or [t.name for t in busy] == ["slow worker 1"]
+    finally:
+        release.set()
+    assert join_within(pool.threads, 10) == []
