@@ -5,7 +5,7 @@ tags each request (and each websocket) with it, so the server can route the kube
 listener to the kubelet app and the console listener to Django (I5). A SPDY upgrade on
 the kubelet listener is validated, answered 101 and handed to `SpdyExecProtocol`
 (the recipe of dependencies.md §2: Daphne only upgrades websockets). This touches Daphne
-and Twisted internals; tests/vnode/kubelet/test_spdy_exec.py guards the hand-off.
+and Twisted internals; tests/vnode/kubelet/test_spdy_wire.py guards the hand-off.
 """
 
 from __future__ import annotations
