@@ -1,10 +1,8 @@
 """The one read-side projection: the manager's memory as plain rows, one function per kind.
 
-Both readers serialise these rows: `console.snapshot` (the mirror's tables, fitted to their
-columns) and `console.api` (the REST API). Pure reads of Handlers (`tracked_entries`,
-`last_instances`, the last list's outcome), the Blocklist, placement's pool cache and the
-console's observer; never calls a provider or the Kubernetes API, and never copies a Pod's env
-or a credential (I4). An absent value is None here; a column that cannot hold None says so.
+Serialised by both readers, `console.snapshot` (the mirror) and `console.api` (REST). Pure
+reads of Handlers, the Blocklist, placement's pool cache and the console's observer; never
+calls a provider or the Kubernetes API, never copies an env value or a credential (I4).
 
 Invariant: the mirror and the API show one Pod alike; see
 tests/console/test_console_units.py::test_the_mirror_row_and_the_api_row_of_a_pod_agree.
@@ -22,7 +20,7 @@ from placement.poolcache import PoolState
 from vnode.handler import Handler
 from vnode.tracking import Tracked
 
-Row = dict[str, Any]
+Row = dict[str, Any]  # an absent value is None; a NOT NULL text column of the mirror holds ""
 
 # What a kubelet reports for a Pod it has taken but not yet started: the phase is never empty.
 NO_STATUS_YET = "Pending"

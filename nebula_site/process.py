@@ -1,10 +1,8 @@
 """The process wiring: the one place that constructs Nebula's pieces and connects them.
 
-Called by `manage.py runvnode`, which parses arguments and calls `start_listeners` and then
-`run`. `run` wins leader election, starts one `vnode.runner.Runner` per provider, hands their
-Handlers to the kubelet listener's registry, starts placement, publishes it all to the console
-(`console.runtime.install`) and starts the mirror; on the way out it stops them in order within
-one shutdown grace and releases the Lease. It never parses arguments or reads settings.
+Called by `manage.py runvnode` (`start_listeners`, then `run`): leader election, one Runner per
+provider, the kubelet registry, placement, the console's runtime and mirror, and the ordered
+shutdown within one grace. Never parses arguments or reads settings.
 
 Invariant: shutdown takes at most one grace, each step getting what the earlier ones left; see
 tests/nebula_site/test_process.py::test_stop_in_order_shares_one_grace_and_names_what_is_left.
