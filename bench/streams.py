@@ -41,7 +41,7 @@ from providers.local import LocalProvider, folder  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
 from vnode.kubelet.resolve import HandlerRegistry  # noqa: E402
-from vnode.kubelet.server import KubeletServer, ListenerConfig  # noqa: E402
+from vnode.kubelet.server import ListenerConfig, Listeners  # noqa: E402
 from vnode.kubelet.views import LOG_READ_SIZE  # noqa: E402
 
 TLS = ssl._create_unverified_context()
@@ -237,7 +237,7 @@ def hold_load(port: int, followers: int, execs: int, seconds: float) -> int:
     return errors
 
 
-def hold(server: KubeletServer, registry: HandlerRegistry, args: argparse.Namespace) -> None:
+def hold(server: Listeners, registry: HandlerRegistry, args: argparse.Namespace) -> None:
     provider = FakeProvider("fake", {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": {"log": {"interval": 1.0}}})
     handler = offline_handler(provider)
     registry.add(handler)
@@ -268,7 +268,7 @@ def hold(server: KubeletServer, registry: HandlerRegistry, args: argparse.Namesp
     )
 
 
-def throughput(server: KubeletServer, local: LocalProvider, handler: Handler, state: Path, total: int) -> None:
+def throughput(server: Listeners, local: LocalProvider, handler: Handler, state: Path, total: int) -> None:
     lines = total // 100
     adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
     adopt(handler, "shell", ("sleep", "3600"))
@@ -307,7 +307,7 @@ def main() -> None:
         return
     total = args.megabytes * MB
     registry = HandlerRegistry()
-    server = KubeletServer(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
+    server = Listeners(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
     import logging
 
     logging.disable(logging.WARNING)  # the open-port warning and Twisted's access log

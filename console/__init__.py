@@ -1,13 +1,16 @@
 """The operator's console (design §7): a read-only mirror of the manager's memory in the
-database, the admin over it, the dashboard, Prometheus metrics, health and structured logs.
+database, the admin over it, the dashboard, the REST API, Prometheus metrics and health.
 
 - `observer`   hears the core's facts (kube.observe) and keeps the little memory they need
-- `snapshot`   reads the manager's memory into rows (Handlers, Blocklist, observer); pure reads
+- `runtime`    the registry of running machinery (Handlers, Blocklist, placement) it reads
+- `rows`       the one read-side projection: memory into rows, for the mirror and the API alike
+- `snapshot`   those rows keyed per mirror table and fitted to its columns
 - `mirror`     the single writer: rows diffed and written at most once a second
 - `models`     the mirror's tables; `admin` their read-only pages and the one operator action
 - `dashboard`  the dashboard's figures, from the mirror; `views` the pages and /readyz
 - `metrics`    the Prometheus registry and /metrics; `middleware` counts API requests
-- `logging`    JSON or text log lines, secrets redacted
+- `api`        the REST API (DRF) over the same rows
 
-May import vnode and placement read sides; vnode, placement and providers never import it.
+May import vnode and placement read sides; vnode, placement and providers never import it,
+and it never imports nebula_site (the site and the process wiring sit on top).
 """

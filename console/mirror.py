@@ -1,6 +1,6 @@
 """The mirror: the single writer that copies the manager's memory into the console's tables.
 
-Started by `manage.py runvnode` (`Mirror(...).start()`), stopped on the way out. At most once
+Started by the process wiring (`nebula_site.process`), stopped on the way out. At most once
 per `interval` it takes a `console.snapshot`, diffs it against what it last wrote, and writes
 only the rows that changed, in ONE transaction. Its first sync empties the tables and writes
 everything: a restart rebuilds the mirror from memory, and nothing is ever read back (I6).
@@ -17,23 +17,16 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from console import metrics, models, runtime, snapshot
+from console import metrics, runtime, snapshot
 from console.observer import ConsoleObserver
 from console.observer import installed as installed_observer
 
 logger = logging.getLogger(__name__)
 
-TABLES: dict[str, Any] = {
-    "pods": models.TrackedPod,
-    "claims": models.InstanceClaim,
-    "blocks": models.BlocklistEntry,
-    "nodes": models.VirtualNode,
-    "events": models.RecentEvent,
-}
+TABLES = snapshot.TABLES
 STAMPED = {"pods", "claims"}  # tables with first_seen/last_seen columns the mirror fills in
 BATCH = 500
 

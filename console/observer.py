@@ -3,8 +3,8 @@
 little memory the mirror needs that no Handler holds: lease renewals, leadership, the latest
 Events, open streams.
 
-Installed by `manage.py runvnode` (`install()`); called on the core's threads, so every method
-is cheap, thread-safe and never raises.
+Installed by the process wiring (`nebula_site.process`); called on the core's threads, so
+every method is cheap, thread-safe and never raises.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The process-wide registry of running machinery the console reads: Handlers, the Blocklist,
 placement (pool cache included).
 
-`manage.py runvnode` fills it (`install`) once its Runners and placement run, and empties it
-(`clear`) on the way out; the REST API and the admin read it (`current`). Read-only views of
-memory, but for the one operator action both offer, `Runtime.clear_block`: nothing here
-starts or stops anything.
+The process wiring (`nebula_site.process`) fills it (`install`) once Runners and placement
+run, and empties it (`clear`) on the way out; the REST API and the admin read it (`current`).
+Read-only views of memory, but for the one operator action both offer,
+`Runtime.clear_block`: nothing here starts or stops anything.
 """
 
 from __future__ import annotations

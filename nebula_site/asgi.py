@@ -1,7 +1,8 @@
 """ASGI entry point for the console listener: Django's application.
 
-`manage.py runvnode` hands `application` to `vnode.kubelet.server.KubeletServer`, which
-serves it on the console listener only (I5); the kubelet listener has its own app.
+The process wiring (`nebula_site.process`) hands `application` to
+`vnode.kubelet.server.Listeners`, which serves it on the console listener only (I5); the
+kubelet listener has its own app.
 """
 
 from __future__ import annotations

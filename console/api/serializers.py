@@ -1,5 +1,6 @@
 """The shapes the REST API returns (and documents in /api/schema/). Read-only: every value
-comes from `console.api.rows`, plain dicts built from the manager's memory."""
+comes from `console.rows`, the one projection the mirror also writes; only names and nesting
+differ here (a block's `id` and `scope` object). Called by `console.api.views`."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from rest_framework import serializers
 
 
 class BlockScopeSerializer(serializers.Serializer):
+    """Read from the row itself (`source="*"`): the projection keeps these columns flat."""
+
     breadth = serializers.ChoiceField(choices=["provider", "tier", "offering"])
     tier = serializers.CharField(allow_null=True)
     accelerator = serializers.CharField(allow_null=True)
@@ -14,10 +17,10 @@ class BlockScopeSerializer(serializers.Serializer):
 
 
 class BlockEntrySerializer(serializers.Serializer):
-    id = serializers.CharField()
+    id = serializers.CharField(source="entry_id")
     provider = serializers.CharField()
-    scope = BlockScopeSerializer()
-    description = serializers.CharField()
+    scope = BlockScopeSerializer(source="*")
+    description = serializers.CharField(source="scope")
     reason = serializers.CharField()
     pool = serializers.CharField(allow_null=True)
     recorded_at = serializers.DateTimeField()
@@ -33,11 +36,14 @@ class PodSerializer(serializers.Serializer):
     node = serializers.CharField()
     claim = serializers.CharField()
     instance_id = serializers.CharField(allow_null=True)
-    phase = serializers.CharField(allow_null=True)
+    phase = serializers.CharField(help_text="Pending until the Pod has a status, as a kubelet reports it")
     reason = serializers.CharField(allow_null=True)
+    endpoint = serializers.CharField(allow_null=True, help_text="where the instance answers, once known")
     capacity_type = serializers.CharField(allow_null=True)
     region = serializers.CharField(allow_null=True)
+    hourly_price = serializers.FloatField(allow_null=True, help_text="from the nebula.io/hourly-price annotation")
     pool = serializers.CharField(allow_null=True)
+    provisioned_at = serializers.DateTimeField(allow_null=True, help_text="when the provider created the instance")
 
 
 class ClaimSerializer(serializers.Serializer):
@@ -56,6 +62,8 @@ class NodeSerializer(serializers.Serializer):
     name = serializers.CharField()
     provider = serializers.CharField()
     ready = serializers.BooleanField(allow_null=True, help_text="null until the first list")
+    last_lease_renewal = serializers.DateTimeField(allow_null=True)
+    capacity = serializers.DictField(child=serializers.CharField())
     last_list_error = serializers.CharField()
     last_list_seconds = serializers.FloatField()
     poll_interval = serializers.FloatField()

@@ -1,5 +1,6 @@
-"""The REST API's viewsets: paginated read-only lists over `console.runtime`, and DELETE of
-a blocklist entry (staff only, logged and recorded as an Event by placement).
+"""The REST API's viewsets: paginated read-only lists over `console.runtime`, projected by
+`console.rows` (the mirror's projection too), and DELETE of a blocklist entry (staff only,
+logged and recorded as an Event by placement).
 
 Authentication and pagination come from settings.REST_FRAMEWORK; no view is anonymous.
 """
@@ -17,8 +18,9 @@ from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from console import runtime
-from console.api import rows, serializers
+from console import rows, runtime
+from console.api import serializers
+from console.observer import installed as installed_observer
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class ClaimViewSet(_ListView):
     serializer_class = serializers.ClaimSerializer
 
     def get_queryset(self) -> list[dict[str, Any]]:
-        return rows.claim_rows(runtime.current().handlers)
+        return rows.all_claim_rows(runtime.current().handlers)
 
 
 class NodeViewSet(_ListView):
@@ -56,7 +58,7 @@ class NodeViewSet(_ListView):
     serializer_class = serializers.NodeSerializer
 
     def get_queryset(self) -> list[dict[str, Any]]:
-        return rows.node_rows(runtime.current().handlers)
+        return rows.node_rows(runtime.current().handlers, installed_observer())
 
 
 class PoolViewSet(_ListView):
@@ -93,7 +95,7 @@ class BlocklistViewSet(_ListView, mixins.RetrieveModelMixin, mixins.DestroyModel
             row
             for row in entries
             if row["provider"] == wanted.get("provider", row["provider"])
-            and row["scope"]["breadth"] == wanted.get("scope", row["scope"]["breadth"])
+            and row["breadth"] == wanted.get("scope", row["breadth"])
             and row["pool"] == wanted.get("pool", row["pool"])
         ]
 

@@ -1,5 +1,6 @@
-"""The console's small parts: the mirror's diff and restart, log formats and redaction,
-readiness, DATABASE_URL parsing, and API request counting."""
+"""The console's small parts: the mirror's diff and restart, the one projection seen alike by
+the mirror and the API, log formats and redaction, readiness, DATABASE_URL parsing, and API
+request counting."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import logging
 import logging.config
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -19,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from console import metrics, models, runtime, snapshot, views
 from console.mirror import Mirror, diff
 from console.observer import ConsoleObserver
-from kube import observe
+from kube import names, observe
 from nebula_site.dburl import database_from_url
 from nebula_site.logconfig import JsonFormatter, RedactSecrets, logging_config, redact
 
@@ -57,6 +59,45 @@ def test_a_restarted_mirror_rebuilds_from_memory_and_reads_nothing_back(
     assert mirror.sync_once() >= 2  # the Pod and the node
     assert list(models.TrackedPod.objects.values_list("name", flat=True)) == ["fresh"]
     assert mirror.sync_once() == 0  # nothing changed: nothing written
+
+
+PRICED = {names.HOURLY_PRICE_ANNOTATION: "2.5", names.POOL_ANNOTATION: "train", names.REGION_ANNOTATION: "eu-1"}
+
+
+@pytest.mark.parametrize("status", ["from the instance", "none yet"])
+def test_the_mirror_row_and_the_api_row_of_a_pod_agree(
+    db: Any,
+    fake_provider: Callable[..., Any],
+    observer: ConsoleObserver,
+    installed_runtime: Callable[..., Any],
+    status: str,
+) -> None:
+    """Both serialise `console.rows`: every field the API returns reads the same in the mirror
+    (where a NOT NULL text column holds "" for the API's null), a Pod with no status yet is
+    `Pending` in both, and the API carries the endpoint and the hourly price."""
+    handler = offline_handler(fake_provider("agree"))
+    pod = adopt_new_pod(handler, "train-0", **PRICED)
+    entry = handler.tracked("default/train-0")
+    assert entry is not None
+    if status == "none yet":
+        entry.desired_status = None
+    installed_runtime(handlers=[handler])
+    Mirror(runtime.current, observer=lambda: observer).sync_once()
+    client = Client()
+    client.force_login(User.objects.create_user("reader", password="pw-reader-1234"))
+    (api,) = client.get("/api/pods/").json()["results"]
+    mirrored = models.TrackedPod.objects.values().get(uid=pod["metadata"]["uid"])
+    for name, value in api.items():
+        stored = mirrored[name]
+        if isinstance(stored, datetime):
+            stored = stored.isoformat().replace("+00:00", "Z")
+            value = value and value.replace("+00:00", "Z")
+        assert stored == ("" if value is None and isinstance(stored, str) else value), name
+    assert api["hourly_price"] == 2.5 and api["pool"] == "train" and api["region"] == "eu-1"
+    assert entry.last_instance is not None and entry.last_instance.endpoint
+    assert api["endpoint"] == entry.last_instance.endpoint
+    if status == "none yet":
+        assert api["phase"] == mirrored["phase"] == "Pending"
 
 
 def test_json_lines_name_pod_claim_and_instance() -> None:

@@ -146,6 +146,14 @@ def test_the_schema_documents_every_endpoint(user: User) -> None:
     } <= paths
 
 
+def test_the_schema_shows_a_pods_endpoint_price_and_pending_phase(user: User) -> None:
+    """The API serialises the mirror's projection (`console.rows`): the same Pod fields."""
+    components = token_client(user).get("/api/schema/?format=json").json()["components"]["schemas"]
+    pod = components["Pod"]["properties"]
+    assert {"endpoint", "hourly_price", "provisioned_at"} <= set(pod)
+    assert not pod["phase"].get("nullable") and "Pending" in pod["phase"]["description"]
+
+
 @pytest.fixture
 def keep_test_connection() -> Iterator[None]:
     """Requests through the raw WSGI app must not close the test's database connection (the

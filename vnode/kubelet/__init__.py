@@ -2,7 +2,7 @@
 
 The only part of vnode that may import Daphne, Twisted and Channels. Map of the package:
 
-- `server`     KubeletServer: one Daphne server, the kubelet listener (TLS) and the console listener
+- `server`     Listeners: one Daphne server, the kubelet listener (TLS) and the console listener
 - `loop`       the process's one Twisted reactor (asyncio), run on a thread
 - `certs`      in-memory CA and serving certificates; TLS options; client CA bundles
 - `upgrade`    the request hook: listener tags (I5) and the SPDY hand-off after the 101

@@ -1,6 +1,6 @@
 """The kubelet listener's ASGI application: plain HTTP routes and websocket exec/attach.
 
-Built once per `KubeletServer`; SPDY upgrades never reach it (the request hook takes
+Built once per `Listeners`; SPDY upgrades never reach it (the request hook takes
 them). Lifespan events are acknowledged and otherwise ignored: the server owns start-up.
 """
 

@@ -1,7 +1,7 @@
 """TLS material for the listeners: a CA and serving certificates made in memory with
 `cryptography`, and the Twisted context factories built from them.
 
-Called by `KubeletServer` when it builds its endpoints (and by tests and the bench to make
+Called by `Listeners` when it builds its endpoints (and by tests and the bench to make
 client certificates). Private keys never touch the disk; only a CA bundle (public) is ever
 written, and only where the caller says.
 """

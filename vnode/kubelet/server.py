@@ -1,8 +1,8 @@
-"""`KubeletServer`: the process's one Daphne server with two listeners built in code.
+"""`Listeners`: the process's one Daphne server, serving both the kubelet API and the console.
 
-Started by `manage.py runvnode` (and by tests and the bench). The kubelet listener is
-TLS with a serving certificate made in memory (SAN: the node IP), client certificates
-required when a client CA is given; it serves only the kubelet routes. The console
+Started by the process wiring (`nebula_site.process.start_listeners`), tests and the bench.
+The kubelet listener is TLS with a serving certificate made in memory (SAN: the node IP),
+client certificates required when a client CA is given; it serves only the kubelet routes. The console
 listener serves only the Django app, over plain HTTP or TLS. Invariant I5: a request on
 the wrong listener is a 404; see tests/vnode/kubelet/test_listeners.py::test_I5_*.
 """
@@ -42,8 +42,10 @@ class ListenerConfig:
     port: int  # 0 means any free port
 
 
-class KubeletServer(Server):  # type: ignore[misc]
-    """Construct, `start()` (binds; raises OSError or ValueError), `stop()`.
+class Listeners(Server):  # type: ignore[misc]
+    """The kubelet listener and the console listener, on one Daphne server.
+
+    Construct, `start()` (binds; raises OSError or ValueError), `stop()`.
 
     `kubelet_port` and `console_port` are the bound ports once started.
     """

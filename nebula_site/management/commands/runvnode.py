@@ -1,9 +1,9 @@
 """`manage.py runvnode`: the long-running manager process (virtual nodes for providers).
 
 Parses arguments, builds providers from settings (plus `--providers-file`), starts the
-embedded cluster when asked (`--dev-cluster`), starts the kubelet and console listeners
-(one Daphne server), and calls `vnode.manager.run`. SIGTERM or SIGINT stops intake, lets
-in-flight calls finish, releases the leader Lease, exits 0.
+embedded cluster when asked (`--dev-cluster`), and calls the process wiring
+(`nebula_site.process`: the listeners, then `run`). SIGTERM or SIGINT stops intake, lets
+in-flight calls finish, releases the leader Lease, exits 0. Never wires pieces itself.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import ipaddress
 import logging
 import os
 import threading
-import time
 from argparse import ArgumentParser
 from pathlib import Path
 from typing import Any
@@ -22,19 +21,10 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
-from console import observer as console_observer
-from console import runtime
-from console.mirror import Mirror
-from kube.client import Kube
-from nebula_site import demo
+from nebula_site import demo, process
 from nebula_site.config import parse_address
 from nebula_site.signals import stop_on_signals
-from placement.blocklist import Blocklist
-from placement.wiring import Placement, start_placement
 from providers import registry
-from providers.base import Provider
-from vnode import manager
-from vnode.runner import Runner
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
 NODEPOOL_CRD = Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
@@ -111,35 +101,6 @@ def migrate_mirror() -> None:
     call_command("migrate", interactive=False, verbosity=0, fake_initial=True)
 
 
-class LeaderWiring:
-    """What starts once this process leads: the kubelet listener serves the Handlers,
-    placement runs over the same providers, and the console's registry sees it all."""
-
-    def __init__(self, providers: dict[str, Provider], *, blocklist: Blocklist, kubelet_handlers: Any) -> None:
-        self.providers = providers
-        self.blocklist = blocklist
-        self.kubelet_handlers = kubelet_handlers
-        self.placement: Placement | None = None
-        self.mirror: Mirror | None = None
-
-    def on_runners(self, runners: list[Runner], kube: Kube, watch_kube: Kube) -> None:
-        handlers = [r.handler for r in runners]
-        self.kubelet_handlers.add_all(handlers)
-        self.placement = start_placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
-        runtime.install(handlers=handlers, placement=self.placement)
-        self.mirror = Mirror()
-        self.mirror.start()
-
-    def on_stopping(self, timeout: float) -> list[threading.Thread]:
-        """Stop placement and the mirror within `timeout`; returns the threads left busy."""
-        deadline = time.monotonic() + timeout
-        busy = self.placement.stop(timeout) if self.placement is not None else []
-        if self.mirror is not None:
-            busy += self.mirror.stop(max(0.0, deadline - time.monotonic()))
-        runtime.clear()
-        return busy
-
-
 class Command(BaseCommand):
     help = "Run Nebula's virtual nodes: one per --provider, against a cluster or the embedded one."
 
@@ -171,9 +132,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--shutdown-grace",
             type=float,
-            default=manager.SHUTDOWN_GRACE,
+            default=process.SHUTDOWN_GRACE,
             metavar="SECONDS",
-            help=f"after SIGTERM, how long in-flight work may finish (default {manager.SHUTDOWN_GRACE:.0f})",
+            help=f"after SIGTERM, how long in-flight work may finish (default {process.SHUTDOWN_GRACE:.0f})",
         )
         parser.add_argument("--demo", action="store_true", help="create the demo Pod `hello` and print what to try")
 
@@ -202,9 +163,6 @@ class Command(BaseCommand):
             try:
                 listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
                 migrate_mirror()
-                blocklist = Blocklist()
-                wiring = LeaderWiring(providers, blocklist=blocklist, kubelet_handlers=listeners.registry)
-                kubelet_port = listeners.kubelet_port
                 kubeconfig = options["kubeconfig"]
                 if options["dev_cluster"]:
                     cluster = self._start_dev_cluster(options["dev_cluster_addr"])
@@ -219,23 +177,19 @@ class Command(BaseCommand):
                 if stop.is_set():
                     logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
                     return
-                console_observer.install()  # metrics and the dashboard's Events see the loops
-                kept = manager.run(
+                kept = process.run(
                     providers,
+                    registry=listeners.registry,
                     kubeconfig=kubeconfig,
                     node_ip=node_ip,
-                    kubelet_port=kubelet_port,
+                    kubelet_port=listeners.kubelet_port,
                     namespace=options["namespace"],
                     stop=stop,
                     poll_interval=options["poll_interval"],
                     leader_election=not options["no_leader_election"],
-                    blocklister=blocklist,
-                    on_runners=wiring.on_runners,
-                    on_stopping=wiring.on_stopping,
                     shutdown_grace=options["shutdown_grace"],
                 )
             finally:
-                console_observer.uninstall()
                 if listeners is not None:
                     listeners.stop()
                 if cluster is not None:
@@ -246,31 +200,25 @@ class Command(BaseCommand):
     def _start_listeners(
         self, kubelet: tuple[str, int], console: tuple[str, int], node_ip: str | None, options: dict[str, Any]
     ) -> Any:
-        """The kubelet listener (TLS) and the console listener, on one Daphne server."""
-        from nebula_site.asgi import application
-        from vnode.kubelet.resolve import HandlerRegistry
-        from vnode.kubelet.server import KubeletServer, ListenerConfig
-
-        server = KubeletServer(
-            HandlerRegistry(),
-            kubelet=ListenerConfig(*kubelet),
-            node_ip=node_ip,
-            client_ca=options["kubelet_client_ca"],
-            console=ListenerConfig(*console),
-            console_app=application,
-            console_tls=options["console_tls"] or bool(options["console_cert"]),
-            console_cert=console_cert_files(options),
-            console_ca_path=CONSOLE_CA,
-            console_optional=not options["console_addr"],
-        )
+        """The kubelet and console listeners (`process.start_listeners`), failures as CommandError."""
+        tls = bool(options["console_tls"] or options["console_cert"])
         try:
-            server.start()
+            listeners = process.start_listeners(
+                kubelet,
+                console,
+                node_ip=node_ip,
+                client_ca=options["kubelet_client_ca"],
+                console_tls=tls,
+                console_cert=console_cert_files(options),
+                console_ca_path=CONSOLE_CA,
+                console_optional=not options["console_addr"],
+            )
         except Exception as exc:  # OSError, ValueError (certificates), Twisted's CannotListenError
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
-        scheme = "https" if options["console_tls"] or options["console_cert"] else "http"
-        where = f"{scheme}://{console[0] or '*'}:{server.console_port}" if server.console_port else "not served"
-        self.stdout.write(f"kubelet API on port {server.kubelet_port}; console {where}")
-        return server
+        scheme = "https" if tls else "http"
+        where = f"{scheme}://{console[0] or '*'}:{listeners.console_port}" if listeners.console_port else "not served"
+        self.stdout.write(f"kubelet API on port {listeners.kubelet_port}; console {where}")
+        return listeners
 
     def _start_dev_cluster(self, addr: str) -> Any:
         import devcluster

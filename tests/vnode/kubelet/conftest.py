@@ -1,4 +1,4 @@
-"""Fixtures for the kubelet API: a KubeletServer on ephemeral loopback ports, Handlers over
+"""Fixtures for the kubelet API: a Listeners on ephemeral loopback ports, Handlers over
 the fake provider (no cluster needed), and an end-to-end rig shared by a module: the
 embedded API server, an in-process Runner on the local provider, the server, one Pod."""
 
@@ -26,7 +26,7 @@ from providers.fake import FakeProvider
 from tests.polling import wait_for as wait_for  # re-exported for the tests here
 from vnode.handler import Handler
 from vnode.kubelet.resolve import HandlerRegistry
-from vnode.kubelet.server import KubeletServer, ListenerConfig
+from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -81,10 +81,10 @@ def registry() -> HandlerRegistry:
 
 
 @pytest.fixture(scope="module")
-def server(registry: HandlerRegistry) -> Iterator[KubeletServer]:
+def server(registry: HandlerRegistry) -> Iterator[Listeners]:
     from nebula_site.asgi import application
 
-    running = KubeletServer(
+    running = Listeners(
         registry,
         kubelet=ListenerConfig("127.0.0.1", 0),
         node_ip="127.0.0.1",
@@ -113,10 +113,10 @@ def fake_handler(registry: HandlerRegistry) -> Iterator[Handler]:
 
 @dataclass
 class Rig:
-    """The end-to-end setup: kubectl -> devcluster proxy -> KubeletServer -> local provider."""
+    """The end-to-end setup: kubectl -> devcluster proxy -> Listeners -> local provider."""
 
     cluster: DevCluster
-    server: KubeletServer
+    server: Listeners
     runner: Runner
     kubeconfig: str
     pod: str
@@ -133,7 +133,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, server: KubeletServer) -> Iterator[Rig]:
+def rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, server: Listeners) -> Iterator[Rig]:
     from providers.local import LocalProvider
 
     folder = tmp_path_factory.mktemp("rig")

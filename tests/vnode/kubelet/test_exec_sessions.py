@@ -18,7 +18,7 @@ from spdyclient import SpdyClient, UpgradeRefused
 
 from vnode.handler import Handler
 from vnode.kubelet import spdy
-from vnode.kubelet.server import KubeletServer
+from vnode.kubelet.server import Listeners
 
 TLS = ssl._create_unverified_context()
 
@@ -37,7 +37,7 @@ def spdy_exec(port: int, path: str, protocols: tuple[str, ...], **streams: bool)
 
 @pytest.mark.parametrize("protocol", ["v5.channel.k8s.io", "v4.channel.k8s.io"])
 def test_spdy_v4_and_v5_report_the_exit_code_and_keep_stdout_and_stderr_apart(
-    server: KubeletServer, fake_pod: str, protocol: str
+    server: Listeners, fake_pod: str, protocol: str
 ) -> None:
     chosen, result = spdy_exec(server.kubelet_port, f"/exec/default/{fake_pod}/main?command=both&error=1&output=1",
                                (protocol, "v3.channel.k8s.io"), stdin=False)  # fmt: skip
@@ -51,7 +51,7 @@ def test_spdy_v4_and_v5_report_the_exit_code_and_keep_stdout_and_stderr_apart(
 
 
 @pytest.mark.parametrize("protocol", ["v3.channel.k8s.io", "v2.channel.k8s.io", "channel.k8s.io"])
-def test_older_spdy_versions_carry_plain_text_errors_only(server: KubeletServer, fake_pod: str, protocol: str) -> None:
+def test_older_spdy_versions_carry_plain_text_errors_only(server: Listeners, fake_pod: str, protocol: str) -> None:
     _, ok = spdy_exec(server.kubelet_port, f"/exec/default/{fake_pod}/main?command=cat&input=1&output=1",
                       (protocol,), stdin=True, stderr=False)  # fmt: skip
     assert ok.stdout == b"hello\n" and ok.error == b""
@@ -60,7 +60,7 @@ def test_older_spdy_versions_carry_plain_text_errors_only(server: KubeletServer,
     assert failed.error.startswith(b"command terminated with non-zero exit code")
 
 
-def test_a_tty_session_forwards_resizes_and_answers_pings(server: KubeletServer, fake_pod: str) -> None:
+def test_a_tty_session_forwards_resizes_and_answers_pings(server: Listeners, fake_pod: str) -> None:
     path = f"/exec/default/{fake_pod}/main?command=stty&command=size&input=1&output=1&tty=1"
     with SpdyClient.connect(("127.0.0.1", server.kubelet_port), path, ssl_context=TLS) as client:
         streams = client.open_exec(stdin=True, tty=True)
@@ -71,7 +71,7 @@ def test_a_tty_session_forwards_resizes_and_answers_pings(server: KubeletServer,
     assert json.loads(result.error)["status"] == "Success"
 
 
-def test_refused_upgrades_answer_before_the_101(server: KubeletServer, fake_pod: str) -> None:
+def test_refused_upgrades_answer_before_the_101(server: Listeners, fake_pod: str) -> None:
     address = ("127.0.0.1", server.kubelet_port)
     path = f"/exec/default/{fake_pod}/main?command=ls&output=1"
     with pytest.raises(UpgradeRefused) as unknown:
@@ -87,7 +87,7 @@ def test_refused_upgrades_answer_before_the_101(server: KubeletServer, fake_pod:
     assert absent.value.status == 404 and b"not on a node served here" in absent.value.body
 
 
-def test_frames_pipelined_behind_the_request_head_are_not_lost(server: KubeletServer, fake_pod: str) -> None:
+def test_frames_pipelined_behind_the_request_head_are_not_lost(server: Listeners, fake_pod: str) -> None:
     session = spdy.ClientSession()
     _, syn = session.open([("streamtype", "error")])
     head = (
@@ -105,7 +105,7 @@ def test_frames_pipelined_behind_the_request_head_are_not_lost(server: KubeletSe
             events += session.receive(sock.recv(65536))
 
 
-def test_spdy_attach_reaches_the_workload_and_echoes_its_input(server: KubeletServer, fake_pod: str) -> None:
+def test_spdy_attach_reaches_the_workload_and_echoes_its_input(server: Listeners, fake_pod: str) -> None:
     _, result = spdy_exec(server.kubelet_port, f"/attach/default/{fake_pod}/main?input=1&output=1",
                           ("v4.channel.k8s.io",), stdin=True, stderr=False)  # fmt: skip
     assert result.stdout == b"hello\n"
@@ -124,7 +124,7 @@ def close_ws_client(client: Any) -> None:
     client.sock.shutdown()
 
 
-def test_the_python_clients_websocket_exec_gets_output_and_exit_codes(server: KubeletServer, fake_pod: str) -> None:
+def test_the_python_clients_websocket_exec_gets_output_and_exit_codes(server: Listeners, fake_pod: str) -> None:
     base = f"wss://127.0.0.1:{server.kubelet_port}/exec/default/{fake_pod}/main"
     client = ws_client.WSClient(_ws_config(server.kubelet_port), f"{base}?command=both&output=1&error=1",
                                 headers=None, capture_all=True)  # fmt: skip
@@ -145,7 +145,7 @@ def test_the_python_clients_websocket_exec_gets_output_and_exit_codes(server: Ku
         close_ws_client(client)
 
 
-def test_base64_websocket_frames_carry_the_channel_as_a_digit(server: KubeletServer, fake_pod: str) -> None:
+def test_base64_websocket_frames_carry_the_channel_as_a_digit(server: Listeners, fake_pod: str) -> None:
     url = f"wss://127.0.0.1:{server.kubelet_port}/exec/default/{fake_pod}/main?command=both&output=1&error=1"
     conn = websocket.create_connection(
         url, subprotocols=["v4.base64.channel.k8s.io"], sslopt={"cert_reqs": ssl.CERT_NONE}, timeout=30
@@ -166,7 +166,7 @@ def test_base64_websocket_frames_carry_the_channel_as_a_digit(server: KubeletSer
     assert any(f.startswith("3") and b"NonZeroExitCode" in __import__("base64").b64decode(f[1:]) for f in frames)
 
 
-def test_a_websocket_for_an_unknown_pod_is_refused_so_kubectl_falls_back(server: KubeletServer) -> None:
+def test_a_websocket_for_an_unknown_pod_is_refused_so_kubectl_falls_back(server: Listeners) -> None:
     url = f"wss://127.0.0.1:{server.kubelet_port}/exec/default/absent/main?command=ls&output=1"
     conn = websocket.WebSocket(sslopt={"cert_reqs": ssl.CERT_NONE})
     try:

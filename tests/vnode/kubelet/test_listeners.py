@@ -33,11 +33,11 @@ from providers.fake import FakeProvider
 from vnode.handler import Handler
 from vnode.kubelet import certs
 from vnode.kubelet.resolve import HandlerRegistry
-from vnode.kubelet.server import KubeletServer, ListenerConfig
+from vnode.kubelet.server import ListenerConfig, Listeners
 
 
 def test_I5_the_kubelet_listener_serves_only_kubelet_routes_and_the_console_only_django(
-    server: KubeletServer, fake_handler: Handler
+    server: Listeners, fake_handler: Handler
 ) -> None:
     adopt_new(fake_handler, "i5")
     assert https_get(server.kubelet_port, "/admin/")[0] == 404
@@ -58,7 +58,7 @@ def test_I5_the_kubelet_listener_serves_only_kubelet_routes_and_the_console_only
         console.close()
 
 
-def test_healthz_pods_runningpods_stats_and_metrics_answer(server: KubeletServer, fake_handler: Handler) -> None:
+def test_healthz_pods_runningpods_stats_and_metrics_answer(server: Listeners, fake_handler: Handler) -> None:
     adopt_new(fake_handler, "listed")
     assert https_get(server.kubelet_port, "/healthz")[2] == b"ok"
     status, headers, body = https_get(server.kubelet_port, "/pods")
@@ -75,7 +75,7 @@ def test_healthz_pods_runningpods_stats_and_metrics_answer(server: KubeletServer
     assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
 
 
-def test_container_logs_honour_tail_limit_and_timestamps(server: KubeletServer, fake_handler: Handler) -> None:
+def test_container_logs_honour_tail_limit_and_timestamps(server: Listeners, fake_handler: Handler) -> None:
     adopt_new(fake_handler, "logger")
     wait_for(lambda: https_get(server.kubelet_port, "/containerLogs/default/logger/main")[2].count(b"\n") >= 4)
     status, headers, body = https_get(server.kubelet_port, "/containerLogs/default/logger/main?tailLines=3")
@@ -86,7 +86,7 @@ def test_container_logs_honour_tail_limit_and_timestamps(server: KubeletServer, 
 
 
 def test_a_followed_log_streams_chunks_as_they_come_and_a_disconnect_ends_it(
-    server: KubeletServer, fake_handler: Handler
+    server: Listeners, fake_handler: Handler
 ) -> None:
     adopt_new(fake_handler, "follower")
     connection = kubelet_connection(server.kubelet_port)
@@ -103,7 +103,7 @@ def test_a_followed_log_streams_chunks_as_they_come_and_a_disconnect_ends_it(
     [("tailLines=-1", '"tailLines" is -1'), ("sinceSeconds=1&sinceTime=2024-01-01T00:00:00Z", "both")],
 )
 def test_bad_log_parameters_are_a_400_status(
-    server: KubeletServer, fake_handler: Handler, query: str, message: str
+    server: Listeners, fake_handler: Handler, query: str, message: str
 ) -> None:
     adopt_new(fake_handler, "validated")
     status, headers, body = https_get(server.kubelet_port, f"/containerLogs/default/validated/main?{query}")
@@ -113,7 +113,7 @@ def test_bad_log_parameters_are_a_400_status(
 
 
 def test_missing_pods_containers_instances_and_capabilities_are_404s_with_a_reason(
-    server: KubeletServer, registry: HandlerRegistry, fake_handler: Handler
+    server: Listeners, registry: HandlerRegistry, fake_handler: Handler
 ) -> None:
     adopt_new(fake_handler, "present")
 
@@ -193,9 +193,7 @@ def test_with_a_client_ca_only_clients_with_a_certificate_it_signed_get_in(
     tmp_path: Path, client_ca: tuple[certs.KeyPair, Path], fake_handler: Handler
 ) -> None:
     ca, path = client_ca
-    guarded = KubeletServer(
-        HandlerRegistry([fake_handler]), kubelet=ListenerConfig("127.0.0.1", 0), client_ca=str(path)
-    )
+    guarded = Listeners(HandlerRegistry([fake_handler]), kubelet=ListenerConfig("127.0.0.1", 0), client_ca=str(path))
     guarded.start()
     try:
         signed = certs.issue(ca, "kube-apiserver-kubelet-client", client=True)
@@ -209,7 +207,7 @@ def test_with_a_client_ca_only_clients_with_a_certificate_it_signed_get_in(
         guarded.stop()
 
 
-def test_the_serving_certificate_names_the_node_ip(server: KubeletServer) -> None:
+def test_the_serving_certificate_names_the_node_ip(server: Listeners) -> None:
     assert server.kubelet_ca is not None
     context = ssl.create_default_context(cadata=server.kubelet_ca.cert_pem.decode())
     assert https_get(server.kubelet_port, "/healthz", context=context)[0] == 200  # hostname 127.0.0.1 verified
@@ -217,9 +215,7 @@ def test_the_serving_certificate_names_the_node_ip(server: KubeletServer) -> Non
 
 def test_a_bad_client_ca_bundle_fails_at_start(tmp_path: Path) -> None:
     (tmp_path / "bad.pem").write_text("not a certificate")
-    broken = KubeletServer(
-        HandlerRegistry(), kubelet=ListenerConfig("127.0.0.1", 0), client_ca=str(tmp_path / "bad.pem")
-    )
+    broken = Listeners(HandlerRegistry(), kubelet=ListenerConfig("127.0.0.1", 0), client_ca=str(tmp_path / "bad.pem"))
     with pytest.raises(ValueError, match="no PEM certificate"):
         broken.start()
 
@@ -269,7 +265,7 @@ def test_the_console_serves_a_mounted_certificate_for_the_webhook(tmp_path: Path
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"console"})
 
-    served = KubeletServer(
+    served = Listeners(
         HandlerRegistry(),
         kubelet=ListenerConfig("127.0.0.1", 0),
         console=ListenerConfig("127.0.0.1", 0),
@@ -289,7 +285,7 @@ def test_the_console_serves_a_mounted_certificate_for_the_webhook(tmp_path: Path
 def test_an_unreadable_console_certificate_fails_at_start(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("not a certificate")
     (tmp_path / "tls.key").write_text("not a key")
-    broken = KubeletServer(
+    broken = Listeners(
         HandlerRegistry(),
         kubelet=ListenerConfig("127.0.0.1", 0),
         console=ListenerConfig("127.0.0.1", 0),
@@ -331,7 +327,7 @@ class EndlessLogProvider(BareProvider):
         return self.streams[-1]
 
 
-def test_a_client_that_stops_reading_stops_the_log_being_read(server: KubeletServer, registry: HandlerRegistry) -> None:
+def test_a_client_that_stops_reading_stops_the_log_being_read(server: Listeners, registry: HandlerRegistry) -> None:
     """Backpressure: the provider's stream is read no faster than the client takes it, so
     a stalled `kubectl logs` holds a few socket buffers, not the whole log, in memory."""
     provider = EndlessLogProvider(f"endless-{uuid.uuid4().hex}")
@@ -358,9 +354,7 @@ def test_a_client_that_stops_reading_stops_the_log_being_read(server: KubeletSer
         registry.remove(handler)
 
 
-def test_responses_on_a_kept_alive_connection_each_get_their_own_flow(
-    server: KubeletServer, fake_handler: Handler
-) -> None:
+def test_responses_on_a_kept_alive_connection_each_get_their_own_flow(server: Listeners, fake_handler: Handler) -> None:
     adopt_new(fake_handler, "twice")
     connection = kubelet_connection(server.kubelet_port)
     try:

@@ -1,0 +1,161 @@
+"""The one read-side projection: the manager's memory as plain rows, one function per kind.
+
+Serialised by both readers, `console.snapshot` (the mirror) and `console.api` (REST). Pure
+reads of Handlers, the Blocklist, placement's pool cache and the console's observer; never
+calls a provider or the Kubernetes API, never copies an env value or a credential (I4).
+
+Invariant: the mirror and the API show one Pod alike; see
+tests/console/test_console_units.py::test_the_mirror_row_and_the_api_row_of_a_pod_agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from console.observer import ConsoleObserver, EventNote
+from kube import names
+from placement.blocklist import BlockEntry, describe_scope
+from placement.poolcache import PoolState
+from vnode.handler import Handler
+from vnode.tracking import Tracked
+
+Row = dict[str, Any]  # an absent value is None; a NOT NULL text column of the mirror holds ""
+
+# What a kubelet reports for a Pod it has taken but not yet started: the phase is never empty.
+NO_STATUS_YET = "Pending"
+REFUSED = "Failed"  # a refused Pod has no instance and never will
+
+
+def pod_row(handler: Handler, entry: Tracked) -> Row:
+    """A tracked Pod with the instance serving it. `phase` is the status the Handler wants
+    written (else the Pod's own), `Pending` before there is any."""
+    status = entry.desired_status or entry.pod.get("status") or {}
+    annotations = (entry.pod.get("metadata") or {}).get("annotations") or {}
+    instance = entry.last_instance
+    tier = instance.capacity_type.value if instance is not None and instance.capacity_type else None
+    endpoint = (instance.endpoint if instance else None) or entry.desired_annotations.get(names.ENDPOINT_ANNOTATION)
+    return {
+        "uid": entry.uid,
+        "namespace": entry.namespace,
+        "name": entry.name,
+        "provider": handler.provider.name,
+        "node": handler.node_name,
+        "claim": entry.claim,
+        "instance_id": entry.instance_id or None,
+        "phase": str(status.get("phase") or (REFUSED if entry.terminal else NO_STATUS_YET)),
+        "reason": status.get("reason") or None,
+        "endpoint": endpoint or None,
+        "capacity_type": annotations.get(names.CAPACITY_TYPE_ANNOTATION) or tier,
+        "region": annotations.get(names.REGION_ANNOTATION) or (instance.region if instance else None) or None,
+        "hourly_price": _price(annotations.get(names.HOURLY_PRICE_ANNOTATION)),
+        "pool": annotations.get(names.POOL_ANNOTATION) or None,
+        "provisioned_at": instance.created_at if instance is not None else None,
+    }
+
+
+def claim_rows(handler: Handler, entries: Iterable[Tracked]) -> list[Row]:
+    """The instances of the provider's last list, each with the Pod claiming it (None: an orphan)."""
+    owners = {entry.claim: entry.key for entry in entries}
+    provider = handler.provider.name
+    rows: list[Row] = []
+    for claim, instance in handler.last_instances().items():
+        owner = owners.get(claim)
+        rows.append(
+            {
+                "key": f"{provider}/{instance.id}",
+                "provider": provider,
+                "claim": claim,
+                "instance_id": instance.id,
+                "state": instance.state.value,
+                "pod": owner,
+                "orphan": owner is None,
+                "region": instance.region or None,
+                "capacity_type": instance.capacity_type.value if instance.capacity_type else None,
+                "created_at": instance.created_at,
+            }
+        )
+    return rows
+
+
+def node_row(handler: Handler, pods: int, observer: ConsoleObserver | None) -> Row:
+    return {
+        "name": handler.node_name,
+        "provider": handler.provider.name,
+        "ready": handler.last_list_ok,
+        "last_lease_renewal": observer.node_synced_at(handler.node_name) if observer is not None else None,
+        "capacity": dict(handler.capabilities().capacity),
+        "pods": pods,
+        "poll_interval": handler.poll_interval,
+        # Milliseconds are what an operator reads; finer digits would rewrite the row every poll.
+        "last_list_seconds": round(handler.last_list_seconds, 3),
+        "last_list_error": handler.last_list_error,
+    }
+
+
+def block_row(entry: BlockEntry) -> Row:
+    """`scope` is the entry's description; the API nests breadth, tier, accelerator and region."""
+    scope = entry.scope
+    return {
+        "entry_id": entry.id,
+        "provider": entry.provider,
+        "breadth": scope.breadth.value,
+        "scope": describe_scope(entry.provider, scope),
+        "tier": scope.tier.value if scope.tier else None,
+        "accelerator": scope.accelerator or None,
+        "region": scope.region or None,
+        "reason": entry.reason,
+        "pool": entry.pool or None,
+        "recorded_at": entry.recorded_at,
+        "expires_at": entry.expires_at,
+        "seconds_left": round(entry.seconds_left, 1),  # as of the read: the API's, not a column
+    }
+
+
+def event_row(note: EventNote) -> Row:
+    return {
+        "seq": note.seq,
+        "at": note.at,
+        "kind": note.kind,
+        "namespace": note.namespace,
+        "name": note.name,
+        "type": note.type,
+        "reason": note.reason,
+        "message": note.message,
+    }
+
+
+def pool_row(state: PoolState) -> Row:
+    pool = state.pool
+    return {
+        "name": state.name,
+        "valid": pool is not None,
+        "error": state.error,
+        "providers": [{"name": p.name, "regions": list(p.regions)} for p in pool.providers] if pool else [],
+        "capacity_types": [t.value for t in pool.capacity_types] if pool else [],
+        "strategy": pool.strategy.value if pool else None,
+        "blocklist_ttl_seconds": pool.blocklist_ttl if pool else None,
+        "status": state.raw.get("status") or {},
+    }
+
+
+# -- whole lists, in the order a reader shows them ------------------------------------------------
+def pod_rows(handlers: Iterable[Handler]) -> list[Row]:
+    rows = [pod_row(handler, entry) for handler in handlers for entry in handler.tracked_entries()]
+    return sorted(rows, key=lambda r: (r["namespace"], r["name"]))
+
+
+def all_claim_rows(handlers: Iterable[Handler]) -> list[Row]:
+    rows = [row for handler in handlers for row in claim_rows(handler, handler.tracked_entries())]
+    return sorted(rows, key=lambda r: (r["provider"], r["claim"]))
+
+
+def node_rows(handlers: Iterable[Handler], observer: ConsoleObserver | None) -> list[Row]:
+    return [node_row(handler, len(handler.tracked_entries()), observer) for handler in handlers]
+
+
+def _price(value: Any) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None

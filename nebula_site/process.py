@@ -1,0 +1,199 @@
+"""The process wiring: the one place that constructs Nebula's pieces and connects them.
+
+Called by `manage.py runvnode` (`start_listeners`, then `run`): leader election, one Runner per
+provider, the kubelet registry, placement, the console's runtime and mirror, and the ordered
+shutdown within one grace. Never parses arguments or reads settings.
+
+Invariant: shutdown takes at most one grace, each step getting what the earlier ones left; see
+tests/nebula_site/test_process.py::test_stop_in_order_shares_one_grace_and_names_what_is_left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from console import observer as console_observer
+from console import runtime
+from console.mirror import Mirror
+from kube.client import Kube, load_api_client
+from kube.leader import LeaderElector
+from kube.worker import describe
+from placement.blocklist import Blocklist
+from placement.wiring import Placement, start_placement
+from providers.base import Provider
+from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.runner import Runner
+
+logger = logging.getLogger(__name__)
+
+LEADER_LEASE = "nebula-manager"
+# In-flight work gets this long in all after SIGTERM; the Deployment's grace period is 45 s,
+# which leaves time to release the Lease and stop the listeners before a SIGKILL.
+SHUTDOWN_GRACE = 20.0
+
+Stopper = Callable[[float], list[threading.Thread]]
+
+
+def start_listeners(
+    kubelet: tuple[str, int],
+    console: tuple[str, int],
+    *,
+    node_ip: str | None,
+    client_ca: str | None,
+    console_tls: bool,
+    console_cert: tuple[str, str] | None,
+    console_ca_path: str,
+    console_optional: bool,
+) -> Listeners:
+    """The kubelet listener (TLS) and the console listener, on one Daphne server, started.
+    Raises what binding raises (OSError, ValueError for certificates, Twisted's errors)."""
+    from nebula_site.asgi import application  # builds the Django app: only once settings are read
+
+    listeners = Listeners(
+        HandlerRegistry(),
+        kubelet=ListenerConfig(*kubelet),
+        node_ip=node_ip,
+        client_ca=client_ca,
+        console=ListenerConfig(*console),
+        console_app=application,
+        console_tls=console_tls or console_cert is not None,
+        console_cert=console_cert,
+        console_ca_path=console_ca_path,
+        console_optional=console_optional,
+    )
+    listeners.start()
+    return listeners
+
+
+def stop_in_order(
+    steps: Sequence[Stopper], grace: float, *, monotonic: Callable[[], float] = time.monotonic
+) -> list[threading.Thread]:
+    """Run each step with the seconds left of `grace` (never negative); returns every thread
+    a step left busy, so the caller can name them."""
+    deadline = monotonic() + grace
+    busy: list[threading.Thread] = []
+    for step in steps:
+        busy += step(max(0.0, deadline - monotonic()))
+    return busy
+
+
+@dataclass
+class Leading:
+    """What runs while this process leads, started by `start` and stopped by `stop_steps`."""
+
+    providers: Mapping[str, Provider]
+    registry: HandlerRegistry
+    blocklist: Blocklist
+    node_ip: str | None
+    kubelet_port: int
+    poll_interval: float | None
+    lease_renew_interval: float
+    runners: list[Runner] = field(default_factory=list)
+    placement: Placement | None = None
+    mirror: Mirror | None = None
+
+    def start(self, kube: Kube, watch_kube: Kube) -> None:
+        """Runners first (the nodes appear), then what serves and reads their Handlers."""
+        self.runners = [
+            Runner(
+                provider,
+                kube=kube,
+                watch_kube=watch_kube,
+                node_ip=self.node_ip,
+                kubelet_port=self.kubelet_port,
+                poll_interval=self.poll_interval,
+                lease_renew_interval=self.lease_renew_interval,
+                blocklister=self.blocklist,
+            )
+            for provider in self.providers.values()
+        ]
+        for runner in self.runners:
+            runner.start()
+            logger.info("virtual node %s started", runner.handler.node_name)
+        handlers = [r.handler for r in self.runners]
+        self.registry.add_all(handlers)
+        self.placement = start_placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
+        runtime.install(handlers=handlers, placement=self.placement)
+        self.mirror = Mirror()
+        self.mirror.start()
+
+    def stop_steps(self) -> list[Stopper]:
+        """Placement first (no new placements), then the mirror and the console's registry,
+        then the Runners (their in-flight provider calls finish)."""
+        return [self._stop_placement, self._stop_mirror, *(runner.stop for runner in self.runners)]
+
+    def _stop_placement(self, timeout: float) -> list[threading.Thread]:
+        return self.placement.stop(timeout) if self.placement is not None else []
+
+    def _stop_mirror(self, timeout: float) -> list[threading.Thread]:
+        busy = self.mirror.stop(timeout) if self.mirror is not None else []
+        runtime.clear()
+        return busy
+
+
+def run(
+    providers: Mapping[str, Provider],
+    *,
+    registry: HandlerRegistry,
+    kubeconfig: str | None,
+    node_ip: str | None,
+    kubelet_port: int,
+    namespace: str,
+    stop: threading.Event,
+    poll_interval: float | None = None,
+    leader_election: bool = True,
+    lease_renew_interval: float = 10.0,
+    shutdown_grace: float = SHUTDOWN_GRACE,
+) -> bool:
+    """Run until `stop`. Returns False if leadership was lost (the caller should exit
+    non-zero so the Deployment restarts it as a standby). Steps:
+
+    1. install the console's observer (metrics and the dashboard's Events see the loops);
+    2. wait for the leader Lease (unless `leader_election` is off); a stop while waiting ends here;
+    3. as leader, start `Leading` (Runners, registry, placement, runtime, mirror);
+    4. keep the Lease (or wait for `stop`);
+    5. stop within `shutdown_grace` seconds in all (`stop_in_order`): work still in flight then
+       is abandoned and named in the log; a provider call cut short is redone safely by the
+       next leader, as claims make provisioning idempotent;
+    6. release the Lease and uninstall the observer.
+    """
+    console_observer.install()
+    try:
+        kube = Kube(load_api_client(kubeconfig))
+        watch_kube = Kube(load_api_client(kubeconfig))
+        identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        elector = LeaderElector(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
+        if leader_election and not elector.acquire(stop):
+            return True
+        leading = Leading(
+            providers,
+            registry,
+            Blocklist(),
+            node_ip=node_ip,
+            kubelet_port=kubelet_port,
+            poll_interval=poll_interval,
+            lease_renew_interval=lease_renew_interval,
+        )
+        leading.start(kube, watch_kube)
+        kept = True
+        if leader_election:
+            elector.keep(stop)
+            kept = stop.is_set()
+        else:
+            stop.wait()
+        logger.info("stopping: no new work; letting in-flight calls finish (at most %.0fs)", shutdown_grace)
+        busy = stop_in_order(leading.stop_steps(), shutdown_grace)
+        if busy:
+            logger.warning("stopped with work still in flight after %.0fs: %s", shutdown_grace, describe(busy))
+        elector.release()
+        return kept
+    finally:
+        console_observer.uninstall()

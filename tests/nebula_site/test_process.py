@@ -1,0 +1,113 @@
+"""The process wiring (`nebula_site.process`): the ordered shutdown shares one grace, and `run`
+leads, publishes Runners, placement and the mirror to the console, and on stop clears it all
+and gives the Lease up."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console import observer as console_observer
+from console import runtime
+from devcluster import DevCluster
+from kube.client import Kube, load_api_client, path_for
+from nebula_site import process
+from providers.fake import FakeProvider
+from vnode.kubelet.resolve import HandlerRegistry
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def step(clock: Clock, takes: float, given: list[float], busy: list[threading.Thread]) -> process.Stopper:
+    def run(timeout: float) -> list[threading.Thread]:
+        given.append(timeout)
+        clock.now += min(takes, timeout)
+        return busy
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("takes", "expected"),
+    [
+        ([1.0, 2.0, 3.0], [10.0, 9.0, 7.0]),  # each step gets what the earlier ones left
+        ([6.0, 6.0, 6.0], [10.0, 4.0, 0.0]),  # the grace runs out: later steps get 0, never less
+    ],
+)
+def test_stop_in_order_shares_one_grace_and_names_what_is_left(takes: list[float], expected: list[float]) -> None:
+    clock = Clock()
+    given: list[float] = []
+    left = threading.Thread(name="stuck")
+    steps = [step(clock, t, given, [left] if i == 1 else []) for i, t in enumerate(takes)]
+    assert process.stop_in_order(steps, 10.0, monotonic=clock) == [left]
+    assert given == expected
+    assert clock.now - 100.0 <= 10.0
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[DevCluster]:
+    with DevCluster(kubeconfig_path=str(tmp_path / "kubeconfig"), scheduler_interval=0.05) as running:
+        yield running
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout}s")
+        time.sleep(0.05)
+    return value
+
+
+def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, cluster: DevCluster) -> None:
+    assert cluster.kubeconfig_path is not None
+    kube = Kube(load_api_client(cluster.kubeconfig_path))
+    provider = FakeProvider("wired", {"cloud": f"process-{uuid.uuid4().hex[:8]}"})
+    registry = HandlerRegistry()
+    stop = threading.Event()
+    result: list[bool] = []
+    thread = threading.Thread(
+        target=lambda: result.append(
+            process.run(
+                {"wired": provider},
+                registry=registry,
+                kubeconfig=cluster.kubeconfig_path,
+                node_ip="127.0.0.1",
+                kubelet_port=10250,
+                namespace="default",
+                stop=stop,
+                shutdown_grace=5.0,
+            )
+        )
+    )
+    thread.start()
+    try:
+        current = wait_for(lambda: runtime.current() if runtime.current().handlers else None)
+        assert [h.node_name for h in current.handlers] == ["nebula-wired"]
+        assert current.placement is not None and current.blocklist is current.placement.blocklist
+        assert registry.handlers() == list(current.handlers)
+        assert console_observer.installed() is not None
+        lease = kube.get(
+            path_for("leases", namespace="default", name=process.LEADER_LEASE, group="coordination.k8s.io")
+        )
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        stop.set()
+        thread.join(30)
+    assert result == [True]
+    assert runtime.current().handlers == () and runtime.current().placement is None
+    assert console_observer.installed() is None
+    lease = kube.get(path_for("leases", namespace="default", name=process.LEADER_LEASE, group="coordination.k8s.io"))
+    assert lease["spec"]["holderIdentity"] == ""
