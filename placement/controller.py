@@ -18,7 +18,6 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,7 +30,7 @@ from kube.worker import Requeue, Retry, WorkerPool
 from kube.workqueue import WorkQueue
 from placement.blocklist import Blocklist
 from placement.catalog import Catalog
-from placement.optimizer import Candidate, Decision, count_candidates, decide
+from placement.optimizer import BlockedUntil, Candidate, Decision, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
 
@@ -204,7 +203,9 @@ class PlacementController:
             observe.current().placement_decided("invalid")
             return SETTLED
         now = self._blocklist.now()
-        decision = decide(state.pool, request, self._catalog.views(), self._blocked_until(request.accelerator), now=now)
+        decision = decide(
+            state.pool, request, self._catalog.views(), blocklist_lookup(self._blocklist, request.accelerator), now=now
+        )
         if decision.chosen is not None:
             return self._ungate(pod, pool_name, decision)
         skipped = "; ".join(s.text() for s in decision.skipped) or "the pool lists no servable candidate"
@@ -226,15 +227,6 @@ class PlacementController:
         if decision.unknown:  # a provider's offerings could not be read: ask it again later
             return Attempt(Requeue(UNKNOWN_OFFERINGS_RECHECK + EXPIRY_MARGIN), fresh_at=now + UNKNOWN_OFFERINGS_RECHECK)
         return SETTLED
-
-    def _blocked_until(self, accelerator: str | None) -> Callable[[Candidate], float | None]:
-        def lookup(candidate: Candidate) -> float | None:
-            entry = self._blocklist.blocked(
-                candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
-            )
-            return None if entry is None else entry.expires_at.timestamp()
-
-        return lookup
 
     def _ungate(self, pod: JsonDict, pool_name: str, decision: Decision) -> Attempt:
         """One JSON patch: nodeSelector, annotations, our gate removed (others kept). Its
@@ -300,6 +292,20 @@ class PlacementController:
         if len(message) > MAX_EVENT_MESSAGE:
             message = message[: MAX_EVENT_MESSAGE - 3] + "..."
         self._events.pod(pod, kind, reason, message)
+
+
+def blocklist_lookup(blocklist: Blocklist, accelerator: str | None) -> BlockedUntil:
+    """The optimizer's view of the blocklist for a request of `accelerator`: when each candidate
+    is blocked until (epoch seconds), or None. The scope a provider built from the same PodSpec
+    covers it: tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike."""
+
+    def lookup(candidate: Candidate) -> float | None:
+        entry = blocklist.blocked(
+            candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
+        )
+        return None if entry is None else entry.expires_at.timestamp()
+
+    return lookup
 
 
 def _pointer(key: str) -> str:
