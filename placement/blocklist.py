@@ -3,7 +3,8 @@
 Written by the vnode Handler (through the `Blocklister` protocol) and by operators (`clear`);
 read by the placement controller, the console and the REST API. Keyed by block scope; identical
 scopes coalesce (the expiry only moves later). Alone decides how long an entry lives. Never does
-I/O; an empty set after a restart is correct (I6). Tested in tests/placement/test_blocklist.py.
+I/O; an empty set after a restart is correct (I6). Tested in
+tests/placement/test_blocklist.py::test_a_refusal_in_a_pool_gets_the_pools_ttl_and_keeps_the_first_pool_named.
 """
 
 from __future__ import annotations
