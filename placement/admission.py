@@ -7,7 +7,8 @@ tolerations of the taints a node gets while NotReady or unreachable that last
 `outage_seconds` (None: for as long as it lasts). A provider's API being down marks its
 node NotReady, and the cluster's default (300 s, added by the API server before webhooks
 run) would then evict, and so terminate, instances that were running fine all along.
-A malformed review gets a clean denial with a message, never an exception.
+A malformed review gets a clean denial with a message, never an exception. Tested in
+tests/placement/test_admission_review.py::test_an_opted_in_pod_gets_the_gate_a_key_only_toleration_and_outlasts_outages.
 """
 
 from __future__ import annotations

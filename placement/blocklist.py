@@ -2,8 +2,9 @@
 
 Written by the vnode Handler (through the `Blocklister` protocol) and by operators (`clear`);
 read by the placement controller, the console and the REST API. Keyed by block scope; identical
-scopes coalesce (the expiry only moves later). Never does I/O; an empty set after a restart is
-correct (I6).
+scopes coalesce (the expiry only moves later). Alone decides how long an entry lives. Never does
+I/O; an empty set after a restart is correct (I6). Tested in
+tests/placement/test_blocklist.py::test_a_refusal_in_a_pool_gets_the_pools_ttl_and_keeps_the_first_pool_named.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ logger = logging.getLogger(__name__)
 MAX_JITTER = 30.0  # seconds: the jitter is uniform in [0, min(MAX_JITTER, JITTER_FRACTION * ttl))
 JITTER_FRACTION = 0.1
 MAX_ENTRIES = 10_000  # I7: a refusal storm cannot grow memory without bound
-ATTRIBUTION_WINDOW = 120.0  # seconds: how old an unattributed entry may be when placement names its pool
+DEFAULT_TTL = 300.0  # seconds (5m): a refusal of a Pod whose pool names no TTL, or of a Pod in no pool
 
 PoolTtl = Callable[[str], float | None]
 Listener = Callable[[], None]
@@ -87,7 +88,8 @@ class _Slot:
 
 class Blocklist:
     """Thread-safe. `clock` gives epoch seconds and `uniform` a number in [0, 1): both
-    injected so tests control time and jitter."""
+    injected so tests control time and jitter. The one place a TTL is decided: the pool's
+    (`pool_ttl` / `use_pool_ttls`), else `default_ttl`."""
 
     def __init__(
         self,
@@ -95,8 +97,10 @@ class Blocklist:
         clock: Callable[[], float] = time.time,
         uniform: Callable[[], float] = random.random,
         pool_ttl: PoolTtl | None = None,
+        default_ttl: float = DEFAULT_TTL,
     ) -> None:
         self._clock = clock
+        self._default_ttl = default_ttl
         self._uniform = uniform
         self._pool_ttl = pool_ttl
         self._slots: dict[ScopeKey, _Slot] = {}
@@ -111,26 +115,28 @@ class Blocklist:
         self._pool_ttl = pool_ttl
 
     def subscribe(self, listener: Listener) -> None:
-        """Call `listener` (outside the lock) whenever an entry is cleared or shortened, so
-        Pods waiting for an expiry can be looked at again at once."""
+        """Call `listener` (outside the lock) whenever an entry is cleared (an expiry only ever
+        moves later otherwise), so Pods waiting for an expiry can be looked at again at once."""
         with self._lock:
             self._listeners.append(listener)
 
-    def ttl_for(self, pool: str | None, default: float) -> float:
-        """The TTL a refusal of a Pod in `pool` gets: the pool's, else `default`."""
+    def _ttl_for(self, pool: str | None) -> float:
+        """The TTL a refusal of a Pod in `pool` gets: the pool's, else the default."""
         if pool and self._pool_ttl is not None:
             ttl = self._pool_ttl(pool)
             if ttl is not None and ttl > 0:
                 return ttl
-        return default
+        return self._default_ttl
 
     # -- the write side ----------------------------------------------------------------------
-    def record(self, provider: str, scope: BlockScope, ttl: float, *, pool: str | None = None) -> None:
-        """Block `scope` of `provider` for the pool's TTL (else `ttl`) plus bounded jitter.
-        An identical live scope is extended, never shortened. An empty provider records nothing."""
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+        """Block `scope` of `provider` for the TTL of `pool` (the refused Pod's `nebula.io/pool`;
+        its NodePool's `failover.blocklistTTL`), else the default TTL, plus bounded jitter. An
+        identical live scope is extended, never shortened, and keeps the pool it first named.
+        An empty provider, or a scope of another provider, records nothing."""
         if not provider or scope.provider != provider:
             return
-        seconds = self.ttl_for(pool, ttl)
+        seconds = self._ttl_for(pool)
         now = self._clock()
         expires = now + seconds + self._jitter(seconds)
         key = _scope_key(provider, scope)
@@ -145,37 +151,6 @@ class Blocklist:
                 self._slots[key] = _Slot(f"b{next(self._ids)}", provider, scope, pool, now, expires)
             self._revision += 1
         logger.info("blocked %s for %.0fs: %s", describe_scope(provider, scope), seconds, scope.reason)
-
-    def attribute(
-        self,
-        provider: str,
-        *,
-        accelerator: str | None,
-        tier: Tier | None,
-        region: str | None,
-        pool: str,
-    ) -> bool:
-        """Name the pool of recent entries recorded without one that cover this candidate,
-        and give them the pool's TTL (recorded_at + TTL + jitter). Placement calls it when it
-        sees a Pod of `pool` refused there. True if an entry changed."""
-        ttl = self.ttl_for(pool, 0.0)
-        now = self._clock()
-        changed = False
-        with self._lock:
-            for slot in self._slots.values():
-                if slot.pool is not None or now - slot.recorded_at > ATTRIBUTION_WINDOW:
-                    continue
-                if not scope_covers(slot.scope, provider, accelerator=accelerator, tier=tier, region=region):
-                    continue
-                slot.pool = pool
-                if ttl > 0:
-                    slot.expires_at = slot.recorded_at + ttl + self._jitter(ttl)
-                changed = True
-            if changed:
-                self._revision += 1
-        if changed:
-            self._notify()
-        return changed
 
     def clear(self, entry_id: str) -> bool:
         """Remove one entry (an operator's action). False if there is no such live entry."""

@@ -2,7 +2,8 @@
 
 Read by the placement controller's workers; the only place placement calls a provider.
 A failed call keeps the last good answer (I3: could-not-ask is not "sells nothing"); a
-provider never answered yet is unknown (`offerings` None), never empty.
+provider never answered yet is unknown (`offerings` None), never empty. Tested in
+tests/placement/test_catalog.py::test_a_failed_call_keeps_the_last_good_answer.
 """
 
 from __future__ import annotations

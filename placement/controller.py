@@ -3,7 +3,9 @@
 Started by `placement.wiring`. Lists and watches Pods labelled `nebula.io/enabled=true`;
 for each gated one it resolves the pool, asks the optimizer, and in ONE Pod update writes
 the nodeSelector and annotations and removes only its own gate. It deletes refused Pods a
-controller owns (so the owner recreates them) and publishes each NodePool's status.
+controller owns (so the owner recreates them) and publishes each NodePool's status. Runs on
+`kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
+writes the blocklist (the vnode Handler records refusals with their pool).
 
 Invariant (no spin): a Pod gets at most one placement attempt per change of its own, of its
 pool, or of the blocklist (an expiry included); see
@@ -16,7 +18,7 @@ import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,14 +26,13 @@ from kube import names, observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.reflector import Reflector
-from kube.worker import join_within
+from kube.worker import Requeue, Retry, WorkerPool
 from kube.workqueue import WorkQueue
 from placement.blocklist import Blocklist
 from placement.catalog import Catalog
-from placement.optimizer import Candidate, Decision, count_candidates, decide
+from placement.optimizer import BlockedUntil, Candidate, Decision, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
-from providers.base import Tier
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +40,11 @@ JsonDict = dict[str, Any]
 JSON_PATCH = "application/json-patch+json"
 POOL_KEY = "pool:"  # queue keys of NodePools; a namespace never contains ':'
 MAX_EVENT_MESSAGE = 1000
-RETRY_UNKNOWN = 10.0  # seconds before asking again when a provider's offerings were unknown
-RETRY_UNSYNCED = 0.5
+UNKNOWN_OFFERINGS_RECHECK = 10.0  # seconds before asking again when a provider's offerings were unknown
+POOLS_UNSYNCED = Requeue(0.5)  # the pool cache has not listed NodePools yet: look again shortly
+LOOK_AGAIN_NOW = Requeue(0.0)  # the Pod changed under our patch: the next look is a fresh attempt
+PATCH_RETRY_DELAY = 1.0  # seconds before retrying a Pod patch the API server failed
+EXPIRY_MARGIN = 0.05  # seconds past an expiry before looking again, so the entry has lapsed
 
 
 def fnv1a64(text: str) -> int:
@@ -48,6 +52,21 @@ def fnv1a64(text: str) -> int:
     for byte in text.encode():
         value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return value
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """How one placement attempt ended. `requeue`: when to look again (None: not unless
+    something changes). `fresh_at`: epoch seconds from which the same inputs deserve another
+    attempt (None: never while they stay the same). `settled=False`: the next look is an
+    attempt whatever the inputs."""
+
+    requeue: Requeue | None = None
+    fresh_at: float | None = None
+    settled: bool = True
+
+
+SETTLED = Attempt()
 
 
 class PlacementController:
@@ -69,14 +88,13 @@ class PlacementController:
         self._pools = pools
         self._blocklist = blocklist
         self._events = events
-        self._workers = workers
         self._spread = requeue_spread
         self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, retry_at)
         self._waiting: set[str] = set()  # keys waiting for a blocklist expiry
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
+        self.workers = WorkerPool(self.queue, self.sync, name="placement", workers=workers)
         self.pods = Reflector(
             watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
         )
@@ -84,16 +102,12 @@ class PlacementController:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.pods.start()
-        for index in range(self._workers):
-            thread = threading.Thread(target=self._work, name=f"placement worker {index}", daemon=True)
-            self._threads.append(thread)
-            thread.start()
+        self.workers.start()
 
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         """Stop intake (the workers end when the queue closes); returns those still busy after `timeout`."""
         self.pods.stop()
-        self.queue.close()
-        return join_within(list(self._threads), timeout)
+        return self.workers.stop(timeout)
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
@@ -111,23 +125,9 @@ class PlacementController:
             self.queue.add(key)
 
     # -- work --------------------------------------------------------------------------------
-    def _work(self) -> None:
-        while True:
-            key = self.queue.get()
-            if key is None:
-                return
-            try:
-                delay = self.sync(key)
-            except Exception:
-                logger.exception("placement of %s failed; retrying with backoff", key)
-                self.queue.done(key, failed=True)
-                continue
-            self.queue.done(key)
-            if delay is not None:
-                self.queue.add(key, delay=max(0.0, delay))
-
-    def sync(self, key: str) -> float | None:
-        """Process one key; returns a delay after which to look again, or None."""
+    def sync(self, key: str) -> Requeue | None:
+        """Process one key (run by the WorkerPool). Returns when to look again, or None;
+        raises Retry when a write failed."""
         if key.startswith(POOL_KEY):
             self._sync_pool(key[len(POOL_KEY) :])
             return None
@@ -136,8 +136,6 @@ class PlacementController:
         if pod is None:
             self._forget(key)
             return None
-        if (pod.get("status") or {}).get("reason") == names.REASON_PROVISION_FAILED:
-            self._attribute_refusal(pod)
         if is_replaceable_failure(pod):
             self._replace(pod)
             return None
@@ -145,7 +143,7 @@ class PlacementController:
             self._forget(key)
             return None
         if not self._pools.synced.is_set():
-            return RETRY_UNSYNCED
+            return POOLS_UNSYNCED
         signature = self._signature(pod)
         now = self._blocklist.now()
         with self._lock:
@@ -153,13 +151,17 @@ class PlacementController:
         if last is not None and last[0] == signature and (last[1] is None or now < last[1]):
             return None  # nothing this attempt depends on has changed: no new attempt
         self.attempts[key] += 1
-        delay, retry_at = self._place(key, pod)
+        try:
+            attempt = self._place(key, pod)
+        except Exception:
+            self._forget(key)  # a failed attempt settles nothing: the retry is a real attempt
+            raise
         with self._lock:
-            if delay == 0.0:
-                self._last.pop(key, None)  # the write lost a race: the next look is a real attempt
+            if attempt.settled:
+                self._last[key] = (signature, attempt.fresh_at)
             else:
-                self._last[key] = (signature, retry_at)
-        return delay
+                self._last.pop(key, None)
+        return attempt.requeue
 
     def _forget(self, key: str) -> None:
         with self._lock:
@@ -177,61 +179,56 @@ class PlacementController:
         return (placement_inputs, pool_name, pool_sig, self._blocklist.revision())
 
     # -- one placement attempt -----------------------------------------------------------------
-    def _place(self, key: str, pod: JsonDict) -> tuple[float | None, float | None]:
-        """Returns (requeue delay, retry_at); writes the Pod or an Event saying why not."""
+    def _place(self, key: str, pod: JsonDict) -> Attempt:
+        """One attempt: writes the Pod, or an Event saying why not."""
         pool_name = labels(pod).get(names.POOL_LABEL, "")
         if not pool_name:
             self._event(pod, "Warning", names.EVENT_NO_POOL, f"label the Pod {names.POOL_LABEL}=<NodePool name>")
             observe.current().placement_decided("invalid")
-            return None, None
+            return SETTLED
         state = self._pools.get(pool_name)
         if state is None:
             message = f"NodePool {pool_name!r} does not exist; create it or fix the {names.POOL_LABEL} label"
             self._event(pod, "Warning", names.EVENT_NO_POOL, message)
             observe.current().placement_decided("invalid")
-            return None, None
+            return SETTLED
         if state.pool is None:
             self._event(pod, "Warning", names.EVENT_POOL_INVALID, f"NodePool {pool_name!r} is invalid: {state.error}")
             observe.current().placement_decided("invalid")
-            return None, None
+            return SETTLED
         try:
             request = workload_request(pod)
         except RequestError as exc:
             self._event(pod, "Warning", names.EVENT_INVALID_REQUEST, str(exc))
             observe.current().placement_decided("invalid")
-            return None, None
+            return SETTLED
         now = self._blocklist.now()
-        decision = decide(state.pool, request, self._catalog.views(), self._blocked_until(request.accelerator), now=now)
+        decision = decide(
+            state.pool, request, self._catalog.views(), blocklist_lookup(self._blocklist, request.accelerator), now=now
+        )
         if decision.chosen is not None:
-            return self._ungate(pod, pool_name, decision), None
+            return self._ungate(pod, pool_name, decision)
         skipped = "; ".join(s.text() for s in decision.skipped) or "the pool lists no servable candidate"
         if decision.retry_at is not None:
             with self._lock:
                 self._waiting.add(key)
             uid = str((pod.get("metadata") or {}).get("uid", ""))
-            delay = decision.retry_at - now + 0.05 + self._spread * (fnv1a64(uid) % 1000) / 1000
+            delay = decision.retry_at - now + EXPIRY_MARGIN + self._spread * (fnv1a64(uid) % 1000) / 1000
             when = datetime.fromtimestamp(decision.retry_at, UTC).strftime("%H:%M:%SZ")
             message = f"no candidate in pool {pool_name!r} can serve {request.describe()} now: {skipped}"
             self._event(pod, "Warning", names.EVENT_NO_CANDIDATE, message)
             message = f"every servable candidate is blocked; trying again at {when}, when the first one frees"
             self._event(pod, "Normal", names.EVENT_BLOCKED, message)
             observe.current().placement_decided("blocked")
-            return delay, decision.retry_at
+            return Attempt(Requeue(delay), fresh_at=decision.retry_at)
         message = f"no candidate in pool {pool_name!r} can serve {request.describe()}: {skipped}"
         self._event(pod, "Warning", names.EVENT_NO_CANDIDATE, message)
         observe.current().placement_decided("no_candidate")
-        return (RETRY_UNKNOWN if decision.unknown else None), None
+        if decision.unknown:  # a provider's offerings could not be read: ask it again later
+            return Attempt(Requeue(UNKNOWN_OFFERINGS_RECHECK + EXPIRY_MARGIN), fresh_at=now + UNKNOWN_OFFERINGS_RECHECK)
+        return SETTLED
 
-    def _blocked_until(self, accelerator: str | None) -> Callable[[Candidate], float | None]:
-        def lookup(candidate: Candidate) -> float | None:
-            entry = self._blocklist.blocked(
-                candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
-            )
-            return None if entry is None else entry.expires_at.timestamp()
-
-        return lookup
-
-    def _ungate(self, pod: JsonDict, pool_name: str, decision: Decision) -> float | None:
+    def _ungate(self, pod: JsonDict, pool_name: str, decision: Decision) -> Attempt:
         """One JSON patch: nodeSelector, annotations, our gate removed (others kept). Its
         `test` ops make it apply only to the Pod as placement saw it; a concurrent status
         write (the scheduler's) does not conflict with it, as a full update would."""
@@ -250,42 +247,21 @@ class PlacementController:
             ops = ungate_patch(pod, chosen.provider, annotations)
             self._kube.request("PATCH", path, body=ops, content_type=JSON_PATCH)
         except ConflictError:
-            return 0.0  # the Pod moved under us: look at the new version
+            return Attempt(LOOK_AGAIN_NOW, settled=False)  # the Pod moved under us: look at the new version
         except NotFoundError:
-            return None
+            return SETTLED
         except KubeError as exc:
-            if exc.status == 422:
-                return 0.0
-            logger.warning("placing %s/%s failed: %s", meta["namespace"], meta["name"], exc)
-            return 1.0
+            if exc.status == 422:  # a `test` op failed: the uid or our gate's position changed
+                return Attempt(LOOK_AGAIN_NOW, settled=False)
+            raise Retry(f"placing {meta['namespace']}/{meta['name']} failed: {exc}", delay=PATCH_RETRY_DELAY) from exc
         message = f"placed on {chosen.label()} at {chosen.price_text()}: {decision.why}"
         if decision.skipped:
             message += "; skipped " + "; ".join(s.text() for s in decision.skipped)
         observe.current().placement_decided("placed")
         self._event(pod, "Normal", names.EVENT_PLACED, message)
-        return None
+        return SETTLED
 
     # -- refused Pods ----------------------------------------------------------------------------
-    def _attribute_refusal(self, pod: JsonDict) -> None:
-        """Give the blocklist entry this refusal caused the TTL of the Pod's pool."""
-        pool_name = labels(pod).get(names.POOL_LABEL, "")
-        provider = ((pod.get("spec") or {}).get("nodeSelector") or {}).get(names.PROVIDER_KEY)
-        if not pool_name or not provider:
-            return
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        tier = next((t for t in Tier if t.value == annotations.get(names.CAPACITY_TYPE_ANNOTATION)), None)
-        try:
-            accelerator = workload_request(pod).accelerator
-        except RequestError:
-            return
-        self._blocklist.attribute(
-            provider,
-            accelerator=accelerator,
-            tier=tier,
-            region=annotations.get(names.REGION_ANNOTATION) or None,
-            pool=pool_name,
-        )
-
     def _replace(self, pod: JsonDict) -> None:
         """Delete a refused Pod its controller owns, so the owner makes a fresh gated one."""
         meta = pod["metadata"]
@@ -316,6 +292,20 @@ class PlacementController:
         if len(message) > MAX_EVENT_MESSAGE:
             message = message[: MAX_EVENT_MESSAGE - 3] + "..."
         self._events.pod(pod, kind, reason, message)
+
+
+def blocklist_lookup(blocklist: Blocklist, accelerator: str | None) -> BlockedUntil:
+    """The optimizer's view of the blocklist for a request of `accelerator`: when each candidate
+    is blocked until (epoch seconds), or None. The scope a provider built from the same PodSpec
+    covers it: tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike."""
+
+    def lookup(candidate: Candidate) -> float | None:
+        entry = blocklist.blocked(
+            candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
+        )
+        return None if entry is None else entry.expires_at.timestamp()
+
+    return lookup
 
 
 def _pointer(key: str) -> str:

@@ -2,6 +2,7 @@
 
 Pure and table-tested: the placement controller gathers the inputs (pool, request, offerings,
 a blocklist lookup) and does the I/O around `decide`. Never calls a provider or the API.
+Tables in tests/placement/test_optimizer.py::test_ordered_walks_tiers_then_providers_then_regions.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Pure: called by the pool cache for every NodePool it sees, and by tests. The CRD's schema
 rejects most mistakes at the API server; this module checks again because a cluster may
 skip schemas (the devcluster does) and because placement must never act on a bad pool.
+Tested in tests/placement/test_pools.py::test_invalid_pools_say_which_field_and_how_to_fix_it.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from placement import blocklist
 from providers.base import Tier
 
-DEFAULT_BLOCKLIST_TTL = 300.0  # seconds (5m)
+DEFAULT_BLOCKLIST_TTL = blocklist.DEFAULT_TTL  # a pool without failover.blocklistTTL: 5m
 MIN_TTL, MAX_TTL = 1.0, 86_400.0
 MAX_PROVIDERS = 16
 MAX_REGIONS = 64
@@ -119,9 +121,10 @@ def _capacity_types(raw: Any) -> tuple[Tier, ...]:
         raise PoolError("spec.capacityTypes: list Spot and/or OnDemand in the order to try them")
     tiers: list[Tier] = []
     for index, value in enumerate(raw):
-        tier = next((t for t in Tier if t.value == value), None)
-        if tier is None:
-            raise PoolError(f"spec.capacityTypes[{index}]: {value!r} is not one of Spot, OnDemand (case matters)")
+        tier = Tier.parse(value) if isinstance(value, str) else None
+        if tier is None or tier.value != value:  # the CRD spells a tier exactly, as its schema's enum does
+            hint = f"; did you mean {tier.value}?" if tier is not None else ""
+            raise PoolError(f"spec.capacityTypes[{index}]: {value!r} is not one of Spot, OnDemand (case matters){hint}")
         if tier in tiers:
             raise PoolError(f"spec.capacityTypes[{index}]: {value!r} is listed twice")
         tiers.append(tier)

@@ -1,5 +1,7 @@
-"""What an opted-in Pod asks placement for: its pool, accelerator and GPU count, and whether it
-is placeable at all. Pure functions over the Pod dict, called by the placement controller.
+"""What an opted-in Pod asks placement for (its accelerator and GPU count), and whether placement
+acts on it at all. Pure functions over the Pod dict, called by the placement controller. Never
+parses labels or resources itself: `providers.podspec` is the one Pod reader (tested in
+tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike).
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kube import names
+from providers import podspec
 
-GPU_RESOURCE = "nvidia.com/gpu"
 FAILED_PHASE = "Failed"
 
 
@@ -20,7 +22,7 @@ class RequestError(ValueError):
 
 @dataclass(frozen=True)
 class WorkloadRequest:
-    accelerator: str | None  # lower-cased label value; None: CPU only
+    accelerator: str | None  # folded label value; None: CPU only
     gpu_count: int
 
     def describe(self) -> str:
@@ -55,29 +57,11 @@ def is_replaceable_failure(pod: Mapping[str, Any]) -> bool:
 
 
 def workload_request(pod: Mapping[str, Any]) -> WorkloadRequest:
-    """Accelerator from the `nebula.io/accelerator` label (case-insensitive); count from the
-    largest `nvidia.com/gpu` limit (else request) across containers. A type without a count
-    means 1; a count without a type is an error, never silently CPU-only."""
-    label = labels(pod).get(names.ACCELERATOR_LABEL)
-    accelerator = label.strip().lower() if isinstance(label, str) and label.strip() else None
-    count = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        raw = (resources.get("limits") or {}).get(GPU_RESOURCE, (resources.get("requests") or {}).get(GPU_RESOURCE))
-        if raw is None:
-            continue
-        try:
-            value = int(str(raw))
-        except ValueError:
-            raise RequestError(f"{GPU_RESOURCE} must be a whole number of GPUs, not {raw!r}") from None
-        if value < 0:
-            raise RequestError(f"{GPU_RESOURCE} must not be negative (got {value})")
-        count = max(count, value)
-    if accelerator is None:
-        if count:
-            raise RequestError(
-                f"the Pod asks for {count} {GPU_RESOURCE} but has no {names.ACCELERATOR_LABEL} label; "
-                "label it with the accelerator type, e.g. h100"
-            )
-        return WorkloadRequest(None, 0)
-    return WorkloadRequest(accelerator, count or 1)
+    """The accelerator and GPU count of the PodSpec the provider will be given
+    (`providers.podspec` is the one reader; its docstring has the rules). RequestError when
+    that reader refuses the Pod (a count without a type, a fraction, a malformed quantity)."""
+    try:
+        spec = podspec.pod_spec_from_dict(pod)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    return WorkloadRequest(spec.accelerator, spec.gpu_count)

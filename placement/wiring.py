@@ -3,7 +3,8 @@
 `runvnode` calls `start_placement` under leader election, after building the Blocklist it
 hands to every Runner (the Handlers write it, placement reads it). Returns a `Placement`
 whose `stop()` stops intake and joins the workers. The console reads `Placement` through
-`console.runtime`; its one write is `clear_block`, an operator's action.
+`console.runtime`; its one write is `clear_block`, an operator's action. Assembled end to end in
+tests/placement/test_e2e_failover.py::test_deployment_lands_on_cheap_spot_fails_over_within_2s_and_returns_after_ttl.
 """
 
 from __future__ import annotations

@@ -54,10 +54,12 @@ TERMINAL_STATES = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, Inst
 
 @dataclass(frozen=True)
 class PodSpec:
-    """What a provider may read of the Pod: identity and the first container.
+    """What a provider may read of the Pod: identity, the first container's program, and
+    the Pod's effective resources (every container counted, as the API server counts them).
 
-    Built by `providers.podspec.pod_spec_from_dict`. Env is NOT here: the resolved env
-    (with Secret values) travels in `ProvisionRequest.env` only.
+    Built by `providers.podspec.pod_spec_from_dict`, the one reader of a Pod's request;
+    placement reads the same values. Env is NOT here: the resolved env (with Secret values)
+    travels in `ProvisionRequest.env` only.
     """
 
     namespace: str
@@ -69,10 +71,10 @@ class PodSpec:
     args: tuple[str, ...] = ()
     working_dir: str | None = None
     ports: tuple[int, ...] = ()
-    cpu: float | None = None  # cores (request, else limit)
-    memory: int | None = None  # bytes (request, else limit)
-    accelerator: str | None = None  # lower-cased `nebula.io/accelerator`
-    gpu_count: int = 0  # the `nvidia.com/gpu` limit
+    cpu: float | None = None  # cores: the Pod's effective request (each container's request, else limit)
+    memory: int | None = None  # bytes: the Pod's effective request, as for cpu
+    accelerator: str | None = None  # `nebula.io/accelerator`, stripped and lower-cased
+    gpu_count: int = 0  # the Pod's effective `nvidia.com/gpu`; 1 if an accelerator names no count
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     stdin: bool = False  # the container asks for a stdin (`kubectl attach -i` writes to it)

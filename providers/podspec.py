@@ -1,20 +1,40 @@
-"""Build the `PodSpec` a provider reads from a Pod in its JSON (API) form.
+"""The one reader of what a Pod asks for: accelerator, GPU count, tier, cpu, memory, ports.
 
-Called by the vnode before `provision`, and by tests. Takes a plain mapping, so
-providers never depend on the Kubernetes client's model classes.
+`pod_spec_from_dict` builds the `PodSpec` a provider provisions from (the vnode calls it
+before `provision`); placement builds its WorkloadRequest from the same PodSpec, so the
+two can never read one Pod differently. Takes the Pod's JSON (API) form as a plain mapping,
+so providers never depend on the Kubernetes client's models; never reads a Pod's status.
+
+Invariant (one reader): placement, the provider and the blocklist scope agree on a Pod; see
+tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike.
+
+The rules, as the API server and kubelet compute a Pod's effective request, are tabled in
+tests/providers/test_podspec_rules.py::test_effective_request_follows_kubernetes:
+
+- A container's request of a resource is `requests[r]`, else `limits[r]` (the API server
+  defaults a missing request to the limit; for `nvidia.com/gpu` it allows no other value).
+- A Pod's effective request is the larger of (a) the sum over its app containers plus its
+  sidecars (init containers with `restartPolicy: Always`) and (b) for each ordinary init
+  container, its request plus the sidecars started before it. `spec.overhead` is ignored.
+- `nebula.io/accelerator` is folded (surrounding white space, case); blank means none. The
+  GPU count must be a whole, non-negative number; a type without a count means 1 GPU; a
+  count without a type is a ValueError, never silently CPU-only.
+- The tier (`requested_tier`) is the `nebula.io/capacity-type` annotation read by `Tier.parse`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from providers.base import PodSpec
+from providers.base import PodSpec, Tier
 
 ACCELERATOR_LABEL = "nebula.io/accelerator"
+CAPACITY_TYPE_ANNOTATION = "nebula.io/capacity-type"
 GPU_RESOURCE = "nvidia.com/gpu"
+SIDECAR_RESTART_POLICY = "Always"
 
 _SUFFIXES: dict[str, Decimal | int] = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -22,6 +42,8 @@ _SUFFIXES: dict[str, Decimal | int] = {
     "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
 }  # fmt: skip
 _QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
+
+Container = Mapping[str, Any]
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
@@ -36,28 +58,104 @@ def parse_quantity(text: str | int | float) -> Decimal:
     return number * Decimal(_SUFFIXES[match.group(2) or ""])
 
 
-def _resource(resources: Mapping[str, Any], key: str) -> Decimal | None:
+def container_request(container: Container, resource: str) -> Decimal | None:
+    """One container's request of `resource`: its request, else its limit, else None."""
+    resources = container.get("resources") or {}
     for section in ("requests", "limits"):
-        value = (resources.get(section) or {}).get(key)
+        value = (resources.get(section) or {}).get(resource)
         if value is not None:
-            return parse_quantity(value)
+            try:
+                return parse_quantity(value)
+            except ValueError as exc:
+                raise ValueError(f"container {container.get('name')!r} resources.{section}.{resource}: {exc}") from None
     return None
 
 
+def effective_request(spec: Mapping[str, Any], resource: str) -> Decimal | None:
+    """The Pod's effective request of `resource` (the rule in the module docstring), or None
+    when no container names it."""
+    named = False
+    sidecars = Decimal(0)
+    init_peak = Decimal(0)
+    for init in spec.get("initContainers") or ():
+        value = container_request(init, resource)
+        named = named or value is not None
+        if init.get("restartPolicy") == SIDECAR_RESTART_POLICY:
+            sidecars += value or 0
+        else:
+            init_peak = max(init_peak, (value or 0) + sidecars)
+    apps = _requests(spec.get("containers") or (), resource)
+    named = named or any(value is not None for value in apps)
+    if not named:
+        return None
+    return max(sum((value or Decimal(0) for value in apps), Decimal(0)) + sidecars, init_peak)
+
+
+def _requests(containers: Iterable[Container], resource: str) -> list[Decimal | None]:
+    return [container_request(container, resource) for container in containers]
+
+
+def accelerator_of(labels: Mapping[str, str]) -> str | None:
+    """The `nebula.io/accelerator` label folded (white space stripped, lower-cased); None if blank."""
+    label = labels.get(ACCELERATOR_LABEL)
+    folded = label.strip().lower() if isinstance(label, str) else ""
+    return folded or None
+
+
+def gpu_count_of(spec: Mapping[str, Any], accelerator: str | None) -> int:
+    """GPUs the Pod asks for. ValueError (naming the field) for a fraction, a negative count, or a
+    count without an accelerator; an accelerator without a count means 1."""
+    for container in [*(spec.get("initContainers") or ()), *(spec.get("containers") or ())]:
+        _check_whole_gpus(container)
+    quantity = effective_request(spec, GPU_RESOURCE)
+    count = int(quantity) if quantity is not None else 0
+    if accelerator is None:
+        if count:
+            raise ValueError(
+                f"the Pod asks for {count} {GPU_RESOURCE} but has no {ACCELERATOR_LABEL} label; "
+                "label it with the accelerator type, e.g. h100"
+            )
+        return 0
+    return count or 1
+
+
+def _check_whole_gpus(container: Container) -> None:
+    resources = container.get("resources") or {}
+    for section in ("requests", "limits"):
+        raw = (resources.get(section) or {}).get(GPU_RESOURCE)
+        if raw is None:
+            continue
+        try:
+            value = parse_quantity(raw)
+        except ValueError:
+            raise ValueError(f"{GPU_RESOURCE} must be a whole number of GPUs, not {raw!r}") from None
+        if value < 0:
+            raise ValueError(f"{GPU_RESOURCE} must not be negative (got {raw!r})")
+        if value != value.to_integral_value():
+            raise ValueError(f"{GPU_RESOURCE} must be a whole number of GPUs, not {raw!r}")
+
+
+def requested_tier(pod: Mapping[str, Any]) -> Tier | None:
+    """The tier the Pod's `nebula.io/capacity-type` annotation names (any spelling
+    `Tier.parse` reads), or None."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return Tier.parse(annotations.get(CAPACITY_TYPE_ANNOTATION))
+
+
 def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
-    """The provider's view of `pod` (first container). Raises ValueError if the Pod has
-    no container or a malformed quantity."""
+    """The provider's view of `pod`: identity, the first container's program, the Pod's
+    effective resources. Raises ValueError (naming the field) if the Pod has no container,
+    a malformed quantity, or a GPU count the rules above refuse."""
     meta = pod.get("metadata") or {}
-    containers = (pod.get("spec") or {}).get("containers") or []
+    spec = pod.get("spec") or {}
+    containers = spec.get("containers") or []
     if not containers:
         raise ValueError("the Pod has no containers")
     first = containers[0]
-    resources = first.get("resources") or {}
-    cpu = _resource(resources, "cpu")
-    memory = _resource(resources, "memory")
-    gpu_limit = (resources.get("limits") or {}).get(GPU_RESOURCE)
     labels = dict(meta.get("labels") or {})
-    accelerator = labels.get(ACCELERATOR_LABEL)
+    accelerator = accelerator_of(labels)
+    cpu = effective_request(spec, "cpu")
+    memory = effective_request(spec, "memory")
     return PodSpec(
         namespace=meta.get("namespace") or "default",
         name=meta.get("name") or "",
@@ -70,8 +168,8 @@ def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
         ports=tuple(int(p["containerPort"]) for p in first.get("ports") or () if "containerPort" in p),
         cpu=float(cpu) if cpu is not None else None,
         memory=int(memory) if memory is not None else None,
-        accelerator=accelerator.lower() if accelerator else None,
-        gpu_count=int(parse_quantity(gpu_limit)) if gpu_limit is not None else 0,
+        accelerator=accelerator,
+        gpu_count=gpu_count_of(spec, accelerator),
         labels=labels,
         annotations=dict(meta.get("annotations") or {}),
         stdin=bool(first.get("stdin")),

@@ -235,7 +235,7 @@ class Handler:
             )
             if self._blocklister is not None:
                 pool = ((pod.get("metadata") or {}).get("labels") or {}).get(names.POOL_LABEL)
-                self._blocklister.record(self.provider.name, scope, self._block_ttl, pool=pool)
+                self._blocklister.record(self.provider.name, scope, pool=pool)
             self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
             return
         except (errors.InvalidRequest, errors.NotSupported, errors.NotFound) as exc:

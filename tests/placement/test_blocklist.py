@@ -48,8 +48,8 @@ def test_scope_covers_exactly_its_breadth(scope: BlockScope, candidate: tuple, c
 
 def test_entry_lives_ttl_plus_bounded_jitter_and_counts_down() -> None:
     clock = Clock()
-    blocklist = Blocklist(clock=clock, uniform=lambda: 0.999)
-    blocklist.record("gpu-a", offering(), 100.0)
+    blocklist = Blocklist(clock=clock, uniform=lambda: 0.999, default_ttl=100.0)
+    blocklist.record("gpu-a", offering())
     (entry,) = blocklist.entries()
     assert 100.0 < entry.seconds_left <= 110.0  # jitter at most 10% of the TTL (and 30s)
     clock.now += 50
@@ -60,38 +60,40 @@ def test_entry_lives_ttl_plus_bounded_jitter_and_counts_down() -> None:
 
 
 def test_jitter_never_exceeds_thirty_seconds() -> None:
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.999)
-    blocklist.record("gpu-a", offering(), 3600.0)
+    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.999, default_ttl=3600.0)
+    blocklist.record("gpu-a", offering())
     assert blocklist.entries()[0].seconds_left <= 3630.0
 
 
 def test_identical_scopes_coalesce_and_the_expiry_only_moves_later() -> None:
     clock = Clock()
-    blocklist = Blocklist(clock=clock, uniform=lambda: 0.0)
-    blocklist.record("gpu-a", offering(), 100.0)
+    ttls = {"short": 30.0, "long": 200.0}
+    blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, pool_ttl=ttls.get, default_ttl=100.0)
+    blocklist.record("gpu-a", offering())
     clock.now += 10
-    blocklist.record("gpu-a", offering(accelerator="H100"), 30.0)  # shorter: keeps the later expiry
+    blocklist.record("gpu-a", offering(accelerator="H100"), pool="short")  # shorter: keeps the later expiry
     (entry,) = blocklist.entries()
     assert entry.seconds_left == pytest.approx(90.0)
-    blocklist.record("gpu-a", offering(), 200.0)
+    blocklist.record("gpu-a", offering(), pool="long")
     (entry,) = blocklist.entries()
     assert entry.seconds_left == pytest.approx(200.0)
 
 
 def test_entries_are_ordered_by_expiry_and_blocked_returns_the_latest_covering() -> None:
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0)
-    blocklist.record("gpu-a", offering(), 100.0)
-    blocklist.record("gpu-a", BlockScope("gpu-a", BlockBreadth.TIER, tier=Tier.SPOT), 50.0)
-    blocklist.record("gpu-b", BlockScope("gpu-b", BlockBreadth.PROVIDER), 10.0)
+    ttls = {"fifty": 50.0, "ten": 10.0}
+    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0, pool_ttl=ttls.get, default_ttl=100.0)
+    blocklist.record("gpu-a", offering())
+    blocklist.record("gpu-a", BlockScope("gpu-a", BlockBreadth.TIER, tier=Tier.SPOT), pool="fifty")
+    blocklist.record("gpu-b", BlockScope("gpu-b", BlockBreadth.PROVIDER), pool="ten")
     assert [e.provider for e in blocklist.entries()] == ["gpu-b", "gpu-a", "gpu-a"]
     entry = blocklist.blocked("gpu-a", accelerator="h100", tier=Tier.SPOT, region="us-east-1")
     assert entry is not None and entry.seconds_left == pytest.approx(100.0)
 
 
-def test_the_pool_ttl_wins_over_the_callers_and_clear_get_work_by_id() -> None:
+def test_the_pool_ttl_wins_over_the_default_and_clear_get_work_by_id() -> None:
     blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0, pool_ttl={"train": 20.0}.get)
-    blocklist.record("gpu-a", offering(), 300.0, pool="train")
-    blocklist.record("gpu-b", offering("gpu-b"), 300.0, pool="missing")
+    blocklist.record("gpu-a", offering(), pool="train")
+    blocklist.record("gpu-b", offering("gpu-b"), pool="missing")
     first, second = blocklist.entries()
     assert (first.pool, first.seconds_left) == ("train", pytest.approx(20.0))
     assert second.seconds_left == pytest.approx(300.0)
@@ -101,25 +103,42 @@ def test_the_pool_ttl_wins_over_the_callers_and_clear_get_work_by_id() -> None:
     assert blocklist.get(first.id) is None
 
 
-def test_attribute_gives_an_unattributed_entry_the_pools_ttl_and_notifies() -> None:
+def test_a_refusal_in_a_pool_gets_the_pools_ttl_and_keeps_the_first_pool_named() -> None:
+    """What placement's attribution of a refusal to its pool did, `record(pool=)` now does at once."""
     clock = Clock()
-    woken: list[int] = []
-    blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, pool_ttl={"train": 5.0}.get)
-    blocklist.subscribe(lambda: woken.append(1))
-    blocklist.record("gpu-a", offering(), 300.0)
+    blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, pool_ttl={"train": 5.0, "other": 1.0}.get)
+    blocklist.record("gpu-a", offering(), pool="train")
     clock.now += 1
-    assert blocklist.attribute("gpu-a", accelerator="h100", tier=Tier.SPOT, region="us-east-1", pool="train")
     (entry,) = blocklist.entries()
     assert (entry.pool, entry.seconds_left) == ("train", pytest.approx(4.0))
+    blocklist.record("gpu-a", offering(), pool="other")
+    assert [(e.pool, e.seconds_left) for e in blocklist.entries()] == [("train", pytest.approx(4.0))]
+
+
+def test_without_a_pool_ttl_the_default_is_five_minutes() -> None:
+    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0, pool_ttl={"zero": 0.0}.get)
+    blocklist.record("gpu-a", offering())
+    blocklist.record("gpu-b", offering("gpu-b"), pool="zero")  # a pool TTL of 0 is no TTL
+    blocklist.use_pool_ttls(lambda name: None)
+    blocklist.record("gpu-c", offering("gpu-c"), pool="train")  # a pool the cache does not know
+    assert [e.seconds_left for e in blocklist.entries()] == [pytest.approx(300.0)] * 3
+
+
+def test_clear_notifies_subscribers_and_record_does_not() -> None:
+    woken: list[int] = []
+    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0)
+    blocklist.subscribe(lambda: woken.append(1))
+    blocklist.record("gpu-a", offering())
+    assert woken == []  # a record only ever moves an expiry later: nobody waiting can go sooner
+    assert blocklist.clear(blocklist.entries()[0].id)
     assert woken == [1]
-    assert not blocklist.attribute("gpu-a", accelerator="h100", tier=Tier.SPOT, region="us-east-1", pool="other")
 
 
 def test_revision_changes_on_record_clear_and_expiry() -> None:
     clock = Clock()
-    blocklist = Blocklist(clock=clock, uniform=lambda: 0.0)
+    blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, default_ttl=10.0)
     start = blocklist.revision()
-    blocklist.record("gpu-a", offering(), 10.0)
+    blocklist.record("gpu-a", offering())
     recorded = blocklist.revision()
     assert recorded != start
     assert blocklist.revision() == recorded
@@ -129,8 +148,8 @@ def test_revision_changes_on_record_clear_and_expiry() -> None:
 
 def test_an_empty_provider_records_nothing() -> None:
     blocklist = Blocklist(clock=Clock())
-    blocklist.record("", BlockScope("", BlockBreadth.PROVIDER), 10.0)
-    blocklist.record("gpu-a", BlockScope("gpu-b", BlockBreadth.PROVIDER), 10.0)
+    blocklist.record("", BlockScope("", BlockBreadth.PROVIDER))
+    blocklist.record("gpu-a", BlockScope("gpu-b", BlockBreadth.PROVIDER))
     assert blocklist.entries() == []
 
 
@@ -139,7 +158,7 @@ def test_concurrent_writers_and_readers_keep_one_entry_per_scope() -> None:
 
     def write(index: int) -> None:
         for n in range(200):
-            blocklist.record("gpu-a", offering(region=f"r{n % 10}"), 60.0)
+            blocklist.record("gpu-a", offering(region=f"r{n % 10}"))
             blocklist.entries()
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]

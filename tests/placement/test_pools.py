@@ -46,6 +46,11 @@ def test_a_full_pool_parses_in_listed_order() -> None:
         ({"providers": [{"name": "a", "zone": "x"}]}, "unknown fields ['zone']"),
         ({"providers": [{"name": "a", "regions": "us"}]}, "spec.providers[0].regions: must be a list"),
         ({"capacityTypes": ["spot"]}, "spec.capacityTypes[0]: 'spot' is not one of Spot, OnDemand"),
+        (
+            {"capacityTypes": ["on-demand"]},
+            "'on-demand' is not one of Spot, OnDemand (case matters); did you mean OnDemand?",
+        ),
+        ({"capacityTypes": ["Reserved"]}, "'Reserved' is not one of Spot, OnDemand (case matters)"),
         ({"capacityTypes": []}, "spec.capacityTypes: list Spot and/or OnDemand"),
         ({"strategy": "Weighted"}, "spec.strategy: 'Weighted' is not one of Ordered, LowestPrice"),
         ({"failover": {"blocklistTTL": "5 minutes"}}, "blocklistTTL: '5 minutes' is not a duration"),
