@@ -1,6 +1,6 @@
 """Leader election on a coordination.k8s.io Lease: only the leader runs controllers.
 
-Used by `vnode.manager`. The same rules as client-go's leaderelection: a holder keeps the
+Used by `nebula_site.process`. The same rules as client-go's leaderelection: a holder keeps the
 Lease by renewing it before `lease_duration` passes; another candidate takes it only after
 it expired; writes carry the resourceVersion, so two candidates never both win. Released
 on a clean shutdown so a standby takes over at once.

@@ -1,5 +1,5 @@
 """One Runner per provider: its Handler, pod controller and node controller, started and
-stopped together. Built by `vnode.manager`; holds no state of its own."""
+stopped together. Built by `nebula_site.process`; holds no state of its own."""
 
 from __future__ import annotations
 

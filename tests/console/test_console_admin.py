@@ -35,7 +35,7 @@ def mirrored(
     handler.poll_once()
     blocklist = Blocklist()
     scope = BlockScope("alpha", BlockBreadth.OFFERING, tier=Tier.SPOT, accelerator="h100", region="us-east-1")
-    blocklist.record("alpha", BlockScope(**{**scope.__dict__, "reason": "NoCapacity: sold out"}), 300)
+    blocklist.record("alpha", BlockScope(**{**scope.__dict__, "reason": "NoCapacity: sold out"}))
     observer.event_recorded("Pod", "default", "train-0", "Normal", "Provisioned", "instance is up")
     installed_runtime(handlers=[handler], blocklist=blocklist)
     Mirror(runtime.current, observer=lambda: observer).sync_once()

@@ -26,17 +26,15 @@ ENDPOINTS = ["/api/blocklist/", "/api/pods/", "/api/claims/", "/api/nodes/", "/a
 
 @pytest.fixture
 def blocklist() -> Iterator[Blocklist]:
-    blocklist = Blocklist(uniform=lambda: 0.0)
+    blocklist = Blocklist(uniform=lambda: 0.0, pool_ttl={"train": 300.0}.get, default_ttl=200.0)
     blocklist.record(
         "gpu-a",
         BlockScope("gpu-a", BlockBreadth.OFFERING, Tier.SPOT, "h100", "us-east-1", "NoCapacity: full"),
-        300,
         pool="train",
     )
-    blocklist.record("gpu-a", BlockScope("gpu-a", BlockBreadth.TIER, Tier.ON_DEMAND, reason="QuotaExceeded: q"), 200)
-    blocklist.record(
-        "gpu-b", BlockScope("gpu-b", BlockBreadth.PROVIDER, reason="Unauthorized: bad key"), 100, pool="train"
-    )
+    blocklist.record("gpu-a", BlockScope("gpu-a", BlockBreadth.TIER, Tier.ON_DEMAND, reason="QuotaExceeded: q"))
+    blocklist.use_pool_ttls({"train": 100.0}.get)  # the pool's TTL was edited since
+    blocklist.record("gpu-b", BlockScope("gpu-b", BlockBreadth.PROVIDER, reason="Unauthorized: bad key"), pool="train")
     runtime.install(blocklist=blocklist)
     yield blocklist
     runtime.clear()

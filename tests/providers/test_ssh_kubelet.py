@@ -80,7 +80,7 @@ def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         from devcluster import DevCluster
         from kube.client import Kube, load_api_client, path_for
         from vnode.kubelet.resolve import HandlerRegistry
-        from vnode.kubelet.server import KubeletServer, ListenerConfig
+        from vnode.kubelet.server import ListenerConfig, Listeners
         from vnode.runner import Runner
     except ImportError as exc:
         pytest.skip(f"the kubelet API is not importable: {exc}")
@@ -88,7 +88,7 @@ def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     kubeconfig = str(folder / "kubeconfig")
     provider = SshVmProvider("sshvm", sshd)
     registry = HandlerRegistry()
-    server = KubeletServer(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
+    server = Listeners(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
     server.start()
     try:
         with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
