@@ -274,7 +274,7 @@ class FakeCloud:
         shape = [
             o
             for o in self.scenario.offerings
-            if o.accelerator == pod.accelerator and (pod.gpu_count == 0 or o.gpu_count == pod.gpu_count)
+            if o.accelerator == pod.accelerator and (pod.gpu_count == 0 or o.gpu_count in (0, pod.gpu_count))
         ]
         wanted = f"{pod.accelerator or 'cpu'} x{pod.gpu_count}"
         if not shape:
