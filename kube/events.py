@@ -1,9 +1,10 @@
 """Kubernetes Events for Pods and Nodes, written by the vnode.
 
-Called by the Handler and the controllers. Messages are built by the caller from fixed
-text and provider error messages, which never carry secrets (I4). A repeat of the same
-(object, reason, message) within `dedupe_seconds` is dropped, so a retry loop cannot
-flood the API server. Failures to write an Event are logged, never raised.
+Called by the vnode and placement. A repeat of the same (object, reason, message) within
+`dedupe_seconds` is dropped, so a retry loop cannot flood the API server. Failures to
+write an Event are logged, never raised. Messages are built by the caller from fixed text
+and provider error messages, which never carry secrets (I4); see
+tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret.
 """
 
 from __future__ import annotations

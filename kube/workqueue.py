@@ -4,6 +4,7 @@ Used by the pod controller's workers. A key is waiting or being processed, never
 and never processed by two workers at once; an enqueue while processing runs the key
 once more afterwards; an enqueue of a waiting key only ever moves it earlier. Unlike
 upstream, a failing key is never dropped: its backoff is capped and it keeps retrying.
+Tested in tests/kube/test_workqueue.py.
 """
 
 from __future__ import annotations

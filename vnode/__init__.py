@@ -1,6 +1,14 @@
 """The virtual kubelet: one virtual node per provider (design §5).
 
-Arrives with the virtual-kubelet issue: Handler, pod and node controllers, the poll
-loop, the Runner, and `vnode.kubelet` (the kubelet API listener). The core imports no
-DRF, admin or templates, and never the embedded cluster.
+- `runner`         one per provider: its Handler, pod controller and node controller
+- `podcontroller`  Pods on the node -> `decisions.decide` -> the Handler, on a WorkerPool
+- `nodecontroller` the Node, its Lease, an honest Ready
+- `handler`        the facade over the phases below, one per provider
+- `provision`      env (`env`), `provider.provision`, the instance id recorded, refusals (`blocklister`)
+- `statussync`     the poll loop and its tick: one `provider.list()` (`inventory`) -> `status`
+- `teardown`       terminate for deleted Pods, the orphan sweep
+- `serving`        what the kubelet API (`vnode.kubelet`) reads: logs, exec, attach, stats
+- `tracking`       the tracked map; `podwriter` every write about a Pod
+
+The core imports no DRF, admin or templates, and never the embedded cluster.
 """

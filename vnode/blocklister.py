@@ -1,7 +1,8 @@
 """The Blocklister protocol: how the vnode reports a refusal to placement.
 
-The vnode Handler is the one writer; placement's blocklist implements it. Lives here so
-vnode depends on placement's contract, not on its machinery.
+The vnode's provisioning (`vnode.provision`) is the one writer; placement's blocklist
+implements it, and alone owns how long a block lasts. Lives here so vnode depends on
+placement's contract, not on its machinery.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from providers.base import BlockScope
 
 
 class Blocklister(Protocol):
-    def record(self, provider: str, scope: BlockScope, ttl: float, *, pool: str | None = None) -> None:
-        """Block `scope` of `provider` for about `ttl` seconds (jitter is the blocklist's).
-        `pool`: the refused Pod's `nebula.io/pool`; when given, its NodePool's TTL wins."""
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+        """Block `scope` of `provider` for the blocklist's TTL (the NodePool's, when `pool`,
+        the refused Pod's `nebula.io/pool`, names one) plus its jitter."""
         ...

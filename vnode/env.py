@@ -1,9 +1,9 @@
 """Resolve a container's environment the way the kubelet does, before `provision`.
 
-Called by the Handler's create path with a reader for Secrets and ConfigMaps. Order:
-every `envFrom` source in listed order (with its prefix), then `env` entries, which win;
-`$(VAR)` references expand against what is defined so far. Values are secrets (I4): this
-module never logs them, and its errors name keys and objects, never values.
+Called by `vnode.provision` with a reader for Secrets and ConfigMaps. Order: every
+`envFrom` source in listed order (with its prefix), then `env` entries, which win; `$(VAR)`
+references expand against what is defined so far. Values are secrets (I4): never logged;
+errors name keys and objects, never values (tests/vnode/test_env.py::test_I4_env_errors_and_reprs_never_carry_values).
 """
 
 from __future__ import annotations

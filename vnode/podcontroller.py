@@ -1,10 +1,13 @@
 """The pod controller: Pods bound to one virtual node, kept in step with the provider.
 
 Started by the Runner. Lists and watches Pods with `spec.nodeName=<node>` (re-listing
-after 410), queues their keys, and runs `decisions.decide` for each on worker threads,
-never two at once for one key. Its poll thread calls `Handler.poll_once` once per poll
-interval and queues the Pods whose status changed. It writes nothing itself but the
-final grace-0 delete of a Pod whose instance is gone.
+after 410), queues their keys, and performs `decisions.decide` for each on a
+`kube.worker.WorkerPool`, never two at once for one key. Its poll thread runs
+`StatusSync.run` and queues the Pods whose status changed. It writes nothing itself but
+the final grace-0 delete of a Pod whose instance is gone. Tested in tests/vnode/test_controllers.py.
+
+Invariant (I7): at most MAX_SOURCE_WATCHES Secret/ConfigMap watches at once; see
+tests/vnode/test_controllers.py::test_I7_missing_sources_watched_at_once_are_bounded.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.reflector import Reflector
-from kube.worker import join_within
+from kube.worker import Requeue, Retry, WorkerPool, join_within
 from kube.workqueue import WorkQueue
 from providers.base import ClaimName
-from vnode.decisions import Action, decide
+from vnode.decisions import Action, Decision, decide
 from vnode.env import MissingSource
 from vnode.handler import Handler
-from vnode.tracking import Lookup, RetryLater, pod_claim
+from vnode.provision import WaitingForSource
+from vnode.tracking import Lookup, pod_claim
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +57,10 @@ class PodController:
         self._kube = kube
         self._watch_kube = watch_kube
         self._events = events
-        self._workers = workers
         self.queue = queue if queue is not None else WorkQueue()
+        self.workers = WorkerPool(
+            self.queue, self.sync, name=f"{handler.node_name} pod", workers=workers, on_retry=self._on_retry
+        )
         self._tombstones: dict[str, JsonDict] = {}
         self._waiting: dict[Source, set[str]] = {}  # missing source -> Pod keys
         self._source_reflectors: dict[Source, Reflector] = {}
@@ -81,9 +87,14 @@ class PodController:
                 return
         # The first list already queued every Pod on the node (through `_on_pod`).
         self._reconciled.set()
-        for index in range(self._workers):
-            self._spawn(self._work, f"pod worker {index}")
-        self._spawn(self._poll, "poll")
+        self.workers.start()
+        handler = self.handler
+        self._spawn(
+            lambda: handler.status_sync.run(
+                self._stop, interval=lambda: handler.poll_interval, live_claims=self.live_claims, changed=self.queue.add
+            ),
+            "poll",
+        )
 
     def _spawn(self, target: Callable[[], None], label: str) -> None:
         thread = threading.Thread(target=target, name=f"{self.handler.node_name} {label}", daemon=True)
@@ -98,7 +109,7 @@ class PodController:
         for reflector in list(self._source_reflectors.values()):
             reflector.stop()
         self.queue.close()
-        return join_within(list(self._threads), timeout)
+        return join_within([*self._threads, *self.workers.threads], timeout)
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
@@ -162,90 +173,71 @@ class PodController:
             return None
         return {pod_claim(pod) for pod in self.pods.snapshot()}
 
-    # -- work --------------------------------------------------------------------------------
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            for key in self.handler.poll_once(self.live_claims()):
-                self.queue.add(key)
-            self._stop.wait(self.handler.poll_interval)
+    # -- work ---------------------------------------------------------------------------
+    def _on_retry(self, key: str, error: Retry, failures: int) -> None:
+        if isinstance(error, WaitingForSource):
+            self._wait_for(error.missing, key)
+        if failures == STILL_RETRYING_AFTER:
+            pod = self.pods.cache.get(key)
+            if pod is not None:
+                message = f"failed {STILL_RETRYING_AFTER} times in a row; still retrying with capped backoff: {error}"
+                self._events.pod(pod, "Warning", names.EVENT_STILL_RETRYING, message)
 
-    def _work(self) -> None:
-        while True:
-            key = self.queue.get()
-            if key is None:
-                return
-            try:
-                recheck = self.sync(key)
-            except RetryLater as exc:
-                failures = self.queue.done(key, failed=True, retry_in=exc.delay)
-                if exc.missing is not None:
-                    self._wait_for(exc.missing, key)
-                logger.info("pod %s: retrying (%d in a row): %s", key, failures, exc)
-                if failures == STILL_RETRYING_AFTER:
-                    self._still_retrying(key, str(exc))
-                continue
-            except Exception:
-                logger.exception("pod %s: unexpected error; retrying with backoff", key)
-                self.queue.done(key, failed=True)
-                continue
-            self.queue.done(key)
-            if recheck is not None:
-                self.queue.add(key, delay=recheck)
-
-    def _still_retrying(self, key: str, reason: str) -> None:
-        pod = self.pods.cache.get(key)
-        if pod is not None:
-            message = f"failed {STILL_RETRYING_AFTER} times in a row; still retrying with capped backoff: {reason}"
-            self._events.pod(pod, "Warning", names.EVENT_STILL_RETRYING, message)
-
-    def sync(self, key: str) -> float | None:
-        """Process one Pod key. Returns a delay after which to look again, or None."""
+    def sync(self, key: str) -> Requeue | None:
+        """Process one Pod key: decide, then perform. Requeue: look again after a while."""
         with self.pods.lock:
             pod = self.pods.cache.get(key)
-        entry = self.handler.tracked(key)
-        action = decide(pod, entry)
-        if action is Action.NOTHING:
+        with self._lock:
+            tombstone = self._tombstones.get(key)
+        decision = decide(pod, self.handler.tracked(key), tombstone)
+        logger.debug("pod %s: %s (%s)", key, decision.action.name, decision.why)
+        if decision.action is Action.TERMINATE_GONE:
+            return self._terminate_gone(key, decision)
+        if decision.action is Action.TERMINATE_TOMBSTONE:
+            return self._terminate_tombstone(key, decision)
+        if decision.pod is None or decision.action is Action.NOTHING:
             return None
-        if action is Action.TERMINATE_GONE:
-            return self._terminate_gone(key, pod)
-        assert pod is not None
-        if action is Action.TERMINATE_THEN_DELETE:
-            return self._terminate_then_delete(key, pod)
-        if action is Action.UPDATE:
+        pod = dict(decision.pod)
+        if decision.action is Action.TERMINATE_THEN_DELETE:
+            return self._terminate_then_delete(pod)
+        if decision.action is Action.UPDATE:
             self.handler.update_pod(pod)
-            self.handler.flush(key, pod)
-            return None
+        else:
+            self._create_or_adopt(pod)
+        self.handler.flush(key, pod)
+        return None
+
+    def _create_or_adopt(self, pod: JsonDict) -> None:
         found, instance = self.handler.lookup(pod)
         if found is Lookup.UNKNOWN:
-            raise RetryLater("provider unreachable: cannot tell whether this Pod already has an instance")
+            raise Retry("provider unreachable: cannot tell whether this Pod already has an instance")
         if instance is not None:
             self.handler.adopt(pod, instance)
         else:
             self.handler.create_pod(pod)
-        self.handler.flush(key, pod)
-        return None
 
-    def _terminate_gone(self, key: str, pod: JsonDict | None) -> float | None:
-        entry = self.handler.tracked(key)
-        if entry is not None:
-            if not self.handler.delete_pod(key, uid=entry.uid):
-                return DELETION_RECHECK
-            if pod is not None:
-                return 0.0  # now serve the Pod that took this name
-            return None
+    def _terminate_gone(self, key: str, decision: Decision) -> Requeue | None:
+        if not self.handler.delete_pod(key, uid=decision.uid):
+            return Requeue(DELETION_RECHECK)
         with self._lock:
-            tombstone = self._tombstones.pop(key, None)
-        if tombstone is not None and not self.handler.terminate_for_pod(tombstone):
-            with self._lock:
-                self._tombstones[key] = tombstone
-            return DELETION_RECHECK
+            if (self._tombstones.get(key) or {}).get("metadata", {}).get("uid") == decision.uid:
+                del self._tombstones[key]  # its instance is gone: nothing left to remember
+        return Requeue(0.0) if decision.successor else None  # then serve the Pod that took the name
+
+    def _terminate_tombstone(self, key: str, decision: Decision) -> Requeue | None:
+        assert decision.pod is not None
+        if not self.handler.terminate_for_pod(decision.pod):
+            return Requeue(DELETION_RECHECK)
+        with self._lock:
+            if self._tombstones.get(key) is decision.pod:
+                del self._tombstones[key]
         return None
 
-    def _terminate_then_delete(self, key: str, pod: JsonDict) -> float | None:
+    def _terminate_then_delete(self, pod: JsonDict) -> Requeue | None:
         """Graceful deletion: terminate, and delete the object with grace 0 once the
         provider reports the instance gone."""
         if not self.handler.terminate_for_pod(pod):
-            return DELETION_RECHECK
+            return Requeue(DELETION_RECHECK)
         meta = pod["metadata"]
         try:
             self._kube.delete(
@@ -254,5 +246,5 @@ class PodController:
         except (NotFoundError, ConflictError):
             pass  # already gone, or a new Pod took the name
         except KubeError as exc:
-            raise RetryLater(f"final delete failed: {exc}") from exc
+            raise Retry(f"final delete failed: {exc}") from exc
         return None

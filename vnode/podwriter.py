@@ -1,8 +1,10 @@
 """Everything the vnode writes about a Pod: annotations, then status, and the connect Secret.
 
-Called by the Handler. Metadata goes first so that whoever reads a status can also find
-the instance (design §1.6); a status the API already shows as terminal is frozen. Reads
-Secrets and ConfigMaps for env resolution. Never logs a Secret's content (I4).
+Called by the Handler's phases. `flush` is the one path Pod metadata takes: annotations
+first, so whoever reads a status can also find the instance (design §1.6); a status the
+API already shows as terminal is frozen. Reads Secrets and ConfigMaps for env resolution.
+Never logs a Secret's content (I4; see
+tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
+from kube.worker import Retry
 from vnode.env import decode_secret_data
-from vnode.tracking import RetryLater, Tracked, pod_key
+from vnode.tracking import Tracked, pod_key
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +36,10 @@ class PodWriter:
 
     def flush(self, entry: Tracked, current: Mapping[str, Any] | None) -> None:
         """Write what changed: annotations first, then status (skipped once the Pod is terminal
-        in the API: a terminal status is frozen). Raises RetryLater on an API failure."""
+        in the API: a terminal status is frozen). Raises Retry on an API failure."""
         if current is not None and (current.get("metadata") or {}).get("uid") != entry.uid:
             return  # a Pod recreated under the same name is not this entry's
-        self.flush_annotations(entry)
+        self._write_annotations(entry)
         if entry.desired_status is None or entry.desired_status == entry.written_status:
             entry.written_status = entry.desired_status  # equal in value: nothing to write
             return
@@ -53,10 +56,10 @@ class PodWriter:
         except NotFoundError:
             return
         except KubeError as exc:
-            raise RetryLater(f"status write failed: {exc}") from exc
+            raise Retry(f"status write failed: {exc}") from exc
         entry.written_status = desired
 
-    def flush_annotations(self, entry: Tracked) -> None:
+    def _write_annotations(self, entry: Tracked) -> None:
         pending = {k: v for k, v in entry.desired_annotations.items() if entry.written_annotations.get(k) != v}
         if not pending:
             return
@@ -68,7 +71,7 @@ class PodWriter:
         except NotFoundError:
             return
         except KubeError as exc:
-            raise RetryLater(f"annotation write failed: {exc}") from exc
+            raise Retry(f"annotation write failed: {exc}") from exc
         entry.written_annotations.update(pending)
 
     def write_connect_secret(self, pod: Mapping[str, Any], data: Mapping[str, bytes]) -> None:

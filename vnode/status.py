@@ -1,7 +1,8 @@
 """Instance facts -> Pod status: the one pure mapping every provider's Pods go through.
 
-Called by the Handler's poll loop and by create/delete paths. Takes the Pod as the API
-returned it (for its containers and the times already stamped) and never does I/O.
+Called through `Tracked.observe` (provisioning, adoption, the poll tick) and by
+`vnode.provision` for refusals. Takes the Pod as the API returned it (for its containers
+and the times already stamped) and never does I/O. Tested in tests/vnode/test_status.py.
 """
 
 from __future__ import annotations

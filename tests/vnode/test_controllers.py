@@ -15,15 +15,16 @@ from providers.fake import FakeProvider
 from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
 from vnode.env import MissingSource
 from vnode.handler import Handler
+from vnode.podcontroller import MAX_SOURCE_WATCHES
 from vnode.runner import Runner
 
 
 class RecordingBlocklist:
     def __init__(self) -> None:
-        self.records: list[tuple[str, BlockScope, float]] = []
+        self.records: list[tuple[str, BlockScope, str | None]] = []
 
-    def record(self, provider: str, scope: BlockScope, ttl: float, *, pool: str | None = None) -> None:
-        self.records.append((provider, scope, ttl))
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+        self.records.append((provider, scope, pool))
 
 
 def node(kube: Kube, name: str) -> dict[str, Any] | None:
@@ -245,3 +246,49 @@ def test_a_list_begun_before_a_provision_completed_does_not_call_its_instance_lo
     provider.inner.cloud.lose(entry.instance_id, vanish=True)
     handler.poll_once()  # and a list begun after it vanished still calls it lost
     assert entry.desired_status["reason"] == names.REASON_INSTANCE_LOST
+
+
+class WatchingProvision:
+    """A provider that, when asked for its instance right after provisioning, reads the Pod
+    from the API: so the test sees what the Pod carried before create_pod returned."""
+
+    def __init__(self, inner: FakeProvider, kube: Kube) -> None:
+        self.inner = inner
+        self.kube = kube
+        self.seen_at_get: list[dict[str, str]] = []
+
+    def get(self, instance_id: str) -> Instance | None:
+        pod = get_pod(self.kube, "recorded") or {}
+        self.seen_at_get.append(dict(pod.get("metadata", {}).get("annotations") or {}))
+        return self.inner.get(instance_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns(kube: Kube, cloud_name: str) -> None:
+    provider = WatchingProvision(FakeProvider("gpu", {"cloud": cloud_name}), kube)
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    pod = kube.create(path_for("pods", namespace="default"), make_pod("recorded", "gpu"))
+    handler.create_pod(pod)
+    entry = handler.tracked("default/recorded")
+    assert entry is not None and entry.instance_id is not None  # in memory
+    on_pod = (get_pod(kube, "recorded") or {})["metadata"]["annotations"]
+    assert on_pod[names.INSTANCE_ID_ANNOTATION] == entry.instance_id  # and on the Pod
+    # Written as soon as provision returned, before anything else was asked of the provider.
+    assert provider.seen_at_get[0][names.INSTANCE_ID_ANNOTATION] == entry.instance_id
+
+
+def test_I7_missing_sources_watched_at_once_are_bounded(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """A Pod naming more missing Secrets than MAX_SOURCE_WATCHES opens no more watches; the
+    rest wait on the Pod's retry backoff."""
+    runner = start_runner(FakeProvider("gpu", {"cloud": cloud_name}))
+    env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "first", "key": "token"}}}]
+    kube.create(path_for("pods", namespace="default"), make_pod("greedy", "gpu", container={"env": env}))
+    wait_for(lambda: ("Secret", "default", "first") in runner.pods._source_reflectors)
+    for index in range(MAX_SOURCE_WATCHES + 2):
+        runner.pods._wait_for(MissingSource("Secret", "default", f"s{index}"), "default/greedy")
+    assert len(runner.pods._source_reflectors) == MAX_SOURCE_WATCHES
+    assert len(runner.pods._waiting) == MAX_SOURCE_WATCHES + 3  # every wait is remembered

@@ -90,7 +90,7 @@ def test_unsupported_field_path_is_a_config_error() -> None:
         resolve(pod)
 
 
-def test_errors_and_reprs_never_carry_values() -> None:
+def test_I4_env_errors_and_reprs_never_carry_values() -> None:
     pod = make_pod(env_from=[{"secretRef": {"name": "db"}}])
     result = resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap)
     assert "hunter2" not in repr(result)

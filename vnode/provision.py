@@ -1,0 +1,155 @@
+"""Provisioning one Pod: resolve its env, call `provider.provision`, record the instance, or refuse.
+
+Called by the Handler's `create_pod` (from the pod controller's workers). Writes the
+instance id to the Pod through `PodWriter.flush` before returning, the connect Secret,
+and Events; reports refusals to the Blocklister. Never logs or puts into an Event a
+resolved env value or a credential (I4).
+
+Invariant (I2): the instance id is in the tracked map and on the Pod's annotations before
+`create_pod` returns; see
+tests/vnode/test_controllers.py::test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns.
+Invariant (I4): resolved env values reach only the provider; see
+tests/vnode/test_secrets.py::test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value.
+Invariant (I3): `Unavailable` retries, never fails the Pod; see
+tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kube import names, observe
+from kube.events import EventRecorder
+from kube.worker import Retry
+from providers import errors
+from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult, Tier
+from providers.podspec import pod_spec_from_dict
+from vnode import status
+from vnode.blocklister import Blocklister
+from vnode.env import EnvError, MissingSource, resolve_env
+from vnode.podwriter import PodWriter
+from vnode.tracking import TrackedMap, pod_claim, pod_key
+
+JsonDict = dict[str, Any]
+
+
+class WaitingForSource(Retry):
+    """The Pod's env needs a Secret or ConfigMap that does not exist yet: retry, and
+    sooner when `missing` appears (the pod controller watches that one object)."""
+
+    def __init__(self, message: str, *, missing: MissingSource) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class Provisioner:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        tracked: TrackedMap,
+        writer: PodWriter,
+        events: EventRecorder,
+        capabilities: Callable[[], Capabilities],
+        blocklister: Blocklister | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime],
+    ) -> None:
+        self._provider = provider
+        self._tracked = tracked
+        self._writer = writer
+        self._events = events
+        self._capabilities = capabilities
+        self._blocklister = blocklister
+        self._monotonic = monotonic
+        self._now = now
+
+    def create_pod(self, pod: JsonDict) -> None:
+        """Provision the Pod's instance. Returns once the instance id is recorded in memory
+        and on the Pod (I2), or once the Pod is refused (Failed, with an Event); raises
+        Retry (WaitingForSource for a missing Secret/ConfigMap) when it must be tried again."""
+        request = self._request(pod)
+        started, who = self._monotonic(), observe.Subject(pod_key(pod), request.claim)
+
+        def outcome(label: str, subject: observe.Subject = who) -> None:
+            observe.current().provisioned(self._provider.name, label, self._monotonic() - started, subject)
+
+        try:
+            spec = pod_spec_from_dict(pod)
+            result = self._provider.provision(spec, request)
+        except ValueError as exc:
+            outcome("invalid")
+            return self._refuse(pod, names.REASON_CONFIG_ERROR, str(exc))
+        except errors.Unavailable as exc:
+            outcome("unavailable")
+            self._events.pod(pod, "Warning", names.EVENT_PROVISION_RETRYING, f"provider unreachable: {exc}")
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.Refused as exc:
+            outcome("refused")
+            scope = self._provider.classify_provision_error(
+                exc, accelerator=spec.accelerator, tier=request.capacity_type, region=request.region
+            )
+            if self._blocklister is not None:
+                pool = ((pod.get("metadata") or {}).get("labels") or {}).get(names.POOL_LABEL)
+                self._blocklister.record(self._provider.name, scope, pool=pool)
+            return self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
+        except (errors.InvalidRequest, errors.NotSupported, errors.NotFound) as exc:
+            outcome("invalid")
+            return self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
+        except errors.ProviderError as exc:
+            outcome("error")
+            raise Retry(f"{type(exc).__name__}: {exc}") from exc
+        outcome("ok", who.on(result.instance_id))
+        self._record_instance(pod, result)
+
+    def _request(self, pod: JsonDict) -> ProvisionRequest:
+        """What the provider needs beyond the Pod: the claim, tier, region and resolved env."""
+        try:
+            env = resolve_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
+        except EnvError as exc:
+            self._events.pod(pod, "Warning", exc.reason, str(exc))
+            if exc.missing is not None:
+                raise WaitingForSource(str(exc), missing=exc.missing) from exc
+            raise Retry(str(exc)) from exc
+        for reason, message in env.warnings:
+            self._events.pod(pod, "Warning", reason, message)
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        return ProvisionRequest(
+            claim=pod_claim(pod),
+            capacity_type=Tier.parse(annotations.get(names.CAPACITY_TYPE_ANNOTATION)),
+            region=annotations.get(names.REGION_ANNOTATION) or None,
+            env=env.values,
+        )
+
+    def _record_instance(self, pod: JsonDict, result: ProvisionResult) -> None:
+        entry = self._tracked.track(pod)
+        entry.instance_id = result.instance_id
+        entry.provisioned_at = self._monotonic()
+        entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = result.instance_id
+        if result.endpoint:
+            entry.desired_annotations[names.ENDPOINT_ANNOTATION] = result.endpoint
+        self._writer.flush(entry, pod)  # I2: on the Pod before we report success
+        if result.credential is not None:
+            self._writer.write_connect_secret(pod, result.credential.data)
+        if not self._capabilities().pulls_images:
+            image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
+            message = f"{self._provider.name} does not pull container images; image {image!r} is not used"
+            self._events.pod(pod, "Normal", names.EVENT_IMAGE_NOT_USED, message)
+        try:
+            instance = self._provider.get(result.instance_id)
+        except errors.ProviderError:
+            instance = None
+        if instance is None:
+            state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
+            instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
+        entry.observe(instance, now=self._now())
+
+    def _refuse(self, pod: JsonDict, reason: str, message: str) -> None:
+        """The provider will not serve this Pod: Failed, with an Event saying why."""
+        entry = self._tracked.track(pod)
+        entry.terminal = True
+        entry.desired_status = status.failed_status(pod, reason=reason, message=message, now=self._now())
+        self._events.pod(pod, "Warning", reason, message)

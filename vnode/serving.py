@@ -1,0 +1,107 @@
+"""What the kubelet API reads from a Handler: the instance behind a container, its
+logs, exec and attach, and the usage behind `/stats/summary` and `/metrics/resource`.
+
+Called by `vnode.kubelet` on worker threads (never the reactor), through the Handler.
+Reads the tracked map only; never changes it, and never writes to the API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from kube import names
+from kube.times import rfc3339
+from providers import errors
+from providers.base import Attacher, Executor, InstanceId, LogOptions, LogStream, LogStreamer, Process, Provider
+from vnode.tracking import TrackedMap
+
+JsonDict = dict[str, Any]
+# What a provider must implement for each kubelet streaming capability (`kubelet_instance`
+# checks it, so the methods below may cast).
+_CAPABILITIES: dict[str, type] = {"logs": LogStreamer, "exec": Executor, "attach": Attacher}
+
+
+class Serving:
+    def __init__(self, provider: Provider, *, tracked: TrackedMap, now: Callable[[], datetime]) -> None:
+        self._provider = provider
+        self._tracked = tracked
+        self._now = now
+
+    @property
+    def _node_name(self) -> str:
+        return names.node_name(self._provider.name)
+
+    def kubelet_instance(self, namespace: str, name: str, container: str, *, capability: str) -> InstanceId:
+        """The instance serving the Pod's container for `capability` (`logs`, `exec` or
+        `attach`); NotFound or NotSupported with the reason otherwise."""
+        entry = self._tracked.get(f"{namespace}/{name}")
+        if entry is None:
+            raise errors.NotFound(f'pod "{namespace}/{name}" is not on node {self._node_name}')
+        if entry.instance_id is None:
+            raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet: nothing to {capability}')
+        containers = ((entry.pod.get("spec") or {}).get("containers")) or [{}]
+        if container != containers[0].get("name"):
+            # Providers run the Pod's first container only (providers.podspec).
+            raise errors.NotFound(f'container "{container}" not found in pod "{namespace}/{name}"')
+        if not isinstance(self._provider, _CAPABILITIES[capability]):
+            raise errors.NotSupported(f"provider {self._provider.name!r} does not support {capability}")
+        return entry.instance_id
+
+    def get_container_logs(self, namespace: str, name: str, container: str, options: LogOptions) -> LogStream:
+        """The container's log as the provider streams it; NotSupported without LogStreamer."""
+        instance_id = self.kubelet_instance(namespace, name, container, capability="logs")
+        return cast(LogStreamer, self._provider).logs(instance_id, options)
+
+    def run_in_container(
+        self, namespace: str, name: str, container: str, command: Sequence[str], *, tty: bool, stdin: bool
+    ) -> Process:
+        """Start a command in the Pod's instance; NotSupported without Executor."""
+        instance_id = self.kubelet_instance(namespace, name, container, capability="exec")
+        return cast(Executor, self._provider).exec(instance_id, list(command), tty=tty, stdin=stdin)
+
+    def attach_to_container(self, namespace: str, name: str, container: str, *, tty: bool, stdin: bool) -> Process:
+        """Attach to the Pod's workload; NotSupported without Attacher."""
+        instance_id = self.kubelet_instance(namespace, name, container, capability="attach")
+        return cast(Attacher, self._provider).attach(instance_id, stdin=stdin, tty=tty)
+
+    def get_stats_summary(self) -> JsonDict:
+        """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods
+        whose provider reports no usage are listed without cpu and memory."""
+        now = rfc3339(self._now())
+        pods: list[JsonDict] = []
+        for entry in self._tracked.entries():
+            instance = entry.last_instance
+            container = (((entry.pod.get("spec") or {}).get("containers")) or [{}])[0].get("name", "")
+            stats: JsonDict = {"name": container}
+            usage = instance.usage if instance is not None else None
+            if instance is not None and instance.started_at is not None:
+                stats["startTime"] = rfc3339(instance.started_at)
+            if usage is not None and usage.cpu_nano_cores is not None:
+                stats["cpu"] = {"time": now, "usageNanoCores": usage.cpu_nano_cores}
+            if usage is not None and usage.memory_bytes is not None:
+                stats["memory"] = {"time": now, "workingSetBytes": usage.memory_bytes, "usageBytes": usage.memory_bytes}
+            pod: JsonDict = {
+                "podRef": {"name": entry.name, "namespace": entry.namespace, "uid": entry.uid},
+                "containers": [stats],
+            }
+            pod.update({k: v for k, v in stats.items() if k in ("startTime", "cpu", "memory")})
+            pods.append(pod)
+        return {"node": {"nodeName": self._node_name, "systemContainers": []}, "pods": pods}
+
+    def get_metrics_resource(self) -> str:
+        """The kubelet's /metrics/resource in Prometheus text format, for the Pods whose
+        provider reports usage."""
+        lines = [
+            "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed by the container in core-seconds",
+            "# TYPE container_cpu_usage_seconds_total counter",
+            "# HELP container_memory_working_set_bytes Current working set of the container in bytes",
+            "# TYPE container_memory_working_set_bytes gauge",
+        ]
+        for pod in self.get_stats_summary()["pods"]:
+            ref, container = pod["podRef"], pod["containers"][0]
+            labels = f'container="{container["name"]}",namespace="{ref["namespace"]}",pod="{ref["name"]}"'
+            if "memory" in container:
+                lines.append(f"container_memory_working_set_bytes{{{labels}}} {container['memory']['workingSetBytes']}")
+        return "\n".join(lines) + "\n"

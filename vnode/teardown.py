@@ -1,0 +1,114 @@
+"""Teardown: terminating the instance of a deleted Pod, and sweeping orphans.
+
+Called by the Handler's `delete_pod` / `terminate_for_pod` (from the pod controller's
+workers) and by the status sync's poll tick (`OrphanSweep.sweep`). Calls only
+`provider.terminate` and `provider.get`; never deletes a Pod object (the pod controller
+does, once the instance is gone) and never terminates an instance a live Pod claims.
+
+Invariant (I2): an instance no Pod claims (a Pod force-deleted while the manager was down)
+is terminated after two successful lists in a row; see
+tests/vnode/test_invariants.py::test_I2_instance_of_a_pod_force_deleted_while_the_manager_was_down_is_swept.
+Invariant (I3): a provider we could not ask keeps the Pod object; see
+tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from kube import names, observe
+from kube.events import EventRecorder
+from kube.worker import Retry
+from providers import errors
+from providers.base import ClaimName, Instance, InstanceId, Provider
+from vnode.inventory import Inventory
+from vnode.tracking import Lookup, TrackedMap, pod_key
+
+logger = logging.getLogger(__name__)
+
+
+class Teardown:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        tracked: TrackedMap,
+        inventory: Inventory,
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime],
+    ) -> None:
+        self._provider = provider
+        self._tracked = tracked
+        self._inventory = inventory
+        self._monotonic = monotonic
+        self._now = now
+
+    def delete_pod(self, key: str, *, uid: str | None = None) -> bool:
+        """Terminate the Pod's instance (idempotent). True once the instance is gone and
+        the Pod dropped from tracking; False while it is going; Retry if we could not
+        ask (I3: the Pod object stays until the provider answers)."""
+        entry = self._tracked.get(key)
+        if entry is None or (uid is not None and entry.uid != uid):
+            return True
+        if entry.instance_id is None:
+            self._tracked.forget(entry)
+            return True
+        who = observe.Subject(key, entry.claim, entry.instance_id)
+        try:
+            self._provider.terminate(entry.instance_id)
+            observe.current().terminated(self._provider.name, "ok", who)
+            gone = self._provider.get(entry.instance_id) is None
+        except errors.Unavailable as exc:
+            observe.current().terminated(self._provider.name, "unavailable", who)
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            observe.current().terminated(self._provider.name, "error", who)
+            raise Retry(f"{type(exc).__name__}: {exc}") from exc
+        if gone:
+            self._tracked.forget(entry)
+        return gone
+
+    def terminate_for_pod(self, pod: Mapping[str, Any]) -> bool:
+        """Terminate the instance of a Pod this Handler may not track (cold map, or the Pod
+        object is already gone). True once gone; Retry if we could not ask."""
+        key = pod_key(pod)
+        if key not in self._tracked:
+            found, instance = self._inventory.lookup(pod)
+            if found is Lookup.UNKNOWN:
+                raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
+            if instance is None:
+                return True
+            self._tracked.adopt(dict(pod), instance, at=self._monotonic(), now=self._now())
+        return self.delete_pod(key)
+
+
+class OrphanSweep:
+    """Terminates instances whose claim matched no live Pod on two successful lists in a row."""
+
+    def __init__(self, provider: Provider, *, events: EventRecorder) -> None:
+        self._provider = provider
+        self._events = events
+        self._suspects: set[InstanceId] = set()
+
+    def sweep(self, snapshot: Mapping[ClaimName, Instance], live: set[ClaimName]) -> None:
+        suspects = {i.id for claim, i in snapshot.items() if claim not in live}
+        confirmed = suspects & self._suspects
+        self._suspects = suspects - confirmed
+        for instance_id in sorted(confirmed):
+            try:
+                self._provider.terminate(instance_id)
+            except errors.ProviderError as exc:
+                logger.warning("orphan %s on %s: terminate failed: %s", instance_id, self._provider.name, exc)
+                self._suspects.add(instance_id)
+                continue
+            logger.info("terminated orphan instance %s on %s (no live Pod claims it)", instance_id, self._provider.name)
+            observe.current().orphan_swept(self._provider.name, observe.Subject(instance=instance_id))
+            node_name = names.node_name(self._provider.name)
+            node = {"metadata": {"name": node_name, "uid": node_name}}
+            self._events.node(
+                node, "Normal", names.EVENT_ORPHAN_TERMINATED, f"terminated instance {instance_id}: no Pod claims it"
+            )
