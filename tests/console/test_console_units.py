@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import adopt_new_pod, offline_handler
 from django.contrib.auth.models import User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,6 +21,7 @@ from console.observer import ConsoleObserver
 from kube import observe
 from nebula_site.dburl import database_from_url
 from nebula_site.logconfig import JsonFormatter, RedactSecrets, logging_config, redact
+from tests.support.handlers import adopt_new_pod, offline_handler
 
 ROW = {"uid": "u1", "phase": "Running"}
 

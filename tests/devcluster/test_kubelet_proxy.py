@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from devcluster_fixtures import Raw, make_node, make_pod
 
 from devcluster import DevCluster, tls
+from tests.support.factories import make_node, make_pod
+from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 
