@@ -51,7 +51,9 @@ class Records(logging.Handler):
 def pod(name: str, provider: str, **annotations: str) -> dict[str, Any]:
     """A Pod bound to `nebula-<provider>` whose env TOKEN comes from the Secret `train-env`."""
     env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "train-env", "key": "token"}}}]
-    return make_pod(name, provider, annotations=annotations, command=("sleep", "600"), container={"env": env})
+    return make_pod(
+        name, provider, namespace="default", annotations=annotations, command=("sleep", "600"), container={"env": env}
+    )
 
 
 @dataclass

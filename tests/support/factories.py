@@ -19,7 +19,7 @@ def make_pod(
     name: str = "p1",
     provider: str | None = None,
     *,
-    namespace: str = "default",
+    namespace: str | None = None,
     uid: str | None = None,
     labels: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
@@ -34,8 +34,11 @@ def make_pod(
     `provider` binds it to the virtual node `nebula-<provider>` through the scheduler (the
     nodeSelector and toleration a user writes); `container` overrides keys of `main`;
     `metadata`, `spec` and the other keywords override keys of the Pod's metadata and spec.
+    Without `namespace` the metadata names none: the API server takes it from the path.
     """
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
     if uid is not None:
         meta["uid"] = uid
     if labels is not None:

@@ -34,7 +34,7 @@ def offline_handler(provider: Provider, **options: Any) -> Handler:
 def adopt_new_pod(handler: Handler, name: str, **annotations: str) -> dict[str, Any]:
     """Provision an instance for a new Pod straight at the provider and adopt it, as after a
     restart: the Handler tracks the Pod, no API call."""
-    pod = make_pod(name, uid=str(uuid.uuid4()), annotations=annotations, command=("sleep", "300"))
+    pod = make_pod(name, namespace="default", uid=str(uuid.uuid4()), annotations=annotations, command=("sleep", "300"))
     meta = pod["metadata"]
     request = ProvisionRequest(claim=claim_name(meta["namespace"], name, meta["uid"]))
     result = handler.provider.provision(pod_spec_from_dict(pod), request)

@@ -7,17 +7,62 @@ from `devcluster.tls`; nothing here verifies a server unless the caller passes a
 
 from __future__ import annotations
 
+import datetime
 import http.client
 import socket
 import socketserver
 import ssl
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
 from devcluster import tls
+
+
+def self_signed_server_context(directory: Path, common_name: str) -> ssl.SSLContext:
+    """A TLS server context on a fresh self-signed EC certificate (valid for a day), its PEM
+    files written to `directory` as cert.pem and key.pem."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (directory / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
+    return context
+
+
+def read_head(conn: socket.socket, chunk: int = 65536) -> tuple[bytes, bytes] | None:
+    """Read an HTTP message head from `conn`: (the head without its blank line, the bytes
+    already read after it), or None if the peer closed first."""
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        data = conn.recv(chunk)
+        if not data:
+            return None
+        buffer += data
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    return head, rest
 
 
 def kubelet_connection(port: int, *, context: ssl.SSLContext | None = None) -> http.client.HTTPSConnection:
