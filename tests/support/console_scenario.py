@@ -18,9 +18,8 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, NotFoundError, path_for
 from placement.blocklist import Blocklist
-from providers.base import ClaimName, ProvisionRequest
+from providers.base import ClaimName, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
-from providers.podspec import PodSpec
 from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
 from tests.support.polling import wait_for
