@@ -1,4 +1,5 @@
-"""Project-wide pytest settings: nothing here may start services; packages own their fixtures."""
+"""Project-wide pytest settings: nothing here may start services; shared fixtures live in
+tests/support and are registered here, once."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import shutil
 import tempfile
 
 import pytest
+
+pytest_plugins = ["tests.support.fixtures", "tests.support.placement", "tests.support.sshd"]
 
 _mirror_dir: str | None = None
 

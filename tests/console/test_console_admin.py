@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import adopt_new_pod, offline_handler
 from django.contrib.admin.models import DELETION, LogEntry
 from django.contrib.auth.models import User
 from django.test import Client
@@ -20,6 +19,7 @@ from console.observer import ConsoleObserver
 from placement.blocklist import Blocklist
 from providers.base import BlockBreadth, BlockScope, Tier
 from providers.claim import claim_name
+from tests.support.handlers import adopt_new_pod, offline_handler
 
 LISTS = ["trackedpod", "instanceclaim", "virtualnode", "blocklistentry", "recentevent"]
 

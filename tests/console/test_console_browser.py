@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from console_scenario import KNOWN_SECRET, Scenario, populate, start, stop, wait_for
 from django.contrib.auth.models import User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,6 +24,8 @@ from console import models
 from console.mirror import Mirror
 from kube.client import path_for
 from nebula_site.logconfig import JsonFormatter, TextFormatter
+from tests.support.console_scenario import KNOWN_SECRET, Scenario, populate, start, stop
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 # Screenshots refresh docs/images/ only when asked (NEBULA_SCREENSHOTS=1), so a test run leaves
@@ -220,9 +221,8 @@ def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
 
 
 def _pod(name: str) -> dict[str, Any]:
-    from console_scenario import pod
-
     from kube import names
+    from tests.support.console_scenario import pod
 
     return pod(name, "gpu-a", **{names.HOURLY_PRICE_ANNOTATION: "0.42", names.CAPACITY_TYPE_ANNOTATION: "Spot"})
 

@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from conftest import adopt_new_pod, offline_handler
 from django.contrib.auth.models import User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
@@ -24,6 +23,7 @@ from console.observer import ConsoleObserver
 from kube import names, observe
 from nebula_site.dburl import database_from_url
 from nebula_site.logconfig import JsonFormatter, RedactSecrets, logging_config, redact
+from tests.support.handlers import adopt_new_pod, offline_handler
 
 ROW = {"uid": "u1", "phase": "Running"}
 

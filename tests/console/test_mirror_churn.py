@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import adopt_new_pod, offline_handler
 from django.contrib.auth.models import User
 from django.db import OperationalError, connections
 from django.test import Client
@@ -19,6 +18,7 @@ from django.test import Client
 from console import models, runtime
 from console.mirror import Mirror
 from console.observer import ConsoleObserver
+from tests.support.handlers import adopt_new_pod, offline_handler
 from vnode.handler import Handler
 
 PODS = 1000

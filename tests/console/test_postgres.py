@@ -24,8 +24,9 @@ import yaml
 
 from devcluster import DevCluster
 from kube.client import Kube, load_api_client, path_for
-from tests.polling import wait_for
-from tests.vnode.conftest import make_pod, phase_of
+from tests.support.factories import make_pod
+from tests.support.pods import phase_of
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARIES = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))

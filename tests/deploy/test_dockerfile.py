@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.deploy_manifests import ROOT, find, manager_container, render
-from tests.nebula_site.test_migrate import interrupt_after_commit
+from tests.support.deploy_manifests import ROOT, find, manager_container, render
+from tests.support.mirror_db import interrupt_after_commit
 
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"

@@ -17,8 +17,8 @@ from django.urls import Resolver404, resolve
 
 from devcluster import DevCluster
 from kube.client import Kube, KubeError, NotFoundError, load_api_client
-from tests.deploy import schema_check
-from tests.deploy.deploy_manifests import (
+from tests.support import schema_check
+from tests.support.deploy_manifests import (
     DEPLOYMENT,
     NAMESPACE,
     OVERLAYS,

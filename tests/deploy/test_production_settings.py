@@ -8,7 +8,7 @@ import secrets
 import subprocess
 import sys
 
-from tests.deploy.deploy_manifests import ROOT, find, render
+from tests.support.deploy_manifests import ROOT, find, render
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

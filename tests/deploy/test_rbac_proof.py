@@ -23,7 +23,7 @@ import signal
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,14 @@ import yaml
 
 from devcluster import DevCluster, RequestRecord
 from kube import names
-from kube.client import USER_AGENT, Kube, NotFoundError, load_api_client, path_for
+from kube.client import USER_AGENT, Kube, NotFoundError, path_for
 from providers.base import ClaimName, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
-from tests import polling
-from tests.deploy import rbac_eval
-from tests.deploy.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
+from tests.support import rbac_eval
+from tests.support.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
+from tests.support.factories import make_pod
+from tests.support.polling import wait_for
 
 PROVIDER = "gpu"
 NODE = names.node_name(PROVIDER)
@@ -50,21 +51,10 @@ MANAGER_AGENT = USER_AGENT.split("/")[0] + "/"
 UNEXERCISED: dict[tuple[str, str, str, str], str] = {}
 
 
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    return polling.wait_for(condition, timeout, what=what)
-
-
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(kubeconfig_path=str(tmp_path / "kubeconfig"), scheduler_interval=0.05) as running:
-        yield running
-
-
-@pytest.fixture
-def kube(cluster: DevCluster) -> Kube:
+def kube_user_agent() -> str:
     """The test's own client: a User-Agent of its own, so its calls are not counted."""
-    assert cluster.kubeconfig_path is not None
-    return Kube(load_api_client(cluster.kubeconfig_path, user_agent="nebula-rbac-proof/1"))
+    return "nebula-rbac-proof/1"
 
 
 @pytest.fixture
@@ -150,21 +140,9 @@ def manager(cluster: DevCluster, fake_cloud: FakeCloudServer, tmp_path: Path) ->
 
 
 # -- the scenario's objects --------------------------------------------------------------------
-def pod(name: str, **spec: Any) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "main", "image": "busybox", "command": ["sh", "-c", "sleep 300"]}
-    container.update(spec.pop("container", {}))
-    labels = spec.pop("labels", {})
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": WORKLOADS, "labels": {"app": name, **labels}},
-        "spec": {
-            "nodeSelector": {names.PROVIDER_KEY: PROVIDER},
-            "tolerations": [{"key": names.PROVIDER_KEY, "operator": "Exists"}],
-            "containers": [container],
-            **spec,
-        },
-    }
+def pod(name: str, *, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A workload Pod of the scenario: in WORKLOADS, bound to the scenario's provider."""
+    return make_pod(name, PROVIDER, namespace=WORKLOADS, labels={"app": name, **(labels or {})}, **spec)
 
 
 def secret(name: str, **data: str) -> dict[str, Any]:
@@ -218,8 +196,8 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     )
     manager.migrate()
     manager.start()
-    wait_for(lambda: get(kube, path_for("nodes", name=NODE)), "the node is registered")
-    port = wait_for(manager.console_port, "the console listens")
+    wait_for(lambda: get(kube, path_for("nodes", name=NODE)), what="the node is registered")
+    port = wait_for(manager.console_port, what="the console listens")
     assert_console_probes_answer(port)
 
     # Placement: the webhook gates an opted-in Pod, placement ungates it onto a provider and
@@ -237,12 +215,12 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     del opted_in["spec"]["nodeSelector"]
     created = kube.create(pods, opted_in)
     assert [g["name"] for g in created["spec"].get("schedulingGates") or []] == [names.PLACEMENT_GATE]
-    wait_for(lambda: phase(kube, "placed") == "Running", "placement runs the opted-in Pod", timeout=45)
+    wait_for(lambda: phase(kube, "placed") == "Running", 45, what="placement runs the opted-in Pod")
 
     # A refused provision: the Pod fails with an Event (the fault refuses once).
     cloud.cloud.refuse("capacity", count=1)
     kube.create(pods, pod("refused"))
-    wait_for(lambda: phase(kube, "refused") == "Failed", "the refused Pod fails")
+    wait_for(lambda: phase(kube, "refused") == "Failed", what="the refused Pod fails")
 
     # Env from a Secret and a ConfigMap; a Pod waiting for a Secret that appears later.
     env_pod = pod(
@@ -261,8 +239,8 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
         container={"env": [{"name": "M", "valueFrom": {"configMapKeyRef": {"name": "later-config", "key": "m"}}}]},
     )
     kube.create(pods, late_config)
-    wait_for(lambda: events(kube, "MandatorySecretNotFound"), "a missing Secret is reported")
-    wait_for(lambda: events(kube, "MandatoryConfigMapNotFound"), "a missing ConfigMap is reported")
+    wait_for(lambda: events(kube, "MandatorySecretNotFound"), what="a missing Secret is reported")
+    wait_for(lambda: events(kube, "MandatoryConfigMapNotFound"), what="a missing ConfigMap is reported")
 
     def watching(resource: str) -> bool:  # the watch for one missing object (its list found nothing)
         return any(
@@ -270,7 +248,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
             for r in cluster.request_log.snapshot()
         )
 
-    wait_for(lambda: watching("secrets") and watching("configmaps"), "the manager watches for both")
+    wait_for(lambda: watching("secrets") and watching("configmaps"), what="the manager watches for both")
     kube.create(path_for("secrets", namespace=WORKLOADS), secret("later", k="v"))
     kube.create(
         path_for("configmaps", namespace=WORKLOADS),
@@ -278,8 +256,8 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     )
     for name in ("env", "late", "late-config"):
         connect = path_for("secrets", namespace=WORKLOADS, name=names.connect_secret_name(name))
-        wait_for(functools.partial(get, kube, connect), f"the connect Secret of {name}")
-        wait_for(functools.partial(has_phase, kube, name, "Running"), f"{name} runs", timeout=45)
+        wait_for(functools.partial(get, kube, connect), what=f"the connect Secret of {name}")
+        wait_for(functools.partial(has_phase, kube, name, "Running"), 45, what=f"{name} runs")
 
     # An instance no Pod claims is swept.
     observer = FakeProvider(PROVIDER, {"url": cloud.url})
@@ -287,7 +265,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
         PodSpec(namespace=WORKLOADS, name="ghost", uid="0000", container="main", image="busybox"),
         ProvisionRequest(claim=ClaimName("team-a-ghost-aaaaaaaaaa")),
     )
-    wait_for(lambda: events(kube, names.EVENT_ORPHAN_TERMINATED), "the orphan is terminated")
+    wait_for(lambda: events(kube, names.EVENT_ORPHAN_TERMINATED), what="the orphan is terminated")
     assert all(i["id"] != orphan.instance_id or i["state"] != "running" for i in cloud.cloud.instances())
 
     # Deletions: graceful ones finish with the manager's grace-0 delete.
@@ -295,7 +273,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     for name in finished:
         kube.delete(path_for("pods", namespace=WORKLOADS, name=name))
     for name in finished:
-        wait_for(functools.partial(has_phase, kube, name, None), f"{name} is gone")
+        wait_for(functools.partial(has_phase, kube, name, None), what=f"{name} is gone")
 
     # Leadership is released on SIGTERM (an update of the leader Lease).
     assert manager.stop() == 0
@@ -334,7 +312,7 @@ def assert_console_probes_answer(port: int) -> None:
     """The liveness and readiness probes pass under the production settings."""
     probes = {p["httpGet"]["path"] for p in probes_of_the_deployment()}
     for path in sorted(probes):
-        wait_for(functools.partial(probe_passes, port, path), f"the probe {path} passes")
+        wait_for(functools.partial(probe_passes, port, path), what=f"the probe {path} passes")
 
 
 def probes_of_the_deployment() -> list[dict[str, Any]]:

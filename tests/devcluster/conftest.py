@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from devcluster_fixtures import Raw
 from kubernetes import client, config
 
 from devcluster import DevCluster
+from tests.support.fixtures import ClusterOptions
+from tests.support.raw import Raw
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(kubeconfig_path=str(tmp_path / "kubeconfig"), bookmark_interval=0.2) as started:
-        yield started
+def cluster_options() -> ClusterOptions:
+    """The devcluster's own scheduler timing, and bookmarks often enough for watch tests."""
+    return ClusterOptions(scheduler_interval=0.5, bookmark_interval=0.2)
 
 
 @pytest.fixture

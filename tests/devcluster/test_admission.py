@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-from devcluster_fixtures import Raw
 
 from devcluster import DevCluster, tls
+from tests.support.raw import Raw
 
 Answer = Callable[[dict[str, Any]], dict[str, Any]]
 

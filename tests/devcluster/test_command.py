@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from devcluster_fixtures import wait_for
+
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTLS = {"1.37": ROOT / ".venv" / "bin" / "kubectl", "1.32": Path("/usr/bin/kubectl")}

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from devcluster_fixtures import Raw
-
 from devcluster import DevCluster
-from tests.polling import wait_for
+from tests.support.polling import wait_for
+from tests.support.raw import Raw
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"

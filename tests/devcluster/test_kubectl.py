@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from devcluster_fixtures import make_node, wait_for
 
 from devcluster import DevCluster
+from tests.support.factories import make_node
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTLS = {

@@ -10,9 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from devcluster_fixtures import Raw, make_node, make_pod
 
 from devcluster import DevCluster, tls
+from tests.support.factories import make_node, make_pod
+from tests.support.raw import Raw
+from tests.support.tls import read_head
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -35,13 +37,10 @@ class FakeKubelet:
             except OSError:
                 return
             with self.context.wrap_socket(raw, server_side=True) as conn:
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    data = conn.recv(4096)
-                    if not data:
-                        break
-                    head += data
-                head, _, rest = head.partition(b"\r\n\r\n")
+                got = read_head(conn, 4096)
+                if got is None:
+                    continue
+                head, rest = got
                 self.requests.append(head.decode())
                 if b"upgrade: spdy/3.1" in head.lower():
                     conn.sendall(

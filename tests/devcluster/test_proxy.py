@@ -6,23 +6,18 @@ HTTP layer's part (reads the request head from a buffered reader, then calls `fo
 
 from __future__ import annotations
 
-import datetime
 import http.client
 import io
 import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from devcluster import proxy
+from tests.support.tls import read_head, self_signed_server_context
 
 WAIT = 20.0
 
@@ -111,27 +106,7 @@ def test_kubelet_location_refuses_what_the_api_server_refuses(
 @pytest.fixture(scope="module")
 def server_context(tmp_path_factory: pytest.TempPathFactory) -> ssl.SSLContext:
     """A server context with a fresh self-signed certificate for 127.0.0.1."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubelet")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    directory: Path = tmp_path_factory.mktemp("kubelet-tls")
-    (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / "key.pem").write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(directory / "cert.pem", directory / "key.pem")
-    return context
+    return self_signed_server_context(tmp_path_factory.mktemp("kubelet-tls"), "kubelet")
 
 
 class Upstream:
@@ -152,13 +127,10 @@ class Upstream:
             raw, _ = self.listener.accept()
             with self.context.wrap_socket(raw, server_side=True) as conn:
                 conn.settimeout(WAIT)
-                buffer = b""
-                while b"\r\n\r\n" not in buffer:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buffer += data
-                head, _, rest = buffer.partition(b"\r\n\r\n")
+                got = read_head(conn)
+                if got is None:
+                    return
+                head, rest = got
                 self.request_head = head
                 self.handler(conn, rest)
         except BaseException as exc:  # reported by the test, not lost in the thread

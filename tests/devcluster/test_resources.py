@@ -7,11 +7,12 @@ import base64
 from typing import Any
 
 import pytest
-from devcluster_fixtures import Raw, make_node, make_pod
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from devcluster import DevCluster
+from tests.support.factories import make_node, make_pod
+from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 

@@ -7,10 +7,7 @@ from typing import Any
 import pytest
 
 from devcluster import scheduler
-
-
-def make_pod(**spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p1", "namespace": "default"}, "spec": {"containers": [{"name": "main"}], **spec}}
+from tests.support.factories import make_pod
 
 
 def make_node(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from devcluster_fixtures import make_node, make_pod, wait_for
-
 from devcluster import DevCluster
+from tests.support.factories import make_node, make_pod
+from tests.support.polling import wait_for
 
 TAINT = {"key": "nebula.io/provider", "value": "gpu-a", "effect": "NoSchedule"}
 

@@ -7,9 +7,9 @@ import socket
 import time
 from typing import Any
 
-from devcluster_fixtures import Raw, make_pod
-
 from devcluster import DevCluster
+from tests.support.factories import make_pod
+from tests.support.raw import Raw
 
 
 def test_version_health_and_openapi_answer_what_kubectl_expects(raw: Raw) -> None:

@@ -9,13 +9,15 @@ import time
 from typing import Any
 
 import pytest
-from devcluster_fixtures import Raw, make_pod, wait_for
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
 from devcluster import DevCluster
 from devcluster.store import Store
 from devcluster.watch import Change
+from tests.support.factories import make_pod
+from tests.support.polling import wait_for
+from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 

@@ -10,9 +10,9 @@ import ssl
 import threading
 import time
 
-from devcluster_fixtures import Raw, make_pod
-
 from devcluster import DevCluster
+from tests.support.factories import make_pod
+from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 Event = tuple[str, str, str]

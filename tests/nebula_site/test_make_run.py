@@ -9,28 +9,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from kube.client import Kube, KubeError, load_api_client, path_for
 from providers.local import LocalProvider
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(condition: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = condition()
-        except (KubeError, OSError, ValueError):
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(0.1)
+STARTING = (KubeError, OSError, ValueError)  # what a manager still starting answers
 
 
 @pytest.fixture
@@ -70,12 +57,14 @@ def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewi
 ) -> None:
     process, folder, started = demo
     kubeconfig = folder / ".nebula" / "kubeconfig"
-    wait_for(lambda: kubeconfig.exists() and kubeconfig.stat().st_size > 0, 60)
+    wait_for(lambda: kubeconfig.exists() and kubeconfig.stat().st_size > 0, 60, 0.1, ignoring=STARTING)
     kube = Kube(load_api_client(str(kubeconfig)))
     pod = wait_for(
         lambda: (p := kube.get(path_for("pods", namespace="default", name="hello")))["status"].get("phase") == "Running"
         and p,
         60,
+        0.1,
+        ignoring=STARTING,
     )
     print(f"hello Running {time.monotonic() - started:.1f}s after the process started")
     assert pod["spec"]["nodeName"] == "nebula-local"
@@ -84,8 +73,8 @@ def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewi
     node = kube.get(path_for("nodes", name="nebula-local"))
     assert {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"] == "True"
     lease_path = path_for("leases", namespace="kube-node-lease", name="nebula-local", group="coordination.k8s.io")
-    first = wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"], 30)
-    wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"] != first, 30)
+    first = wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"], 30, 0.1, ignoring=STARTING)
+    wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"] != first, 30, 0.1, ignoring=STARTING)
     assert b"kubectl --kubeconfig" in (folder / "run.log").read_bytes()
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.mirror_db import interrupt_after_commit
+
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATE_MIRROR = (
     "import django; django.setup(); "
@@ -24,13 +26,6 @@ MIGRATE_MIRROR = (
 def run(db: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, NEBULA_DB_PATH=str(db), DJANGO_SETTINGS_MODULE="nebula_site.settings")
     return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
-
-
-def interrupt_after_commit(db: Path) -> None:
-    """The state a kill leaves between the commit of authtoken's first migration and its
-    record: its table exists, no later migration of it (nor the console's) was recorded."""
-    with sqlite3.connect(db) as connection:
-        connection.execute("DELETE FROM django_migrations WHERE app IN ('authtoken', 'console')")
 
 
 def applied(db: Path) -> set[tuple[str, str]]:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from placement_fixtures import Stack, deployment, events_for, nodepool, pods_of, provider_of, tier_of, wait_for
-
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, Tier
+from tests.support.placement import Stack, deployment, events_for, nodepool, pods_of, provider_of, tier_of
+from tests.support.polling import wait_for
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 

@@ -20,7 +20,7 @@ from providers.claim import claim_name
 from providers.errors import NotFound, NotSupported
 from providers.fake import FakeProvider
 from providers.local import LocalProvider, proc
-from tests.polling import wait_for
+from tests.support.polling import wait_for
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from providers import errors
 from providers.base import InstanceId, InstanceState, PodSpec, Provider, ProvisionRequest
 from providers.claim import claim_name
-from tests import polling
+from tests.support.polling import wait_for
 
 ProviderFactory = Callable[[], Provider]
 
@@ -98,10 +98,6 @@ def request_for(pod: PodSpec, **env: str) -> ProvisionRequest:
     return ProvisionRequest(claim=claim_name(pod.namespace, pod.name, pod.uid), env=env)
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 15.0) -> None:
-    polling.wait_for(condition, timeout)
-
-
 def test_provision_is_idempotent_on_the_claim(make_provider: ProviderFactory) -> None:
     """I1: a retried provision for one claim adopts the first instance."""
     provider = make_provider()
@@ -128,7 +124,7 @@ def test_terminate_is_idempotent_and_get_of_a_gone_instance_is_none(make_provide
     result = provider.provision(pod, request_for(pod))
     provider.terminate(result.instance_id)
     provider.terminate(result.instance_id)
-    wait_until(lambda: provider.get(result.instance_id) is None)
+    wait_for(lambda: provider.get(result.instance_id) is None, 15)
     provider.terminate(result.instance_id)
     assert all(i.id != result.instance_id for i in provider.list())
 
@@ -159,7 +155,7 @@ def test_a_provisioned_instance_reaches_running(make_provider: ProviderFactory) 
         instance = provider.get(result.instance_id)
         return instance is not None and instance.state is InstanceState.RUNNING
 
-    wait_until(running)
+    wait_for(running, 15)
 
 
 def test_secret_env_values_never_appear_in_reprs_or_errors(make_provider: ProviderFactory) -> None:

@@ -12,7 +12,9 @@ from kube.client import Kube, NotFoundError, path_for
 from kube.events import EventRecorder
 from providers.base import BlockBreadth, BlockScope, Instance
 from providers.fake import FakeProvider
-from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
+from tests.support.factories import make_pod
+from tests.support.pods import get_pod, phase_of
+from tests.support.polling import wait_for
 from vnode.env import MissingSource
 from vnode.handler import Handler
 from vnode.podcontroller import MAX_SOURCE_WATCHES

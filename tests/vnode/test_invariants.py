@@ -26,7 +26,9 @@ from providers.claim import claim_name
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from providers.local import LocalProvider
-from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
+from tests.support.factories import make_pod
+from tests.support.pods import get_pod, phase_of
+from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 POLL = 0.3

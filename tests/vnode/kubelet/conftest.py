@@ -4,75 +4,25 @@ embedded API server, an in-process Runner on the local provider, the server, one
 
 from __future__ import annotations
 
-import http.client
-import os
-import ssl
-import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
 from devcluster import DevCluster
-from kube.client import Kube, load_api_client, path_for
-from kube.events import EventRecorder
-from providers.base import PodSpec, Provider, ProvisionRequest
-from providers.claim import claim_name
+from kube.client import path_for
 from providers.fake import FakeProvider
-from tests.polling import wait_for as wait_for  # re-exported for the tests here
+from tests.support.factories import make_pod
+from tests.support.fixtures import kube_for
+from tests.support.handlers import offline_handler
+from tests.support.kubectl import Rig
+from tests.support.pods import phase_of
+from tests.support.polling import wait_for
+from tests.support.runners import make_runner
+from tests.support.tls import https_get
 from vnode.handler import Handler
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
-from vnode.runner import Runner
-
-ROOT = Path(__file__).resolve().parents[3]
-KUBECTL_137 = str(ROOT / ".venv" / "bin" / "kubectl")
-KUBECTL_IMAGE = "/usr/bin/kubectl"
-KUBECTL_120 = str(ROOT / ".tools" / "kubectl-1.20" / "usr" / "bin" / "kubectl")
-
-
-def kubelet_connection(port: int, *, context: ssl.SSLContext | None = None) -> http.client.HTTPSConnection:
-    """A keep-alive HTTPS connection to a local listener (its certificate is not verified
-    unless `context` says so)."""
-    context = context or ssl._create_unverified_context()
-    return http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
-
-
-def https_get(port: int, path: str, *, context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], bytes]:
-    """One GET over TLS (the server's certificate is not verified unless `context` says so)."""
-    connection = kubelet_connection(port, context=context)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
-    finally:
-        connection.close()
-
-
-def pod_dict(namespace: str, name: str, uid: str, **container: Any) -> dict[str, Any]:
-    main = {"name": "main", "image": "busybox", "command": ["sleep", "300"], **container}
-    return {"metadata": {"namespace": namespace, "name": name, "uid": uid}, "spec": {"containers": [main]}}
-
-
-def offline_handler(provider: Provider) -> Handler:
-    """A Handler whose writes would fail: tests adopt instances into it (no API call)."""
-    kube = Kube(k8s.ApiClient(k8s.Configuration()))
-    return Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))
-
-
-def adopt_new(handler: Handler, name: str, **container: Any) -> dict[str, Any]:
-    """Provision an instance for a new Pod straight at the provider and track it."""
-    uid = str(uuid.uuid4())
-    pod = pod_dict("default", name, uid, **container)
-    spec = PodSpec("default", name, uid, "main", "busybox", command=tuple(pod["spec"]["containers"][0]["command"]))
-    result = handler.provider.provision(spec, ProvisionRequest(claim=claim_name("default", name, uid)))
-    instance = wait_for(lambda: handler.provider.get(result.instance_id))
-    handler.adopt(pod, instance)
-    return pod
 
 
 @pytest.fixture(scope="module")
@@ -111,27 +61,6 @@ def fake_handler(registry: HandlerRegistry) -> Iterator[Handler]:
         provider.terminate(instance.id)
 
 
-@dataclass
-class Rig:
-    """The end-to-end setup: kubectl -> devcluster proxy -> Listeners -> local provider."""
-
-    cluster: DevCluster
-    server: Listeners
-    runner: Runner
-    kubeconfig: str
-    pod: str
-
-    def kubectl(
-        self, binary: str, *args: str, input: bytes | None = None, timeout: float = 60, websockets: bool = True
-    ) -> subprocess.CompletedProcess[bytes]:
-        env = dict(os.environ, KUBECONFIG=self.kubeconfig, HOME=str(Path(self.kubeconfig).parent))
-        if not websockets:
-            env["KUBECTL_REMOTE_COMMAND_WEBSOCKETS"] = "false"
-        return subprocess.run(
-            [binary, "--kubeconfig", self.kubeconfig, *args], input=input, capture_output=True, timeout=timeout, env=env
-        )
-
-
 @pytest.fixture(scope="module")
 def rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, server: Listeners) -> Iterator[Rig]:
     from providers.local import LocalProvider
@@ -140,22 +69,13 @@ def rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, ser
     kubeconfig = str(folder / "kubeconfig")
     provider = LocalProvider("local", {"state_dir": str(folder / "state"), "grace_period": 1})
     with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
-        runner = Runner(
-            provider,
-            kube=Kube(load_api_client(kubeconfig)),
-            watch_kube=Kube(load_api_client(kubeconfig)),
-            node_ip="127.0.0.1",
-            kubelet_port=server.kubelet_port,
-            poll_interval=0.2,
-            lease_renew_interval=0.5,
-            workers=4,
-        )
+        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port, lease_renew_interval=0.5)
         runner.start()
         registry.add(runner.handler)
-        kube = Kube(load_api_client(kubeconfig))
+        kube = kube_for(cluster)
         script = "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.2; done"
-        kube.create(path_for("pods", namespace="default"), rig_pod("talker", script))
-        wait_for(lambda: _phase(kube, "talker") == "Running", 60)
+        kube.create(path_for("pods", namespace="default"), make_pod("talker", "local", command=("sh", "-c", script)))
+        wait_for(lambda: phase_of(kube, "talker") == "Running", 60)
         logs = "/containerLogs/default/talker/main"
         wait_for(lambda: https_get(server.kubelet_port, logs)[2].count(b"\n") >= 15, 60, 0.2)  # 3 s of backlog
         try:
@@ -165,21 +85,3 @@ def rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, ser
             runner.stop(timeout=10)
             for instance in provider.list():
                 provider.terminate(instance.id)
-
-
-def rig_pod(name: str, script: str, **container: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "nodeSelector": {"nebula.io/provider": "local"},
-            "tolerations": [{"key": "nebula.io/provider", "operator": "Exists"}],
-            "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", script], **container}],
-        },
-    }
-
-
-def _phase(kube: Kube, name: str) -> str | None:
-    pod = kube.get(path_for("pods", namespace="default", name=name))
-    return (pod.get("status") or {}).get("phase")

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 import websocket
-from conftest import adopt_new
 from kubernetes import client as k8s
 from kubernetes.stream import ws_client
-from spdyclient import SpdyClient, UpgradeRefused
 
+from tests.support.handlers import adopt_new_pod
+from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from vnode.handler import Handler
 from vnode.kubelet import spdy
 from vnode.kubelet.server import Listeners
@@ -25,7 +25,7 @@ TLS = ssl._create_unverified_context()
 
 @pytest.fixture(scope="module")
 def fake_pod(fake_handler: Handler) -> str:
-    adopt_new(fake_handler, "shell")
+    adopt_new_pod(fake_handler, "shell")
     return "shell"
 
 

@@ -16,13 +16,15 @@ import time
 from typing import Any
 
 import pytest
-from conftest import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig, rig_pod, wait_for
 from kubernetes import client as k8s
 from kubernetes.stream import ws_client
-from spdyclient import SpdyClient
 
 from kube.client import Kube, NotFoundError, load_api_client, path_for
-from tests.terminal import check_exec_tty_resize
+from tests.support.factories import make_pod
+from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
+from tests.support.polling import wait_for
+from tests.support.spdyclient import SpdyClient
+from tests.support.terminal import check_exec_tty_resize
 
 CLIENTS = {
     "kubectl-1.20": (KUBECTL_120, True),
@@ -140,7 +142,10 @@ def _echoer(rig: Rig) -> str:
         kube.get(path_for("pods", namespace="default", name="echoer"))
     except NotFoundError:
         script = 'while read -r line; do echo "echo $line"; done'
-        kube.create(path_for("pods", namespace="default"), rig_pod("echoer", script, stdin=True))
+        kube.create(
+            path_for("pods", namespace="default"),
+            make_pod("echoer", "local", command=("sh", "-c", script), container={"stdin": True}),
+        )
     wait_for(
         lambda: kube.get(path_for("pods", namespace="default", name="echoer"))["status"].get("phase") == "Running", 60
     )

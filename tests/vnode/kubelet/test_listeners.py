@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from conftest import adopt_new, https_get, kubelet_connection, offline_handler, wait_for
 
 from providers import errors
 from providers.base import (
@@ -30,6 +29,9 @@ from providers.base import (
     Tier,
 )
 from providers.fake import FakeProvider
+from tests.support.handlers import adopt_new_pod, offline_handler
+from tests.support.polling import wait_for
+from tests.support.tls import https_get, kubelet_connection
 from vnode.handler import Handler
 from vnode.kubelet import certs
 from vnode.kubelet.resolve import HandlerRegistry
@@ -39,7 +41,7 @@ from vnode.kubelet.server import ListenerConfig, Listeners
 def test_I5_the_kubelet_listener_serves_only_kubelet_routes_and_the_console_only_django(
     server: Listeners, fake_handler: Handler
 ) -> None:
-    adopt_new(fake_handler, "i5")
+    adopt_new_pod(fake_handler, "i5")
     assert https_get(server.kubelet_port, "/admin/")[0] == 404
     assert https_get(server.kubelet_port, "/admin/login/")[0] == 404
     assert https_get(server.kubelet_port, "/containerLogs/default/i5/main?tailLines=1")[0] == 200
@@ -59,7 +61,7 @@ def test_I5_the_kubelet_listener_serves_only_kubelet_routes_and_the_console_only
 
 
 def test_healthz_pods_runningpods_stats_and_metrics_answer(server: Listeners, fake_handler: Handler) -> None:
-    adopt_new(fake_handler, "listed")
+    adopt_new_pod(fake_handler, "listed")
     assert https_get(server.kubelet_port, "/healthz")[2] == b"ok"
     status, headers, body = https_get(server.kubelet_port, "/pods")
     pods = json.loads(body)
@@ -76,7 +78,7 @@ def test_healthz_pods_runningpods_stats_and_metrics_answer(server: Listeners, fa
 
 
 def test_container_logs_honour_tail_limit_and_timestamps(server: Listeners, fake_handler: Handler) -> None:
-    adopt_new(fake_handler, "logger")
+    adopt_new_pod(fake_handler, "logger")
     wait_for(lambda: https_get(server.kubelet_port, "/containerLogs/default/logger/main")[2].count(b"\n") >= 4)
     status, headers, body = https_get(server.kubelet_port, "/containerLogs/default/logger/main?tailLines=3")
     assert status == 200 and body.count(b"\n") == 3 and headers["transfer-encoding"] == "chunked"
@@ -88,7 +90,7 @@ def test_container_logs_honour_tail_limit_and_timestamps(server: Listeners, fake
 def test_a_followed_log_streams_chunks_as_they_come_and_a_disconnect_ends_it(
     server: Listeners, fake_handler: Handler
 ) -> None:
-    adopt_new(fake_handler, "follower")
+    adopt_new_pod(fake_handler, "follower")
     connection = kubelet_connection(server.kubelet_port)
     connection.request("GET", "/containerLogs/default/follower/main?follow=true&tailLines=0")
     response = connection.getresponse()
@@ -105,7 +107,7 @@ def test_a_followed_log_streams_chunks_as_they_come_and_a_disconnect_ends_it(
 def test_bad_log_parameters_are_a_400_status(
     server: Listeners, fake_handler: Handler, query: str, message: str
 ) -> None:
-    adopt_new(fake_handler, "validated")
+    adopt_new_pod(fake_handler, "validated")
     status, headers, body = https_get(server.kubelet_port, f"/containerLogs/default/validated/main?{query}")
     assert status == 400 and headers["content-type"] == "application/json"
     answer = json.loads(body)
@@ -115,7 +117,7 @@ def test_bad_log_parameters_are_a_400_status(
 def test_missing_pods_containers_instances_and_capabilities_are_404s_with_a_reason(
     server: Listeners, registry: HandlerRegistry, fake_handler: Handler
 ) -> None:
-    adopt_new(fake_handler, "present")
+    adopt_new_pod(fake_handler, "present")
 
     def reason(path: str) -> str:
         status, _, body = https_get(server.kubelet_port, path)
@@ -131,7 +133,7 @@ def test_missing_pods_containers_instances_and_capabilities_are_404s_with_a_reas
     bare = offline_handler(BareProvider(f"bare-{uuid.uuid4().hex}"))
     registry.add(bare)
     try:
-        adopt_new(bare, "bare")
+        adopt_new_pod(bare, "bare")
         assert "does not support logs" in reason("/containerLogs/default/bare/main")
     finally:
         registry.remove(bare)
@@ -334,7 +336,7 @@ def test_a_client_that_stops_reading_stops_the_log_being_read(server: Listeners,
     handler = offline_handler(provider)
     registry.add(handler)
     try:
-        adopt_new(handler, "endless")
+        adopt_new_pod(handler, "endless")
         raw = socket.create_connection(("127.0.0.1", server.kubelet_port))
         with ssl._create_unverified_context().wrap_socket(raw) as sock:
             sock.sendall(b"GET /containerLogs/default/endless/main HTTP/1.1\r\nHost: x\r\n\r\n")
@@ -355,7 +357,7 @@ def test_a_client_that_stops_reading_stops_the_log_being_read(server: Listeners,
 
 
 def test_responses_on_a_kept_alive_connection_each_get_their_own_flow(server: Listeners, fake_handler: Handler) -> None:
-    adopt_new(fake_handler, "twice")
+    adopt_new_pod(fake_handler, "twice")
     connection = kubelet_connection(server.kubelet_port)
     try:
         bodies = []

@@ -16,10 +16,10 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from spdyclient import SpdyClient, UpgradeRefused
 
 from devcluster import DevCluster, tls
 from kube.client import Kube, load_api_client, path_for
+from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from vnode.kubelet import spdy
 
 ROOT = Path(__file__).resolve().parents[3]

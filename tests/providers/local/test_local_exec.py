@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from local_cleanup import kill_leftovers
 
 from providers.base import ClaimName, InstanceId, InstanceState, PodSpec, Process, ProvisionRequest
 from providers.errors import NotFound
 from providers.local import LocalProvider
-from tests.polling import wait_for
+from tests.support.local_cleanup import kill_leftovers
+from tests.support.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
 SECRET = "exec-s3cr3t"

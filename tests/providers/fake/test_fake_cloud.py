@@ -3,15 +3,15 @@ call log, reset, and the state snapshot."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
 
 from providers import errors
-from providers.base import ClaimName, InstanceId, InstanceState, PodSpec, ProvisionRequest, Tier
+from providers.base import ClaimName, InstanceId, InstanceState, ProvisionRequest, Tier
 from providers.fake.cloud import FakeCloud
 from providers.fake.scenario import load_scenario
+from tests.support.factories import make_pod_spec
 
 H100 = {"accelerator": "h100", "gpu_count": 8}
 
@@ -51,12 +51,6 @@ def make_cloud(clock: Clock, sleeps: list[float] | None = None, **overrides: Any
     return FakeCloud(load_scenario(scenario(**overrides)), clock=clock, sleep=sink.append)
 
 
-def pod(**overrides: Any) -> PodSpec:
-    values: dict[str, Any] = {"namespace": "ns", "name": "p", "uid": str(uuid.uuid4()), "container": "c", "image": "i"}
-    values.update(overrides)
-    return PodSpec(**values)
-
-
 def request(claim: str = "claim-1", tier: Tier | None = None, region: str | None = None) -> ProvisionRequest:
     return ProvisionRequest(claim=ClaimName(claim), capacity_type=tier, region=region, env={"TOKEN": "hunter2"})
 
@@ -69,7 +63,7 @@ def state_of(cloud: FakeCloud, instance_id: str) -> InstanceState | None:
 def test_an_instance_with_a_delay_is_provisioning_until_the_delay_passes() -> None:
     clock = Clock()
     cloud = make_cloud(clock)
-    result = cloud.provision(pod(**H100), request(tier=Tier.SPOT, region="us-west-2"))
+    result = cloud.provision(make_pod_spec(**H100), request(tier=Tier.SPOT, region="us-west-2"))
     assert result.reserved and result.credential is not None and result.endpoint == f"fake://{result.instance_id}"
     assert state_of(cloud, result.instance_id) is InstanceState.PROVISIONING
     clock.advance(29.9)
@@ -83,7 +77,7 @@ def test_an_instance_with_a_delay_is_provisioning_until_the_delay_passes() -> No
 
 def test_a_cpu_pod_without_delay_runs_at_once_in_the_first_matching_offering() -> None:
     cloud = make_cloud(Clock())
-    result = cloud.provision(pod(), request())
+    result = cloud.provision(make_pod_spec(), request())
     instance = cloud.get(result.instance_id)
     assert instance is not None and instance.state is InstanceState.RUNNING
     assert (instance.region, instance.capacity_type) == ("us-east-1", Tier.ON_DEMAND)
@@ -91,8 +85,8 @@ def test_a_cpu_pod_without_delay_runs_at_once_in_the_first_matching_offering() -
 
 def test_provision_is_idempotent_on_the_claim_and_mints_a_credential_once() -> None:
     cloud = make_cloud(Clock())
-    first = cloud.provision(pod(), request("c"))
-    again = cloud.provision(pod(), request("c"))
+    first = cloud.provision(make_pod_spec(), request("c"))
+    again = cloud.provision(make_pod_spec(), request("c"))
     assert again.instance_id == first.instance_id and again.credential is None
     assert first.credential is not None and set(first.credential.data) == {"token"}
     assert len(cloud.list()) == 1
@@ -100,41 +94,41 @@ def test_provision_is_idempotent_on_the_claim_and_mints_a_credential_once() -> N
 
 def test_ids_count_up_and_are_never_reused_after_reset() -> None:
     cloud = make_cloud(Clock())
-    assert cloud.provision(pod(), request("a")).instance_id == "fake-1"
+    assert cloud.provision(make_pod_spec(), request("a")).instance_id == "fake-1"
     cloud.reset()
     assert cloud.list() == []
-    assert cloud.provision(pod(), request("b")).instance_id == "fake-2"
+    assert cloud.provision(make_pod_spec(), request("b")).instance_id == "fake-2"
 
 
 def test_a_full_offering_refuses_with_no_capacity_and_frees_on_terminate() -> None:
     cloud = make_cloud(Clock())
     spot_east: dict[str, Any] = {"tier": Tier.SPOT, "region": "us-east-1"}
-    first = cloud.provision(pod(**H100), request("a", **spot_east))
+    first = cloud.provision(make_pod_spec(**H100), request("a", **spot_east))
     with pytest.raises(errors.NoCapacity):
-        cloud.provision(pod(**H100), request("b", **spot_east))
+        cloud.provision(make_pod_spec(**H100), request("b", **spot_east))
     # Another offering of the same shape still has room.
-    cloud.provision(pod(**H100), request("c", tier=Tier.ON_DEMAND, region="us-east-1"))
+    cloud.provision(make_pod_spec(**H100), request("c", tier=Tier.ON_DEMAND, region="us-east-1"))
     cloud.terminate(first.instance_id)
-    cloud.provision(pod(**H100), request("b", **spot_east))
+    cloud.provision(make_pod_spec(**H100), request("b", **spot_east))
 
 
 def test_without_tier_or_region_a_full_offering_is_skipped_for_the_next() -> None:
     cloud = make_cloud(Clock())
-    ids = [cloud.provision(pod(**H100), request(f"c{i}")).instance_id for i in range(4)]
+    ids = [cloud.provision(make_pod_spec(**H100), request(f"c{i}")).instance_id for i in range(4)]
     placed = {(i.capacity_type, i.region) for i in cloud.list() if i.id in ids}
     assert len(placed) == 4
     with pytest.raises(errors.NoCapacity):
-        cloud.provision(pod(**H100), request("c5"))
+        cloud.provision(make_pod_spec(**H100), request("c5"))
 
 
 def test_a_shape_nobody_offers_is_an_invalid_request_and_a_missing_region_no_capacity() -> None:
     cloud = make_cloud(Clock())
     with pytest.raises(errors.InvalidRequest):
-        cloud.provision(pod(accelerator="b200", gpu_count=8), request())
+        cloud.provision(make_pod_spec(accelerator="b200", gpu_count=8), request())
     with pytest.raises(errors.InvalidRequest):
-        cloud.provision(pod(gpu_count=2), request())
+        cloud.provision(make_pod_spec(gpu_count=2), request())
     with pytest.raises(errors.NoCapacity):
-        cloud.provision(pod(**H100), request(region="eu-west-1"))
+        cloud.provision(make_pod_spec(**H100), request(region="eu-west-1"))
 
 
 @pytest.mark.parametrize(
@@ -145,9 +139,9 @@ def test_a_refuse_fault_raises_its_kind_only_for_matching_offerings(reason: str,
     cloud = make_cloud(Clock())
     cloud.refuse(reason, accelerator="h100", tier="Spot", region="us-east-1")
     with pytest.raises(error):
-        cloud.provision(pod(**H100), request("a", tier=Tier.SPOT, region="us-east-1"))
-    cloud.provision(pod(**H100), request("b", tier=Tier.SPOT, region="us-west-2"))
-    cloud.provision(pod(), request("c"))
+        cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"))
+    cloud.provision(make_pod_spec(**H100), request("b", tier=Tier.SPOT, region="us-west-2"))
+    cloud.provision(make_pod_spec(), request("c"))
     assert [f.reason for f in cloud.faults()] == [reason]
 
 
@@ -157,33 +151,33 @@ def test_a_counted_refusal_stops_after_count_and_a_timed_one_after_its_seconds()
     cloud.refuse("capacity", count=2)
     for _ in range(2):
         with pytest.raises(errors.NoCapacity):
-            cloud.provision(pod(), request("a"))
-    cloud.provision(pod(), request("a"))
+            cloud.provision(make_pod_spec(), request("a"))
+    cloud.provision(make_pod_spec(), request("a"))
     cloud.refuse("quota", seconds=10)
     with pytest.raises(errors.QuotaExceeded):
-        cloud.provision(pod(), request("b"))
+        cloud.provision(make_pod_spec(), request("b"))
     clock.advance(10)
-    cloud.provision(pod(), request("b"))
+    cloud.provision(make_pod_spec(), request("b"))
     assert cloud.faults() == []
 
 
 def test_an_existing_claim_is_adopted_even_while_refusals_are_injected() -> None:
     cloud = make_cloud(Clock())
-    first = cloud.provision(pod(), request("a"))
+    first = cloud.provision(make_pod_spec(), request("a"))
     cloud.refuse("auth")
-    assert cloud.provision(pod(), request("a")).instance_id == first.instance_id
+    assert cloud.provision(make_pod_spec(), request("a")).instance_id == first.instance_id
 
 
 def test_an_outage_makes_every_call_unavailable_until_it_ends_or_is_cleared() -> None:
     clock = Clock()
     cloud = make_cloud(clock)
-    result = cloud.provision(pod(), request("a"))
+    result = cloud.provision(make_pod_spec(), request("a"))
     cloud.outage(seconds=30)
     for call in (
         lambda: cloud.list(),
         lambda: cloud.get(result.instance_id),
         lambda: cloud.terminate(result.instance_id),
-        lambda: cloud.provision(pod(), request("b")),
+        lambda: cloud.provision(make_pod_spec(), request("b")),
         lambda: cloud.offerings(),
     ):
         with pytest.raises(errors.Unavailable) as caught:
@@ -204,7 +198,7 @@ def test_a_slow_fault_sleeps_through_the_injected_sleep_on_every_call() -> None:
     cloud = make_cloud(clock, sleeps)
     cloud.slow(2.5, seconds=60)
     cloud.list()
-    cloud.provision(pod(), request())
+    cloud.provision(make_pod_spec(), request())
     assert sleeps == [2.5, 2.5]
     clock.advance(60)
     cloud.list()
@@ -213,8 +207,8 @@ def test_a_slow_fault_sleeps_through_the_injected_sleep_on_every_call() -> None:
 
 def test_losing_an_instance_makes_it_terminated_or_gone() -> None:
     cloud = make_cloud(Clock())
-    kept = cloud.provision(pod(), request("kept")).instance_id
-    vanished = cloud.provision(pod(), request("vanished")).instance_id
+    kept = cloud.provision(make_pod_spec(), request("kept")).instance_id
+    vanished = cloud.provision(make_pod_spec(), request("vanished")).instance_id
     cloud.lose(kept)
     cloud.lose(claim="vanished", vanish=True)
     instance = cloud.get(kept)
@@ -227,8 +221,8 @@ def test_losing_an_instance_makes_it_terminated_or_gone() -> None:
 
 def test_an_exit_fault_finishes_the_workload_with_its_code() -> None:
     cloud = make_cloud(Clock())
-    ok = cloud.provision(pod(), request("ok")).instance_id
-    bad = cloud.provision(pod(), request("bad")).instance_id
+    ok = cloud.provision(make_pod_spec(), request("ok")).instance_id
+    bad = cloud.provision(make_pod_spec(), request("bad")).instance_id
     cloud.exit(ok, code=0)
     cloud.exit(bad, code=3)
     done, failed = cloud.get(ok), cloud.get(bad)
@@ -239,7 +233,7 @@ def test_an_exit_fault_finishes_the_workload_with_its_code() -> None:
 def test_a_scripted_run_length_ends_the_workload_on_its_own() -> None:
     clock = Clock()
     cloud = make_cloud(clock, workload={"run_seconds": 5, "exit_code": 2})
-    result = cloud.provision(pod(), request())
+    result = cloud.provision(make_pod_spec(), request())
     clock.advance(5)
     instance = cloud.get(result.instance_id)
     assert instance is not None and (instance.state, instance.exit_code) == (InstanceState.FAILED, 2)
@@ -248,7 +242,7 @@ def test_a_scripted_run_length_ends_the_workload_on_its_own() -> None:
 def test_a_terminated_instance_is_terminating_for_the_termination_delay_then_gone() -> None:
     clock = Clock()
     cloud = make_cloud(clock, termination_delay=5)
-    result = cloud.provision(pod(), request())
+    result = cloud.provision(make_pod_spec(), request())
     cloud.terminate(result.instance_id)
     assert state_of(cloud, result.instance_id) is InstanceState.TERMINATING
     clock.advance(5)
@@ -259,7 +253,7 @@ def test_a_terminated_instance_is_terminating_for_the_termination_delay_then_gon
 def test_list_lag_hides_fresh_instances_from_list_but_not_from_get() -> None:
     clock = Clock()
     cloud = make_cloud(clock, list_lag=3)
-    result = cloud.provision(pod(), request())
+    result = cloud.provision(make_pod_spec(), request())
     assert cloud.list() == [] and cloud.get(result.instance_id) is not None
     clock.advance(3)
     assert [i.id for i in cloud.list()] == [result.instance_id]
@@ -267,7 +261,7 @@ def test_list_lag_hides_fresh_instances_from_list_but_not_from_get() -> None:
 
 def test_offerings_report_prices_and_availability() -> None:
     cloud = make_cloud(Clock())
-    cloud.provision(pod(**H100), request("a", tier=Tier.SPOT, region="us-east-1"))
+    cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"))
     cloud.refuse("capacity", tier="OnDemand", accelerator="cpu")
     offerings = {(o.accelerator, o.tier, o.region): o for o in cloud.offerings()}
     assert offerings[(None, Tier.ON_DEMAND, "us-east-1")].hourly_price == 0.1
@@ -278,10 +272,10 @@ def test_offerings_report_prices_and_availability() -> None:
 
 def test_the_call_log_records_calls_and_outcomes_without_env_values() -> None:
     cloud = make_cloud(Clock())
-    cloud.provision(pod(), request("a"))
+    cloud.provision(make_pod_spec(), request("a"))
     cloud.refuse("capacity")
     with pytest.raises(errors.NoCapacity):
-        cloud.provision(pod(), request("b"))
+        cloud.provision(make_pod_spec(), request("b"))
     provisions = cloud.call_log("provision")
     assert [c.outcome.split()[0] for c in provisions] == ["ok", "NoCapacity:"]
     assert "claim=a" in provisions[0].args and "env_keys=1" in provisions[0].args
@@ -302,12 +296,12 @@ def test_malformed_faults_are_value_errors() -> None:
 def test_a_snapshot_restores_instances_faults_and_counters() -> None:
     clock = Clock()
     cloud = make_cloud(clock)
-    first = cloud.provision(pod(**H100), request("a", tier=Tier.SPOT, region="us-east-1"))
+    first = cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"))
     cloud.refuse("quota", region="us-west-2")
     copy = make_cloud(clock)
     copy.restore(cloud.snapshot())
     assert copy.get(first.instance_id) == cloud.get(first.instance_id)
     assert copy.faults() == cloud.faults()
-    assert copy.provision(pod(), request("b")).instance_id == InstanceId("fake-2")
+    assert copy.provision(make_pod_spec(), request("b")).instance_id == InstanceId("fake-2")
     with pytest.raises(ValueError):
         copy.restore({"version": 99})

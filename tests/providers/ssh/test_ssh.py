@@ -10,12 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_ssh_sshd import Sshd, sshd_fixture  # noqa: F401 - the fixture
 
 from providers.base import LogOptions, LogStream
 from providers.errors import NotSupported, Unavailable
 from providers.ssh import FileLog, SshProcess, open_log_stream, start_process
 from providers.ssh.logs import remote_command
+from tests.support.sshd import Sshd
 
 
 def read_all(read: Callable[[int], bytes]) -> bytes:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from local_cleanup import kill_leftovers
 
 from providers.base import (
     BlockBreadth,
@@ -33,7 +32,8 @@ from providers.base import (
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
 from providers.local import LocalProvider, folder, image_notice, launch, proc
-from tests.polling import wait_for
+from tests.support.local_cleanup import kill_leftovers
+from tests.support.polling import wait_for
 
 DEADLINE = 30.0
 

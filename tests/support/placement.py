@@ -1,26 +1,31 @@
-"""Helpers for the placement tests: a TLS WSGI server for the console app, the webhook
-registration, fake-cloud scenarios and object factories."""
+"""The placement rig, registered as fixtures by tests/conftest.py: `console` (the console app
+over real TLS), `webhook` (it, registered as the cluster's admission webhook) and `stack` (two
+fake providers `gpu-a` cheap and `gpu-b` dear with Runners, and placement, sharing one
+Blocklist, on a cluster with the NodePool CRD); with the H100 scenarios and object factories.
+
+Used by tests/placement, tests/console/api and tests/nebula_site/test_webhook_view.py.
+"""
 
 from __future__ import annotations
 
 import base64
-import socket
-import socketserver
-import ssl
-import threading
-from collections.abc import Callable
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from devcluster import tls
+import pytest
+from django.core.wsgi import get_wsgi_application
+
+from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from placement.blocklist import Blocklist
-from placement.wiring import Placement
+from placement.wiring import Placement, start_placement
 from providers.fake import FakeProvider
-from tests.polling import wait_for as wait_for  # re-exported for the tests here
+from tests.support.fixtures import ROOT, kube_for
+from tests.support.runners import make_runner
+from tests.support.tls import TlsWsgiServer
 from vnode.runner import Runner
 
 
@@ -35,51 +40,6 @@ class Stack:
 
 
 H100_PRICES = {"gpu-a": {"Spot": 10.0, "OnDemand": 30.0}, "gpu-b": {"Spot": 20.0, "OnDemand": 40.0}}
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-
-    def get_request(self) -> tuple[Any, Any]:
-        # wsgiref writes headers and body separately: without NODELAY, Nagle and the
-        # client's delayed ACK add ~40 ms to every webhook call.
-        connection, address = super().get_request()
-        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return connection, address
-
-
-class TlsWsgiServer:
-    """Serves a WSGI app over real HTTPS on 127.0.0.1 (an ephemeral port), with its own CA."""
-
-    def __init__(self, app: Callable[..., Any]) -> None:
-        self.credentials = tls.make_credentials("127.0.0.1")
-        self._server = make_server("127.0.0.1", 0, app, server_class=_ThreadingWSGIServer, handler_class=_QuietHandler)
-        context = tls.server_context(self.credentials)
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True, do_handshake_on_connect=False)
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self._server.server_address[1]}"
-
-    def client_context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cadata=self.credentials.ca_pem.decode())
-
-    def __enter__(self) -> TlsWsgiServer:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
 
 
 def webhook_configuration(url: str, ca_pem: bytes, *, failure_policy: str = "Fail") -> dict[str, Any]:
@@ -187,3 +147,39 @@ def tier_of(pod: dict[str, Any]) -> str | None:
 def events_for(kube: Kube, reason: str) -> list[dict[str, Any]]:
     items, _ = kube.list(path_for("events", namespace="default"))
     return [e for e in items if e.get("reason") == reason]
+
+
+@pytest.fixture
+def console() -> Iterator[TlsWsgiServer]:
+    with TlsWsgiServer(get_wsgi_application()) as server:
+        yield server
+
+
+@pytest.fixture
+def webhook(cluster: DevCluster, console: TlsWsgiServer) -> TlsWsgiServer:
+    """The console app's /webhooks/pods, registered as the cluster's mutating webhook."""
+    cluster.apply_manifest(webhook_configuration(console.url, console.credentials.ca_pem))
+    return console
+
+
+@pytest.fixture
+def stack(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Stack]:
+    """gpu-a and gpu-b virtual nodes plus placement, sharing one Blocklist, once the cluster
+    serves NodePools."""
+    cluster.load_manifests((ROOT / "deploy/crds/nodepool.yaml").read_text())
+    suffix = uuid.uuid4().hex[:8]
+    providers = {
+        name: FakeProvider(name, {"cloud": f"{name}-{suffix}", "scenario": h100_scenario(name)})
+        for name in ("gpu-a", "gpu-b")
+    }
+    blocklist = Blocklist()
+    runners = [make_runner(cluster, provider, blocklister=blocklist) for provider in providers.values()]
+    for runner in runners:
+        runner.start()
+    placement = start_placement(
+        providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=blocklist, requeue_spread=0.1
+    )
+    yield Stack(providers, blocklist, runners, placement)
+    placement.stop(timeout=5)
+    for runner in runners:
+        runner.stop(timeout=5)

@@ -16,12 +16,14 @@ from console import observer as console_observer
 from console import runtime
 from devcluster import DevCluster
 from kube import names
-from kube.client import Kube, NotFoundError, load_api_client, path_for
+from kube.client import Kube, NotFoundError, path_for
 from placement.blocklist import Blocklist
-from providers.base import ClaimName, ProvisionRequest
+from providers.base import ClaimName, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
-from providers.podspec import PodSpec
-from tests.polling import wait_for as wait_for  # re-exported for the tests here
+from tests.support.factories import make_pod
+from tests.support.fixtures import kube_for
+from tests.support.polling import wait_for
+from tests.support.runners import make_runner
 from vnode.runner import Runner
 
 KNOWN_SECRET = "s3cr3t-" + uuid.uuid4().hex  # the env value a Pod gets from its Secret
@@ -46,17 +48,11 @@ class Records(logging.Handler):
 
 
 def pod(name: str, provider: str, **annotations: str) -> dict[str, Any]:
+    """A Pod bound to `nebula-<provider>` whose env TOKEN comes from the Secret `train-env`."""
     env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "train-env", "key": "token"}}}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
-        "spec": {
-            "nodeSelector": {names.PROVIDER_KEY: provider},
-            "tolerations": [{"key": names.PROVIDER_KEY, "operator": "Exists"}],
-            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "600"], "env": env}],
-        },
-    }
+    return make_pod(
+        name, provider, namespace="default", annotations=annotations, command=("sleep", "600"), container={"env": env}
+    )
 
 
 @dataclass
@@ -88,24 +84,16 @@ def start(tmp: Path) -> Scenario:
     logging.getLogger().addHandler(records)
     cluster = DevCluster(kubeconfig_path=str(tmp / "kubeconfig"), scheduler_interval=0.05)
     cluster.start()
-    assert cluster.kubeconfig_path is not None
-    kube = Kube(load_api_client(cluster.kubeconfig_path))
+    kube = kube_for(cluster)
     suffix = uuid.uuid4().hex[:8]
     providers = {n: FakeProvider(n, {"cloud": f"{n}-{suffix}", "scenario": SCENARIO}) for n in ("gpu-a", "gpu-b")}
     blocklist = Blocklist()
     observer = console_observer.install()
     runners = {}
     for name, provider in providers.items():
-        runners[name] = Runner(
-            provider,
-            kube=Kube(load_api_client(cluster.kubeconfig_path)),
-            watch_kube=Kube(load_api_client(cluster.kubeconfig_path)),
-            node_ip="127.0.0.1",
-            kubelet_port=10250,
-            poll_interval=0.3 if name == "gpu-a" else 3.0,
-            blocklister=blocklist,
-            lease_renew_interval=0.5,
-            workers=4,
+        poll_interval = 0.3 if name == "gpu-a" else 3.0
+        runners[name] = make_runner(
+            cluster, provider, poll_interval=poll_interval, blocklister=blocklist, lease_renew_interval=0.5
         )
         runners[name].start()
     runtime.install(handlers=[r.handler for r in runners.values()], blocklist=blocklist)

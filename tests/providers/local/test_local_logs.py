@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from local_cleanup import kill_leftovers
 
 from providers.base import ClaimName, InstanceId, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import NotSupported
 from providers.local import LocalProvider, folder, logs, stamp
-from tests.polling import wait_for
+from tests.support.local_cleanup import kill_leftovers
+from tests.support.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
 STAMPED = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (.*)$")

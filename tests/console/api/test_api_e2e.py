@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from placement_fixtures import Stack, deployment, events_for, nodepool, pods_of, provider_of, wait_for
 from rest_framework.test import APIClient
 
 from console import runtime
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
+from tests.support.placement import Stack, deployment, events_for, nodepool, pods_of, provider_of
+from tests.support.polling import wait_for
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 

@@ -1,8 +1,8 @@
 """A real OpenSSH sshd on 127.0.0.1 for the SSH tests, with throwaway host and user keys.
 
-Imported by the other `test_ssh*` modules for its fixture; runs as the current user with
-its own sshd_config and an authorized_keys file in a temp dir (no root login set-up, no
-system files touched except the privilege-separation directory sshd insists on).
+The session fixture `sshd` (registered by tests/conftest.py) serves tests/providers/ssh. It
+runs as the current user with its own sshd_config and an authorized_keys file in a temp dir
+(no root login set-up, no system files touched except the privilege-separation directory).
 """
 
 from __future__ import annotations
@@ -125,13 +125,3 @@ def sshd_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
             process.wait()
         if process.stderr is not None:
             process.stderr.close()
-
-
-def test_the_test_sshd_accepts_the_user_key(sshd: Sshd) -> None:
-    from providers.ssh import start_process
-
-    process = start_process(sshd.target(), ["true"], tty=False, stdin=False)
-    try:
-        assert process.wait(30) == 0
-    finally:
-        process.close()

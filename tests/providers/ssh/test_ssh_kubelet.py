@@ -11,23 +11,24 @@ import os
 import subprocess
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-from test_ssh_sshd import Sshd, sshd_fixture  # noqa: F401 - the fixture
 
 from providers.base import InstanceId, LogOptions, LogStream, Process
 from providers.fake import FakeProvider
 from providers.ssh import FileLog, open_log_stream, start_process
-from tests import polling
-from tests.terminal import check_exec_tty_resize
+from tests.support.factories import make_pod
+from tests.support.fixtures import kube_for
+from tests.support.kubectl import KUBECTL_137
+from tests.support.polling import wait_for
+from tests.support.runners import make_runner
+from tests.support.sshd import Sshd
+from tests.support.terminal import check_exec_tty_resize
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = str(ROOT / ".venv" / "bin" / "kubectl")
 POD = "vm-talker"
 
 
@@ -58,7 +59,7 @@ class Rig:
     def kubectl(
         self, *args: str, input: bytes | None = None, timeout: float = 60
     ) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run([KUBECTL, "--kubeconfig", self.kubeconfig, *args], input=input, capture_output=True,
+        return subprocess.run([KUBECTL_137, "--kubeconfig", self.kubeconfig, *args], input=input, capture_output=True,
                               timeout=timeout, env=self.env())  # fmt: skip
 
     def env(self) -> dict[str, str]:
@@ -70,18 +71,13 @@ class Rig:
                 handle.write(f"{datetime.now(UTC).strftime('%Y-%m-%dT%H:%M:%S.%f')}000Z {line}\n")
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 60.0) -> Any:
-    return polling.wait_for(condition, timeout)
-
-
 @pytest.fixture(scope="module")
 def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     try:
         from devcluster import DevCluster
-        from kube.client import Kube, load_api_client, path_for
+        from kube.client import path_for
         from vnode.kubelet.resolve import HandlerRegistry
         from vnode.kubelet.server import ListenerConfig, Listeners
-        from vnode.runner import Runner
     except ImportError as exc:
         pytest.skip(f"the kubelet API is not importable: {exc}")
     folder = tmp_path_factory.mktemp("sshvm")
@@ -93,19 +89,15 @@ def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
     try:
         with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
             assert cluster is not None
-            runner = Runner(
-                provider, kube=Kube(load_api_client(kubeconfig)), watch_kube=Kube(load_api_client(kubeconfig)),
-                node_ip="127.0.0.1", kubelet_port=server.kubelet_port, poll_interval=0.2, lease_renew_interval=0.5,
-                workers=4,
-            )  # fmt: skip
+            runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port, lease_renew_interval=0.5)
             runner.start()
             registry.add(runner.handler)
             try:
-                kube = Kube(load_api_client(kubeconfig))
-                kube.create(path_for("pods", namespace="default"), _pod())
+                kube = kube_for(cluster)
+                kube.create(path_for("pods", namespace="default"), make_pod(POD, "sshvm", command=("sleep", "3600")))
                 pods = path_for("pods", namespace="default", name=POD)
-                wait_for(lambda: (kube.get(pods).get("status") or {}).get("phase") == "Running")
-                instance = wait_for(lambda: provider.list())[0]
+                wait_for(lambda: (kube.get(pods).get("status") or {}).get("phase") == "Running", 60)
+                instance = wait_for(lambda: provider.list(), 60)[0]
                 yield Rig(kubeconfig, provider, provider.workload_log(instance.id))
             finally:
                 registry.remove(runner.handler)
@@ -114,17 +106,6 @@ def rig(sshd: Sshd, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
                     provider.terminate(instance.id)
     finally:
         server.stop()
-
-
-def _pod() -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": POD, "namespace": "default"},
-        "spec": {
-            "nodeSelector": {"nebula.io/provider": "sshvm"},
-            "tolerations": [{"key": "nebula.io/provider", "operator": "Exists"}],
-            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}],
-        },
-    }  # fmt: skip
 
 
 def test_kubectl_exec_i_pipes_stdin_to_eof_over_ssh(rig: Rig) -> None:
@@ -140,7 +121,7 @@ def test_kubectl_exec_reports_the_remote_exit_code_and_stderr(rig: Rig) -> None:
 
 
 def test_kubectl_exec_it_sees_the_terminal_size_and_its_resize(rig: Rig) -> None:
-    check_exec_tty_resize([KUBECTL, "--kubeconfig", rig.kubeconfig, "exec", "-it", POD, "--", "sh"], rig.env())
+    check_exec_tty_resize([KUBECTL_137, "--kubeconfig", rig.kubeconfig, "exec", "-it", POD, "--", "sh"], rig.env())
 
 
 def test_kubectl_logs_f_follows_the_vm_log_until_the_workload_exits(rig: Rig) -> None:
@@ -148,7 +129,7 @@ def test_kubectl_logs_f_follows_the_vm_log_until_the_workload_exits(rig: Rig) ->
     whole = rig.kubectl("logs", POD)
     assert whole.returncode == 0 and whole.stdout.endswith(b"booted\n"), whole.stderr[-500:]
     follower = subprocess.Popen(
-        [KUBECTL, "--kubeconfig", rig.kubeconfig, "logs", "-f", "--timestamps", POD], stdout=subprocess.PIPE,
+        [KUBECTL_137, "--kubeconfig", rig.kubeconfig, "logs", "-f", "--timestamps", POD], stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, env=rig.env(),
     )  # fmt: skip
     try:

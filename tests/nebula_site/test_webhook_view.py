@@ -8,11 +8,10 @@ import http.client
 import json
 from typing import Any
 
-from placement_fixtures import TlsWsgiServer
-
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
+from tests.support.tls import TlsWsgiServer
 
 
 def post(server: TlsWsgiServer, body: bytes, method: str = "POST") -> tuple[int, dict[str, object]]:

@@ -10,17 +10,14 @@ from typing import Any
 import pytest
 
 from providers import errors
-from providers.base import BlockBreadth, ClaimName, Executor, LogStreamer, PodSpec, ProvisionRequest, Tier
+from providers.base import BlockBreadth, ClaimName, Executor, LogStreamer, ProvisionRequest, Tier
 from providers.fake import FakeProvider
 from providers.fake.clouds import forget
 from providers.fake.scenario import load_scenario
 from providers.registry import ConfigurationError, build_provider
+from tests.support.factories import make_pod_spec
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def pod() -> PodSpec:
-    return PodSpec(namespace="ns", name="p", uid=str(uuid.uuid4()), container="c", image="i")
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_default_scenario_has_a_cpu_and_an_h100_spot_and_on_demand_offering() -> None:
@@ -37,7 +34,7 @@ def test_the_default_scenario_has_a_cpu_and_an_h100_spot_and_on_demand_offering(
 def test_a_new_provider_object_with_the_same_cloud_name_sees_the_same_instances() -> None:
     name = f"shared-{uuid.uuid4().hex}"
     first = FakeProvider("a", {"cloud": name})
-    result = first.provision(pod(), ProvisionRequest(claim=ClaimName("c1")))
+    result = first.provision(make_pod_spec(), ProvisionRequest(claim=ClaimName("c1")))
     second = FakeProvider("b", {"cloud": name})
     assert [i.id for i in second.list()] == [result.instance_id]
     assert second.cloud is first.cloud
@@ -68,7 +65,7 @@ def test_a_broken_scenario_file_is_unavailable_not_a_crash(tmp_path: Path) -> No
         provider.list()
     missing = FakeProvider("fake", {"cloud": f"missing-{uuid.uuid4().hex}", "scenario": str(tmp_path / "nope.yaml")})
     with pytest.raises(errors.Unavailable):
-        missing.provision(pod(), ProvisionRequest(claim=ClaimName("c")))
+        missing.provision(make_pod_spec(), ProvisionRequest(claim=ClaimName("c")))
     assert missing.capabilities().poll_interval > 0
 
 

@@ -1,15 +1,17 @@
-"""Shared factories for the devcluster tests: raw HTTPS calls, Pod and Node manifests, polling."""
+"""Plain HTTPS requests to the embedded cluster, for the wire details the official client hides.
+
+Used by the devcluster tests (the `raw` fixture) and anything checking bytes on the wire;
+it never retries and never parses more than JSON.
+"""
 
 from __future__ import annotations
 
 import http.client
 import json
 import ssl
-from collections.abc import Callable
 from typing import Any
 
 from devcluster import DevCluster
-from tests import polling
 
 
 class Raw:
@@ -45,30 +47,3 @@ class Raw:
     def json(self, method: str, path: str, body: Any = None, **kwargs: Any) -> tuple[int, Any]:
         status, _, data = self.request(method, path, body, **kwargs)
         return status, json.loads(data) if data else None
-
-
-def make_pod(name: str = "p1", **overrides: Any) -> dict[str, Any]:
-    """A minimal valid Pod manifest; top-level keys and `spec` keys can be overridden."""
-    spec = {"containers": [{"name": "main", "image": "nginx:1.27"}], **overrides.pop("spec", {})}
-    metadata = {"name": name, **overrides.pop("metadata", {})}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec, **overrides}
-
-
-def make_node(name: str = "n1", *, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    """A Ready Node with an InternalIP and kubelet port (what the virtual kubelet registers)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        },
-    }
-
-
-def wait_for(predicate: Callable[[], Any], *, timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll `predicate` until it returns something truthy; fail after `timeout` seconds."""
-    return polling.wait_for(predicate, timeout, 0.02, what=what)

@@ -12,7 +12,6 @@ import os
 import subprocess
 import sys
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,12 +19,13 @@ from typing import Any
 import pytest
 
 from providers import errors
-from providers.base import ClaimName, InstanceId, LogOptions, PodSpec, ProvisionRequest, Tier
+from providers.base import ClaimName, InstanceId, LogOptions, ProvisionRequest, Tier
 from providers.fake import FakeProvider
 from providers.fake import control as fakecloud
 from providers.fake.server import MAX_BODY, FakeCloudServer, start_server
+from tests.support.factories import make_pod_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -33,12 +33,6 @@ def server() -> Iterator[FakeCloudServer]:
     running = start_server()
     yield running
     running.close()
-
-
-def pod(**overrides: Any) -> PodSpec:
-    values: dict[str, Any] = {"namespace": "ns", "name": "p", "uid": str(uuid.uuid4()), "container": "c", "image": "i"}
-    values.update(overrides)
-    return PodSpec(**values)
 
 
 def request(claim: str, **kwargs: Any) -> ProvisionRequest:
@@ -72,9 +66,9 @@ def manage(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_provider_over_http_provisions_lists_and_terminates(server: FakeCloudServer) -> None:
     provider = FakeProvider("fake", {"url": server.url})
-    result = provider.provision(pod(accelerator="h100", gpu_count=8), request("a", capacity_type=Tier.SPOT))
+    result = provider.provision(make_pod_spec(accelerator="h100", gpu_count=8), request("a", capacity_type=Tier.SPOT))
     assert result.credential is not None and result.credential.data["token"]
-    assert provider.provision(pod(), request("a")).credential is None
+    assert provider.provision(make_pod_spec(), request("a")).credential is None
     [instance] = provider.list()
     assert (instance.id, instance.claim, instance.capacity_type) == (result.instance_id, "a", Tier.SPOT)
     assert provider.get(result.instance_id) == instance
@@ -85,7 +79,7 @@ def test_a_provider_over_http_provisions_lists_and_terminates(server: FakeCloudS
 
 def test_a_second_provider_object_sees_the_same_instances(server: FakeCloudServer) -> None:
     first = FakeProvider("fake", {"url": server.url})
-    ids = {first.provision(pod(), request(f"c{i}")).instance_id for i in range(3)}
+    ids = {first.provision(make_pod_spec(), request(f"c{i}")).instance_id for i in range(3)}
     second = FakeProvider("fake", {"url": server.url + "/"})
     assert {i.id for i in second.list()} == ids
 
@@ -96,9 +90,9 @@ def test_refusals_and_outages_cross_the_wire_as_the_same_error_types(server: Fak
     for reason, error in kinds:
         server.cloud.refuse(reason, count=1)
         with pytest.raises(error):
-            provider.provision(pod(), request("r"))
+            provider.provision(make_pod_spec(), request("r"))
     with pytest.raises(errors.InvalidRequest):
-        provider.provision(pod(accelerator="b200", gpu_count=1), request("x"))
+        provider.provision(make_pod_spec(accelerator="b200", gpu_count=1), request("x"))
     server.cloud.outage(seconds=30)
     with pytest.raises(errors.Unavailable) as caught:
         provider.list()
@@ -110,10 +104,10 @@ def test_refusals_and_outages_cross_the_wire_as_the_same_error_types(server: Fak
 def test_a_stopped_service_is_unavailable_for_every_call() -> None:
     running = start_server()
     provider = FakeProvider("fake", {"url": running.url, "timeout": 5})
-    instance_id = provider.provision(pod(), request("a")).instance_id
+    instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
     running.close()
     calls: list[Callable[[], object]] = [
-        lambda: provider.provision(pod(), request("b")),
+        lambda: provider.provision(make_pod_spec(), request("b")),
         lambda: provider.get(instance_id),
         lambda: provider.list(),
         lambda: provider.terminate(instance_id),
@@ -131,15 +125,15 @@ def test_the_state_file_outlives_the_service(tmp_path: Path) -> None:
     state = tmp_path / "state" / "fake.json"
     first = start_server(state_path=state)
     provider = FakeProvider("fake", {"url": first.url})
-    kept = provider.provision(pod(), request("kept")).instance_id
+    kept = provider.provision(make_pod_spec(), request("kept")).instance_id
     first.cloud.refuse("quota", region="eu-west-1")
     first.close()
     second = start_server(state_path=state)
     try:
         again = FakeProvider("fake", {"url": second.url})
         assert [(i.id, i.claim) for i in again.list()] == [(kept, "kept")]
-        assert again.provision(pod(), request("kept")).instance_id == kept
-        assert again.provision(pod(), request("new")).instance_id != kept
+        assert again.provision(make_pod_spec(), request("kept")).instance_id == kept
+        assert again.provision(make_pod_spec(), request("new")).instance_id != kept
         assert [f.reason for f in second.cloud.faults()] == ["quota"]
     finally:
         second.close()
@@ -170,7 +164,7 @@ def test_pure_methods_over_http_use_the_services_scenario() -> None:
 
 def test_logs_work_over_http_and_exec_is_not_supported(server: FakeCloudServer) -> None:
     provider = FakeProvider("fake", {"url": server.url})
-    instance_id = provider.provision(pod(), request("a")).instance_id
+    instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
     stream = provider.logs(instance_id, LogOptions(follow=True))
     assert stream.read().startswith(f"fake instance {instance_id} line 1\n".encode())
     server.cloud.exit(instance_id, code=0)
@@ -210,11 +204,11 @@ def test_manage_py_fakecloud_inject_changes_a_running_service(server: FakeCloudS
     done = manage("inject", "--url", server.url, *refuse)
     assert done.returncode == 0, done.stderr
     with pytest.raises(errors.NoCapacity):
-        provider.provision(pod(accelerator="h100", gpu_count=8), request("a", capacity_type=Tier.SPOT))
-    provider.provision(pod(accelerator="h100", gpu_count=8), request("b", capacity_type=Tier.ON_DEMAND))
+        provider.provision(make_pod_spec(accelerator="h100", gpu_count=8), request("a", capacity_type=Tier.SPOT))
+    provider.provision(make_pod_spec(accelerator="h100", gpu_count=8), request("b", capacity_type=Tier.ON_DEMAND))
     cleared = manage("clear", "--url", server.url)
     assert cleared.returncode == 0 and cleared.stdout.strip() == "removed 1 fault(s)"
-    provider.provision(pod(accelerator="h100", gpu_count=8), request("a", capacity_type=Tier.SPOT))
+    provider.provision(make_pod_spec(accelerator="h100", gpu_count=8), request("a", capacity_type=Tier.SPOT))
 
 
 def control(*argv: str) -> str:
@@ -228,7 +222,7 @@ def control(*argv: str) -> str:
 
 def test_the_control_verbs_list_inject_and_report_errors(server: FakeCloudServer) -> None:
     provider = FakeProvider("fake", {"url": server.url})
-    instance_id = provider.provision(pod(), request("a")).instance_id
+    instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
     control("inject", "--url", server.url, "outage", "--seconds", "60")
     control("inject", "--url", server.url, "slow", "--delay", "0.01")
     assert [json.loads(line)["kind"] for line in control("faults", "--url", server.url).splitlines()] == [
@@ -266,7 +260,7 @@ def test_manage_py_fakecloud_serve_runs_until_sigterm(tmp_path: Path) -> None:
         reader.join(60)
         assert first and "serving on http://127.0.0.1:" in first[0], first
         url = first[0].split("serving on ")[1].strip()
-        FakeProvider("fake", {"url": url}).provision(pod(), request("served"))
+        FakeProvider("fake", {"url": url}).provision(make_pod_spec(), request("served"))
         assert json.loads(state.read_text())["instances"][0]["claim"] == "served"
     finally:
         proc.terminate()
