@@ -214,7 +214,7 @@ def test_the_image_files_pass_the_deploy_checks_under_production_settings(staged
 @pytest.mark.parametrize(
     ("path", "expected"),
     [
-        ("kube/client.py", False),
+        ("vnode/handler.py", False),
         ("vnode/__pycache__/kube.cpython-311.pyc", True),
         ("tests/deploy/test_dockerfile.py", True),
         ("devcluster/api.py", True),
