@@ -10,7 +10,9 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from providers.fake import FakeProvider
-from tests.vnode.conftest import get_pod, make_pod, phase_of, wait_for
+from tests.support.factories import make_pod
+from tests.support.pods import get_pod, phase_of
+from tests.support.polling import wait_for
 from vnode.runner import Runner
 
 

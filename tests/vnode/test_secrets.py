@@ -15,7 +15,8 @@ from kube.client import Kube, path_for
 from kube.events import EventRecorder
 from kube.worker import Retry
 from providers.fake import FakeProvider
-from tests.vnode.conftest import get_pod, make_pod
+from tests.support.factories import make_pod
+from tests.support.pods import get_pod
 from vnode.handler import Handler
 
 VALUE = "s3cr3t-env-value-9f2c"
