@@ -13,4 +13,5 @@ database, the admin over it, the dashboard, the REST API, Prometheus metrics and
 
 May import vnode and placement read sides; vnode, placement and providers never import it,
 and it never imports nebula_site (the site and the process wiring sit on top).
+Tests: tests/console/test_console_units.py.
 """

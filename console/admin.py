@@ -4,6 +4,7 @@ between a Pod, its claim and its node; and the one operator action, clearing a b
 Nothing here writes the mirror (only `console.mirror` does). The clear action is staff-only,
 POST with a CSRF token after a confirmation page, and audited three ways: the admin's LogEntry,
 a log line, and (through placement) an Event on the provider's node.
+Tests: tests/console/test_console_admin.py.
 """
 
 # mypy: disallow-subclassing-any=False, disallow-untyped-decorators=False

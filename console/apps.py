@@ -1,4 +1,7 @@
-"""App config for the console: the mirror's models, the admin, the dashboard and metrics."""
+"""App config for the console: the mirror's models, the admin, the dashboard and metrics.
+
+Tests: tests/console/test_console_admin.py.
+"""
 
 # mypy: disallow-subclassing-any=False
 

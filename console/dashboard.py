@@ -3,6 +3,7 @@ shows the same as the manager's own listener).
 
 Called by `console.views` on every page and fragment request; a handful of queries, each
 bounded. Reads only.
+Tests: tests/console/test_console_browser.py.
 """
 
 from __future__ import annotations

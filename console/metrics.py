@@ -4,6 +4,7 @@ Counters and histograms are fed by `console.observer` (facts from the core) and
 `console.middleware` (API requests); gauges that describe memory (blocklist size, tracked
 Pods, node readiness, the mirror's lag) are read at scrape time from `console.runtime`.
 Labels are provider, node, outcome, kind, verb and code: never a Pod's env or a credential.
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 In settings.MIDDLEWARE; sees every request on the console listener and counts those under
 `/api/`. Labels are the HTTP method and the status code only: never a path, a query or a body.
+Tests: tests/console/test_console_admin.py.
 """
 
 from __future__ import annotations

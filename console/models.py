@@ -3,6 +3,7 @@
 Written only by `console.mirror.Mirror` (one thread, one transaction per sync); read by the
 admin and the dashboard. Nothing reads these rows back into memory (I6), and no column holds
 an env value or a credential (I4). `mirror_key` names each table's natural key.
+Tests: tests/console/test_console_admin.py.
 """
 
 # mypy: disallow-subclassing-any=False

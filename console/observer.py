@@ -5,6 +5,7 @@ Events, open streams.
 
 Installed by the process wiring (`nebula_site.process`); called on the core's threads, so
 every method is cheap, thread-safe and never raises.
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ The process wiring (`nebula_site.process`) fills it (`install`) once Runners and
 run, and empties it (`clear`) on the way out; the REST API and the admin read it (`current`).
 Read-only views of memory, but for the one operator action both offer,
 `Runtime.clear_block`: nothing here starts or stops anything.
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

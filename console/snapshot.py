@@ -4,6 +4,7 @@ Called by `console.mirror` once per sync. Adds no value of its own: each row is 
 projection's, with only what the table cannot hold changed (`fit`): keys the table has no
 column for are dropped, None in a NOT NULL text column is "", and text is cut to the
 column's length. Never calls a provider or the Kubernetes API.
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The console's routes, included at the root of the console listener by nebula_site.urls."""
+"""The console's routes, included at the root of the console listener by nebula_site.urls.
+
+Tests: tests/console/test_console_browser.py.
+"""
 
 from __future__ import annotations
 

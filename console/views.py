@@ -3,6 +3,7 @@
 The dashboard reads the mirror (`console.dashboard`); staff login required (the admin's).
 `/readyz` reads the console's observer: ready while this process leads or stands by and
 has reached the cluster recently. Nothing here changes operational state.
+Tests: tests/console/test_console_units.py.
 """
 
 # mypy: disallow-untyped-decorators=False

@@ -11,4 +11,5 @@
 - `times`      the API server's timestamp forms
 
 Imports nothing of Nebula (an import-linter contract); vnode and placement build on it.
+Tests: tests/kube/test_worker.py.
 """

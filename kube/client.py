@@ -3,6 +3,7 @@
 Built on the official client's ApiClient (kubeconfig, in-cluster auth, TLS, pooling) but
 skips its model classes: the controllers work on plain dicts, which is what they compare
 and patch. Every urllib3/ApiException failure becomes a `KubeError` subclass here.
+Tests: tests/vnode/test_controllers.py.
 """
 
 from __future__ import annotations

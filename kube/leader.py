@@ -4,6 +4,7 @@ Used by `nebula_site.process`. The same rules as client-go's leaderelection: a h
 Lease by renewing it before `lease_duration` passes; another candidate takes it only after
 it expired; writes carry the resourceVersion, so two candidates never both win. Released
 on a clean shutdown so a standby takes over at once.
+Tests: tests/kube/test_leader.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 One module so that the vnode, placement, the console and the manifests agree. Pure
 constants and two naming functions; imports nothing from the rest of Nebula.
+Tests: tests/deploy/test_rbac_proof.py.
 """
 
 from __future__ import annotations

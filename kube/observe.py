@@ -4,6 +4,7 @@ The Handler, node controller, leader elector and Event recorder call `current().
 with one line per fact; `manage.py runvnode` installs the console's observer. The default
 does nothing. An observer must be cheap, thread-safe and never raise; nothing here may
 import Django or a metrics library (the core knows no screen).
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

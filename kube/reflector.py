@@ -3,6 +3,7 @@
 Used by the pod controller (Pods on its node; Secrets and ConfigMaps that Pods wait for).
 Calls `on_change(key, obj_or_None)` for every add, update and delete, on its own thread;
 never writes to the API.
+Tests: tests/kube/test_reflector.py.
 """
 
 from __future__ import annotations

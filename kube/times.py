@@ -1,6 +1,7 @@
 """The API server's two timestamp forms, written the same way by every writer in Nebula.
 
 Used by Event recording, the leader Lease, Node conditions and Pod status; pure.
+Tests: tests/kube/test_leader.py.
 """
 
 from __future__ import annotations

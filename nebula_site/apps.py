@@ -1,4 +1,7 @@
-"""App config for the project package: registers the NEBULA system checks."""
+"""App config for the project package: registers the NEBULA system checks.
+
+Tests: tests/nebula_site/test_settings_checks.py.
+"""
 
 from __future__ import annotations
 

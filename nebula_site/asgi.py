@@ -3,6 +3,7 @@
 The process wiring (`nebula_site.process`) hands `application` to
 `vnode.kubelet.server.Listeners`, which serves it on the console listener only (I5); the
 kubelet listener has its own app.
+Tests: tests/vnode/kubelet/test_runvnode_listeners.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ nebula.E001 unknown provider alias      nebula.E005 malformed provider entry
 nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
 nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
+Tests: tests/nebula_site/test_settings_checks.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Read by `settings.py` once at import; validated by `checks.py`. Never imports Django, so
 the defaults can be read (and tested) without a configured project.
+Tests: tests/nebula_site/test_settings_checks.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Read by `nebula_site.settings` at start-up; the embedded default (SQLite in WAL mode) applies
 when the variable is unset. Never logs or echoes the URL: it carries a password.
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

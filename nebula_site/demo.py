@@ -2,6 +2,7 @@
 
 Called by `manage.py runvnode --demo`. Creates the Pod through the same API any user
 would (idempotent: an existing `hello` is left alone).
+Tests: tests/nebula_site/test_make_run.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ filter that redacts anything shaped like a secret before any handler sees it (I4
 `nebula_site.settings` takes its LOGGING dict from `logging_config()`. A line names the Pod,
 claim and instance when the caller passes them (`extra={"pod": ..., "claim": ..., "instance": ...}`,
 as `console.observer` does). Must never import Django models: settings load this module.
+Tests: tests/console/test_console_units.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 `NEBULA` comes from `nebula_site.config` (defaults plus `NEBULA_*` environment variables)
 and is validated by the system checks in `nebula_site.checks` (`manage.py check`).
+Tests: tests/nebula_site/test_settings_checks.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ Python runs a handler in the main thread between two bytecodes, which may be ins
 very Event's `wait()` while it holds the Event's lock, and `Event.set()` there deadlocks the
 main thread for good (seen: a manager that ignored SIGTERM until it was killed). The handler
 only writes a byte to a pipe; a relay thread reads it and sets the Event.
+Tests: tests/nebula_site/test_signals.py.
 """
 
 from __future__ import annotations

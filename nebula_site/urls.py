@@ -1,4 +1,7 @@
-"""The console listener's URL map. The kubelet listener has its own (design I5)."""
+"""The console listener's URL map. The kubelet listener has its own (design I5).
+
+Tests: tests/vnode/kubelet/test_runvnode_listeners.py.
+"""
 
 from __future__ import annotations
 

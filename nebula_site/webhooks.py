@@ -2,6 +2,7 @@
 
 The API server calls it over TLS on Pod CREATE (deploy/webhook/). The decision is
 `placement.admission.review`, a pure function; this view only bounds and moves bytes.
+Tests: tests/nebula_site/test_webhook_view.py.
 """
 
 from __future__ import annotations

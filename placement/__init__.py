@@ -12,4 +12,5 @@ and skipping what refused recently. Map of the package:
 
 Imports `providers` and `kube` (client, reflector, queue, worker, events, names); never `vnode`,
 the console, Django or the devcluster.
+Tests: tests/placement/test_e2e_failover.py.
 """

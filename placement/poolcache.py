@@ -3,7 +3,7 @@
 Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
 (`ttl_of`) and the REST API (`pools`). Its one write is a NodePool's status subresource,
 asked for by the controller, and only when the status would change. Tested over the
-devcluster in tests/placement/test_api_e2e.py::test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods.
+devcluster in tests/console/api/test_api_e2e.py::test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods.
 """
 
 from __future__ import annotations

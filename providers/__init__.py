@@ -12,4 +12,5 @@ ssh/      SSH logs and exec for any VM provider (asyncssh)
 
 Providers report facts; they never import vnode, placement, nebula_site, devcluster or
 Django, nor each other. Cloud SDKs are imported lazily inside their own package.
+Tests: tests/providers/test_registry.py.
 """

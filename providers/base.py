@@ -5,6 +5,7 @@ The vnode, placement and the kubelet API are typed against these protocols only;
 never import a concrete provider or branch on a provider's name. Providers report facts
 (`Instance`); turning facts into Kubernetes status is the vnode's job. Every method may
 raise only `providers.errors` types.
+Tests: tests/providers/test_contract.py.
 """
 
 from __future__ import annotations

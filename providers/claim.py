@@ -2,6 +2,7 @@
 
 Called by the vnode when it provisions and when it matches `list()` to Pods; providers
 tag or name instances with it. Pure; never depends on anything but the three inputs.
+Tests: tests/providers/test_claim.py.
 """
 
 from __future__ import annotations

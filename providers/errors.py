@@ -5,6 +5,7 @@ exceptions into these at the boundary (`raise ... from exc`); nothing else escap
 provider method. The vnode decides retries from the type alone: `Unavailable` means
 "could not ask" (design I3: never a create, a Failed phase or a delete), `Refused` and
 its subclasses mean "asked, and the answer was no" (feeds the blocklist).
+Tests: tests/providers/test_contract.py.
 """
 
 from __future__ import annotations

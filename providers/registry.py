@@ -2,6 +2,7 @@
 
 Called by the management commands (which read `NEBULA['PROVIDERS']`) and by the system
 checks. Knows no concrete provider: backends are imported by path, lazily.
+Tests: tests/providers/test_registry.py.
 """
 
 from __future__ import annotations

@@ -11,4 +11,5 @@
 - `tracking`       the tracked map; `podwriter` every write about a Pod
 
 The core imports no DRF, admin or templates, and never the embedded cluster.
+Tests: tests/vnode/test_controllers.py.
 """

@@ -3,6 +3,7 @@
 The vnode's provisioning (`vnode.provision`) is the one writer; placement's blocklist
 implements it, and alone owns how long a block lasts. Lives here so vnode depends on
 placement's contract, not on its machinery.
+Tests: tests/placement/test_one_reader.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ provider's instances (`vnode.inventory`): provisioning (`vnode.provision`), stat
 and its poll loop (`vnode.statussync`), teardown and the orphan sweep (`vnode.teardown`),
 and the kubelet API's reads (`vnode.serving`). Holds no logic of its own beyond
 delegation; never deletes Pods. Constructing it does no I/O.
+Tests: tests/vnode/test_controllers.py.
 """
 
 from __future__ import annotations

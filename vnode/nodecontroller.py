@@ -4,6 +4,7 @@ Started by the Runner. Every `renew_interval` it renews the Lease in `kube-node-
 and patches the node's status: Ready is True only while the provider's last list
 succeeded, and the `ProviderReachable` condition says why when it did not. A node someone
 deleted is created again. Never touches Pods.
+Tests: tests/vnode/test_controllers.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """One Runner per provider: its Handler, pod controller and node controller, started and
-stopped together. Built by `nebula_site.process`; holds no state of its own."""
+stopped together. Built by `nebula_site.process`; holds no state of its own.
+Tests: tests/vnode/test_restart.py.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ logs, exec and attach, and the usage behind `/stats/summary` and `/metrics/resou
 
 Called by `vnode.kubelet` on worker threads (never the reactor), through the Handler.
 Reads the tracked map only; never changes it, and never writes to the API.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Limit/offset pagination with a ceiling, so no query can ask for an unbounded page (I7)."""
+"""Limit/offset pagination with a ceiling, so no query can ask for an unbounded page (I7).
+
+Tests: tests/console/api/test_api.py.
+"""
 
 from __future__ import annotations
 

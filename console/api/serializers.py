@@ -1,6 +1,8 @@
 """The shapes the REST API returns (and documents in /api/schema/). Read-only: every value
 comes from `console.rows`, the one projection the mirror also writes; only names and nesting
-differ here (a block's `id` and `scope` object). Called by `console.api.views`."""
+differ here (a block's `id` and `scope` object). Called by `console.api.views`.
+Tests: tests/console/api/test_api.py.
+"""
 
 from __future__ import annotations
 

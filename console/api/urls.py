@@ -1,5 +1,7 @@
 """URLs of the REST API, mounted at /api/ by nebula_site.urls: the viewsets, the OpenAPI
-schema (/api/schema/) and its browsable docs (/api/docs/)."""
+schema (/api/schema/) and its browsable docs (/api/docs/).
+Tests: tests/console/api/test_api.py.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 logged and recorded as an Event by placement).
 
 Authentication and pagination come from settings.REST_FRAMEWORK; no view is anonymous.
+Tests: tests/console/api/test_api.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ status    EC2 facts to `Instance`, tags; classify  refusal -> block scope
 console   serial-console logs; remote  SSH targets and the exec command; options  settings
 
 Imports boto3 lazily (only `ec2` does); imports `providers.ssh` but no other provider.
+Tests: tests/providers/aws/test_aws.py.
 """
 
 from providers.aws.provider import AwsProvider

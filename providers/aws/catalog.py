@@ -3,6 +3,7 @@ instance types for a Pod.
 
 Called by `AwsProvider` for offerings and for provision. Pure once loaded; prices are a
 snapshot of AWS's public on-demand list (see docs/providers/aws.md), never fetched here.
+Tests: tests/providers/aws/test_aws_boot.py.
 """
 
 from __future__ import annotations

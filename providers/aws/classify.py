@@ -3,6 +3,7 @@
 Called by `AwsProvider.classify_provision_error`; pure. Capacity errors (spot capacity
 included) block the one offering in its region, SpotMaxPriceTooLow the Spot tier,
 credentials, permissions and quotas the whole provider.
+Tests: tests/providers/aws/test_aws.py.
 """
 
 from __future__ import annotations

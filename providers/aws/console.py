@@ -3,6 +3,7 @@
 Called by `AwsProvider.logs` as the fallback. EC2 returns the last 64 KiB of the console,
 base64-encoded (moto returns plain text: decoded with a fallback), refreshed by AWS every
 few minutes; `follow` polls it and emits what was appended, until the instance is gone.
+Tests: tests/providers/aws/test_aws_boot.py.
 """
 
 from __future__ import annotations

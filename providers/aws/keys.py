@@ -3,6 +3,7 @@ key per claim (so Nebula can verify the instance), and the operator key Nebula l
 
 Called by `AwsProvider.provision` and its logs/exec. Private halves live in memory or in
 the Pod's connect Secret only; nothing here is logged, and reprs name no key material.
+Tests: tests/providers/aws/test_aws_boot.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Called by `AwsProvider.__init__`: parsing only, no I/O (the key file is read on first
 use). Unknown keys are errors so typos surface at start-up; credentials are never
 options (boto3 finds them: environment, profile, instance role).
+Tests: tests/providers/aws/test_aws.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Called by `AwsProvider.offerings`. When EC2 cannot say (no permission, throttled, down),
 the prices are unknown (an empty mapping), never an error: offerings still list the tier.
+Tests: tests/providers/aws/test_aws.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Built by `providers.registry` from settings (`providers.aws.AwsProvider`); calle
 vnode and the kubelet API. Idempotency is ours, not EC2's ClientToken alone: provision
 describes by the claim tag first. boto3 is reached only through `providers.aws.ec2`;
 user-data and keys are never logged.
+Tests: tests/providers/aws/test_aws.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ host key from its tag) to `docker exec` and the stamped log file; else the seria
 
 Called by `AwsProvider.logs` and `exec`. Builds values only; the SSH work is
 `providers.ssh`'s. Never logs a key.
+Tests: tests/providers/aws/test_aws_boot.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Called by `AwsProvider` for get and list. Pure. EC2 knows the machine, not the
 container: `running` is RUNNING, and the workload's end shows as the instance shutting
 down (user-data does that when `terminate_on_exit`), so no exit code is reported.
+Tests: tests/providers/aws/test_aws.py.
 """
 
 from __future__ import annotations

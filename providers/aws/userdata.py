@@ -4,6 +4,7 @@ Called by `AwsProvider.provision`. The script authorizes the connect keys, insta
 claim's host key, runs the container with the host's Docker (the ECS GPU AMI's), and
 copies its stamped output to the serial console and to `LOG_FILE`. It carries env values
 in clear text: it is rendered, gzipped and sent, NEVER logged or put in an error.
+Tests: tests/providers/aws/test_aws_boot.py.
 """
 
 from __future__ import annotations

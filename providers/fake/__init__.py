@@ -15,6 +15,7 @@ provider  FakeProvider, in-process or over HTTP
 control   what `manage.py fakecloud` does
 
 Never imports Django, vnode, placement or another provider.
+Tests: tests/providers/fake/test_fake_provider.py.
 """
 
 from providers.fake.provider import FakeProvider

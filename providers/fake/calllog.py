@@ -2,6 +2,7 @@
 
 Written by `FakeCloud` under its lock, read through `FakeCloud.call_log()` and the
 HTTP service's `/v1/calls`. Summaries name env keys and counts, never their values (I4).
+Tests: tests/providers/fake/test_fake_provider.py.
 """
 
 from __future__ import annotations

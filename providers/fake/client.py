@@ -3,6 +3,7 @@
 Used by `FakeProvider` when its options name a `url`, and by `manage.py fakecloud` for
 the control verbs. Connection errors, 5xx and malformed answers become `Unavailable`;
 typed error answers become the same `providers.errors` class they were on the server.
+Tests: tests/providers/fake/test_fake_http.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Used in-process by `FakeProvider` (through the cloud registry) and behind the HT
 service. Clock and sleep are injected so delays and slow calls are tested without
 waiting. Raises only `providers.errors` from cloud calls; control calls raise
 ValueError for a malformed fault. Never keeps env values or credentials.
+Tests: tests/providers/fake/test_fake_cloud.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Called by `FakeProvider` so that a new provider object with the same cloud name sees
 the same instances (a manager restart inside one process), and by tests to forget a
 cloud. The first provider to name a cloud decides its scenario.
+Tests: tests/providers/fake/test_fake_console.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 `log_chunk` is called by the cloud (in-process or behind the HTTP service); the stream
 is built by the provider around a fetch function, so it reads the same way locally and
 over HTTP. Output is derived from the clock and the instance's times, never stored.
+Tests: tests/providers/fake/test_fake_console.py.
 """
 
 from __future__ import annotations

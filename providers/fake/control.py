@@ -3,6 +3,7 @@
 The management command adds `add_arguments` to its parser and calls `run_fakecloud`
 with the parsed options; both are plain argparse and stdlib, so this module never
 imports Django. Failures are `ControlError` with a message for the operator.
+Tests: tests/providers/fake/test_fake_http.py.
 """
 
 from __future__ import annotations

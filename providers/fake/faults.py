@@ -2,6 +2,7 @@
 
 Parsed from control requests (`inject`) by `parse_fault`; held and applied by the cloud.
 Pure values and matching: a fault never touches instances or the clock itself.
+Tests: tests/providers/fake/test_fake_cloud.py.
 """
 
 from __future__ import annotations

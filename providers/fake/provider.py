@@ -4,6 +4,7 @@ Built by the provider registry from settings (`providers.fake.FakeProvider`) and
 tests. Reaches a cloud in-process (a process-wide cloud named by the `cloud` option) or
 over HTTP (the `url` option, a `manage.py fakecloud serve` service). Raises only
 `providers.errors`; never imports Django or another provider.
+Tests: tests/providers/fake/test_fake_provider.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Owned and mutated only by `FakeCloud` under its lock; serialised into the state file.
 Never holds a secret: the connect credential is returned once and not kept.
+Tests: tests/providers/fake/test_fake_cloud.py.
 """
 
 from __future__ import annotations

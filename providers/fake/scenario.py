@@ -3,6 +3,7 @@
 Parsed from a YAML file or an inline mapping by `load_scenario`; read by the cloud, the
 provider's pure methods and the HTTP service. Pure values and parsing only: it never
 holds instance state, and it reads a file only when asked to load one.
+Tests: tests/providers/fake/test_fake_provider.py.
 """
 
 from __future__ import annotations

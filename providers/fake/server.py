@@ -4,6 +4,7 @@ outlives any manager process, and with a state file the service itself.
 `start_server` serves on a thread (tests, the command); routes are listed in
 docs/providers/fake.md. Standard library only; bodies are JSON and bounded (I7). Never
 imports Django and never logs request bodies.
+Tests: tests/providers/fake/test_fake_http.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Built by the cloud's `exec`; read by the kubelet edge like any `Process`. Knows `echo`,
 `cat`, `true`, `false`, `sh -c 'exit N'`, `stty size`, and the scenario's canned
 commands; everything else is "command not found" (127). It never runs a real program.
+Tests: tests/providers/fake/test_fake_console.py.
 """
 
 from __future__ import annotations

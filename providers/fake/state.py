@@ -3,6 +3,7 @@
 Used by the HTTP service when it is given `--state`, so instances outlive the service.
 Writes atomically (a temporary file renamed over the old one); never holds secrets,
 because the cloud's snapshot has none.
+Tests: tests/providers/fake/test_fake_cloud.py.
 """
 
 from __future__ import annotations

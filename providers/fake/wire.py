@@ -3,6 +3,7 @@
 Used by the HTTP service (encode answers, decode requests) and its client (the
 reverse). A provision request crosses with env KEYS only: values never leave the
 manager (I4). Decoding raises ValueError/KeyError/TypeError on a malformed body.
+Tests: tests/providers/fake/test_fake_http.py.
 """
 
 from __future__ import annotations

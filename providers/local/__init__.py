@@ -10,6 +10,7 @@ proc        process identity (pid + start time) and group signals
 stamp       the kubelet's RFC3339 nanosecond timestamps
 logs        the log file read with the kubelet's options
 process     exec: pipes or a real PTY
+Tests: tests/providers/local/test_local.py.
 """
 
 from providers.local.provider import IMAGE_NOTICE, LocalProvider, image_notice

@@ -4,6 +4,7 @@ Called by `LocalProvider.attach`. Output follows the log from its current end. I
 goes to the FIFO the supervisor gave the workload as stdin when the Pod asked for one
 (`stdin: true`); the supervisor holds the FIFO open itself, so an attachment ending
 never closes the workload's stdin. Never signals the workload.
+Tests: tests/providers/test_attach.py.
 """
 
 from __future__ import annotations

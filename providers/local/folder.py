@@ -3,6 +3,7 @@
 Owned by the provider (creates, marks, removes) and the supervisor (writes run, exit and
 the log). Every record is written atomically (temp file + rename) so a reader never sees
 half a record. The env file holds secret values: mode 0600, never logged.
+Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations

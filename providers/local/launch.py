@@ -3,6 +3,7 @@
 Called by `LocalProvider.provision` only. The folder is prepared under a hidden temporary
 name and renamed into place, so the rename is the atomic claim (I1). Secret env values
 go to a 0600 file and nowhere else (I4).
+Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations

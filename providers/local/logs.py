@@ -8,6 +8,7 @@ first byte. So a plain read is a file copy, and only `timestamps` and `since` wa
 lines, with the index beside them. `tail_lines` counts newlines backwards in blocks
 (never reading the whole file), `limit_bytes` cuts the output, `follow` polls for new
 output until the workload exited and the file is drained.
+Tests: tests/providers/local/test_local_logs.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Called by `LocalProvider.__init__` (parsing only, no I/O) and by `capabilities()`
 (which reads /proc/meminfo once). Rejects unknown keys so typos surface at start-up.
+Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ for our process.
 
 Used by the provider (liveness, signalling) and the supervisor (recording what it
 started). Reads /proc only; never signals anything except through `signal_group`.
+Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations

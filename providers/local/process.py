@@ -4,6 +4,7 @@ Called by `LocalProvider.exec`. Each output fd is drained by its own pump thread
 a bounded buffer, so a child busy on both stdout and stderr never deadlocks the caller.
 With a TTY the child is a session leader whose controlling terminal is the PTY, so
 `resize` reaches it as SIGWINCH and `stty size` sees it.
+Tests: tests/providers/local/test_local_exec.py.
 """
 
 from __future__ import annotations

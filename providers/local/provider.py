@@ -8,6 +8,7 @@ sees it first), after which `get` returns None and `list` omits it. Rule for an
 interrupted launch: a folder whose supervisor was never started (the manager stopped
 between creating it and launching) is launched by whoever sees it next (`provision`,
 `get` or `list`); the supervisor's launch lock keeps that to one workload (I1).
+Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations

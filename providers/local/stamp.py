@@ -3,6 +3,7 @@
 Used by the provider and supervisor for the times in their records, and by the log reader
 to show arrival times (`timestamps`) and compare them with `since`. Pure apart from reading
 the clock in `now_stamp`.
+Tests: tests/providers/local/test_local_logs.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Turn what an instance folder says (records plus liveness) into an `Instance` fact.
 
 Called by the provider's `get` and `list`; pure, so every rule has a table-driven test
-(tests/providers/test_local_status.py). Never touches the disk or the processes.
+(tests/providers/local/test_local_status.py). Never touches the disk or the processes.
 
 Rule for gone: once terminate was asked AND no process of the instance lives, the
 instance is gone (`instance_from` returns None) and the caller deletes the folder.

@@ -4,6 +4,7 @@ Started by `launch.start_supervisor`; detaches into its own session so it outliv
 manager, runs the workload as its child (in the workload's own process group), appends its
 output to the log with an index of arrival times, and records the exit code. On SIGTERM it
 forwards TERM to the workload's group and sends KILL after the grace period. Never logs the env.
+Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ logs     `FileLog` and `open_log_stream`: the seam's `LogStream` tailing a log f
 
 Shared by VM providers (`providers.aws` first); imports no provider. Raises only
 `providers.errors`; never logs a key.
+Tests: tests/providers/ssh/test_ssh.py.
 """
 
 from providers.ssh.logs import FileLog, open_log_stream

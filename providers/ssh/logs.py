@@ -4,6 +4,7 @@ Called by VM providers' `logs`. The remote side is a short POSIX shell script (`
 with `-F` to follow) that stops when the workload's exit marker appears or our session
 goes away; stamps (`<RFC 3339> <line>`, as `docker logs --timestamps` writes them) are
 kept, stripped or used for `since` here, at the client. Never runs anything but tail.
+Tests: tests/providers/ssh/test_ssh.py.
 """
 
 from __future__ import annotations

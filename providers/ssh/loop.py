@@ -3,6 +3,7 @@
 Called by `providers.ssh.process` and `providers.ssh.logs`, whose callers are synchronous
 threads (the kubelet API's workers). Started on first use, stopped at interpreter exit;
 never runs caller code other than the coroutines it is handed.
+Tests: tests/providers/ssh/test_ssh.py.
 """
 
 from __future__ import annotations

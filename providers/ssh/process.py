@@ -4,6 +4,7 @@ Called by VM providers' `exec` (through `start_process`) and by `providers.ssh.l
 Output is pumped on the loop thread into bounded buffers that synchronous callers
 drain; each process owns its connection and closes it. With a PTY, stdin EOF is the
 terminal's EOF character (an SSH EOF cannot half-close a PTY), as in a terminal.
+Tests: tests/providers/ssh/test_ssh.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Called by `providers.ssh.process` on the private loop thread. Every SSH or socket
 failure becomes `providers.errors.Unavailable` here, with a message that names the host
 and never the key. No host key given means the host is not verified (say so in docs).
+Tests: tests/providers/ssh/test_ssh.py.
 """
 
 from __future__ import annotations

@@ -16,4 +16,5 @@ The only part of vnode that may import Daphne, Twisted and Channels. Map of the 
 
 Provider calls block, so they run on threads, never on the reactor. Nothing here imports
 Django: the console application is handed in by the caller.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """

@@ -2,6 +2,7 @@
 
 Built once per `Listeners`; SPDY upgrades never reach it (the request hook takes
 them). Lifespan events are acknowledged and otherwise ignored: the server owns start-up.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 Called by `Listeners` when it builds its endpoints (and by tests and the bench to make
 client certificates). Private keys never touch the disk; only a CA bundle (public) is ever
 written, and only where the caller says.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations

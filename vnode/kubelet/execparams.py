@@ -1,6 +1,7 @@
 """exec/attach request parameters and stream-protocol negotiation (SPDY and websocket).
 
 Pure. Called before any upgrade, so every refusal here is still an HTTP answer (400/403).
+Tests: tests/vnode/kubelet/test_kubelet_params.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ memory. `ResponseFlow` registers as the request's push producer: Twisted pauses 
 the connection's send buffer fills and resumes it when the buffer drains, and its `send`
 waits (on the event loop) while paused. The provider's stream is then read no faster
 than the client takes it.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations

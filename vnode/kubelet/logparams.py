@@ -3,6 +3,7 @@
 Pure: `parse_log_options(query, now=...)` returns the provider's `LogOptions` or raises
 `InvalidParameter` (answered 400 with a metav1.Status). `honoured_by` drops what a
 provider cannot honour and names it, for the response header.
+Tests: tests/vnode/kubelet/test_kubelet_params.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Imported by every kubelet module that touches Twisted, so `daphne.server` (which
 the asyncio reactor) is always imported before anything asks for `twisted.internet.reactor`.
 A reactor cannot be restarted: `ensure_running` starts it once per process and it lives
 until the process exits; listeners come and go on it.
+Tests: tests/vnode/kubelet/test_exec_sessions.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Called by every kubelet route before a response starts (and by the remote-command
 session for the error channel). Messages are the provider's own text: providers never
 put secrets in error strings (I4), and nothing else is added here.
+Tests: tests/vnode/kubelet/test_kubelet_params.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ provider's blocking calls on the session's own threads, never on the reactor: on
 the command and waits for it, one pumps stdout, one stderr, one feeds stdin and resizes.
 The transport's `Outlet` is called from those threads. A client that goes away (`abort`)
 kills the command and frees everything.
+Tests: tests/vnode/kubelet/test_exec_sessions.py.
 """
 
 from __future__ import annotations

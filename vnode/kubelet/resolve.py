@@ -4,6 +4,7 @@ Filled by whoever starts the listener (runvnode, tests); read by every kubelet r
 A lookup asks each Handler whether it tracks the Pod; at most one can, since a Pod is
 bound to one node. Checks that need no provider call are made here, before any upgrade,
 so a missing Pod, instance or capability is still a 404 with a reason.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Called by the kubelet ASGI app and the SPDY upgrade hook. Paths the kubelet does not
 serve (the console's, anything else) become None, which the caller answers with 404:
 the kubelet listener serves nothing but these (design I5).
+Tests: tests/vnode/kubelet/test_kubelet_params.py.
 """
 
 from __future__ import annotations

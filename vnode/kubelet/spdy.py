@@ -4,6 +4,7 @@ The kubelet server feeds `ServerSession.receive` what it reads after the 101 and
 what the other methods return; tests and benches drive `ClientSession` the same way.
 Never touches a socket, a thread or a clock; the only exception raised on bad input is
 `ProtocolError`, after which the session is dead (send `goaway(1)` and close).
+Tests: tests/vnode/kubelet/test_spdy_session.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ reactor: it replies to every SYN_STREAM at once, echoes pings, and starts the
 `RemoteSession` once the streams the request implies exist. The session's threads reach
 it through the `Outlet` methods, which hop onto the reactor and wait while the transport
 is full (TCP back-pressure; SPDY windows are not enforced, exec-protocols.md §1.5).
+Tests: tests/vnode/kubelet/test_spdy_wire.py.
 """
 
 from __future__ import annotations

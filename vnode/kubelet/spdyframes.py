@@ -3,6 +3,7 @@
 Used only by `vnode.kubelet.spdy` (the sessions), which owns stream state. Pure byte work:
 no sockets, no threads, no session state beyond one zlib context per direction. Every
 length read from the wire is checked before it is used; bad input raises `ProtocolError`.
+Tests: tests/vnode/kubelet/test_spdy_session.py.
 """
 
 from __future__ import annotations

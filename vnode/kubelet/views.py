@@ -3,6 +3,7 @@
 Called by `app.KubeletApp` for `type: http`. containerLogs streams the provider's bytes
 chunk by chunk (Twisted flushes each write); every provider call runs off the reactor.
 Errors before the response starts go through `problems.problem_from`, the one mapping.
+Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Routed by `app.KubeletApp` for websocket upgrades on the kubelet listener. Subpr
 v5 (binary, with the CLOSE signal `ff <channel>`), v4 and channel.k8s.io (binary), and
 their base64 text variants. Anything we cannot serve is refused before the handshake
 completes (403), so kubectl falls back to SPDY, where it gets a proper error.
+Tests: tests/vnode/kubelet/test_kubectl_e2e.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Parses arguments and calls `run_devcluster`; all behaviour lives in the `devcluster`
 package. For demos and tests only: it serves until SIGINT or SIGTERM, then exits 0.
+Tests: tests/devcluster/test_command.py.
 """
 
 from __future__ import annotations

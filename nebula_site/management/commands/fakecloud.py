@@ -2,6 +2,7 @@
 
 Parses arguments and calls `providers.fake.control.run_fakecloud`; nothing else lives here.
 Verbs and routes are documented in docs/providers/fake.md.
+Tests: tests/providers/fake/test_fake_http.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Parses arguments, builds providers from settings (plus `--providers-file`), star
 embedded cluster when asked (`--dev-cluster`), and calls the process wiring
 (`nebula_site.process`: the listeners, then `run`). SIGTERM or SIGINT stops intake, lets
 in-flight calls finish, releases the leader Lease, exits 0. Never wires pieces itself.
+Tests: tests/vnode/kubelet/test_runvnode_listeners.py.
 """
 
 from __future__ import annotations
