@@ -25,8 +25,8 @@ from kube import names, observe
 from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors
-from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult, Tier
-from providers.podspec import pod_spec_from_dict
+from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
+from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import status
 from vnode.blocklister import Blocklister
 from vnode.env import EnvError, MissingSource, resolve_env
@@ -119,7 +119,7 @@ class Provisioner:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
         return ProvisionRequest(
             claim=pod_claim(pod),
-            capacity_type=Tier.parse(annotations.get(names.CAPACITY_TYPE_ANNOTATION)),
+            capacity_type=requested_tier(pod),
             region=annotations.get(names.REGION_ANNOTATION) or None,
             env=env.values,
         )

@@ -14,7 +14,7 @@ from placement.controller import blocklist_lookup
 from placement.optimizer import ProviderView, decide
 from placement.pools import NodePool, PoolProvider
 from placement.request import WorkloadRequest, workload_request
-from providers import errors
+from providers import errors, podspec
 from providers.base import BlockBreadth, Offering, Tier
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict, requested_tier
@@ -75,3 +75,10 @@ def test_placement_the_provider_and_the_blocklist_read_one_pod_alike() -> None:
     assert lookup(before.chosen) == NOW + 60.0  # the provider's scope is the entry placement finds
     after = decide(pool, request, views, lookup, now=NOW)
     assert after.chosen is None and after.retry_at == NOW + 60.0
+
+
+def test_the_pod_reader_spells_the_names_it_reads_as_kube_names_does() -> None:
+    """providers may not import kube (an import contract), so podspec keeps its own spelling of
+    the keys it reads; they must be the very keys every other writer and reader uses."""
+    assert podspec.ACCELERATOR_LABEL == names.ACCELERATOR_LABEL
+    assert podspec.CAPACITY_TYPE_ANNOTATION == names.CAPACITY_TYPE_ANNOTATION
