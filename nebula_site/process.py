@@ -28,6 +28,7 @@ from kube.worker import describe
 from placement.blocklist import Blocklist
 from placement.wiring import Placement, start_placement
 from providers.base import Provider
+from vnode import podcontroller
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.runner import Runner
@@ -139,6 +140,14 @@ class Leading:
         return busy
 
 
+def watch_pool_size(providers: int) -> int:
+    """Connections for the client every watch shares: each virtual node's Pod watch and its
+    Secret/ConfigMap watches (at most MAX_SOURCE_WATCHES), placement's two, and a margin.
+    A smaller pool still works (urllib3 opens more) but drops and re-opens a connection per
+    overflowing watch, with a warning each time."""
+    return 8 + providers * (1 + podcontroller.MAX_SOURCE_WATCHES)
+
+
 def run(
     providers: Mapping[str, Provider],
     *,
@@ -168,7 +177,7 @@ def run(
     console_observer.install()
     try:
         kube = Kube(load_api_client(kubeconfig))
-        watch_kube = Kube(load_api_client(kubeconfig))
+        watch_kube = Kube(load_api_client(kubeconfig, pool_size=watch_pool_size(len(providers))))
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         elector = LeaderElector(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
         if leader_election and not elector.acquire(stop):

@@ -28,10 +28,10 @@ class ClusterOptions:
     bookmark_interval: float = 1.0
 
 
-def kube_for(cluster: DevCluster, *, user_agent: str = USER_AGENT) -> Kube:
+def kube_for(cluster: DevCluster, *, user_agent: str = USER_AGENT, pool_size: int = 32) -> Kube:
     """A fresh client on `cluster`'s kubeconfig (its own connection pool)."""
     assert cluster.kubeconfig_path is not None
-    return Kube(load_api_client(cluster.kubeconfig_path, user_agent=user_agent))
+    return Kube(load_api_client(cluster.kubeconfig_path, user_agent=user_agent, pool_size=pool_size))
 
 
 @pytest.fixture

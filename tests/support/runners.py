@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster import DevCluster
+from nebula_site.process import watch_pool_size
 from providers.base import Provider
 from tests.support.fixtures import kube_for
 from vnode.runner import Runner
@@ -26,4 +27,9 @@ RUNNER_OPTIONS: dict[str, Any] = {
 def make_runner(cluster: DevCluster, provider: Provider, **overrides: Any) -> Runner:
     """A Runner for `provider` with clients of its own on `cluster`; `overrides` replace the
     test defaults in RUNNER_OPTIONS or add any other Runner option (e.g. `blocklister`)."""
-    return Runner(provider, kube=kube_for(cluster), watch_kube=kube_for(cluster), **{**RUNNER_OPTIONS, **overrides})
+    return Runner(
+        provider,
+        kube=kube_for(cluster),
+        watch_kube=kube_for(cluster, pool_size=watch_pool_size(1)),
+        **{**RUNNER_OPTIONS, **overrides},
+    )
