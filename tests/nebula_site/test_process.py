@@ -5,10 +5,7 @@ and gives the Lease up."""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +13,10 @@ import pytest
 from console import observer as console_observer
 from console import runtime
 from devcluster import DevCluster
-from kube.client import Kube, load_api_client, path_for
+from kube.client import Kube, path_for
 from nebula_site import process
 from providers.fake import FakeProvider
+from tests.support.polling import wait_for
 from vnode.kubelet.resolve import HandlerRegistry
 
 
@@ -56,24 +54,8 @@ def test_stop_in_order_shares_one_grace_and_names_what_is_left(takes: list[float
     assert clock.now - 100.0 <= 10.0
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[DevCluster]:
-    with DevCluster(kubeconfig_path=str(tmp_path / "kubeconfig"), scheduler_interval=0.05) as running:
-        yield running
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout}s")
-        time.sleep(0.05)
-    return value
-
-
-def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, cluster: DevCluster) -> None:
+def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, cluster: DevCluster, kube: Kube) -> None:
     assert cluster.kubeconfig_path is not None
-    kube = Kube(load_api_client(cluster.kubeconfig_path))
     provider = FakeProvider("wired", {"cloud": f"process-{uuid.uuid4().hex[:8]}"})
     registry = HandlerRegistry()
     stop = threading.Event()
