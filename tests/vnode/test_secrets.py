@@ -31,6 +31,16 @@ def handler_for(kube: Kube, cloud_name: str) -> tuple[Handler, FakeProvider]:
     return Handler(provider, kube=kube, events=EventRecorder(kube, component="test")), provider
 
 
+def secret_and_handler(
+    kube: Kube, cloud_name: str, caplog: pytest.LogCaptureFixture, *, key: str
+) -> tuple[Handler, FakeProvider]:
+    """The Secret `creds` holding VALUE under `key`, every log record captured, and a Handler."""
+    caplog.set_level(logging.DEBUG)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {key: VALUE}}
+    kube.create(path_for("secrets", namespace="default"), secret)
+    return handler_for(kube, cloud_name)
+
+
 def everything_written(kube: Kube, name: str, caplog: pytest.LogCaptureFixture) -> str:
     """The log records, the Pod's Events and the Pod's metadata, as one text."""
     events, _ = kube.list(path_for("events", namespace="default"), fieldSelector=f"involvedObject.name={name}")
@@ -48,12 +58,7 @@ def everything_written(kube: Kube, name: str, caplog: pytest.LogCaptureFixture) 
 def test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret(
     kube: Kube, cloud_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)
-    kube.create(
-        path_for("secrets", namespace="default"),
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"token": VALUE}},
-    )
-    handler, provider = handler_for(kube, cloud_name)
+    handler, provider = secret_and_handler(kube, cloud_name, caplog, key="token")
     pod = kube.create(path_for("pods", namespace="default"), make_pod("keeper", "gpu", container={"env": secret_env()}))
     handler.create_pod(pod)
     handler.flush("default/keeper", pod)
@@ -68,12 +73,7 @@ def test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secre
 def test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value(
     kube: Kube, cloud_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)
-    kube.create(
-        path_for("secrets", namespace="default"),
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"other": VALUE}},
-    )
-    handler, provider = handler_for(kube, cloud_name)
+    handler, provider = secret_and_handler(kube, cloud_name, caplog, key="other")
     pod = kube.create(
         path_for("pods", namespace="default"), make_pod("lacking", "gpu", container={"env": secret_env()})
     )
@@ -88,12 +88,7 @@ def test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value(
 def test_I4_a_provider_outage_during_provision_leaks_no_env_value(
     kube: Kube, cloud_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG)
-    kube.create(
-        path_for("secrets", namespace="default"),
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"}, "stringData": {"token": VALUE}},
-    )
-    handler, provider = handler_for(kube, cloud_name)
+    handler, provider = secret_and_handler(kube, cloud_name, caplog, key="token")
     provider.cloud.outage()
     pod = kube.create(path_for("pods", namespace="default"), make_pod("outage", "gpu", container={"env": secret_env()}))
     with pytest.raises(Retry) as raised:
