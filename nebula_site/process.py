@@ -29,6 +29,7 @@ from placement.blocklist import Blocklist
 from placement.wiring import Placement, start_placement
 from providers.base import Provider
 from vnode import podcontroller
+from vnode.blocklister import Blocklister
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.runner import Runner
@@ -103,6 +104,9 @@ class Leading:
 
     def start(self, kube: Kube, watch_kube: Kube) -> None:
         """Runners first (the nodes appear), then what serves and reads their Handlers."""
+        # The one place the two siblings meet: placement's Blocklist is what the vnode reports
+        # refusals to, by structure alone (vnode never imports placement); mypy checks it here.
+        blocklister: Blocklister = self.blocklist
         self.runners = [
             Runner(
                 provider,
@@ -112,7 +116,7 @@ class Leading:
                 kubelet_port=self.kubelet_port,
                 poll_interval=self.poll_interval,
                 lease_renew_interval=self.lease_renew_interval,
-                blocklister=self.blocklist,
+                blocklister=blocklister,
             )
             for provider in self.providers.values()
         ]
