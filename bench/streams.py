@@ -26,11 +26,10 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "vnode" / "kubelet")]
+sys.path[:0] = [str(ROOT)]
 
 import websocket  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
-from spdyclient import SpdyClient  # noqa: E402
 
 from kube.client import Kube  # noqa: E402
 from kube.events import EventRecorder  # noqa: E402
@@ -38,6 +37,7 @@ from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # no
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from providers.local import LocalProvider, folder  # noqa: E402
+from tests.support.spdyclient import SpdyClient  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
 from vnode.kubelet.resolve import HandlerRegistry  # noqa: E402
