@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import http.client
+import ipaddress
 import socket
 import socketserver
 import ssl
@@ -21,19 +22,20 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from devcluster import tls
 
 
-def self_signed_server_context(directory: Path, common_name: str) -> ssl.SSLContext:
-    """A TLS server context on a fresh self-signed EC certificate (valid for a day), its PEM
-    files written to `directory` as cert.pem and key.pem."""
-    key = ec.generate_private_key(ec.SECP256R1())
+def self_signed_certificate(
+    key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey, common_name: str, *, ip: str | None = None, ca: bool = False
+) -> x509.Certificate:
+    """A certificate for `key` signed by itself, valid for a day; `ip` adds an IP address SAN,
+    `ca` marks it a CA (as a caBundle's single certificate is)."""
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     now = datetime.datetime.now(datetime.UTC)
-    cert = (
+    builder = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -41,8 +43,21 @@ def self_signed_server_context(directory: Path, common_name: str) -> ssl.SSLCont
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
     )
+    if ip is not None:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(ip))]), critical=False
+        )
+    if ca:
+        builder = builder.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+    return builder.sign(key, hashes.SHA256())
+
+
+def self_signed_server_context(directory: Path, common_name: str) -> ssl.SSLContext:
+    """A TLS server context on a fresh self-signed EC certificate (valid for a day), its PEM
+    files written to `directory` as cert.pem and key.pem."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = self_signed_certificate(key, common_name)
     (directory / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     (directory / "key.pem").write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())

@@ -31,7 +31,7 @@ from providers.base import (
 from providers.fake import FakeProvider
 from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
-from tests.support.tls import https_get, kubelet_connection
+from tests.support.tls import https_get, kubelet_connection, self_signed_certificate
 from vnode.handler import Handler
 from vnode.kubelet import certs
 from vnode.kubelet.resolve import HandlerRegistry
@@ -224,29 +224,11 @@ def test_a_bad_client_ca_bundle_fails_at_start(tmp_path: Path) -> None:
 
 def _rsa_pair(tmp_path: Path, host: str) -> tuple[Path, Path]:
     """A self-signed RSA serving certificate as cert-manager would mount it (tls.crt, tls.key)."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "nebula-console.nebula-system.svc")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host))]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    cert = self_signed_certificate(key, "nebula-console.nebula-system.svc", ip=host, ca=True)
     cert_path, key_path = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_path.write_bytes(
