@@ -100,9 +100,6 @@ class Handler:
     def tracked(self, key: str) -> Tracked | None:
         return self._tracked.get(key)
 
-    def tracked_claims(self) -> set[ClaimName]:
-        return self._tracked.claims()
-
     def tracked_entries(self) -> list[Tracked]:
         """Every tracked Pod's record, for readers (the console's mirror); never mutate them."""
         return self._tracked.entries()
