@@ -4,6 +4,7 @@ nebula.E001 unknown provider alias      nebula.E005 malformed provider entry
 nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
 nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
+nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
 Tests: tests/nebula_site/test_settings_checks.py.
 """
 
@@ -18,6 +19,7 @@ from django.core.checks import CheckMessage, Error, register
 
 from nebula_site.config import parse_address
 from providers import registry
+from providers.owner import Owner
 
 
 @register("nebula")
@@ -59,6 +61,17 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if outage is not None and (isinstance(outage, bool) or not isinstance(outage, int) or outage < 0):
         message = f"NEBULA['OUTAGE_TOLERATION_SECONDS']={outage!r} must be None or whole seconds >= 0"
         errors.append(Error(message, id="nebula.E008"))
+    cluster = conf.get("CLUSTER_NAME", "")
+    if cluster:
+        try:
+            Owner(str(cluster), "check")
+        except ValueError as exc:
+            errors.append(Error(f"NEBULA['CLUSTER_NAME']: {exc}", id="nebula.E009"))
+    backoff = [conf.get(f"RESTART_BACKOFF_{k}") for k in ("INITIAL", "MAX", "RESET")]
+    seconds = [float(v) for v in backoff if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    if len(seconds) != 3 or seconds[0] > seconds[1]:
+        message = f"NEBULA['RESTART_BACKOFF_INITIAL', '_MAX', '_RESET']={backoff!r}: positive seconds, INITIAL <= MAX"
+        errors.append(Error(message, id="nebula.E010"))
     return errors
 
 

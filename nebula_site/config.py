@@ -34,6 +34,13 @@ DEFAULTS: dict[str, Any] = {
     "CONSOLE_ADDR": "127.0.0.1:8000",
     # The address the virtual nodes publish; empty means $POD_IP, else logs/exec unsupported.
     "NODE_IP": "",
+    # Who owns this manager's instances (a DNS label); empty: the kube-system Namespace's UID.
+    "CLUSTER_NAME": "",
+    # A crashed container's restart back-off, as the kubelet's: the first restart is at once,
+    # then INITIAL seconds, doubling to MAX; reset once a run lasted RESET seconds.
+    "RESTART_BACKOFF_INITIAL": 10.0,
+    "RESTART_BACKOFF_MAX": 300.0,
+    "RESTART_BACKOFF_RESET": 600.0,
     # Seconds between provider.list() calls when the provider does not say otherwise.
     "POLL_INTERVAL": 15.0,
     # "text" or "json".

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from console import observer as console_observer
 from console import runtime
 from console.mirror import Mirror
-from kube.client import Kube, load_api_client
+from kube.client import Kube, KubeError, load_api_client, path_for
 from kube.leader import LeaderElector
 from kube.worker import describe
 from placement.blocklist import Blocklist
@@ -42,6 +42,29 @@ LEADER_LEASE = "nebula-manager"
 SHUTDOWN_GRACE = 20.0
 
 Stopper = Callable[[float], list[threading.Thread]]
+ProviderFactory = Callable[[str], Mapping[str, Provider]]  # cluster identity -> providers by alias
+IDENTITY_RETRY = 2.0  # seconds between reads of the kube-system Namespace while the API does not answer
+
+
+def cluster_identity(
+    kube: Kube, configured: str | None, stop: threading.Event, *, retry: float = IDENTITY_RETRY
+) -> str | None:
+    """Who this cluster is, for instance ownership: `configured` (`--cluster-name`,
+    `NEBULA['CLUSTER_NAME']`), else the UID of the `kube-system` Namespace, which is stable
+    for the cluster's life and differs between clusters. Waits for the API server (None if
+    `stop` comes first): guessing would let this manager see another cluster's instances."""
+    if configured:
+        return configured
+    while not stop.is_set():
+        try:
+            uid = str(kube.get(path_for("namespaces", name="kube-system"))["metadata"]["uid"])
+        except (KubeError, KeyError, TypeError) as exc:
+            logger.warning("cannot read the kube-system Namespace for the cluster identity (retrying): %s", exc)
+        else:
+            if uid:
+                return uid
+        stop.wait(retry)
+    return None
 
 
 def start_listeners(
@@ -153,8 +176,10 @@ def watch_pool_size(providers: int) -> int:
 
 
 def run(
-    providers: Mapping[str, Provider],
+    build_providers: ProviderFactory,
     *,
+    aliases: Sequence[str],
+    cluster_name: str | None,
     registry: HandlerRegistry,
     kubeconfig: str | None,
     node_ip: str | None,
@@ -171,7 +196,9 @@ def run(
 
     1. install the console's observer (metrics and the dashboard's Events see the loops);
     2. wait for the leader Lease (unless `leader_election` is off); a stop while waiting ends here;
-    3. as leader, start `Leading` (Runners, registry, placement, runtime, mirror);
+    3. as leader, learn the cluster identity (`cluster_identity`) and build the providers
+       owned by it (`build_providers`), then start `Leading` (Runners, registry, placement,
+       runtime, mirror);
     4. keep the Lease (or wait for `stop`);
     5. stop within `shutdown_grace` seconds in all (`stop_in_order`): work still in flight then
        is abandoned and named in the log; a provider call cut short is redone safely by the
@@ -181,13 +208,18 @@ def run(
     console_observer.install()
     try:
         kube = Kube(load_api_client(kubeconfig))
-        watch_kube = Kube(load_api_client(kubeconfig, pool_size=watch_pool_size(len(providers))))
+        watch_kube = Kube(load_api_client(kubeconfig, pool_size=watch_pool_size(len(aliases))))
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         elector = LeaderElector(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
         if leader_election and not elector.acquire(stop):
             return True
+        cluster = cluster_identity(kube, cluster_name, stop)
+        if cluster is None:
+            elector.release()
+            return True
+        logger.info("cluster identity %s: only instances owned by it are listed, adopted or swept", cluster)
         leading = Leading(
-            providers,
+            build_providers(cluster),
             registry,
             Blocklist(),
             node_ip=node_ip,

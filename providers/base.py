@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import NewType, Protocol, runtime_checkable
 
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
+from providers.owner import Owner
 
 InstanceId = NewType("InstanceId", str)
 ClaimName = NewType("ClaimName", str)
@@ -48,6 +49,11 @@ class InstanceState(str, enum.Enum):
     FAILED = "failed"  # the workload exited non-zero, or the instance broke
     TERMINATING = "terminating"  # terminate was asked; not gone yet
     TERMINATED = "terminated"  # gone, by request or by the provider (e.g. spot reclaim)
+
+
+# SUCCEEDED and FAILED: the workload ended, and the instance is still there (its output can
+# be read; `restart` may run the workload again; on a provider whose
+# `Capabilities.bills_after_exit` it still costs money until `terminate`).
 
 
 TERMINAL_STATES = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
@@ -137,7 +143,16 @@ class ResourceUsage:
 
 @dataclass(frozen=True)
 class Instance:
-    """Facts about one instance, as the provider last saw it."""
+    """Facts about one instance, as the provider last saw it.
+
+    For SUCCEEDED and FAILED, `exit_code` is the workload's exit code (None only when the
+    provider could not learn it: then FAILED, with `message` saying why), `finished_at` when
+    it ended and `exit_reason` the kubelet's word for it (`Completed`, `Error`, `OOMKilled`,
+    ...; empty: the vnode derives it from the code). `started_at` is when the current run
+    began. `runs` counts the workload's starts in this instance (1 + in-place restarts), so
+    a list read before a `restart` is told from one read after it. `preempted`: the provider
+    took the capacity back (a spot reclaim); the vnode says so in a `Preempted` Event.
+    """
 
     id: InstanceId
     claim: ClaimName
@@ -151,6 +166,9 @@ class Instance:
     region: str | None = None
     capacity_type: Tier | None = None
     usage: ResourceUsage | None = None
+    exit_reason: str = ""
+    runs: int = 1
+    preempted: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,6 +182,17 @@ class Capabilities:
     capacity: Mapping[str, str] = field(default_factory=dict)  # node capacity, e.g. {"cpu": "64"}
     pulls_images: bool = True  # False: the container image is not used (say so to the user)
     log_timestamps: bool = False  # True: log lines are stamped at the source (timestamps, since*)
+    # True: the provider implements `Restarter` (the workload runs again in the same instance,
+    # the last run's output kept for `--previous`). False: the vnode replaces the instance.
+    restarts_in_place: bool = False
+    # True: an instance whose workload ended (SUCCEEDED/FAILED) still costs money until
+    # terminated (a VM), so the vnode terminates it when the Pod turns terminal. False:
+    # nothing runs or bills once the workload ends (local processes); the instance and its
+    # output stay until the Pod is deleted.
+    bills_after_exit: bool = True
+    # True: after `terminate`, the output stays readable (`logs`) and the instance is listed
+    # as TERMINATED for a while; False: terminate discards the output.
+    keeps_output_after_terminate: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,27 +251,37 @@ class Provider(Protocol):
         """Pure: poll interval, tiers, regions, node capacity, flags."""
         ...
 
+    @property
+    def owner(self) -> Owner:
+        """Whose instances this provider sees (constructor keyword `owner`; default
+        `Owner.standalone(name)`). Every instance it creates carries `owner.key`."""
+        ...
+
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
         """Start one instance for `request.claim`.
 
-        Idempotent on the claim (I1): if an instance with this claim exists, return it
-        (credential None) instead of creating another. Raises `Refused` subclasses for a
-        refusal, `Unavailable` when it could not ask (the caller retries and adopts),
-        `InvalidRequest` when this Pod can never run here.
+        Idempotent on the claim (I1): if an instance of this owner with this claim exists
+        and is neither TERMINATING nor TERMINATED, return it (credential None) instead of
+        creating another. Raises `Refused` subclasses for a refusal, `Unavailable` when it
+        could not ask (the caller retries and adopts), `InvalidRequest` / `NotSupported`
+        when this Pod can never run here (the message names the field).
         """
         ...
 
     def terminate(self, instance_id: InstanceId) -> None:
-        """Ask the instance to go. Idempotent: an already-gone instance is success."""
+        """Ask the instance to go: the workload stops and the compute is released.
+        Idempotent: an already-gone or already-terminating instance is success. Another
+        owner's instance is never touched (its id is taken as gone)."""
         ...
 
     def get(self, instance_id: InstanceId) -> Instance | None:
-        """The instance's facts; None means the provider says it is gone.
-        `Unavailable` means we could not ask, which is NOT gone (I3)."""
+        """The instance's facts; None means the provider says it is gone (or it is not
+        this owner's). `Unavailable` means we could not ask, which is NOT gone (I3)."""
         ...
 
     def list(self) -> list[Instance]:
-        """Every instance Nebula owns here, in as few calls as possible.
+        """Every instance this owner has here (SUCCEEDED/FAILED ones included, TERMINATED
+        ones where the provider still knows them), in as few calls as possible.
         Raises `Unavailable` rather than return a partial list."""
         ...
 
@@ -330,6 +369,17 @@ def default_block_scope(
     if isinstance(err, QuotaExceeded):
         return BlockScope(provider, BlockBreadth.TIER, tier=tier, reason=reason)
     return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)
+
+
+@runtime_checkable
+class Restarter(Protocol):
+    def restart(self, instance_id: InstanceId) -> None:
+        """Run the workload again from its start in the same instance, after it ended
+        (SUCCEEDED or FAILED). The run that ended keeps its output for
+        `LogOptions(previous=True)`; `Instance.runs` grows by one before this returns, so
+        the next `get`/`list` shows the new run. Raises NotFound (gone), NotSupported,
+        Unavailable; InvalidRequest if the workload has not ended."""
+        ...
 
 
 @runtime_checkable

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 from providers.base import Provider
+from providers.owner import Owner
 
 
 class ConfigurationError(Exception):
@@ -49,21 +50,26 @@ def validate_entry(alias: str, entry: Any) -> type:
     return import_backend(str(entry["BACKEND"]))
 
 
-def build_provider(alias: str, entry: Mapping[str, Any]) -> Provider:
-    """One provider named `alias` (the node becomes `nebula-<alias>`)."""
+def build_provider(alias: str, entry: Mapping[str, Any], *, cluster: str) -> Provider:
+    """One provider named `alias` (the node becomes `nebula-<alias>`), owning only the
+    instances of `Owner(cluster, alias)`."""
     backend = validate_entry(alias, entry)
     try:
-        return cast(Provider, backend(alias, dict(entry.get("OPTIONS", {}))))
+        owner = Owner(cluster, alias)
+        return cast(Provider, backend(alias, dict(entry.get("OPTIONS", {})), owner=owner))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"provider {alias!r}: {exc}") from exc
 
 
-def build_providers(config: Mapping[str, Mapping[str, Any]], aliases: Iterable[str]) -> dict[str, Provider]:
-    """The providers for `aliases`, in order; ConfigurationError for an unknown alias."""
+def build_providers(
+    config: Mapping[str, Mapping[str, Any]], aliases: Iterable[str], *, cluster: str
+) -> dict[str, Provider]:
+    """The providers for `aliases`, in order, owned by `cluster`; ConfigurationError for an
+    unknown alias."""
     result: dict[str, Provider] = {}
     for alias in aliases:
         if alias not in config:
             known = ", ".join(sorted(config)) or "none"
             raise ConfigurationError(f"unknown provider alias {alias!r} (known: {known})")
-        result[alias] = build_provider(alias, config[alias])
+        result[alias] = build_provider(alias, config[alias], cluster=cluster)
     return result

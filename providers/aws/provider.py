@@ -44,6 +44,7 @@ from providers.base import (
     Tier,
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
+from providers.owner import Owner
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +56,9 @@ NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/
 class AwsProvider:
     """Runs each Pod's first container on its own EC2 instance. Options: see `options.AwsOptions`."""
 
-    def __init__(self, name: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
         self._name = name
+        self._owner = owner or Owner.standalone(name)
         self._options: AwsOptions = parse_options(options or {})
         self._ec2 = Ec2(self._options)
         self._operator = OperatorKey(self._options.ssh_key_file)
@@ -67,6 +69,10 @@ class AwsProvider:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def owner(self) -> Owner:
+        return self._owner
 
     @property
     def options(self) -> AwsOptions:

@@ -40,6 +40,7 @@ from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named
 from providers.fake.console import LogChunk, ScriptedLogStream
 from providers.fake.scenario import Scenario, load_scenario
+from providers.owner import Owner
 
 OPTIONS = frozenset({"cloud", "scenario", "url", "timeout"})
 
@@ -63,7 +64,8 @@ class FakeProvider:
     (use the HTTP service instead), `timeout` (seconds per HTTP call, default 10).
     """
 
-    def __init__(self, name: str, options: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
+        self._owner = owner or Owner.standalone(name)
         opts = dict(options or {})
         unknown = set(opts) - OPTIONS
         if unknown:
@@ -87,6 +89,10 @@ class FakeProvider:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def owner(self) -> Owner:
+        return self._owner
 
     @property
     def cloud(self) -> FakeCloud:

@@ -45,6 +45,7 @@ from providers.base import (
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
 from providers.local import attach, folder, launch, logs, proc, process, stamp, status
 from providers.local.options import LocalOptions, measure_capacity, parse_options
+from providers.owner import Owner
 
 REGION_TOKENS = frozenset({"local", "us", "eu", "ap", "any", "*"})  # all mean "this machine"
 IMAGE_NOTICE = "the local provider runs the container's command on the manager's machine; image {image!r} is not pulled"
@@ -114,8 +115,9 @@ class _Folder:
 class LocalProvider:
     """Runs each Pod's first container command as a supervised process group here."""
 
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any], *, owner: Owner | None = None) -> None:
         self._name = name
+        self._owner = owner or Owner.standalone(name)
         self._options: LocalOptions = parse_options(options)
         self._root = self._options.state_dir / "local"
         self._provision_lock = threading.Lock()
@@ -125,6 +127,10 @@ class LocalProvider:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def owner(self) -> Owner:
+        return self._owner
 
     @property
     def root(self) -> Path:

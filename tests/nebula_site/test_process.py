@@ -60,10 +60,13 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
     registry = HandlerRegistry()
     stop = threading.Event()
     result: list[bool] = []
+    seen: list[str] = []
     thread = threading.Thread(
         target=lambda: result.append(
             process.run(
-                {"wired": provider},
+                lambda cluster: seen.append(cluster) or {"wired": provider},
+                aliases=["wired"],
+                cluster_name=None,
                 registry=registry,
                 kubeconfig=cluster.kubeconfig_path,
                 node_ip="127.0.0.1",
@@ -78,6 +81,8 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
     try:
         current = wait_for(lambda: runtime.current() if runtime.current().handlers else None)
         assert [h.node_name for h in current.handlers] == ["nebula-wired"]
+        # Unnamed, the cluster is the kube-system Namespace's UID: stable, and unlike another cluster's.
+        assert seen == [kube.get(path_for("namespaces", name="kube-system"))["metadata"]["uid"]]
         assert current.placement is not None and current.blocklist is current.placement.blocklist
         assert registry.handlers() == list(current.handlers)
         assert console_observer.installed() is not None

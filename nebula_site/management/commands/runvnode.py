@@ -26,10 +26,12 @@ from nebula_site import demo, process
 from nebula_site.config import parse_address
 from nebula_site.signals import stop_on_signals
 from providers import registry
+from providers.owner import STANDALONE_CLUSTER
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
 NODEPOOL_CRD = Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
 CONSOLE_CA = ".nebula/console-ca.pem"
+DEV_CLUSTER_NAME = "dev-cluster"  # --dev-cluster's owner name: a fresh embedded store keeps its instances
 DEV_KUBELET_ADDR = "127.0.0.1:0"  # --dev-cluster without --kubelet-addr: loopback, any free port
 
 
@@ -127,6 +129,12 @@ class Command(BaseCommand):
         parser.add_argument("--console-cert", metavar="PATH", help="PEM certificate for the console (implies TLS)")
         parser.add_argument("--console-key", metavar="PATH", help="PEM private key of --console-cert")
         parser.add_argument("--node-ip", default=None, help="address the nodes publish; default $POD_IP")
+        parser.add_argument(
+            "--cluster-name",
+            default=None,
+            help="who owns this manager's instances (a DNS label); default NEBULA['CLUSTER_NAME'], "
+            "else the kube-system Namespace's UID",
+        )
         parser.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "default"), help="leader Lease")
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
         parser.add_argument("--no-leader-election", action="store_true", help="run controllers without a Lease")
@@ -144,8 +152,14 @@ class Command(BaseCommand):
         if options["providers_file"]:
             config.update(load_providers_file(options["providers_file"]))
         aliases = options["provider"] or list(settings.NEBULA["ENABLED_PROVIDERS"])
+        entries = {a: provider_options(a, e) for a, e in config.items()}
+        cluster_name = options["cluster_name"] or settings.NEBULA.get("CLUSTER_NAME") or None
+        if cluster_name is None and options["dev_cluster"]:
+            cluster_name = DEV_CLUSTER_NAME  # the embedded cluster's Namespace UIDs change with its store
         try:
-            providers = registry.build_providers({a: provider_options(a, e) for a, e in config.items()}, aliases)
+            # Built once now only to report a bad entry before anything starts; the providers
+            # that run are built by `process.run` once the cluster identity is known.
+            providers = registry.build_providers(entries, aliases, cluster=cluster_name or STANDALONE_CLUSTER)
         except registry.ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         if options["poll_interval"] is not None and options["poll_interval"] <= 0:
@@ -179,7 +193,9 @@ class Command(BaseCommand):
                     logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
                     return
                 kept = process.run(
-                    providers,
+                    lambda cluster: registry.build_providers(entries, list(providers), cluster=cluster),
+                    aliases=list(providers),
+                    cluster_name=cluster_name,
                     registry=listeners.registry,
                     kubeconfig=kubeconfig,
                     node_ip=node_ip,

@@ -90,10 +90,10 @@ def test_bad_options_fail_at_construction(options: dict[str, object]) -> None:
 
 def test_the_registry_builds_it_from_settings_and_reports_bad_options() -> None:
     entry = {"BACKEND": "providers.fake.FakeProvider", "OPTIONS": {"cloud": f"reg-{uuid.uuid4().hex}"}}
-    provider = build_provider("fake", entry)
+    provider = build_provider("fake", entry, cluster="c1")
     assert provider.name == "fake"
     with pytest.raises(ConfigurationError):
-        build_provider("fake", {"BACKEND": "providers.fake.FakeProvider", "OPTIONS": {"nope": True}})
+        build_provider("fake", {"BACKEND": "providers.fake.FakeProvider", "OPTIONS": {"nope": True}}, cluster="c1")
 
 
 def test_refusals_classify_with_the_default_block_scope() -> None:
