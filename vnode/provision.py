@@ -87,8 +87,10 @@ class Provisioner:
             outcome("unavailable")
             self._events.pod(pod, "Warning", names.EVENT_PROVISION_RETRYING, f"provider unreachable: {exc}")
             raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
-        except errors.Refused as exc:
-            outcome("refused")
+        except (errors.Refused, errors.InvalidRequest, errors.NotSupported) as exc:
+            # Asked, and the answer was no: retrying cannot help. The candidate is blocked for
+            # this workload's shape, so placement's replacement Pod goes elsewhere.
+            outcome("refused" if isinstance(exc, errors.Refused) else "invalid")
             scope = self._provider.classify_provision_error(
                 exc, accelerator=spec.accelerator, tier=request.capacity_type, region=request.region
             )
@@ -96,7 +98,7 @@ class Provisioner:
                 pool = ((pod.get("metadata") or {}).get("labels") or {}).get(names.POOL_LABEL)
                 self._blocklister.record(self._provider.name, scope, pool=pool)
             return self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
-        except (errors.InvalidRequest, errors.NotSupported, errors.NotFound) as exc:
+        except errors.NotFound as exc:
             outcome("invalid")
             return self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
         except errors.ProviderError as exc:
