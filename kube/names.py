@@ -36,6 +36,7 @@ REASON_TERMINATED = "Terminated"
 REASON_INSTANCE_LOST = "InstanceLost"
 REASON_PROVISION_FAILED = "ProvisionFailed"
 REASON_CONFIG_ERROR = "ConfigError"
+REASON_CRASH_LOOP = "CrashLoopBackOff"  # a container's waiting reason during its restart back-off
 
 # Event reasons.
 EVENT_PROVISIONED = "Provisioned"
@@ -48,6 +49,13 @@ EVENT_ORPHAN_TERMINATED = "OrphanTerminated"
 EVENT_PROVIDER_UNREACHABLE = "ProviderUnreachable"
 EVENT_STILL_RETRYING = "StillRetrying"
 EVENT_CONFIG_ERROR = "ConfigError"
+# The kubelet's own words for a container's life, on each Pod (kubectl describe pod).
+EVENT_PROVISIONING = "Provisioning"
+EVENT_STARTED = "Started"
+EVENT_KILLING = "Killing"
+EVENT_BACKOFF = "BackOff"
+EVENT_PREEMPTED = "Preempted"
+EVENT_RESTARTING = "Restarting"  # a restart by a new instance (the provider cannot restart in place)
 
 # Node condition saying whether the provider answers.
 CONDITION_PROVIDER_REACHABLE = "ProviderReachable"

@@ -33,6 +33,7 @@ from vnode.blocklister import Blocklister
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.runner import Runner
+from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class Leading:
     kubelet_port: int
     poll_interval: float | None
     lease_renew_interval: float
+    backoff: BackoffPolicy = DEFAULT_BACKOFF
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -140,6 +142,7 @@ class Leading:
                 poll_interval=self.poll_interval,
                 lease_renew_interval=self.lease_renew_interval,
                 blocklister=blocklister,
+                backoff=self.backoff,
             )
             for provider in self.providers.values()
         ]
@@ -190,6 +193,7 @@ def run(
     leader_election: bool = True,
     lease_renew_interval: float = 10.0,
     shutdown_grace: float = SHUTDOWN_GRACE,
+    backoff: BackoffPolicy = DEFAULT_BACKOFF,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
@@ -226,6 +230,7 @@ def run(
             kubelet_port=kubelet_port,
             poll_interval=poll_interval,
             lease_renew_interval=lease_renew_interval,
+            backoff=backoff,
         )
         leading.start(kube, watch_kube)
         kept = True

@@ -20,7 +20,8 @@ class Action(enum.Enum):
     TERMINATE_TOMBSTONE = "terminate the instance of a deleted Pod known only by its last state"
     TERMINATE_THEN_DELETE = "terminate, then delete the Pod object once the instance is gone"
     CREATE_OR_ADOPT = "look the claim up; adopt the instance or provision one"
-    UPDATE = "refresh the tracked Pod and write pending metadata and status"
+    ADOPT_FINISHED = "look a finished Pod's claim up: track its instance (logs), terminate it if it bills"
+    UPDATE = "refresh the tracked Pod, carry out its due step (restart, replace, release), write what changed"
 
 
 @dataclass(frozen=True)
@@ -60,5 +61,5 @@ def decide(
         why = "a new Pod took the name: the old one's instance goes first"
         return Decision(Action.TERMINATE_GONE, why, uid=tracked.uid, successor=True)
     if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-        return Decision(Action.NOTHING, "terminal Pods are never provisioned again")
+        return Decision(Action.ADOPT_FINISHED, "terminal Pods are never provisioned again", pod=pod)
     return Decision(Action.CREATE_OR_ADOPT, "an untracked live Pod", pod=pod)

@@ -18,15 +18,29 @@ from typing import Any
 from kube import names
 from kube.client import Kube
 from kube.events import EventRecorder
-from providers.base import Capabilities, ClaimName, Instance, InstanceId, LogOptions, LogStream, Process, Provider
+from kube.worker import Retry
+from providers import errors
+from providers.base import (
+    Capabilities,
+    ClaimName,
+    Instance,
+    InstanceId,
+    LogOptions,
+    LogStream,
+    Process,
+    Provider,
+    Restarter,
+)
 from vnode.blocklister import Blocklister
 from vnode.inventory import Inventory
+from vnode.lifecycle import Lifecycle
 from vnode.podwriter import PodWriter
 from vnode.provision import Provisioner
+from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.serving import Serving
 from vnode.statussync import StatusSync
 from vnode.teardown import OrphanSweep, Teardown
-from vnode.tracking import Lookup, Tracked, TrackedMap, pod_key
+from vnode.tracking import Lookup, Rules, Tracked, TrackedMap, pod_key
 
 JsonDict = dict[str, Any]
 
@@ -42,6 +56,7 @@ class Handler:
         events: EventRecorder,
         blocklister: Blocklister | None = None,
         poll_interval: float | None = None,
+        backoff: BackoffPolicy = DEFAULT_BACKOFF,
         snapshot_ttl: float = 2.0,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -49,33 +64,55 @@ class Handler:
         self.provider = provider
         self.writer = PodWriter(kube, events)
         self._poll_interval = poll_interval
+        self._backoff = backoff
         self._monotonic = monotonic
         self._now = now
         self._capabilities: Capabilities | None = None
+        self._rules: Rules | None = None
         self._tracked = TrackedMap()
-        self.inventory = Inventory(provider, snapshot_ttl=snapshot_ttl, monotonic=monotonic)
+        self.inventory = Inventory(
+            provider, snapshot_ttl=snapshot_ttl, failure_ttl=lambda: self.poll_interval, monotonic=monotonic
+        )
         self.provisioner = Provisioner(
             provider,
             tracked=self._tracked,
             writer=self.writer,
             events=events,
             capabilities=self.capabilities,
+            rules=self.rules,
             blocklister=blocklister,
             monotonic=monotonic,
             now=now,
         )
+        self.sweep = OrphanSweep(provider, events=events)
         self.status_sync = StatusSync(
             provider,
             tracked=self._tracked,
             inventory=self.inventory,
             writer=self.writer,
-            sweep=OrphanSweep(provider, events=events),
+            sweep=self.sweep,
             capabilities=self.capabilities,
+            rules=self.rules,
             monotonic=monotonic,
             now=now,
         )
         self.teardown = Teardown(
-            provider, tracked=self._tracked, inventory=self.inventory, monotonic=monotonic, now=now
+            provider,
+            tracked=self._tracked,
+            inventory=self.inventory,
+            events=events,
+            recheck_cap=lambda: self.poll_interval,
+            monotonic=monotonic,
+            now=now,
+        )
+        self.lifecycle = Lifecycle(
+            provider,
+            provisioner=self.provisioner,
+            teardown=self.teardown,
+            rules=self.rules,
+            recheck_cap=lambda: self.poll_interval,
+            monotonic=monotonic,
+            now=now,
         )
         self.serving = Serving(provider, tracked=self._tracked, now=now)
 
@@ -92,6 +129,14 @@ class Handler:
     @property
     def poll_interval(self) -> float:
         return self._poll_interval or self.capabilities().poll_interval
+
+    def rules(self) -> Rules:
+        """What runs mean on this provider: restarts in place? does a finished instance bill?"""
+        if self._rules is None:
+            caps = self.capabilities()
+            in_place = caps.restarts_in_place and isinstance(self.provider, Restarter)
+            self._rules = Rules(in_place=in_place, bills=caps.bills_after_exit, backoff=self._backoff)
+        return self._rules
 
     # -- the tracked map and the last list (readers: controllers, kubelet API, console) ----
     def tracks(self, namespace: str, name: str) -> bool:
@@ -139,7 +184,30 @@ class Handler:
 
     def adopt(self, pod: JsonDict, instance: Instance) -> None:
         """Track an instance found again after a restart (no provider call)."""
-        self._tracked.adopt(pod, instance, at=self._monotonic(), now=self._now())
+        self._tracked.adopt(pod, instance, at=self._monotonic(), now=self._now(), rules=self.rules())
+
+    def confirm_gone(self, instance_id: InstanceId) -> Instance | None:
+        """`get` of an instance a cold lookup did not find (a list may be late): its facts, or
+        None when the provider says it is gone. Raises Retry if we could not ask (I3)."""
+        try:
+            return self.provider.get(instance_id)
+        except errors.ProviderError as exc:
+            raise Retry(f"cannot confirm instance {instance_id} is gone: {exc}", delay=self.poll_interval) from exc
+
+    def lost_before_tracking(self, pod: JsonDict, instance_id: InstanceId, *, why: str) -> None:
+        """A Pod that already had an instance, which is gone (found so by a cold map): under
+        `Never` the Pod fails InstanceLost; else a new instance is a restart, counted."""
+        entry = self._tracked.track(pod)
+        entry.instance_id = instance_id
+        entry.provisioned_at = self._monotonic()
+        entry.lose(now=self._now(), at=self._monotonic(), rules=self.rules(), why=why)
+
+    def carry_out(self, key: str, pod: JsonDict) -> float | None:
+        """See Lifecycle.carry_out: the tracked Pod's due restart, replacement or release."""
+        entry = self._tracked.get(key)
+        if entry is None or entry.uid != (pod.get("metadata") or {}).get("uid"):
+            return None
+        return self.lifecycle.carry_out(entry, pod)
 
     def create_pod(self, pod: JsonDict) -> None:
         """See Provisioner.create_pod: the instance id is on the Pod when this returns (I2)."""
@@ -149,13 +217,13 @@ class Handler:
         """A Pod's spec or metadata changed: nothing changes at the provider."""
         entry = self._tracked.get(pod_key(pod))
         if entry is not None and entry.uid == (pod.get("metadata") or {}).get("uid"):
-            entry.pod = pod
+            self._tracked.track(pod)  # the same entry; a Pod now terminal in the API is finished
 
-    def delete_pod(self, key: str, *, uid: str | None = None) -> bool:
-        """See Teardown.delete_pod: True once the instance is gone."""
+    def delete_pod(self, key: str, *, uid: str | None = None) -> float | None:
+        """See Teardown.delete_pod: None once the instance is gone, else when to look again."""
         return self.teardown.delete_pod(key, uid=uid)
 
-    def terminate_for_pod(self, pod: Mapping[str, Any]) -> bool:
+    def terminate_for_pod(self, pod: Mapping[str, Any]) -> float | None:
         """See Teardown.terminate_for_pod: for a Pod this Handler may not track."""
         return self.teardown.terminate_for_pod(pod)
 

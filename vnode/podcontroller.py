@@ -24,7 +24,7 @@ from kube.events import EventRecorder
 from kube.reflector import Reflector
 from kube.worker import Requeue, Retry, WorkerPool, join_within
 from kube.workqueue import WorkQueue
-from providers.base import ClaimName
+from providers.base import ClaimName, Instance, InstanceId
 from vnode.decisions import Action, Decision, decide
 from vnode.env import MissingSource
 from vnode.handler import Handler
@@ -39,7 +39,6 @@ STILL_RETRYING_AFTER = 20  # failures in a row before an Event says we keep tryi
 # waiting for more fall back to their retry backoff, which finds the object too, later.
 MAX_SOURCE_WATCHES = 64
 Source = tuple[str, str, str]  # kind, namespace, name
-DELETION_RECHECK = 0.5  # seconds between looks at an instance that is going away
 
 
 class PodController:
@@ -200,25 +199,58 @@ class PodController:
         pod = dict(decision.pod)
         if decision.action is Action.TERMINATE_THEN_DELETE:
             return self._terminate_then_delete(pod)
-        if decision.action is Action.UPDATE:
-            self.handler.update_pod(pod)
-        else:
+        if decision.action is Action.ADOPT_FINISHED:
+            return self._adopt_finished(key, pod)
+        if decision.action is Action.CREATE_OR_ADOPT:
             self._create_or_adopt(pod)
+        self.handler.update_pod(pod)
+        after = self.handler.carry_out(key, pod)
         self.handler.flush(key, pod)
-        return None
+        return None if after is None else Requeue(after)
 
-    def _create_or_adopt(self, pod: JsonDict) -> None:
+    def _lookup(self, pod: JsonDict) -> Instance | None:
         found, instance = self.handler.lookup(pod)
         if found is Lookup.UNKNOWN:
-            raise Retry("provider unreachable: cannot tell whether this Pod already has an instance")
+            # One list per poll interval is shared by every waiting Pod; the poll tick queues
+            # this key again as soon as a list succeeds (Inventory.take_waiting).
+            raise Retry(
+                "provider unreachable: cannot tell whether this Pod already has an instance",
+                delay=self.handler.poll_interval,
+            )
+        return instance
+
+    def _create_or_adopt(self, pod: JsonDict) -> None:
+        """A live Pod the Handler does not track (new, or a cold map after a restart)."""
+        instance = self._lookup(pod)
         if instance is not None:
-            self.handler.adopt(pod, instance)
-        else:
-            self.handler.create_pod(pod)
+            return self.handler.adopt(pod, instance)
+        recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.INSTANCE_ID_ANNOTATION)
+        if not recorded:
+            return self.handler.create_pod(pod)
+        # The Pod had an instance that the list does not show: a list may be late, so ask for
+        # it by id. Gone: never run a `Never` Pod again; under Always/OnFailure a new
+        # instance is a restart, counted and told, never a silent replacement.
+        found = self.handler.confirm_gone(InstanceId(recorded))
+        if found is not None and found.claim == pod_claim(pod):
+            return self.handler.adopt(pod, found)
+        why = f"instance {recorded} recorded on the Pod is gone (found so when the node started tracking the Pod)"
+        self.handler.lost_before_tracking(pod, InstanceId(recorded), why=why)
+
+    def _adopt_finished(self, key: str, pod: JsonDict) -> Requeue | None:
+        """A terminal Pod this Handler does not track (after a restart): track its instance, if
+        the provider still has one, so its logs are served and one that bills is released."""
+        instance = self._lookup(pod)
+        if instance is None:
+            return None
+        self.handler.adopt(pod, instance)
+        after = self.handler.carry_out(key, pod)
+        self.handler.flush(key, pod)
+        return None if after is None else Requeue(after)
 
     def _terminate_gone(self, key: str, decision: Decision) -> Requeue | None:
-        if not self.handler.delete_pod(key, uid=decision.uid):
-            return Requeue(DELETION_RECHECK)
+        after = self.handler.delete_pod(key, uid=decision.uid)
+        if after is not None:
+            return Requeue(after)
         with self._lock:
             if (self._tombstones.get(key) or {}).get("metadata", {}).get("uid") == decision.uid:
                 del self._tombstones[key]  # its instance is gone: nothing left to remember
@@ -226,8 +258,9 @@ class PodController:
 
     def _terminate_tombstone(self, key: str, decision: Decision) -> Requeue | None:
         assert decision.pod is not None
-        if not self.handler.terminate_for_pod(decision.pod):
-            return Requeue(DELETION_RECHECK)
+        after = self.handler.terminate_for_pod(decision.pod)
+        if after is not None:
+            return Requeue(after)
         with self._lock:
             if self._tombstones.get(key) is decision.pod:
                 del self._tombstones[key]
@@ -236,8 +269,9 @@ class PodController:
     def _terminate_then_delete(self, pod: JsonDict) -> Requeue | None:
         """Graceful deletion: terminate, and delete the object with grace 0 once the
         provider reports the instance gone."""
-        if not self.handler.terminate_for_pod(pod):
-            return Requeue(DELETION_RECHECK)
+        after = self.handler.terminate_for_pod(pod)
+        if after is not None:
+            return Requeue(after)
         meta = pod["metadata"]
         try:
             self._kube.delete(

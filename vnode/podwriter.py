@@ -32,14 +32,23 @@ class PodWriter:
     def needs_flush(self, entry: Tracked) -> bool:
         pending_annotations = not entry.desired_annotations.items() <= entry.written_annotations.items()
         desired = entry.desired_status
-        return pending_annotations or (desired is not None and desired is not entry.written_status)
+        pending = bool(entry.events) or entry.credential is not None
+        return pending or pending_annotations or (desired is not None and desired is not entry.written_status)
 
     def flush(self, entry: Tracked, current: Mapping[str, Any] | None) -> None:
-        """Write what changed: annotations first, then status (skipped once the Pod is terminal
-        in the API: a terminal status is frozen). Raises Retry on an API failure."""
+        """Write what changed: the Events the entry has to tell, annotations, the connect
+        Secret of a credential not yet written, then status (skipped once the Pod is terminal
+        in the API: a terminal status is frozen). Raises Retry on an API failure; what was not
+        written stays pending for the next flush."""
         if current is not None and (current.get("metadata") or {}).get("uid") != entry.uid:
             return  # a Pod recreated under the same name is not this entry's
+        events, entry.events = entry.events, []
+        for event_type, reason, message in events:
+            self._events.pod(entry.pod, event_type, reason, message)
         self._write_annotations(entry)
+        if entry.credential is not None:
+            self.write_connect_secret(entry.pod, entry.credential)
+            entry.credential = None
         if entry.desired_status is None or entry.desired_status == entry.written_status:
             entry.written_status = entry.desired_status  # equal in value: nothing to write
             return
@@ -94,10 +103,13 @@ class PodWriter:
             self._kube.create(path_for("secrets", namespace=str(meta.get("namespace"))), secret)
         except ConflictError:
             pass  # written by an earlier attempt
+        except NotFoundError:
+            pass  # the Namespace is gone with the Pod: nobody can read it any more
         except KubeError as exc:
-            # The instance runs and is tracked; only the credential is lost. Say so, no secret.
-            logger.warning("could not write the connect Secret for %s: %s", pod_key(pod), exc.reason)
+            # Kept pending by the caller (the credential exists only here): retried. No secret in the text.
+            logger.warning("could not write the connect Secret for %s (will retry): %s", pod_key(pod), exc.reason)
             self._events.pod(pod, "Warning", "ConnectSecretFailed", f"could not write the connect Secret: {exc.reason}")
+            raise Retry(f"connect Secret write failed: {exc.reason}") from exc
 
     def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         try:

@@ -31,7 +31,7 @@ from vnode import status
 from vnode.blocklister import Blocklister
 from vnode.env import EnvError, MissingSource, resolve_env
 from vnode.podwriter import PodWriter
-from vnode.tracking import TrackedMap, pod_claim, pod_key
+from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
 
 JsonDict = dict[str, Any]
 
@@ -54,6 +54,7 @@ class Provisioner:
         writer: PodWriter,
         events: EventRecorder,
         capabilities: Callable[[], Capabilities],
+        rules: Callable[[], Rules],
         blocklister: Blocklister | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
@@ -63,6 +64,7 @@ class Provisioner:
         self._writer = writer
         self._events = events
         self._capabilities = capabilities
+        self._rules = rules
         self._blocklister = blocklister
         self._monotonic = monotonic
         self._now = now
@@ -77,6 +79,14 @@ class Provisioner:
         def outcome(label: str, subject: observe.Subject = who) -> None:
             observe.current().provisioned(self._provider.name, label, self._monotonic() - started, subject)
 
+        where = ", ".join(
+            f"{word} {value}" for word, value in (("tier", request.capacity_type and request.capacity_type.value),
+                                                  ("region", request.region)) if value
+        )  # fmt: skip
+        self._events.pod(
+            pod, "Normal", names.EVENT_PROVISIONING, f"provisioning an instance on {self._provider.name}"
+            + (f" ({where})" if where else "")
+        )  # fmt: skip
         try:
             spec = pod_spec_from_dict(pod)
             result = self._provider.provision(spec, request)
@@ -105,7 +115,8 @@ class Provisioner:
             outcome("error")
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
         outcome("ok", who.on(result.instance_id))
-        self._record_instance(pod, result)
+        took = self._monotonic() - started
+        self._record_instance(pod, result, took=took)
 
     def _request(self, pod: JsonDict) -> ProvisionRequest:
         """What the provider needs beyond the Pod: the claim, tier, region and resolved env."""
@@ -126,16 +137,19 @@ class Provisioner:
             env=env.values,
         )
 
-    def _record_instance(self, pod: JsonDict, result: ProvisionResult) -> None:
+    def _record_instance(self, pod: JsonDict, result: ProvisionResult, *, took: float) -> None:
         entry = self._tracked.track(pod)
         entry.instance_id = result.instance_id
         entry.provisioned_at = self._monotonic()
         entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = result.instance_id
         if result.endpoint:
             entry.desired_annotations[names.ENDPOINT_ANNOTATION] = result.endpoint
-        self._writer.flush(entry, pod)  # I2: on the Pod before we report success
         if result.credential is not None:
-            self._writer.write_connect_secret(pod, result.credential.data)
+            # Minted once: kept on the entry until its Secret exists, so a failed write
+            # below (or of the Secret itself) is retried by the next flush, never lost.
+            entry.credential = dict(result.credential.data)
+        entry.say("Normal", names.EVENT_PROVISIONED, f"instance {result.instance_id} provisioned in {took:.1f}s")
+        self._writer.flush(entry, pod)  # I2: on the Pod before we report success
         if not self._capabilities().pulls_images:
             image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
             message = f"{self._provider.name} does not pull container images; image {image!r} is not used"
@@ -147,7 +161,7 @@ class Provisioner:
         if instance is None:
             state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
             instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
-        entry.observe(instance, now=self._now())
+        entry.observe(instance, now=self._now(), at=self._monotonic(), rules=self._rules())
 
     def _refuse(self, pod: JsonDict, reason: str, message: str) -> None:
         """The provider will not serve this Pod: Failed, with an Event saying why."""

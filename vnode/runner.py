@@ -15,6 +15,7 @@ from vnode.blocklister import Blocklister
 from vnode.handler import Handler
 from vnode.nodecontroller import NodeController
 from vnode.podcontroller import PodController
+from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 
 
 class Runner:
@@ -30,10 +31,13 @@ class Runner:
         blocklister: Blocklister | None = None,
         workers: int = 8,
         lease_renew_interval: float = 10.0,
+        backoff: BackoffPolicy = DEFAULT_BACKOFF,
     ) -> None:
         self.provider = provider
         events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
-        self.handler = Handler(provider, kube=kube, events=events, blocklister=blocklister, poll_interval=poll_interval)
+        self.handler = Handler(
+            provider, kube=kube, events=events, blocklister=blocklister, poll_interval=poll_interval, backoff=backoff
+        )
         self.pods = PodController(self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers)
         self.node = NodeController(
             self.handler,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,6 +18,21 @@ from kube.times import rfc3339
 from providers.base import Instance, InstanceState
 
 JsonDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunView:
+    """The container's history as `vnode.runs` keeps it: `restarts` (restartCount), `last`
+    (lastState.terminated), and for a run that ended and will run again (`again`), the
+    `waiting` message of its back-off (None: it restarts at once)."""
+
+    restarts: int = 0
+    last: Mapping[str, Any] | None = None
+    again: bool = False
+    waiting: str | None = None
+
+
+NO_HISTORY = RunView()
 
 
 def _phase_reason_message(instance: Instance) -> tuple[str, str, str]:
@@ -48,9 +64,10 @@ def _container_state(instance: Instance, reason: str) -> tuple[JsonDict, bool]:
     exit_code = instance.exit_code
     if exit_code is None:
         exit_code = 0 if state is InstanceState.SUCCEEDED else 137
+    word = instance.exit_reason or ("Completed" if exit_code == 0 else "Error")
     terminated: JsonDict = {
         "exitCode": exit_code,
-        "reason": "Completed" if exit_code == 0 else ("Error" if state is InstanceState.FAILED else reason),
+        "reason": word if state in (InstanceState.SUCCEEDED, InstanceState.FAILED) else reason,
     }
     if instance.started_at:
         terminated["startedAt"] = rfc3339(instance.started_at)
@@ -88,6 +105,7 @@ def _compose(
     ready: bool,
     container_id: str,
     now: datetime,
+    run: RunView = NO_HISTORY,
 ) -> JsonDict:
     """The status shape shared by every mapping: conditions, one status per container."""
     old = _old_conditions(pod)
@@ -102,9 +120,11 @@ def _compose(
             "imageID": "",
             "ready": ready,
             "started": "running" in state,
-            "restartCount": 0,
+            "restartCount": run.restarts,
             "state": state,
         }
+        if run.last:
+            entry["lastState"] = {"terminated": dict(run.last)}
         if container_id:
             entry["containerID"] = container_id
         container_statuses.append(entry)
@@ -127,10 +147,19 @@ def _compose(
     return status
 
 
-def status_from_instance(pod: Mapping[str, Any], instance: Instance, *, now: datetime) -> JsonDict:
-    """The full `status` for `pod`, given what the provider reports of its instance."""
+def status_from_instance(
+    pod: Mapping[str, Any], instance: Instance, *, now: datetime, run: RunView = NO_HISTORY
+) -> JsonDict:
+    """The full `status` for `pod`, given what the provider reports of its instance and the
+    container's run history. A run that ended and will run again keeps the Pod Running, as
+    the kubelet's phase rule does for `Always` and a failed `OnFailure` container: the
+    container waits in `CrashLoopBackOff` during its back-off, else shows its exit."""
     phase, reason, message = _phase_reason_message(instance)
     state, ready = _container_state(instance, reason)
+    if run.again and instance.state in (InstanceState.SUCCEEDED, InstanceState.FAILED):
+        phase, reason, message = "Running", "", ""
+        if run.waiting is not None:
+            state = {"waiting": {"reason": names.REASON_CRASH_LOOP, "message": run.waiting}}
     status = _compose(
         pod,
         phase=phase,
@@ -140,6 +169,7 @@ def status_from_instance(pod: Mapping[str, Any], instance: Instance, *, now: dat
         ready=ready,
         container_id=f"nebula://{instance.id}",
         now=now,
+        run=run,
     )
     if "startTime" not in status and phase != "Pending":
         status["startTime"] = rfc3339(instance.started_at or now)
@@ -149,10 +179,10 @@ def status_from_instance(pod: Mapping[str, Any], instance: Instance, *, now: dat
     return status
 
 
-def lost_status(pod: Mapping[str, Any], *, now: datetime) -> JsonDict:
-    """`Failed/InstanceLost`: a successful list no longer shows the Pod's instance."""
+def lost_status(pod: Mapping[str, Any], *, now: datetime, message: str = "", run: RunView = NO_HISTORY) -> JsonDict:
+    """`Failed/InstanceLost`: the provider confirms the Pod's instance is gone."""
     state = {"terminated": {"exitCode": 137, "reason": names.REASON_INSTANCE_LOST, "finishedAt": rfc3339(now)}}
-    message = "the provider no longer lists this Pod's instance"
+    message = message or "the provider no longer lists this Pod's instance, and says it is gone"
     return _compose(
         pod,
         phase="Failed",
@@ -162,6 +192,19 @@ def lost_status(pod: Mapping[str, Any], *, now: datetime) -> JsonDict:
         ready=False,
         container_id="",
         now=now,
+        run=run,
+    )
+
+
+def replacing_status(pod: Mapping[str, Any], *, now: datetime, run: RunView) -> JsonDict:
+    """Running, its container waiting for a new instance (a restart by replacement): in its
+    back-off (`CrashLoopBackOff`) or being provisioned (`ContainerCreating`)."""
+    if run.waiting is not None:
+        state: JsonDict = {"waiting": {"reason": names.REASON_CRASH_LOOP, "message": run.waiting}}
+    else:
+        state = {"waiting": {"reason": "ContainerCreating"}}
+    return _compose(
+        pod, phase="Running", reason="", message="", state=state, ready=False, container_id="", now=now, run=run
     )
 
 

@@ -5,8 +5,10 @@ tick. A tick recomputes every tracked Pod's desired metadata and status from the
 sweeps orphans, and hands back the keys due for a write (the pod controller's workers
 write them through `PodWriter.flush`). Never writes to the API itself.
 
-Invariant (I3): a failed list changes nothing; see
-tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing.
+Invariant (I3): a failed list changes nothing, and one list that misses an instance changes
+nothing either; see
+tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing and
+tests/vnode/test_lifecycle.py::test_one_list_missing_an_instance_changes_nothing.
 """
 
 from __future__ import annotations
@@ -18,13 +20,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from providers import errors
-from providers.base import Capabilities, ClaimName, Provider
+from providers.base import Capabilities, ClaimName, Instance, Provider
 from vnode.inventory import Inventory
 from vnode.podwriter import PodWriter
+from vnode.runs import Step
 from vnode.teardown import OrphanSweep
-from vnode.tracking import TrackedMap
+from vnode.tracking import Rules, Tracked, TrackedMap
 
 logger = logging.getLogger(__name__)
+MISSES_BEFORE_GET = 2  # successful lists in a row without the instance before `get` is asked
 
 
 class StatusSync:
@@ -37,6 +41,7 @@ class StatusSync:
         writer: PodWriter,
         sweep: OrphanSweep,
         capabilities: Callable[[], Capabilities],
+        rules: Callable[[], Rules],
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
     ) -> None:
@@ -46,15 +51,17 @@ class StatusSync:
         self._writer = writer
         self._sweep = sweep
         self._capabilities = capabilities
+        self._rules = rules
         self._monotonic = monotonic
         self._now = now
 
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
         """One tick: one provider.list(), statuses recomputed, orphans swept.
 
-        Returns the keys whose desired metadata or status changed (to be flushed). A failed
-        list changes nothing (I3). `live_claims` (the claims of every Pod on the node, or
-        None while the Pod cache is not synced) enables the orphan sweep.
+        Returns the keys whose desired metadata or status changed, or whose next step is due
+        (to be flushed and carried out), and the keys of Pods that waited for this provider to
+        answer. A failed list changes nothing (I3). `live_claims` (the claims of every Pod on the
+        node, or None while the Pod cache is not synced) enables the orphan sweep.
         """
         begun = self._monotonic()
         try:
@@ -62,25 +69,48 @@ class StatusSync:
         except errors.ProviderError as exc:
             logger.warning("list on %s failed; nothing changes this tick: %s", self._provider.name, exc)
             return []
-        changed: list[str] = []
-        lag = self._capabilities().list_lag
+        changed: list[str] = list(self._inventory.take_waiting())
+        rules = self._rules()
         for entry in self._tracked.entries():
             if entry.terminal or entry.instance_id is None:
                 continue
-            instance = snapshot.get(entry.claim)
-            moved = False
-            if instance is not None:
-                moved = entry.observe(instance, now=self._now())
-            # Only a list begun `lag` after the instance was recorded can say it is gone: one
-            # begun earlier may have been read before the provision completed.
-            elif begun - entry.provisioned_at >= lag and entry.last_instance is not None:
-                entry.lose(now=self._now())
-                moved = True
-            if moved or self._writer.needs_flush(entry):
+            moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
+            due = entry.runs.due
+            if moved or self._writer.needs_flush(entry) or (due is not None and due.at <= self._monotonic()):
                 changed.append(entry.key)
         if live_claims is not None:
             self._sweep.sweep(snapshot, set(live_claims) | self._tracked.claims())
         return changed
+
+    def _observe(self, entry: Tracked, instance: Instance | None, *, begun: float, rules: Rules) -> bool:
+        """Apply one list's view of the entry's instance. Gone only when lists past the list
+        lag keep missing it AND `get` says so: one list that misses it changes nothing."""
+        now, at = self._now(), self._monotonic()
+        if instance is not None and instance.id == entry.instance_id:
+            entry.misses, entry.missing_since = 0, None
+            return entry.observe(instance, now=now, at=at, rules=rules)
+        if entry.runs.finished or entry.runs.due is not None and entry.runs.due.step is Step.REPLACE:
+            return False
+        # Only a list begun `lag` after the instance was recorded can say it is gone: one
+        # begun earlier may have been read before the provision completed.
+        lag = self._capabilities().list_lag
+        if begun - entry.provisioned_at < lag:
+            return False
+        entry.misses += 1
+        entry.missing_since = begun if entry.missing_since is None else entry.missing_since
+        if entry.misses < MISSES_BEFORE_GET or begun - entry.missing_since < lag:
+            return False
+        assert entry.instance_id is not None
+        try:
+            found = self._provider.get(entry.instance_id)
+        except errors.ProviderError as exc:
+            logger.info("%s missing from lists; get failed, so nothing changes: %s", entry.instance_id, exc)
+            return False
+        if found is not None:  # the list was late or partial: the instance lives
+            entry.misses, entry.missing_since = 0, None
+            return entry.observe(found, now=now, at=at, rules=rules)
+        entry.lose(now=now, at=at, rules=rules)
+        return True
 
     def run(
         self,

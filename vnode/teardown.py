@@ -24,11 +24,13 @@ from kube import names, observe
 from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors
-from providers.base import ClaimName, Instance, InstanceId, Provider
+from providers.base import ClaimName, Instance, InstanceId, InstanceState, Provider
 from vnode.inventory import Inventory
-from vnode.tracking import Lookup, TrackedMap, pod_key
+from vnode.tracking import Lookup, Tracked, TrackedMap, pod_key
 
 logger = logging.getLogger(__name__)
+RECHECK_FIRST = 0.5  # seconds before the first look at an instance asked to terminate
+_GOING = frozenset({InstanceState.TERMINATING, InstanceState.TERMINATED})
 
 
 class Teardown:
@@ -38,64 +40,108 @@ class Teardown:
         *,
         tracked: TrackedMap,
         inventory: Inventory,
+        events: EventRecorder,
+        recheck_cap: Callable[[], float] = lambda: 15.0,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
     ) -> None:
         self._provider = provider
         self._tracked = tracked
         self._inventory = inventory
+        self._events = events
+        self._recheck_cap = recheck_cap
         self._monotonic = monotonic
         self._now = now
 
-    def delete_pod(self, key: str, *, uid: str | None = None) -> bool:
-        """Terminate the Pod's instance (idempotent). True once the instance is gone and
-        the Pod dropped from tracking; False while it is going; Retry if we could not
-        ask (I3: the Pod object stays until the provider answers)."""
+    def delete_pod(self, key: str, *, uid: str | None = None) -> float | None:
+        """Terminate the Pod's instance: None once the instance is gone (or released) and the
+        Pod dropped from tracking; else the seconds until the next look. Retry if we could not
+        ask (I3: the Pod object stays until the provider answers).
+
+        Bounded calls: terminate is asked once (again only if a look shows it did not take),
+        and the looks back off from RECHECK_FIRST doubling to the poll interval, so an
+        instance that takes minutes to stop costs a few calls, not one per half second."""
         entry = self._tracked.get(key)
         if entry is None or (uid is not None and entry.uid != uid):
-            return True
+            return None
         if entry.instance_id is None:
             self._tracked.forget(entry)
-            return True
+            return None
         who = observe.Subject(key, entry.claim, entry.instance_id)
         try:
-            self._provider.terminate(entry.instance_id)
-            observe.current().terminated(self._provider.name, "ok", who)
-            gone = self._provider.get(entry.instance_id) is None
+            if not entry.terminate_asked:
+                self._provider.terminate(entry.instance_id)
+                observe.current().terminated(self._provider.name, "ok", who)
+                entry.terminate_asked = True
+                self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {entry.container}")
+            instance = self._provider.get(entry.instance_id)
+            if instance is not None and instance.state not in _GOING:
+                self._provider.terminate(entry.instance_id)  # it did not take (or it came back)
         except errors.Unavailable as exc:
             observe.current().terminated(self._provider.name, "unavailable", who)
             raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.ProviderError as exc:
             observe.current().terminated(self._provider.name, "error", who)
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
-        if gone:
+        if instance is None or instance.state is InstanceState.TERMINATED:
             self._tracked.forget(entry)
-        return gone
+            return None
+        entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
+        return entry.recheck
 
-    def terminate_for_pod(self, pod: Mapping[str, Any]) -> bool:
+    def release(self, entry: Tracked) -> None:
+        """The Pod finished and its instance still bills: terminate it once. The Pod stays
+        tracked (its logs are served where the provider keeps them)."""
+        assert entry.instance_id is not None
+        who = observe.Subject(entry.key, entry.claim, entry.instance_id)
+        try:
+            self._provider.terminate(entry.instance_id)
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            raise Retry(f"{type(exc).__name__}: {exc}") from exc
+        observe.current().terminated(self._provider.name, "released", who)
+        entry.runs.release_done()
+        entry.terminate_asked = True
+        logger.info("%s finished: terminated its instance %s so it stops billing", entry.key, entry.instance_id)
+        self._events.pod(
+            entry.pod,
+            "Normal",
+            names.EVENT_TERMINATED,
+            f"terminated instance {entry.instance_id}: the Pod has finished",
+        )
+
+    def terminate_for_pod(self, pod: Mapping[str, Any]) -> float | None:
         """Terminate the instance of a Pod this Handler may not track (cold map, or the Pod
-        object is already gone). True once gone; Retry if we could not ask."""
+        object is already gone). None once gone, else seconds until the next look; Retry if
+        we could not ask."""
         key = pod_key(pod)
         if key not in self._tracked:
             found, instance = self._inventory.lookup(pod)
             if found is Lookup.UNKNOWN:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
             if instance is None:
-                return True
+                return None
             self._tracked.adopt(dict(pod), instance, at=self._monotonic(), now=self._now())
         return self.delete_pod(key)
 
 
 class OrphanSweep:
-    """Terminates instances whose claim matched no live Pod on two successful lists in a row."""
+    """Terminates instances whose claim matched no live Pod on two successful lists in a
+    row, each once: one already going (TERMINATING/TERMINATED), or one this sweep already
+    terminated and the provider still shows, is not asked again."""
 
     def __init__(self, provider: Provider, *, events: EventRecorder) -> None:
         self._provider = provider
         self._events = events
         self._suspects: set[InstanceId] = set()
+        self._terminated: set[InstanceId] = set()
+        self.swept = 0  # instances terminated by this sweep (also counted in metrics)
 
     def sweep(self, snapshot: Mapping[ClaimName, Instance], live: set[ClaimName]) -> None:
-        suspects = {i.id for claim, i in snapshot.items() if claim not in live}
+        orphans = {i.id: i for claim, i in snapshot.items() if claim not in live}
+        self._terminated &= set(orphans)  # forget ids the provider no longer shows
+        suspects = {i for i, instance in orphans.items() if instance.state not in _GOING and i not in self._terminated}
         confirmed = suspects & self._suspects
         self._suspects = suspects - confirmed
         for instance_id in sorted(confirmed):
@@ -105,6 +151,8 @@ class OrphanSweep:
                 logger.warning("orphan %s on %s: terminate failed: %s", instance_id, self._provider.name, exc)
                 self._suspects.add(instance_id)
                 continue
+            self._terminated.add(instance_id)
+            self.swept += 1
             logger.info("terminated orphan instance %s on %s (no live Pod claims it)", instance_id, self._provider.name)
             observe.current().orphan_swept(self._provider.name, observe.Subject(instance=instance_id))
             node_name = names.node_name(self._provider.name)

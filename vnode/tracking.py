@@ -17,9 +17,10 @@ from datetime import datetime
 from typing import Any
 
 from kube import names
-from providers.base import ClaimName, Instance, InstanceId
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.claim import claim_name
 from vnode import status
+from vnode.runs import ENDED, BackoffPolicy, Due, Ending, Runs, Step, ending_of, runs_again
 
 JsonDict = dict[str, Any]
 
@@ -28,6 +29,25 @@ class Lookup(enum.Enum):
     FOUND = "found"
     NOT_FOUND = "not found"
     UNKNOWN = "could not ask"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the provider's capabilities and the settings say about runs (vnode.runs)."""
+
+    in_place: bool = False  # the provider restarts a workload in its instance
+    bills: bool = True  # an instance whose workload ended still costs money
+    backoff: BackoffPolicy = BackoffPolicy()
+
+    def billing(self, instance: Instance) -> bool:
+        """Does `instance` still cost money (so a finished Pod's instance must be terminated)?"""
+        if instance.state in (InstanceState.TERMINATING, InstanceState.TERMINATED):
+            return False
+        return self.bills or instance.state not in ENDED
+
+
+DEFAULT_RULES = Rules()
+PodEvent = tuple[str, str, str]  # type, reason, message
 
 
 @dataclass
@@ -47,27 +67,101 @@ class Tracked:
     desired_status: JsonDict | None = None
     written_status: JsonDict | None = None
     last_instance: Instance | None = None  # unchanged facts need no new status
+    runs: Runs = field(default_factory=Runs)
+    misses: int = 0  # successful lists in a row that did not show the instance
+    missing_since: float | None = None  # monotonic: when the first of them began
+    events: list[PodEvent] = field(default_factory=list)  # written by the next flush
+    credential: dict[str, bytes] | None = None  # a minted credential not yet in its Secret
+    terminate_asked: bool = False  # teardown: terminate was called once for this instance
+    recheck: float = 0.0  # teardown: seconds until the next look at a going instance
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    def observe(self, instance: Instance, *, now: datetime) -> bool:
+    @property
+    def container(self) -> str:
+        return str((((self.pod.get("spec") or {}).get("containers") or [{}])[0]).get("name", ""))
+
+    def say(self, event_type: str, reason: str, message: str) -> None:
+        self.events.append((event_type, reason, message))
+
+    def observe(self, instance: Instance, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES) -> bool:
         """Recompute the desired metadata and status from the instance's facts; False if
-        the facts are unchanged (and a status was already computed)."""
+        the facts are unchanged (and a status was already computed). `at` is the monotonic
+        time of the observation (for the back-off)."""
+        if self.instance_id is not None and instance.id != self.instance_id:
+            return False  # another instance of the claim (the one a restart replaced)
+        if self.runs.finished:
+            if not self.runs.released and self.runs.due is None and rules.billing(instance):
+                self.runs.due = Due(Step.RELEASE, at)  # it bills behind a finished Pod
+            self.last_instance = instance
+            return False
+        if self.runs.stale(instance) or self.runs.due is not None and self.runs.due.step is Step.REPLACE:
+            return False
         if (instance is self.last_instance or instance == self.last_instance) and self.desired_status is not None:
             return False
         self.last_instance = instance
         if instance.endpoint:
             self.desired_annotations[names.ENDPOINT_ANNOTATION] = instance.endpoint
         self.desired_annotations[names.INSTANCE_ID_ANNOTATION] = instance.id
-        self.desired_status = status.status_from_instance(self.pod, instance, now=now)
+        self._note_start(instance)
+        if instance.state in ENDED:
+            self.runs.end(ending_of(instance, now=now), seen_at=at, in_place=rules.in_place, bills=rules.bills,
+                          policy=rules.backoff)  # fmt: skip
+        elif instance.state is InstanceState.TERMINATED:
+            if instance.preempted:
+                self.say(
+                    "Warning",
+                    names.EVENT_PREEMPTED,
+                    f"the provider reclaimed instance {instance.id}: {instance.message}",
+                )
+            ending = ending_of(instance, now=now, reason=names.REASON_TERMINATED)
+            self.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
+            if not self.runs.finished:
+                return self._wait_for_replacement(now, at)
+        self.desired_status = status.status_from_instance(self.pod, instance, now=now, run=self._view(at))
+        self._note_backoff(at)
         return True
 
-    def lose(self, *, now: datetime) -> None:
-        """The instance vanished from a list that could have seen it: Failed/InstanceLost."""
+    def lose(self, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES, why: str = "") -> None:
+        """The provider confirms the instance is gone (absent from lists past the list lag,
+        and `get` says so): a crash with exit code 137 under the restart policy."""
         self.last_instance = None
-        self.desired_status = status.lost_status(self.pod, now=now)
+        gone = why or f"instance {self.instance_id} is gone: the provider no longer lists it and get finds nothing"
+        ending = Ending(137, names.REASON_INSTANCE_LOST, None, now, gone)
+        if runs_again(self.runs.policy, ending.exit_code):
+            self.say("Warning", names.EVENT_INSTANCE_LOST, f"{gone}; a new instance replaces it")
+            self.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
+            self._wait_for_replacement(now, at)
+            return
+        self.say("Warning", names.EVENT_INSTANCE_LOST, gone)
+        self.runs.finished, self.runs.ended = True, ending
+        self.desired_status = status.lost_status(self.pod, now=now, message=gone, run=self._view(at))
+
+    def _wait_for_replacement(self, now: datetime, at: float) -> bool:
+        self.desired_status = status.replacing_status(self.pod, now=now, run=self._view(at))
+        self._note_backoff(at)
+        return True
+
+    def _view(self, at: float) -> status.RunView:
+        runs = self.runs
+        again = runs.ended is not None and not runs.finished
+        waiting = runs.waiting_message(self.container, f"{self.name}_{self.namespace}({self.uid})", at)
+        last = runs.ended.terminated() if again and waiting is not None and runs.ended else runs.last
+        return status.RunView(restarts=runs.restarts, last=last, again=again, waiting=waiting)
+
+    def _note_start(self, instance: Instance) -> None:
+        if instance.state is InstanceState.RUNNING and instance.runs not in self.runs.started_runs:
+            self.runs.started_runs.add(instance.runs)
+            self.say("Normal", names.EVENT_STARTED, f"Started container {self.container}")
+
+    def _note_backoff(self, at: float) -> None:
+        if self._view(at).waiting is not None:
+            message = (
+                f"Back-off restarting failed container {self.container} in pod {self.name}_{self.namespace}({self.uid})"
+            )
+            self.say("Warning", names.EVENT_BACKOFF, message)
 
 
 class TrackedMap:
@@ -94,7 +188,9 @@ class TrackedMap:
             return {entry.claim for entry in self._entries.values()}
 
     def track(self, pod: JsonDict) -> Tracked:
-        """The entry for this Pod (a new one if the name now belongs to a new UID), holding `pod`."""
+        """The entry for this Pod (a new one if the name now belongs to a new UID), holding
+        `pod`; a new entry's run history starts from the Pod's status (restartCount,
+        lastState), and a Pod the API already shows terminal is finished."""
         meta = pod.get("metadata") or {}
         key = pod_key(pod)
         with self._lock:
@@ -106,17 +202,24 @@ class TrackedMap:
                     uid=str(meta.get("uid")),
                     claim=pod_claim(pod),
                     pod=pod,
+                    runs=Runs.from_pod(pod),
                 )
                 self._entries[key] = entry
             entry.pod = pod
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                entry.runs.finished = True  # terminal in the API: frozen, nothing runs again
             return entry
 
-    def adopt(self, pod: JsonDict, instance: Instance, *, at: float, now: datetime) -> Tracked:
+    def adopt(
+        self, pod: JsonDict, instance: Instance, *, at: float, now: datetime, rules: Rules = DEFAULT_RULES
+    ) -> Tracked:
         """Track an instance found again (after a restart, or a cold map); no provider call."""
         entry = self.track(pod)
         entry.instance_id = instance.id
         entry.provisioned_at = at
-        entry.observe(instance, now=now)
+        entry.runs.awaiting_run = instance.runs
+        entry.runs.started_runs.add(instance.runs)  # its start was told before the restart
+        entry.observe(instance, now=now, at=at, rules=rules)
         return entry
 
     def forget(self, entry: Tracked) -> None:

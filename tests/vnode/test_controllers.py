@@ -193,19 +193,43 @@ def test_provider_outage_keeps_running_pods_and_marks_the_node_not_ready(
     assert len(provider.list()) == 1
 
 
-def test_an_instance_missing_from_a_successful_list_fails_the_pod_as_lost(
+def test_an_instance_gone_from_lists_and_get_fails_a_never_pod_as_lost(
     kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
 ) -> None:
     provider = FakeProvider("gpu", {"cloud": cloud_name})
     start_runner(provider)
-    kube.create(path_for("pods", namespace="default"), make_pod("spot", "gpu"))
+    kube.create(path_for("pods", namespace="default"), make_pod("spot", "gpu", restartPolicy="Never"))
     wait_for(lambda: phase_of(kube, "spot") == "Running")
     pod = get_pod(kube, "spot")
     assert pod is not None
     provider.cloud.lose(pod["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION], vanish=True)
     wait_for(lambda: phase_of(kube, "spot") == "Failed")
     lost = get_pod(kube, "spot")
-    assert lost is not None and lost["status"]["reason"] in ("InstanceLost", "Terminated")
+    assert lost is not None and lost["status"]["reason"] == "InstanceLost"
+    assert lost["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+
+
+def test_an_instance_gone_under_an_always_pod_is_replaced_and_counted_as_a_restart(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    start_runner(provider)
+    kube.create(path_for("pods", namespace="default"), make_pod("spot", "gpu"))
+    wait_for(lambda: phase_of(kube, "spot") == "Running")
+    first = (get_pod(kube, "spot") or {})["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION]
+    provider.cloud.lose(first, vanish=True)
+
+    def restarted() -> dict[str, Any] | None:
+        pod = get_pod(kube, "spot") or {}
+        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        ready = statuses[0].get("restartCount") == 1 and "running" in (statuses[0].get("state") or {})
+        return pod if ready else None
+
+    pod = wait_for(restarted, what="the Pod runs again, one restart counted")
+    assert pod["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION] != first
+    assert pod["status"]["phase"] == "Running"
+    last = pod["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) == (137, "InstanceLost")
 
 
 class HeldList:
@@ -232,7 +256,7 @@ def test_a_list_begun_before_a_provision_completed_does_not_call_its_instance_lo
     meanwhile, and the list's answer (without the new instance) failed the Pod as lost."""
     provider = HeldList(FakeProvider("gpu", {"cloud": cloud_name}))
     handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
-    pod = kube.create(path_for("pods", namespace="default"), make_pod("fresh", "gpu"))
+    pod = kube.create(path_for("pods", namespace="default"), make_pod("fresh", "gpu", restartPolicy="Never"))
     polled: list[list[str]] = []
     poll = threading.Thread(target=lambda: polled.append(handler.poll_once()))
     poll.start()
@@ -246,7 +270,9 @@ def test_a_list_begun_before_a_provision_completed_does_not_call_its_instance_lo
     handler.poll_once()  # a list begun after the provision sees the instance
     assert entry.last_instance is not None and entry.desired_status["phase"] in ("Pending", "Running")
     provider.inner.cloud.lose(entry.instance_id, vanish=True)
-    handler.poll_once()  # and a list begun after it vanished still calls it lost
+    handler.poll_once()  # one list that misses it is not proof it is gone
+    assert entry.desired_status["phase"] in ("Pending", "Running")
+    handler.poll_once()  # a second one is, once `get` agrees
     assert entry.desired_status["reason"] == names.REASON_INSTANCE_LOST
 
 

@@ -46,8 +46,9 @@ ROWS: list[tuple[str, Any, Tracked | None, Any, Action, Any, str | None, bool]] 
     ("live, tracked same uid", pod(), tracked(), None, Action.UPDATE, "live", None, False),
     ("live terminal, tracked same uid", pod(phase="Failed"), tracked(), None, Action.UPDATE, "live", None, False),
     ("live, tracked older uid", pod("u2"), tracked("u1"), None, Action.TERMINATE_GONE, None, "u1", True),
-    ("live Succeeded, untracked", pod(phase="Succeeded"), None, None, Action.NOTHING, None, None, False),
-    ("live Failed, untracked", pod(phase="Failed"), None, None, Action.NOTHING, None, None, False),
+    # Never provisioned again; only its instance (if any) is looked up: logs, and a release if it bills.
+    ("live Succeeded, untracked", pod(phase="Succeeded"), None, None, Action.ADOPT_FINISHED, "live", None, False),
+    ("live Failed, untracked", pod(phase="Failed"), None, None, Action.ADOPT_FINISHED, "live", None, False),
     ("live Pending, untracked", pod(phase="Pending"), None, None, Action.CREATE_OR_ADOPT, "live", None, False),
     ("live, untracked, no status", pod(), None, None, Action.CREATE_OR_ADOPT, "live", None, False),
     ("live, untracked, stale tombstone", pod(), None, TOMBSTONE, Action.CREATE_OR_ADOPT, "live", None, False),

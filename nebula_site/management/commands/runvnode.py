@@ -27,6 +27,7 @@ from nebula_site.config import parse_address
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
+from vnode.runs import BackoffPolicy
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
 NODEPOOL_CRD = Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
@@ -84,6 +85,16 @@ def listen_address(flag: str, text: str) -> tuple[str, int]:
         except ValueError as exc:
             raise CommandError(f"{flag}: {host!r} is not an IP address") from exc
     return host, port
+
+
+def restart_backoff() -> BackoffPolicy:
+    """The crash back-off from NEBULA['RESTART_BACKOFF_*'] (checked by nebula.E010)."""
+    conf = settings.NEBULA
+    return BackoffPolicy(
+        initial=float(conf["RESTART_BACKOFF_INITIAL"]),
+        maximum=float(conf["RESTART_BACKOFF_MAX"]),
+        reset=float(conf["RESTART_BACKOFF_RESET"]),
+    )
 
 
 def console_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
@@ -205,6 +216,7 @@ class Command(BaseCommand):
                     poll_interval=options["poll_interval"],
                     leader_election=not options["no_leader_election"],
                     shutdown_grace=options["shutdown_grace"],
+                    backoff=restart_backoff(),
                 )
             finally:
                 if listeners is not None:

@@ -1,0 +1,121 @@
+"""Carrying out a Pod's due step (vnode.runs): a restart in place, a replacement instance, or a release.
+
+Called by the Handler's `carry_out`, from the pod controller's workers, when a tracked
+Pod's `runs.due` time has come. A restart in place calls the provider's `restart`; a
+provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
+look until it is gone, provision the same claim again, counted as a restart. A finished
+Pod's instance that still bills is terminated once (`Teardown.release`). Never deletes Pods.
+Tests: tests/vnode/test_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, cast
+
+from kube import names
+from kube.worker import Retry
+from providers import errors
+from providers.base import InstanceState, Provider, Restarter
+from vnode.provision import Provisioner
+from vnode.runs import Step
+from vnode.teardown import RECHECK_FIRST, Teardown
+from vnode.tracking import Rules, Tracked
+
+logger = logging.getLogger(__name__)
+JsonDict = dict[str, Any]
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        provisioner: Provisioner,
+        teardown: Teardown,
+        rules: Callable[[], Rules],
+        recheck_cap: Callable[[], float],
+        monotonic: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime],
+    ) -> None:
+        self._provider = provider
+        self._provisioner = provisioner
+        self._teardown = teardown
+        self._rules = rules
+        self._recheck_cap = recheck_cap
+        self._monotonic = monotonic
+        self._now = now
+
+    def carry_out(self, entry: Tracked, pod: JsonDict) -> float | None:
+        """Do the entry's due step if its time has come. Returns seconds until the entry
+        wants another look (its step not yet due, or an instance still going away), or None.
+        Raises Retry when the provider could not be asked."""
+        due = entry.runs.due
+        if due is None:
+            return None
+        wait = due.at - self._monotonic()
+        if wait > 0:
+            return wait
+        if due.step is Step.RELEASE:
+            self._teardown.release(entry)
+            return None
+        if due.step is Step.RESTART:
+            return self._restart_in_place(entry, pod)
+        return self._replace(entry, pod)
+
+    def _restart_in_place(self, entry: Tracked, pod: JsonDict) -> float | None:
+        assert entry.instance_id is not None
+        runs = entry.last_instance.runs if entry.last_instance is not None else entry.runs.awaiting_run or 1
+        try:
+            cast(Restarter, self._provider).restart(entry.instance_id)
+        except errors.NotFound:
+            return self._replace(entry, pod)  # the instance went away meanwhile
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            raise Retry(f"restart failed: {type(exc).__name__}: {exc}") from exc
+        entry.runs.restarted(new_run=runs + 1, policy=self._rules().backoff)
+        entry.last_instance = None  # the next list shows the new run
+        logger.info(
+            "%s: restarted its workload in instance %s (restart %d)", entry.key, entry.instance_id, entry.runs.restarts
+        )
+        return None
+
+    def _replace(self, entry: Tracked, pod: JsonDict) -> float | None:
+        """Terminate the old instance, wait until it is gone, then provision the claim again."""
+        old = entry.instance_id
+        if old is not None:
+            try:
+                if not entry.terminate_asked:
+                    self._provider.terminate(old)
+                    entry.terminate_asked = True
+                instance = self._provider.get(old)
+            except errors.Unavailable as exc:
+                raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+            except errors.ProviderError as exc:
+                raise Retry(f"replacing instance {old} failed: {type(exc).__name__}: {exc}") from exc
+            if instance is not None and instance.state is not InstanceState.TERMINATED:
+                entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
+                return entry.recheck
+        entry.instance_id, entry.last_instance, entry.terminate_asked, entry.recheck = None, None, False, 0.0
+        entry.misses, entry.missing_since = 0, None
+        pending, entry.runs.due = entry.runs.due, None  # so the new instance's facts are taken
+        try:
+            self._provisioner.create_pod(pod)  # the same entry: same Pod UID, same claim
+        except BaseException:
+            entry.runs.due = pending
+            raise
+        if entry.terminal:
+            return None  # refused this time: Failed, with the provider's reason
+        entry.runs.restarted(new_run=1, policy=self._rules().backoff)
+        fresh, entry.last_instance = entry.last_instance, None
+        if fresh is not None:  # its status again, now with the restart counted
+            entry.observe(fresh, now=self._now(), at=self._monotonic(), rules=self._rules())
+        message = f"instance {old} replaced by {entry.instance_id} (restart {entry.runs.restarts})"
+        if old is None:
+            message = f"started instance {entry.instance_id} (restart {entry.runs.restarts})"
+        entry.say("Normal", names.EVENT_RESTARTING, message)
+        return None

@@ -1,0 +1,177 @@
+"""A Pod's runs: what an ended workload means under its `restartPolicy`, and the crash back-off.
+
+Pure. `Tracked.observe` (vnode.tracking) feeds it each instance's facts; it answers what the
+Pod's container looks like (running, waiting in `CrashLoopBackOff`, terminated), whether the
+Pod is now terminal, and what is due next (a restart in place, a replacement instance, or a
+release of a finished instance that still bills), with the time it is due. The pod
+controller carries the due step out; this module never does I/O.
+
+The back-off is the kubelet's (client-go `flowcontrol.Backoff` as `doBackOff` uses it): the
+first restart after a run ends is at once; each later one waits `initial` seconds, doubling
+to `maximum`; a run that lasted longer than `reset` seconds starts the count afresh.
+Tests: tests/vnode/test_runs.py.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from kube.times import rfc3339
+from providers.base import Instance, InstanceState
+
+JsonDict = dict[str, Any]
+ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED})
+GONE_EXIT_CODE = 137  # an instance that vanished: as a kubelet reports a container killed by SIGKILL
+
+
+@dataclass(frozen=True)
+class BackoffPolicy:
+    initial: float = 10.0
+    maximum: float = 300.0
+    reset: float = 600.0
+
+
+DEFAULT_BACKOFF = BackoffPolicy()
+
+
+def restart_policy(pod: Mapping[str, Any]) -> str:
+    """The Pod's `spec.restartPolicy`; the API server's default is Always."""
+    return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+
+
+def runs_again(policy: str, exit_code: int | None) -> bool:
+    """Does `policy` run the workload again after it ended with `exit_code` (None: unknown,
+    which counts as a failure)?"""
+    if policy == "Never":
+        return False
+    if policy == "OnFailure":
+        return exit_code != 0
+    return True
+
+
+class Step(enum.Enum):
+    RESTART = "run the workload again in the same instance"
+    REPLACE = "terminate the instance, then provision the claim again (a restart)"
+    RELEASE = "terminate the finished instance: it still bills"
+
+
+@dataclass(frozen=True)
+class Due:
+    step: Step
+    at: float  # monotonic seconds
+
+
+@dataclass(frozen=True)
+class Ending:
+    """One run that ended: what `lastState.terminated` will say of it."""
+
+    exit_code: int
+    reason: str
+    started_at: datetime | None
+    finished_at: datetime
+    message: str = ""
+
+    def terminated(self, container_id: str = "") -> JsonDict:
+        result: JsonDict = {"exitCode": self.exit_code, "reason": self.reason, "finishedAt": rfc3339(self.finished_at)}
+        if self.started_at is not None:
+            result["startedAt"] = rfc3339(self.started_at)
+        if self.message:
+            result["message"] = self.message
+        if container_id:
+            result["containerID"] = container_id
+        return result
+
+
+def ending_of(instance: Instance, *, now: datetime, reason: str = "") -> Ending:
+    """The run that `instance` reports ended (or that vanished with it)."""
+    code = instance.exit_code
+    if code is None:
+        code = 0 if instance.state is InstanceState.SUCCEEDED else GONE_EXIT_CODE
+    word = reason or instance.exit_reason or ("Completed" if code == 0 else "Error")
+    message = instance.message if instance.state not in ENDED else ""
+    return Ending(code, word, instance.started_at, instance.finished_at or now, message)
+
+
+@dataclass
+class Runs:
+    """What the vnode knows of one Pod's runs. `restarts` and `last` start from the Pod's
+    own status (so a restarted manager counts on); the back-off is in memory, as the
+    kubelet's is."""
+
+    policy: str = "Always"
+    restarts: int = 0
+    last: JsonDict | None = None  # lastState.terminated of the container
+    ended: Ending | None = None  # the run that ended and waits for its restart
+    ended_seen_at: float = 0.0  # monotonic: when the vnode saw it end
+    backoff: float | None = None  # None: the next restart is at once
+    backoff_from: float = 0.0  # monotonic: the ending the back-off was last advanced from
+    awaiting_run: int = 0  # after an in-place restart: ignore facts of runs before this one
+    due: Due | None = None
+    finished: bool = False  # the Pod is terminal: nothing runs again
+    released: bool = False  # a finished instance was terminated (it billed)
+    started_runs: set[int] = field(default_factory=set)  # runs whose `Started` Event was written
+
+    @classmethod
+    def from_pod(cls, pod: Mapping[str, Any]) -> Runs:
+        statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
+        first = statuses[0] if isinstance(statuses[0], Mapping) else {}
+        last = (first.get("lastState") or {}).get("terminated")
+        return cls(
+            policy=restart_policy(pod),
+            restarts=int(first.get("restartCount") or 0),
+            last=dict(last) if isinstance(last, Mapping) else None,
+        )
+
+    def stale(self, instance: Instance) -> bool:
+        """Facts from before the restart we asked for (a list read before it)."""
+        return instance.runs < self.awaiting_run
+
+    def end(self, ending: Ending, *, seen_at: float, in_place: bool, bills: bool, policy: BackoffPolicy) -> None:
+        """A run ended: the Pod finishes, or the next run is due (at once, or after the back-off)."""
+        if self.ended == ending:
+            return
+        self.ended, self.ended_seen_at = ending, seen_at
+        if not runs_again(self.policy, ending.exit_code):
+            self.finished = True
+            self.due = Due(Step.RELEASE, seen_at) if bills else None
+            return
+        expired = self.backoff is None or seen_at - self.backoff_from > policy.reset
+        wait = 0.0 if expired else (self.backoff or 0.0)
+        self.due = Due(Step.RESTART if in_place else Step.REPLACE, seen_at + wait)
+
+    def waiting_message(self, container: str, pod: str, now: float) -> str | None:
+        """The CrashLoopBackOff message while the next run waits out its back-off, else None."""
+        if self.ended is None or self.due is None or self.due.step is Step.RELEASE or self.due.at <= now:
+            return None
+        return f"back-off {_seconds(self.backoff or 0.0)} restarting failed container={container} pod={pod}"
+
+    def restarted(self, *, new_run: int, policy: BackoffPolicy) -> None:
+        """The due restart was carried out (`new_run`: the run the provider now runs, or 1
+        for a fresh instance)."""
+        ending = self.ended
+        assert ending is not None
+        at = self.ended_seen_at
+        if self.backoff is None or at - self.backoff_from > policy.reset:
+            self.backoff = policy.initial
+        else:
+            self.backoff = min(self.backoff * 2, policy.maximum)
+        self.backoff_from = at
+        self.restarts += 1
+        self.last = ending.terminated()
+        self.ended, self.due, self.awaiting_run = None, None, new_run
+
+    def release_done(self) -> None:
+        self.released, self.due = True, None
+
+
+def _seconds(value: float) -> str:
+    """Go's Duration text for whole seconds (`10s`, `5m0s`), as the kubelet's message has it."""
+    total = round(value)
+    if total < 60:
+        return f"{value:g}s" if value < 1 else f"{total}s"
+    minutes, seconds = divmod(total, 60)
+    return f"{minutes}m{seconds}s"
