@@ -81,7 +81,9 @@ class Inventory:
         with self._lock:
             snapshot = self._snapshot
             now = self._monotonic()
-            if self._failed_at is not None and now - self._failed_at < self._failure_ttl():
+            # The poll tick retries every interval and refreshes `_failed_at`; a lookup lists on
+            # its own only if no attempt was made for two intervals (a stuck poll loop).
+            if self._failed_at is not None and now - self._failed_at < 2 * self._failure_ttl():
                 self._waiting.add(pod_key(pod))
                 return Lookup.UNKNOWN, None
             if snapshot is None or now - self._snapshot_at > self._snapshot_ttl:

@@ -169,9 +169,11 @@ class Runs:
 
 
 def _seconds(value: float) -> str:
-    """Go's Duration text for whole seconds (`10s`, `5m0s`), as the kubelet's message has it."""
+    """Go's Duration text (`300ms`, `10s`, `5m0s`), as the kubelet's message has it."""
+    if value < 1:
+        return f"{round(value * 1000)}ms"
     total = round(value)
     if total < 60:
-        return f"{value:g}s" if value < 1 else f"{total}s"
+        return f"{total}s"
     minutes, seconds = divmod(total, 60)
     return f"{minutes}m{seconds}s"

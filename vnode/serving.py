@@ -53,7 +53,18 @@ class Serving:
     def get_container_logs(self, namespace: str, name: str, container: str, options: LogOptions) -> LogStream:
         """The container's log as the provider streams it; NotSupported without LogStreamer."""
         instance_id = self.kubelet_instance(namespace, name, container, capability="logs")
-        return cast(LogStreamer, self._provider).logs(instance_id, options)
+        entry = self._tracked.get(f"{namespace}/{name}")
+        if options.previous and entry is not None and entry.runs.restarts == 0:
+            # The kubelet's answer (kubectl shows it as BadRequest): there was no earlier run.
+            raise errors.InvalidRequest(f'previous terminated container "{container}" in pod "{name}" not found')
+        try:
+            return cast(LogStreamer, self._provider).logs(instance_id, options)
+        except errors.NotFound as exc:
+            if options.previous:
+                raise errors.InvalidRequest(
+                    f'previous terminated container "{container}" in pod "{name}" not found: {exc}'
+                ) from exc
+            raise
 
     def run_in_container(
         self, namespace: str, name: str, container: str, command: Sequence[str], *, tty: bool, stdin: bool

@@ -74,6 +74,8 @@ class StatusSync:
         for entry in self._tracked.entries():
             if entry.terminal or entry.instance_id is None:
                 continue
+            if entry.terminate_asked and entry.runs.due is None:
+                continue  # being torn down (or released): teardown looks at it on its own back-off
             moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
             due = entry.runs.due
             if moved or self._writer.needs_flush(entry) or (due is not None and due.at <= self._monotonic()):

@@ -26,9 +26,24 @@ class NoApi:
         raise AssertionError(f"unexpected Kubernetes API call {name}")
 
 
-def offline_handler(provider: Provider, **options: Any) -> Handler:
-    """A Handler over `provider` whose every API call fails the test."""
-    return Handler(provider, kube=NoApi(), events=NoApi(), **options)  # type: ignore[arg-type]
+class KeptEvents:
+    """An Event recorder that keeps what it is told, for a Handler with no API server whose
+    test does write (deletes write a `Killing` Event)."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, str, str, str]] = []  # name, type, reason, message
+
+    def pod(self, pod: Any, event_type: str, reason: str, message: str) -> None:
+        self.told.append((str((pod.get("metadata") or {}).get("name")), event_type, reason, message))
+
+    def node(self, node: Any, event_type: str, reason: str, message: str) -> None:
+        self.told.append((str((node.get("metadata") or {}).get("name")), event_type, reason, message))
+
+
+def offline_handler(provider: Provider, *, events: Any = None, **options: Any) -> Handler:
+    """A Handler over `provider` whose every API call fails the test (and every Event too,
+    unless `events` keeps them, e.g. `KeptEvents()`)."""
+    return Handler(provider, kube=NoApi(), events=events or NoApi(), **options)  # type: ignore[arg-type]
 
 
 def adopt_new_pod(handler: Handler, name: str, **annotations: str) -> dict[str, Any]:

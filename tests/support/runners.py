@@ -26,10 +26,7 @@ RUNNER_OPTIONS: dict[str, Any] = {
 
 def make_runner(cluster: DevCluster, provider: Provider, **overrides: Any) -> Runner:
     """A Runner for `provider` with clients of its own on `cluster`; `overrides` replace the
-    test defaults in RUNNER_OPTIONS or add any other Runner option (e.g. `blocklister`)."""
-    return Runner(
-        provider,
-        kube=kube_for(cluster),
-        watch_kube=kube_for(cluster, pool_size=watch_pool_size(1)),
-        **{**RUNNER_OPTIONS, **overrides},
-    )
+    test defaults in RUNNER_OPTIONS (and the clients, `kube`/`watch_kube`) or add any other
+    Runner option (e.g. `blocklister`)."""
+    clients = {"kube": kube_for(cluster), "watch_kube": kube_for(cluster, pool_size=watch_pool_size(1))}
+    return Runner(provider, **{**clients, **RUNNER_OPTIONS, **overrides})

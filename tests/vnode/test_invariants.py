@@ -26,6 +26,7 @@ from providers.claim import claim_name
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from providers.local import LocalProvider
+from providers.owner import Owner
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
@@ -33,6 +34,9 @@ from tests.support.polling import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 POLL = 0.3
 SHUTDOWN_GRACE = 10  # well inside the 30 s `kill` waits, so a slow stop fails with the log
+
+
+MANAGER_CLUSTER = "nebula-tests"  # the managers' `--cluster-name`: the observers own what they own
 
 
 class Manager:
@@ -60,6 +64,8 @@ class Manager:
             "--console-addr",
             "127.0.0.1:0",
             "--no-leader-election",
+            "--cluster-name",
+            MANAGER_CLUSTER,
             "--shutdown-grace",
             str(grace),
         ]
@@ -99,11 +105,12 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[st
     if request.param == "fake":
         server = start_server()
         options: dict[str, Any] = {"url": server.url}
-        yield "gpu", {"backend": "providers.fake.FakeProvider", "options": options}, FakeProvider("gpu", options)
+        observer: Provider = FakeProvider("gpu", options, owner=Owner(MANAGER_CLUSTER, "gpu"))
+        yield "gpu", {"backend": "providers.fake.FakeProvider", "options": options}, observer
         server.close()
     else:
         options = {"state_dir": str(tmp_path / "state"), "grace_period": 1}
-        observer = LocalProvider("box", options)
+        observer = LocalProvider("box", options, owner=Owner(MANAGER_CLUSTER, "box"))
         yield "box", {"backend": "providers.local.LocalProvider", "options": options}, observer
         for instance in observer.list():
             observer.terminate(instance.id)
@@ -238,7 +245,7 @@ def test_I3_provider_unreachable_across_a_restart_changes_nothing(
 ) -> None:
     """Running Pods stay Running; nothing is terminated, recreated or failed."""
     entry = {"backend": "providers.fake.FakeProvider", "options": {"url": fake_service.url}}
-    observer = FakeProvider("gpu", {"url": fake_service.url})
+    observer = FakeProvider("gpu", {"url": fake_service.url}, owner=Owner(MANAGER_CLUSTER, "gpu"))
     manager = start_manager("gpu", entry)
     names = [f"steady-{i}" for i in range(5)]
     for name in names:

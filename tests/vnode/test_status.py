@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
-from vnode.status import failed_status, lost_status, status_from_instance
+from vnode.status import RunView, failed_status, lost_status, status_from_instance
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -82,3 +82,41 @@ def test_lost_and_refused_pods_are_failed_with_their_reason() -> None:
     assert lost_status(make_pod(), now=NOW)["reason"] == "InstanceLost"
     refused = failed_status(make_pod(), reason="ProvisionFailed", message="no capacity", now=NOW)
     assert (refused["phase"], refused["message"]) == ("Failed", "no capacity")
+
+
+def test_an_exit_is_reported_as_the_kubelet_does_code_reason_and_times() -> None:
+    finished = NOW - timedelta(seconds=30)
+    done = status_from_instance(
+        make_pod(), make_instance(InstanceState.SUCCEEDED, exit_code=0, finished_at=finished), now=NOW
+    )
+    failed = status_from_instance(
+        make_pod(), make_instance(InstanceState.FAILED, exit_code=3, finished_at=finished), now=NOW
+    )
+    for status, phase, code, reason in ((done, "Succeeded", 0, "Completed"), (failed, "Failed", 3, "Error")):
+        terminated = status["containerStatuses"][0]["state"]["terminated"]
+        assert status["phase"] == phase
+        assert (terminated["exitCode"], terminated["reason"]) == (code, reason)
+        assert terminated["finishedAt"] == "2026-11-30T11:59:30Z" and terminated["startedAt"] == "2026-11-30T11:56:00Z"
+
+
+def test_a_run_that_will_run_again_keeps_the_pod_running_and_waits_in_crash_loop_back_off() -> None:
+    last = {"exitCode": 3, "reason": "Error", "finishedAt": "2026-11-30T11:59:00Z"}
+    waiting = "back-off 10s restarting failed container=main pod=p_default(u)"
+    run = RunView(restarts=2, last=last, again=True, waiting=waiting)
+    status = status_from_instance(make_pod(), make_instance(InstanceState.FAILED, exit_code=3), now=NOW, run=run)
+    container = status["containerStatuses"][0]
+    assert (status["phase"], status["reason"]) == ("Running", "")
+    assert container["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": waiting}}
+    assert container["lastState"] == {"terminated": last} and container["restartCount"] == 2
+    assert container["ready"] is False
+    at_once = status_from_instance(
+        make_pod(), make_instance(InstanceState.FAILED, exit_code=3), now=NOW, run=RunView(again=True)
+    )
+    assert at_once["phase"] == "Running" and "terminated" in at_once["containerStatuses"][0]["state"]
+
+
+def test_a_running_container_carries_its_restart_count_and_last_termination() -> None:
+    last = {"exitCode": 137, "reason": "InstanceLost", "finishedAt": "2026-11-30T11:59:00Z"}
+    status = status_from_instance(make_pod(), make_instance(InstanceState.RUNNING), now=NOW, run=RunView(1, last))
+    container = status["containerStatuses"][0]
+    assert (container["restartCount"], container["lastState"]) == (1, {"terminated": last})
