@@ -1,8 +1,9 @@
-"""The on-disk layout of one local instance: `<state_dir>/local/<claim>/`.
+"""The on-disk layout of one local instance: `<state_dir>/local/<owner key>/<claim>/`.
 
-Owned by the provider (creates, marks, removes) and the supervisor (writes run, exit and
-the log). Every record is written atomically (temp file + rename) so a reader never sees
-half a record. The env file holds secret values: mode 0600, never logged.
+Owned by the provider (creates, marks, rotates, removes) and the supervisor (writes run,
+exit and the log). Every record is written atomically (temp file + rename) so a reader
+never sees half a record. The env file holds secret values: mode 0600, never logged.
+An instance id names its owner and its claim, so it leads back to exactly one folder.
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -20,9 +21,11 @@ from typing import Any, BinaryIO
 
 INSTANCE_ID_PREFIX = "local-"
 _CLAIM = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ID_PARTS = 3  # `<cluster>.<alias>.<claim>`: three DNS labels, so no part holds a dot
 
 SPEC_FILE = "instance.json"  # claim, argv, cwd, grace period, created_at (written by provision)
 ENV_FILE = "env.json"  # the workload's env, mode 0600 (exec reuses it after a restart)
+RUNS_FILE = "runs.json"  # how many times the workload was started (written by restart; absent: 1)
 LAUNCH_FILE = "launch.json"  # the supervisor's identity (written by the launcher)
 LAUNCH_LOCK_FILE = "supervisor.lock"  # flock held by the one supervisor for its whole life
 LAUNCH_ERROR_FILE = "launch-error.json"  # why resuming an interrupted launch failed (written by the provider)
@@ -34,6 +37,9 @@ LOG_INDEX_FILE = "output.idx"  # per received chunk, written before it: INDEX_EN
 INDEX_ENTRY = struct.Struct("<QQ")  # the chunk's offset in LOG_FILE, its arrival (ns since the epoch)
 SUPERVISOR_LOG_FILE = "supervisor.log"  # the supervisor's own stderr
 STDIN_FIFO = "stdin.fifo"  # the workload's stdin, only when the Pod asked for one (kubectl attach -i)
+PREVIOUS_DIR = "previous"  # the LOG_FILE and LOG_INDEX_FILE of the run before the current one
+# LAUNCH_FILE, RUN_FILE, EXIT_FILE and LAUNCH_ERROR_FILE carry `"run": <number>` (absent: 1);
+# one of an older run than RUNS_FILE says is stale (see `providers.local.runs`).
 
 
 def is_claim(text: str) -> bool:
@@ -41,16 +47,27 @@ def is_claim(text: str) -> bool:
     return bool(_CLAIM.match(text))
 
 
-def instance_id_for(claim: str) -> str:
-    return INSTANCE_ID_PREFIX + claim
+def instance_id_for(owner_key: str, claim: str) -> str:
+    """`local-<cluster>.<alias>.<claim>`: unique across owners sharing a machine."""
+    return f"{INSTANCE_ID_PREFIX}{owner_key}.{claim}"
+
+
+def parse_instance_id(instance_id: str) -> tuple[str, str] | None:
+    """(owner key, claim) of a local instance id, or None if it is not a local instance id
+    (ids of the layout before owners, `local-<claim>`, included)."""
+    if not instance_id.startswith(INSTANCE_ID_PREFIX):
+        return None
+    parts = instance_id[len(INSTANCE_ID_PREFIX) :].split(".")
+    if len(parts) != _ID_PARTS or not all(is_claim(part) for part in parts):
+        return None
+    cluster, alias, claim = parts
+    return f"{cluster}.{alias}", claim
 
 
 def claim_of(instance_id: str) -> str | None:
-    """The claim inside a local instance id, or None if the id is not one of ours."""
-    if not instance_id.startswith(INSTANCE_ID_PREFIX):
-        return None
-    claim = instance_id[len(INSTANCE_ID_PREFIX) :]
-    return claim if is_claim(claim) else None
+    """The claim inside a local instance id of any owner, or None if it is not one."""
+    parsed = parse_instance_id(instance_id)
+    return parsed[1] if parsed else None
 
 
 def write_json_atomic(path: Path, data: Any, *, mode: int = 0o644) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import BinaryIO
 
 from providers.base import PodSpec, ProvisionRequest, Tier
 from providers.errors import InvalidRequest, Unavailable
@@ -96,18 +97,22 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
     return final
 
 
-def start_supervisor(path: Path) -> None:
-    """Run the supervisor, which detaches; returns once it recorded its identity."""
+def start_supervisor(path: Path, *, lock: BinaryIO | None = None) -> None:
+    """Run the supervisor, which detaches; returns once it recorded its identity. With
+    `lock` (the instance's launch lock, held by the caller), the supervisor takes over that
+    very lock, so no other launcher can slip in between the caller and the supervisor."""
     env = {
         "PATH": os.environ.get("PATH") or os.defpath,
         "PYTHONPATH": str(_PROJECT_ROOT),
         "LANG": os.environ.get("LANG") or "C.UTF-8",
     }
     argv = [sys.executable, "-P", "-m", "providers.local.supervisor", str(path)]
+    passed = (lock.fileno(),) if lock is not None else ()
+    argv += [str(fd) for fd in passed]
     with open(path / folder.SUPERVISOR_LOG_FILE, "ab") as errors:
         launcher = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-            cwd=path, env=env, start_new_session=True,
+            cwd=path, env=env, start_new_session=True, pass_fds=passed,
         )  # fmt: skip
     try:
         code = launcher.wait(timeout=SUPERVISOR_START_TIMEOUT)

@@ -7,7 +7,8 @@ chunk's offset and its arrival time. A line's time is that of the chunk holding 
 first byte. So a plain read is a file copy, and only `timestamps` and `since` walk the
 lines, with the index beside them. `tail_lines` counts newlines backwards in blocks
 (never reading the whole file), `limit_bytes` cuts the output, `follow` polls for new
-output until the workload exited and the file is drained.
+output until the workload exited and the file is drained. A restarted instance keeps its
+previous run's log and index in `PREVIOUS_DIR`, read the same way.
 Tests: tests/providers/local/test_local_logs.py.
 """
 
@@ -17,12 +18,13 @@ import os
 import threading
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import BinaryIO
 
 from providers.base import LogOptions
 from providers.errors import Unavailable
 from providers.local import stamp
-from providers.local.folder import INDEX_ENTRY
+from providers.local.folder import INDEX_ENTRY, LOG_FILE, LOG_INDEX_FILE
 
 POLL_SECONDS = 0.05
 _READ_BLOCK = 256 * 1024
@@ -50,6 +52,24 @@ def tail_offset(handle: BinaryIO, lines: int) -> int:
         if pos == 0:
             return 0
         block *= 2
+
+
+def open_stream(base: Path, options: LogOptions, *, finished: Callable[[], bool]) -> FileLogStream:
+    """The log kept in folder `base` (an instance's, or its previous run's) read with
+    `options`; `finished` says no more output will come. FileNotFoundError if there is no
+    log there; other OSErrors as they come."""
+    handle = open(base / LOG_FILE, "rb")  # closed by the stream
+    index = None
+    try:
+        start = tail_offset(handle, options.tail_lines) if options.tail_lines is not None else 0
+        if options.timestamps or options.since is not None:
+            index = open(base / LOG_INDEX_FILE, "rb")  # closed by the stream
+        return FileLogStream(handle, options, start=start, finished=finished, index=index)
+    except BaseException:
+        handle.close()
+        if index is not None:
+            index.close()
+        raise
 
 
 class StampIndex:

@@ -20,7 +20,7 @@ KNOWN_KEYS = frozenset({"state_dir", "grace_period", "poll_interval", "capacity"
 
 @dataclass(frozen=True)
 class LocalOptions:
-    state_dir: Path  # absolute; instances live in <state_dir>/local/<claim>/
+    state_dir: Path  # absolute; instances live in <state_dir>/local/<cluster>.<alias>/<claim>/
     grace_period: float  # seconds between SIGTERM and SIGKILL
     poll_interval: float
     capacity: Mapping[str, str] | None  # None: measure this machine

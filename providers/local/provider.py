@@ -1,24 +1,29 @@
 """`LocalProvider`: an instance is a process group on this machine.
 
 Built by `providers.registry` from settings; called by the vnode. Each instance lives in
-`<state_dir>/local/<claim>/` with its records, log and a supervisor that outlives the
-manager. Rule for gone: `terminate` marks the folder and signals; once no process of
-the instance lives, the folder is deleted (by `terminate`, `get` or `list`, whichever
-sees it first), after which `get` returns None and `list` omits it. Rule for an
-interrupted launch: a folder whose supervisor was never started (the manager stopped
-between creating it and launching) is launched by whoever sees it next (`provision`,
-`get` or `list`); the supervisor's launch lock keeps that to one workload (I1).
+`<state_dir>/local/<cluster>.<alias>/<claim>/` with its records, log and a supervisor that
+outlives the manager; this object sees only its owner's folder (folders of another owner,
+or of the layout before owners, directly under `local/`, are never read).
+
+Rule for gone: `terminate` marks the folder and signals; once no process of the instance
+lives, the folder is deleted (by `terminate`, `get` or `list`, whichever sees it first),
+after which `get` returns None and `list` omits it. Rule for an interrupted launch: a
+folder whose supervisor was never started (the manager stopped between creating it and
+launching) is launched by whoever sees it next (`provision`, `get` or `list`); the
+supervisor's launch lock keeps that to one workload (I1). Rule for an exit: the folder
+and its output stay, nothing running, until `terminate` deletes it; `restart` runs the
+workload again there (`providers.local.restart`).
 Tests: tests/providers/local/test_local.py.
 """
 
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import signal
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +44,14 @@ from providers.base import (
     Provider,
     ProvisionRequest,
     ProvisionResult,
+    Restarter,
     Tier,
     default_block_scope,
 )
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
-from providers.local import attach, folder, launch, logs, proc, process, stamp, status
+from providers.local import attach, folder, launch, logs, proc, process, restart, runs, stamp, status
 from providers.local.options import LocalOptions, measure_capacity, parse_options
+from providers.local.reader import FolderReader
 from providers.owner import Owner
 
 REGION_TOKENS = frozenset({"local", "us", "eu", "ap", "any", "*"})  # all mean "this machine"
@@ -56,62 +63,6 @@ def image_notice(image: str) -> str:
     return IMAGE_NOTICE.format(image=image)
 
 
-class _Folder:
-    """Reads one instance folder into a `status.Observation` (liveness included)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def record(self, name: str) -> dict[str, Any] | None:
-        data = folder.read_json(self.path / name)
-        return data if isinstance(data, dict) else None
-
-    def identity(self, name: str, key: str) -> proc.ProcessIdentity | None:
-        return proc.ProcessIdentity.from_json((self.record(name) or {}).get(key))
-
-    def supervisor_alive(self) -> bool:
-        identity = self.identity(folder.LAUNCH_FILE, "supervisor")
-        return identity is not None and proc.is_alive(identity)
-
-    def workload_alive(self) -> bool:
-        leader = self.identity(folder.RUN_FILE, "workload")
-        return leader is not None and proc.group_alive(leader)
-
-    def exit_code(self) -> int | None:
-        """The workload's recorded exit code; None while it has none."""
-        record = self.record(folder.EXIT_FILE)
-        return int(record["exit_code"]) if record and "exit_code" in record else None
-
-    def finished(self) -> bool:
-        """The workload will write no more output."""
-        if not self.path.exists() or (self.path / folder.EXIT_FILE).exists():
-            return True
-        return not (self.supervisor_alive() or self.workload_alive())
-
-    def observe(self) -> status.Observation | None:
-        spec = self.record(folder.SPEC_FILE)
-        try:
-            mtime = self.path.stat().st_mtime
-        except FileNotFoundError:
-            return None
-        created = (spec or {}).get("created_at")
-        return status.Observation(
-            instance_id=folder.instance_id_for(self.path.name),
-            claim=self.path.name,
-            created_at=stamp.datetime_from_stamp(created)
-            if isinstance(created, str)
-            else datetime.fromtimestamp(mtime, UTC),
-            spec=spec,
-            launch=self.record(folder.LAUNCH_FILE),
-            run=self.record(folder.RUN_FILE),
-            exit=self.record(folder.EXIT_FILE),
-            terminate=self.record(folder.TERMINATE_FILE),
-            supervisor_alive=self.supervisor_alive(),
-            workload_alive=self.workload_alive(),
-            launch_error=self.record(folder.LAUNCH_ERROR_FILE),
-        )
-
-
 class LocalProvider:
     """Runs each Pod's first container command as a supervised process group here."""
 
@@ -119,7 +70,7 @@ class LocalProvider:
         self._name = name
         self._owner = owner or Owner.standalone(name)
         self._options: LocalOptions = parse_options(options)
-        self._root = self._options.state_dir / "local"
+        self._root = self._options.state_dir / "local" / self._owner.key
         self._provision_lock = threading.Lock()
         self._launching: set[str] = set()  # claims whose supervisor this object is starting
         self._capacity: dict[str, str] | None = None
@@ -134,7 +85,7 @@ class LocalProvider:
 
     @property
     def root(self) -> Path:
-        """The folder holding one sub-folder per instance."""
+        """The folder holding one sub-folder per instance of this owner."""
         return self._root
 
     def capabilities(self) -> Capabilities:
@@ -147,11 +98,14 @@ class LocalProvider:
             capacity=dict(self._capacity),
             pulls_images=False,
             log_timestamps=True,
+            restarts_in_place=True,
+            bills_after_exit=False,
+            keeps_output_after_terminate=False,
         )
 
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
         launch.check_request(pod, request)
-        instance_id = InstanceId(folder.instance_id_for(request.claim))
+        instance_id = InstanceId(folder.instance_id_for(self._owner.key, request.claim))
         path = self._root / request.claim
         try:
             with self._provision_lock:
@@ -174,7 +128,7 @@ class LocalProvider:
     def _needs_launch(self, path: Path) -> bool:
         """An existing folder whose launch was interrupted, now marked as ours to launch.
         Call with the provision lock held."""
-        observation = _Folder(path).observe()
+        observation = self._reader(path).observe()
         return observation is not None and status.needs_launch(observation) and self._begin_launch(path)
 
     def _launch(self, path: Path) -> None:
@@ -202,7 +156,8 @@ class LocalProvider:
             except (ProviderError, OSError) as exc:
                 message = str(exc) if isinstance(exc, ProviderError) else exc.strerror or type(exc).__name__
                 try:
-                    folder.write_json_atomic(path / folder.LAUNCH_ERROR_FILE, {"message": message})
+                    record = {"message": message, "run": runs.current(path)}
+                    folder.write_json_atomic(path / folder.LAUNCH_ERROR_FILE, record)
                 except OSError:
                     pass  # the folder went away: the instance is gone anyway
             finally:
@@ -215,28 +170,29 @@ class LocalProvider:
         path = self._path(instance_id)
         if path is None or not path.exists():
             return
-        entry = _Folder(path)
+        entry = self._reader(path)
         try:
             if not (path / folder.TERMINATE_FILE).exists():
                 folder.write_json_atomic(path / folder.TERMINATE_FILE, {"requested_at": stamp.now_stamp()})
-            self._signal_termination(entry)
-            if not (entry.supervisor_alive() or entry.workload_alive()):
+            run = entry.runs()
+            self._signal_termination(entry, run)
+            if not (entry.supervisor_alive(run) or entry.workload_alive(run)):
                 folder.remove_unsupervised(path)
         except FileNotFoundError:
             return  # removed under us: already gone
         except OSError as exc:
             raise Unavailable(f"cannot terminate {instance_id}: {exc.strerror or type(exc).__name__}") from exc
 
-    def _signal_termination(self, entry: _Folder) -> None:
+    def _signal_termination(self, entry: FolderReader, run: int) -> None:
         """The supervisor enforces the grace period; without one, we do it ourselves."""
-        supervisor = entry.identity(folder.LAUNCH_FILE, "supervisor")
+        supervisor = entry.supervisor(run)
         if supervisor is not None and proc.is_alive(supervisor):
             try:
                 os.kill(supervisor.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
             return
-        leader = entry.identity(folder.RUN_FILE, "workload")
+        leader = entry.workload(run)
         if leader is not None and proc.signal_group(leader, signal.SIGTERM):
             timer = threading.Timer(self._options.grace_period, proc.signal_group, (leader, signal.SIGKILL))
             timer.daemon = True
@@ -270,26 +226,26 @@ class LocalProvider:
         return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        path = self._existing(instance_id)
+        entry = self._reader(path)
         if options.previous:
-            raise NotSupported("the local provider never restarts a workload: there is no previous log")
+            base, missing = path / folder.PREVIOUS_DIR, "no previous run: it was never restarted"
+        else:
+            base, missing = path, "no log"
+        try:
+            finished = _ended if options.previous else functools.partial(entry.finished, entry.runs())
+            return logs.open_stream(base, options, finished=finished)
+        except FileNotFoundError as exc:
+            raise NotFound(f"instance {instance_id} has {missing}") from exc
+        except OSError as exc:
+            raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
+
+    def restart(self, instance_id: InstanceId) -> None:
         path = self._existing(instance_id)
         try:
-            handle = open(path / folder.LOG_FILE, "rb")  # closed by the stream
-        except FileNotFoundError as exc:
-            raise NotFound(f"instance {instance_id} has no log") from exc
+            restart.run_again(self._reader(path))
         except OSError as exc:
-            raise Unavailable(f"cannot open the log of {instance_id}: {exc.strerror}") from exc
-        index = None
-        try:
-            start = logs.tail_offset(handle, options.tail_lines) if options.tail_lines is not None else 0
-            if options.timestamps or options.since is not None:
-                index = open(path / folder.LOG_INDEX_FILE, "rb")  # closed by the stream
-            return logs.FileLogStream(handle, options, start=start, finished=_Folder(path).finished, index=index)
-        except OSError as exc:
-            handle.close()
-            if index is not None:
-                index.close()
-            raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
+            raise Unavailable(f"cannot restart {instance_id}: {exc.strerror or type(exc).__name__}") from exc
 
     def _running(self, instance_id: InstanceId) -> Path:
         """The folder of a RUNNING instance; NotFound (with its state) otherwise."""
@@ -304,7 +260,7 @@ class LocalProvider:
         path = self._running(instance_id)
         if not command:
             raise NotSupported("exec needs a command")
-        entry = _Folder(path)
+        entry = self._reader(path)
         spec, env = entry.record(folder.SPEC_FILE) or {}, entry.record(folder.ENV_FILE) or {}
         try:
             return process.start_process(
@@ -317,15 +273,23 @@ class LocalProvider:
             raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
-        entry = _Folder(self._running(instance_id))
+        entry = self._reader(self._running(instance_id))
         try:
-            return attach.Attachment(entry.path, stdin=stdin, exit_code=entry.exit_code, finished=entry.finished)
+            run = entry.runs()
+            exit_code, finished = functools.partial(entry.exit_code, run), functools.partial(entry.finished, run)
+            return attach.Attachment(entry.path, stdin=stdin, exit_code=exit_code, finished=finished)
         except OSError as exc:
             raise Unavailable(f"cannot attach to {instance_id}: {exc.strerror}") from exc
 
+    def _reader(self, path: Path) -> FolderReader:
+        return FolderReader(path, owner_key=self._owner.key)
+
     def _path(self, instance_id: str) -> Path | None:
-        claim = folder.claim_of(instance_id)
-        return self._root / claim if claim else None
+        """This owner's folder for `instance_id`; None for an id of another owner (or none)."""
+        parsed = folder.parse_instance_id(instance_id)
+        if parsed is None or parsed[0] != self._owner.key:
+            return None
+        return self._root / parsed[1]
 
     def _existing(self, instance_id: InstanceId) -> Path:
         path = self._path(instance_id)
@@ -343,7 +307,7 @@ class LocalProvider:
                 yield entry
 
     def _instance(self, path: Path) -> Instance | None:
-        observation = _Folder(path).observe()
+        observation = self._reader(path).observe()
         if observation is None:
             return None
         instance = status.instance_from(observation)
@@ -354,6 +318,11 @@ class LocalProvider:
         return instance
 
 
-def _conforms(provider: LocalProvider) -> tuple[Provider, LogStreamer, Executor, Attacher]:
+def _ended() -> bool:
+    """The previous run's log is complete: a follow of it ends at its end."""
+    return True
+
+
+def _conforms(provider: LocalProvider) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter]:
     """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider
+    return provider, provider, provider, provider, provider

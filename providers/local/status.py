@@ -8,7 +8,12 @@ instance is gone (`instance_from` returns None) and the caller deletes the folde
 
 Rule for an interrupted launch: a folder whose supervisor was never started (the manager
 stopped between creating it and launching) `needs_launch`; it stays PROVISIONING while
-the provider resumes the launch, and is FAILED only if that resumption failed.
+the provider resumes the launch, and is FAILED only if that resumption failed. A restart
+whose launch was cut short reads the same way: the records of the current run are the
+only ones an Observation holds (`providers.local.runs`).
+
+Rule for an exit: the recorded exit code gives SUCCEEDED (0, reason `Completed`) or FAILED
+(reason `Error`; death by signal N was recorded as 128+N); the folder stays until terminate.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ REGION = "local"
 
 @dataclass(frozen=True)
 class Observation:
-    """Everything read from one folder; records are None when absent."""
+    """Everything read from one folder; records are None when absent or of an older run."""
 
     instance_id: str
     claim: str
@@ -40,6 +45,7 @@ class Observation:
     supervisor_alive: bool
     workload_alive: bool
     launch_error: Mapping[str, Any] | None = None
+    runs: int = 1  # the current run's number: 1 + the restarts in place
 
 
 def needs_launch(obs: Observation) -> bool:
@@ -79,12 +85,20 @@ def _state_and_message(obs: Observation) -> tuple[InstanceState, str]:
     return InstanceState.FAILED, "the process is gone without a recorded exit code (was the machine restarted?)"
 
 
+def exit_reason(code: int | None) -> str:
+    """The kubelet's reason for a terminated container: `Completed` for 0, else `Error`."""
+    if code is None:
+        return ""
+    return "Completed" if code == 0 else "Error"
+
+
 def instance_from(obs: Observation) -> Instance | None:
     """The instance's facts, or None when it is gone (see the module rule)."""
     if obs.terminate is not None and not (obs.supervisor_alive or obs.workload_alive):
         return None
     state, message = _state_and_message(obs)
-    code = (obs.exit or {}).get("exit_code")
+    recorded = (obs.exit or {}).get("exit_code")
+    code = recorded if isinstance(recorded, int) else None
     return Instance(
         id=InstanceId(obs.instance_id),
         claim=ClaimName(obs.claim),
@@ -93,8 +107,10 @@ def instance_from(obs: Observation) -> Instance | None:
         endpoint=ENDPOINT,
         started_at=_time(obs.run, "started_at"),
         finished_at=_time(obs.exit, "finished_at"),
-        exit_code=code if isinstance(code, int) else None,
+        exit_code=code,
         message=message,
         region=REGION,
         capacity_type=Tier.ON_DEMAND,
+        exit_reason=exit_reason(code),
+        runs=obs.runs,
     )

@@ -1,9 +1,10 @@
-"""The supervisor: `python -m providers.local.supervisor <instance folder>`.
+"""The supervisor: `python -m providers.local.supervisor <instance folder> [<lock fd>]`.
 
 Started by `launch.start_supervisor`; detaches into its own session so it outlives the
-manager, runs the workload as its child (in the workload's own process group), appends its
-output to the log with an index of arrival times, and records the exit code. On SIGTERM it
-forwards TERM to the workload's group and sends KILL after the grace period. Never logs the env.
+manager, runs one run of the workload as its child (in the workload's own process group),
+appends its output to the log with an index of arrival times, and records the exit code,
+each record stamped with the run's number. On SIGTERM it forwards TERM to the workload's
+group and sends KILL after the grace period. Never logs the env.
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 from typing import BinaryIO
 
-from providers.local import folder, proc, stamp
+from providers.local import folder, proc, runs, stamp
 
 DRAIN_AFTER_EXIT = 2.0  # seconds to drain output of leftovers once the workload exited
 
@@ -48,8 +49,9 @@ class OutputRecorder:
 class Supervisor:
     """One workload's life: start, pump output, forward termination, record the exit."""
 
-    def __init__(self, path: Path, spec: Mapping[str, object], env: Mapping[str, str]) -> None:
+    def __init__(self, path: Path, spec: Mapping[str, object], env: Mapping[str, str], *, run: int = 1) -> None:
         self.path = path
+        self.run_number = run
         self.argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]
         self.cwd = str(spec["cwd"])
         self.grace = float(spec["grace_period"])  # type: ignore[arg-type]
@@ -93,6 +95,7 @@ class Supervisor:
                     "supervisor": supervisor.as_json() if supervisor else None,
                     "workload": self.leader.as_json(),
                     "started_at": stamp.now_stamp(),
+                    "run": self.run_number,
                 },
             )
             self._pump(reader, recorder)
@@ -152,23 +155,28 @@ class Supervisor:
         self._signal(signal.SIGKILL)
 
     def _record_exit(self, code: int) -> None:
-        folder.write_json_atomic(self.path / folder.EXIT_FILE, {"exit_code": code, "finished_at": stamp.now_stamp()})
+        record = {"exit_code": code, "finished_at": stamp.now_stamp(), "run": self.run_number}
+        folder.write_json_atomic(self.path / folder.EXIT_FILE, record)
 
 
 def main(argv: list[str]) -> int:
-    """Take the launch lock, detach (double fork), record the supervisor's identity, then
+    """Take the launch lock (or use the one a restart holds, passed as fd `argv[2]`), finish
+    a committed rotation, detach (double fork), record the supervisor's identity, then
     supervise. Exits 0 without running anything when another supervisor has the instance
-    or the workload already ran."""
+    or the current run's workload already started."""
     path = Path(argv[1])
-    lock = folder.take_launch_lock(path)  # inherited by the fork, so the supervisor holds it for life
+    # Inherited by the fork, so the supervisor holds the lock for life.
+    lock = os.fdopen(int(argv[2]), "ab") if len(argv) > 2 else folder.take_launch_lock(path)
     if lock is None:
         return 0
+    runs.finish_rotation(path)
     if (path / folder.RUN_FILE).exists() or (path / folder.EXIT_FILE).exists():
-        return 0  # an earlier supervisor started the workload: never run it twice
+        return 0  # an earlier supervisor started this run's workload: never run it twice
+    run = runs.current(path)
     child = os.fork()
     if child:
         identity = proc.identify(child) or proc.ProcessIdentity(child, 0)
-        folder.write_json_atomic(path / folder.LAUNCH_FILE, {"supervisor": identity.as_json()})
+        folder.write_json_atomic(path / folder.LAUNCH_FILE, {"supervisor": identity.as_json(), "run": run})
         os._exit(0)
     os.setsid()
     spec = folder.read_json(path / folder.SPEC_FILE)
@@ -176,7 +184,7 @@ def main(argv: list[str]) -> int:
     if not isinstance(spec, dict) or not isinstance(env, dict):
         print(f"nebula supervisor: no instance records in {path}", file=sys.stderr)
         return 1
-    supervisor = Supervisor(path, spec, env)
+    supervisor = Supervisor(path, spec, env, run=run)
     signal.signal(signal.SIGTERM, supervisor.on_sigterm)
     supervisor.run()
     lock.close()

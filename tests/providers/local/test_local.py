@@ -1,4 +1,5 @@
-"""The local provider's lifecycle with real processes: provision, state, terminate, restart."""
+"""The local provider's lifecycle with real processes: provision, state, exits, terminate,
+a manager restart."""
 
 from __future__ import annotations
 
@@ -28,20 +29,40 @@ from providers.base import (
     LogStreamer,
     PodSpec,
     ProvisionRequest,
+    Restarter,
     Tier,
 )
-from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
+from providers.errors import InvalidRequest, NoCapacity, NotFound, ProviderError, Unavailable
 from providers.local import LocalProvider, folder, image_notice, launch, proc
 from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
 
 DEADLINE = 30.0
+CLAIM = "ns-pod-abcdefghij"
+INSTANCE = InstanceId(folder.instance_id_for("standalone.local", CLAIM))  # the default owner's id for CLAIM
 
 
 @pytest.fixture
 def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    yield LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1, "poll_interval": 0.5})
+    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1, "poll_interval": 0.5})
+    yield provider
+    terminate_all(provider)
     kill_leftovers(tmp_path)
+
+
+def terminate_all(provider: LocalProvider) -> None:
+    for instance in provider.list():
+        provider.terminate(instance.id)
+
+
+def kill_instance(path: Path) -> None:
+    """SIGKILL an instance's supervisor and workload group, as a reboot would."""
+    for record, key in (("launch.json", "supervisor"), ("run.json", "workload")):
+        identity = proc.ProcessIdentity.from_json(json.loads((path / record).read_text())[key])
+        assert identity is not None
+        proc.signal_group(identity, signal.SIGKILL)
+        if proc.is_alive(identity):
+            os.kill(identity.pid, signal.SIGKILL)
 
 
 def make_pod(**overrides: Any) -> PodSpec:
@@ -72,10 +93,12 @@ def read_all(provider: LocalProvider, instance_id: InstanceId, options: LogOptio
 
 
 def test_provider_conforms_to_the_seam_and_declares_itself(provider: LocalProvider) -> None:
-    """LogStreamer and Executor are detected at runtime; capabilities say the image is not pulled."""
-    assert isinstance(provider, LogStreamer) and isinstance(provider, Executor)
+    """LogStreamer, Executor and Restarter are detected at runtime; capabilities say the image
+    is not pulled, the workload restarts in place, an exit bills nothing and terminate discards."""
+    assert isinstance(provider, LogStreamer) and isinstance(provider, Executor) and isinstance(provider, Restarter)
     caps = provider.capabilities()
     assert caps.pulls_images is False and caps.log_timestamps is True and caps.poll_interval == 0.5
+    assert (caps.restarts_in_place, caps.bills_after_exit, caps.keeps_output_after_terminate) == (True, False, False)
     assert {"cpu", "memory", "pods"} <= set(caps.capacity)
     assert "'nginx:1'" in image_notice("nginx:1") and "not pulled" in image_notice("nginx:1")
     [offering] = provider.offerings()
@@ -100,15 +123,16 @@ def test_constructor_rejects_unknown_options_and_does_no_io(tmp_path: Path) -> N
 
 def test_state_dir_defaults_to_the_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEBULA_STATE_DIR", str(tmp_path))
-    assert LocalProvider("local", {}).root == tmp_path / "local"
+    assert LocalProvider("local", {}).root == tmp_path / "local" / "standalone.local"
 
 
 def test_args_only_run_through_sh_and_output_is_logged(provider: LocalProvider) -> None:
     result = provider.provision(make_pod(args=("echo out; echo err >&2",)), request())
     assert result.reserved and result.endpoint == "127.0.0.1" and result.credential is None
     instance = finished(provider, result.instance_id)
-    assert instance.state is InstanceState.SUCCEEDED and instance.exit_code == 0
+    assert (instance.state, instance.exit_code, instance.exit_reason) == (InstanceState.SUCCEEDED, 0, "Completed")
     assert instance.started_at and instance.finished_at and instance.created_at <= instance.started_at
+    assert instance.started_at <= instance.finished_at and instance.runs == 1
     assert read_all(provider, result.instance_id) == b"out\nerr\n"
 
 
@@ -125,10 +149,38 @@ def test_neither_command_nor_args_is_an_invalid_request(provider: LocalProvider)
         provider.provision(make_pod(args=("true",), gpu_count=1), request())
 
 
-def test_non_zero_exit_is_failed_with_the_exit_code(provider: LocalProvider) -> None:
+def test_non_zero_exit_is_failed_with_the_exit_code_and_reason_error(provider: LocalProvider) -> None:
     result = provider.provision(make_pod(args=("exit 3",)), request())
     instance = finished(provider, result.instance_id)
-    assert instance.state is InstanceState.FAILED and instance.exit_code == 3 and "3" in instance.message
+    assert (instance.state, instance.exit_code, instance.exit_reason) == (InstanceState.FAILED, 3, "Error")
+    assert "3" in instance.message and instance.started_at and instance.finished_at
+
+
+def test_a_workload_group_killed_by_sigkill_is_failed_with_137(provider: LocalProvider) -> None:
+    """As the kubelet reports a container killed by signal N: exit code 128+N, reason Error."""
+    result = provider.provision(make_pod(args=("echo up; exec sleep 300",)), request())
+    wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
+    leader = proc.ProcessIdentity.from_json(json.loads((provider.root / CLAIM / "run.json").read_text())["workload"])
+    assert leader is not None and proc.signal_group(leader, signal.SIGKILL)
+    instance = finished(provider, result.instance_id)
+    assert (instance.state, instance.exit_code, instance.exit_reason) == (InstanceState.FAILED, 137, "Error")
+    assert instance.started_at and instance.finished_at and instance.started_at <= instance.finished_at
+
+
+def test_an_exited_instance_keeps_its_folder_and_output_until_terminate_removes_it(provider: LocalProvider) -> None:
+    """Nothing runs after a natural exit, so nothing bills; the output stays readable, the
+    instance stays listed, and terminate then deletes the folder at once."""
+    result = provider.provision(make_pod(args=("echo done",)), request())
+    finished(provider, result.instance_id)
+    path = provider.root / CLAIM
+    supervisor = proc.ProcessIdentity.from_json(json.loads((path / "launch.json").read_text())["supervisor"])
+    assert supervisor is not None
+    wait_for(lambda: not proc.is_alive(supervisor))
+    [listed] = provider.list()
+    assert listed.state is InstanceState.SUCCEEDED and read_all(provider, result.instance_id) == b"done\n"
+    assert provider.capabilities().bills_after_exit is False
+    provider.terminate(result.instance_id)
+    assert not path.exists() and provider.get(result.instance_id) is None and provider.list() == []
 
 
 def test_missing_executable_fails_with_a_logged_reason(provider: LocalProvider) -> None:
@@ -159,7 +211,7 @@ def test_provision_is_idempotent_on_the_claim_i1(provider: LocalProvider) -> Non
 def test_terminate_sends_term_and_records_143(provider: LocalProvider) -> None:
     result = provider.provision(make_pod(args=("echo up; exec sleep 300",)), request())
     wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
-    exit_file = provider.root / "ns-pod-abcdefghij" / "exit.json"
+    exit_file = provider.root / CLAIM / "exit.json"
     provider.terminate(result.instance_id)
     assert json.loads(wait_for(lambda: exit_file.exists() and exit_file.read_text()))["exit_code"] == 143
     wait_for(lambda: provider.get(result.instance_id) is None)
@@ -170,7 +222,7 @@ def test_terminate_escalates_to_kill_after_the_grace_period(provider: LocalProvi
     """A workload that ignores TERM is killed (137) after grace_period; terminate itself does not block."""
     result = provider.provision(make_pod(args=("trap '' TERM; echo up; sleep 300",)), request())
     wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
-    exit_file = provider.root / "ns-pod-abcdefghij" / "exit.json"
+    exit_file = provider.root / CLAIM / "exit.json"
     started = time.monotonic()
     provider.terminate(result.instance_id)
     assert time.monotonic() - started < 1.0
@@ -212,6 +264,7 @@ def test_a_new_provider_object_finds_every_instance_after_the_old_one_is_dropped
             second.terminate(instance_id)
         wait_for(lambda: second.list() == [])
     finally:
+        terminate_all(LocalProvider("local", options))
         kill_leftovers(tmp_path)
 
 
@@ -219,8 +272,8 @@ def test_a_process_gone_without_an_exit_record_is_failed(provider: LocalProvider
     """As after a reboot: nothing runs and no exit code was written."""
     result = provider.provision(make_pod(args=("exec sleep 300",)), request())
     wait_for(lambda: provider.get(result.instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
-    folder = provider.root / "ns-pod-abcdefghij"
-    kill_leftovers(provider.root.parent)
+    folder = provider.root / CLAIM
+    kill_instance(folder)
 
     def failed() -> Instance | None:
         instance = provider.get(result.instance_id)
@@ -255,7 +308,7 @@ def test_env_reaches_the_workload_and_no_value_is_logged(
         request(env={"TOKEN": secret}),
     )
     finished(provider, result.instance_id)
-    folder = provider.root / "ns-pod-abcdefghij"
+    folder = provider.root / CLAIM
     assert (folder / "seen.txt").read_text() == f"{secret}|{folder}|{folder}"
     assert stat.S_IMODE((folder / "env.json").stat().st_mode) == 0o600
     provider.terminate(result.instance_id)
@@ -279,7 +332,7 @@ def test_errors_are_provider_errors(provider: LocalProvider, tmp_path: Path) -> 
         provider.logs(InstanceId("local-nothing-here"), LogOptions())
     with pytest.raises(NotFound):
         provider.exec(InstanceId("local-nothing-here"), ["true"], tty=False, stdin=False)
-    with pytest.raises(NotSupported):
+    with pytest.raises(NotFound):
         provider.logs(InstanceId("local-nothing-here"), LogOptions(previous=True))
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the state folder should be")
@@ -294,7 +347,7 @@ def test_terminate_without_a_supervisor_signals_the_workload_group_itself(provid
     """If the supervisor was killed, terminate still sends TERM, then KILL after the grace period."""
     result = provider.provision(make_pod(args=("trap '' TERM; echo up; sleep 300",)), request())
     wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
-    folder = provider.root / "ns-pod-abcdefghij"
+    folder = provider.root / CLAIM
     supervisor = proc.ProcessIdentity.from_json(json.loads((folder / "launch.json").read_text())["supervisor"])
     assert supervisor is not None
     os.kill(supervisor.pid, signal.SIGKILL)
@@ -336,13 +389,14 @@ def test_a_launch_interrupted_by_a_manager_crash_is_resumed_by_the_next_list_i1(
         path = _interrupted_launch(LocalProvider("local", options), make_pod(args=("echo started; exec sleep 300",)))
         restarted = LocalProvider("local", options)
         assert [i.state for i in restarted.list()] == [InstanceState.PROVISIONING]
-        instance_id = InstanceId("local-ns-pod-abcdefghij")
+        instance_id = INSTANCE
         wait_for(lambda: restarted.get(instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
         wait_for(lambda: read_all(restarted, instance_id) == b"started\n")
         restarted.list()  # another look launches nothing more
         assert len(_supervisors_of(path)) == 1
         assert read_all(restarted, instance_id) == b"started\n"
     finally:
+        terminate_all(LocalProvider("local", options))
         kill_leftovers(tmp_path)
 
 
@@ -373,7 +427,7 @@ def test_concurrent_launchers_of_one_instance_start_one_supervisor(provider: Loc
         thread.join()
     assert errors == []
     assert len(_supervisors_of(path)) == 1
-    instance_id = InstanceId("local-ns-pod-abcdefghij")
+    instance_id = INSTANCE
     wait_for(lambda: read_all(provider, instance_id) == b"started\n")
     launch.start_supervisor(path)  # the workload ran already: a late launcher runs nothing
     assert len(_supervisors_of(path)) == 1 and read_all(provider, instance_id) == b"started\n"
@@ -382,7 +436,7 @@ def test_concurrent_launchers_of_one_instance_start_one_supervisor(provider: Loc
 def test_a_resumed_launch_that_fails_reports_the_instance_failed_with_the_reason(provider: LocalProvider) -> None:
     path = _interrupted_launch(provider, make_pod(args=("echo started",)))
     (path / "supervisor.lock").mkdir()  # the launcher cannot open its lock: it fails
-    instance_id = InstanceId("local-ns-pod-abcdefghij")
+    instance_id = INSTANCE
     assert provider.get(instance_id).state is InstanceState.PROVISIONING  # type: ignore[union-attr]
 
     def failed() -> Instance | None:
@@ -392,6 +446,7 @@ def test_a_resumed_launch_that_fails_reports_the_instance_failed_with_the_reason
     instance = wait_for(failed)
     assert instance.message.startswith("the workload was never started: the supervisor for ns-pod-abcdefghij")
     assert read_all(provider, instance_id) == b"" and _supervisors_of(path) == []
+    (path / "supervisor.lock").rmdir()  # so the fixture's terminate can clean up
 
 
 def test_terminate_during_a_late_launch_leaves_no_workload_and_then_the_folder_goes(provider: LocalProvider) -> None:
@@ -399,7 +454,7 @@ def test_terminate_during_a_late_launch_leaves_no_workload_and_then_the_folder_g
     supervisor) must not delete the folder under it; the supervisor then sees the terminate,
     runs nothing, and the folder goes once it exits."""
     path = _interrupted_launch(provider, make_pod(args=("echo started; exec sleep 300",)))
-    instance_id = InstanceId("local-ns-pod-abcdefghij")
+    instance_id = INSTANCE
     lock = folder.take_launch_lock(path)  # a launcher between taking the lock and forking
     assert lock is not None
     provider.terminate(instance_id)

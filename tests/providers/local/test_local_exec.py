@@ -22,7 +22,10 @@ SECRET = "exec-s3cr3t"
 
 @pytest.fixture
 def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    yield LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
+    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
+    yield provider
+    for instance in provider.list():
+        provider.terminate(instance.id)
     kill_leftovers(tmp_path)
 
 

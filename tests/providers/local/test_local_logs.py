@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from providers.base import ClaimName, InstanceId, LogOptions, PodSpec, ProvisionRequest
-from providers.errors import NotSupported
+from providers.errors import NotFound
 from providers.local import LocalProvider, folder, logs, stamp
 from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
@@ -25,7 +25,10 @@ STAMPED = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (.*)$")
 
 @pytest.fixture
 def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    yield LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
+    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
+    yield provider
+    for instance in provider.list():
+        provider.terminate(instance.id)
     kill_leftovers(tmp_path)
 
 
@@ -57,7 +60,7 @@ def fake_instance(provider: LocalProvider, chunks: list[tuple[str, bytes]]) -> I
         offset += len(data)
     (path / folder.LOG_FILE).write_bytes(b"".join(data for _, data in chunks))
     (path / folder.LOG_INDEX_FILE).write_bytes(index)
-    return InstanceId(f"local-{CLAIM}")
+    return InstanceId(folder.instance_id_for(provider.owner.key, CLAIM))
 
 
 def test_timestamps_are_kept_or_stripped(provider: LocalProvider) -> None:
@@ -179,7 +182,7 @@ def test_close_from_another_thread_unblocks_a_follow_read(provider: LocalProvide
     assert results == [b""] and time.monotonic() - started < 2.0
 
 
-def test_previous_is_not_supported(provider: LocalProvider) -> None:
+def test_previous_of_a_workload_never_restarted_is_not_found(provider: LocalProvider) -> None:
     instance_id = run(provider, "true")
-    with pytest.raises(NotSupported):
+    with pytest.raises(NotFound, match="no previous run: it was never restarted"):
         provider.logs(instance_id, LogOptions(previous=True))

@@ -93,3 +93,26 @@ def test_a_failed_resumption_says_why() -> None:
     instance = instance_from(observe(launch=None, run=None, launch_error=LAUNCH_ERROR))
     assert instance is not None and instance.state is InstanceState.FAILED
     assert instance.message == "the workload was never started: " + LAUNCH_ERROR["message"]
+
+
+@pytest.mark.parametrize(
+    ("observation", "reason"),
+    [
+        (observe(exit=EXIT_0), "Completed"),
+        (observe(exit=EXIT_1), "Error"),
+        (observe(exit={"exit_code": 137, "finished_at": EXIT_1["finished_at"]}), "Error"),  # killed by signal 9
+        (observe(alive=(True, False), terminate=ASKED, exit=EXIT_143), "Error"),
+        (observe(), ""),  # gone without a recorded exit code: nothing to name
+        (observe(alive=(True, True)), ""),
+    ],
+)
+def test_exit_reason_is_completed_for_code_zero_and_error_for_any_other(observation: Observation, reason: str) -> None:
+    instance = instance_from(observation)
+    assert instance is not None and instance.exit_reason == reason
+
+
+def test_runs_come_from_the_observation() -> None:
+    instance = instance_from(observe(exit=EXIT_0, runs=3))
+    assert instance is not None and instance.runs == 3
+    fresh = instance_from(observe(exit=EXIT_0))
+    assert fresh is not None and fresh.runs == 1

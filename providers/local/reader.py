@@ -1,0 +1,87 @@
+"""Read one instance folder: its records (the current run's only) and whether its
+processes live, as a `status.Observation`.
+
+Used by the provider (get, list, logs, attach, exec) and by `restart`. Reads the folder and
+/proc; never writes, never signals.
+Tests: tests/providers/local/test_local.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from providers.local import folder, proc, runs, stamp, status
+
+
+class FolderReader:
+    """One instance folder, read afresh at every call."""
+
+    def __init__(self, path: Path, *, owner_key: str) -> None:
+        self.path = path
+        self.instance_id = folder.instance_id_for(owner_key, path.name)
+
+    def record(self, name: str) -> dict[str, Any] | None:
+        data = folder.read_json(self.path / name)
+        return data if isinstance(data, dict) else None
+
+    def runs(self) -> int:
+        return runs.current(self.path)
+
+    def run_record(self, name: str, run: int) -> dict[str, Any] | None:
+        """The record `name` of run `run`; None when absent or of another run."""
+        return runs.of_run(folder.read_json(self.path / name), run)
+
+    def supervisor(self, run: int) -> proc.ProcessIdentity | None:
+        """Run `run`'s supervisor, as its launcher recorded it."""
+        return proc.ProcessIdentity.from_json((self.run_record(folder.LAUNCH_FILE, run) or {}).get("supervisor"))
+
+    def workload(self, run: int) -> proc.ProcessIdentity | None:
+        """The leader of run `run`'s workload group, as its supervisor recorded it."""
+        return proc.ProcessIdentity.from_json((self.run_record(folder.RUN_FILE, run) or {}).get("workload"))
+
+    def supervisor_alive(self, run: int) -> bool:
+        identity = self.supervisor(run)
+        return identity is not None and proc.is_alive(identity)
+
+    def workload_alive(self, run: int) -> bool:
+        leader = self.workload(run)
+        return leader is not None and proc.group_alive(leader)
+
+    def exit_code(self, run: int) -> int | None:
+        """Run `run`'s recorded exit code; None while it has none."""
+        code = (self.run_record(folder.EXIT_FILE, run) or {}).get("exit_code")
+        return code if isinstance(code, int) else None
+
+    def finished(self, run: int) -> bool:
+        """Run `run` will write no more output: it exited, a later run began, or nothing lives."""
+        if not self.path.exists() or self.runs() != run or self.run_record(folder.EXIT_FILE, run) is not None:
+            return True
+        return not (self.supervisor_alive(run) or self.workload_alive(run))
+
+    def observe(self) -> status.Observation | None:
+        """What the folder says now; None once it is gone."""
+        run = self.runs()
+        spec = self.record(folder.SPEC_FILE)
+        try:
+            mtime = self.path.stat().st_mtime
+        except FileNotFoundError:
+            return None
+        created = (spec or {}).get("created_at")
+        return status.Observation(
+            instance_id=self.instance_id,
+            claim=self.path.name,
+            created_at=stamp.datetime_from_stamp(created)
+            if isinstance(created, str)
+            else datetime.fromtimestamp(mtime, UTC),
+            spec=spec,
+            launch=self.run_record(folder.LAUNCH_FILE, run),
+            run=self.run_record(folder.RUN_FILE, run),
+            exit=self.run_record(folder.EXIT_FILE, run),
+            terminate=self.record(folder.TERMINATE_FILE),
+            supervisor_alive=self.supervisor_alive(run),
+            workload_alive=self.workload_alive(run),
+            launch_error=self.run_record(folder.LAUNCH_ERROR_FILE, run),
+            runs=run,
+        )
