@@ -145,11 +145,10 @@ class FakeCloud:
                 for r in self._instances.values()
                 if ownership.owned(r, owner) is not None and call.now - r.created_at >= lag
             ]
-            hiding = [f for f in self._faults.values() if f.kind == "hide"]
-            hidden = {r.id: f for f in hiding for r in shown if f.hides(r.id, r.claim)}
-            for fault in {f.id: f for f in hidden.values()}.values():
+            hiding = [f for f in self._faults.values() if any(f.hides(r.id, r.claim) for r in shown)]
+            for fault in hiding:
                 self._spend(fault)
-            found = [r.to_instance() for r in shown if r.id not in hidden]
+            found = [r.to_instance() for r in shown if not any(f.hides(r.id, r.claim) for f in hiding)]
             call.outcome = f"ok {len(found)} instances"
             return found
 
