@@ -189,6 +189,15 @@ def test_a_hide_fault_by_claim_is_one_shot_by_default_and_spent_only_by_lists_th
     assert [i.id for i in cloud.list(owner=OWNER)] == [hidden]
 
 
+def test_two_hide_faults_on_one_instance_are_each_spent_by_the_list_they_hid_it_from() -> None:
+    cloud = make_cloud(Clock())
+    hidden = cloud.provision(make_pod_spec(), request("hidden"), owner=OWNER).instance_id
+    cloud.hide(hidden)
+    cloud.hide(claim="hidden")
+    assert cloud.list(owner=OWNER) == []
+    assert [i.id for i in cloud.list(owner=OWNER)] == [hidden] and cloud.faults() == []
+
+
 def test_a_timed_hide_fault_hides_from_every_list_until_it_ends() -> None:
     clock = Clock()
     cloud = make_cloud(clock)
