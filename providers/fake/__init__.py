@@ -1,8 +1,10 @@
 """The `fake` provider: an in-memory cloud with scripted faults, for tests, demos and benchmarks.
 
 scenario  offerings, region groups, timings, scripted logs and exec answers (YAML or dict)
-faults    refuse / outage / slow (standing) and lose / exit (one-shot)
-records   one instance and the transitions time causes
+faults    refuse / outage / slow / hide (standing) and lose / exit (one-shot)
+records   one instance and its lifecycle (exit, restart, terminate, retention) from the clock
+ownership which instances a call may see (the owner's; control calls: any)
+offers    which offering takes a new instance, or the refusal that applies
 cloud     FakeCloud: the state and the rules, thread-safe, clock injected
 calllog   what the cloud was asked and answered
 console   scripted log lines and the LogStream over them

@@ -37,36 +37,39 @@ class FakeCloudClient:
         self._prefix = parts.path.rstrip("/")
         self._timeout = timeout
 
-    # -- cloud calls ----------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
-        answer = self._call(
-            "POST", "/v1/provision", {"pod": wire.pod_to_json(pod), "request": wire.request_to_json(request)}
-        )
+    # -- cloud calls: each names its owner in the `owner` query parameter ----------------
+    def provision(self, pod: PodSpec, request: ProvisionRequest, *, owner: str) -> ProvisionResult:
+        body = {"pod": wire.pod_to_json(pod), "request": wire.request_to_json(request)}
+        answer = self._call("POST", _path("/v1/provision", owner=owner), body)
         return self._decode(wire.result_from_json, answer)
 
-    def terminate(self, instance_id: str) -> None:
-        self._call("POST", f"/v1/instances/{_segment(instance_id)}/terminate", {})
+    def terminate(self, instance_id: str, *, owner: str) -> None:
+        self._call("POST", _path(f"/v1/instances/{_segment(instance_id)}/terminate", owner=owner), {})
 
-    def get(self, instance_id: str) -> Instance | None:
-        answer = self._call("GET", f"/v1/instances/{_segment(instance_id)}")
+    def get(self, instance_id: str, *, owner: str) -> Instance | None:
+        answer = self._call("GET", _path(f"/v1/instances/{_segment(instance_id)}", owner=owner))
         if "instance" not in answer:
             raise errors.Unavailable(f"fake cloud at {self.url} gave a malformed answer")
         raw = answer["instance"]
         return None if raw is None else self._decode(wire.instance_from_json, raw)
 
-    def list(self) -> builtins.list[Instance]:
-        answer = self._call("GET", "/v1/instances")
+    def list(self, *, owner: str) -> builtins.list[Instance]:
+        answer = self._call("GET", _path("/v1/instances", owner=owner))
         return [self._decode(wire.instance_from_json, raw) for raw in self._items(answer, "instances")]
+
+    def restart(self, instance_id: str, *, owner: str) -> None:
+        self._call("POST", _path(f"/v1/instances/{_segment(instance_id)}/restart", owner=owner), {})
 
     def offerings(self) -> builtins.list[Offering]:
         answer = self._call("GET", "/v1/offerings")
         return [self._decode(wire.offering_from_json, raw) for raw in self._items(answer, "offerings")]
 
-    def log_chunk(self, instance_id: str, *, after: int, limit: int) -> LogChunk:
-        query = urlencode({"after": after, "limit": limit})
-        return self._decode(
-            wire.chunk_from_json, self._call("GET", f"/v1/instances/{_segment(instance_id)}/logs?{query}")
-        )
+    def log_chunk(
+        self, instance_id: str, *, owner: str, after: int, limit: int, previous: bool = False, opening: bool = False
+    ) -> LogChunk:
+        query = {"owner": owner, "after": after, "limit": limit, "previous": int(previous), "open": int(opening)}
+        path = f"/v1/instances/{_segment(instance_id)}/logs?{urlencode(query)}"
+        return self._decode(wire.chunk_from_json, self._call("GET", path))
 
     def scenario(self) -> dict[str, Any]:
         raw = self._call("GET", "/v1/scenario").get("scenario")
@@ -92,6 +95,12 @@ class FakeCloudClient:
     def calls(self, method: str | None = None) -> builtins.list[dict[str, Any]]:
         query = "" if method is None else "?" + urlencode({"method": method})
         return self._items(self._call("GET", f"/v1/calls{query}"), "calls")
+
+    def call_counts(self) -> dict[str, int]:
+        counts = self._call("GET", "/v1/call-counts").get("counts")
+        if not isinstance(counts, dict):
+            raise errors.Unavailable(f"fake cloud at {self.url} gave malformed call counts")
+        return {str(k): int(v) for k, v in counts.items()}
 
     def reset(self) -> None:
         self._call("POST", "/v1/reset", {})
@@ -138,3 +147,7 @@ class FakeCloudClient:
 
 def _segment(value: str) -> str:
     return quote(value, safe="")
+
+
+def _path(path: str, *, owner: str) -> str:
+    return f"{path}?{urlencode({'owner': owner})}"

@@ -1,9 +1,11 @@
 """The fake cloud: instances, capacity, faults and the rules between them, thread-safe.
 
 Used in-process by `FakeProvider` (through the cloud registry) and behind the HTTP
-service. Clock and sleep are injected so delays and slow calls are tested without
-waiting. Raises only `providers.errors` from cloud calls; control calls raise
-ValueError for a malformed fault. Never keeps env values or credentials.
+service. Every provider call names its owner (an `Owner.key`) and sees only that owner's
+instances; control calls (faults, exit, lose, inspection) act by id or claim on any.
+Clock and sleep are injected so delays and slow calls are tested without waiting.
+Raises only `providers.errors` from cloud calls; control calls raise ValueError for a
+malformed fault. Never keeps env values or credentials.
 Tests: tests/providers/fake/test_fake_cloud.py.
 """
 
@@ -29,14 +31,15 @@ from providers.base import (
     ProvisionRequest,
     ProvisionResult,
 )
+from providers.fake import ownership
 from providers.fake.calllog import CallLog, CallRecord
 from providers.fake.console import LogChunk, log_chunk
 from providers.fake.faults import Action, Fault, parse_fault
-from providers.fake.records import InstanceRecord
-from providers.fake.scenario import OfferingSpec, Scenario
+from providers.fake.offers import Refusal, admits, choose_offering
+from providers.fake.records import ENDED_STATES, GOING_STATES, InstanceRecord
+from providers.fake.scenario import Scenario
 from providers.fake.shell import ScriptedProcess
-
-STATE_VERSION = 1
+from providers.fake.state import decode_snapshot, encode_snapshot
 
 
 class _Call:
@@ -69,84 +72,129 @@ class FakeCloud:
         self._dirty = False
         self._calls = CallLog()
 
-    # -- the provider's calls ---------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    # -- the provider's calls: each sees only `owner`'s instances -------------------------
+    def provision(self, pod: PodSpec, request: ProvisionRequest, *, owner: str) -> ProvisionResult:
+        """Idempotent on the owner's claim, ignoring instances that are going away."""
         tier = request.capacity_type.value if request.capacity_type else "-"
         summary = (
-            f"claim={request.claim} accelerator={pod.accelerator or 'cpu'} gpus={pod.gpu_count} tier={tier} "
-            f"region={request.region or '-'} env_keys={len(request.env)}"
+            f"owner={owner} claim={request.claim} accelerator={pod.accelerator or 'cpu'} gpus={pod.gpu_count} "
+            f"tier={tier} region={request.region or '-'} env_keys={len(request.env)}"
         )
-        with self._call("provision", summary) as call:
+        with self._call("provision", summary, owner=owner) as call:
             if not request.claim:
                 raise errors.InvalidRequest("fake: the request has no claim name")
-            existing = next((r for r in self._instances.values() if r.claim == request.claim), None)
+            existing = ownership.claim_holder(self._instances.values(), request.claim, owner)
             if existing is not None:
                 call.outcome = f"ok adopted {existing.id}"
                 return ProvisionResult(InstanceId(existing.id), reserved=True, endpoint=existing.endpoint)
-            spec = self._choose(pod, request)
+            choice = choose_offering(pod, request, self.scenario, self._faults, self._instances.values())
+            if isinstance(choice, Refusal):
+                if choice.fault is not None:
+                    self._spend(choice.fault)
+                raise choice.error
             self._counter += 1
             record = InstanceRecord(
                 id=f"fake-{self._counter}",
                 claim=request.claim,
                 state=InstanceState.PROVISIONING,
                 created_at=call.now,
-                ready_at=call.now + spec.provisioning_delay,
-                accelerator=spec.accelerator,
-                gpu_count=spec.gpu_count,
-                tier=spec.tier,
-                region=spec.region,
+                ready_at=call.now + choice.provisioning_delay,
+                accelerator=choice.accelerator,
+                gpu_count=choice.gpu_count,
+                tier=choice.tier,
+                region=choice.region,
                 image=pod.image,
                 message="waiting for capacity to boot",
+                owner=owner,
             )
             record.advance(call.now, self.scenario)
             self._instances[record.id] = record
             self._dirty = True
-            call.outcome = f"ok created {record.id} ({spec.tier.value} {spec.region})"
+            call.outcome = f"ok created {record.id} ({choice.tier.value} {choice.region})"
             credential = ConnectCredential({"token": secrets.token_urlsafe(24).encode()})
             return ProvisionResult(
                 InstanceId(record.id), reserved=True, credential=credential, endpoint=record.endpoint
             )
 
-    def terminate(self, instance_id: str) -> None:
-        with self._call("terminate", f"id={instance_id}") as call:
-            record = self._instances.get(instance_id)
+    def terminate(self, instance_id: str, *, owner: str) -> None:
+        """TERMINATING for the scenario's termination_delay, then TERMINATED (listed, output
+        readable) for its retention_seconds, then gone. Idempotent."""
+        with self._call("terminate", f"owner={owner} id={instance_id}", owner=owner) as call:
+            record = self._owned(instance_id, owner)
             if record is None:
                 call.outcome = "ok already gone"
                 return
-            record.terminate(call.now, self.scenario.termination_delay)
+            record.terminate(call.now, self.scenario.termination_delay, self.scenario.retention_seconds)
+            record.advance(call.now, self.scenario)
             self._sweep(call.now)
             self._dirty = True
 
-    def get(self, instance_id: str) -> Instance | None:
-        with self._call("get", f"id={instance_id}") as call:
-            record = self._instances.get(instance_id)
+    def get(self, instance_id: str, *, owner: str) -> Instance | None:
+        with self._call("get", f"owner={owner} id={instance_id}", owner=owner) as call:
+            record = self._owned(instance_id, owner)
             call.outcome = "ok gone" if record is None else f"ok {record.state.value}"
             return None if record is None else record.to_instance()
 
-    def list(self) -> builtins.list[Instance]:
-        with self._call("list", "") as call:
+    def list(self, *, owner: str) -> builtins.list[Instance]:
+        """The owner's instances, except those younger than list_lag and those a hide
+        fault keeps out (each list it hides from spends one of its count)."""
+        with self._call("list", f"owner={owner}", owner=owner) as call:
             lag = self.scenario.list_lag
-            found = [r.to_instance() for r in self._instances.values() if call.now - r.created_at >= lag]
+            shown = [
+                r
+                for r in self._instances.values()
+                if ownership.owned(r, owner) is not None and call.now - r.created_at >= lag
+            ]
+            hiding = [f for f in self._faults.values() if any(f.hides(r.id, r.claim) for r in shown)]
+            for fault in hiding:
+                self._spend(fault)
+            found = [r.to_instance() for r in shown if not any(f.hides(r.id, r.claim) for f in hiding)]
             call.outcome = f"ok {len(found)} instances"
             return found
 
+    def restart(self, instance_id: str, *, owner: str) -> None:
+        """Run an ended workload again in the same instance (runs + 1, new started_at);
+        InvalidRequest while it has not ended, NotFound once the instance is gone or going."""
+        with self._call("restart", f"owner={owner} id={instance_id}", owner=owner) as call:
+            record = self._require(instance_id, owner)
+            if record.state in GOING_STATES:
+                raise errors.NotFound(f"fake: instance {instance_id} is {record.state.value}")
+            if record.state not in ENDED_STATES:
+                raise errors.InvalidRequest(f"fake: the workload of {instance_id} has not ended ({record.state.value})")
+            record.restart(call.now)
+            self._dirty = True
+            call.outcome = f"ok run {record.runs}"
+
     def offerings(self) -> builtins.list[Offering]:
         with self._call("offerings", ""):
-            return [spec.offering(available=self._admits(spec) is None) for spec in self.scenario.offerings]
+            records = builtins.list(self._instances.values())
+            return [
+                spec.offering(available=admits(spec, self._faults, records) is None) for spec in self.scenario.offerings
+            ]
 
-    def log_chunk(self, instance_id: str, *, after: int, limit: int) -> LogChunk:
-        with self._call("logs", f"id={instance_id}", record=False):
-            return log_chunk(self._require(instance_id), self.scenario.log, self._clock(), after=after, limit=limit)
+    def log_chunk(
+        self, instance_id: str, *, owner: str, after: int, limit: int, previous: bool = False, opening: bool = False
+    ) -> LogChunk:
+        """Output lines of the current run (or the previous one). Only a stream's opening
+        fetch is logged, as `logs`: a followed stream polls many times per call."""
+        summary = f"owner={owner} id={instance_id} previous={previous}"
+        with self._call("logs", summary, owner=owner, record=opening):
+            record = self._require(instance_id, owner)
+            return log_chunk(record, self.scenario.log, self._clock(), after=after, limit=limit, previous=previous)
 
-    def exec(self, instance_id: str, command: Sequence[str], *, tty: bool, stdin: bool) -> ScriptedProcess:
+    def exec(self, instance_id: str, command: Sequence[str], *, owner: str, tty: bool, stdin: bool) -> ScriptedProcess:
         program = command[0] if command else ""
-        with self._call("exec", f"id={instance_id} program={program} tty={tty}"):
-            record = self._require(instance_id)
-            if record.state is not InstanceState.RUNNING:
-                raise errors.NotFound(f"fake: instance {instance_id} is not running ({record.state.value})")
+        with self._call("exec", f"owner={owner} id={instance_id} program={program} tty={tty}", owner=owner):
+            self._require_running(instance_id, owner)
             return ScriptedProcess(command, tty=tty, stdin=stdin, canned=self.scenario.commands)
 
-    # -- control: faults, inspection, reset -------------------------------------------
+    def attach(self, instance_id: str, *, owner: str, tty: bool, stdin: bool) -> ScriptedProcess:
+        """The scripted workload's console: each stdin line echoed back, ending with stdin."""
+        with self._call("attach", f"owner={owner} id={instance_id} tty={tty}", owner=owner):
+            self._require_running(instance_id, owner)
+            return ScriptedProcess(["cat"], tty=tty, stdin=stdin, canned=self.scenario.commands)
+
+    # -- control: faults, inspection, reset (any owner's instances) ------------------------
     def inject(self, data: Mapping[str, Any]) -> dict[str, Any]:
         """Add a standing fault or apply a one-shot one; returns what was done.
         ValueError for a malformed fault, NotFound for an unknown instance."""
@@ -171,6 +219,12 @@ class FakeCloud:
     def slow(self, delay: float, seconds: float | None = None) -> dict[str, Any]:
         return self.inject({"kind": "slow", "delay": delay, "seconds": seconds})
 
+    def hide(
+        self, instance: str | None = None, *, claim: str | None = None, count: int | None = None, **bound: Any
+    ) -> dict[str, Any]:
+        """The next `count` (default 1) lists omit the instance; `get` still sees it."""
+        return self.inject({"kind": "hide", "instance": instance, "claim": claim, "count": count, **bound})
+
     def lose(self, instance: str | None = None, *, claim: str | None = None, vanish: bool = False) -> dict[str, Any]:
         return self.inject({"kind": "lose", "instance": instance, "claim": claim, "vanish": vanish})
 
@@ -180,7 +234,7 @@ class FakeCloud:
     def faults(self) -> builtins.list[Fault]:
         with self._lock:
             self._expire(self._clock())
-            return list(self._faults.values())
+            return builtins.list(self._faults.values())
 
     def clear(self, fault_id: str | None = None) -> int:
         """Remove one fault (NotFound if unknown) or all; the number removed."""
@@ -197,7 +251,8 @@ class FakeCloud:
             return count
 
     def instances(self) -> builtins.list[dict[str, Any]]:
-        """Every stored instance, raw (terminating ones and those list_lag hides included)."""
+        """Every stored instance, raw, whoever owns it (terminating ones and those list_lag
+        or a hide fault keeps out of `list` included)."""
         with self._lock:
             now = self._clock()
             self._advance(now)
@@ -206,6 +261,11 @@ class FakeCloud:
     def call_log(self, method: str | None = None) -> builtins.list[CallRecord]:
         with self._lock:
             return self._calls.records(method)
+
+    def call_counts(self) -> dict[str, int]:
+        """Calls by method since the last reset, beyond the log's length too."""
+        with self._lock:
+            return self._calls.counts()
 
     def reset(self) -> None:
         """Forget instances, faults and calls. Ids keep counting, so none is ever reused."""
@@ -217,34 +277,27 @@ class FakeCloud:
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {
-                "version": STATE_VERSION,
-                "counter": self._counter,
-                "fault_counter": self._fault_counter,
-                "instances": [r.to_dict() for r in self._instances.values()],
-                "faults": [f.to_dict() for f in self._faults.values()],
-            }
+            return encode_snapshot(
+                counter=self._counter,
+                fault_counter=self._fault_counter,
+                records=self._instances.values(),
+                faults=self._faults.values(),
+            )
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Load a snapshot (from the state file); ValueError if it is not one."""
-        if state.get("version") != STATE_VERSION:
-            raise ValueError(f"fake state: unknown version {state.get('version')!r}")
-        try:
-            records = [InstanceRecord.from_dict(r) for r in state.get("instances", [])]
-            faults = [Fault.from_dict(f) for f in state.get("faults", [])]
-            counters = int(state.get("counter", 0)), int(state.get("fault_counter", 0))
-        except (TypeError, ValueError, KeyError) as exc:
-            raise ValueError(f"fake state: malformed: {exc}") from exc
+        snapshot = decode_snapshot(state)
         with self._lock:
-            self._instances = {r.id: r for r in records}
-            self._faults = {f.id: f for f in faults}
-            self._counter, self._fault_counter = counters
+            self._instances = {r.id: r for r in snapshot.records}
+            self._faults = {f.id: f for f in snapshot.faults}
+            self._counter, self._fault_counter = snapshot.counter, snapshot.fault_counter
 
     # -- rules --------------------------------------------------------------------------
     @contextmanager
-    def _call(self, method: str, summary: str, *, record: bool = True) -> Iterator[_Call]:
+    def _call(self, method: str, summary: str, *, owner: str | None = None, record: bool = True) -> Iterator[_Call]:
         """Every cloud call: slow faults sleep (outside the lock), outages refuse to answer,
-        time-driven transitions are applied, the outcome is logged, changes are saved."""
+        a provider call without owner is refused, time-driven transitions are applied, the
+        outcome is logged, changes are saved."""
         delay = sum(f.delay for f in self.faults() if f.kind == "slow")
         if delay:
             self._sleep(delay)
@@ -256,6 +309,8 @@ class FakeCloud:
                 if outage is not None:
                     retry = None if outage.until is None else max(0.0, outage.until - call.now)
                     raise errors.Unavailable(f"fake: the cloud is unreachable (fault {outage.id})", retry_after=retry)
+                if owner is not None:
+                    ownership.check_owner(owner)
                 self._advance(call.now)
                 yield call
             except errors.ProviderError as exc:
@@ -268,72 +323,40 @@ class FakeCloud:
             if record:
                 self._calls.add(call.now, method, summary, call.outcome)
 
-    def _choose(self, pod: PodSpec, request: ProvisionRequest) -> OfferingSpec:
-        """The offering for this Pod and request, or the refusal that applies."""
-        if pod.accelerator is None and pod.gpu_count > 0:
-            raise errors.InvalidRequest("fake: a GPU count needs the nebula.io/accelerator label")
-        shape = [
-            o
-            for o in self.scenario.offerings
-            if o.accelerator == pod.accelerator and (pod.gpu_count == 0 or o.gpu_count in (0, pod.gpu_count))
-        ]
-        wanted = f"{pod.accelerator or 'cpu'} x{pod.gpu_count}"
-        if not shape:
-            raise errors.InvalidRequest(f"fake: no offering has {wanted}")
-        tier, region = request.capacity_type, request.region
-        placed = [o for o in shape if (tier is None or o.tier is tier) and (region is None or o.region == region)]
-        if not placed:
-            where = f"{tier.value if tier else 'any tier'} in {region or 'any region'}"
-            raise errors.NoCapacity(f"fake: {wanted} is not offered {where}")
-        refusal: errors.Refused | None = None
-        for spec in placed:
-            problem = self._admits(spec)
-            if problem is None:
-                return spec
-            if refusal is None:
-                refusal = self._refusal(problem, spec)
-        assert refusal is not None
-        raise refusal
-
-    def _admits(self, spec: OfferingSpec) -> Fault | str | None:
-        """Why `spec` cannot take one more instance now (a fault or "full"), else None."""
-        fault = next((f for f in self._faults.values() if f.refuses(spec)), None)
-        if fault is not None:
-            return fault
-        if spec.capacity is not None and sum(r.holds(spec) for r in self._instances.values()) >= spec.capacity:
-            return "full"
-        return None
-
-    def _refusal(self, problem: Fault | str, spec: OfferingSpec) -> errors.Refused:
-        if isinstance(problem, Fault):
-            if problem.remaining is not None:
-                self._faults[problem.id] = replace(problem, remaining=problem.remaining - 1)
-                self._dirty = True
-            return problem.error(spec)
-        shape = f"{spec.accelerator or 'cpu'} x{spec.gpu_count} {spec.tier.value} in {spec.region}"
-        return errors.NoCapacity(f"fake: no capacity for {shape} (all {spec.capacity} in use)")
-
     def _apply(self, action: Action, now: float) -> dict[str, Any]:
         self._advance(now)
-        record = self._instances.get(action.instance or "")
-        if record is None and action.claim:
-            record = next((r for r in self._instances.values() if r.claim == action.claim), None)
+        record = ownership.control_target(self._instances.values(), action.instance, action.claim)
         if record is None:
             raise errors.NotFound(f"fake: no instance {action.instance or action.claim}")
         if action.kind == "lose" and action.vanish:
             del self._instances[record.id]
         elif action.kind == "lose":
-            record.lose(now)
+            record.lose(now, self.scenario.retention_seconds)
         else:
             record.finish(now, action.code)
         self._calls.add(now, "inject", f"{action.kind} {record.id}", "ok")
         self._save()
         return {"kind": action.kind, "instance": record.id, "applied": True}
 
-    def _require(self, instance_id: str) -> InstanceRecord:
-        record = self._instances.get(instance_id)
+    def _spend(self, fault: Fault) -> None:
+        """One use of a counted fault (a refusal, a list hidden from); unlimited ones stay."""
+        if fault.remaining is not None:
+            self._faults[fault.id] = replace(fault, remaining=fault.remaining - 1)
+            self._dirty = True
+
+    def _owned(self, instance_id: str, owner: str) -> InstanceRecord | None:
+        return ownership.owned(self._instances.get(instance_id), owner)
+
+    def _require(self, instance_id: str, owner: str) -> InstanceRecord:
+        record = self._owned(instance_id, owner)
         if record is None:
             raise errors.NotFound(f"fake: no instance {instance_id}")
+        return record
+
+    def _require_running(self, instance_id: str, owner: str) -> InstanceRecord:
+        record = self._require(instance_id, owner)
+        if record.state is not InstanceState.RUNNING:
+            raise errors.NotFound(f"fake: instance {instance_id} is not running ({record.state.value})")
         return record
 
     def _advance(self, now: float) -> None:

@@ -3,7 +3,8 @@
 
 `log_chunk` is called by the cloud (in-process or behind the HTTP service); the stream
 is built by the provider around a fetch function, so it reads the same way locally and
-over HTTP. Output is derived from the clock and the instance's times, never stored.
+over HTTP. Output is derived from the clock and each run's times, never stored, so the
+previous run's output (`--previous`) and a terminated instance's stay readable for free.
 Tests: tests/providers/fake/test_fake_console.py.
 """
 
@@ -11,13 +12,13 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Protocol
 
 from providers import errors
 from providers.base import LogOptions
-from providers.fake.records import LIVE_STATES, InstanceRecord
+from providers.fake.records import LIVE_STATES, InstanceRecord, Run
 from providers.fake.scenario import LogScript
 
 MAX_CHUNK_LINES = 5000
@@ -40,33 +41,44 @@ class LogChunk:
     ended: bool
 
 
-def produced(record: InstanceRecord, script: LogScript, now: float) -> int:
-    """How many lines the instance has printed by `now`."""
-    if record.started_at is None:
+def produced(run: Run | None, script: LogScript, now: float) -> int:
+    """How many lines `run` has printed by `now`."""
+    if run is None:
         return 0
-    until = now if record.stopped_at is None else min(now, record.stopped_at)
-    if until < record.started_at:
+    until = now if run.stopped_at is None else min(now, run.stopped_at)
+    if until < run.started_at:
         return 0
     if script.interval <= 0:
         count = len(script.lines or ())
     else:
-        count = math.floor((until - record.started_at) / script.interval) + 1
+        count = math.floor((until - run.started_at) / script.interval) + 1
     return count if script.lines is None else min(count, len(script.lines))
 
 
-def log_chunk(record: InstanceRecord, script: LogScript, now: float, *, after: int, limit: int) -> LogChunk:
-    total = produced(record, script, now)
+def log_chunk(
+    record: InstanceRecord, script: LogScript, now: float, *, after: int, limit: int, previous: bool = False
+) -> LogChunk:
+    """Lines of the current run, or with `previous` of the run before the last restart
+    (NotFound if there was none: the workload has run once)."""
+    run = record.run(previous=previous)
+    if previous and run is None:
+        raise errors.NotFound(f"fake: instance {record.id} has no previous run")
+    total = produced(run, script, now)
     start = max(0, after)
     stop = min(total, start + max(0, min(limit, MAX_CHUNK_LINES)))
-    started = record.started_at or 0.0
+    started = run.started_at if run is not None else 0.0
     lines = tuple(
         LogLine(i, started + i * script.interval, script.text(i, record.id, record.claim)) for i in range(start, stop)
     )
-    ended = record.state not in LIVE_STATES and stop >= total
+    ended = (previous or record.state not in LIVE_STATES) and stop >= total
     return LogChunk(lines=lines, total=total, ended=ended)
 
 
-Fetch = Callable[[int, int], LogChunk]  # (after, limit) -> chunk; raises providers.errors
+class Fetch(Protocol):
+    """Lines `after`.. (at most `limit`) of one instance's output; raises providers.errors.
+    `opening` is true for the stream's first look (the one the call log counts as `logs`)."""
+
+    def __call__(self, after: int, limit: int, *, opening: bool = False) -> LogChunk: ...
 
 
 def rfc3339(seconds: float) -> str:
@@ -92,7 +104,7 @@ class ScriptedLogStream:
 
     def open(self) -> ScriptedLogStream:
         """Take the first look (raises NotFound, Unavailable) and place the cursor."""
-        first = self._fetch(0, 0)
+        first = self._fetch(0, 0, opening=True)
         if self._options.tail_lines is not None:
             self._cursor = max(0, first.total - self._options.tail_lines)
         if not self._options.follow:

@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from providers import errors
 from providers.fake.client import FakeCloudClient
+from providers.fake.faults import REFUSE_REASONS
 from providers.fake.server import start_server
 
 DEFAULT_ADDR = "127.0.0.1:8600"
@@ -37,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _url(inject)
     kinds = inject.add_subparsers(dest="kind", required=True, metavar="KIND")
     refuse = kinds.add_parser("refuse", help="refuse provisions")
-    refuse.add_argument("--kind", dest="reason", choices=["capacity", "auth", "quota"], default="capacity")
+    refuse.add_argument("--kind", dest="reason", choices=list(REFUSE_REASONS), default="capacity")
     refuse.add_argument("--accelerator", help="only this accelerator ('cpu' for CPU offerings)")
     refuse.add_argument("--tier", help="only this tier (Spot or OnDemand)")
     refuse.add_argument("--region", help="only this region")
@@ -48,12 +49,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     slow = kinds.add_parser("slow", help="every call sleeps first")
     slow.add_argument("--delay", type=float, required=True, help="seconds each call sleeps")
     slow.add_argument("--seconds", type=float, help="for this long (default: until cleared)")
-    for name, text in (("lose", "an instance is interrupted (spot reclaim)"), ("exit", "an instance's workload exits")):
+    targeted = (
+        ("hide", "the next lists omit an instance (it keeps running; get sees it)"),
+        ("lose", "an instance is interrupted (spot reclaim)"),
+        ("exit", "an instance's workload exits"),
+    )
+    for name, text in targeted:
         action = kinds.add_parser(name, help=text)
         target = action.add_mutually_exclusive_group(required=True)
         target.add_argument("--instance", help="instance id, e.g. fake-3")
         target.add_argument("--claim", help="claim name")
-        if name == "lose":
+        if name == "hide":
+            action.add_argument("--count", type=int, help="hide from this many lists (default 1)")
+            action.add_argument("--seconds", type=float, help="hide from every list for this long")
+        elif name == "lose":
             action.add_argument("--vanish", action="store_true", help="gone at once instead of TERMINATED")
         else:
             action.add_argument("--code", type=int, required=True, help="the exit code")
@@ -66,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     calls = verbs.add_parser("calls", help="print the call log")
     _url(calls)
     calls.add_argument("--method", help="only calls of this method (provision, list, ...)")
+    calls.add_argument("--counts", action="store_true", help="print the number of calls by method instead")
     _url(verbs.add_parser("reset", help="forget instances, faults and calls"))
 
 
@@ -111,9 +121,12 @@ def _drive(client: FakeCloudClient, verb: str, options: Mapping[str, Any], out: 
     elif verb == "clear":
         out.write(f"removed {client.clear(options.get('fault'))} fault(s)\n")
     elif verb == "instances":
-        out.write(f"{'ID':<12} {'STATE':<13} {'TIER':<9} {'REGION':<14} CLAIM\n")
+        out.write(f"{'ID':<12} {'STATE':<13} {'TIER':<9} {'REGION':<14} {'OWNER':<24} CLAIM\n")
         for r in client.instances():
-            out.write(f"{r['id']:<12} {r['state']:<13} {r['tier']:<9} {r['region']:<14} {r['claim']}\n")
+            owner = r.get("owner") or "-"
+            out.write(f"{r['id']:<12} {r['state']:<13} {r['tier']:<9} {r['region']:<14} {owner:<24} {r['claim']}\n")
+    elif verb == "calls" and options.get("counts"):
+        out.write(json.dumps(client.call_counts(), sort_keys=True) + "\n")
     elif verb == "calls":
         for call in client.calls(options.get("method")):
             out.write(json.dumps(call) + "\n")
@@ -128,6 +141,7 @@ _FAULT_KEYS: Mapping[str, tuple[str, ...]] = {
     "refuse": ("reason", "accelerator", "tier", "region", "count", "seconds"),
     "outage": ("seconds",),
     "slow": ("delay", "seconds"),
+    "hide": ("instance", "claim", "count", "seconds"),
     "lose": ("instance", "claim", "vanish"),
     "exit": ("instance", "claim", "code"),
 }

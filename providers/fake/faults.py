@@ -15,31 +15,35 @@ from providers import errors
 from providers.base import Tier
 from providers.fake.scenario import OfferingSpec, parse_tier
 
-# Held until cleared or expired, applied to every matching call.
-STANDING_KINDS = ("refuse", "outage", "slow")
+# Held until cleared or expired (or, counted, used up), applied to every matching call.
+STANDING_KINDS = ("refuse", "outage", "slow", "hide")
 # Done to an instance at once; listed in the call log, not held.
 ACTION_KINDS = ("lose", "exit")
-REFUSE_REASONS: Mapping[str, type[errors.Refused]] = {
+REFUSE_REASONS: Mapping[str, type[errors.ProviderError]] = {
     "capacity": errors.NoCapacity,
     "auth": errors.Unauthorized,
     "quota": errors.QuotaExceeded,
+    "invalid": errors.InvalidRequest,  # this shape can never be served here
+    "unsupported": errors.NotSupported,
 }
 
 
 @dataclass(frozen=True)
 class Fault:
     """A standing fault. `until` is a clock time (None: until cleared); `remaining` counts
-    the refusals left (None: unlimited)."""
+    the refusals, or the lists hidden from, left (None: unlimited)."""
 
     id: str
     kind: str
-    reason: str | None = None  # refuse: capacity, auth or quota
+    reason: str | None = None  # refuse: one of REFUSE_REASONS
     accelerator: str | None = None  # refuse: match; None = any
     tier: Tier | None = None
     region: str | None = None
     remaining: int | None = None
     until: float | None = None
     delay: float = 0.0  # slow: seconds every call sleeps
+    instance: str | None = None  # hide: the instance id, or
+    claim: str | None = None  # ... every instance of this claim
 
     def active(self, now: float) -> bool:
         return (self.until is None or now < self.until) and (self.remaining is None or self.remaining > 0)
@@ -52,12 +56,22 @@ class Fault:
             and (self.region is None or self.region == spec.region)
         )
 
-    def error(self, spec: OfferingSpec) -> errors.Refused:
+    def hides(self, instance_id: str, claim: str) -> bool:
+        """True if this fault keeps the instance out of `list` (it still runs; `get` sees it)."""
+        return self.kind == "hide" and (
+            self.instance == instance_id or (self.claim is not None and self.claim == claim)
+        )
+
+    def error(self, spec: OfferingSpec) -> errors.ProviderError:
         shape = f"{spec.accelerator or 'cpu'} x{spec.gpu_count} {spec.tier.value} in {spec.region}"
         if self.reason == "auth":
             return errors.Unauthorized(f"fake: credentials rejected (fault {self.id})")
         if self.reason == "quota":
             return errors.QuotaExceeded(f"fake: quota exceeded for {shape} (fault {self.id})")
+        if self.reason == "invalid":
+            return errors.InvalidRequest(f"fake: {shape} cannot be served as asked (fault {self.id})")
+        if self.reason == "unsupported":
+            return errors.NotSupported(f"fake: {shape} is not supported here (fault {self.id})")
         return errors.NoCapacity(f"fake: no capacity for {shape} (fault {self.id})")
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,9 +100,10 @@ class Action:
 def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault | Action:
     """A fault from a control request; ValueError names what is wrong.
 
-    Keys: `kind`; refuse: `reason` (capacity|auth|quota), `accelerator`, `tier`, `region`,
-    `count`, `seconds`; outage: `seconds`; slow: `delay`, `seconds`; lose: `instance` or
-    `claim`, `vanish`; exit: `instance` or `claim`, `code`."""
+    Keys: `kind`; refuse: `reason` (capacity|auth|quota|invalid|unsupported), `accelerator`,
+    `tier`, `region`, `count`, `seconds`; outage: `seconds`; slow: `delay`, `seconds`; hide:
+    `instance` or `claim`, `count` (lists to hide from, default 1), `seconds`; lose:
+    `instance` or `claim`, `vanish`; exit: `instance` or `claim`, `code`."""
     kind = data.get("kind")
     if kind in ACTION_KINDS:
         if not data.get("instance") and not data.get("claim"):
@@ -117,6 +132,20 @@ def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault 
             accelerator=accelerator.lower() if accelerator else None,
             tier=parse_tier(data["tier"]) if data.get("tier") else None,
             region=_text(data.get("region")),
+            remaining=None if count is None else _integer(count, "count", minimum=1),
+            until=until,
+        )
+    if kind == "hide":
+        if not data.get("instance") and not data.get("claim"):
+            raise ValueError("hide: name an 'instance' id or a 'claim'")
+        count = data.get("count")
+        if count is None and until is None:
+            count = 1  # one list by default; with only `seconds`, every list until then
+        return Fault(
+            id=fault_id,
+            kind="hide",
+            instance=_text(data.get("instance")),
+            claim=_text(data.get("claim")),
             remaining=None if count is None else _integer(count, "count", minimum=1),
             until=until,
         )

@@ -1,9 +1,11 @@
-"""`FakeProvider`: the Provider, LogStreamer and Executor seam over a fake cloud.
+"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher and Restarter seam over a
+fake cloud.
 
 Built by the provider registry from settings (`providers.fake.FakeProvider`) and by
 tests. Reaches a cloud in-process (a process-wide cloud named by the `cloud` option) or
-over HTTP (the `url` option, a `manage.py fakecloud serve` service). Raises only
-`providers.errors`; never imports Django or another provider.
+over HTTP (the `url` option, a `manage.py fakecloud serve` service); every call carries
+its owner's key, so it sees only its own instances. Raises only `providers.errors`;
+never imports Django or another provider.
 Tests: tests/providers/fake/test_fake_provider.py.
 """
 
@@ -31,6 +33,7 @@ from providers.base import (
     Provider,
     ProvisionRequest,
     ProvisionResult,
+    Restarter,
     Tier,
     default_block_scope,
 )
@@ -42,18 +45,21 @@ from providers.fake.console import LogChunk, ScriptedLogStream
 from providers.fake.scenario import Scenario, load_scenario
 from providers.owner import Owner
 
-OPTIONS = frozenset({"cloud", "scenario", "url", "timeout"})
+OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place"})
 
 
 class _Backend(Protocol):
     """What the provider needs of a cloud; `FakeCloud` and `FakeCloudClient` both are one."""
 
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult: ...
-    def terminate(self, instance_id: str) -> None: ...
-    def get(self, instance_id: str) -> Instance | None: ...
-    def list(self) -> builtins.list[Instance]: ...
+    def provision(self, pod: PodSpec, request: ProvisionRequest, *, owner: str) -> ProvisionResult: ...
+    def terminate(self, instance_id: str, *, owner: str) -> None: ...
+    def get(self, instance_id: str, *, owner: str) -> Instance | None: ...
+    def list(self, *, owner: str) -> builtins.list[Instance]: ...
+    def restart(self, instance_id: str, *, owner: str) -> None: ...
     def offerings(self) -> builtins.list[Offering]: ...
-    def log_chunk(self, instance_id: str, *, after: int, limit: int) -> LogChunk: ...
+    def log_chunk(
+        self, instance_id: str, *, owner: str, after: int, limit: int, previous: bool = False, opening: bool = False
+    ) -> LogChunk: ...
 
 
 class FakeProvider:
@@ -61,7 +67,9 @@ class FakeProvider:
 
     Options: `cloud` (in-process cloud name; default: the provider name), `scenario` (a
     YAML path or an inline mapping; the first provider naming a cloud decides it), `url`
-    (use the HTTP service instead), `timeout` (seconds per HTTP call, default 10).
+    (use the HTTP service instead), `timeout` (seconds per HTTP call, default 10),
+    `restarts_in_place` (default true; false: `restart` is NotSupported and the
+    capabilities say so, so the vnode replaces the instance instead).
     """
 
     def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
@@ -84,6 +92,10 @@ class FakeProvider:
         if url is not None and not isinstance(url, str):
             raise ValueError("fake provider: 'url' is a string such as http://127.0.0.1:8600")
         self._client = FakeCloudClient(url, timeout=float(opts.get("timeout", 10.0))) if url else None
+        restarts = opts.get("restarts_in_place", True)
+        if not isinstance(restarts, bool):
+            raise ValueError("fake provider: 'restarts_in_place' is true or false")
+        self._restarts_in_place = restarts
 
     # -- Provider ---------------------------------------------------------------------
     @property
@@ -118,19 +130,25 @@ class FakeProvider:
             # "image not used" notice on every Pod of a demo or benchmark.
             pulls_images=True,
             log_timestamps=True,
+            restarts_in_place=self._restarts_in_place,
+            # It stands for a cloud of VMs: an ended workload's machine bills until
+            # terminated, and a terminated one stays listed, output readable, for the
+            # scenario's retention_seconds.
+            bills_after_exit=True,
+            keeps_output_after_terminate=True,
         )
 
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
-        return self._backend().provision(pod, request)
+        return self._backend().provision(pod, request, owner=self._owner.key)
 
     def terminate(self, instance_id: InstanceId) -> None:
-        self._backend().terminate(instance_id)
+        self._backend().terminate(instance_id, owner=self._owner.key)
 
     def get(self, instance_id: InstanceId) -> Instance | None:
-        return self._backend().get(instance_id)
+        return self._backend().get(instance_id, owner=self._owner.key)
 
     def list(self) -> builtins.list[Instance]:
-        return self._backend().list()
+        return self._backend().list(owner=self._owner.key)
 
     def offerings(self) -> builtins.list[Offering]:
         return self._backend().offerings()
@@ -143,16 +161,16 @@ class FakeProvider:
     ) -> BlockScope:
         return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
-    # -- LogStreamer, Executor ----------------------------------------------------------
+    # -- LogStreamer, Executor, Attacher, Restarter ---------------------------------------
     def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
-        """Scripted output, in-process and over HTTP. `previous` is NotSupported: a fake
-        instance has one run only."""
-        if options.previous:
-            raise errors.NotSupported("fake: an instance has no previous run")
-        backend = self._backend()
+        """Scripted output, in-process and over HTTP; with `previous`, the run before the
+        last restart (NotFound if the workload has run once)."""
+        backend, owner = self._backend(), self._owner.key
 
-        def fetch(after: int, limit: int) -> LogChunk:
-            return backend.log_chunk(instance_id, after=after, limit=limit)
+        def fetch(after: int, limit: int, *, opening: bool = False) -> LogChunk:
+            return backend.log_chunk(
+                instance_id, owner=owner, after=after, limit=limit, previous=options.previous, opening=opening
+            )
 
         return ScriptedLogStream(fetch, options).open()
 
@@ -160,14 +178,21 @@ class FakeProvider:
         """Scripted commands (see providers.fake.shell); in-process only."""
         if self._client is not None:
             raise errors.NotSupported("fake provider over HTTP does not exec; use an in-process cloud")
-        return self.cloud.exec(instance_id, command, tty=tty, stdin=stdin)
+        return self.cloud.exec(instance_id, command, owner=self._owner.key, tty=tty, stdin=stdin)
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
         """Scripted, in-process only: the workload echoes each stdin line back on its
         console, and the attachment ends when stdin does."""
         if self._client is not None:
             raise errors.NotSupported("fake provider over HTTP does not attach; use an in-process cloud")
-        return self.cloud.exec(instance_id, ["cat"], tty=tty, stdin=stdin)
+        return self.cloud.attach(instance_id, owner=self._owner.key, tty=tty, stdin=stdin)
+
+    def restart(self, instance_id: InstanceId) -> None:
+        """The ended workload runs again in the same instance, in-process and over HTTP.
+        NotSupported when the `restarts_in_place` option is false."""
+        if not self._restarts_in_place:
+            raise errors.NotSupported("fake provider: restarts in place are turned off (restarts_in_place: false)")
+        self._backend().restart(instance_id, owner=self._owner.key)
 
     # -- internals ----------------------------------------------------------------------
     def _backend(self) -> _Backend:
@@ -203,3 +228,4 @@ _check_provider: type[Provider] = FakeProvider
 _check_logs: type[LogStreamer] = FakeProvider
 _check_exec: type[Executor] = FakeProvider
 _check_attach: type[Attacher] = FakeProvider
+_check_restart: type[Restarter] = FakeProvider

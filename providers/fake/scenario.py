@@ -24,6 +24,7 @@ DEFAULT_SCENARIO: Mapping[str, Any] = {
     "poll_interval": 1.0,
     "list_lag": 0.0,
     "termination_delay": 0.0,
+    "retention_seconds": 3600.0,
     "regions": {"us": ["us-east-1", "us-west-2"], "eu": ["eu-west-1"]},
     "offerings": [
         {"accelerator": None, "gpu_count": 0, "tier": "OnDemand", "region": "us-east-1", "hourly_price": 0.1},
@@ -97,6 +98,9 @@ class Scenario:
     poll_interval: float = 1.0
     list_lag: float = 0.0
     termination_delay: float = 0.0  # seconds a terminated instance stays TERMINATING
+    # seconds a TERMINATED instance stays listed, output readable, as EC2 keeps terminated
+    # instances visible for about an hour; then it is gone
+    retention_seconds: float = 3600.0
     run_seconds: float | None = None  # the workload exits on its own after this long RUNNING
     exit_code: int = 0  # ... with this code
     node_capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CAPACITY))
@@ -163,6 +167,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         poll_interval=_number(data.get("poll_interval", 1.0), "poll_interval", positive=True),
         list_lag=_number(data.get("list_lag", 0.0), "list_lag"),
         termination_delay=_number(data.get("termination_delay", 0.0), "termination_delay"),
+        retention_seconds=_number(data.get("retention_seconds", 3600.0), "retention_seconds"),
         run_seconds=None if run_seconds is None else _number(run_seconds, "workload.run_seconds"),
         exit_code=int(workload.get("exit_code", 0)),
         node_capacity={str(k): str(v) for k, v in (data.get("capacity") or DEFAULT_NODE_CAPACITY).items()},
@@ -173,7 +178,8 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
 
 
 _TOP_KEYS = {
-    "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "workload", "capacity", "log", "exec",
+    "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
+    "capacity", "log", "exec",
 }  # fmt: skip
 
 

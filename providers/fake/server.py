@@ -2,8 +2,9 @@
 outlives any manager process, and with a state file the service itself.
 
 `start_server` serves on a thread (tests, the command); routes are listed in
-docs/providers/fake.md. Standard library only; bodies are JSON and bounded (I7). Never
-imports Django and never logs request bodies.
+docs/providers/fake.md. Provider routes carry the caller's `Owner.key` as the `owner`
+query parameter; control routes act on any owner's instances. Standard library only;
+bodies are JSON and bounded (I7). Never imports Django and never logs request bodies.
 Tests: tests/providers/fake/test_fake_http.py.
 """
 
@@ -169,32 +170,49 @@ def _route(method: str, segments: list[str]) -> tuple[Route | None, list[str]]:
     return route, segments[2:3]
 
 
+def _owner(query: dict[str, str]) -> str:
+    """The caller's `Owner.key`; "" when the query names none, which the cloud refuses."""
+    return query.get("owner", "")
+
+
 def _healthz(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     return 200, {"ok": True}
 
 
 def _provision(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     pod, request = wire.pod_from_json(body["pod"]), wire.request_from_json(body["request"])
-    return 200, wire.result_to_json(cloud.provision(pod, request))
+    return 200, wire.result_to_json(cloud.provision(pod, request, owner=_owner(query)))
 
 
 def _list(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
-    return 200, {"instances": [wire.instance_to_json(i) for i in cloud.list()]}
+    return 200, {"instances": [wire.instance_to_json(i) for i in cloud.list(owner=_owner(query))]}
 
 
 def _get(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     # Gone is a 200 with null: a 404 could come from any proxy, and unknown is not absent (I3).
-    instance = cloud.get(params[0])
+    instance = cloud.get(params[0], owner=_owner(query))
     return 200, {"instance": None if instance is None else wire.instance_to_json(instance)}
 
 
 def _terminate(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
-    cloud.terminate(params[0])
+    cloud.terminate(params[0], owner=_owner(query))
+    return 200, {}
+
+
+def _restart(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    cloud.restart(params[0], owner=_owner(query))
     return 200, {}
 
 
 def _logs(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
-    chunk = cloud.log_chunk(params[0], after=int(query.get("after", 0)), limit=int(query.get("limit", 1000)))
+    chunk = cloud.log_chunk(
+        params[0],
+        owner=_owner(query),
+        after=int(query.get("after", 0)),
+        limit=int(query.get("limit", 1000)),
+        previous=query.get("previous") == "1",
+        opening=query.get("open") == "1",
+    )
     return 200, wire.chunk_to_json(chunk)
 
 
@@ -226,6 +244,10 @@ def _calls(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dic
     return 200, {"calls": [c.to_dict() for c in cloud.call_log(query.get("method"))]}
 
 
+def _call_counts(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    return 200, {"counts": cloud.call_counts()}
+
+
 def _reset(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     cloud.reset()
     return 200, {}
@@ -236,6 +258,7 @@ _ROUTES: dict[tuple[str, ...], Route] = {
     ("GET", "instances"): _list,
     ("GET", "instances", "*"): _get,
     ("POST", "instances", "*", "terminate"): _terminate,
+    ("POST", "instances", "*", "restart"): _restart,
     ("GET", "instances", "*", "logs"): _logs,
     ("GET", "offerings"): _offerings,
     ("GET", "scenario"): _scenario,
@@ -245,5 +268,6 @@ _ROUTES: dict[tuple[str, ...], Route] = {
     ("DELETE", "faults", "*"): _clear,
     ("GET", "records"): _records,
     ("GET", "calls"): _calls,
+    ("GET", "call-counts"): _call_counts,
     ("POST", "reset"): _reset,
 }

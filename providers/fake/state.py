@@ -1,4 +1,5 @@
-"""The fake cloud's state file: a JSON snapshot written on every change, read at start.
+"""The fake cloud's state file: a JSON snapshot written on every change, read at start,
+and the snapshot's form (`encode_snapshot`, `decode_snapshot`).
 
 Used by the HTTP service when it is given `--state`, so instances outlive the service.
 Writes atomically (a temporary file renamed over the old one); never holds secrets,
@@ -11,8 +12,53 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from providers.fake.faults import Fault
+from providers.fake.records import InstanceRecord
+
+# Version 2 added owners, runs and retention to records (and hide faults). A version 1
+# file still loads: its records have no owner, so no provider ever sees them again.
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    counter: int
+    fault_counter: int
+    records: tuple[InstanceRecord, ...]
+    faults: tuple[Fault, ...]
+
+
+def encode_snapshot(
+    *, counter: int, fault_counter: int, records: Iterable[InstanceRecord], faults: Iterable[Fault]
+) -> dict[str, Any]:
+    return {
+        "version": STATE_VERSION,
+        "counter": counter,
+        "fault_counter": fault_counter,
+        "instances": [r.to_dict() for r in records],
+        "faults": [f.to_dict() for f in faults],
+    }
+
+
+def decode_snapshot(state: Mapping[str, Any]) -> Snapshot:
+    """The snapshot in `state`; ValueError if it is not one."""
+    if state.get("version") not in READABLE_VERSIONS:
+        raise ValueError(f"fake state: unknown version {state.get('version')!r}")
+    try:
+        return Snapshot(
+            counter=int(state.get("counter", 0)),
+            fault_counter=int(state.get("fault_counter", 0)),
+            records=tuple(InstanceRecord.from_dict(r) for r in state.get("instances", [])),
+            faults=tuple(Fault.from_dict(f) for f in state.get("faults", [])),
+        )
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ValueError(f"fake state: malformed: {exc}") from exc
 
 
 def read_state(path: str | Path) -> dict[str, Any] | None:

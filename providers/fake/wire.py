@@ -136,6 +136,9 @@ def instance_to_json(instance: Instance) -> dict[str, Any]:
         "message": instance.message,
         "region": instance.region,
         "capacity_type": instance.capacity_type.value if instance.capacity_type else None,
+        "exit_reason": instance.exit_reason,
+        "runs": instance.runs,
+        "preempted": instance.preempted,
     }
 
 
@@ -153,6 +156,9 @@ def instance_from_json(data: Mapping[str, Any]) -> Instance:
         message=str(data.get("message", "")),
         region=data.get("region"),
         capacity_type=Tier(tier) if tier else None,
+        exit_reason=str(data.get("exit_reason", "")),
+        runs=int(data.get("runs", 1)),
+        preempted=bool(data.get("preempted", False)),
     )
 
 

@@ -126,11 +126,11 @@ def test_close_ends_a_blocked_follow_read(make: Any) -> None:
     timer.join()
 
 
-def test_logs_of_an_unknown_instance_are_not_found_and_previous_is_not_supported(make: Any) -> None:
+def test_logs_of_an_unknown_instance_or_of_a_previous_run_that_never_was_are_not_found(make: Any) -> None:
     provider = make()
     with pytest.raises(errors.NotFound):
         provider.logs(InstanceId("fake-404"), LogOptions())
-    with pytest.raises(errors.NotSupported):
+    with pytest.raises(errors.NotFound, match="no previous run"):
         provider.logs(start(provider), LogOptions(previous=True))
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from providers import errors
-from providers.base import ClaimName, InstanceId, LogOptions, ProvisionRequest, Tier
+from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, ProvisionRequest, Tier
 from providers.fake import FakeProvider
 from providers.fake import control as fakecloud
 from providers.fake.server import MAX_BODY, FakeCloudServer, start_server
@@ -73,7 +73,9 @@ def test_a_provider_over_http_provisions_lists_and_terminates(server: FakeCloudS
     assert (instance.id, instance.claim, instance.capacity_type) == (result.instance_id, "a", Tier.SPOT)
     assert provider.get(result.instance_id) == instance
     provider.terminate(result.instance_id)
-    assert provider.get(result.instance_id) is None and provider.list() == []
+    terminated = provider.get(result.instance_id)
+    assert terminated is not None and terminated.state is InstanceState.TERMINATED
+    assert provider.list() == [terminated]
     assert "s3cr3t" not in json.dumps([c.to_dict() for c in server.cloud.call_log()])
 
 
@@ -86,7 +88,13 @@ def test_a_second_provider_object_sees_the_same_instances(server: FakeCloudServe
 
 def test_refusals_and_outages_cross_the_wire_as_the_same_error_types(server: FakeCloudServer) -> None:
     provider = FakeProvider("fake", {"url": server.url})
-    kinds = (("capacity", errors.NoCapacity), ("auth", errors.Unauthorized), ("quota", errors.QuotaExceeded))
+    kinds = (
+        ("capacity", errors.NoCapacity),
+        ("auth", errors.Unauthorized),
+        ("quota", errors.QuotaExceeded),
+        ("invalid", errors.InvalidRequest),
+        ("unsupported", errors.NotSupported),
+    )
     for reason, error in kinds:
         server.cloud.refuse(reason, count=1)
         with pytest.raises(error):
@@ -101,6 +109,47 @@ def test_refusals_and_outages_cross_the_wire_as_the_same_error_types(server: Fak
     assert provider.offerings()
 
 
+def test_every_provider_call_over_http_is_counted_by_its_kind_on_the_service(server: FakeCloudServer) -> None:
+    provider = FakeProvider("fake", {"url": server.url})
+    instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
+    provider.get(instance_id)
+    provider.list()
+    provider.logs(instance_id, LogOptions()).close()
+    server.cloud.exit(instance_id, code=3)
+    provider.restart(instance_id)
+    provider.terminate(instance_id)
+    kinds = ("provision", "get", "list", "logs", "restart", "terminate")
+    assert provider.client is not None
+    counts = provider.client.call_counts()
+    assert {kind: counts.get(kind) for kind in kinds} == dict.fromkeys(kinds, 1)
+    assert json.loads(control("calls", "--url", server.url, "--counts")) == counts
+
+
+def test_a_hide_fault_injected_from_the_shell_omits_the_instance_from_the_next_list(server: FakeCloudServer) -> None:
+    provider = FakeProvider("fake", {"url": server.url})
+    instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
+    control("inject", "--url", server.url, "hide", "--instance", instance_id, "--count", "2")
+    assert provider.list() == provider.list() == []
+    assert provider.get(instance_id) is not None
+    assert [i.id for i in provider.list()] == [instance_id]
+    control("inject", "--url", server.url, "hide", "--claim", "a")
+    assert provider.list() == []
+    control("inject", "--url", server.url, "refuse", "--kind", "invalid", "--count", "1")
+    with pytest.raises(errors.InvalidRequest, match="cpu x0 OnDemand in us-east-1"):
+        provider.provision(make_pod_spec(), request("b"))
+
+
+def test_losing_an_instance_with_vanish_takes_it_out_of_list_and_get(server: FakeCloudServer) -> None:
+    provider = FakeProvider("fake", {"url": server.url})
+    instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
+    kept = provider.provision(make_pod_spec(), request("b")).instance_id
+    control("inject", "--url", server.url, "lose", "--claim", "a", "--vanish")
+    control("inject", "--url", server.url, "lose", "--instance", kept)
+    assert provider.get(instance_id) is None
+    [lost] = provider.list()
+    assert (lost.id, lost.state, lost.preempted) == (kept, InstanceState.TERMINATED, True)
+
+
 def test_a_stopped_service_is_unavailable_for_every_call() -> None:
     running = start_server()
     provider = FakeProvider("fake", {"url": running.url, "timeout": 5})
@@ -113,6 +162,7 @@ def test_a_stopped_service_is_unavailable_for_every_call() -> None:
         lambda: provider.terminate(instance_id),
         lambda: provider.offerings(),
         lambda: provider.logs(instance_id, LogOptions()),
+        lambda: provider.restart(instance_id),
     ]
     for call in calls:
         with pytest.raises(errors.ProviderError) as caught:

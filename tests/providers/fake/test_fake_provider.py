@@ -10,7 +10,17 @@ from typing import Any
 import pytest
 
 from providers import errors
-from providers.base import BlockBreadth, ClaimName, Executor, LogStreamer, ProvisionRequest, Tier
+from providers.base import (
+    Attacher,
+    BlockBreadth,
+    ClaimName,
+    Executor,
+    LogOptions,
+    LogStreamer,
+    ProvisionRequest,
+    Restarter,
+    Tier,
+)
 from providers.fake import FakeProvider
 from providers.fake.clouds import forget
 from providers.fake.scenario import load_scenario
@@ -31,14 +41,15 @@ def test_the_default_scenario_has_a_cpu_and_an_h100_spot_and_on_demand_offering(
     forget(provider.name)
 
 
-def test_a_new_provider_object_with_the_same_cloud_name_sees_the_same_instances() -> None:
+def test_a_new_provider_object_of_the_same_owner_and_cloud_name_sees_the_same_instances() -> None:
     name = f"shared-{uuid.uuid4().hex}"
     first = FakeProvider("a", {"cloud": name})
     result = first.provision(make_pod_spec(), ProvisionRequest(claim=ClaimName("c1")))
-    second = FakeProvider("b", {"cloud": name})
+    second = FakeProvider("a", {"cloud": name})
     assert [i.id for i in second.list()] == [result.instance_id]
     assert second.cloud is first.cloud
-    assert FakeProvider("c", {"cloud": f"other-{uuid.uuid4().hex}"}).list() == []
+    assert FakeProvider("b", {"cloud": name}).list() == []  # another alias is another owner
+    assert FakeProvider("a", {"cloud": f"other-{uuid.uuid4().hex}"}).list() == []
     forget(name)
 
 
@@ -81,6 +92,8 @@ def test_a_broken_scenario_file_is_unavailable_not_a_crash(tmp_path: Path) -> No
         {"scenario": {"offerings": [{"tier": "Reserved"}]}},
         {"scenario": {"log": {"lines": ["{secret}"]}}},
         {"scenario": {"poll_interval": 0}},
+        {"scenario": {"retention_seconds": -1}},
+        {"restarts_in_place": "no"},
     ],
 )
 def test_bad_options_fail_at_construction(options: dict[str, object]) -> None:
@@ -105,9 +118,40 @@ def test_refusals_classify_with_the_default_block_scope() -> None:
     assert (scope.breadth, scope.accelerator, scope.region) == (BlockBreadth.OFFERING, "h100", "us-east-1")
 
 
-def test_it_is_a_log_streamer_and_an_executor() -> None:
+def test_it_is_a_log_streamer_an_executor_an_attacher_and_a_restarter() -> None:
     provider = FakeProvider("fake", {"cloud": f"proto-{uuid.uuid4().hex}"})
     assert isinstance(provider, LogStreamer) and isinstance(provider, Executor)
+    assert isinstance(provider, Attacher) and isinstance(provider, Restarter)
+
+
+def test_every_provider_call_is_counted_by_its_kind_and_a_followed_stream_counts_once() -> None:
+    name = f"calls-{uuid.uuid4().hex}"
+    provider = FakeProvider("fake", {"cloud": name, "scenario": {"log": {"interval": 0.01}}})
+    instance_id = provider.provision(make_pod_spec(), ProvisionRequest(claim=ClaimName("c"))).instance_id
+    provider.get(instance_id)
+    provider.list()
+    stream, seen = provider.logs(instance_id, LogOptions(follow=True)), b""
+    while b"line 5\n" not in seen:  # several fetches of the one stream
+        chunk = stream.read()
+        assert chunk, f"the stream ended early: {seen!r}"
+        seen += chunk
+    stream.close()
+    for process in (
+        provider.exec(instance_id, ["true"], tty=False, stdin=False),
+        provider.attach(instance_id, stdin=False, tty=False),
+    ):
+        process.close()
+    provider.cloud.exit(instance_id, code=0)
+    provider.restart(instance_id)
+    provider.terminate(instance_id)
+    counts = provider.cloud.call_counts()
+    provider_kinds = ("provision", "get", "list", "logs", "exec", "attach", "restart", "terminate")
+    assert {kind: counts.get(kind) for kind in provider_kinds} == dict.fromkeys(provider_kinds, 1)
+    assert [c.method for c in provider.cloud.call_log() if c.method in provider_kinds] == list(provider_kinds)
+    assert all("owner=standalone.fake" in c.args for c in provider.cloud.call_log() if c.method in provider_kinds)
+    provider.cloud.reset()
+    assert provider.cloud.call_counts() == {}
+    forget(name)
 
 
 def test_over_http_the_cloud_property_is_not_supported() -> None:
