@@ -1,11 +1,14 @@
 """The AWS EC2 provider: one instance per Pod, launched from user-data, watched by tags.
 
-provider  `AwsProvider`: the seam (provision, list, get, terminate, offerings, logs, exec)
-ec2       boto3 clients and the one translation of botocore errors (boto3 lives only here)
-catalog   the shipped instance-type catalog (catalog.csv) and the choice of types
-userdata  the boot script that runs the container; keys  ed25519 connect, host, operator keys
-status    EC2 facts to `Instance`, tags; classify  refusal -> block scope
-console   serial-console logs; remote  SSH targets and the exec command; options  settings
+provider   `AwsProvider`: the seam (provision, list, get, terminate, offerings, logs, exec)
+inventory  this owner's instances only (owner-tag filters, describe, claim lookup, list)
+launch     instance types, tags, ClientToken and RunInstances parameters for one launch
+exits      the exit code from the console marker, read once per finished instance
+ec2        boto3 clients and the one translation of botocore errors (boto3 lives only here)
+catalog    the shipped instance-type catalog (catalog.csv) and the choice of types
+userdata   the boot script that runs the container; keys  ed25519 connect, host, operator keys
+status     EC2 facts to `Instance`, tags; classify  refusal -> block scope
+console    serial-console logs; remote  SSH targets and the exec command; options  settings
 
 Imports boto3 lazily (only `ec2` does); imports `providers.ssh` but no other provider.
 Tests: tests/providers/aws/test_aws.py.

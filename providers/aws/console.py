@@ -1,8 +1,10 @@
 """Logs from the serial console (`GetConsoleOutput`), for instances Nebula cannot SSH to.
 
-Called by `AwsProvider.logs` as the fallback. EC2 returns the last 64 KiB of the console,
-base64-encoded (moto returns plain text: decoded with a fallback), refreshed by AWS every
-few minutes; `follow` polls it and emits what was appended, until the instance is gone.
+Called by `AwsProvider.logs` when SSH cannot serve (no SSH, not running, unreachable). EC2
+returns the last 64 KiB of the console, base64-encoded (plain text accepted too), posted
+after each state transition and kept for at least an hour after the last, terminated
+instances included; `follow` polls it and emits what was appended, until the instance no
+longer runs (the snapshot after that is the last) or is gone.
 Tests: tests/providers/aws/test_aws_boot.py.
 """
 
@@ -12,10 +14,19 @@ import base64
 import binascii
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from providers.base import LogOptions
 
 _OVERLAP = 256  # bytes of the previous snapshot looked for in the next one
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The console as EC2 served it; `live`: the instance still runs, so more may come."""
+
+    data: bytes
+    live: bool
 
 
 def decode_console(output: str | None) -> bytes:
@@ -50,9 +61,10 @@ def tail_lines(data: bytes, lines: int | None) -> bytes:
 
 class ConsoleLogStream:
     """A `LogStream` over console snapshots. `fetch` returns the decoded console, or None
-    once the instance is gone; it may raise `providers.errors`."""
+    once the instance is gone; it may raise `providers.errors`. A snapshot that is not
+    `live` is the last one read."""
 
-    def __init__(self, fetch: Callable[[], bytes | None], options: LogOptions, *, poll_seconds: float) -> None:
+    def __init__(self, fetch: Callable[[], Snapshot | None], options: LogOptions, *, poll_seconds: float) -> None:
         self._fetch = fetch
         self._options = options
         self._poll = poll_seconds
@@ -60,18 +72,21 @@ class ConsoleLogStream:
         self._remaining = options.limit_bytes
         self._pending = bytearray()
         self._closed = threading.Event()
+        self._ended = False
 
     def read(self, max_bytes: int = 65536) -> bytes:
-        while not self._pending and not self._closed.is_set() and self._remaining != 0:
+        while not self._pending and not self._closed.is_set() and self._remaining != 0 and not self._ended:
             if self._seen is not None and not self._options.follow:
                 break
             if self._seen is not None:
                 self._closed.wait(self._poll)
                 if self._closed.is_set():
                     break
-            snapshot = self._fetch()
-            if snapshot is None:
+            fetched = self._fetch()
+            if fetched is None:
                 break
+            self._ended = not fetched.live
+            snapshot = fetched.data
             out = (
                 tail_lines(snapshot, self._options.tail_lines) if self._seen is None else appended(self._seen, snapshot)
             )

@@ -48,6 +48,9 @@ THROTTLE_CODES = frozenset(
 )
 NOT_FOUND_CODES = frozenset({"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"})
 UNAVAILABLE_CODES = frozenset({"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable"})
+# A ClientToken reused with other parameters: a launch for this claim raced ours (an earlier
+# attempt whose instance DescribeInstances does not show yet). Retried, provision adopts it.
+RACE_CODES = frozenset({"IdempotentParameterMismatch"})
 THROTTLE_RETRY_AFTER = 5.0
 _MESSAGE_LIMIT = 300
 
@@ -117,7 +120,7 @@ def translate(exc: Exception, *, operation: str, region: str, secrets: Iterable[
 def _from_code(code: str, message: str, status: int) -> ProviderError:
     if code in NOT_FOUND_CODES:
         return NotFound(message)
-    if code in THROTTLE_CODES:
+    if code in THROTTLE_CODES or code in RACE_CODES:
         return Unavailable(message, retry_after=THROTTLE_RETRY_AFTER)
     if code in AUTH_CODES:
         return AuthRefusal(message, code)

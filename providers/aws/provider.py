@@ -2,25 +2,28 @@
 
 Built by `providers.registry` from settings (`providers.aws.AwsProvider`); called by the
 vnode and the kubelet API. Idempotency is ours, not EC2's ClientToken alone: provision
-describes by the claim tag first. boto3 is reached only through `providers.aws.ec2`;
-user-data and keys are never logged.
-Tests: tests/providers/aws/test_aws.py.
+describes by the claim and owner tags first. It sees only its owner's instances
+(`inventory`), launches through `launch`, and reads exits from the console (`exits`).
+boto3 is reached only through `providers.aws.ec2`; user-data and keys are never logged.
+Tests: tests/providers/aws/test_aws.py, tests/providers/aws/test_aws_owner.py.
 """
 
 from __future__ import annotations
 
 import builtins
-import hashlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 from providers import ssh
-from providers.aws import catalog, console, remote, status
+from providers.aws import catalog, console, launch, remote, status
 from providers.aws.classify import classify
-from providers.aws.ec2 import SPOT_PRICE_CODES, CapacityRefusal, Ec2, error_code
+from providers.aws.ec2 import Ec2
+from providers.aws.exits import ExitReader
+from providers.aws.inventory import Inventory
 from providers.aws.keys import OperatorKey, generate_key_pair
 from providers.aws.options import AwsOptions, parse_options
 from providers.aws.pricing import SpotPrices
@@ -43,7 +46,7 @@ from providers.base import (
     ProvisionResult,
     Tier,
 )
-from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unavailable
+from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.owner import Owner
 
 logger = logging.getLogger(__name__)
@@ -53,18 +56,33 @@ ALL_REGIONS = frozenset({"*", "any", "all"})
 NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 
 
-class AwsProvider:
-    """Runs each Pod's first container on its own EC2 instance. Options: see `options.AwsOptions`."""
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
 
-    def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
+
+class AwsProvider:
+    """Runs each Pod's first container on its own EC2 instance. Options: see `options.AwsOptions`.
+    `now` is the wall clock (an exit's time when EC2 gives none; the launch's hour)."""
+
+    def __init__(
+        self,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+        *,
+        owner: Owner | None = None,
+        now: Callable[[], datetime] = _utc_now,
+    ) -> None:
         self._name = name
         self._owner = owner or Owner.standalone(name)
         self._options: AwsOptions = parse_options(options or {})
+        self._now = now
         self._ec2 = Ec2(self._options)
         self._operator = OperatorKey(self._options.ssh_key_file)
         self._locks_guard = threading.Lock()
         self._claim_locks: dict[str, threading.Lock] = {}
         self._spot = SpotPrices(self._ec2, ttl=self._options.spot_price_ttl)
+        self._exits = ExitReader(self._ec2, now=now)
+        self._inventory = Inventory(self._ec2, self._options, self._owner, self._exits, name=name)
 
     @property
     def name(self) -> str:
@@ -87,28 +105,35 @@ class AwsProvider:
             capacity=dict(NODE_CAPACITY),
             pulls_images=True,
             log_timestamps=True,
+            restarts_in_place=False,  # the VM is the container's sandbox: a restart is a new instance
+            bills_after_exit=True,  # a VM bills until it is terminated
+            # EC2 shows a terminated instance for about an hour, and its console with it.
+            keeps_output_after_terminate=True,
         )
 
     # -- provision --------------------------------------------------------------------
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
-        """Adopt the claim's instance if it exists, else launch one (see the module doc).
+        """Adopt the claim's live instance if there is one, else launch one (see the module doc).
 
-        Steps: pick the region and instance types (primary first), describe by the claim
-        tag, render user-data with fresh keys, RunInstances on each type in turn while EC2
-        says it has no capacity for it, return the private key once.
+        Steps: pick the region and instance types (primary first), describe this owner's
+        instances of the claim (pending or running: adopt; any other state is an earlier run,
+        named in the ClientToken), render user-data with fresh keys, RunInstances on each
+        type in turn while EC2 says it has no capacity for it, return the private key once.
         """
         region = self._region_for(request)
         tier = request.capacity_type or Tier.ON_DEMAND
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image")
-        choices = self._instance_types(pod, region)
+        choices = launch.instance_types(pod, region)
         ami = self._options.for_region(self._options.ami, region)
         if not ami:
             raise InvalidRequest(f"the aws provider has no AMI configured for {region}")
         with self._claim_lock(request.claim):
-            existing = self._find_claim(region, request.claim)
-            if existing is not None:
-                return ProvisionResult(existing.id, reserved=True, credential=None, endpoint=existing.endpoint)
+            found = self._inventory.claim_instances(region, request.claim)
+            live = [data for data in found if status.state_of(data) in status.ADOPTABLE_STATES]
+            if live:
+                adopted = status.instance_from(live[0], region)
+                return ProvisionResult(adopted.id, reserved=True, credential=None, endpoint=adopted.endpoint)
             user_key = generate_key_pair(f"nebula-{request.claim}")
             host_key = generate_key_pair()
             boot = Boot(
@@ -117,10 +142,11 @@ class AwsProvider:
                 gpus=choices[0].gpu_count > 0, terminate_on_exit=self._options.terminate_on_exit,
             )  # fmt: skip
             user_data = render_user_data(pod, request.env, boot)
-            tags = self._tags(pod, request, host_key.public_line)
-            data = self._launch(
-                region, choices, tier, ami, user_data, tags, claim=request.claim, secrets=list(request.env.values())
-            )
+            tags = launch.tags(pod, request, provider=self._name, owner=self._owner, host_key=host_key.public_line)
+            data = launch.launch(
+                self._ec2, self._options, region, choices, tier, ami, user_data, tags, claim=request.claim,
+                earlier=[str(d["InstanceId"]) for d in found], at=self._now(), secrets=list(request.env.values()),
+            )  # fmt: skip
         logger.info("launched %s for claim %s in %s (%s, %s)", data["InstanceId"], request.claim, region,
                     data.get("InstanceType"), tier.value)  # fmt: skip
         credential = ConnectCredential(
@@ -143,143 +169,21 @@ class AwsProvider:
             raise InvalidRequest(f"the aws provider does not serve region {request.region!r}")
         return expanded[0]
 
-    def _instance_types(self, pod: PodSpec, region: str) -> list[catalog.CatalogEntry]:
-        entries = catalog.load_catalog()
-        found = catalog.candidates(
-            entries, accelerator=pod.accelerator, gpu_count=pod.gpu_count, region=region, cpu=pod.cpu,
-            memory_bytes=pod.memory,
-        )  # fmt: skip
-        if found:
-            return found
-        wanted = catalog.canonical_accelerator(pod.accelerator)
-        what = f"{max(pod.gpu_count, 1)} x {wanted}" if wanted else "a CPU-only instance"
-        if any(e.accelerator == wanted for e in entries):
-            raise NoCapacity(f"no instance type in {region} offers {what} with the requested cpu and memory")
-        raise InvalidRequest(f"the aws provider sells no instance type with {what}")
-
-    def _tags(self, pod: PodSpec, request: ProvisionRequest, host_key: str) -> list[dict[str, str]]:
-        values = {
-            "Name": f"nebula-{request.claim}",
-            status.TAG_CLAIM: request.claim,
-            status.TAG_MANAGED: "true",
-            status.TAG_PROVIDER: self._name,
-            status.TAG_NAMESPACE: pod.namespace,
-            status.TAG_POD: pod.name,
-            status.TAG_UID: pod.uid,
-            status.TAG_HOST_KEY: " ".join(host_key.split()[:2]),
-        }
-        return [{"Key": key, "Value": value[:256]} for key, value in values.items()]
-
-    def _launch(
-        self,
-        region: str,
-        choices: Sequence[catalog.CatalogEntry],
-        tier: Tier,
-        ami: str,
-        user_data: bytes,
-        tags: list[dict[str, str]],
-        *,
-        claim: str,
-        secrets: Sequence[str],
-    ) -> dict[str, Any]:
-        """RunInstances on each instance type in turn; a capacity refusal moves to the next."""
-        refusal: CapacityRefusal | None = None
-        for entry in choices:
-            try:
-                params = self._run_params(region, entry, tier, ami, user_data, tags, claim=claim)
-                result = self._ec2.call(region, "run_instances", secrets=secrets, **params)
-                return dict(result["Instances"][0])
-            except CapacityRefusal as exc:
-                if error_code(exc) in SPOT_PRICE_CODES:
-                    raise
-                refusal = exc
-        assert refusal is not None
-        raise refusal
-
-    def _run_params(
-        self, region: str, entry: catalog.CatalogEntry, tier: Tier, ami: str, user_data: bytes,
-        tags: list[dict[str, str]], *, claim: str,
-    ) -> dict[str, Any]:  # fmt: skip
-        params: dict[str, Any] = {
-            "ImageId": ami,
-            "InstanceType": entry.instance_type,
-            "MinCount": 1,
-            "MaxCount": 1,
-            "UserData": user_data,
-            # EC2's own idempotency for a retry racing describe's eventual consistency; one
-            # token per (claim, type) because a token reused with other parameters is an error.
-            "ClientToken": hashlib.sha256(f"{claim}/{entry.instance_type}".encode()).hexdigest()[:64],
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": [t for t in tags if t["Key"] != status.TAG_HOST_KEY]},
-            ],
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
-        }
-        if self._options.terminate_on_exit:
-            params["InstanceInitiatedShutdownBehavior"] = "terminate"
-        if tier is Tier.SPOT:
-            params["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
-            }
-        subnet = self._options.for_region(self._options.subnet, region)
-        if subnet:
-            params["SubnetId"] = subnet
-        groups = self._options.for_region(self._options.security_groups, region)
-        if groups:
-            params["SecurityGroupIds"] = list(groups)
-        profile = self._options.instance_profile
-        if profile:
-            params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
-        if self._options.root_volume_gib:
-            params["BlockDeviceMappings"] = [
-                {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": self._options.root_volume_gib, "VolumeType": "gp3",
-                                                    "DeleteOnTermination": True}}
-            ]  # fmt: skip
-        return params
-
     def _claim_lock(self, claim: str) -> threading.Lock:
         with self._locks_guard:
             return self._claim_locks.setdefault(claim, threading.Lock())
 
-    def _find_claim(self, region: str, claim: str) -> Instance | None:
-        pages = self._ec2.pages(region, "describe_instances", Filters=self._filters(claim=claim))
-        return next(_instances(pages, region), None)
-
-    def _filters(self, *, claim: str | None = None) -> list[dict[str, Any]]:
-        filters = [
-            {"Name": f"tag:{status.TAG_MANAGED}", "Values": ["true"]},
-            {"Name": f"tag:{status.TAG_PROVIDER}", "Values": [self._name]},
-            {"Name": "instance-state-name", "Values": list(status.LIVE_STATES)},
-        ]
-        if claim is not None:
-            filters.append({"Name": f"tag:{status.TAG_CLAIM}", "Values": [claim]})
-        return filters
-
     # -- observe and terminate ------------------------------------------------------------
-    def _describe(self, instance_id: str) -> tuple[str, dict[str, Any]] | None:
-        """(region, EC2 data) of one of our instances, or None if it is not (or no longer) there."""
-        parsed = status.parse_instance_id(instance_id)
-        if parsed is None or parsed[0] not in self._options.regions:
-            return None
-        region, ec2_id = parsed
-        try:
-            result = self._ec2.call(region, "describe_instances", InstanceIds=[ec2_id])
-        except NotFound:
-            return None
-        for reservation in result.get("Reservations") or ():
-            for data in reservation.get("Instances") or ():
-                if status.tags_of(data).get(status.TAG_PROVIDER) == self._name:
-                    return region, data
-        return None
-
     def get(self, instance_id: InstanceId) -> Instance | None:
-        found = self._describe(instance_id)
-        return status.instance_from(found[1], found[0]) if found else None
+        """One DescribeInstances (and, once for a finished instance, GetConsoleOutput)."""
+        found = self._inventory.describe(instance_id)
+        return self._inventory.facts(*found) if found else None
 
     def terminate(self, instance_id: InstanceId) -> None:
-        found = self._describe(instance_id)
-        if found is None or (found[1].get("State") or {}).get("Name") == "terminated":
+        """TerminateInstances only for this owner's instance, and only if it is not already
+        going: the one DescribeInstances checks the owner tag and the state."""
+        found = self._inventory.describe(instance_id)
+        if found is None or status.state_of(found[1]) in ("shutting-down", "terminated"):
             return
         region, data = found
         try:
@@ -288,18 +192,9 @@ class AwsProvider:
             return
         logger.info("terminating %s (claim %s)", instance_id, status.tags_of(data).get(status.TAG_CLAIM))
 
-    def list(self) -> list[Instance]:
-        """One paginated DescribeInstances per region, all regions at once; any failure fails the list."""
-        regions = self._options.regions
-        with ThreadPoolExecutor(max_workers=len(regions), thread_name_prefix=f"aws-list-{self._name}") as pool:
-            pages = list(pool.map(self._list_region, regions))
-        return [instance for found in pages for instance in found]
-
-    def _list_region(self, region: str) -> builtins.list[Instance]:
-        pages = self._ec2.pages(
-            region, "describe_instances", Filters=self._filters(), PaginationConfig={"PageSize": 1000}
-        )
-        return builtins.list(_instances(pages, region))
+    def list(self) -> builtins.list[Instance]:
+        """This owner's instances in every region, terminated ones included while EC2 shows them."""
+        return self._inventory.list()
 
     # -- offerings and regions ----------------------------------------------------------------
     def offerings(self) -> builtins.list[Offering]:
@@ -341,11 +236,16 @@ class AwsProvider:
 
     # -- logs and exec ----------------------------------------------------------------------
     def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        """Over SSH while the instance runs (and SSH reaches it), else from the serial console,
+        which EC2 keeps while it shows the instance, terminated ones included."""
         if options.previous:
-            raise NotSupported("an EC2 instance runs its workload once: there is no previous log")
-        region, data = self._live(instance_id)
+            raise NotSupported(
+                "each run of an EC2 Pod is a new instance: the previous run was a different VM, "
+                "and its log is not kept with this one"
+            )
+        region, data = self._owned(instance_id)
         endpoint = status.endpoint_of(data)
-        if self._options.ssh and endpoint:
+        if self._options.ssh and endpoint and status.state_of(data) == "running":
             try:
                 target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
                 return ssh.open_log_stream(target, remote.WORKLOAD_LOG, options)
@@ -360,20 +260,24 @@ class AwsProvider:
             lambda: self._console(instance_id, region, ec2_id), options, poll_seconds=self._options.poll_interval
         )
 
-    def _console(self, instance_id: InstanceId, region: str, ec2_id: str) -> bytes | None:
-        if self.get(instance_id) is None:
+    def _console(self, instance_id: InstanceId, region: str, ec2_id: str) -> console.Snapshot | None:
+        """The console now, and whether more may come (the instance still runs); None once
+        EC2 no longer shows the instance."""
+        found = self._inventory.describe(instance_id)
+        if found is None:
             return None
         try:
             result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id)
         except NotFound:
             return None
-        return console.decode_console(result.get("Output"))
+        live = status.state_of(found[1]) in status.ADOPTABLE_STATES
+        return console.Snapshot(console.decode_console(result.get("Output")), live=live)
 
     def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
         if not command:
             raise NotSupported("exec needs a command")
-        _, data = self._live(instance_id)
-        if (data.get("State") or {}).get("Name") != "running":
+        _, data = self._owned(instance_id)
+        if status.state_of(data) != "running":
             raise NotFound(f"instance {instance_id} is not running")
         endpoint = status.endpoint_of(data)
         if not self._options.ssh or not endpoint:
@@ -383,9 +287,9 @@ class AwsProvider:
         target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
         return ssh.start_process(target, remote.exec_argv(command, tty=tty, stdin=stdin), tty=tty, stdin=stdin)
 
-    def _live(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
-        found = self._describe(instance_id)
-        if found is None or status.instance_from(found[1], found[0]) is None:
+    def _owned(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
+        found = self._inventory.describe(instance_id)
+        if found is None:
             raise NotFound(f"no aws instance {instance_id}")
         return found
 
@@ -393,13 +297,3 @@ class AwsProvider:
 def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
     return provider, provider, provider
-
-
-def _instances(pages: Sequence[Mapping[str, Any]], region: str) -> Iterator[Instance]:
-    """Our instances in DescribeInstances pages (pages > reservations > instances)."""
-    for page in pages:
-        for reservation in page.get("Reservations") or ():
-            for data in reservation.get("Instances") or ():
-                instance = status.instance_from(data, region)
-                if instance is not None:
-                    yield instance

@@ -1,14 +1,17 @@
 """EC2's view of an instance turned into the seam's `Instance` facts, and Nebula's tags.
 
-Called by `AwsProvider` for get and list. Pure. EC2 knows the machine, not the
-container: `running` is RUNNING, and the workload's end shows as the instance shutting
-down (user-data does that when `terminate_on_exit`), so no exit code is reported.
-Tests: tests/providers/aws/test_aws.py.
+Called by `AwsProvider` for get and list (through `inventory`). Pure. EC2 knows the machine,
+not the container: `running` is RUNNING; the workload's end shows as the instance shutting
+down (user-data does that when `terminate_on_exit`), and its exit code is what the serial
+console's marker said (`exits.ConsoleVerdict`, read by `exits.ExitReader`).
+Tests: tests/providers/aws/test_aws_exits.py, tests/providers/aws/test_aws_owner.py.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from dataclasses import replace as _replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,21 +20,36 @@ from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
 TAG_CLAIM = "nebula.io/claim"
 TAG_MANAGED = "nebula.io/managed"
 TAG_PROVIDER = "nebula.io/provider"
+TAG_OWNER = "nebula.io/owner"  # `Owner.key`: `<cluster>.<alias>`
 TAG_NAMESPACE = "nebula.io/pod-namespace"
 TAG_POD = "nebula.io/pod-name"
 TAG_UID = "nebula.io/pod-uid"
 TAG_HOST_KEY = "nebula.io/ssh-host-key"
-LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 
-_STATES = {
-    "pending": InstanceState.INITIALIZING,  # capacity is held; the machine boots
-    "running": InstanceState.RUNNING,
-    "shutting-down": InstanceState.TERMINATING,
-    "stopping": InstanceState.TERMINATING,
-    "stopped": InstanceState.TERMINATED,  # our instances never stop themselves; someone else did
-    "terminated": InstanceState.TERMINATED,
-}
+ADOPTABLE_STATES = frozenset({"pending", "running"})  # provision adopts only these
+TRANSITIONAL_STATES = frozenset({"shutting-down", "stopping"})
+FINAL_STATES = frozenset({"stopped", "terminated"})
+FINISHED_STATES = TRANSITIONAL_STATES | FINAL_STATES  # the workload no longer runs
+# StateReason codes of a Spot interruption (EC2 API reference, StateReason): terminated,
+# or stopped for a persistent request with the stop behaviour.
+SPOT_REASON_CODES = frozenset({"Server.SpotInstanceTermination", "Server.SpotInstanceShutdown"})
+
 _ID = re.compile(r"^([a-z]{2}(?:-[a-z]+)+-\d)/(i-[0-9a-f]{8,17})$")
+# StateTransitionReason: "User initiated (2024-05-01 10:00:00 GMT)"; moto says "UTC".
+_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
+
+
+@dataclass(frozen=True)
+class ConsoleVerdict:
+    """What the serial console said about one finished instance, read once (see `exits`).
+
+    `exit_code` None: no marker. `state` is the EC2 state when it was read; `read_at` stands
+    in for the end time when EC2 gives none; `note` says why the console could not be read."""
+
+    exit_code: int | None
+    state: str
+    read_at: datetime
+    note: str = ""
 
 
 def instance_id(region: str, ec2_id: str) -> InstanceId:
@@ -49,6 +67,16 @@ def tags_of(data: dict[str, Any]) -> dict[str, str]:
     return {str(tag.get("Key")): str(tag.get("Value", "")) for tag in data.get("Tags") or ()}
 
 
+def is_owned(data: dict[str, Any], owner_key: str) -> bool:
+    """The instance carries this owner's tag and a claim (Nebula made it for this owner)."""
+    tags = tags_of(data)
+    return tags.get(TAG_OWNER) == owner_key and bool(tags.get(TAG_CLAIM))
+
+
+def state_of(data: dict[str, Any]) -> str:
+    return str((data.get("State") or {}).get("Name") or "")
+
+
 def endpoint_of(data: dict[str, Any]) -> str | None:
     """The public DNS name, else the public IP, else the private DNS name, else the private IP."""
     for key in ("PublicDnsName", "PublicIpAddress", "PrivateDnsName", "PrivateIpAddress"):
@@ -58,32 +86,71 @@ def endpoint_of(data: dict[str, Any]) -> str | None:
     return None
 
 
+def transition_time(data: dict[str, Any]) -> datetime | None:
+    """When EC2 says the last state change happened (StateTransitionReason), if it says."""
+    match = _TRANSITION_TIME.search(str(data.get("StateTransitionReason") or ""))
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC) if match else None
+
+
 def _aware(value: Any) -> datetime:
     if isinstance(value, datetime):
         return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
     return datetime.now(UTC)
 
 
-def instance_from(data: dict[str, Any], region: str) -> Instance | None:
-    """Facts for one DescribeInstances entry; None if it is not one of ours or is gone."""
-    tags = tags_of(data)
-    claim = tags.get(TAG_CLAIM)
-    state_name = str((data.get("State") or {}).get("Name") or "")
-    if not claim or state_name == "terminated":
-        return None
-    state = _STATES.get(state_name, InstanceState.PROVISIONING)
-    reason = (data.get("StateReason") or {}).get("Message") or ""
-    if state_name == "stopped":
-        reason = reason or "the instance was stopped outside Nebula"
+def _reason(data: dict[str, Any]) -> tuple[str, str]:
+    reason = data.get("StateReason") or {}
+    return str(reason.get("Code") or ""), str(reason.get("Message") or "")
+
+
+def instance_from(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None = None) -> Instance:
+    """Facts for one DescribeInstances entry of ours (the caller checked `is_owned`).
+
+    A finished instance (shutting down, stopped, terminated) whose console carries the exit
+    marker is SUCCEEDED or FAILED with that code. Without a marker: a Spot interruption is
+    TERMINATED and preempted; an instance still shutting down is TERMINATING; a stopped or
+    terminated one is TERMINATED with EC2's reason (someone, or Nebula's terminate, ended it).
+    """
+    state_name = state_of(data)
     launched = _aware(data.get("LaunchTime"))
-    return Instance(
+    base = Instance(
         id=instance_id(region, str(data["InstanceId"])),
-        claim=ClaimName(claim),
-        state=state,
+        claim=ClaimName(tags_of(data)[TAG_CLAIM]),
+        state=InstanceState.PROVISIONING,
         created_at=launched,
-        endpoint=endpoint_of(data) if state in (InstanceState.INITIALIZING, InstanceState.RUNNING) else None,
-        started_at=launched if state is InstanceState.RUNNING else None,
-        message=str(reason),
         region=region,
         capacity_type=Tier.SPOT if data.get("InstanceLifecycle") == "spot" else Tier.ON_DEMAND,
+    )
+    if state_name == "pending":  # capacity is held; the machine boots
+        return _replace(base, state=InstanceState.INITIALIZING, endpoint=endpoint_of(data))
+    if state_name == "running":
+        return _replace(base, state=InstanceState.RUNNING, endpoint=endpoint_of(data), started_at=launched)
+    if state_name not in FINISHED_STATES:
+        return base
+    return _finished(base, data, state_name, verdict)
+
+
+def _finished(base: Instance, data: dict[str, Any], state_name: str, verdict: ConsoleVerdict | None) -> Instance:
+    code, text = _reason(data)
+    ended = transition_time(data) or (verdict.read_at if verdict else None)
+    if verdict is not None and verdict.exit_code is not None:
+        exit_code = verdict.exit_code
+        return _replace(
+            base, state=InstanceState.SUCCEEDED if exit_code == 0 else InstanceState.FAILED, exit_code=exit_code,
+            exit_reason="Completed" if exit_code == 0 else "Error", started_at=base.created_at, finished_at=ended,
+            message=f"the workload exited with code {exit_code}",
+        )  # fmt: skip
+    why = f"{code}: {text}" if code and text and not text.startswith(code) else (text or code)
+    if verdict is not None and verdict.note:
+        why = f"{why} ({verdict.note})" if why else verdict.note
+    if code in SPOT_REASON_CODES:
+        return _replace(
+            base, state=InstanceState.TERMINATED, preempted=True, started_at=base.created_at, finished_at=ended,
+            message=f"EC2 reclaimed the Spot instance: {why}",
+        )  # fmt: skip
+    if verdict is None or state_name in TRANSITIONAL_STATES:
+        return _replace(base, state=InstanceState.TERMINATING, started_at=base.created_at, message=why)
+    default = "the instance was stopped outside Nebula" if state_name == "stopped" else "the instance was terminated"
+    return _replace(
+        base, state=InstanceState.TERMINATED, started_at=base.created_at, finished_at=ended, message=why or default
     )

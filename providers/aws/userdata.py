@@ -1,8 +1,9 @@
 """The user-data script that turns a fresh EC2 instance into the Pod's container.
 
 Called by `AwsProvider.provision`. The script authorizes the connect keys, installs the
-claim's host key, runs the container with the host's Docker (the ECS GPU AMI's), and
-copies its stamped output to the serial console and to `LOG_FILE`. It carries env values
+claim's host key, runs the container with the host's Docker (the ECS GPU AMI's), copies
+its stamped output to the serial console and to `LOG_FILE`, and writes the exit marker
+(`EXIT_MARKER`) to the console before shutting down. It carries env values
 in clear text: it is rendered, gzipped and sent, NEVER logged or put in an error.
 Tests: tests/providers/aws/test_aws_boot.py.
 """
@@ -20,6 +21,9 @@ LOG_DIR = "/var/log/nebula"
 LOG_FILE = f"{LOG_DIR}/workload.log"  # `docker logs --timestamps` lines
 EXIT_FILE = f"{LOG_DIR}/workload.exit"  # the exit code, written once the log is complete
 CONTAINER = "nebula-workload"
+# The console line `NEBULA-EXIT-CODE=<n>`, alone on its line, written after the workload
+# exits and before the shutdown: the one machine-readable fact `exits` reads from the console.
+EXIT_MARKER = "NEBULA-EXIT-CODE"
 SHUTDOWN_DELAY_SECONDS = 60  # time to read the last logs before the instance goes
 PULL_ATTEMPTS = 5
 
@@ -73,6 +77,7 @@ set -u
 umask 022
 mkdir -p {LOG_DIR}
 say() {{ echo "nebula: $*" > /dev/console 2>/dev/null || echo "nebula: $*"; }}
+mark() {{ echo "{EXIT_MARKER}=$1" > /dev/console 2>/dev/null || echo "{EXIT_MARKER}=$1"; }}
 
 home=$(getent passwd {user} | cut -d: -f6)
 if [ -n "$home" ]; then
@@ -104,6 +109,7 @@ else
 fi
 echo "$code" > {EXIT_FILE}
 say "workload exited with code $code"
+mark "$code"
 {finish}
 """
 

@@ -134,7 +134,9 @@ def provision(provider: AwsProvider) -> InstanceId:
     return provider.provision(pod, ProvisionRequest(claim=claim_name(pod.namespace, pod.name, pod.uid))).instance_id
 
 
-def test_without_ssh_logs_come_from_the_console_and_follow_ends_when_the_instance_goes(aws: AwsProvider) -> None:
+def test_without_ssh_logs_come_from_the_console_and_follow_ends_when_the_instance_stops_running(
+    aws: AwsProvider,
+) -> None:
     instance = provision(aws)
     snapshot = aws.logs(instance, LogOptions(tail_lines=2)).read()
     assert snapshot and len(snapshot.splitlines()) == 2
@@ -142,8 +144,9 @@ def test_without_ssh_logs_come_from_the_console_and_follow_ends_when_the_instanc
     assert followed.read()
     aws.terminate(instance)
     assert followed.read() == b""
+    assert aws.logs(instance, LogOptions()).read() == aws.logs(instance, LogOptions(follow=True)).read()
     with pytest.raises(errors.NotFound):
-        aws.logs(instance, LogOptions())
+        aws.logs(InstanceId("us-east-1/i-0123456789abcdef0"), LogOptions())
 
 
 def test_console_logs_refuse_timestamps_and_exec_needs_ssh(aws: AwsProvider) -> None:

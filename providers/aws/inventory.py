@@ -1,0 +1,105 @@
+"""Which EC2 instances are this owner's, and their facts: the owner filters, describe by
+id, the claim lookup behind provision, and the list of every region.
+
+Called by `AwsProvider`. Only instances tagged `nebula.io/owner=<owner.key>` (and
+`nebula.io/managed=true`) exist here: EC2 filters the list and the claim lookup by those
+tags, and describe-by-id checks the tag, so another cluster's instance, or one launched by
+a Nebula from before owners (a claim tag, no owner tag), is never seen, adopted or touched.
+
+Invariant: two owners sharing an account never see each other's instances:
+tests/providers/aws/test_aws_owner.py::test_two_clusters_sharing_an_account_never_touch_each_others_instances.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from providers.aws import status
+from providers.aws.ec2 import Ec2
+from providers.aws.exits import ExitReader
+from providers.aws.options import AwsOptions
+from providers.base import Instance
+from providers.errors import NotFound
+from providers.owner import Owner
+
+_PAGE_SIZE = 1000  # DescribeInstances' largest page
+
+
+class Inventory:
+    """This owner's instances in the provider's regions."""
+
+    def __init__(self, ec2: Ec2, options: AwsOptions, owner: Owner, exits: ExitReader, *, name: str) -> None:
+        self._ec2 = ec2
+        self._options = options
+        self._owner = owner
+        self._exits = exits
+        self._name = name
+
+    def filters(self, *, claim: str | None = None, states: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """DescribeInstances filters for this owner's instances (of one claim, in some states)."""
+        filters = [
+            {"Name": f"tag:{status.TAG_MANAGED}", "Values": ["true"]},
+            {"Name": f"tag:{status.TAG_OWNER}", "Values": [self._owner.key]},
+        ]
+        if claim is not None:
+            filters.append({"Name": f"tag:{status.TAG_CLAIM}", "Values": [claim]})
+        if states:
+            filters.append({"Name": "instance-state-name", "Values": sorted(states)})
+        return filters
+
+    def describe(self, instance_id: str) -> tuple[str, dict[str, Any]] | None:
+        """(region, EC2 data) of one of this owner's instances, or None if it is not ours or
+        EC2 no longer knows it. One DescribeInstances call."""
+        parsed = status.parse_instance_id(instance_id)
+        if parsed is None or parsed[0] not in self._options.regions:
+            return None
+        region, ec2_id = parsed
+        try:
+            result = self._ec2.call(region, "describe_instances", InstanceIds=[ec2_id])
+        except NotFound:
+            return None
+        for reservation in result.get("Reservations") or ():
+            for data in reservation.get("Instances") or ():
+                if status.is_owned(data, self._owner.key):
+                    return region, data
+        return None
+
+    def facts(self, region: str, data: dict[str, Any]) -> Instance:
+        """The `Instance` for one owned DescribeInstances entry (its console read if due)."""
+        verdicts = self._exits.verdicts(region, [data])
+        return status.instance_from(data, region, verdicts.get(status.instance_id(region, str(data["InstanceId"]))))
+
+    def claim_instances(self, region: str, claim: str) -> list[dict[str, Any]]:
+        """Every instance of this owner with this claim in `region`, in any state EC2 still shows."""
+        pages = self._ec2.pages(region, "describe_instances", Filters=self.filters(claim=claim))
+        return [data for data in _entries(pages) if status.is_owned(data, self._owner.key)]
+
+    def list(self) -> builtins.list[Instance]:
+        """One paginated DescribeInstances per region, all regions at once; any failure fails
+        the list. Oldest first, so a claim's replacement comes after the instance it replaced."""
+        regions = self._options.regions
+        with ThreadPoolExecutor(max_workers=len(regions), thread_name_prefix=f"aws-list-{self._name}") as pool:
+            found = [instance for listed in pool.map(self._list_region, regions) for instance in listed]
+        return sorted(found, key=lambda instance: instance.created_at)
+
+    def _list_region(self, region: str) -> builtins.list[Instance]:
+        pages = self._ec2.pages(
+            region, "describe_instances", Filters=self.filters(), PaginationConfig={"PageSize": _PAGE_SIZE}
+        )
+        owned = [data for data in _entries(pages) if status.is_owned(data, self._owner.key)]
+        verdicts = self._exits.verdicts(region, owned)
+        instances = [
+            status.instance_from(data, region, verdicts.get(status.instance_id(region, str(data["InstanceId"]))))
+            for data in owned
+        ]
+        self._exits.keep_only(region, [instance.id for instance in instances])
+        return instances
+
+
+def _entries(pages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The instance entries of DescribeInstances pages (pages > reservations > instances)."""
+    return [data for page in pages for reservation in page.get("Reservations") or () for data in
+            reservation.get("Instances") or ()]  # fmt: skip
