@@ -121,6 +121,7 @@ class Leading:
     kubelet_port: int
     poll_interval: float | None
     lease_renew_interval: float
+    node_dns_name: str | None = None
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -136,6 +137,7 @@ class Leading:
                 kube=kube,
                 watch_kube=watch_kube,
                 node_ip=self.node_ip,
+                node_dns_name=self.node_dns_name,
                 kubelet_port=self.kubelet_port,
                 poll_interval=self.poll_interval,
                 lease_renew_interval=self.lease_renew_interval,
@@ -190,6 +192,7 @@ def run(
     leader_election: bool = True,
     lease_renew_interval: float = 10.0,
     shutdown_grace: float = SHUTDOWN_GRACE,
+    node_dns_name: str | None = None,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
@@ -226,6 +229,7 @@ def run(
             kubelet_port=kubelet_port,
             poll_interval=poll_interval,
             lease_renew_interval=lease_renew_interval,
+            node_dns_name=node_dns_name,
         )
         leading.start(kube, watch_kube)
         kept = True
