@@ -1,10 +1,11 @@
 """The kubelet proxy behind `pods/{name}/log|exec|attach|portforward`.
 
-The HTTP layer calls `kubelet_location` to rewrite the subresource request into the kubelet
-path exactly as kube-apiserver does, then `forward` to relay it over TLS to the node's
-daemon endpoint: upgrades (SPDY, websocket) are pumped byte for byte, normal answers are
-streamed as they arrive. It never buffers a whole body and never writes to the client
-before the kubelet has answered, so a failed dial can still become a Status.
+The HTTP layer calls `kubelet_address` to pick the node address and port kube-apiserver
+would dial, `kubelet_location` to rewrite the subresource request into the kubelet path
+exactly as kube-apiserver does, then `forward` to relay it over TLS to that address:
+upgrades (SPDY, websocket) are pumped byte for byte, normal answers are streamed as they
+arrive. It never buffers a whole body and never writes to the client before the kubelet has
+answered, so a failed dial can still become a Status.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ import socket
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 MAX_HEAD_BYTES = 64 * 1024
 _READ_SIZE = 64 * 1024
@@ -37,7 +38,19 @@ _HOP_BY_HOP = frozenset(
 )
 _REQUEST_DROPPED = _HOP_BY_HOP | {"authorization", "host", "content-length", "expect"}
 
-__all__ = ["ClientConnection", "LocationError", "ProxyError", "forward", "kubelet_location"]
+# kube-apiserver's --kubelet-preferred-address-types default, and its default kubelet port.
+DEFAULT_PREFERRED_ADDRESS_TYPES = ("Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP")
+DEFAULT_KUBELET_PORT = 10250
+
+__all__ = [
+    "ClientConnection",
+    "LocationError",
+    "NoAddressError",
+    "ProxyError",
+    "forward",
+    "kubelet_address",
+    "kubelet_location",
+]
 
 
 class ProxyError(Exception):
@@ -46,6 +59,27 @@ class ProxyError(Exception):
 
 class LocationError(ValueError):
     """Subresource options the API server would refuse (400): bad integers, no streams, no container."""
+
+
+class NoAddressError(ValueError):
+    """The node publishes no address of a preferred type (kube-apiserver answers 500)."""
+
+
+def kubelet_address(status: Mapping[str, Any], preferred: Sequence[str]) -> tuple[str, int]:
+    """The host and port kube-apiserver dials for a node with this `status`.
+
+    As its GetPreferredNodeAddress: the first address of the first type in `preferred` that
+    the node has, with no fallback to the next type when that address does not answer. The
+    port is `daemonEndpoints.kubeletEndpoint.Port`, or 10250 when it is not positive.
+    Raises NoAddressError, worded as kube-apiserver's.
+    """
+    addresses = [a for a in status.get("addresses") or [] if isinstance(a, Mapping)]
+    host = next((str(a.get("address")) for kind in preferred for a in addresses if a.get("type") == kind), None)
+    if not host:
+        known = " ".join(f"{{{a.get('type')} {a.get('address')}}}" for a in addresses)
+        raise NoAddressError(f"no preferred addresses found; known addresses: [{known}]")
+    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+    return host, port if isinstance(port, int) and port > 0 else DEFAULT_KUBELET_PORT
 
 
 def kubelet_location(
@@ -253,7 +287,7 @@ def _dial(host: str, port: int, tls_context: ssl.SSLContext | None, timeout: flo
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
-        raise ProxyError(f"cannot connect to the kubelet at {host}:{port}: {exc}") from exc
+        raise ProxyError(_dial_error(host, port, exc)) from exc
     stream = _TlsStream(raw, context, host)
     try:
         stream.handshake()
@@ -261,6 +295,21 @@ def _dial(host: str, port: int, tls_context: ssl.SSLContext | None, timeout: flo
         raw.close()
         raise ProxyError(f"TLS handshake with the kubelet at {host}:{port} failed: {exc}") from exc
     return stream
+
+
+def _dial_error(host: str, port: int, exc: OSError) -> str:
+    """A failed dial in the words of Go's net package, which kube-apiserver passes on."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        detail = (
+            "no such host" if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) else exc.strerror
+        )
+        return f"dial tcp: lookup {host}: {detail}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"dial tcp {address}: connect: connection refused"
+    if isinstance(exc, TimeoutError):
+        return f"dial tcp {address}: i/o timeout"
+    return f"dial tcp {address}: connect: {exc.strerror or exc}"
 
 
 def _unverified_context() -> ssl.SSLContext:
