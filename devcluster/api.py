@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from devcluster import admission, discovery, protobuf, proxy, selectors, tables
+from devcluster import admission, discovery, nodeaddress, protobuf, proxy, selectors, tables
 from devcluster.errors import ApiError, bad_request, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
@@ -99,7 +99,7 @@ class Api:
         registry: Registry,
         *,
         server_address: str,
-        preferred_address_types: Sequence[str] = proxy.DEFAULT_PREFERRED_ADDRESS_TYPES,
+        preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
     ) -> None:
         self.resources = resources
         self.registry = registry
@@ -315,8 +315,8 @@ class Api:
         if node is None:
             raise not_found("nodes", node_name)
         try:
-            host, port = proxy.kubelet_address(node.get("status") or {}, self.preferred_address_types)
-        except proxy.NoAddressError as err:
+            host, port = nodeaddress.kubelet_address(node.get("status") or {}, self.preferred_address_types)
+        except nodeaddress.NoAddressError as err:
             # Not an API status in kube-apiserver: a plain error, so a 500 with no reason.
             raise ApiError(500, str(err), reason="") from None
         container: str | None = request.param("container") or None

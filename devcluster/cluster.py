@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import proxy, tls
+from devcluster import nodeaddress, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.errors import ApiError
@@ -40,7 +40,7 @@ class DevCluster:
         event_history: int = 10000,
         bookmark_interval: float = 1.0,
         scheduler_interval: float = 0.5,
-        kubelet_preferred_address_types: Sequence[str] = proxy.DEFAULT_PREFERRED_ADDRESS_TYPES,
+        kubelet_preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
     ) -> None:
         self.host = host
         self.port = port

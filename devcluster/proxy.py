@@ -1,11 +1,11 @@
 """The kubelet proxy behind `pods/{name}/log|exec|attach|portforward`.
 
-The HTTP layer calls `kubelet_address` to pick the node address and port kube-apiserver
-would dial, `kubelet_location` to rewrite the subresource request into the kubelet path
-exactly as kube-apiserver does, then `forward` to relay it over TLS to that address:
-upgrades (SPDY, websocket) are pumped byte for byte, normal answers are streamed as they
-arrive. It never buffers a whole body and never writes to the client before the kubelet has
-answered, so a failed dial can still become a Status.
+The HTTP layer picks the node's address (`nodeaddress`), calls `kubelet_location` to
+rewrite the subresource request into the kubelet path exactly as kube-apiserver does, then
+`forward` to relay it over TLS to that address: upgrades (SPDY, websocket) are pumped byte
+for byte, normal answers are streamed as they arrive. It never buffers a whole body and
+never writes to the client before the kubelet has answered, so a failed dial can still
+become a Status.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import socket
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 MAX_HEAD_BYTES = 64 * 1024
 _READ_SIZE = 64 * 1024
@@ -38,19 +38,7 @@ _HOP_BY_HOP = frozenset(
 )
 _REQUEST_DROPPED = _HOP_BY_HOP | {"authorization", "host", "content-length", "expect"}
 
-# kube-apiserver's --kubelet-preferred-address-types default, and its default kubelet port.
-DEFAULT_PREFERRED_ADDRESS_TYPES = ("Hostname", "InternalDNS", "InternalIP", "ExternalDNS", "ExternalIP")
-DEFAULT_KUBELET_PORT = 10250
-
-__all__ = [
-    "ClientConnection",
-    "LocationError",
-    "NoAddressError",
-    "ProxyError",
-    "forward",
-    "kubelet_address",
-    "kubelet_location",
-]
+__all__ = ["ClientConnection", "LocationError", "ProxyError", "forward", "kubelet_location"]
 
 
 class ProxyError(Exception):
@@ -59,27 +47,6 @@ class ProxyError(Exception):
 
 class LocationError(ValueError):
     """Subresource options the API server would refuse (400): bad integers, no streams, no container."""
-
-
-class NoAddressError(ValueError):
-    """The node publishes no address of a preferred type (kube-apiserver answers 500)."""
-
-
-def kubelet_address(status: Mapping[str, Any], preferred: Sequence[str]) -> tuple[str, int]:
-    """The host and port kube-apiserver dials for a node with this `status`.
-
-    As its GetPreferredNodeAddress: the first address of the first type in `preferred` that
-    the node has, with no fallback to the next type when that address does not answer. The
-    port is `daemonEndpoints.kubeletEndpoint.Port`, or 10250 when it is not positive.
-    Raises NoAddressError, worded as kube-apiserver's.
-    """
-    addresses = [a for a in status.get("addresses") or [] if isinstance(a, Mapping)]
-    host = next((str(a.get("address")) for kind in preferred for a in addresses if a.get("type") == kind), None)
-    if not host:
-        known = " ".join(f"{{{a.get('type')} {a.get('address')}}}" for a in addresses)
-        raise NoAddressError(f"no preferred addresses found; known addresses: [{known}]")
-    port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
-    return host, port if isinstance(port, int) and port > 0 else DEFAULT_KUBELET_PORT
 
 
 def kubelet_location(
