@@ -20,6 +20,7 @@ placement, providers, nebula_site or Django. Map of the package:
 - `admission`   calls registered mutating webhooks on Pod CREATE
 - `controllers` the minimal Deployment -> ReplicaSet -> Pods controller
 - `tls`         in-memory CA, server certificate, kubeconfig
+- `nodeaddress` which Node address and port the kubelet proxy dials (kube-apiserver's rule)
 - `requestlog`  the request log tests and benchmarks count
 - `selectors`, `patch`, `protobuf`, `tables`, `scheduler`, `proxy`: pure pieces and the
   kubelet proxy, each with its own tests

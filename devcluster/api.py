@@ -8,11 +8,11 @@ need the socket, so they come back as `WatchReply` / `ProxyReply` for the server
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from devcluster import admission, discovery, protobuf, selectors, tables
+from devcluster import admission, discovery, nodeaddress, protobuf, proxy, selectors, tables
 from devcluster.errors import ApiError, bad_request, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
@@ -78,6 +78,7 @@ class ProxyReply:
     host: str
     port: int
     target: str
+    subresource: str = "log"
 
 
 AnyReply = Reply | WatchReply | ProxyReply
@@ -92,10 +93,18 @@ def status_reply(err: ApiError) -> Reply:
 
 
 class Api:
-    def __init__(self, resources: Resources, registry: Registry, *, server_address: str) -> None:
+    def __init__(
+        self,
+        resources: Resources,
+        registry: Registry,
+        *,
+        server_address: str,
+        preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
+    ) -> None:
         self.resources = resources
         self.registry = registry
         self.server_address = server_address
+        self.preferred_address_types = tuple(preferred_address_types)
 
     def handle(self, request: Request, info: Info) -> AnyReply:
         try:
@@ -296,8 +305,6 @@ class Api:
         )
 
     def _proxy(self, route: ResourceRoute, request: Request) -> ProxyReply:
-        from devcluster import proxy
-
         pods = route.rt
         pod = self.resources.get(pods, route.namespace or "", route.name)
         spec = pod.get("spec") or {}
@@ -307,14 +314,11 @@ class Api:
         node = self.resources.store.get("/nodes", "", node_name)
         if node is None:
             raise not_found("nodes", node_name)
-        status = node.get("status") or {}
-        addresses = [a for a in status.get("addresses") or [] if isinstance(a, dict)]
-        host = next((a.get("address") for a in addresses if a.get("type") == "InternalIP"), None)
-        port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
-        if not host or not isinstance(port, int) or port <= 0:
-            raise ApiError(
-                503, f"node {node_name} has no InternalIP address or kubelet port", reason="ServiceUnavailable"
-            )
+        try:
+            host, port = nodeaddress.kubelet_address(node.get("status") or {}, self.preferred_address_types)
+        except nodeaddress.NoAddressError as err:
+            # Not an API status in kube-apiserver: a plain error, so a 500 with no reason.
+            raise ApiError(500, str(err), reason="") from None
         container: str | None = request.param("container") or None
         if route.subresource != "portforward" and container is None:
             names = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, dict)]
@@ -330,7 +334,7 @@ class Api:
             )
         except proxy.LocationError as err:
             raise bad_request(str(err)) from None
-        return ProxyReply(host=str(host), port=port, target=target)
+        return ProxyReply(host=host, port=port, target=target, subresource=route.subresource)
 
 
 def _media_type(value: str) -> str:

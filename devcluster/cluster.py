@@ -8,12 +8,13 @@ threads; `stop()` ends watches and joins every thread. The constructor does no I
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
 import yaml
 
-from devcluster import tls
+from devcluster import nodeaddress, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.errors import ApiError
@@ -39,11 +40,14 @@ class DevCluster:
         event_history: int = 10000,
         bookmark_interval: float = 1.0,
         scheduler_interval: float = 0.5,
+        kubelet_preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
     ) -> None:
         self.host = host
         self.port = port
         self.kubeconfig_path = kubeconfig_path
         self.bookmark_interval = bookmark_interval
+        # kube-apiserver's --kubelet-preferred-address-types: which node address logs/exec dial.
+        self.kubelet_preferred_address_types = tuple(kubelet_preferred_address_types)
         self.registry = Registry()
         self.store = Store(history=event_history)
         self.resources = Resources(self.store, self.registry)
@@ -88,7 +92,12 @@ class DevCluster:
         self._seed()
         self._credentials = tls.make_credentials(self.host)
         context = tls.server_context(self._credentials)
-        api = Api(self.resources, self.registry, server_address=f"{self.host}:{self.port}")
+        api = Api(
+            self.resources,
+            self.registry,
+            server_address=f"{self.host}:{self.port}",
+            preferred_address_types=self.kubelet_preferred_address_types,
+        )
         self._server = ApiServer(
             (self.host, self.port),
             api=api,

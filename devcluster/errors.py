@@ -40,7 +40,7 @@ class ApiError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-        self.reason = reason or _REASONS.get(code, "Unknown")
+        self.reason = _REASONS.get(code, "Unknown") if reason is None else reason
         self.name = name
         self.kind = kind
         self.group = group

@@ -1,10 +1,11 @@
 """The kubelet proxy behind `pods/{name}/log|exec|attach|portforward`.
 
-The HTTP layer calls `kubelet_location` to rewrite the subresource request into the kubelet
-path exactly as kube-apiserver does, then `forward` to relay it over TLS to the node's
-daemon endpoint: upgrades (SPDY, websocket) are pumped byte for byte, normal answers are
-streamed as they arrive. It never buffers a whole body and never writes to the client
-before the kubelet has answered, so a failed dial can still become a Status.
+The HTTP layer picks the node's address (`nodeaddress`), calls `kubelet_location` to
+rewrite the subresource request into the kubelet path exactly as kube-apiserver does, then
+`forward` to relay it over TLS to that address: upgrades (SPDY, websocket) are pumped byte
+for byte, normal answers are streamed as they arrive. It never buffers a whole body and
+never writes to the client before the kubelet has answered, so a failed dial can still
+become a Status.
 """
 
 from __future__ import annotations
@@ -253,7 +254,7 @@ def _dial(host: str, port: int, tls_context: ssl.SSLContext | None, timeout: flo
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError as exc:
-        raise ProxyError(f"cannot connect to the kubelet at {host}:{port}: {exc}") from exc
+        raise ProxyError(_dial_error(host, port, exc)) from exc
     stream = _TlsStream(raw, context, host)
     try:
         stream.handshake()
@@ -261,6 +262,21 @@ def _dial(host: str, port: int, tls_context: ssl.SSLContext | None, timeout: flo
         raw.close()
         raise ProxyError(f"TLS handshake with the kubelet at {host}:{port} failed: {exc}") from exc
     return stream
+
+
+def _dial_error(host: str, port: int, exc: OSError) -> str:
+    """A failed dial in the words of Go's net package, which kube-apiserver passes on."""
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        detail = (
+            "no such host" if exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)) else exc.strerror
+        )
+        return f"dial tcp: lookup {host}: {detail}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"dial tcp {address}: connect: connection refused"
+    if isinstance(exc, TimeoutError):
+        return f"dial tcp {address}: i/o timeout"
+    return f"dial tcp {address}: connect: {exc.strerror or exc}"
 
 
 def _unverified_context() -> ssl.SSLContext:

@@ -280,8 +280,15 @@ class Handler(BaseHTTPRequestHandler):
                 headers=headers, body=body,
             )  # fmt: skip
         except proxy.ProxyError as err:
-            message = f"error trying to reach the kubelet: {err}"
-            self._send(json_reply(503, failure_status(503, "ServiceUnavailable", message)))
+            # kube-apiserver's words: logs are fetched with an HTTP client (Go's url.Error), the
+            # streaming subresources through the upgrade-aware proxy; neither error is an API
+            # status, so both answer 500 with no reason ("Error from server: ..." in kubectl).
+            host = f"[{reply.host}]" if ":" in reply.host else reply.host
+            if reply.subresource == "log":
+                message = f'Get "https://{host}:{reply.port}{reply.target}": {err}'
+            else:
+                message = f"error dialing backend: {err}"
+            self._send(json_reply(500, failure_status(500, "", message)))
 
 
 def _too_large() -> Reply:

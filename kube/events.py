@@ -1,10 +1,23 @@
-"""Kubernetes Events for Pods and Nodes, written by the vnode.
+"""Kubernetes Events for Pods and Nodes, written by the vnode and placement: repeats are counted.
 
-Called by the vnode and placement. A repeat of the same (object, reason, message) within
-`dedupe_seconds` is dropped, so a retry loop cannot flood the API server. Failures to
-write an Event are logged, never raised. Messages are built by the caller from fixed text
-and provider error messages, which never carry secrets (I4); see
+Called by the vnode and placement. The first occurrence of an Event (same object, type, reason
+and message) is created at once, named `<object>.<random hex>` and remembered by that key. A
+repeat adds one to its `count` and moves `lastTimestamp` (`firstTimestamp` stays), as client-go's
+EventRecorder does for core/v1 Events; the repeat is written as a merge PATCH of `count`,
+`lastTimestamp` and `message`, at most once per `min_interval` seconds per key. Repeats in
+between are accumulated and written by a background flusher once the interval has passed, so
+a burst of N repeats costs a handful of writes and the Event still reaches count N: the bound
+is on writes, never on occurrences (client-go's spam filter, a token bucket per object, drops
+Events instead; here nothing is dropped). A PATCH that finds no Event (it expired) creates it
+again with the same name and the accumulated count, as client-go does. Like client-go's
+EventAggregator, once 10 different messages for one (object, type, reason) arrive within 10
+minutes, further ones become one Event "(combined from similar events): <latest message>",
+counted the same way. A failed write is logged, never raised, and retried with the
+accumulated count after a back-off (`min_interval`, doubling, at most 5 minutes).
+Messages are built by the caller from fixed text and provider error messages, which never
+carry secrets (I4); see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret.
+Tests: tests/kube/test_events.py.
 """
 
 from __future__ import annotations
@@ -13,79 +26,234 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kube import observe
-from kube.client import Kube, KubeError, path_for
+from kube.client import Kube, KubeError, NotFoundError, path_for
 from kube.times import rfc3339
 
 logger = logging.getLogger(__name__)
 
+JsonDict = dict[str, Any]
+MIN_INTERVAL = 1.0  # seconds between two writes of one Event
+MAX_RETRY_DELAY = 300.0
+SIMILAR_LIMIT = 10  # client-go's maxEvents: distinct messages before they are combined
+SIMILAR_WINDOW = 600.0  # client-go's maxIntervalInSeconds
+COMBINED_PREFIX = "(combined from similar events): "
+MAX_REMEMBERED = 4096  # client-go's LRU cache size for event series
+
+_Similar = tuple[str, str, str, str, str, str]  # kind, namespace, name, uid, type, reason
+_Key = tuple[_Similar, str | None]  # the similar-key and the message (None: combined)
+
+
+@dataclass
+class _Series:
+    """One Event as this recorder knows it: what occurred, and what the API server holds."""
+
+    namespace: str
+    body: JsonDict
+    count: int = 0
+    message: str = ""
+    last_seen: str = ""
+    written: int = 0
+    created: bool = False
+    writing: bool = False
+    last_write: float = float("-inf")
+    failures: int = 0
+
+    def due(self, min_interval: float) -> float:
+        return self.last_write + min(min_interval * 2.0**self.failures, MAX_RETRY_DELAY)
+
+    @property
+    def pending(self) -> bool:
+        return self.count > self.written
+
+
+@dataclass
+class _Messages:
+    seen: set[str] = field(default_factory=set)
+    last: float = float("-inf")
+
 
 class EventRecorder:
+    """Thread-safe. `record` never blocks on more than one API call, and only for a first
+    occurrence or a repeat that is due; everything else is left to the flusher thread."""
+
     def __init__(
         self,
         kube: Kube,
         *,
         component: str,
         host: str = "",
-        dedupe_seconds: float = 600.0,
+        min_interval: float = MIN_INTERVAL,
         clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._kube = kube
         self._component = component
         self._host = host
-        self._dedupe = dedupe_seconds
+        self._min_interval = min_interval
         self._clock = clock
-        self._seen: dict[tuple[str, str, str], float] = {}
+        self._now = now
+        self._series: OrderedDict[_Key, _Series] = OrderedDict()
+        self._similar: OrderedDict[_Similar, _Messages] = OrderedDict()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)  # notified whenever a write ends
+        self._wake = threading.Event()
+        self._flusher: threading.Thread | None = None
 
     def record(self, obj: Mapping[str, Any], kind: str, event_type: str, reason: str, message: str) -> None:
-        """One Event about `obj` (a Pod or Node dict)."""
+        """One occurrence of an Event about `obj` (a Pod or Node dict)."""
         meta = obj.get("metadata") or {}
-        uid = str(meta.get("uid", ""))
-        fingerprint = (uid or str(meta.get("name")), reason, message)
-        now = self._clock()
-        with self._lock:
-            last = self._seen.get(fingerprint)
-            if last is not None and now - last < self._dedupe:
-                return
-            self._seen[fingerprint] = now
-            if len(self._seen) > 10000:
-                self._seen = {k: t for k, t in self._seen.items() if now - t < self._dedupe}
-        namespace = str(meta.get("namespace") or "default")
-        observe.current().event_recorded(kind, namespace, str(meta.get("name")), event_type, reason, message)
-        stamp = rfc3339(datetime.now(UTC))
-        event = {
+        involved = {
+            "kind": kind,
             "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{meta.get('name')}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": {
-                "kind": kind,
-                "apiVersion": "v1",
-                "name": meta.get("name"),
-                "namespace": meta.get("namespace", ""),
-                "uid": uid,
-            },
-            "reason": reason,
-            "message": message,
-            "type": event_type,
-            "source": {"component": self._component, "host": self._host},
-            "reportingComponent": self._component,
-            "reportingInstance": self._host,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace", ""),
+            "uid": str(meta.get("uid", "")),
         }
-        try:
-            self._kube.create(path_for("events", namespace=namespace), event)
-        except KubeError as exc:
-            logger.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+        namespace = str(meta.get("namespace") or "default")
+        similar: _Similar = (kind, namespace, str(meta.get("name")), involved["uid"], event_type, reason)
+        stamp = rfc3339(self._now())
+        with self._lock:
+            key, message = self._correlate(similar, message)
+            series = self._series.get(key)
+            if series is None:
+                series = _Series(namespace, self._new_event(involved, namespace, event_type, reason, stamp))
+                self._series[key] = series
+                self._forget_old()
+            else:
+                self._series.move_to_end(key)
+            series.count += 1
+            series.message, series.last_seen = message, stamp
+            now_due = not series.writing and self._clock() >= series.due(self._min_interval)
+            series.writing = now_due
+            if not now_due:
+                self._start_flusher()
+        if now_due:
+            self._write(series)
 
     def pod(self, pod: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         self.record(pod, "Pod", event_type, reason, message)
 
     def node(self, node: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         self.record(node, "Node", event_type, reason, message)
+
+    def flush(self) -> None:
+        """Write every accumulated count now, whatever the interval (for shutdown and tests);
+        returns once they are written (or failed), writes already under way included."""
+        with self._lock:
+            while any(s.writing for s in self._series.values()):
+                self._settled.wait()
+            claimed = [s for s in self._series.values() if s.pending and not s.writing]
+            for series in claimed:
+                series.writing = True
+        for series in claimed:
+            self._write(series)
+
+    # -- correlation ---------------------------------------------------------------------------
+    def _correlate(self, similar: _Similar, message: str) -> tuple[_Key, str]:
+        """client-go's EventAggregator: the key to count under, and the message to write."""
+        now = self._clock()
+        messages = self._similar.pop(similar, None)
+        if messages is None or now - messages.last > SIMILAR_WINDOW:
+            messages = _Messages()
+        messages.seen.add(message)
+        messages.last = now
+        self._similar[similar] = messages
+        while len(self._similar) > MAX_REMEMBERED:
+            self._similar.popitem(last=False)
+        if len(messages.seen) < SIMILAR_LIMIT:
+            return (similar, message), message
+        messages.seen.pop()  # never more than the limit: one new message combines again
+        return (similar, None), COMBINED_PREFIX + message
+
+    def _forget_old(self) -> None:
+        """Keep at most MAX_REMEMBERED series, forgetting the least recently seen settled ones."""
+        excess = len(self._series) - MAX_REMEMBERED
+        if excess <= 0:
+            return
+        settled = [k for k, s in self._series.items() if not s.pending and not s.writing][:excess]
+        for key in settled:
+            del self._series[key]
+
+    def _new_event(self, involved: JsonDict, namespace: str, event_type: str, reason: str, stamp: str) -> JsonDict:
+        return {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": involved,
+            "reason": reason,
+            "type": event_type,
+            "source": {"component": self._component, "host": self._host},
+            "reportingComponent": self._component,
+            "reportingInstance": self._host,
+            "firstTimestamp": stamp,
+        }
+
+    # -- writing -------------------------------------------------------------------------------
+    def _write(self, series: _Series) -> None:
+        """Create or patch one series with its count so far; the caller has set `writing`."""
+        with self._lock:
+            count, last_seen, message, created = series.count, series.last_seen, series.message, series.created
+        body = series.body
+        name = body["metadata"]["name"]
+        involved = body["involvedObject"]
+        observe.current().event_recorded(
+            involved["kind"], series.namespace, str(involved["name"]), body["type"], body["reason"], message
+        )
+        fields = {"count": count, "lastTimestamp": last_seen, "message": message}
+        ok = False
+        try:
+            if created:
+                try:
+                    self._kube.patch(path_for("events", namespace=series.namespace, name=name), fields)
+                except NotFoundError:
+                    self._kube.create(path_for("events", namespace=series.namespace), {**body, **fields})
+            else:
+                self._kube.create(path_for("events", namespace=series.namespace), {**body, **fields})
+            ok = True
+        except KubeError as exc:
+            logger.warning(
+                "could not record event %s on %s/%s: %s", body["reason"], series.namespace, involved["name"], exc
+            )
+        with self._lock:
+            series.writing = False
+            series.last_write = self._clock()
+            if ok:
+                series.written, series.created, series.failures = count, True, 0
+            else:
+                series.failures += 1
+            if series.pending:
+                self._start_flusher()
+            self._settled.notify_all()
+
+    def _start_flusher(self) -> None:
+        """Under the lock: make sure the flusher runs and looks again at what is due."""
+        self._wake.set()
+        if self._flusher is None:
+            self._flusher = threading.Thread(target=self._flush_due, name="event-flusher", daemon=True)
+            self._flusher.start()
+
+    def _flush_due(self) -> None:
+        """The flusher: write each series whose interval has passed; end when nothing is pending."""
+        while True:
+            with self._lock:
+                self._wake.clear()
+                now = self._clock()
+                waiting = [s for s in self._series.values() if s.pending and not s.writing]
+                due = [s for s in waiting if s.due(self._min_interval) <= now]
+                for series in due:
+                    series.writing = True
+                if not waiting:
+                    self._flusher = None
+                    return
+                delay = min(s.due(self._min_interval) for s in waiting) - now
+            for series in due:
+                self._write(series)
+            if not due:
+                self._wake.wait(delay)

@@ -96,3 +96,8 @@ EVENT_POOL_INVALID = "PoolInvalid"
 EVENT_INVALID_REQUEST = "InvalidRequest"
 EVENT_REPLACING = "ReplacingFailedPod"
 EVENT_BLOCK_CLEARED = "BlocklistEntryCleared"
+
+# node events (h-node)
+# The kubelet's Event reasons for its node's Ready condition (both of type Normal).
+EVENT_NODE_READY = "NodeReady"
+EVENT_NODE_NOT_READY = "NodeNotReady"

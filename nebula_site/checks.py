@@ -5,6 +5,7 @@ nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
 nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
 nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
+nebula.E011 bad NODE_DNS_NAME
 Tests: tests/nebula_site/test_settings_checks.py.
 """
 
@@ -17,7 +18,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from nebula_site.config import parse_address
+from nebula_site.config import parse_address, validate_dns_name
 from providers import registry
 from providers.owner import Owner
 
@@ -50,6 +51,12 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
             ipaddress.ip_address(node_ip)
         except ValueError:
             errors.append(Error(f"NEBULA['NODE_IP']={node_ip!r} is not an IP address", id="nebula.E003"))
+    dns_name = conf.get("NODE_DNS_NAME", "")
+    if dns_name:
+        try:
+            validate_dns_name(dns_name)
+        except ValueError as exc:
+            errors.append(Error(f"NEBULA['NODE_DNS_NAME']: {exc}", id="nebula.E011"))
     interval = conf.get("POLL_INTERVAL")
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
         message = f"NEBULA['POLL_INTERVAL']={interval!r} must be a positive number of seconds"

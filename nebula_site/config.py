@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "CONSOLE_ADDR": "127.0.0.1:8000",
     # The address the virtual nodes publish; empty means $POD_IP, else logs/exec unsupported.
     "NODE_IP": "",
+    # A DNS name that resolves to the kubelet listener (e.g. a Service's name the API server can
+    # resolve), published as the nodes' InternalDNS address; empty: none.
+    "NODE_DNS_NAME": "",
     # Who owns this manager's instances (a DNS label); empty: the kube-system Namespace's UID.
     "CLUSTER_NAME": "",
     # A crashed container's restart back-off, as the kubelet's: the first restart is at once,
@@ -134,3 +137,26 @@ def _is_ip_or_hostname(host: str) -> bool:
         pass
     label = r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
     return re.fullmatch(rf"{label}(\.{label})*", host) is not None
+
+
+def validate_dns_name(text: str) -> None:
+    """Raise ValueError unless `text` is a DNS name as Kubernetes writes one (an RFC 1123
+    subdomain: lower-case labels of letters, digits and `-`, dot-separated, 253 characters
+    at most), and not an IP address."""
+    import ipaddress
+    import re
+
+    if not isinstance(text, str) or not text:
+        raise ValueError(f"{text!r} is not a DNS name")
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(f"{text!r} is an IP address, not a DNS name (use --node-ip / NODE_IP)")
+    label = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+    if len(text) > 253 or re.fullmatch(rf"{label}(\.{label})*", text) is None:
+        raise ValueError(
+            f"{text!r} is not a DNS name: lower-case letters, digits, '-' and '.', "
+            "each label 1-63 characters starting and ending with a letter or digit, 253 in all"
+        )

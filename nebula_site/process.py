@@ -123,6 +123,7 @@ class Leading:
     poll_interval: float | None
     lease_renew_interval: float
     backoff: BackoffPolicy = DEFAULT_BACKOFF
+    node_dns_name: str | None = None
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -138,6 +139,7 @@ class Leading:
                 kube=kube,
                 watch_kube=watch_kube,
                 node_ip=self.node_ip,
+                node_dns_name=self.node_dns_name,
                 kubelet_port=self.kubelet_port,
                 poll_interval=self.poll_interval,
                 lease_renew_interval=self.lease_renew_interval,
@@ -194,6 +196,7 @@ def run(
     lease_renew_interval: float = 10.0,
     shutdown_grace: float = SHUTDOWN_GRACE,
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
+    node_dns_name: str | None = None,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
@@ -231,6 +234,7 @@ def run(
             poll_interval=poll_interval,
             lease_renew_interval=lease_renew_interval,
             backoff=backoff,
+            node_dns_name=node_dns_name,
         )
         leading.start(kube, watch_kube)
         kept = True

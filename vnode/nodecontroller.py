@@ -3,8 +3,9 @@
 Started by the Runner. Every `renew_interval` it renews the Lease in `kube-node-lease`
 and patches the node's status: Ready is True only while the provider's last list
 succeeded, and the `ProviderReachable` condition says why when it did not. A node someone
-deleted is created again. Never touches Pods.
-Tests: tests/vnode/test_controllers.py.
+deleted is created again. It publishes only addresses that reach its kubelet listener, and
+writes the kubelet's NodeReady / NodeNotReady Events when Ready changes. Never touches Pods.
+Tests: tests/vnode/test_controllers.py, tests/vnode/test_nodecontroller_addresses.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from kube import names, observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.events import EventRecorder
 from kube.times import micro_time, rfc3339
 from kube.worker import join_within
 from vnode.handler import Handler
@@ -28,6 +30,36 @@ logger = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
 VERSION = "nebula-0.1.0"
 DEFAULT_CAPACITY = {"cpu": "1k", "memory": "10Ti", "pods": "1k", "nvidia.com/gpu": "1k"}
+MANAGED_CONDITIONS = ("Ready", names.CONDITION_PROVIDER_REACHABLE)
+
+
+def node_addresses(node_ip: str | None, dns_name: str | None) -> list[dict[str, str]]:
+    """The node's `status.addresses`: only those that reach its kubelet listener.
+
+    The API server dials the first address of its preferred type (kube-apiserver's default
+    order: Hostname, InternalDNS, InternalIP, ExternalDNS, ExternalIP), with no fallback to
+    the next, so an address that resolves nowhere (the node name as a Hostname, say) would
+    break `kubectl logs` and `exec`. Hence no Hostname; a configured DNS name is published as
+    InternalDNS: a name that resolves to the listener's in-cluster address.
+    """
+    addresses = []
+    if node_ip:
+        addresses.append({"type": "InternalIP", "address": node_ip})
+    if dns_name:
+        addresses.append({"type": "InternalDNS", "address": dns_name})
+    return addresses
+
+
+def ready_event(published: str | None, written: str) -> str | None:
+    """The Event reason for writing Ready status `written` over `published` (None: no Ready
+    condition known yet), as the kubelet's Ready setter decides: an Event only when the status
+    changes, NodeReady for True and NodeNotReady for anything else; a first registration
+    writes NodeReady if it is Ready and nothing otherwise."""
+    if written == published:
+        return None
+    if written == "True":
+        return names.EVENT_NODE_READY
+    return None if published is None else names.EVENT_NODE_NOT_READY
 
 
 class NodeController:
@@ -38,6 +70,8 @@ class NodeController:
         kube: Kube,
         node_ip: str | None,
         kubelet_port: int,
+        node_dns_name: str | None = None,
+        events: EventRecorder | None = None,
         lease_duration: int = 40,
         renew_interval: float = 10.0,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -45,6 +79,8 @@ class NodeController:
         self.handler = handler
         self._kube = kube
         self._node_ip = node_ip
+        self._node_dns_name = node_dns_name
+        self._events = events
         self._kubelet_port = kubelet_port
         self._lease_duration = lease_duration
         self._renew_interval = renew_interval
@@ -52,6 +88,7 @@ class NodeController:
         self._node_uid = ""
         self._lease: JsonDict | None = None
         self._conditions: dict[str, JsonDict] = {}
+        self._published_ready: str | None = None  # the Ready status the API server holds, as far as known
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -104,13 +141,12 @@ class NodeController:
         capacity = dict(DEFAULT_CAPACITY)
         capacity.update(capabilities.capacity)
         annotations = {}
-        addresses = [{"type": "Hostname", "address": self.name}]
-        port = 0
-        if self._node_ip:
-            addresses.insert(0, {"type": "InternalIP", "address": self._node_ip})
-            port = self._kubelet_port
-        else:
-            annotations[f"{names.PREFIX}/kubelet"] = "unsupported: no node IP (set POD_IP or --node-ip)"
+        addresses = node_addresses(self._node_ip, self._node_dns_name)
+        port = self._kubelet_port if addresses else 0
+        if not addresses:
+            annotations[f"{names.PREFIX}/kubelet"] = (
+                "unsupported: no node address (set POD_IP, --node-ip or --node-dns-name)"
+            )
         return {
             "apiVersion": "v1",
             "kind": "Node",
@@ -156,50 +192,87 @@ class NodeController:
 
     def conditions(self) -> list[JsonDict]:
         """Ready and ProviderReachable from the Handler's last list; transition times move
-        only when a status changes."""
+        only when a status changes. Before the first list a node found registered keeps the
+        conditions it has (a restart or a new leader is no news about the provider, and a
+        NotReady flap would taint the node), while a new node is not Ready yet."""
         ok = self.handler.last_list_ok
         now = self._now()
         if ok is True:
             ready = ("True", "KubeletReady", "provider answers; virtual node ready")
             reachable = ("True", "ProviderAnswered", f"last list took {self.handler.last_list_seconds:.3f}s")
         elif ok is None:
-            ready = ("False", "ProviderNotListedYet", "waiting for the first provider list")
-            reachable = ("Unknown", "ProviderNotListedYet", "waiting for the first provider list")
+            ready = self._kept("Ready") or ("False", "ProviderNotListedYet", "waiting for the first provider list")
+            reachable = self._kept(names.CONDITION_PROVIDER_REACHABLE) or (
+                "Unknown",
+                "ProviderNotListedYet",
+                "waiting for the first provider list",
+            )
         else:
             error = self.handler.last_list_error
             ready = ("False", "ProviderUnreachable", f"provider does not answer: {error}")
             reachable = ("False", "ProviderUnreachable", error)
         result = []
         for kind, (status, reason, message) in (("Ready", ready), (names.CONDITION_PROVIDER_REACHABLE, reachable)):
-            previous = self._conditions.get(kind)
-            moved = previous is None or previous["status"] != status
+            previous = self._conditions.get(kind) or {}
+            kept = previous.get("lastTransitionTime") if previous.get("status") == status else None
             condition = {
                 "type": kind,
                 "status": status,
                 "reason": reason,
                 "message": message,
                 "lastHeartbeatTime": rfc3339(now),
-                "lastTransitionTime": rfc3339(now) if moved else previous["lastTransitionTime"],  # type: ignore[index]
+                "lastTransitionTime": kept or rfc3339(now),
             }
             self._conditions[kind] = condition
             result.append(condition)
         return result
 
+    def _kept(self, kind: str) -> tuple[str, str, str] | None:
+        previous = self._conditions.get(kind)
+        if previous is None:
+            return None
+        return str(previous.get("status")), str(previous.get("reason", "")), str(previous.get("message", ""))
+
     def ensure_node(self) -> None:
+        """Find or register the node. A found node's conditions are taken as the last published
+        ones (transition times and Ready Events carry over a restart); a new node has none."""
         path = path_for("nodes", name=self.name)
         try:
             node = self._kube.get(path)
         except NotFoundError:
+            self._conditions, self._published_ready = {}, None
+            built = self.build_node()
             try:
-                node = self._kube.create(path_for("nodes"), self.build_node())
-                logger.info("registered node %s", self.name)
+                node = self._kube.create(path_for("nodes"), built)
             except ConflictError:
                 node = self._kube.get(path)
+            else:
+                logger.info("registered node %s", self.name)
+                self._node_uid = str(node["metadata"]["uid"])
+                self._published(built["status"])
+                return
         self._node_uid = str(node["metadata"]["uid"])
+        for condition in (node.get("status") or {}).get("conditions") or []:
+            if isinstance(condition, dict) and condition.get("type") in MANAGED_CONDITIONS:
+                self._conditions[str(condition["type"])] = dict(condition)
+                if condition["type"] == "Ready":
+                    self._published_ready = str(condition.get("status"))
 
     def update_status(self) -> None:
         built = self.build_node()
         self._kube.patch(path_for("nodes", name=self.name, subresource="status"), {"status": built["status"]})
+        self._published(built["status"])
+
+    def _published(self, status: JsonDict) -> None:
+        """`status` was written: the Ready Event when Ready changed."""
+        ready = next((str(c["status"]) for c in status["conditions"] if c["type"] == "Ready"), None)
+        if ready is None:
+            return
+        reason = ready_event(self._published_ready, ready)
+        self._published_ready = ready
+        if reason is not None and self._events is not None:
+            node = {"metadata": {"name": self.name, "uid": self._node_uid}}
+            self._events.node(node, "Normal", reason, f"Node {self.name} status is now: {reason}")
 
     # -- the Lease ---------------------------------------------------------------------------
     def renew_lease(self) -> None:

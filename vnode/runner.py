@@ -27,6 +27,7 @@ class Runner:
         watch_kube: Kube,
         node_ip: str | None,
         kubelet_port: int,
+        node_dns_name: str | None = None,
         poll_interval: float | None = None,
         blocklister: Blocklister | None = None,
         workers: int = 8,
@@ -43,7 +44,9 @@ class Runner:
             self.handler,
             kube=kube,
             node_ip=node_ip,
+            node_dns_name=node_dns_name,
             kubelet_port=kubelet_port,
+            events=events,
             renew_interval=lease_renew_interval,
         )
 

@@ -4,15 +4,19 @@ scripted everyday session against an in-process DevCluster, each with a fresh HO
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devcluster import DevCluster
-from tests.support.factories import make_node
+from kube.events import EventRecorder
+from tests.support.factories import make_node, make_pod
+from tests.support.fixtures import kube_for
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,3 +181,20 @@ def _collect(process: subprocess.Popen[str]) -> list[str]:
 def _has_event(cluster: DevCluster, pod: str) -> bool:
     events, _ = cluster.store.list_objects("/events", "default")
     return any(e["involvedObject"]["name"] == pod and e["reason"] == "FailedScheduling" for e in events)
+
+
+def test_kubectl_describe_shows_a_counted_event_as_x_count_over_its_age(kubectl: Kubectl, cluster: DevCluster) -> None:
+    """kubectl describe reads core/v1 Events and prints a repeat as `<last> (x5 over <first>)`."""
+    pods = cluster.registry.lookup("", "v1", "pods")
+    assert pods is not None
+    pod = cluster.resources.create(pods, "default", make_pod("counted", spec={"schedulerName": "none"}))
+    started = datetime.now(UTC) - timedelta(minutes=3)
+    stamps = iter([started] + [started + timedelta(minutes=3)] * 4)
+    recorder = EventRecorder(kube_for(cluster), component="nebula-gpu", now=lambda: next(stamps))
+    for _ in range(5):
+        recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity in any zone")
+    recorder.flush()
+    described = kubectl.run("describe", "pod", "counted")
+    assert re.search(r"Warning\s+ProvisionRetrying\s+\S+ \(x5 over 3m\d*s?\)\s+nebula-gpu\s+no capacity", described)
+    asked = [r.path for r in cluster.request_log if r.resource == "events" and r.verb == "list"]
+    assert "/api/v1/namespaces/default/events" in asked

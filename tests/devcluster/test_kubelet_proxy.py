@@ -3,16 +3,20 @@ streamed chunked answer, an upgrade pumped byte for byte, and the 4xx/5xx when i
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devcluster import DevCluster, tls
 from tests.support.factories import make_node, make_pod
+from tests.support.kubectl import KUBECTL_137
 from tests.support.raw import Raw
 from tests.support.tls import read_head
 
@@ -75,9 +79,11 @@ def kubelet() -> Iterator[FakeKubelet]:
         server.close()
 
 
-def _setup(raw: Raw, port: int) -> None:
+def _setup(raw: Raw, port: int, *addresses: dict[str, str]) -> None:
     node = make_node("n1")
     node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = port
+    if addresses:
+        node["status"]["addresses"] = list(addresses)
     assert raw.json("POST", "/api/v1/nodes", node)[0] == 201
     assert raw.json("POST", PODS, make_pod(spec={"nodeName": "n1"}))[0] == 201
 
@@ -130,7 +136,11 @@ def test_proxy_refusals_are_statuses(cluster: DevCluster, raw: Raw) -> None:
     raw.json("POST", "/api/v1/nodes", node)
     raw.json("POST", PODS, make_pod("stranded", spec={"nodeName": "dead"}))
     status, body = raw.json("GET", f"{PODS}/stranded/log")
-    assert status == 503 and body["kind"] == "Status"
+    refused = f"dial tcp 127.0.0.1:{port}: connect: connection refused"
+    assert (status, body["kind"], body["reason"]) == (500, "Status", "")
+    assert body["message"] == f'Get "https://127.0.0.1:{port}/containerLogs/default/stranded/main": {refused}'
+    status, body = raw.json("POST", f"{PODS}/stranded/exec?command=true&stdout=true")
+    assert (status, body["message"]) == (500, f"error dialing backend: {refused}")
     two = make_pod(
         "two", spec={"nodeName": "dead", "containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}
     )
@@ -138,3 +148,60 @@ def test_proxy_refusals_are_statuses(cluster: DevCluster, raw: Raw) -> None:
     status, body = raw.json("GET", f"{PODS}/two/log")
     assert status == 400 and "choose one of: [a b]" in body["message"]
     assert raw.request("GET", "/healthz")[0] == 200
+
+
+UNRESOLVABLE = {"type": "Hostname", "address": "nebula-n1.invalid"}  # RFC 6761: never resolves
+LOOPBACK = {"type": "InternalIP", "address": "127.0.0.1"}
+
+
+def test_logs_dial_the_hostname_first_and_fail_like_kube_apiserver_when_it_resolves_nowhere(
+    raw: Raw, kubelet: FakeKubelet
+) -> None:
+    """The default preferred order puts Hostname before InternalIP, and kube-apiserver dials
+    one address only: a reachable InternalIP does not save a Hostname that resolves nowhere."""
+    _setup(raw, kubelet.port, LOOPBACK, UNRESOLVABLE)
+    status, body = raw.json("GET", f"{PODS}/p1/log")
+    url = f"https://nebula-n1.invalid:{kubelet.port}/containerLogs/default/p1/main"
+    assert (status, body["reason"]) == (500, "")
+    assert body["message"] == f'Get "{url}": dial tcp: lookup nebula-n1.invalid: no such host'
+    assert kubelet.requests == []
+
+
+def test_logs_dial_the_internal_ip_when_it_is_the_best_type_the_node_has(raw: Raw, kubelet: FakeKubelet) -> None:
+    _setup(raw, kubelet.port, {"type": "ExternalIP", "address": "192.0.2.1"}, LOOPBACK)
+    status, _, body = raw.request("GET", f"{PODS}/p1/log")
+    assert (status, body) == (200, b"line1\nline2\n")
+
+
+def test_a_node_without_a_preferred_address_fails_logs_with_kube_apiservers_error(raw: Raw) -> None:
+    node = make_node("bare")
+    node["status"]["addresses"] = []
+    raw.json("POST", "/api/v1/nodes", node)
+    raw.json("POST", PODS, make_pod("lost", spec={"nodeName": "bare"}))
+    status, body = raw.json("GET", f"{PODS}/lost/log")
+    assert (status, body["message"]) == (500, "no preferred addresses found; known addresses: []")
+
+
+def test_the_preferred_address_types_are_a_devcluster_option(kubelet: FakeKubelet, tmp_path: Path) -> None:
+    """Like kube-apiserver's --kubelet-preferred-address-types=InternalIP."""
+    with DevCluster(
+        kubeconfig_path=str(tmp_path / "kubeconfig"), kubelet_preferred_address_types=("InternalIP",)
+    ) as cluster:
+        raw = Raw(cluster)
+        _setup(raw, kubelet.port, UNRESOLVABLE, LOOPBACK)
+        status, _, body = raw.request("GET", f"{PODS}/p1/log")
+    assert (status, body) == (200, b"line1\nline2\n")
+
+
+def test_kubectl_logs_fails_as_on_a_real_cluster_when_the_hostname_resolves_nowhere(
+    cluster: DevCluster, raw: Raw, kubelet: FakeKubelet
+) -> None:
+    if not Path(KUBECTL_137).exists():
+        pytest.skip(f"kubectl 1.37 is not installed at {KUBECTL_137}")
+    _setup(raw, kubelet.port, LOOPBACK, UNRESOLVABLE)
+    assert cluster.kubeconfig_path is not None
+    env = dict(os.environ, KUBECONFIG=cluster.kubeconfig_path, HOME=str(Path(cluster.kubeconfig_path).parent))
+    done = subprocess.run([KUBECTL_137, "logs", "p1"], env=env, capture_output=True, text=True, timeout=60)
+    url = f"https://nebula-n1.invalid:{kubelet.port}/containerLogs/default/p1/main"
+    assert done.returncode == 1
+    assert done.stderr.strip() == f'Error from server: Get "{url}": dial tcp: lookup nebula-n1.invalid: no such host'

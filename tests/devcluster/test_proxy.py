@@ -326,10 +326,18 @@ def test_unreachable_kubelet_raises_proxy_error_before_writing() -> None:
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = listener.getsockname()[1]
     written = io.BytesIO()
-    with pytest.raises(proxy.ProxyError, match="cannot connect"), socket.socket() as sock:
+    refused = f"dial tcp 127.0.0.1:{port}: connect: connection refused"
+    with pytest.raises(proxy.ProxyError, match=refused), socket.socket() as sock:
         client = proxy.ClientConnection(rfile=io.BytesIO(), wfile=written, sock=sock)
         proxy.forward(client, host="127.0.0.1", port=port, method="GET", target="/x", headers=[], body=b"")
     assert written.getvalue() == b""
+
+
+def test_a_kubelet_name_that_resolves_nowhere_is_a_lookup_error_in_gos_words() -> None:
+    with pytest.raises(proxy.ProxyError) as raised, socket.socket() as sock:
+        client = proxy.ClientConnection(rfile=io.BytesIO(), wfile=io.BytesIO(), sock=sock)
+        proxy.forward(client, host="n1.invalid", port=10250, method="GET", target="/x", headers=[], body=b"")
+    assert str(raised.value) == "dial tcp: lookup n1.invalid: no such host"
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from nebula_site import demo, process
-from nebula_site.config import parse_address
+from nebula_site.config import parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
@@ -71,6 +71,17 @@ def node_ip_from(flag: str | None, dev_cluster: bool) -> str | None:
     except ValueError as exc:
         raise CommandError(f"node IP {value!r} is not an IP address") from exc
     return value
+
+
+def node_dns_name_from(flag: str | None) -> str | None:
+    value = flag or settings.NEBULA.get("NODE_DNS_NAME") or ""
+    if not value:
+        return None
+    try:
+        validate_dns_name(value)
+    except ValueError as exc:
+        raise CommandError(f"node DNS name: {exc}") from exc
+    return str(value)
 
 
 def listen_address(flag: str, text: str) -> tuple[str, int]:
@@ -141,6 +152,11 @@ class Command(BaseCommand):
         parser.add_argument("--console-key", metavar="PATH", help="PEM private key of --console-cert")
         parser.add_argument("--node-ip", default=None, help="address the nodes publish; default $POD_IP")
         parser.add_argument(
+            "--node-dns-name",
+            default=None,
+            help="a DNS name of the kubelet listener the nodes publish (InternalDNS); default NEBULA['NODE_DNS_NAME']",
+        )
+        parser.add_argument(
             "--cluster-name",
             default=None,
             help="who owns this manager's instances (a DNS label); default NEBULA['CLUSTER_NAME'], "
@@ -181,6 +197,7 @@ class Command(BaseCommand):
         kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
+        node_dns_name = node_dns_name_from(options["node_dns_name"])
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included.
         stop = threading.Event()
         listeners = cluster = None
@@ -193,8 +210,8 @@ class Command(BaseCommand):
                 if options["dev_cluster"]:
                     cluster = self._start_dev_cluster(options["dev_cluster_addr"])
                     kubeconfig = DEV_KUBECONFIG
-                if node_ip is None:
-                    logging.getLogger(__name__).warning("no node IP: logs and exec are advertised as unsupported")
+                if node_ip is None and node_dns_name is None:
+                    logging.getLogger(__name__).warning("no node address: logs and exec are advertised as unsupported")
                 self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
                 if options["demo"] and not stop.is_set():
                     demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
@@ -210,6 +227,7 @@ class Command(BaseCommand):
                     registry=listeners.registry,
                     kubeconfig=kubeconfig,
                     node_ip=node_ip,
+                    node_dns_name=node_dns_name,
                     kubelet_port=listeners.kubelet_port,
                     namespace=options["namespace"],
                     stop=stop,
