@@ -88,3 +88,7 @@ EVENT_POOL_INVALID = "PoolInvalid"
 EVENT_INVALID_REQUEST = "InvalidRequest"
 EVENT_REPLACING = "ReplacingFailedPod"
 EVENT_BLOCK_CLEARED = "BlocklistEntryCleared"
+
+# placement (h-placement)
+EVENT_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a gated Pod waits: sold out, blocked, or offerings unknown
+REASON_SCHEDULING_GATED = "SchedulingGated"  # the API server's reason for a Pod held by a scheduling gate

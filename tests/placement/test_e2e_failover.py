@@ -134,9 +134,11 @@ def test_every_candidate_refusing_keeps_pods_gated_without_spinning(
     calls = sum(len([c for c in p.cloud.call_log() if c.method == "provision"]) for p in stack.providers.values())
     assert calls == provisions
     assert all(gated(p) for p in pods_of(kube, "stuck") if p["metadata"]["name"] in {k[8:] for k in keys})
-    messages = [e["message"] for e in events_for(kube, names.EVENT_NO_CANDIDATE)]
-    assert any("gpu-a Spot us-east-1: blocked" in m and "gpu-b Spot us-east-1: blocked" in m for m in messages)
-    assert events_for(kube, names.EVENT_BLOCKED)
+    messages = [e["message"] for e in events_for(kube, names.EVENT_WAITING_FOR_CAPACITY)]
+    assert any(
+        "gpu-a/h100 x8 Spot in us-east-1 blocked until" in m and "gpu-b/h100 x8 Spot in us-east-1 blocked until" in m
+        for m in messages
+    )
 
 
 def test_a_pod_naming_a_missing_pool_stays_gated_with_an_event(kube: Kube, stack: Stack) -> None:
