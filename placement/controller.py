@@ -147,7 +147,7 @@ class PlacementController:
             waiting = self.gated.get(f"{meta['namespace']}/{meta['name']}")
             if waiting is not None and waiting.uid != uid:
                 waiting = None  # a same-named Pod's; this one was not looked at yet
-            look = None if waiting is None or waiting.next_look is None else waiting.next_look
+            look = waiting.next_look if waiting is not None else None
             found.append(
                 GatedPod(
                     uid=uid,

@@ -18,8 +18,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Waiting:
-    """Why one gated Pod is held, as its last Event said. `next_look` (epoch seconds) is None
-    when only a change of the Pod or its pool can help (a configuration error)."""
+    """Why one gated Pod is held, as its last look worded it (the Event's words, unless that
+    look found the same obstacles and wrote none). `next_look` (epoch seconds) is None when
+    only a change of the Pod or its pool can help (a configuration error)."""
 
     uid: str
     reason: str
@@ -33,7 +34,7 @@ class Waiting:
 @dataclass(frozen=True)
 class GatedPod:
     """A Pod still carrying placement's gate, for the console: `reason` and `message` are
-    those of the last Event placement wrote about it (None before its first look)."""
+    those of placement's last look at it (None before its first look)."""
 
     uid: str
     namespace: str
