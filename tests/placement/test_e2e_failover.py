@@ -134,11 +134,13 @@ def test_every_candidate_refusing_keeps_pods_gated_without_spinning(
     calls = sum(len([c for c in p.cloud.call_log() if c.method == "provision"]) for p in stack.providers.values())
     assert calls == provisions
     assert all(gated(p) for p in pods_of(kube, "stuck") if p["metadata"]["name"] in {k[8:] for k in keys})
-    messages = [e["message"] for e in events_for(kube, names.EVENT_WAITING_FOR_CAPACITY)]
-    assert any(
-        "gpu-a/h100 x8 Spot in us-east-1 blocked until" in m and "gpu-b/h100 x8 Spot in us-east-1 blocked until" in m
-        for m in messages
-    )
+    both = ("gpu-a/h100 x8 Spot in us-east-1 blocked until", "gpu-b/h100 x8 Spot in us-east-1 blocked until")
+
+    def waiting_for_both() -> list[dict[str, Any]]:
+        events = events_for(kube, names.EVENT_WAITING_FOR_CAPACITY)
+        return [e for e in events if all(b in e["message"] for b in both)]
+
+    wait_for(waiting_for_both, timeout=10)  # written just after the wait is noted, by the same worker
 
 
 def test_a_pod_waiting_for_sold_out_capacity_is_placed_when_it_returns_with_one_event(

@@ -98,7 +98,8 @@ def test_a_gated_pod_is_listed_with_its_pool_and_what_it_waits_for(
         return [p for p in found if p["name"] == pod["metadata"]["name"] and p["wait_reason"]]
 
     (row,) = wait_for(listed, timeout=10)
-    (event,) = events_for(kube, names.EVENT_WAITING_FOR_CAPACITY)
+    # Placement notes what the Pod waits for, then writes the Event: the row may come first.
+    (event,) = wait_for(lambda: events_for(kube, names.EVENT_WAITING_FOR_CAPACITY), timeout=10)
     assert (row["uid"], row["phase"], row["reason"], row["pool"]) == (
         pod["metadata"]["uid"],
         "Pending",
