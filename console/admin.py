@@ -68,8 +68,8 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 @admin.register(models.TrackedPod)
 class TrackedPodAdmin(ReadOnlyAdmin):
     list_display = ["pod", "phase", "reason", "node_link", "claim_link", "instance_link", "capacity_type", "region"]
-    list_display += ["hourly_price", "provisioned_at", "last_seen"]
-    list_filter = ["provider", "phase", "capacity_type", "namespace"]
+    list_display += ["pool", "hourly_price", "wait_reason", "provisioned_at", "last_seen"]
+    list_filter = ["provider", "phase", "reason", "wait_reason", "capacity_type", "namespace"]
     search_fields = ["name", "namespace", "claim", "instance_id", "uid"]
     ordering = ["namespace", "name"]
 
@@ -79,10 +79,14 @@ class TrackedPodAdmin(ReadOnlyAdmin):
 
     @admin.display(description="node", ordering="node")
     def node_link(self, obj: models.TrackedPod) -> str:
+        if not obj.node:
+            return "-"  # gated: not on a node yet
         return changelist_link(models.VirtualNode, obj.node, name=obj.node)
 
     @admin.display(description="claim", ordering="claim")
     def claim_link(self, obj: models.TrackedPod) -> str:
+        if not obj.claim:
+            return "-"
         return changelist_link(models.InstanceClaim, obj.claim, claim=obj.claim)
 
     @admin.display(description="instance id", ordering="instance_id")

@@ -15,8 +15,10 @@ from typing import Any
 from django.db.models import Count, Sum
 
 from console import models
+from kube import names
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+MAX_GATED = 50
 MAX_ORPHANS = 50
 MAX_BLOCKS = 50
 MAX_EVENTS = 15
@@ -63,10 +65,13 @@ def figures(now: datetime) -> dict[str, Any]:
         for entry in models.BlocklistEntry.objects.filter(expires_at__gt=now).order_by("expires_at")[:MAX_BLOCKS]
     ]
     orphans = list(models.InstanceClaim.objects.filter(orphan=True).order_by("provider", "claim")[:MAX_ORPHANS])
+    gated = models.TrackedPod.objects.filter(reason=names.REASON_SCHEDULING_GATED, node="")
     return {
         "tiles": list(tiles.values()),
         "total_spend": sum(t.hourly_spend for t in tiles.values()),
         "pod_count": sum(sum(t.phases.values()) for t in tiles.values()),
+        "gated": list(gated.order_by("namespace", "name")[:MAX_GATED]),
+        "gated_count": gated.count(),
         "orphans": orphans,
         "orphan_count": models.InstanceClaim.objects.filter(orphan=True).count(),
         "blocks": blocks,

@@ -14,7 +14,8 @@ from django.db import models
 
 
 class TrackedPod(models.Model):
-    """A Pod a virtual node tracks, with the instance serving it."""
+    """A Pod a virtual node tracks, with the instance serving it; or one placement still holds
+    gated (no provider, node or claim yet; reason SchedulingGated, and what it waits for)."""
 
     mirror_key = "uid"
 
@@ -33,6 +34,8 @@ class TrackedPod(models.Model):
     hourly_price = models.FloatField("hourly price", null=True, blank=True)
     pool = models.CharField(max_length=63, blank=True)
     provisioned_at = models.DateTimeField("provisioned at", null=True, blank=True)
+    wait_reason = models.CharField("waits (reason)", max_length=80, blank=True, db_index=True)
+    waiting_for = models.CharField("waiting for", max_length=1000, blank=True)
     last_seen = models.DateTimeField("last seen", null=True, blank=True)
 
     class Meta:

@@ -1,8 +1,9 @@
 """The one read-side projection: the manager's memory as plain rows, one function per kind.
 
 Serialised by both readers, `console.snapshot` (the mirror) and `console.api` (REST). Pure
-reads of Handlers, the Blocklist, placement's pool cache and the console's observer; never
-calls a provider or the Kubernetes API, never copies an env value or a credential (I4).
+reads of Handlers, the Blocklist, placement's pool cache and gated Pods, and the console's
+observer; never calls a provider or the Kubernetes API, never copies an env value or a
+credential (I4).
 
 Invariant: the mirror and the API show one Pod alike; see
 tests/console/test_console_units.py::test_the_mirror_row_and_the_api_row_of_a_pod_agree.
@@ -16,7 +17,9 @@ from typing import Any
 from console.observer import ConsoleObserver, EventNote
 from kube import names
 from placement.blocklist import BlockEntry, describe_scope
+from placement.gated import GatedPod
 from placement.poolcache import PoolState
+from placement.wiring import Placement
 from vnode.handler import Handler
 from vnode.tracking import Tracked
 
@@ -25,6 +28,8 @@ Row = dict[str, Any]  # an absent value is None; a NOT NULL text column of the m
 # What a kubelet reports for a Pod it has taken but not yet started: the phase is never empty.
 NO_STATUS_YET = "Pending"
 REFUSED = "Failed"  # a refused Pod has no instance and never will
+# What the API server reports for a Pod a scheduling gate holds: Pending, reason SchedulingGated.
+GATED_PHASE = "Pending"
 
 
 def pod_row(handler: Handler, entry: Tracked) -> Row:
@@ -51,6 +56,33 @@ def pod_row(handler: Handler, entry: Tracked) -> Row:
         "hourly_price": _price(annotations.get(names.HOURLY_PRICE_ANNOTATION)),
         "pool": annotations.get(names.POOL_ANNOTATION) or None,
         "provisioned_at": instance.created_at if instance is not None else None,
+        "wait_reason": None,
+        "waiting_for": None,
+    }
+
+
+def gated_pod_row(gated: GatedPod) -> Row:
+    """A Pod placement still holds: no provider, node, claim or instance yet; phase Pending with
+    reason SchedulingGated (as the API server reports it), and the reason and message of the
+    last Event placement wrote about it (None before its first look)."""
+    return {
+        "uid": gated.uid,
+        "namespace": gated.namespace,
+        "name": gated.name,
+        "provider": None,
+        "node": None,
+        "claim": None,
+        "instance_id": None,
+        "phase": GATED_PHASE,
+        "reason": names.REASON_SCHEDULING_GATED,
+        "endpoint": None,
+        "capacity_type": None,
+        "region": None,
+        "hourly_price": None,
+        "pool": gated.pool,
+        "provisioned_at": None,
+        "wait_reason": gated.reason,
+        "waiting_for": gated.message,
     }
 
 
@@ -140,9 +172,12 @@ def pool_row(state: PoolState) -> Row:
 
 
 # -- whole lists, in the order a reader shows them ------------------------------------------------
-def pod_rows(handlers: Iterable[Handler]) -> list[Row]:
-    rows = [pod_row(handler, entry) for handler in handlers for entry in handler.tracked_entries()]
-    return sorted(rows, key=lambda r: (r["namespace"], r["name"]))
+def pod_rows(handlers: Iterable[Handler], placement: Placement | None = None) -> list[Row]:
+    """The tracked Pods and the gated ones. A Pod just placed may still read gated in placement's
+    watch while a Handler tracks it: the Handler's row wins (one row per uid)."""
+    by_uid = {g.uid: gated_pod_row(g) for g in (placement.gated_pods() if placement is not None else [])}
+    by_uid.update((entry.uid, pod_row(handler, entry)) for handler in handlers for entry in handler.tracked_entries())
+    return sorted(by_uid.values(), key=lambda r: (r["namespace"], r["name"]))
 
 
 def all_claim_rows(handlers: Iterable[Handler]) -> list[Row]:

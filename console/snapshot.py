@@ -39,9 +39,9 @@ class Snapshot:
 
 def take(current: Runtime, observer: ConsoleObserver | None) -> Snapshot:
     found: dict[str, list[Row]] = {table: [] for table in TABLES}
+    found["pods"] = rows.pod_rows(current.handlers, current.placement)
     for handler in current.handlers:
         entries = handler.tracked_entries()
-        found["pods"] += [rows.pod_row(handler, entry) for entry in entries]
         found["claims"] += rows.claim_rows(handler, entries)
         found["nodes"].append(rows.node_row(handler, len(entries), observer))
     found["blocks"] = [

@@ -101,3 +101,7 @@ EVENT_BLOCK_CLEARED = "BlocklistEntryCleared"
 # The kubelet's Event reasons for its node's Ready condition (both of type Normal).
 EVENT_NODE_READY = "NodeReady"
 EVENT_NODE_NOT_READY = "NodeNotReady"
+
+# placement (h-placement)
+EVENT_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a gated Pod waits: sold out, blocked, or offerings unknown
+REASON_SCHEDULING_GATED = "SchedulingGated"  # the API server's reason for a Pod held by a scheduling gate

@@ -6,7 +6,11 @@ and skipping what refused recently. Map of the package:
 - `pools`       NodePool objects parsed and validated; `poolcache` lists and watches them
 - `request`     what a Pod asks for (read by `providers.podspec`) and whether it is placeable
 - `optimizer`   pure: pool + request + offerings + blocklist lookup -> one decision
-- `catalog`     each provider's offerings, cached briefly (the only provider calls here)
+- `waiting`     pure: a decision that chose nothing -> what the Pod waits for, its next look, its Event
+- `gated`       the register of held Pods: what each waits for, whom a change wakes (the console reads it)
+- `catalog`     each provider's offerings, cached briefly (the only provider calls here); tells
+                listeners when an offering becomes available
+- `ungate`      pure: the one JSON patch that places a Pod
 - `admission`   pure AdmissionReview decision behind the console's /webhooks/pods
 - `controller`  the placement controller; `wiring.start_placement` assembles everything
 

@@ -2,13 +2,17 @@
 
 Started by `placement.wiring`. Lists and watches Pods labelled `nebula.io/enabled=true`;
 for each gated one it resolves the pool, asks the optimizer, and in ONE Pod update writes
-the nodeSelector and annotations and removes only its own gate. It deletes refused Pods a
-controller owns (so the owner recreates them) and publishes each NodePool's status. Runs on
+the nodeSelector and annotations and removes only its own gate. A Pod with no candidate stays
+gated, noted in the `GatedRegister` with what it waits for (one Event per change of that), and
+is looked at again when a block lapses or is cleared, when the catalog sees its offerings come
+back, and at least every `PLACEMENT_RECHECK` seconds. It deletes refused Pods a controller owns
+(so the owner recreates them) and publishes each NodePool's status. Runs on
 `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
 writes the blocklist (the vnode Handler records refusals with their pool).
 
 Invariant (no spin): a Pod gets at most one placement attempt per change of its own, of its
-pool, or of the blocklist (an expiry included); see
+pool, of the blocklist (an expiry included) or of the offerings (one gaining an available
+row), and one per `PLACEMENT_RECHECK` while it waits; see
 tests/placement/test_e2e_failover.py::test_every_candidate_refusing_keeps_pods_gated_without_spinning.
 """
 
@@ -30,17 +34,19 @@ from kube.worker import Requeue, Retry, WorkerPool
 from kube.workqueue import WorkQueue
 from placement.blocklist import Blocklist
 from placement.catalog import Catalog
+from placement.gated import GatedPod, GatedRegister, Waiting
 from placement.optimizer import BlockedUntil, Candidate, Decision, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
+from placement.ungate import JSON_PATCH, placement_annotations, ungate_patch
+from placement.waiting import PLACEMENT_RECHECK, wait_for
 
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
-JSON_PATCH = "application/json-patch+json"
 POOL_KEY = "pool:"  # queue keys of NodePools; a namespace never contains ':'
+CATALOG_KEY = "catalog:"  # the queue key that asks the catalog again while Pods wait for offerings
 MAX_EVENT_MESSAGE = 1000
-UNKNOWN_OFFERINGS_RECHECK = 10.0  # seconds before asking again when a provider's offerings were unknown
 POOLS_UNSYNCED = Requeue(0.5)  # the pool cache has not listed NodePools yet: look again shortly
 LOOK_AGAIN_NOW = Requeue(0.0)  # the Pod changed under our patch: the next look is a fresh attempt
 PATCH_RETRY_DELAY = 1.0  # seconds before retrying a Pod patch the API server failed
@@ -81,6 +87,7 @@ class PlacementController:
         events: EventRecorder,
         workers: int = 8,
         requeue_spread: float = 1.0,
+        recheck: float = PLACEMENT_RECHECK,
         queue: WorkQueue | None = None,
     ) -> None:
         self._kube = kube
@@ -89,10 +96,11 @@ class PlacementController:
         self._blocklist = blocklist
         self._events = events
         self._spread = requeue_spread
+        self._recheck = recheck
         self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
-        self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, retry_at)
-        self._waiting: set[str] = set()  # keys waiting for a blocklist expiry
+        self.gated = GatedRegister()
+        self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._lock = threading.Lock()
         self.workers = WorkerPool(self.queue, self.sync, name="placement", workers=workers)
         self.pods = Reflector(
@@ -118,16 +126,47 @@ class PlacementController:
         self.queue.add(POOL_KEY + name)
 
     def blocklist_changed(self) -> None:
-        """An entry was cleared or shortened: Pods waiting for an expiry look again now."""
-        with self._lock:
-            waiting, self._waiting = self._waiting, set()
-        for key in waiting:
+        """An entry was cleared: Pods waiting for a blocked candidate look again now."""
+        for key in self.gated.woken_by_blocklist():
             self.queue.add(key)
+
+    def offerings_changed(self, provider: str) -> None:
+        """The catalog saw `provider` offer something it did not: Pods waiting for it look again now."""
+        for key in self.gated.woken_by_offerings(provider):
+            self.queue.add(key)
+
+    # -- the read side -----------------------------------------------------------------------
+    def gated_pods(self) -> list[GatedPod]:
+        """Every Pod placement holds back, with what its last Event said, by namespace and name."""
+        found = []
+        for pod in self.pods.snapshot():
+            if not is_placeable(pod):
+                continue
+            meta = pod["metadata"]
+            uid = str(meta.get("uid", ""))
+            waiting = self.gated.get(f"{meta['namespace']}/{meta['name']}")
+            if waiting is not None and waiting.uid != uid:
+                waiting = None  # a same-named Pod's; this one was not looked at yet
+            look = waiting.next_look if waiting is not None else None
+            found.append(
+                GatedPod(
+                    uid=uid,
+                    namespace=meta["namespace"],
+                    name=meta["name"],
+                    pool=labels(pod).get(names.POOL_LABEL) or None,
+                    reason=waiting.reason if waiting else None,
+                    message=waiting.message if waiting else None,
+                    next_look=None if look is None else datetime.fromtimestamp(look, UTC),
+                )
+            )
+        return sorted(found, key=lambda g: (g.namespace, g.name))
 
     # -- work --------------------------------------------------------------------------------
     def sync(self, key: str) -> Requeue | None:
         """Process one key (run by the WorkerPool). Returns when to look again, or None;
         raises Retry when a write failed."""
+        if key == CATALOG_KEY:
+            return self._sync_catalog()
         if key.startswith(POOL_KEY):
             self._sync_pool(key[len(POOL_KEY) :])
             return None
@@ -137,6 +176,7 @@ class PlacementController:
             self._forget(key)
             return None
         if is_replaceable_failure(pod):
+            self._forget(key)
             self._replace(pod)
             return None
         if not is_placeable(pod):
@@ -149,13 +189,19 @@ class PlacementController:
         with self._lock:
             last = self._last.get(key)
         if last is not None and last[0] == signature and (last[1] is None or now < last[1]):
-            return None  # nothing this attempt depends on has changed: no new attempt
+            # Nothing this attempt depends on has changed: no new attempt. The look that is due
+            # is kept, since this early one (a status write, say) took its place in the queue.
+            return None if last[1] is None else Requeue(self._look_delay(pod, last[1], now))
         self.attempts[key] += 1
+        self.gated.begin(key)
         try:
             attempt = self._place(key, pod)
         except Exception:
-            self._forget(key)  # a failed attempt settles nothing: the retry is a real attempt
+            with self._lock:
+                self._last.pop(key, None)  # a failed attempt settles nothing: the retry is a real attempt
             raise
+        finally:
+            self.gated.end(key)
         with self._lock:
             if attempt.settled:
                 self._last[key] = (signature, attempt.fresh_at)
@@ -166,7 +212,13 @@ class PlacementController:
     def _forget(self, key: str) -> None:
         with self._lock:
             self._last.pop(key, None)
-            self._waiting.discard(key)
+        self.gated.forget(key)
+
+    def _look_delay(self, pod: JsonDict, at: float, now: float) -> float:
+        """Seconds until the look due at `at` (epoch), just past it, plus the Pod's stable offset
+        (FNV-1a of its uid, up to `requeue_spread`) so a crowd of Pods does not wake at once."""
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        return max(0.0, at - now) + EXPIRY_MARGIN + self._spread * (fnv1a64(uid) % 1000) / 1000
 
     def _signature(self, pod: JsonDict) -> tuple[Any, ...]:
         pool_name = labels(pod).get(names.POOL_LABEL, "")
@@ -176,84 +228,73 @@ class PlacementController:
         # What placement reads of the Pod; its status (the scheduler's SchedulingGated
         # condition, say) is left out so a status write does not buy another attempt.
         placement_inputs = json.dumps([meta.get("uid"), meta.get("labels"), pod.get("spec")], sort_keys=True)
-        return (placement_inputs, pool_name, pool_sig, self._blocklist.revision())
+        return (placement_inputs, pool_name, pool_sig, self._blocklist.revision(), self._catalog.revision())
 
     # -- one placement attempt -----------------------------------------------------------------
     def _place(self, key: str, pod: JsonDict) -> Attempt:
-        """One attempt: writes the Pod, or an Event saying why not."""
+        """One attempt: writes the Pod, or notes what it waits for (an Event when that changed)."""
         pool_name = labels(pod).get(names.POOL_LABEL, "")
         if not pool_name:
-            self._event(pod, "Warning", names.EVENT_NO_POOL, f"label the Pod {names.POOL_LABEL}=<NodePool name>")
-            observe.current().placement_decided("invalid")
-            return SETTLED
+            return self._misconfigured(
+                key, pod, names.EVENT_NO_POOL, f"label the Pod {names.POOL_LABEL}=<NodePool name>"
+            )
         state = self._pools.get(pool_name)
         if state is None:
             message = f"NodePool {pool_name!r} does not exist; create it or fix the {names.POOL_LABEL} label"
-            self._event(pod, "Warning", names.EVENT_NO_POOL, message)
-            observe.current().placement_decided("invalid")
-            return SETTLED
+            return self._misconfigured(key, pod, names.EVENT_NO_POOL, message)
         if state.pool is None:
-            self._event(pod, "Warning", names.EVENT_POOL_INVALID, f"NodePool {pool_name!r} is invalid: {state.error}")
-            observe.current().placement_decided("invalid")
-            return SETTLED
+            message = f"NodePool {pool_name!r} is invalid: {state.error}"
+            return self._misconfigured(key, pod, names.EVENT_POOL_INVALID, message)
         try:
             request = workload_request(pod)
         except RequestError as exc:
-            self._event(pod, "Warning", names.EVENT_INVALID_REQUEST, str(exc))
-            observe.current().placement_decided("invalid")
-            return SETTLED
+            return self._misconfigured(key, pod, names.EVENT_INVALID_REQUEST, str(exc))
         now = self._blocklist.now()
         decision = decide(
             state.pool, request, self._catalog.views(), blocklist_lookup(self._blocklist, request.accelerator), now=now
         )
         if decision.chosen is not None:
-            return self._ungate(pod, pool_name, decision)
-        skipped = "; ".join(s.text() for s in decision.skipped) or "the pool lists no servable candidate"
-        if decision.retry_at is not None:
-            with self._lock:
-                self._waiting.add(key)
-            uid = str((pod.get("metadata") or {}).get("uid", ""))
-            delay = decision.retry_at - now + EXPIRY_MARGIN + self._spread * (fnv1a64(uid) % 1000) / 1000
-            when = datetime.fromtimestamp(decision.retry_at, UTC).strftime("%H:%M:%SZ")
-            message = f"no candidate in pool {pool_name!r} can serve {request.describe()} now: {skipped}"
-            self._event(pod, "Warning", names.EVENT_NO_CANDIDATE, message)
-            message = f"every servable candidate is blocked; trying again at {when}, when the first one frees"
-            self._event(pod, "Normal", names.EVENT_BLOCKED, message)
-            observe.current().placement_decided("blocked")
-            return Attempt(Requeue(delay), fresh_at=decision.retry_at)
-        message = f"no candidate in pool {pool_name!r} can serve {request.describe()}: {skipped}"
-        self._event(pod, "Warning", names.EVENT_NO_CANDIDATE, message)
-        observe.current().placement_decided("no_candidate")
-        if decision.unknown:  # a provider's offerings could not be read: ask it again later
-            return Attempt(Requeue(UNKNOWN_OFFERINGS_RECHECK + EXPIRY_MARGIN), fresh_at=now + UNKNOWN_OFFERINGS_RECHECK)
+            return self._ungate(key, pod, pool_name, decision)
+        wait = wait_for(decision, request, now=now, recheck=self._recheck)
+        uid = str((pod.get("metadata") or {}).get("uid", ""))
+        waiting = Waiting(uid, wait.reason, wait.message, wait.next_look, wait.watched, wait.blocked, wait.waits_for)
+        self._hold(key, pod, waiting)
+        observe.current().placement_decided("blocked" if decision.retry_at is not None else "no_candidate")
+        if wait.watched:  # ask the catalog again after its TTL, while someone waits for it
+            self.queue.add(CATALOG_KEY, delay=self._catalog.ttl + EXPIRY_MARGIN)
+        return Attempt(Requeue(self._look_delay(pod, wait.next_look, now)), fresh_at=wait.next_look)
+
+    def _misconfigured(self, key: str, pod: JsonDict, reason: str, message: str) -> Attempt:
+        """The Pod or its pool must change before it can be placed: held, no look on a timer."""
+        self._hold(key, pod, Waiting(str((pod.get("metadata") or {}).get("uid", "")), reason, message))
+        observe.current().placement_decided("invalid")
         return SETTLED
 
-    def _ungate(self, pod: JsonDict, pool_name: str, decision: Decision) -> Attempt:
+    def _hold(self, key: str, pod: JsonDict, waiting: Waiting) -> None:
+        if self.gated.note(key, waiting):
+            self._event(pod, "Warning", waiting.reason, waiting.message)
+
+    def _ungate(self, key: str, pod: JsonDict, pool_name: str, decision: Decision) -> Attempt:
         """One JSON patch: nodeSelector, annotations, our gate removed (others kept). Its
         `test` ops make it apply only to the Pod as placement saw it; a concurrent status
         write (the scheduler's) does not conflict with it, as a full update would."""
         chosen = decision.chosen
         assert chosen is not None
         meta = pod["metadata"]
-        annotations = {
-            names.CAPACITY_TYPE_ANNOTATION: chosen.tier.value,
-            names.REGION_ANNOTATION: chosen.region,
-            names.POOL_ANNOTATION: pool_name,
-        }
-        if chosen.hourly_price is not None:
-            annotations[names.HOURLY_PRICE_ANNOTATION] = f"{chosen.hourly_price:.4f}".rstrip("0").rstrip(".")
         path = path_for("pods", namespace=meta["namespace"], name=meta["name"])
         try:
-            ops = ungate_patch(pod, chosen.provider, annotations)
+            ops = ungate_patch(pod, chosen.provider, placement_annotations(chosen, pool_name))
             self._kube.request("PATCH", path, body=ops, content_type=JSON_PATCH)
         except ConflictError:
             return Attempt(LOOK_AGAIN_NOW, settled=False)  # the Pod moved under us: look at the new version
         except NotFoundError:
+            self.gated.forget(key)
             return SETTLED
         except KubeError as exc:
             if exc.status == 422:  # a `test` op failed: the uid or our gate's position changed
                 return Attempt(LOOK_AGAIN_NOW, settled=False)
             raise Retry(f"placing {meta['namespace']}/{meta['name']} failed: {exc}", delay=PATCH_RETRY_DELAY) from exc
+        self.gated.forget(key)
         message = f"placed on {chosen.label()} at {chosen.price_text()}: {decision.why}"
         if decision.skipped:
             message += "; skipped " + "; ".join(s.text() for s in decision.skipped)
@@ -277,7 +318,14 @@ class PlacementController:
         message = "deleted after the provider refused it; its owner creates a replacement that skips the refusal"
         self._event(pod, "Normal", names.EVENT_REPLACING, message)
 
-    # -- pools -------------------------------------------------------------------------------
+    # -- offerings and pools -------------------------------------------------------------------
+    def _sync_catalog(self) -> Requeue | None:
+        """Ask the catalog again (it calls only the providers whose answer is older than its
+        TTL; a gained offering wakes its Pods through `offerings_changed`), and again after
+        another TTL while some Pod still waits for offerings."""
+        self._catalog.views()
+        return Requeue(self._catalog.ttl + EXPIRY_MARGIN) if self.gated.watching_offerings() else None
+
     def _sync_pool(self, name: str) -> None:
         state = self._pools.get(name)
         if state is not None:
@@ -306,30 +354,3 @@ def blocklist_lookup(blocklist: Blocklist, accelerator: str | None) -> BlockedUn
         return None if entry is None else entry.expires_at.timestamp()
 
     return lookup
-
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def ungate_patch(pod: JsonDict, provider: str, annotations: dict[str, str]) -> list[JsonDict]:
-    """Pure: the JSON patch (RFC 6902) that places `pod`; fails as a whole if the Pod's uid
-    or our gate's position changed since it was read."""
-    meta, spec = pod["metadata"], pod["spec"]
-    gates = spec.get("schedulingGates") or []
-    index = next(i for i, g in enumerate(gates) if g.get("name") == names.PLACEMENT_GATE)
-    ops: list[JsonDict] = [
-        {"op": "test", "path": "/metadata/uid", "value": meta.get("uid")},
-        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": names.PLACEMENT_GATE},
-        {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
-    ]
-    if spec.get("nodeSelector"):
-        ops.append({"op": "add", "path": f"/spec/nodeSelector/{_pointer(names.PROVIDER_KEY)}", "value": provider})
-    else:
-        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {names.PROVIDER_KEY: provider}})
-    if meta.get("annotations"):
-        for key, value in annotations.items():
-            ops.append({"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value})
-    else:
-        ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
-    return ops

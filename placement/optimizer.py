@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from placement.pools import NodePool, Strategy
 from placement.request import WorkloadRequest
@@ -39,10 +40,35 @@ class Candidate:
         return "price unknown" if self.hourly_price is None else f"${self.hourly_price:.2f}/h"
 
 
+class Obstacle(Enum):
+    """Why a (provider, tier, region) was skipped: what a Pod waiting for it waits for."""
+
+    NOT_REGISTERED = "not registered"
+    UNKNOWN = "offerings unknown"
+    NOT_OFFERED = "not offered"
+    SOLD_OUT = "sold out"
+    BLOCKED = "blocked"
+
+
 @dataclass(frozen=True)
 class Skip:
-    what: str  # e.g. "gpu-a Spot us-east-1" or "gpu-c"
-    why: str
+    """One skipped candidate (or a provider or tier of it, when `region`/`tier` are None).
+    `until`: when a BLOCKED one frees (epoch seconds). `why` is the sentence for a person
+    and takes no part in equality (its "blocked for 42s more" moves with the clock)."""
+
+    provider: str
+    obstacle: Obstacle
+    why: str = field(compare=False)
+    tier: Tier | None = None
+    region: str | None = None
+    until: float | None = None
+
+    @property
+    def what(self) -> str:
+        """e.g. "gpu-a Spot us-east-1" or "gpu-c"."""
+        return " ".join(
+            part for part in (self.provider, self.tier.value if self.tier else "", self.region or "") if part
+        )
 
     def text(self) -> str:
         return f"{self.what}: {self.why}"
@@ -86,28 +112,29 @@ def candidates(
             view = views.get(entry.name)
             if view is None:
                 if tier == pool.capacity_types[0]:
-                    skips.append(Skip(entry.name, "not registered on this manager"))
+                    skips.append(Skip(entry.name, Obstacle.NOT_REGISTERED, "not registered on this manager"))
                 continue
             if view.offerings is None:
                 unknown = True
                 if tier == pool.capacity_types[0]:
-                    skips.append(Skip(entry.name, "offerings unknown: the provider could not be asked"))
+                    why = "offerings unknown: the provider could not be asked"
+                    skips.append(Skip(entry.name, Obstacle.UNKNOWN, why))
                 continue
             matching = [o for o in view.offerings if _matches(o, request, tier)]
             declared = view.expand_regions(entry.regions) if entry.regions else []
             regions = declared or list(dict.fromkeys(o.region for o in matching))
             if not regions:
-                skips.append(Skip(f"{entry.name} {tier.value}", f"no {request.describe()} offering"))
+                skips.append(Skip(entry.name, Obstacle.NOT_OFFERED, f"no {request.describe()} offering", tier))
                 continue
             for region in regions:
                 offers = [o for o in matching if o.region == region]
-                label = f"{entry.name} {tier.value} {region}"
                 if not offers:
-                    skips.append(Skip(label, f"no {request.describe()} offering in this region"))
+                    why = f"no {request.describe()} offering in this region"
+                    skips.append(Skip(entry.name, Obstacle.NOT_OFFERED, why, tier, region))
                     continue
                 available = [o for o in offers if o.available]
                 if not available:
-                    skips.append(Skip(label, "sold out (offering unavailable)"))
+                    skips.append(Skip(entry.name, Obstacle.SOLD_OUT, "sold out (offering unavailable)", tier, region))
                     continue
                 best = min(available, key=lambda o: float("inf") if o.hourly_price is None else o.hourly_price)
                 found.append(Candidate(entry.name, tier, region, best.hourly_price, best.instance_type))
@@ -137,7 +164,8 @@ def decide(
     for position, candidate in enumerate(ranked):
         until = blocked_until(candidate)
         if until is not None:
-            skips.append(Skip(candidate.label(), f"blocked for {max(0.0, until - now):.0f}s more (refused recently)"))
+            why = f"blocked for {max(0.0, until - now):.0f}s more (refused recently)"
+            skips.append(Skip(candidate.provider, Obstacle.BLOCKED, why, candidate.tier, candidate.region, until))
             retry_at = until if retry_at is None else min(retry_at, until)
             continue
         why = _why(pool, candidate, position, len(ranked))

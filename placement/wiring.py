@@ -3,7 +3,8 @@
 `runvnode` calls `start_placement` under leader election, after building the Blocklist it
 hands to every Runner (the Handlers write it, placement reads it). Returns a `Placement`
 whose `stop()` stops intake and joins the workers. The console reads `Placement` through
-`console.runtime`; its one write is `clear_block`, an operator's action. Assembled end to end in
+`console.runtime` (pools, the blocklist, `gated_pods`); its one write is `clear_block`, an
+operator's action. Assembled end to end in
 tests/placement/test_e2e_failover.py::test_deployment_lands_on_cheap_spot_fails_over_within_2s_and_returns_after_ttl.
 """
 
@@ -19,6 +20,7 @@ from kube.events import EventRecorder
 from placement.blocklist import Blocklist, describe_scope
 from placement.catalog import Catalog
 from placement.controller import PlacementController
+from placement.gated import GatedPod
 from placement.poolcache import PoolCache
 from providers.base import Provider
 
@@ -59,6 +61,7 @@ class Placement:
     def start(self) -> None:
         self.blocklist.use_pool_ttls(self.pools.ttl_of)
         self.blocklist.subscribe(self.controller.blocklist_changed)
+        self.catalog.subscribe(self.controller.offerings_changed)
         self.pools.start()
         self.controller.start()
 
@@ -67,6 +70,10 @@ class Placement:
         workers still busy then."""
         self.pools.stop()
         return self.controller.stop(timeout)
+
+    def gated_pods(self) -> list[GatedPod]:
+        """The Pods placement holds back, each with what it waits for (read by the console)."""
+        return self.controller.gated_pods()
 
     def clear_block(self, entry_id: str, *, actor: str) -> bool:
         """An operator removes a blocklist entry: logged, and an Event on the provider's node."""

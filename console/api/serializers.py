@@ -34,18 +34,22 @@ class PodSerializer(serializers.Serializer):
     namespace = serializers.CharField()
     name = serializers.CharField()
     uid = serializers.CharField()
-    provider = serializers.CharField()
-    node = serializers.CharField()
-    claim = serializers.CharField()
+    provider = serializers.CharField(allow_null=True, help_text="null while placement holds the Pod gated")
+    node = serializers.CharField(allow_null=True, help_text="null while placement holds the Pod gated")
+    claim = serializers.CharField(allow_null=True, help_text="null while placement holds the Pod gated")
     instance_id = serializers.CharField(allow_null=True)
     phase = serializers.CharField(help_text="Pending until the Pod has a status, as a kubelet reports it")
-    reason = serializers.CharField(allow_null=True)
+    reason = serializers.CharField(allow_null=True, help_text="SchedulingGated while placement holds the Pod")
     endpoint = serializers.CharField(allow_null=True, help_text="where the instance answers, once known")
     capacity_type = serializers.CharField(allow_null=True)
     region = serializers.CharField(allow_null=True)
     hourly_price = serializers.FloatField(allow_null=True, help_text="from the nebula.io/hourly-price annotation")
     pool = serializers.CharField(allow_null=True)
     provisioned_at = serializers.DateTimeField(allow_null=True, help_text="when the provider created the instance")
+    wait_reason = serializers.CharField(
+        allow_null=True, help_text="a gated Pod: the reason of placement's last Event (WaitingForCapacity, NoPool...)"
+    )
+    waiting_for = serializers.CharField(allow_null=True, help_text="a gated Pod: what that Event says it waits for")
 
 
 class ClaimSerializer(serializers.Serializer):

@@ -36,12 +36,14 @@ class _ListView(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 class PodViewSet(_ListView):
-    """Pods the virtual nodes track, with the instance serving each."""
+    """Pods the virtual nodes track, with the instance serving each, and the Pods placement
+    still holds gated, with what each waits for."""
 
     serializer_class = serializers.PodSerializer
 
     def get_queryset(self) -> list[dict[str, Any]]:
-        return rows.pod_rows(runtime.current().handlers)
+        current = runtime.current()
+        return rows.pod_rows(current.handlers, current.placement)
 
 
 class ClaimViewSet(_ListView):

@@ -1,6 +1,6 @@
 """Fixtures for the console: fake providers for Handlers with no API server (those and the
-adopted Pods come from tests/support/handlers.py), the console's observer installed, and the
-process runtime pointed at those Handlers."""
+adopted Pods come from tests/support/handlers.py), the console's observer installed, the
+process runtime pointed at those Handlers, and a placement (never started) holding gated Pods."""
 
 from __future__ import annotations
 
@@ -12,8 +12,12 @@ import pytest
 
 from console import observer as console_observer
 from console import runtime
+from kube import names
 from placement.blocklist import Blocklist
+from placement.gated import Waiting
+from placement.wiring import Placement
 from providers.fake import FakeProvider
+from tests.support.factories import make_pod
 from vnode.handler import Handler
 
 
@@ -39,9 +43,33 @@ def observer() -> Iterator[console_observer.ConsoleObserver]:
 def installed_runtime() -> Iterator[Callable[..., runtime.Runtime]]:
     """Publish Handlers and a Blocklist as runvnode would; cleared afterwards."""
 
-    def install(*, handlers: list[Handler], blocklist: Blocklist | None = None) -> runtime.Runtime:
-        runtime.install(handlers=handlers, blocklist=blocklist)
+    def install(
+        *, handlers: list[Handler], blocklist: Blocklist | None = None, placement: Placement | None = None
+    ) -> runtime.Runtime:
+        runtime.install(handlers=handlers, blocklist=blocklist, placement=placement)
         return runtime.current()
 
     yield install
     runtime.clear()
+
+
+@pytest.fixture
+def holding_placement() -> Callable[..., Placement]:
+    """A Placement as runvnode builds it, not started (no API server behind it): `hold(name,
+    pool, waiting)` puts a gated Pod in its Pod cache and notes what it waits for, as its
+    controller's workers do."""
+
+    def build(*held: tuple[str, str, Waiting | None]) -> Placement:
+        placement = Placement({}, kube=None, watch_kube=None, blocklist=Blocklist())  # type: ignore[arg-type]
+        controller = placement.controller
+        for name, pool, waiting in held:
+            labels = {names.ENABLED_LABEL: "true", names.POOL_LABEL: pool}
+            uid = waiting.uid if waiting is not None else str(uuid.uuid4())
+            pod = make_pod(name, namespace="default", uid=uid, labels=labels)
+            pod["spec"]["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
+            controller.pods.cache[f"default/{name}"] = pod
+            if waiting is not None:
+                controller.gated.note(f"default/{name}", waiting)
+        return placement
+
+    return build

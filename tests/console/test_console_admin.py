@@ -1,5 +1,6 @@
 """The admin over the mirror is read-only for everyone, filters and searches, links a Pod to
-its claim and node, and offers one audited, staff-only, CSRF-protected action."""
+its claim and node, lists the Pods placement holds gated (with the dashboard), and offers one
+audited, staff-only, CSRF-protected action."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from django.test import Client
 from console import models, runtime
 from console.mirror import Mirror
 from console.observer import ConsoleObserver
+from kube import names
 from placement.blocklist import Blocklist
+from placement.gated import Waiting
 from providers.base import BlockBreadth, BlockScope, Tier
 from providers.claim import claim_name
 from tests.support.handlers import adopt_new_pod, offline_handler
@@ -129,3 +132,27 @@ def test_clearing_a_blocklist_entry_is_staff_only_csrf_checked_and_audited(
     assert f"blocklist entry {entry.id} cleared by ops" in caplog.text
     audit = LogEntry.objects.get()
     assert audit.action_flag == DELETION and audit.user.username == "ops" and entry.id in audit.change_message
+
+
+def test_gated_pods_are_listed_in_the_admin_and_on_the_dashboard_with_what_they_wait_for(
+    db: Any,
+    observer: ConsoleObserver,
+    installed_runtime: Callable[..., Any],
+    holding_placement: Callable[..., Any],
+    staff_client: Client,
+) -> None:
+    message = "waiting for capacity: alpha/h100 x8 Spot in us-east-1 sold out; next look at 12:01:00Z at the latest"
+    placement = holding_placement(
+        ("gated-0", "train", Waiting("u-g0", names.EVENT_WAITING_FOR_CAPACITY, message, next_look=1.0)),
+        ("gated-1", "nowhere", Waiting("u-g1", names.EVENT_NO_POOL, "NodePool 'nowhere' does not exist")),
+    )
+    installed_runtime(handlers=[], placement=placement)
+    Mirror(runtime.current, observer=lambda: observer).sync_once()
+    listed = staff_client.get(f"/admin/console/trackedpod/?reason={names.REASON_SCHEDULING_GATED}").content.decode()
+    assert "default/gated-0" in listed and "default/gated-1" in listed
+    assert names.EVENT_WAITING_FOR_CAPACITY in listed and names.EVENT_NO_POOL in listed
+    waiting = staff_client.get(f"/admin/console/trackedpod/?wait_reason={names.EVENT_NO_POOL}").content.decode()
+    assert "default/gated-1" in waiting and "default/gated-0" not in waiting
+    dashboard = staff_client.get("/").content.decode()
+    assert 'Gated Pods waiting for placement <span class="empty">(2)</span>' in dashboard
+    assert message in dashboard and "NodePool &#x27;nowhere&#x27; does not exist" in dashboard

@@ -1,6 +1,6 @@
 """The console's small parts: the mirror's diff and restart, the one projection seen alike by
-the mirror and the API, log formats and redaction, readiness, DATABASE_URL parsing, and API
-request counting."""
+the mirror and the API (gated Pods included), log formats and redaction, readiness,
+DATABASE_URL parsing, and API request counting."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from console.observer import ConsoleObserver
 from kube import names, observe
 from nebula_site.dburl import database_from_url
 from nebula_site.logconfig import JsonFormatter, RedactSecrets, logging_config, redact
+from placement.gated import Waiting
 from tests.support.handlers import adopt_new_pod, offline_handler
 
 ROW = {"uid": "u1", "phase": "Running"}
@@ -64,40 +65,86 @@ def test_a_restarted_mirror_rebuilds_from_memory_and_reads_nothing_back(
 PRICED = {names.HOURLY_PRICE_ANNOTATION: "2.5", names.POOL_ANNOTATION: "train", names.REGION_ANNOTATION: "eu-1"}
 
 
-@pytest.mark.parametrize("status", ["from the instance", "none yet"])
+WAITING = Waiting(
+    "u-gated",
+    names.EVENT_WAITING_FOR_CAPACITY,
+    "waiting for capacity: gpu-a/h100 x8 Spot in us-east-1 sold out; next look at 12:01:00Z at the latest",
+    next_look=1.0,
+)
+
+
+@pytest.mark.parametrize("status", ["from the instance", "none yet", "gated"])
 def test_the_mirror_row_and_the_api_row_of_a_pod_agree(
     db: Any,
     fake_provider: Callable[..., Any],
     observer: ConsoleObserver,
     installed_runtime: Callable[..., Any],
+    holding_placement: Callable[..., Any],
     status: str,
 ) -> None:
     """Both serialise `console.rows`: every field the API returns reads the same in the mirror
     (where a NOT NULL text column holds "" for the API's null), a Pod with no status yet is
-    `Pending` in both, and the API carries the endpoint and the hourly price."""
+    `Pending` in both, the API carries the endpoint and the hourly price, and a Pod placement
+    holds gated is Pending/SchedulingGated with its pool and what it waits for."""
     handler = offline_handler(fake_provider("agree"))
-    pod = adopt_new_pod(handler, "train-0", **PRICED)
-    entry = handler.tracked("default/train-0")
-    assert entry is not None
-    if status == "none yet":
-        entry.desired_status = None
-    installed_runtime(handlers=[handler])
+    placement = None
+    if status == "gated":
+        placement = holding_placement(("train-0", "train", WAITING))
+        uid = WAITING.uid
+    else:
+        pod = adopt_new_pod(handler, "train-0", **PRICED)
+        uid = pod["metadata"]["uid"]
+        entry = handler.tracked("default/train-0")
+        assert entry is not None
+        if status == "none yet":
+            entry.desired_status = None
+    installed_runtime(handlers=[handler], placement=placement)
     Mirror(runtime.current, observer=lambda: observer).sync_once()
     client = Client()
     client.force_login(User.objects.create_user("reader", password="pw-reader-1234"))
     (api,) = client.get("/api/pods/").json()["results"]
-    mirrored = models.TrackedPod.objects.values().get(uid=pod["metadata"]["uid"])
+    mirrored = models.TrackedPod.objects.values().get(uid=uid)
     for name, value in api.items():
         stored = mirrored[name]
         if isinstance(stored, datetime):
             stored = stored.isoformat().replace("+00:00", "Z")
             value = value and value.replace("+00:00", "Z")
         assert stored == ("" if value is None and isinstance(stored, str) else value), name
+    if status == "gated":
+        assert (api["phase"], api["reason"], api["pool"]) == ("Pending", names.REASON_SCHEDULING_GATED, "train")
+        assert (api["wait_reason"], api["waiting_for"]) == (WAITING.reason, WAITING.message)
+        assert api["provider"] is None and api["node"] is None and api["instance_id"] is None
+        return
     assert api["hourly_price"] == 2.5 and api["pool"] == "train" and api["region"] == "eu-1"
     assert entry.last_instance is not None and entry.last_instance.endpoint
     assert api["endpoint"] == entry.last_instance.endpoint
+    assert api["wait_reason"] is None and api["waiting_for"] is None
     if status == "none yet":
         assert api["phase"] == mirrored["phase"] == "Pending"
+
+
+def test_a_pod_a_handler_tracks_is_shown_once_though_placements_watch_still_reads_it_gated(
+    db: Any,
+    fake_provider: Callable[..., Any],
+    observer: ConsoleObserver,
+    installed_runtime: Callable[..., Any],
+    holding_placement: Callable[..., Any],
+) -> None:
+    handler = offline_handler(fake_provider("once"))
+    pod = adopt_new_pod(handler, "train-0", **PRICED)
+    placement = holding_placement(("train-0", "train", None), ("train-1", "train", None))
+    placement.controller.pods.cache["default/train-0"]["metadata"]["uid"] = pod["metadata"]["uid"]
+    installed_runtime(handlers=[handler], placement=placement)
+    client = Client()
+    client.force_login(User.objects.create_user("reader", password="pw-reader-1234"))
+    listed = client.get("/api/pods/").json()["results"]
+    assert [(p["name"], p["node"], p["phase"], p["wait_reason"]) for p in listed] == [
+        ("train-0", "nebula-once", "Running", None),
+        ("train-1", None, "Pending", None),  # gated, not looked at yet
+    ]
+    assert listed[1]["reason"] == names.REASON_SCHEDULING_GATED != listed[0]["reason"]
+    Mirror(runtime.current, observer=lambda: observer).sync_once()
+    assert models.TrackedPod.objects.count() == 2
 
 
 def test_json_lines_name_pod_claim_and_instance() -> None:

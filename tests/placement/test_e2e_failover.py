@@ -134,9 +134,36 @@ def test_every_candidate_refusing_keeps_pods_gated_without_spinning(
     calls = sum(len([c for c in p.cloud.call_log() if c.method == "provision"]) for p in stack.providers.values())
     assert calls == provisions
     assert all(gated(p) for p in pods_of(kube, "stuck") if p["metadata"]["name"] in {k[8:] for k in keys})
-    messages = [e["message"] for e in events_for(kube, names.EVENT_NO_CANDIDATE)]
-    assert any("gpu-a Spot us-east-1: blocked" in m and "gpu-b Spot us-east-1: blocked" in m for m in messages)
-    assert events_for(kube, names.EVENT_BLOCKED)
+    both = ("gpu-a/h100 x8 Spot in us-east-1 blocked until", "gpu-b/h100 x8 Spot in us-east-1 blocked until")
+
+    def waiting_for_both() -> list[dict[str, Any]]:
+        events = events_for(kube, names.EVENT_WAITING_FOR_CAPACITY)
+        return [e for e in events if all(b in e["message"] for b in both)]
+
+    wait_for(waiting_for_both, timeout=10)  # written just after the wait is noted, by the same worker
+
+
+def test_a_pod_waiting_for_sold_out_capacity_is_placed_when_it_returns_with_one_event(
+    cluster: DevCluster, kube: Kube, stack: Stack
+) -> None:
+    """Nothing is refused (nothing is tried): the catalog says sold out, the Pod waits with one
+    WaitingForCapacity Event, and the catalog's next answer after gpu-b sells again (it is asked
+    every TTL while someone waits) wakes it."""
+    # Refused before the pool exists, so the catalog's first answer (asked when placement sees
+    # the pool) already offers the shape as sold out (the fake offers a refused shape so).
+    for provider in stack.providers.values():
+        provider.cloud.refuse("capacity", accelerator="h100")
+    cluster.apply_manifest(nodepool("sold", providers=["gpu-a", "gpu-b"], capacity_types=["Spot"], ttl="1m"))
+    kube.create(DEPLOYMENTS, deployment("later", replicas=1, pool="sold"))
+    (event,) = wait_for(lambda: events_for(kube, names.EVENT_WAITING_FOR_CAPACITY), timeout=10)
+    assert "gpu-a/h100 x8 Spot in us-east-1 sold out, gpu-b/h100 x8 Spot in us-east-1 sold out" in event["message"]
+    (pod,) = pods_of(kube, "later")
+    assert gated(pod)
+    stack.providers["gpu-b"].cloud.clear()
+    assert wait_for(lambda: running_on(kube, "later", 1), timeout=30) == [("gpu-b", "Spot")]
+    assert not stack.blocklist.entries()
+    assert [c for c in stack.providers["gpu-a"].cloud.call_log() if c.method == "provision"] == []
+    assert len(events_for(kube, names.EVENT_WAITING_FOR_CAPACITY)) == 1  # the catalog's looks wrote none
 
 
 def test_a_pod_naming_a_missing_pool_stays_gated_with_an_event(kube: Kube, stack: Stack) -> None:

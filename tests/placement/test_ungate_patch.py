@@ -12,7 +12,7 @@ import pytest
 
 from devcluster.patch import PatchError, json_patch
 from kube import names
-from placement.controller import ungate_patch
+from placement.ungate import ungate_patch
 
 OTHER = {"name": "example.com/other"}
 LATER = {"name": "example.com/later"}

@@ -78,3 +78,33 @@ def test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods(
     path = path_for("nodepools", name="bad", group="nebula.io", version="v1alpha1")
     status = wait_for(lambda: kube.get(path).get("status"))
     assert status["conditions"][0]["reason"] == "Invalid" and "capacityTypes" in status["conditions"][0]["message"]
+
+
+def test_a_gated_pod_is_listed_with_its_pool_and_what_it_waits_for(
+    db: Any, cluster: DevCluster, kube: Kube, installed: Stack
+) -> None:
+    client = APIClient()
+    client.force_login(User.objects.create_user("ops"))
+    # Refused before the pool exists, so the catalog's first answer (asked when placement sees
+    # the pool) already offers the shape as sold out: the Pod waits, nothing is tried.
+    for provider in installed.providers.values():
+        provider.cloud.refuse("capacity", accelerator="h100")
+    cluster.apply_manifest(nodepool("sold", providers=["gpu-a", "gpu-b"], capacity_types=["Spot"], ttl="1m"))
+    kube.create(DEPLOYMENTS, deployment("held", replicas=1, pool="sold"))
+    (pod,) = wait_for(lambda: pods_of(kube, "held"))
+
+    def listed() -> list[dict[str, Any]]:
+        found = client.get("/api/pods/").json()["results"]
+        return [p for p in found if p["name"] == pod["metadata"]["name"] and p["wait_reason"]]
+
+    (row,) = wait_for(listed, timeout=10)
+    # Placement notes what the Pod waits for, then writes the Event: the row may come first.
+    (event,) = wait_for(lambda: events_for(kube, names.EVENT_WAITING_FOR_CAPACITY), timeout=10)
+    assert (row["uid"], row["phase"], row["reason"], row["pool"]) == (
+        pod["metadata"]["uid"],
+        "Pending",
+        names.REASON_SCHEDULING_GATED,
+        "sold",
+    )
+    assert (row["wait_reason"], row["waiting_for"]) == (names.EVENT_WAITING_FOR_CAPACITY, event["message"])
+    assert row["provider"] is None and row["node"] is None and row["claim"] is None
