@@ -272,7 +272,7 @@ def throughput(server: Listeners, local: LocalProvider, handler: Handler, state:
     lines = total // 100
     adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
     adopt(handler, "shell", ("sleep", "3600"))
-    while sum(f.stat().st_size for f in (state / "local").glob(f"*/{folder.LOG_FILE}")) < lines * 100:
+    while sum(f.stat().st_size for f in (state / "local").glob(f"*/*/{folder.LOG_FILE}")) < lines * 100:
         time.sleep(0.2)
     raw = raw_tls(total)
     print(f"raw TLS socket copy:      {raw:8.1f} MB/s")

@@ -14,6 +14,7 @@ import pytest
 
 from kube.client import Kube, KubeError, load_api_client, path_for
 from providers.local import LocalProvider
+from providers.owner import Owner
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +48,8 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]
         process.kill()
         process.wait(30)
     log.close()
-    observer = LocalProvider("local", {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 1})
+    options = {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 1}
+    observer = LocalProvider("local", options, owner=Owner("dev-cluster", "local"))  # --dev-cluster's owner
     for instance in observer.list():
         observer.terminate(instance.id)
 

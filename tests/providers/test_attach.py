@@ -102,7 +102,7 @@ def test_local_attach_output_ends_when_the_workload_dies_without_an_exit_record(
     written, so the console ends once nothing of the instance lives, instead of hanging."""
     instance = start(local, "echo up; exec sleep 300", stdin=False)
     attached = local.attach(instance, stdin=False, tty=False)
-    folder = local.root / str(instance).removeprefix("local-")
+    folder = local.root / str(instance).rsplit(".", 1)[-1]  # local-<cluster>.<alias>.<claim>
     supervisor, workload = (
         proc.ProcessIdentity.from_json(json.loads((folder / record).read_text())[key])
         for record, key in (("launch.json", "supervisor"), ("run.json", "workload"))
