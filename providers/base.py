@@ -276,7 +276,9 @@ class Provider(Protocol):
 
     def get(self, instance_id: InstanceId) -> Instance | None:
         """The instance's facts; None means the provider says it is gone (or it is not
-        this owner's). `Unavailable` means we could not ask, which is NOT gone (I3)."""
+        this owner's). TERMINATED is gone as compute: the provider still shows it (with its
+        output, where it keeps that) and it costs nothing. `Unavailable` means we could not
+        ask, which is NOT gone (I3)."""
         ...
 
     def list(self) -> list[Instance]:

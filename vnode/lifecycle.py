@@ -19,7 +19,7 @@ from typing import Any, cast
 from kube import names
 from kube.worker import Retry
 from providers import errors
-from providers.base import InstanceState, Provider, Restarter
+from providers.base import Instance, InstanceState, Provider, Restarter
 from vnode.provision import Provisioner
 from vnode.runs import Step
 from vnode.teardown import RECHECK_FIRST, Teardown
@@ -73,6 +73,13 @@ class Lifecycle:
             cast(Restarter, self._provider).restart(entry.instance_id)
         except errors.NotFound:
             return self._replace(entry, pod)  # the instance went away meanwhile
+        except errors.InvalidRequest as exc:
+            # "Not ended": an earlier attempt whose answer was lost did restart it. The
+            # provider's run count says so; then that restart is the one we count.
+            current = self._current(entry)
+            if current is None or current.runs <= runs:
+                raise Retry(f"restart refused: {exc}") from exc
+            runs = current.runs - 1
         except errors.Unavailable as exc:
             raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.ProviderError as exc:
@@ -83,6 +90,13 @@ class Lifecycle:
             "%s: restarted its workload in instance %s (restart %d)", entry.key, entry.instance_id, entry.runs.restarts
         )
         return None
+
+    def _current(self, entry: Tracked) -> Instance | None:
+        assert entry.instance_id is not None
+        try:
+            return self._provider.get(entry.instance_id)
+        except errors.ProviderError as exc:
+            raise Retry(f"cannot read instance {entry.instance_id}: {exc}") from exc
 
     def _replace(self, entry: Tracked, pod: JsonDict) -> float | None:
         """Terminate the old instance, wait until it is gone, then provision the claim again."""

@@ -36,6 +36,7 @@ from kube.client import USER_AGENT, Kube, NotFoundError, path_for
 from providers.base import ClaimName, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
+from providers.owner import Owner
 from tests.support import rbac_eval
 from tests.support.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
 from tests.support.factories import make_pod
@@ -260,7 +261,9 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
         wait_for(functools.partial(has_phase, kube, name, "Running"), 45, what=f"{name} runs")
 
     # An instance no Pod claims is swept.
-    observer = FakeProvider(PROVIDER, {"url": cloud.url})
+    # The manager's own owner: the cluster (its kube-system Namespace's UID) and the alias.
+    cluster_uid = kube.get(path_for("namespaces", name="kube-system"))["metadata"]["uid"]
+    observer = FakeProvider(PROVIDER, {"url": cloud.url}, owner=Owner(cluster_uid, PROVIDER))
     orphan = observer.provision(
         PodSpec(namespace=WORKLOADS, name="ghost", uid="0000", container="main", image="busybox"),
         ProvisionRequest(claim=ClaimName("team-a-ghost-aaaaaaaaaa")),

@@ -128,7 +128,9 @@ def populate(scenario: Scenario) -> None:
             continue
         scenario.credentials += [base64.b64decode(v).decode() for v in (connect.get("data") or {}).values()]
     cloud_b.clear()
-    orphan = cloud_b.provision(
+    orphan = scenario.providers[
+        "gpu-b"
+    ].provision(  # as gpu-b made it: its owner, no Pod
         PodSpec(namespace="default", name="ghost", uid=str(uuid.uuid4()), container="main", image="x"),
         ProvisionRequest(claim=ClaimName("default-ghost-" + uuid.uuid4().hex[:8])),
     )

@@ -10,7 +10,7 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, NotFoundError, path_for
 from kube.events import EventRecorder
-from providers.base import BlockBreadth, BlockScope, Instance
+from providers.base import BlockBreadth, BlockScope, Instance, InstanceState
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
@@ -93,8 +93,9 @@ def test_pod_runs_with_annotations_then_deletion_terminates_and_removes_it(
     assert condition(pod, "Ready") == "True"
     kube.delete(path_for("pods", namespace="default", name="web"))
     wait_for(lambda: get_pod(kube, "web") is None)
-    assert provider.get(instance_id) is None
-    assert provider.list() == []
+    gone = provider.get(instance_id)  # the fake shows a terminated instance (and its output) a while
+    assert gone is not None and gone.state is InstanceState.TERMINATED
+    assert [i.state for i in provider.list()] == [InstanceState.TERMINATED]
 
 
 def test_a_refused_provision_fails_the_pod_records_a_block_and_says_why(
