@@ -143,12 +143,14 @@ def _finished(base: Instance, data: dict[str, Any], state_name: str, verdict: Co
     why = f"{code}: {text}" if code and text and not text.startswith(code) else (text or code)
     if verdict is not None and verdict.note:
         why = f"{why} ({verdict.note})" if why else verdict.note
+    if verdict is None:  # the console is not read yet: nothing is decided
+        return _replace(base, state=InstanceState.TERMINATING, started_at=base.created_at, message=why)
     if code in SPOT_REASON_CODES:
         return _replace(
             base, state=InstanceState.TERMINATED, preempted=True, started_at=base.created_at, finished_at=ended,
             message=f"EC2 reclaimed the Spot instance: {why}",
         )  # fmt: skip
-    if verdict is None or state_name in TRANSITIONAL_STATES:
+    if state_name in TRANSITIONAL_STATES:
         return _replace(base, state=InstanceState.TERMINATING, started_at=base.created_at, message=why)
     default = "the instance was stopped outside Nebula" if state_name == "stopped" else "the instance was terminated"
     return _replace(

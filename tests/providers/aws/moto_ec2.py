@@ -20,12 +20,12 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.models import DEFAULT_ACCOUNT_ID
 from moto.core.responses import ActionResult
+from moto.core.types import Base64EncodedString
 from moto.core.utils import utcnow
 from moto.ec2.models import ec2_backends
 from moto.ec2.responses.general import General
-from moto.ec2.utils import Base64EncodedString
 
 from providers.aws import AwsProvider
 from providers.aws.status import parse_instance_id

@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
@@ -23,9 +24,9 @@ from providers import errors
 from providers.aws import AwsProvider
 from providers.aws.exits import exit_code_in, needs_read
 from providers.aws.keys import generate_key_pair
-from providers.aws.status import ConsoleVerdict
+from providers.aws.status import ConsoleVerdict, instance_from
 from providers.aws.userdata import Boot, render_script
-from providers.base import InstanceId, InstanceState, LogOptions, Tier
+from providers.base import Instance, InstanceId, InstanceState, LogOptions, Tier
 from tests.providers.aws.moto_ec2 import (
     SHUTDOWN,
     SPOT_RECLAIM,
@@ -50,12 +51,12 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[AwsProvider]:
         yield make_provider(now=lambda: NOW)
 
 
-def launch(provider: AwsProvider, name: str = "trainer", **request: object) -> InstanceId:
+def launch(provider: AwsProvider, name: str = "trainer", **request: Any) -> InstanceId:
     pod = make_pod(name)
-    return provider.provision(pod, request_for(pod, **request)).instance_id  # type: ignore[arg-type]
+    return provider.provision(pod, request_for(pod, **request)).instance_id
 
 
-def listed(provider: AwsProvider, instance_id: InstanceId) -> object:
+def listed(provider: AwsProvider, instance_id: InstanceId) -> Instance:
     return next(i for i in provider.list() if i.id == instance_id)
 
 
@@ -75,8 +76,8 @@ def test_a_workload_that_exits_3_is_failed_with_code_3_once_the_vm_shuts_down(aw
     workload_exits(instance, 3, state=state)
     seen = listed(aws, instance)
     assert seen == aws.get(instance)
-    assert seen.state is InstanceState.FAILED and seen.exit_code == 3 and seen.exit_reason == "Error"  # type: ignore[attr-defined]
-    assert "code 3" in seen.message  # type: ignore[attr-defined]
+    assert seen.state is InstanceState.FAILED and seen.exit_code == 3 and seen.exit_reason == "Error"
+    assert "code 3" in seen.message
 
 
 def test_the_end_time_is_ec2s_transition_time_when_ec2_gives_one(aws: AwsProvider) -> None:
@@ -112,10 +113,10 @@ def test_a_console_without_the_marker_is_read_once_more_when_the_instance_reache
     write_console(instance, "cloud-init: running user-data\r\n")
     set_state(instance, "shutting-down", reason=SHUTDOWN)
     reads = count_calls(aws)
-    assert listed(aws, instance).state is InstanceState.TERMINATING  # type: ignore[attr-defined]
-    assert listed(aws, instance).state is InstanceState.TERMINATING  # type: ignore[attr-defined]
+    assert listed(aws, instance).state is InstanceState.TERMINATING
+    assert listed(aws, instance).state is InstanceState.TERMINATING
     workload_exits(instance, 0, state="terminated")
-    assert listed(aws, instance).state is InstanceState.SUCCEEDED  # type: ignore[attr-defined]
+    assert listed(aws, instance).state is InstanceState.SUCCEEDED
     listed(aws, instance)
     assert reads["GetConsoleOutput"] == 2
 
@@ -150,9 +151,9 @@ def test_a_console_ec2_cannot_serve_now_leaves_the_instance_terminating_until_it
     client.get_console_output = lambda **_: (_ for _ in ()).throw(
         boto_errors.EndpointConnectionError(endpoint_url="https://ec2.us-east-1.amazonaws.com")
     )
-    assert listed(aws, instance).state is InstanceState.TERMINATING  # type: ignore[attr-defined]
+    assert listed(aws, instance).state is InstanceState.TERMINATING
     client.get_console_output = real
-    assert listed(aws, instance).state is InstanceState.SUCCEEDED  # type: ignore[attr-defined]
+    assert listed(aws, instance).state is InstanceState.SUCCEEDED
 
 
 @pytest.mark.parametrize(
@@ -174,6 +175,50 @@ def test_a_console_is_read_when_finished_and_again_only_if_no_marker_was_seen_be
     cached: ConsoleVerdict | None, state: str, read: bool
 ) -> None:
     assert needs_read(cached, state) is read
+
+
+def described(state: str, reason: str = "", lifecycle: str | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "InstanceId": "i-0123456789abcdef0", "State": {"Name": state}, "LaunchTime": NOW,
+        "Tags": [{"Key": "nebula.io/claim", "Value": "ml-trainer-abc"}],
+        "StateReason": {"Code": reason, "Message": f"{reason}: details"} if reason else {},
+    }  # fmt: skip
+    if lifecycle:
+        data["InstanceLifecycle"] = lifecycle
+    return data
+
+
+SPOT = "Server.SpotInstanceTermination"
+USER = "Client.UserInitiatedShutdown"
+
+
+@pytest.mark.parametrize(
+    ("data", "verdict", "state", "exit_code", "preempted"),
+    [
+        (described("pending"), None, InstanceState.INITIALIZING, None, False),
+        (described("running"), None, InstanceState.RUNNING, None, False),
+        (described("shutting-down", USER), None, InstanceState.TERMINATING, None, False),
+        (described("shutting-down", USER), ConsoleVerdict(0, "shutting-down", NOW), InstanceState.SUCCEEDED, 0, False),
+        (described("terminated", USER), ConsoleVerdict(2, "terminated", NOW), InstanceState.FAILED, 2, False),
+        (described("stopped", USER), ConsoleVerdict(0, "stopped", NOW), InstanceState.SUCCEEDED, 0, False),
+        (described("shutting-down", USER), ConsoleVerdict(None, "shutting-down", NOW), InstanceState.TERMINATING,
+         None, False),
+        (described("terminated", USER), ConsoleVerdict(None, "terminated", NOW), InstanceState.TERMINATED, None, False),
+        (described("stopped", USER), ConsoleVerdict(None, "stopped", NOW), InstanceState.TERMINATED, None, False),
+        (described("shutting-down", SPOT, "spot"), ConsoleVerdict(None, "shutting-down", NOW),
+         InstanceState.TERMINATED, None, True),
+        (described("terminated", SPOT, "spot"), ConsoleVerdict(None, "terminated", NOW), InstanceState.TERMINATED,
+         None, True),
+        (described("terminated", SPOT, "spot"), ConsoleVerdict(0, "terminated", NOW), InstanceState.SUCCEEDED, 0,
+         False),
+        (described("terminated", SPOT, "spot"), None, InstanceState.TERMINATING, None, False),
+    ],
+)  # fmt: skip
+def test_the_marker_decides_an_exit_and_without_it_the_ec2_state_and_reason_do(
+    data: dict[str, Any], verdict: ConsoleVerdict | None, state: InstanceState, exit_code: int | None, preempted: bool
+) -> None:
+    instance = instance_from(data, "us-east-1", verdict)
+    assert (instance.state, instance.exit_code, instance.preempted) == (state, exit_code, preempted)
 
 
 def test_only_a_marker_line_of_its_own_counts_and_the_last_one_wins() -> None:

@@ -16,6 +16,7 @@ from providers import errors
 from providers.aws.ec2 import translate
 from providers.aws.launch import client_token
 from providers.aws.status import TAG_CLAIM, TAG_MANAGED, TAG_PROVIDER
+from providers.base import InstanceId
 from tests.providers.aws.moto_ec2 import (
     AMI,
     SHUTDOWN,
@@ -81,11 +82,11 @@ def test_a_pre_owner_instance_is_neither_listed_adopted_nor_terminated(aws: None
     launched = ec2.run_instances(
         ImageId=AMI, MinCount=1, MaxCount=1, TagSpecifications=[{"ResourceType": "instance", "Tags": old_tags}]
     )["Instances"][0]["InstanceId"]
-    old = f"us-east-1/{launched}"
+    old = InstanceId(f"us-east-1/{launched}")
     assert provider.list() == []
-    assert provider.get(old) is None  # type: ignore[arg-type]
+    assert provider.get(old) is None
     calls = count_calls(provider)
-    provider.terminate(old)  # type: ignore[arg-type]
+    provider.terminate(old)
     assert calls["TerminateInstances"] == 0 and ec2_state(old) == "running"
     fresh = provider.provision(pod, request_for(pod))
     assert fresh.instance_id != old and fresh.credential is not None
