@@ -250,6 +250,12 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
         )
 
     wait_for(lambda: watching("secrets") and watching("configmaps"), what="the manager watches for both")
+    # Its retries repeat the Warning: counted on the one Event (a patch), never a second Event.
+    wait_for(
+        lambda: any(e.get("count", 1) >= 2 for e in events(kube, "MandatorySecretNotFound")),
+        45,
+        what="the repeated MandatorySecretNotFound Event counted",
+    )
     kube.create(path_for("secrets", namespace=WORKLOADS), secret("later", k="v"))
     kube.create(
         path_for("configmaps", namespace=WORKLOADS),
