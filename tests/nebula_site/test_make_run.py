@@ -15,6 +15,7 @@ import pytest
 from kube.client import Kube, KubeError, load_api_client, path_for
 from providers.local import LocalProvider
 from providers.owner import Owner
+from tests.support.kubectl import KUBECTL_IMAGE
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -78,5 +79,17 @@ def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewi
     first = wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"], 30, 0.1, ignoring=STARTING)
     wait_for(lambda: kube.get(lease_path)["spec"]["renewTime"] != first, 30, 0.1, ignoring=STARTING)
     assert b"kubectl --kubeconfig" in (folder / "run.log").read_bytes()
+
+    # What `kubectl describe pod hello` shows a user: the kubelet's lifecycle Events.
+    def described() -> str | None:
+        shown = subprocess.run(
+            [KUBECTL_IMAGE, "--kubeconfig", str(kubeconfig), "describe", "pod", "hello"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        text = shown.stdout
+        return text if all(reason in text for reason in ("Provisioning", "Provisioned", "Started")) else None
+
+    events = wait_for(described, 30, 0.5, what="describe pod hello lists Provisioning, Provisioned, Started")
+    assert "provisioning an instance on local" in events and "Started container main" in events
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0

@@ -230,3 +230,31 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except (ProcessLookupError, FileNotFoundError):
         return False
+
+
+def test_logs_previous_serves_the_run_before_the_restart_and_the_kubelets_error_without_one(
+    kubectl: Any, rig: Rig, tmp_path: Any
+) -> None:
+    kube = Kube(load_api_client(rig.kubeconfig))
+    name = f"crasher-{random.randrange(10**6)}"
+    counter = tmp_path / "runs"
+    script = f'n=$(cat {counter} 2>/dev/null || echo 0); n=$((n+1)); echo $n > {counter}; echo "run $n"; exit 1'
+    kube.create(path_for("pods", namespace="default"), make_pod(name, "local", command=("sh", "-c", script)))
+    try:
+
+        def restarted() -> bool:
+            statuses = kube.get(path_for("pods", namespace="default", name=name))["status"].get("containerStatuses")
+            return bool(statuses) and statuses[0].get("restartCount", 0) >= 1
+
+        wait_for(restarted, 60, what="one restart (the first is at once)")
+        previous = kubectl("logs", name, "--previous")
+        assert previous.returncode == 0, previous.stderr
+        assert re.fullmatch(rb"run \d+\n", previous.stdout), previous.stdout
+        none = kubectl("logs", rig.pod, "--previous")
+        assert none.returncode != 0
+        assert b'previous terminated container "main" in pod "talker" not found' in none.stderr
+    finally:
+        try:
+            kube.delete(path_for("pods", namespace="default", name=name))
+        except NotFoundError:
+            pass
