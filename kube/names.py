@@ -90,7 +90,6 @@ WEBHOOK_NAME = "pods.placement.nebula.io"
 # Placement Event reasons.
 EVENT_PLACED = "Placed"
 EVENT_NO_CANDIDATE = "NoCandidate"
-EVENT_BLOCKED = "Blocked"
 EVENT_NO_POOL = "NoPool"
 EVENT_POOL_INVALID = "PoolInvalid"
 EVENT_INVALID_REQUEST = "InvalidRequest"
