@@ -275,10 +275,9 @@ class Provider(Protocol):
         ...
 
     def get(self, instance_id: InstanceId) -> Instance | None:
-        """The instance's facts; None means the provider says it is gone (or it is not
-        this owner's). TERMINATED is gone as compute: the provider still shows it (with its
-        output, where it keeps that) and it costs nothing. `Unavailable` means we could not
-        ask, which is NOT gone (I3)."""
+        """The instance's facts; None: gone (or not this owner's). TERMINATED: gone as compute,
+        still shown (with its output, where kept), costing nothing. `Unavailable`: we could
+        not ask, which is NOT gone (I3)."""
         ...
 
     def list(self) -> list[Instance]:
