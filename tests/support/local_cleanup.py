@@ -1,4 +1,5 @@
-"""Cleanup for local-provider tests: no supervisor or workload outlives its test."""
+"""Cleanup for local-provider tests: no supervisor or workload outlives its test (and which
+supervisors of an instance folder live)."""
 
 from __future__ import annotations
 
@@ -23,3 +24,18 @@ def kill_leftovers(state_dir: Path) -> None:
                 proc.signal_group(identity, signal.SIGKILL)
                 if proc.is_alive(identity):
                     os.kill(identity.pid, signal.SIGKILL)
+
+
+def live_supervisors(path: Path) -> list[int]:
+    """Pids of live supervisor processes of one instance folder, read from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"providers.local.supervisor" in argv and str(path).encode() in argv:
+            identity = proc.identify(int(entry.name))
+            if identity is not None and proc.is_alive(identity):
+                found.append(identity.pid)
+    return found

@@ -6,9 +6,10 @@ past its deadline by more than one interval.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 
 def wait_for(
@@ -32,3 +33,27 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not met within {timeout}s")
         time.sleep(interval)
+
+
+class Readable(Protocol):
+    def read(self, max_bytes: int = 65536) -> bytes: ...
+    def close(self) -> None: ...
+
+
+def read_to_end(stream: Readable, timeout: float = 10.0) -> bytes:
+    """Read `stream` to its end on a thread, so a stream that never ends fails the test (with
+    what it gave) instead of hanging it."""
+    out = bytearray()
+
+    def pump() -> None:
+        while chunk := stream.read():
+            out.extend(chunk)
+
+    thread = threading.Thread(target=pump)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        stream.close()
+        thread.join()
+        raise AssertionError(f"the stream did not end; got {bytes(out)!r}")
+    return bytes(out)

@@ -4,7 +4,6 @@ terminate, a new instance for a claim whose old one is going, and the billing fl
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from providers.fake.clouds import cloud_named, forget
 from providers.fake.scenario import load_scenario
 from providers.fake.server import start_server
 from tests.support.factories import make_pod_spec
+from tests.support.polling import read_to_end
 
 START = 1_700_000_000.0
 NUMBERED = {"log": {"interval": 1}}  # "fake instance <id> line <n>", one a second from the start
@@ -71,21 +71,7 @@ def start(provider: FakeProvider, claim: str = "claim-1") -> InstanceId:
 
 
 def read_all(stream: LogStream, timeout: float = 10.0) -> str:
-    """Read to the end on a thread, so a stream that never ends fails the test instead of hanging it."""
-    out = bytearray()
-
-    def pump() -> None:
-        while chunk := stream.read():
-            out.extend(chunk)
-
-    thread = threading.Thread(target=pump)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        stream.close()
-        thread.join()
-        raise AssertionError(f"the stream did not end; got {bytes(out)!r}")
-    return out.decode()
+    return read_to_end(stream, timeout).decode()
 
 
 def lines(instance_id: str, numbers: range) -> list[str]:

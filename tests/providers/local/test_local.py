@@ -34,7 +34,7 @@ from providers.base import (
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, ProviderError, Unavailable
 from providers.local import LocalProvider, folder, image_notice, launch, proc
-from tests.support.local_cleanup import kill_leftovers
+from tests.support.local_cleanup import kill_leftovers, live_supervisors
 from tests.support.polling import wait_for
 
 DEADLINE = 30.0
@@ -366,21 +366,6 @@ def _interrupted_launch(provider: LocalProvider, pod: PodSpec, claim: str = "ns-
     return path
 
 
-def _supervisors_of(path: Path) -> list[int]:
-    """Pids of live supervisor processes for one instance folder, read from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"providers.local.supervisor" in argv and str(path).encode() in argv:
-            identity = proc.identify(int(entry.name))
-            if identity is not None and proc.is_alive(identity):
-                found.append(identity.pid)
-    return found
-
-
 def test_a_launch_interrupted_by_a_manager_crash_is_resumed_by_the_next_list_i1(tmp_path: Path) -> None:
     """I1 across a crash inside provision: the next provider object to look launches the
     instance instead of reporting it PROVISIONING forever, and the workload runs once."""
@@ -393,7 +378,7 @@ def test_a_launch_interrupted_by_a_manager_crash_is_resumed_by_the_next_list_i1(
         wait_for(lambda: restarted.get(instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
         wait_for(lambda: read_all(restarted, instance_id) == b"started\n")
         restarted.list()  # another look launches nothing more
-        assert len(_supervisors_of(path)) == 1
+        assert len(live_supervisors(path)) == 1
         assert read_all(restarted, instance_id) == b"started\n"
     finally:
         terminate_all(LocalProvider("local", options))
@@ -405,7 +390,7 @@ def test_a_provision_retried_after_an_interrupted_launch_starts_the_instance(pro
     result = provider.provision(make_pod(args=("echo started; exec sleep 300",)), request())
     assert (path / "launch.json").exists()  # provision returns once the supervisor recorded itself
     wait_for(lambda: read_all(provider, result.instance_id) == b"started\n")
-    assert len(_supervisors_of(path)) == 1
+    assert len(live_supervisors(path)) == 1
 
 
 def test_concurrent_launchers_of_one_instance_start_one_supervisor(provider: LocalProvider) -> None:
@@ -426,11 +411,11 @@ def test_concurrent_launchers_of_one_instance_start_one_supervisor(provider: Loc
     for thread in threads:
         thread.join()
     assert errors == []
-    assert len(_supervisors_of(path)) == 1
+    assert len(live_supervisors(path)) == 1
     instance_id = INSTANCE
     wait_for(lambda: read_all(provider, instance_id) == b"started\n")
     launch.start_supervisor(path)  # the workload ran already: a late launcher runs nothing
-    assert len(_supervisors_of(path)) == 1 and read_all(provider, instance_id) == b"started\n"
+    assert len(live_supervisors(path)) == 1 and read_all(provider, instance_id) == b"started\n"
 
 
 def test_a_resumed_launch_that_fails_reports_the_instance_failed_with_the_reason(provider: LocalProvider) -> None:
@@ -445,7 +430,7 @@ def test_a_resumed_launch_that_fails_reports_the_instance_failed_with_the_reason
 
     instance = wait_for(failed)
     assert instance.message.startswith("the workload was never started: the supervisor for ns-pod-abcdefghij")
-    assert read_all(provider, instance_id) == b"" and _supervisors_of(path) == []
+    assert read_all(provider, instance_id) == b"" and live_supervisors(path) == []
     (path / "supervisor.lock").rmdir()  # so the fixture's terminate can clean up
 
 
@@ -463,4 +448,4 @@ def test_terminate_during_a_late_launch_leaves_no_workload_and_then_the_folder_g
     lock.close()  # the launcher carries on: its supervisor finds the terminate
     launch.start_supervisor(path)
     wait_for(lambda: provider.get(instance_id) is None)
-    assert not path.exists() and _supervisors_of(path) == []
+    assert not path.exists() and live_supervisors(path) == []

@@ -14,9 +14,9 @@ import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, ProvisionRequest
 from providers.errors import InvalidRequest, NotFound, ProviderError
-from providers.local import LocalProvider, folder, proc
+from providers.local import LocalProvider, folder
 from tests.support.factories import make_pod_spec
-from tests.support.local_cleanup import kill_leftovers
+from tests.support.local_cleanup import kill_leftovers, live_supervisors
 from tests.support.polling import wait_for
 
 CLAIM = ClaimName("ns-pod-abcdefghij")
@@ -67,21 +67,6 @@ def read_all(provider: LocalProvider, instance_id: InstanceId, **options: object
         chunks.append(chunk)
     stream.close()
     return b"".join(chunks)
-
-
-def live_supervisors(path: Path) -> list[int]:
-    """Pids of live supervisor processes of one instance folder, read from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"providers.local.supervisor" in argv and str(path).encode() in argv:
-            identity = proc.identify(int(entry.name))
-            if identity is not None and proc.is_alive(identity):
-                found.append(identity.pid)
-    return found
 
 
 def test_restart_runs_the_workload_again_and_serves_the_ended_runs_output_as_previous(
