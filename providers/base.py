@@ -261,8 +261,8 @@ class Provider(Protocol):
         """Start one instance for `request.claim`.
 
         Idempotent on the claim (I1): if an instance of this owner with this claim exists
-        and is neither TERMINATING nor TERMINATED, return it (credential None) instead of
-        creating another. Raises `Refused` subclasses for a refusal, `Unavailable` when it
+        whose workload may still run (not ended, terminating or terminated), return it
+        (credential None) instead of creating another. Raises `Refused` subclasses for a refusal, `Unavailable` when it
         could not ask (the caller retries and adopts), `InvalidRequest` / `NotSupported`
         when this Pod can never run here (the message names the field).
         """

@@ -107,8 +107,15 @@ class Inventory:
 
 
 def _newer(instance: Instance, kept: Instance) -> bool:
-    """Of two instances of one claim (a restart replaced one), the one that serves it: a
-    live one over one going away, else the later created."""
-    if (instance.state in _GOING) != (kept.state in _GOING):
-        return kept.state in _GOING
+    """Of two instances of one claim (a restart replaced one), the one that serves it: one
+    whose workload may still run over one that ended, over one going away; else the later
+    created."""
+    if _rank(instance) != _rank(kept):
+        return _rank(instance) > _rank(kept)
     return instance.created_at > kept.created_at
+
+
+def _rank(instance: Instance) -> int:
+    if instance.state in _GOING:
+        return 0
+    return 1 if instance.state in (InstanceState.SUCCEEDED, InstanceState.FAILED) else 2

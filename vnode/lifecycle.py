@@ -19,10 +19,10 @@ from typing import Any, cast
 from kube import names
 from kube.worker import Retry
 from providers import errors
-from providers.base import Instance, InstanceState, Provider, Restarter
+from providers.base import Instance, Provider, Restarter
 from vnode.provision import Provisioner
 from vnode.runs import Step
-from vnode.teardown import RECHECK_FIRST, Teardown
+from vnode.teardown import RECHECK_FIRST, STOPPED, Teardown
 from vnode.tracking import Rules, Tracked
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class Lifecycle:
                 raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
             except errors.ProviderError as exc:
                 raise Retry(f"replacing instance {old} failed: {type(exc).__name__}: {exc}") from exc
-            if instance is not None and instance.state is not InstanceState.TERMINATED:
+            if instance is not None and instance.state not in STOPPED:
                 entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
                 return entry.recheck
         entry.instance_id, entry.last_instance, entry.terminate_asked, entry.recheck = None, None, False, 0.0

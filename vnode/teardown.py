@@ -31,6 +31,9 @@ from vnode.tracking import Lookup, Tracked, TrackedMap, pod_key
 logger = logging.getLogger(__name__)
 RECHECK_FIRST = 0.5  # seconds before the first look at an instance asked to terminate
 _GOING = frozenset({InstanceState.TERMINATING, InstanceState.TERMINATED})
+# After a terminate, nothing of the instance runs any more: gone, terminated while still shown
+# (the fake's retention, EC2's hour), or ended (a terminated VM whose exit the provider read).
+STOPPED = frozenset({InstanceState.TERMINATED, InstanceState.SUCCEEDED, InstanceState.FAILED})
 
 
 class Teardown:
@@ -75,7 +78,7 @@ class Teardown:
                 entry.terminate_asked = True
                 self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {entry.container}")
             instance = self._provider.get(entry.instance_id)
-            if instance is not None and instance.state not in _GOING:
+            if instance is not None and instance.state not in _GOING | STOPPED:
                 self._provider.terminate(entry.instance_id)  # it did not take (or it came back)
         except errors.Unavailable as exc:
             observe.current().terminated(self._provider.name, "unavailable", who)
@@ -83,7 +86,7 @@ class Teardown:
         except errors.ProviderError as exc:
             observe.current().terminated(self._provider.name, "error", who)
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
-        if instance is None or instance.state is InstanceState.TERMINATED:
+        if instance is None or instance.state in STOPPED:
             self._tracked.forget(entry)
             return None
         entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
