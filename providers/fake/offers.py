@@ -4,6 +4,11 @@ the asked tier and region, standing refuse faults and each offering's capacity.
 Called by `FakeCloud` under its lock for `provision` and `offerings`. Pure: it reads the
 scenario, the faults and the records and returns a decision; the cloud spends a counted
 fault and raises the error.
+
+Invariant: a fault refusing as `invalid` or `unsupported` (an error that is not `Refused`)
+says the shape cannot be served as asked, not that it is sold out: `offerings` still shows
+the offering available, and only `provision` is refused. Tested in
+tests/providers/fake/test_fake_cloud.py::test_an_invalid_or_unsupported_refusal_does_not_sell_the_offering_out.
 Tests: tests/providers/fake/test_fake_cloud.py.
 """
 
@@ -14,7 +19,7 @@ from dataclasses import dataclass
 
 from providers import errors
 from providers.base import PodSpec, ProvisionRequest
-from providers.fake.faults import Fault
+from providers.fake.faults import REFUSE_REASONS, Fault
 from providers.fake.records import InstanceRecord
 from providers.fake.scenario import OfferingSpec, Scenario
 
@@ -54,7 +59,7 @@ def choose_offering(
     held = list(records)
     first: Refusal | None = None
     for spec in placed:
-        problem = admits(spec, faults, held)
+        problem = _obstacle(spec, faults.values(), held)
         if problem is None:
             return spec
         first = first or _refusal(problem, spec)
@@ -63,13 +68,23 @@ def choose_offering(
 
 
 def admits(spec: OfferingSpec, faults: Mapping[str, Fault], records: Iterable[InstanceRecord]) -> Fault | str | None:
-    """Why `spec` cannot take one more instance now (a fault, or "full"), else None."""
-    fault = next((f for f in faults.values() if f.refuses(spec)), None)
+    """Why `spec` is sold out now (a `Refused` fault, or "full"), else None: what `offerings`
+    reports. A fault refusing the shape as invalid or unsupported does not sell it out."""
+    return _obstacle(spec, [f for f in faults.values() if _sells_out(f)], records)
+
+
+def _obstacle(spec: OfferingSpec, faults: Iterable[Fault], records: Iterable[InstanceRecord]) -> Fault | str | None:
+    """Why `spec` cannot take one more instance now (the first fault refusing it, or "full"), else None."""
+    fault = next((f for f in faults if f.refuses(spec)), None)
     if fault is not None:
         return fault
     if spec.capacity is not None and sum(r.holds(spec) for r in records) >= spec.capacity:
         return "full"
     return None
+
+
+def _sells_out(fault: Fault) -> bool:
+    return fault.reason is not None and issubclass(REFUSE_REASONS[fault.reason], errors.Refused)
 
 
 def _refusal(problem: Fault | str, spec: OfferingSpec) -> Refusal:

@@ -352,6 +352,26 @@ def test_offerings_report_prices_and_availability() -> None:
     assert offerings[("h100", Tier.SPOT, "us-west-2")].available
 
 
+@pytest.mark.parametrize(
+    ("reason", "error"), [("invalid", errors.InvalidRequest), ("unsupported", errors.NotSupported)]
+)
+def test_an_invalid_or_unsupported_refusal_does_not_sell_the_offering_out(
+    reason: str, error: type[errors.ProviderError]
+) -> None:
+    """The shape cannot be served as asked, which is not "sold out": offerings still show it
+    available (as a cloud's catalog does), while a capacity refusal of the same shape does not."""
+    cloud = make_cloud(Clock())
+    cloud.refuse(reason, accelerator="h100", tier="Spot", region="us-east-1")
+    with pytest.raises(error):
+        cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
+    assert all(o.available for o in cloud.offerings())
+    cloud.refuse("capacity", accelerator="h100", tier="Spot", region="us-east-1")
+    sold_out = [(o.accelerator, o.tier, o.region) for o in cloud.offerings() if not o.available]
+    assert sold_out == [("h100", Tier.SPOT, "us-east-1")]
+    with pytest.raises(error):  # the first matching fault still answers the provision
+        cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
+
+
 def test_the_call_log_records_calls_and_outcomes_without_env_values() -> None:
     cloud = make_cloud(Clock())
     cloud.provision(make_pod_spec(), request("a"), owner=OWNER)
