@@ -158,6 +158,7 @@ def delete_all(kube: Kube, names: list[str], deleted: dict[str, float], threads:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=500)
+    parser.add_argument("--retention", type=float, default=0.0, help="the fake's retention of terminated instances, s")
     parser.add_argument("--poll", type=float, default=1.0, help="provider poll interval, seconds")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--gated", action="store_true", help="webhook -> placement -> Running -> drained")
@@ -279,7 +280,10 @@ class GatedPath:
 
 def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = None) -> None:
     bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
-    provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}"})
+    # No retention of terminated instances: the fake cloud keeps them (as EC2 does for an hour)
+    # in the records every one of its calls walks, a cost of the fake, not of Nebula.
+    scenario = {"retention_seconds": args.retention}
+    provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": scenario})
     runner = Runner(
         provider,
         kube=Kube(load_api_client(kubeconfig)),

@@ -1,7 +1,10 @@
 """Kubernetes Events for Pods and Nodes, written by the vnode and placement: repeats are counted.
 
-Called by the vnode and placement. The first occurrence of an Event (same object, type, reason
-and message) is created at once, named `<object>.<random hex>` and remembered by that key. A
+Called by the vnode and placement. `record` never waits for the API server: the flusher
+thread writes (an Event costs the API server a write, and a Pod's provisioning must not wait
+for it, as client-go's broadcaster does not). The first occurrence of an Event (same object,
+type, reason and message) is created as soon as the flusher gets to it, named
+`<object>.<random hex>` and remembered by that key. A
 repeat adds one to its `count` and moves `lastTimestamp` (`firstTimestamp` stays), as client-go's
 EventRecorder does for core/v1 Events; the repeat is written as a merge PATCH of `count`,
 `lastTimestamp` and `message`, at most once per `min_interval` seconds per key. Repeats in
@@ -13,7 +16,9 @@ again with the same name and the accumulated count, as client-go does. Like clie
 EventAggregator, once 10 different messages for one (object, type, reason) arrive within 10
 minutes, further ones become one Event "(combined from similar events): <latest message>",
 counted the same way. A failed write is logged, never raised, and retried with the
-accumulated count after a back-off (`min_interval`, doubling, at most 5 minutes).
+accumulated count after a back-off (`min_interval`, doubling, at most 5 minutes). Writes are
+paced as the kubelet paces its own (`--event-qps` 50, `--event-burst` 100): what waits for a
+token stays pending, counted, never dropped.
 Messages are built by the caller from fixed text and provider error messages, which never
 carry secrets (I4); see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret.
@@ -45,6 +50,10 @@ SIMILAR_LIMIT = 10  # client-go's maxEvents: distinct messages before they are c
 SIMILAR_WINDOW = 600.0  # client-go's maxIntervalInSeconds
 COMBINED_PREFIX = "(combined from similar events): "
 MAX_REMEMBERED = 4096  # client-go's LRU cache size for event series
+# The kubelet's own limit on its Event writes (`--event-qps`, `--event-burst` defaults): a burst
+# of Pods must not turn into a burst of Event writes that slows the API server's other work.
+EVENT_QPS = 50.0
+EVENT_BURST = 100
 
 _Similar = tuple[str, str, str, str, str, str]  # kind, namespace, name, uid, type, reason
 _Key = tuple[_Similar, str | None]  # the similar-key and the message (None: combined)
@@ -80,8 +89,8 @@ class _Messages:
 
 
 class EventRecorder:
-    """Thread-safe. `record` never blocks on more than one API call, and only for a first
-    occurrence or a repeat that is due; everything else is left to the flusher thread."""
+    """Thread-safe. `record` never blocks on the API: the flusher thread writes (unless
+    `inline`, where a due write happens in `record`, for tests that step a fake clock)."""
 
     def __init__(
         self,
@@ -90,16 +99,23 @@ class EventRecorder:
         component: str,
         host: str = "",
         min_interval: float = MIN_INTERVAL,
+        qps: float = EVENT_QPS,
+        burst: int = EVENT_BURST,
+        inline: bool = False,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._kube = kube
+        self._inline = inline  # write a due Event in `record` itself (the counting tests' fake clocks)
+        self._qps, self._burst = qps, float(burst)
+        self._tokens, self._tokens_at = float(burst), clock()
         self._component = component
         self._host = host
         self._min_interval = min_interval
         self._clock = clock
         self._now = now
         self._series: OrderedDict[_Key, _Series] = OrderedDict()
+        self._unsettled: dict[int, _Series] = {}  # pending or being written: what the flusher looks at
         self._similar: OrderedDict[_Similar, _Messages] = OrderedDict()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # notified whenever a write ends
@@ -130,7 +146,8 @@ class EventRecorder:
                 self._series.move_to_end(key)
             series.count += 1
             series.message, series.last_seen = message, stamp
-            now_due = not series.writing and self._clock() >= series.due(self._min_interval)
+            self._unsettled[id(series)] = series
+            now_due = self._inline and not series.writing and self._clock() >= series.due(self._min_interval)
             series.writing = now_due
             if not now_due:
                 self._start_flusher()
@@ -147,9 +164,9 @@ class EventRecorder:
         """Write every accumulated count now, whatever the interval (for shutdown and tests);
         returns once they are written (or failed), writes already under way included."""
         with self._lock:
-            while any(s.writing for s in self._series.values()):
+            while any(s.writing for s in self._unsettled.values()):
                 self._settled.wait()
-            claimed = [s for s in self._series.values() if s.pending and not s.writing]
+            claimed = [s for s in self._unsettled.values() if s.pending and not s.writing]
             for series in claimed:
                 series.writing = True
         for series in claimed:
@@ -177,7 +194,12 @@ class EventRecorder:
         excess = len(self._series) - MAX_REMEMBERED
         if excess <= 0:
             return
-        settled = [k for k, s in self._series.items() if not s.pending and not s.writing][:excess]
+        settled = []
+        for key, series in self._series.items():  # oldest first: usually settled long ago
+            if id(series) not in self._unsettled:
+                settled.append(key)
+                if len(settled) == excess:
+                    break
         for key in settled:
             del self._series[key]
 
@@ -230,6 +252,8 @@ class EventRecorder:
                 series.failures += 1
             if series.pending:
                 self._start_flusher()
+            else:
+                self._unsettled.pop(id(series), None)
             self._settled.notify_all()
 
     def _start_flusher(self) -> None:
@@ -245,15 +269,20 @@ class EventRecorder:
             with self._lock:
                 self._wake.clear()
                 now = self._clock()
-                waiting = [s for s in self._series.values() if s.pending and not s.writing]
-                due = [s for s in waiting if s.due(self._min_interval) <= now]
-                for series in due:
-                    series.writing = True
+                waiting = [s for s in self._unsettled.values() if not s.writing]
                 if not waiting:
                     self._flusher = None
                     return
+                self._tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self._qps)
+                self._tokens_at = now
+                due = [s for s in waiting if s.due(self._min_interval) <= now][: int(self._tokens)]
+                self._tokens -= len(due)
+                for series in due:
+                    series.writing = True
                 delay = min(s.due(self._min_interval) for s in waiting) - now
+                if len(due) < len(waiting):  # more are due, or will be: when a token is there too
+                    delay = max(delay, (1.0 - self._tokens) / self._qps if self._tokens < 1 else 0.0)
             for series in due:
                 self._write(series)
             if not due:
-                self._wake.wait(delay)
+                self._wake.wait(max(delay, 0.001))

@@ -46,7 +46,7 @@ def clocks() -> Clocks:
 @pytest.fixture
 def recorder(kube: Kube, clocks: Clocks) -> EventRecorder:
     return EventRecorder(
-        kube, component="test", host="h", min_interval=INTERVAL, clock=clocks.monotonic, now=clocks.now
+        kube, component="test", host="h", min_interval=INTERVAL, inline=True, clock=clocks.monotonic, now=clocks.now
     )
 
 
@@ -104,7 +104,7 @@ def test_repeats_on_the_real_clock_eventually_reach_their_count(cluster: DevClus
     recorder = EventRecorder(kube, component="test", min_interval=INTERVAL)
     for _ in range(50):
         recorder.pod(POD, "Normal", "Provisioned", "instance is up")
-    wait_for(lambda: events_about(kube, "p1")[0]["count"] == 50, what="count 50")
+    wait_for(lambda: events_about(kube, "p1")[0]["count"] == 50, what="count 50", ignoring=(IndexError,))
     assert len(events_about(kube, "p1")) == 1
 
 
@@ -172,3 +172,17 @@ def test_similar_messages_are_no_longer_combined_after_ten_quiet_minutes(
     clocks.advance(601)
     recorder.pod(POD, "Warning", "ProvisionFailed", "request 11 refused")
     assert any(e["message"] == "request 11 refused" for e in events_about(kube, "p1"))
+
+
+def test_recording_never_waits_for_the_api_server_and_the_flusher_writes_it(kube: Kube) -> None:
+    """As client-go's broadcaster: a Pod's provisioning never waits on its Events."""
+    recorder = EventRecorder(kube, component="test", host="h")
+    pod = make_pod("p-bg", namespace="default", metadata={"uid": "uid-bg"})
+    for reason in ("Provisioning", "Provisioned", "Started"):
+        recorder.pod(pod, "Normal", reason, f"{reason} now")
+    recorder.pod(pod, "Normal", "Started", "Started now")
+
+    def counts() -> dict[str, int]:
+        return {e["reason"]: e.get("count", 1) for e in events_about(kube, "p-bg")}
+
+    wait_for(lambda: counts() == {"Provisioning": 1, "Provisioned": 1, "Started": 2}, what="the three Events, counted")

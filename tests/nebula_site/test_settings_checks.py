@@ -52,6 +52,10 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"OUTAGE_TOLERATION_SECONDS": -1}, "nebula.E008"),
         ({"OUTAGE_TOLERATION_SECONDS": "soon"}, "nebula.E008"),
         ({"OUTAGE_TOLERATION_SECONDS": True}, "nebula.E008"),
+        ({"CLUSTER_NAME": "Prod.1"}, "nebula.E009"),
+        ({"RESTART_BACKOFF_INITIAL": 0}, "nebula.E010"),
+        ({"RESTART_BACKOFF_INITIAL": 400.0}, "nebula.E010"),
+        ({"RESTART_BACKOFF_RESET": "soon"}, "nebula.E010"),
     ],
 )
 def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected: str) -> None:
