@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube import observe
-from kube.client import Kube, KubeError, NotFoundError, path_for
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.times import rfc3339
 
 logger = logging.getLogger(__name__)
@@ -237,7 +237,10 @@ class EventRecorder:
                 except NotFoundError:
                     self._kube.create(path_for("events", namespace=series.namespace), {**body, **fields})
             else:
-                self._kube.create(path_for("events", namespace=series.namespace), {**body, **fields})
+                try:
+                    self._kube.create(path_for("events", namespace=series.namespace), {**body, **fields})
+                except ConflictError:  # a create whose answer was lost (and retried) made it
+                    self._kube.patch(path_for("events", namespace=series.namespace, name=name), fields)
             ok = True
         except KubeError as exc:
             logger.warning(

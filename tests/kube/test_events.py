@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster
-from kube.client import Kube, path_for
+from kube.client import ConflictError, Kube, path_for
 from kube.events import COMBINED_PREFIX, EventRecorder
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
@@ -186,3 +186,26 @@ def test_recording_never_waits_for_the_api_server_and_the_flusher_writes_it(kube
         return {e["reason"]: e.get("count", 1) for e in events_about(kube, "p-bg")}
 
     wait_for(lambda: counts() == {"Provisioning": 1, "Provisioned": 1, "Started": 2}, what="the three Events, counted")
+
+
+class LostAnswer(Kube):
+    """Creates the Event, then answers 409 as a retried POST whose first answer was lost does."""
+
+    def __init__(self, inner: Kube) -> None:
+        self.__dict__.update(inner.__dict__)
+
+    def create(self, path: str, body: Any) -> dict[str, Any]:
+        super().create(path, body)
+        raise ConflictError(409, "AlreadyExists", f'events "{body["metadata"]["name"]}" already exists')
+
+
+def test_a_create_whose_answer_was_lost_counts_on_the_event_it_made(kube: Kube, clocks: Clocks) -> None:
+    recorder = EventRecorder(
+        LostAnswer(kube), component="test", min_interval=INTERVAL, inline=True, clock=clocks.monotonic, now=clocks.now
+    )
+    pod = make_pod("p-lost", namespace="default", metadata={"uid": "uid-lost"})
+    recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity")
+    clocks.advance(1)
+    recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity")
+    (event,) = events_about(kube, "p-lost")
+    assert event["count"] == 2
