@@ -190,7 +190,7 @@ def test_kubectl_describe_shows_a_counted_event_as_x_count_over_its_age(kubectl:
     pod = cluster.resources.create(pods, "default", make_pod("counted", spec={"schedulerName": "none"}))
     started = datetime.now(UTC) - timedelta(minutes=3)
     stamps = iter([started] + [started + timedelta(minutes=3)] * 4)
-    recorder = EventRecorder(kube_for(cluster), component="nebula-gpu", now=lambda: next(stamps))
+    recorder = EventRecorder(kube_for(cluster), component="nebula-gpu", inline=True, now=lambda: next(stamps))
     for _ in range(5):
         recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity in any zone")
     recorder.flush()
