@@ -272,19 +272,31 @@ class EventRecorder:
             with self._lock:
                 self._wake.clear()
                 now = self._clock()
-                waiting = [s for s in self._unsettled.values() if not s.writing]
-                if not waiting:
+                if not self._unsettled:
                     self._flusher = None
                     return
                 self._tokens = min(self._burst, self._tokens + (now - self._tokens_at) * self._qps)
                 self._tokens_at = now
-                due = [s for s in waiting if s.due(self._min_interval) <= now][: int(self._tokens)]
+                # Oldest first, and no further than the tokens allow: a backlog costs O(tokens)
+                # under the lock, never a walk of every pending Event (record() waits on it).
+                due: list[_Series] = []
+                delay = float("inf")
+                for series in self._unsettled.values():
+                    if len(due) >= int(self._tokens):
+                        delay = (1.0 - (self._tokens - len(due))) / self._qps
+                        break
+                    if series.writing:
+                        continue
+                    at = series.due(self._min_interval)
+                    if at <= now:
+                        due.append(series)
+                    else:
+                        delay = min(delay, at - now)
                 self._tokens -= len(due)
                 for series in due:
                     series.writing = True
-                delay = min(s.due(self._min_interval) for s in waiting) - now
-                if len(due) < len(waiting):  # more are due, or will be: when a token is there too
-                    delay = max(delay, (1.0 - self._tokens) / self._qps if self._tokens < 1 else 0.0)
+                if not due and delay == float("inf"):  # every unsettled one is being written
+                    delay = self._min_interval
             for series in due:
                 self._write(series)
             if not due:
