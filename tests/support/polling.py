@@ -35,18 +35,19 @@ def wait_for(
         time.sleep(interval)
 
 
-class Readable(Protocol):
-    def read(self, max_bytes: int = 65536) -> bytes: ...
+class Closable(Protocol):
     def close(self) -> None: ...
 
 
-def read_to_end(stream: Readable, timeout: float = 10.0) -> bytes:
-    """Read `stream` to its end on a thread, so a stream that never ends fails the test (with
-    what it gave) instead of hanging it."""
+def read_to_end(stream: Closable, timeout: float = 10.0, *, read: Callable[[], bytes] | None = None) -> bytes:
+    """Read `stream` to its end on a thread (with `read`, default `stream.read`: a process's
+    `read_stdout`, say), so a stream that never ends fails the test (with what it gave)
+    instead of hanging it."""
     out = bytearray()
+    reader: Callable[[], bytes] = read or stream.read  # type: ignore[attr-defined]
 
     def pump() -> None:
-        while chunk := stream.read():
+        while chunk := reader():
             out.extend(chunk)
 
     thread = threading.Thread(target=pump)

@@ -18,6 +18,7 @@ from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named, forget
 from providers.fake.scenario import load_scenario
 from providers.fake.shell import ScriptedProcess
+from tests.support.polling import read_to_end
 
 
 @pytest.fixture
@@ -42,22 +43,8 @@ def start(provider: FakeProvider) -> InstanceId:
 
 
 def read_all(stream: LogStream | ScriptedProcess, timeout: float = 10.0) -> bytes:
-    """Read to the end on a thread, so a stream that never ends fails the test instead of hanging it."""
-    out = bytearray()
     read = stream.read_stdout if isinstance(stream, ScriptedProcess) else stream.read
-
-    def pump() -> None:
-        while chunk := read():
-            out.extend(chunk)
-
-    thread = threading.Thread(target=pump)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        stream.close()
-        thread.join()
-        raise AssertionError(f"the stream did not end; got {bytes(out)!r}")
-    return bytes(out)
+    return read_to_end(stream, timeout, read=read)
 
 
 SCRIPTED = {"log": {"lines": ["hello from {id}", "second", "third {n}"], "interval": 0}}
