@@ -1,7 +1,9 @@
 """The provider seam: the `Provider` protocol, the optional `LogStreamer` and `Executor`
 protocols, and the frozen values that cross the seam.
 
-The vnode, placement and the kubelet API are typed against these protocols only; they
+The streaming and control protocols live in `providers.streams` and the Pod's shape in
+`providers.shape`; this module re-exports the protocols. The vnode, placement and the
+kubelet API are typed against these protocols only; they
 never import a concrete provider or branch on a provider's name. Providers report facts
 (`Instance`); turning facts into Kubernetes status is the vnode's job. Every method may
 raise only `providers.errors` types.
@@ -15,10 +17,18 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NewType, Protocol, runtime_checkable
+from typing import NewType, Protocol
 
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
 from providers.owner import Owner
+from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
+from providers.streams import Attacher as Attacher
+from providers.streams import ContainerStopper as ContainerStopper
+from providers.streams import Executor as Executor
+from providers.streams import LogStream as LogStream
+from providers.streams import LogStreamer as LogStreamer
+from providers.streams import Process as Process
+from providers.streams import Restarter as Restarter
 
 InstanceId = NewType("InstanceId", str)
 ClaimName = NewType("ClaimName", str)
@@ -61,8 +71,14 @@ TERMINAL_STATES = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, Inst
 
 @dataclass(frozen=True)
 class PodSpec:
-    """What a provider may read of the Pod: identity, the first container's program, and
-    the Pod's effective resources (every container counted, as the API server counts them).
+    """What a provider may read of the Pod: identity, its containers' programs, and the
+    Pod's effective resources (every container counted, as the API server counts them).
+
+    `container`, `image`, `command`, `args`, `working_dir`, `ports` and `stdin` are the first
+    app container's; `containers` lists every app container (that one first) and
+    `init_containers` the init containers in order (native sidecars marked). Built by hand
+    with no `containers`, the Pod is the one container the first-container fields describe
+    (`app_containers`).
 
     Built by `providers.podspec.pod_spec_from_dict`, the one reader of a Pod's request;
     placement reads the same values. Env is NOT here: the resolved env (with Secret values)
@@ -85,6 +101,17 @@ class PodSpec:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     stdin: bool = False  # the container asks for a stdin (`kubectl attach -i` writes to it)
+    containers: tuple[ContainerSpec, ...] = ()
+    init_containers: tuple[ContainerSpec, ...] = ()
+    restart_policy: str = "Always"  # the Pod's: Always, OnFailure or Never
+
+    def app_containers(self) -> tuple[ContainerSpec, ...]:
+        """Every app container; the first-container fields as one when none were listed."""
+        if self.containers:
+            return self.containers
+        first = ContainerSpec(self.container, self.image, self.command, self.args, self.working_dir, self.ports,
+                              stdin=self.stdin)  # fmt: skip
+        return (first,)
 
 
 class _Redacted:
@@ -102,12 +129,19 @@ class ProvisionRequest(_Redacted):
     claim: ClaimName
     capacity_type: Tier | None = None
     region: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)  # secret values: never log
+    env: Mapping[str, str] = field(default_factory=dict)  # the first app container's; secret values: never log
+    container_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every container's, by name
+    volumes: tuple[Volume, ...] = ()  # the Pod's volumes, contents resolved (Secret bytes: never log)
+
+    def env_for(self, container: str) -> Mapping[str, str]:
+        """The resolved env of `container` (`env` when it has no entry of its own)."""
+        return self.container_env.get(container, self.env)
 
     def __repr__(self) -> str:
         return (
             f"ProvisionRequest(claim={self.claim!r}, capacity_type={self.capacity_type!r}, "
-            f"region={self.region!r}, env={self._redacted_keys()})"
+            f"region={self.region!r}, env={self._redacted_keys()}, containers={sorted(self.container_env)}, "
+            f"volumes={[v.name for v in self.volumes]})"
         )
 
 
@@ -152,6 +186,8 @@ class Instance:
     began. `runs` counts the workload's starts in this instance (1 + in-place restarts), so
     a list read before a `restart` is told from one read after it. `preempted`: the provider
     took the capacity back (a spot reclaim); the vnode says so in a `Preempted` Event.
+    `containers`: per-container facts, from a provider that runs several (`Shapes`); empty
+    when the instance runs the one container whose facts the instance's are.
     """
 
     id: InstanceId
@@ -169,6 +205,7 @@ class Instance:
     exit_reason: str = ""
     runs: int = 1
     preempted: bool = False
+    containers: tuple[ContainerFacts, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -193,6 +230,7 @@ class Capabilities:
     # True: after `terminate`, the output stays readable (`logs`) and the instance is listed
     # as TERMINATED for a while; False: terminate discards the output.
     keeps_output_after_terminate: bool = False
+    shapes: Shapes = field(default_factory=Shapes)  # the Pod shapes served (providers.shapecheck)
 
 
 @dataclass(frozen=True)
@@ -236,6 +274,7 @@ class LogOptions:
     timestamps: bool = False
     since: datetime | None = None
     previous: bool = False
+    container: str = ""  # the Pod's container (empty: the first app container)
 
 
 class Provider(Protocol):
@@ -301,64 +340,6 @@ class Provider(Protocol):
         ...
 
 
-class LogStream(Protocol):
-    """A byte stream of an instance's console output."""
-
-    def read(self, max_bytes: int = 65536) -> bytes:
-        """Block until data is there; b"" means the end (backlog drained, or exited)."""
-        ...
-
-    def close(self) -> None:
-        """Stop following; safe from any thread; a blocked read returns b""."""
-        ...
-
-
-@runtime_checkable
-class LogStreamer(Protocol):
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
-        """stdout and stderr merged, from the first byte (subject to options).
-        With `follow`, the stream ends when the workload exits. Raises NotFound,
-        NotSupported (for an option it cannot honour), Unavailable."""
-        ...
-
-
-class Process(Protocol):
-    """A command running inside an instance."""
-
-    def write_stdin(self, data: bytes) -> None: ...
-
-    def close_stdin(self) -> None:
-        """EOF on the command's stdin."""
-        ...
-
-    def read_stdout(self, max_bytes: int = 65536) -> bytes:
-        """Block for output; b"" at EOF. With a TTY, stderr arrives here too."""
-        ...
-
-    def read_stderr(self, max_bytes: int = 65536) -> bytes:
-        """Block for output; b"" at EOF (at once with a TTY)."""
-        ...
-
-    def resize(self, cols: int, rows: int) -> None:
-        """Set the terminal size (a no-op without a TTY)."""
-        ...
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """The exit code, or None if still running after `timeout` seconds."""
-        ...
-
-    def close(self) -> None:
-        """Kill the command if it still runs and free everything. Idempotent."""
-        ...
-
-
-@runtime_checkable
-class Executor(Protocol):
-    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
-        """Start `command` in the instance. Raises NotFound, NotSupported, Unavailable."""
-        ...
-
-
 def default_block_scope(
     provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
 ) -> BlockScope:
@@ -370,31 +351,3 @@ def default_block_scope(
     if isinstance(err, QuotaExceeded):
         return BlockScope(provider, BlockBreadth.TIER, tier=tier, reason=reason)
     return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)
-
-
-@runtime_checkable
-class Restarter(Protocol):
-    def restart(self, instance_id: InstanceId) -> None:
-        """Run the workload again from its start in the same instance, after it ended
-        (SUCCEEDED or FAILED). The run that ended keeps its output for
-        `LogOptions(previous=True)`; `Instance.runs` grows by one before this returns, so
-        the next `get`/`list` shows the new run. Raises NotFound (gone), NotSupported,
-        Unavailable; InvalidRequest if the workload has not ended."""
-        ...
-
-
-@runtime_checkable
-class Attacher(Protocol):
-    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
-        """Connect to the workload itself (`kubectl attach`), not to a new command.
-
-        The returned `Process` reads the workload's console from now on (stdout and stderr
-        merged, no backlog); its output ends when the workload exits. With `stdin`, bytes
-        written go to the workload's stdin if the workload was started with one (the Pod's
-        container has `stdin: true`); otherwise they are dropped. `close_stdin` and `close`
-        end this attachment only: the workload keeps running and its stdin stays open for
-        the next attach. `wait` gives the workload's exit code once it has exited, else
-        None; `resize` is a no-op unless the provider gave the workload a terminal.
-        Raises NotFound (no such instance, or not running), NotSupported, Unavailable.
-        """
-        ...

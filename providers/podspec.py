@@ -30,6 +30,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from providers.base import PodSpec, Tier
+from providers.shape import ContainerSpec, Mount
 
 ACCELERATOR_LABEL = "nebula.io/accelerator"
 CAPACITY_TYPE_ANNOTATION = "nebula.io/capacity-type"
@@ -142,9 +143,35 @@ def requested_tier(pod: Mapping[str, Any]) -> Tier | None:
     return Tier.parse(annotations.get(CAPACITY_TYPE_ANNOTATION))
 
 
+def container_spec(container: Container, *, init: bool = False) -> ContainerSpec:
+    """One container's program and mounts as a provider runs it (`init`: from `initContainers`)."""
+    mounts = tuple(
+        Mount(
+            volume=str(mount.get("name") or ""),
+            path=str(mount.get("mountPath") or ""),
+            sub_path=str(mount.get("subPath") or ""),
+            read_only=bool(mount.get("readOnly")),
+        )
+        for mount in container.get("volumeMounts") or ()
+    )
+    return ContainerSpec(
+        name=str(container.get("name") or ""),
+        image=str(container.get("image") or ""),
+        command=tuple(str(part) for part in container.get("command") or ()),
+        args=tuple(str(part) for part in container.get("args") or ()),
+        working_dir=container.get("workingDir") or None,
+        ports=tuple(int(p["containerPort"]) for p in container.get("ports") or () if "containerPort" in p),
+        stdin=bool(container.get("stdin")),
+        tty=bool(container.get("tty")),
+        mounts=mounts,
+        sidecar=init and container.get("restartPolicy") == SIDECAR_RESTART_POLICY,
+    )
+
+
 def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
-    """The provider's view of `pod`: identity, the first container's program, the Pod's
-    effective resources. Raises ValueError (naming the field) if the Pod has no container,
+    """The provider's view of `pod`: identity, its containers' programs (the first app
+    container's also in the first-container fields), the Pod's effective resources. Raises
+    ValueError (naming the field) if the Pod has no container,
     a malformed quantity, or a GPU count the rules above refuse."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
@@ -173,4 +200,7 @@ def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
         labels=labels,
         annotations=dict(meta.get("annotations") or {}),
         stdin=bool(first.get("stdin")),
+        containers=tuple(container_spec(container) for container in containers),
+        init_containers=tuple(container_spec(init, init=True) for init in spec.get("initContainers") or ()),
+        restart_policy=str(spec.get("restartPolicy") or "Always"),
     )

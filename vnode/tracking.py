@@ -74,6 +74,8 @@ class Tracked:
     credential: dict[str, bytes] | None = None  # a minted credential not yet in its Secret
     terminate_asked: bool = False  # teardown: terminate was called once for this instance
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
+    probe_ready: dict[str, bool] = field(default_factory=dict)  # probes: container -> readiness verdict
+    probe_started: dict[str, bool] = field(default_factory=dict)  # probes: container -> startup probe passed
 
     @property
     def key(self) -> str:

@@ -273,7 +273,9 @@ class AwsProvider:
         live = status.state_of(found[1]) in status.ADOPTABLE_STATES
         return console.Snapshot(console.decode_console(result.get("Output")), live=live)
 
-    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
         if not command:
             raise NotSupported("exec needs a command")
         _, data = self._owned(instance_id)

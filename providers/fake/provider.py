@@ -174,20 +174,22 @@ class FakeProvider:
 
         return ScriptedLogStream(fetch, options).open()
 
-    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
         """Scripted commands (see providers.fake.shell); in-process only."""
         if self._client is not None:
             raise errors.NotSupported("fake provider over HTTP does not exec; use an in-process cloud")
         return self.cloud.exec(instance_id, command, owner=self._owner.key, tty=tty, stdin=stdin)
 
-    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
+    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
         """Scripted, in-process only: the workload echoes each stdin line back on its
         console, and the attachment ends when stdin does."""
         if self._client is not None:
             raise errors.NotSupported("fake provider over HTTP does not attach; use an in-process cloud")
         return self.cloud.attach(instance_id, owner=self._owner.key, tty=tty, stdin=stdin)
 
-    def restart(self, instance_id: InstanceId) -> None:
+    def restart(self, instance_id: InstanceId, container: str = "") -> None:
         """The ended workload runs again in the same instance, in-process and over HTTP.
         NotSupported when the `restarts_in_place` option is false."""
         if not self._restarts_in_place:

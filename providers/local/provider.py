@@ -240,7 +240,7 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
 
-    def restart(self, instance_id: InstanceId) -> None:
+    def restart(self, instance_id: InstanceId, container: str = "") -> None:
         path = self._existing(instance_id)
         try:
             restart.run_again(self._reader(path))
@@ -256,7 +256,9 @@ class LocalProvider:
             raise NotFound(f"instance {instance_id} is not running ({state})")
         return path
 
-    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
         path = self._running(instance_id)
         if not command:
             raise NotSupported("exec needs a command")
@@ -272,7 +274,7 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
 
-    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool) -> Process:
+    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
         entry = self._reader(self._running(instance_id))
         try:
             run = entry.runs()

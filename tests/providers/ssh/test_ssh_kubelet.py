@@ -46,7 +46,9 @@ class SshVmProvider(FakeProvider):
     def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
         return open_log_stream(self.sshd.target(), self.workload_log(instance_id), options)
 
-    def exec(self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool) -> Process:
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
         return start_process(self.sshd.target(), command, tty=tty, stdin=stdin)
 
 

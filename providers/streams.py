@@ -1,0 +1,121 @@
+"""The seam's optional streaming and control protocols: logs, exec, attach, restart, stop.
+
+Each is runtime-checkable and detected once at wiring time (design §4); a provider without
+one answers NotFound or NotSupported at the kubelet edge, never a stub. `container` names
+the Pod's container the call is for; empty means the Pod's only (first app) container, so
+a provider that runs one container may ignore it. `providers.base` re-exports every name.
+Tests: tests/providers/test_contract.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from providers.base import InstanceId, LogOptions
+
+
+class LogStream(Protocol):
+    """A byte stream of an instance's console output."""
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        """Block until data is there; b"" means the end (backlog drained, or exited)."""
+        ...
+
+    def close(self) -> None:
+        """Stop following; safe from any thread; a blocked read returns b""."""
+        ...
+
+
+@runtime_checkable
+class LogStreamer(Protocol):
+    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+        """The output of `options.container` (empty: the first app container), stdout and
+        stderr merged, from the first byte (subject to options). With `follow`, the stream
+        ends when that container's run exits. Raises NotFound (also for a container the
+        instance does not run, or one that has not started), NotSupported (for an option it
+        cannot honour), Unavailable."""
+        ...
+
+
+class Process(Protocol):
+    """A command running inside an instance."""
+
+    def write_stdin(self, data: bytes) -> None: ...
+
+    def close_stdin(self) -> None:
+        """EOF on the command's stdin."""
+        ...
+
+    def read_stdout(self, max_bytes: int = 65536) -> bytes:
+        """Block for output; b"" at EOF. With a TTY, stderr arrives here too."""
+        ...
+
+    def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        """Block for output; b"" at EOF (at once with a TTY)."""
+        ...
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size (a no-op without a TTY)."""
+        ...
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code, or None if still running after `timeout` seconds."""
+        ...
+
+    def close(self) -> None:
+        """Kill the command if it still runs and free everything. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
+        """Start `command` in the instance, as `container` sees it (its working directory,
+        env and mounted volumes). Raises NotFound (also for a container that is not
+        running), NotSupported, Unavailable."""
+        ...
+
+
+@runtime_checkable
+class Restarter(Protocol):
+    def restart(self, instance_id: InstanceId, container: str = "") -> None:
+        """Run `container` (empty: the whole workload) again from its start in the same
+        instance, after it ended. The run that ended keeps its output for
+        `LogOptions(previous=True)`; `Instance.runs` (and that container's
+        `ContainerFacts.runs`) grows by one before this returns, so the next `get`/`list`
+        shows the new run. A failed init container that runs again lets the ones after it
+        follow. Raises NotFound (gone, or no such container), NotSupported, Unavailable;
+        InvalidRequest if it has not ended."""
+        ...
+
+
+@runtime_checkable
+class ContainerStopper(Protocol):
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        """Stop one running container as a kubelet kills it (a failed liveness probe):
+        SIGTERM to its process group, SIGKILL after `grace` seconds. Returns once asked;
+        the container then shows TERMINATED with its exit (137 when killed), and runs
+        again only if the vnode calls `restart` for it. A container that is not running is
+        success. Raises NotFound (gone, or no such container), Unavailable."""
+        ...
+
+
+@runtime_checkable
+class Attacher(Protocol):
+    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
+        """Connect to `container`'s own process (`kubectl attach`), not to a new command.
+
+        The returned `Process` reads that container's console from now on (stdout and stderr
+        merged, no backlog); its output ends when it exits. With `stdin`, bytes
+        written go to its stdin if it was started with one (the Pod's
+        container has `stdin: true`); otherwise they are dropped. `close_stdin` and `close`
+        end this attachment only: the workload keeps running and its stdin stays open for
+        the next attach. `wait` gives the exit code once it has exited, else
+        None; `resize` is a no-op unless the provider gave it a terminal.
+        Raises NotFound (no such instance or container, or not running), NotSupported, Unavailable.
+        """
+        ...
