@@ -28,6 +28,7 @@ WEBHOOKS_KEY = "admissionregistration.k8s.io/mutatingwebhookconfigurations"
 NAMESPACES_KEY = "/namespaces"
 DEFAULT_TIMEOUT = 10
 MAX_ANSWER = 3 * 1024 * 1024
+MAX_WARNINGS = 16  # per webhook answer, kept for the client
 _OPERATORS = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!"}
 
 Obj = dict[str, Any]
@@ -65,9 +66,13 @@ def _webhooks(store: Any) -> list[Obj]:
     return [hook for config in configs for hook in config.get("webhooks") or [] if isinstance(hook, dict)]
 
 
-def admit_pod(store: Any, namespace: str, pod: Any, *, operation: str = "CREATE") -> Any:
+def admit_pod(
+    store: Any, namespace: str, pod: Any, *, operation: str = "CREATE", warnings: list[str] | None = None
+) -> Any:
     """The Pod after every matching mutating webhook; raises ApiError on a denial or on a
-    failed call under failurePolicy Fail. A body that is not an object passes unchanged."""
+    failed call under failurePolicy Fail. A body that is not an object passes unchanged.
+    Each webhook's `response.warnings` are appended to `warnings` (the API server sends them
+    to the client as `Warning` headers)."""
     if not isinstance(pod, dict):
         return pod
     hooks = _webhooks(store)
@@ -83,11 +88,11 @@ def admit_pod(store: Any, namespace: str, pod: Any, *, operation: str = "CREATE"
             continue
         if not label_selector(hook.get("namespaceSelector")).matches_labels(ns_labels):
             continue
-        pod = _call(hook, namespace, pod, operation)
+        pod = _call(hook, namespace, pod, operation, warnings if warnings is not None else [])
     return pod
 
 
-def _call(hook: Mapping[str, Any], namespace: str, pod: Obj, operation: str) -> Obj:
+def _call(hook: Mapping[str, Any], namespace: str, pod: Obj, operation: str, warnings: list[str]) -> Obj:
     name = str(hook.get("name", ""))
     try:
         response = _post(hook, _review(namespace, pod, operation))
@@ -95,6 +100,9 @@ def _call(hook: Mapping[str, Any], namespace: str, pod: Obj, operation: str) -> 
         if hook.get("failurePolicy", "Fail") == "Ignore":
             return pod
         raise ApiError(500, f'Internal error occurred: failed calling webhook "{name}": {exc}') from None
+    said = response.get("warnings")
+    if isinstance(said, list):
+        warnings += [str(text) for text in said if isinstance(text, str)][:MAX_WARNINGS]
     if not response.get("allowed"):
         result = response.get("status") or {}
         raw_code = result.get("code")

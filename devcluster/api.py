@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from devcluster import admission, discovery, nodeaddress, protobuf, proxy, selectors, tables
@@ -47,6 +47,7 @@ class Reply:
     code: int
     body: bytes
     content_type: str = "application/json"
+    warnings: tuple[str, ...] = ()  # sent as `Warning: 299 - "<text>"` headers, as the API server does
 
 
 @dataclass
@@ -177,11 +178,12 @@ class Api:
                 if rt.namespaced and route.namespace is None:
                     raise ApiError(405, f"a namespace is required to create {rt.plural}")
                 body = self._body(request)
+                warnings: list[str] = []
                 if rt.kind == "Pod" and not rt.group:
-                    body = admission.admit_pod(self.resources.store, ns, body)
+                    body = admission.admit_pod(self.resources.store, ns, body, warnings=warnings)
                 obj = self.resources.create(rt, ns, body, dry_run=dry_run)
                 info.name = obj["metadata"].get("name", "")
-                return json_reply(201, obj)
+                return replace(json_reply(201, obj), warnings=tuple(warnings))
             if request.param("watch") in _TRUE:
                 info.verb = "watch"
                 return self._watch(request, route)

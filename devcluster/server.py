@@ -241,6 +241,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", reply.content_type)
         self.send_header("Content-Length", str(len(reply.body)))
         self.send_header("Cache-Control", "no-cache, private")
+        for text in reply.warnings:
+            self.send_header("Warning", warning_header(text))
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -294,3 +296,10 @@ class Handler(BaseHTTPRequestHandler):
 def _too_large() -> Reply:
     message = f"the request body is too large (limit {MAX_BODY} bytes)"
     return json_reply(413, failure_status(413, "RequestEntityTooLarge", message))
+
+
+def warning_header(text: str) -> str:
+    """An RFC 7234 `Warning` value as the API server writes one: code 299, agent `-`, the
+    text quoted (backslash and quote escaped; line breaks, which a header cannot carry, as spaces)."""
+    flat = " ".join(text.splitlines())
+    return '299 - "' + flat.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -36,6 +36,7 @@ REASON_TERMINATED = "Terminated"
 REASON_INSTANCE_LOST = "InstanceLost"
 REASON_PROVISION_FAILED = "ProvisionFailed"
 REASON_CONFIG_ERROR = "ConfigError"
+REASON_UNSUPPORTED_POD_SPEC = "UnsupportedPodSpec"  # a Pod field the provider cannot serve (design I9)
 REASON_CRASH_LOOP = "CrashLoopBackOff"  # a container's waiting reason during its restart back-off
 
 # Event reasons.

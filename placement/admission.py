@@ -9,17 +9,26 @@ node NotReady, and the cluster's default (300 s, added by the API server before 
 run) would then evict, and so terminate, instances that were running fine all along.
 A malformed review gets a clean denial with a message, never an exception. Tested in
 tests/placement/test_admission_review.py::test_an_opted_in_pod_gets_the_gate_a_key_only_toleration_and_outlasts_outages.
+
+The shape check (`providers.shapecheck`, design I9): given the Pod's candidate providers
+(its NodePool's, or the one whose node it is bound to) with their `Shapes`, a Pod none of
+them can serve is denied naming each field; one that only some cannot serve is admitted
+with a `warnings` entry per provider that will not take it.
+Tested in tests/placement/test_admission_shapes.py.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kube import names
 from placement.request import labels
+from providers import shapecheck
+from providers.shape import Shapes
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit (I7)
@@ -29,7 +38,47 @@ OUTAGE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable
 JsonDict = dict[str, Any]
 
 
-def review(body: bytes, *, outage_seconds: int | None = None) -> tuple[int, JsonDict]:
+@dataclass(frozen=True)
+class Candidates:
+    """The providers that may run a Pod, with the shapes each serves; `where` names them for
+    a person (`NodePool 'train'`, `node nebula-local`)."""
+
+    where: str
+    shapes: Mapping[str, Shapes]
+
+
+CandidatesOf = Callable[[Mapping[str, Any]], Candidates | None]  # None: nothing to check against
+
+
+@dataclass(frozen=True)
+class Verdict:
+    denial: str = ""  # non-empty: the Pod is refused with this message
+    warnings: tuple[str, ...] = ()
+
+
+def shape_verdict(pod: Mapping[str, Any], candidates: Candidates) -> Verdict:
+    """Deny a Pod no candidate can serve; warn of each candidate that cannot, and of needs
+    that are said but never refused (the service-account token)."""
+    found = shapecheck.needs(pod)
+    warnings = [f"{need.field}: {need.feature}" for need in found if need.warn_only]
+    refusing = {
+        name: refused
+        for name, shapes in sorted(candidates.shapes.items())
+        if (refused := shapecheck.refusals(shapecheck.not_served(found, shapes)))
+    }
+    if candidates.shapes and len(refusing) == len(candidates.shapes):
+        listed = "; ".join(f"{name} cannot serve {shapecheck.describe(needs)}" for name, needs in refusing.items())
+        return Verdict(denial=f"no provider of {candidates.where} can serve this Pod: {listed}")
+    warnings += [
+        f"provider {name!r} cannot serve {shapecheck.describe(needs)}; placement will not choose it"
+        for name, needs in refusing.items()
+    ]
+    return Verdict(warnings=tuple(warnings))
+
+
+def review(
+    body: bytes, *, outage_seconds: int | None = None, candidates_of: CandidatesOf | None = None
+) -> tuple[int, JsonDict]:
     """The HTTP status and JSON answer for one AdmissionReview request body.
 
     400 with a Status when the body is not an AdmissionReview at all (no uid to answer to);
@@ -55,9 +104,13 @@ def review(body: bytes, *, outage_seconds: int | None = None) -> tuple[int, Json
         return 200, _answer(uid, allowed=False, code=400, message="request.object must be a Pod with a spec")
     try:
         patch = pod_patch(pod, outage_seconds=outage_seconds)
+        candidates = candidates_of(pod) if candidates_of is not None else None
+        verdict = shape_verdict(pod, candidates) if candidates is not None else Verdict()
     except (TypeError, AttributeError, ValueError) as exc:
         return 200, _answer(uid, allowed=False, code=400, message=f"malformed Pod: {type(exc).__name__}")
-    return 200, _answer(uid, allowed=True, patch=patch)
+    if verdict.denial:
+        return 200, _answer(uid, allowed=False, code=400, message=verdict.denial, warnings=verdict.warnings)
+    return 200, _answer(uid, allowed=True, patch=patch, warnings=verdict.warnings)
 
 
 def pod_patch(pod: Mapping[str, Any], *, outage_seconds: int | None = None) -> list[JsonDict]:
@@ -126,9 +179,17 @@ def _is_pod(request: Mapping[str, Any]) -> bool:
 
 
 def _answer(
-    uid: str, *, allowed: bool, patch: list[JsonDict] | None = None, code: int = 200, message: str = ""
+    uid: str,
+    *,
+    allowed: bool,
+    patch: list[JsonDict] | None = None,
+    code: int = 200,
+    message: str = "",
+    warnings: tuple[str, ...] = (),
 ) -> JsonDict:
     response: JsonDict = {"uid": uid, "allowed": allowed}
+    if warnings:
+        response["warnings"] = list(warnings)
     if patch:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()

@@ -85,7 +85,7 @@ class Catalog:
                 listeners = list(self._listeners)
             for listener in listeners:
                 listener(name)
-        return ProviderView(name, offerings, provider.expand_regions)
+        return ProviderView(name, offerings, provider.expand_regions, provider.capabilities().shapes)
 
 
 def became_available(before: Sequence[Offering] | None, after: Sequence[Offering] | None) -> bool:

@@ -13,16 +13,20 @@ from enum import Enum
 
 from placement.pools import NodePool, Strategy
 from placement.request import WorkloadRequest
+from providers import shapecheck
 from providers.base import Offering, Tier
+from providers.shape import Shapes
 
 
 @dataclass(frozen=True)
 class ProviderView:
-    """What placement knows of one registered provider. `offerings` None: could not ask."""
+    """What placement knows of one registered provider. `offerings` None: could not ask.
+    `shapes`: the Pod shapes it serves (a Pod needing more skips it, providers.shapecheck)."""
 
     name: str
     offerings: tuple[Offering, ...] | None
     expand_regions: Callable[[Sequence[str]], list[str]] = field(compare=False, default=lambda regions: list(regions))
+    shapes: Shapes = field(default_factory=Shapes)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class Obstacle(Enum):
     """Why a (provider, tier, region) was skipped: what a Pod waiting for it waits for."""
 
     NOT_REGISTERED = "not registered"
+    UNSERVED_SHAPE = "cannot serve the Pod's shape"
     UNKNOWN = "offerings unknown"
     NOT_OFFERED = "not offered"
     SOLD_OUT = "sold out"
@@ -113,6 +118,12 @@ def candidates(
             if view is None:
                 if tier == pool.capacity_types[0]:
                     skips.append(Skip(entry.name, Obstacle.NOT_REGISTERED, "not registered on this manager"))
+                continue
+            unserved = shapecheck.refusals(shapecheck.not_served(request.needs, view.shapes))
+            if unserved:
+                if tier == pool.capacity_types[0]:
+                    why = f"cannot serve {shapecheck.describe(unserved)}"
+                    skips.append(Skip(entry.name, Obstacle.UNSERVED_SHAPE, why))
                 continue
             if view.offerings is None:
                 unknown = True

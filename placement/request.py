@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kube import names
-from providers import podspec
+from providers import podspec, shapecheck
 
 FAILED_PHASE = "Failed"
 
@@ -24,6 +24,7 @@ class RequestError(ValueError):
 class WorkloadRequest:
     accelerator: str | None  # folded label value; None: CPU only
     gpu_count: int
+    needs: tuple[shapecheck.Need, ...] = ()  # what the Pod asks beyond one plain container
 
     def describe(self) -> str:
         return "cpu" if self.accelerator is None else f"{self.accelerator} x{self.gpu_count}"
@@ -64,4 +65,4 @@ def workload_request(pod: Mapping[str, Any]) -> WorkloadRequest:
         spec = podspec.pod_spec_from_dict(pod)
     except ValueError as exc:
         raise RequestError(str(exc)) from None
-    return WorkloadRequest(spec.accelerator, spec.gpu_count)
+    return WorkloadRequest(spec.accelerator, spec.gpu_count, shapecheck.needs(pod))

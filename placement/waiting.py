@@ -53,7 +53,12 @@ def wait_for(decision: Decision, request: WorkloadRequest, *, now: float, rechec
     passing = any(s.obstacle in PASSING for s in obstacles)
     reason = names.EVENT_WAITING_FOR_CAPACITY if passing else names.EVENT_NO_CANDIDATE
     listed = ", ".join(describe(s, request) for s in obstacles) or "the pool lists no candidate"
-    lead = "waiting for capacity" if passing else f"no provider in the pool sells {request.describe()}"
+    if passing:
+        lead = "waiting for capacity"
+    elif obstacles and all(s.obstacle is Obstacle.UNSERVED_SHAPE for s in obstacles):
+        lead = "no provider in the pool can serve this Pod's shape"
+    else:
+        lead = f"no provider in the pool sells {request.describe()}"
     return Wait(
         reason=reason,
         obstacles=obstacles,
@@ -70,6 +75,8 @@ def describe(skip: Skip, request: WorkloadRequest) -> str:
         return f"{skip.provider} not registered on this manager"
     if skip.obstacle is Obstacle.UNKNOWN:
         return f"{skip.provider} offerings unknown (it could not be asked)"
+    if skip.obstacle is Obstacle.UNSERVED_SHAPE:
+        return f"{skip.provider} {skip.why}"
     where = f"{skip.provider}/{request.describe()}"
     if skip.tier is not None:
         where += f" {skip.tier.value}"

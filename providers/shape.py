@@ -4,7 +4,7 @@ facts of each container, and the `Shapes` a provider declares it can serve.
 Built by `providers.podspec` (the containers) and `vnode.volumes` (the volume contents);
 read by providers; `providers.shapecheck` compares a Pod against a provider's `Shapes`.
 Volume contents may hold Secret bytes: their repr names files, never contents (I4).
-Tests: tests/providers/test_contract.py.
+Tests: tests/providers/test_shapecheck.py.
 """
 
 from __future__ import annotations

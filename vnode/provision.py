@@ -10,6 +10,8 @@ Invariant (I2): the instance id is in the tracked map and on the Pod's annotatio
 tests/vnode/test_controllers.py::test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns.
 Invariant (I4): resolved env values reach only the provider; see
 tests/vnode/test_secrets.py::test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value.
+Invariant (I9): a Pod shape the provider cannot serve fails by name, never runs in part; see
+tests/vnode/test_shapes.py::test_I9_a_bound_pod_the_provider_cannot_serve_fails_naming_the_field.
 Invariant (I3): `Unavailable` retries, never fails the Pod; see
 tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing.
 """
@@ -24,7 +26,7 @@ from typing import Any
 from kube import names, observe
 from kube.events import EventRecorder
 from kube.worker import Retry
-from providers import errors
+from providers import errors, shapecheck
 from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import status
@@ -72,7 +74,15 @@ class Provisioner:
     def create_pod(self, pod: JsonDict) -> None:
         """Provision the Pod's instance. Returns once the instance id is recorded in memory
         and on the Pod (I2), or once the Pod is refused (Failed, with an Event); raises
-        Retry (WaitingForSource for a missing Secret/ConfigMap) when it must be tried again."""
+        Retry (WaitingForSource for a missing Secret/ConfigMap) when it must be tried again.
+        A Pod whose shape the provider cannot serve fails first, naming the fields (I9)."""
+        unserved = shapecheck.unserved(pod, self._capabilities().shapes)
+        for need in unserved:
+            if need.warn_only:
+                self._events.pod(pod, "Warning", names.REASON_UNSUPPORTED_POD_SPEC, f"{need.field}: {need.feature}")
+        if shapecheck.refusals(unserved):
+            message = shapecheck.refusal_message(self._provider.name, unserved)
+            return self._refuse(pod, names.REASON_UNSUPPORTED_POD_SPEC, message)
         request = self._request(pod)
         started, who = self._monotonic(), observe.Subject(pod_key(pod), request.claim)
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster, tls
+from devcluster.server import warning_header
 from tests.support.raw import Raw
 
 Answer = Callable[[dict[str, Any]], dict[str, Any]]
@@ -170,3 +171,15 @@ def test_a_broken_patch_or_a_wrong_uid_is_a_failed_call(cluster: DevCluster, raw
     hook.answer = lambda request: {"uid": "someone-else", "allowed": True}
     status, body = raw.json("POST", "/api/v1/namespaces/default/pods", pod("y"))
     assert status == 500 and "uid" in body["message"]
+
+
+def test_a_webhooks_warnings_reach_the_client_as_warning_headers(cluster: DevCluster, raw: Raw, hook: Hook) -> None:
+    cluster.apply_manifest(hook.config())
+    hook.answer = lambda request: {"uid": request["uid"], "allowed": True, "warnings": ['field "x" is ignored']}
+    status, headers, _ = raw.request("POST", "/api/v1/namespaces/default/pods", pod("warned"))
+    assert status == 201
+    assert headers["warning"] == '299 - "field \\"x\\" is ignored"'
+
+
+def test_a_warning_header_escapes_quotes_and_backslashes_and_flattens_lines() -> None:
+    assert warning_header('a "b" \\ c\nd') == '299 - "a \\"b\\" \\\\ c d"'

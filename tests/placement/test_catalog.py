@@ -11,14 +11,14 @@ import pytest
 
 from placement.catalog import Catalog, became_available
 from providers import errors
-from providers.base import Offering, Tier
+from providers.base import Capabilities, Offering, Tier
 
 H100 = Offering("h100", 8, Tier.SPOT, "us-east-1", 10.0)
 SOLD_OUT = replace(H100, available=False)
 
 
 class CountingProvider:
-    """Just the two methods the catalog calls; `fail` makes `offerings()` raise Unavailable."""
+    """Just the three methods the catalog calls; `fail` makes `offerings()` raise Unavailable."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -33,6 +33,9 @@ class CountingProvider:
 
     def expand_regions(self, declared: Sequence[str]) -> list[str]:
         return list(declared)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
 
 
 class Clock:

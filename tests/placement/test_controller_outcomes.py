@@ -30,7 +30,7 @@ from placement.poolcache import PoolState
 from placement.pools import NodePool, PoolProvider
 from placement.waiting import PLACEMENT_RECHECK
 from providers import errors
-from providers.base import BlockBreadth, BlockScope, Offering, Tier
+from providers.base import BlockBreadth, BlockScope, Capabilities, Offering, Tier
 
 KEY = "default/trainer"
 OFFERINGS = (Offering("h100", 8, Tier.SPOT, "us-east-1", 10.0),)
@@ -83,6 +83,9 @@ class FakeProvider:
 
     def expand_regions(self, declared: list[str]) -> list[str]:
         return list(declared)
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities()
 
 
 class FakeEvents:

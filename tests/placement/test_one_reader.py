@@ -18,6 +18,8 @@ from providers import errors, podspec
 from providers.base import BlockBreadth, Offering, Tier
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict, requested_tier
+from providers.shape import Shapes
+from providers.shapecheck import Need
 
 NOW = 1_800_000_000.0
 
@@ -49,7 +51,7 @@ def test_placement_the_provider_and_the_blocklist_read_one_pod_alike() -> None:
     pod = disagreeing_pod()
     request = workload_request(pod)
     spec = pod_spec_from_dict(pod)
-    assert request == WorkloadRequest("h100", 8)
+    assert request == WorkloadRequest("h100", 8, (Need("several containers", "spec.containers[1]"),))
     assert (spec.accelerator, spec.gpu_count) == (request.accelerator, request.gpu_count)
     assert requested_tier(pod) is Tier.SPOT  # `spot` reads as Spot, here as in the vnode
 
@@ -65,7 +67,8 @@ def test_placement_the_provider_and_the_blocklist_read_one_pod_alike() -> None:
     )
 
     pool = NodePool("train", (PoolProvider("gpu-a"),), capacity_types=(Tier.SPOT,))
-    views = {"gpu-a": ProviderView("gpu-a", (Offering("H100", 8, Tier.SPOT, "us-east-1", 10.0),))}
+    offer = Offering("H100", 8, Tier.SPOT, "us-east-1", 10.0)
+    views = {"gpu-a": ProviderView("gpu-a", (offer,), shapes=Shapes(several_containers=True))}
     blocklist = Blocklist(clock=lambda: NOW, uniform=lambda: 0.0, pool_ttl={"train": 60.0}.get)
     before = decide(pool, request, views, blocklist_lookup(blocklist, request.accelerator), now=NOW)
     assert before.chosen is not None and before.chosen.label() == "gpu-a Spot us-east-1"

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
+from kube import names
 from placement.optimizer import Candidate, ProviderView, count_candidates, decide
 from placement.pools import NodePool, PoolProvider, Strategy
 from placement.request import WorkloadRequest
+from placement.waiting import wait_for
+from providers import shapecheck
 from providers.base import Offering, Tier
+from providers.shape import Shapes
 
 H100 = WorkloadRequest("h100", 8)
 NOW = 1000.0
@@ -123,3 +128,26 @@ def test_a_region_the_provider_does_not_sell_in_is_skipped_with_a_reason() -> No
 def test_candidate_count_counts_tier_provider_region_with_an_available_offering() -> None:
     assert count_candidates(make_pool(), VIEWS) == 5
     assert count_candidates(make_pool(tiers=(Tier.ON_DEMAND,)), VIEWS) == 2
+
+
+def test_a_provider_that_cannot_serve_the_pods_shape_is_skipped_with_the_field_named() -> None:
+    sidecar_pod = {"spec": {"containers": [{"name": "a"}, {"name": "metrics"}]}}
+    request = WorkloadRequest("h100", 8, shapecheck.needs(sidecar_pod))
+    views = dict(VIEWS, **{"gpu-b": replace(VIEWS["gpu-b"], shapes=Shapes(several_containers=True))})
+    decision = decide(make_pool(), request, views, never, now=NOW)
+    assert decision.chosen is not None and decision.chosen.label() == "gpu-b Spot us-east-1"
+    assert decision.skipped[0].text() == "gpu-a: cannot serve spec.containers[1] (several containers)"
+    assert all(skip.provider == "gpu-b" for skip in decision.skipped[1:])  # gpu-a once, at its first tier
+
+
+def test_no_provider_serving_the_shape_waits_for_nothing_and_says_so() -> None:
+    claim_pod = {"spec": {"containers": [{"name": "a"}], "volumes": [{"name": "d", "persistentVolumeClaim": {}}]}}
+    request = WorkloadRequest("h100", 8, shapecheck.needs(claim_pod))
+    decision = decide(make_pool(), request, VIEWS, never, now=NOW)
+    assert decision.chosen is None and decision.retry_at is None
+    wait = wait_for(decision, request, now=NOW)
+    assert wait.reason == names.EVENT_NO_CANDIDATE
+    assert wait.message.startswith(
+        "no provider in the pool can serve this Pod's shape: gpu-a cannot serve spec.volumes[0].persistentVolumeClaim "
+        "(persistentVolumeClaim volumes), gpu-b cannot serve"
+    )
