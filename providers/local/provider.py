@@ -257,10 +257,9 @@ class LocalProvider:
         spec, env = found.record(folder.SPEC_FILE) or {}, found.record(folder.ENV_FILE) or {}
         named = containers.label(entry, instance_id)
         try:
-            return process.start_process(
-                command, cwd=str(spec.get("cwd") or found.instance_path), env={str(k): str(v) for k, v in env.items()},
-                tty=tty, stdin=stdin,
-            )  # fmt: skip
+            cwd = str(spec.get("cwd") or found.instance_path)
+            values = {**{str(k): str(v) for k, v in env.items()}, "PWD": cwd}  # `pwd` shows a mount path's link
+            return process.start_process(command, cwd=cwd, env=values, tty=tty, stdin=stdin)
         except FileNotFoundError as exc:
             raise NotFound(f"command {command[0]!r} not found in {named}") from exc
         except OSError as exc:

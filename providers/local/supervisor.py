@@ -82,7 +82,7 @@ class Supervisor:
             try:
                 self.child = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=writer, stderr=writer,
-                    cwd=self.cwd, env=self.env, process_group=0,
+                    cwd=self.cwd, env={**self.env, "PWD": self.cwd}, process_group=0,
                 )  # fmt: skip
             except OSError as exc:
                 os.close(writer)

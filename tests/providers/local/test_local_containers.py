@@ -8,13 +8,16 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import InvalidRequest, NotFound
-from providers.local import LocalProvider, folder, proc
+from providers.local import LocalProvider, folder, pod, proc
+from providers.local.status import Observation
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState
 from tests.support.factories import make_pod_spec
 from tests.support.local_cleanup import kill_leftovers
@@ -255,3 +258,59 @@ def test_container_names_of_a_pod_of_several_must_be_unique_dns_labels(provider:
     with pytest.raises(InvalidRequest, match="neither command nor args"):
         start(provider, pod_of((sh("main", "true"),), (ContainerSpec("setup"),)))
     assert provider.list() == []
+
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+LAUNCHED = {"supervisor": {"pid": 10, "start_ticks": 1}}
+STARTED = {"started_at": "2026-01-01T11:59:00.000000000Z"}
+
+
+def seen(name: str, how: str, kind: str = "app", *, may_start: bool = True, terminate: bool = False) -> pod.Seen:
+    """A container as read: `how` is waiting, running, unlaunched, or an exit code."""
+    records: dict[str, Any] = {"launch": LAUNCHED, "run": STARTED, "exit": None}
+    alive = (True, True)
+    if how == "waiting":
+        records["run"], alive = None, (True, False)
+    elif how == "unlaunched":
+        records.update(launch=None, run=None)
+        alive = (False, False)
+    elif how != "running":
+        records["exit"] = {"exit_code": int(how), "finished_at": f"2026-01-01T11:59:{int(how) % 60:02d}.0Z"}
+        alive = (False, False)
+    observation = Observation(
+        instance_id="local-c.a.x", claim="x", created_at=NOW, spec={"claim": "x"},
+        terminate={"requested_at": "2026-01-01T11:59:59.0Z"} if terminate else None,
+        supervisor_alive=alive[0], workload_alive=alive[1], **records,
+    )  # fmt: skip
+    return pod.Seen(name, kind, observation, may_start)
+
+
+@pytest.mark.parametrize(
+    ("containers", "state", "exit_code"),
+    [
+        ([seen("i", "running", "init"), seen("a", "waiting", may_start=False)], InstanceState.INITIALIZING, None),
+        ([seen("i", "0", "init"), seen("a", "waiting")], InstanceState.INITIALIZING, None),  # about to start
+        ([seen("i", "5", "init"), seen("a", "waiting", may_start=False)], InstanceState.FAILED, 5),
+        ([seen("s", "running", "sidecar"), seen("a", "waiting", may_start=False)], InstanceState.INITIALIZING, None),
+        ([seen("i", "0", "init"), seen("a", "running"), seen("b", "3")], InstanceState.RUNNING, None),
+        ([seen("s", "143", "sidecar"), seen("a", "0"), seen("b", "3")], InstanceState.FAILED, 3),
+        ([seen("s", "143", "sidecar"), seen("a", "0"), seen("b", "0")], InstanceState.SUCCEEDED, 0),
+        ([seen("s", "running", "sidecar"), seen("a", "0"), seen("b", "0")], InstanceState.RUNNING, None),
+        ([seen("i", "unlaunched", "init"), seen("a", "unlaunched")], InstanceState.PROVISIONING, None),
+        (
+            [seen("i", "0", "init", terminate=True), seen("a", "running", terminate=True)],
+            InstanceState.TERMINATING,
+            None,
+        ),
+    ],
+)
+def test_the_state_of_an_instance_of_several_containers_follows_its_containers(
+    containers: list[pod.Seen], state: InstanceState, exit_code: int | None
+) -> None:
+    instance = pod.instance_from(containers)
+    assert instance is not None and (instance.state, instance.exit_code) == (state, exit_code)
+    assert [c.name for c in instance.containers] == [c.name for c in containers]
+
+
+def test_an_instance_of_several_containers_is_gone_once_terminated_and_nothing_lives() -> None:
+    assert pod.instance_from([seen("i", "0", "init", terminate=True), seen("a", "137", terminate=True)]) is None
