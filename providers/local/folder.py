@@ -133,12 +133,18 @@ def take_launch_lock(folder: Path) -> BinaryIO | None:
 
 def remove_unsupervised(folder: Path) -> None:
     """Delete an instance folder unless a supervisor, or a launcher about to fork one, holds
-    its launch lock (then it stays, for a later look). The lock is held across the deletion,
-    so no launcher can start a workload in a folder being deleted."""
+    the launch lock of one of its containers (then it stays, for a later look). The locks are
+    held across the deletion, so no launcher can start a workload in a folder being deleted."""
+    held: list[BinaryIO] = []
     try:
-        lock = take_launch_lock(folder)
+        for container in [folder, *sorted((folder / CONTAINERS_DIR).glob("*"))]:
+            lock = take_launch_lock(container)
+            if lock is None:
+                return
+            held.append(lock)
+        remove_folder(folder)
     except (FileNotFoundError, NotADirectoryError):
         return  # already gone
-    if lock is not None:
-        with lock:
-            remove_folder(folder)
+    finally:
+        for lock in held:
+            lock.close()

@@ -12,6 +12,8 @@ container after it until it is restarted and succeeds.
 Rule for the sidecars: once every app container's current run ended and none will run again
 under the Pod's restart policy (Never: all ended; OnFailure: all ended with 0; Always: never),
 each running sidecar is asked to stop (its supervisor sends TERM, then KILL after the grace).
+Invariant: a failed init container holds the app containers until it is restarted and succeeds
+(tests/providers/local/test_local_containers.py::test_a_failing_init_container_holds_the_app_containers_until_it_is_restarted_and_succeeds).
 Tests: tests/providers/local/test_local_containers.py.
 """
 
