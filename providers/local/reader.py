@@ -25,6 +25,13 @@ class FolderReader:
         self.owner_key = owner_key
         self.instance_id = folder.instance_id_for(owner_key, self.instance_path.name)
 
+    @property
+    def label(self) -> str:
+        """How an error names what this folder holds: `instance <id>`, or `container 'x' of instance <id>`."""
+        if self.path == self.instance_path:
+            return f"instance {self.instance_id}"
+        return f"container {self.path.name!r} of instance {self.instance_id}"
+
     def containers(self) -> list[sequence.Entry]:
         """Every container of the instance, in Pod order (the instance record's list)."""
         return sequence.entries(self.instance_path, self.record_of_instance(folder.SPEC_FILE))

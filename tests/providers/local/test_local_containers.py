@@ -16,7 +16,7 @@ import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import InvalidRequest, NotFound
-from providers.local import LocalProvider, folder, pod, proc
+from providers.local import LocalProvider, folder, pod, proc, sequence
 from providers.local.status import Observation
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState
 from tests.support.factories import make_pod_spec
@@ -314,3 +314,56 @@ def test_the_state_of_an_instance_of_several_containers_follows_its_containers(
 
 def test_an_instance_of_several_containers_is_gone_once_terminated_and_nothing_lives() -> None:
     assert pod.instance_from([seen("i", "0", "init", terminate=True), seen("a", "137", terminate=True)]) is None
+
+
+def entry(base: Path, name: str, kind: str, *records: tuple[str, dict[str, Any]]) -> sequence.Entry:
+    path = base / name
+    path.mkdir()
+    for record, data in records:
+        folder.write_json_atomic(path / record, data)
+    return sequence.Entry(name, kind, path)
+
+
+def test_a_container_may_start_once_the_init_containers_before_it_succeeded_and_sidecars_before_it_started(
+    tmp_path: Path,
+) -> None:
+    started, ok, failed = (
+        (folder.RUN_FILE, {"run": 1}),
+        (folder.EXIT_FILE, {"exit_code": 0}),
+        (folder.EXIT_FILE, {"exit_code": 1}),
+    )
+    order = [
+        entry(tmp_path, "done", "init", started, ok),
+        entry(tmp_path, "proxy", "sidecar", started),
+        entry(tmp_path, "broken", "init", started, failed),
+        entry(tmp_path, "later", "init"),
+        entry(tmp_path, "main", "app"),
+        entry(tmp_path, "helper", "app"),
+    ]
+    assert [sequence.may_start(order, e.name) for e in order] == [True, True, True, False, False, False]
+    folder.write_json_atomic(tmp_path / "broken" / folder.RUNS_FILE, {"runs": 2})  # restarted: the old exit is stale
+    assert not sequence.may_start(order, "later")
+    folder.write_json_atomic(tmp_path / "broken" / folder.EXIT_FILE, {"exit_code": 0, "run": 2})
+    assert sequence.may_start(order, "later") and not sequence.may_start(order, "main")
+    folder.write_json_atomic(tmp_path / "later" / folder.EXIT_FILE, {"exit_code": 0})
+    assert sequence.may_start(order, "main") and sequence.may_start(order, "helper")
+
+
+@pytest.mark.parametrize(
+    ("policy", "codes", "stop"),
+    [
+        ("Never", (0, 3), True),
+        ("Never", (0, None), False),  # one still runs
+        ("OnFailure", (0, 0), True),
+        ("OnFailure", (0, 3), False),  # it will run again
+        ("Always", (0, 0), False),
+    ],
+)
+def test_sidecars_stop_only_once_no_app_container_will_run_again(
+    tmp_path: Path, policy: str, codes: tuple[int | None, ...], stop: bool
+) -> None:
+    apps = [
+        entry(tmp_path, f"app{n}", "app", *(((folder.EXIT_FILE, {"exit_code": code}),) if code is not None else ()))
+        for n, code in enumerate(codes)
+    ]
+    assert sequence.sidecars_may_stop(apps, policy) is stop
