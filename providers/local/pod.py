@@ -8,7 +8,8 @@ Rule for the state of an instance of several containers: TERMINATING once termin
 while anything of it lives (gone once nothing does); else INITIALIZING until an app container
 has started, RUNNING while any container runs, INITIALIZING again while nothing runs but a
 container may start now; SUCCEEDED / FAILED once nothing runs and nothing may start, with the
-first non-zero exit code of an init or app container (sidecars do not count), else 0. A
+first non-zero exit code of an init or app container (sidecars do not count, unless one that
+never started holds the others: then its failure is the instance's), else 0. A
 single-container instance keeps the rules of `providers.local.status`; both report every
 container in `Instance.containers`, and `started_at` and `runs` are the first app container's.
 Tests: tests/providers/local/test_local_containers.py.
@@ -104,6 +105,15 @@ def _state(
         if seen.kind != sequence.SIDECAR and f.state is ContainerState.TERMINATED
     ]  # fmt: skip
     failed = next((f for f in counted if f.exit_code != 0), None)
+    held = next((f for f in facts if f.state is ContainerState.WAITING), None)
+    if failed is None and held is not None:  # held by a sidecar that never started: its failure is the Pod's
+        sidecar = next((f for f in facts if f.state is ContainerState.TERMINATED and f.exit_code != 0), None)
+        why = f"container {sidecar.name!r}: {sidecar.message}" if sidecar is not None else "it never started"
+        return (
+            InstanceState.FAILED,
+            f"container {held.name!r} is held: {why}",
+            [*counted, *([sidecar] if sidecar else [])],
+        )
     if failed is None:
         return InstanceState.SUCCEEDED, "every container exited with code 0", counted
     if failed.exit_code is None:

@@ -266,7 +266,8 @@ STARTED = {"started_at": "2026-01-01T11:59:00.000000000Z"}
 
 
 def seen(name: str, how: str, kind: str = "app", *, may_start: bool = True, terminate: bool = False) -> pod.Seen:
-    """A container as read: `how` is waiting, running, unlaunched, or an exit code."""
+    """A container as read: `how` is waiting, running, unlaunched, vanished (its supervisor died
+    before it started), or an exit code."""
     records: dict[str, Any] = {"launch": LAUNCHED, "run": STARTED, "exit": None}
     alive = (True, True)
     if how == "waiting":
@@ -274,6 +275,8 @@ def seen(name: str, how: str, kind: str = "app", *, may_start: bool = True, term
     elif how == "unlaunched":
         records.update(launch=None, run=None)
         alive = (False, False)
+    elif how == "vanished":
+        records["run"], alive = None, (False, False)
     elif how != "running":
         records["exit"] = {"exit_code": int(how), "finished_at": f"2026-01-01T11:59:{int(how) % 60:02d}.0Z"}
         alive = (False, False)
@@ -297,6 +300,7 @@ def seen(name: str, how: str, kind: str = "app", *, may_start: bool = True, term
         ([seen("s", "143", "sidecar"), seen("a", "0"), seen("b", "0")], InstanceState.SUCCEEDED, 0),
         ([seen("s", "running", "sidecar"), seen("a", "0"), seen("b", "0")], InstanceState.RUNNING, None),
         ([seen("i", "unlaunched", "init"), seen("a", "unlaunched")], InstanceState.PROVISIONING, None),
+        ([seen("s", "vanished", "sidecar"), seen("a", "waiting", may_start=False)], InstanceState.FAILED, None),
         (
             [seen("i", "0", "init", terminate=True), seen("a", "running", terminate=True)],
             InstanceState.TERMINATING,
