@@ -144,9 +144,9 @@ class LocalProvider:
 
     def _needs_launch(self, container: Path) -> bool:
         """A container folder whose launch was interrupted."""
-        observation = FolderReader(container, owner_key=self._owner.key, instance=folder.instance_folder(container))
-        seen = observation.observe()
-        return seen is not None and status.needs_launch(seen)
+        reader = FolderReader(container, owner_key=self._owner.key, instance=folder.instance_folder(container))
+        observation = reader.observe()
+        return observation is not None and status.needs_launch(observation)
 
     def terminate(self, instance_id: InstanceId) -> None:
         path = self._path(instance_id)
