@@ -38,8 +38,17 @@ INDEX_ENTRY = struct.Struct("<QQ")  # the chunk's offset in LOG_FILE, its arriva
 SUPERVISOR_LOG_FILE = "supervisor.log"  # the supervisor's own stderr
 STDIN_FIFO = "stdin.fifo"  # the workload's stdin, only when the Pod asked for one (kubectl attach -i)
 PREVIOUS_DIR = "previous"  # the LOG_FILE and LOG_INDEX_FILE of the run before the current one
-# LAUNCH_FILE, RUN_FILE, EXIT_FILE and LAUNCH_ERROR_FILE carry `"run": <number>` (absent: 1);
+STOP_FILE = "stop.json"  # stop this container's current run (stop_container, or sidecars after the app containers)
+CONTAINERS_DIR = "containers"  # one folder per container other than the first app container
+VOLUMES_DIR = "volumes"  # the Pod's volumes, one folder each, materialised before any container starts
+ROOT_DIR = "root"  # the instance's root: each mount path appears under it (`providers.local.volumes`)
+# LAUNCH_FILE, RUN_FILE, EXIT_FILE, LAUNCH_ERROR_FILE and STOP_FILE carry `"run": <number>` (absent: 1);
 # one of an older run than RUNS_FILE says is stale (see `providers.local.runs`).
+#
+# A container's records, log and lock (the names above from SPEC_FILE to STOP_FILE, less
+# TERMINATE_FILE) are kept in its own folder: the first app container's is the instance folder
+# itself (the layout of a single-container instance), every other's `CONTAINERS_DIR/<name>/`.
+# TERMINATE_FILE is the instance's, in the instance folder only.
 
 
 def is_claim(text: str) -> bool:
@@ -68,6 +77,16 @@ def claim_of(instance_id: str) -> str | None:
     """The claim inside a local instance id of any owner, or None if it is not one."""
     parsed = parse_instance_id(instance_id)
     return parsed[1] if parsed else None
+
+
+def container_folder(path: Path, name: str, *, first_app: bool) -> Path:
+    """The folder of container `name` of the instance in `path` (a container name is a DNS label)."""
+    return path if first_app else path / CONTAINERS_DIR / name
+
+
+def instance_folder(container: Path) -> Path:
+    """The instance folder a container folder belongs to."""
+    return container.parent.parent if container.parent.name == CONTAINERS_DIR else container
 
 
 def write_json_atomic(path: Path, data: Any, *, mode: int = 0o644) -> None:
@@ -114,12 +133,18 @@ def take_launch_lock(folder: Path) -> BinaryIO | None:
 
 def remove_unsupervised(folder: Path) -> None:
     """Delete an instance folder unless a supervisor, or a launcher about to fork one, holds
-    its launch lock (then it stays, for a later look). The lock is held across the deletion,
-    so no launcher can start a workload in a folder being deleted."""
+    the launch lock of one of its containers (then it stays, for a later look). The locks are
+    held across the deletion, so no launcher can start a workload in a folder being deleted."""
+    held: list[BinaryIO] = []
     try:
-        lock = take_launch_lock(folder)
+        for container in [folder, *sorted((folder / CONTAINERS_DIR).glob("*"))]:
+            lock = take_launch_lock(container)
+            if lock is None:
+                return
+            held.append(lock)
+        remove_folder(folder)
     except (FileNotFoundError, NotADirectoryError):
         return  # already gone
-    if lock is not None:
-        with lock:
-            remove_folder(folder)
+    finally:
+        for lock in held:
+            lock.close()

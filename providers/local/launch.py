@@ -1,8 +1,9 @@
 """Create an instance folder and start its supervisor: the effects behind `provision`.
 
 Called by `LocalProvider.provision` only. The folder is prepared under a hidden temporary
-name and renamed into place, so the rename is the atomic claim (I1). Secret env values
-go to a 0600 file and nowhere else (I4).
+name (volumes, then one folder per container: `folder.container_folder`) and renamed into
+place, so the rename is the atomic claim (I1). Secret env values go to 0600 files and
+nowhere else (I4). Each container has its own supervisor.
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -14,27 +15,35 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from providers.base import PodSpec, ProvisionRequest, Tier
 from providers.errors import InvalidRequest, Unavailable
-from providers.local import folder, stamp
+from providers.local import folder, sequence, stamp, volumes
+from providers.shape import ContainerSpec
 
 SUPERVISOR_START_TIMEOUT = 30.0
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds `providers/`
 
 
-def workload_argv(pod: PodSpec) -> list[str]:
+def workload_argv(container: ContainerSpec) -> list[str]:
     """command + args; args alone are shell text run by `sh -c` (joined by spaces)."""
-    if pod.command:
-        return [*pod.command, *pod.args]
-    if pod.args:
-        return ["sh", "-c", " ".join(pod.args)]
+    if container.command:
+        return [*container.command, *container.args]
+    if container.args:
+        return ["sh", "-c", " ".join(container.args)]
     raise InvalidRequest(
-        f"container {pod.container!r} has neither command nor args: the local provider runs the "
+        f"container {container.name!r} has neither command nor args: the local provider runs the "
         "container's command on this machine and cannot use the image's entrypoint"
     )
+
+
+def containers_in_order(pod: PodSpec) -> list[tuple[ContainerSpec, str]]:
+    """Every container of the Pod with its kind (`sequence.INIT`, `SIDECAR`, `APP`), in Pod order."""
+    inits = [(c, sequence.SIDECAR if c.sidecar else sequence.INIT) for c in pod.init_containers]
+    return [*inits, *((c, sequence.APP) for c in pod.app_containers())]
 
 
 def check_request(pod: PodSpec, request: ProvisionRequest) -> None:
@@ -47,16 +56,26 @@ def check_request(pod: PodSpec, request: ProvisionRequest) -> None:
         raise InvalidRequest("the local provider serves only the OnDemand tier")
     if request.region not in (None, "local"):
         raise InvalidRequest(f"the local provider has no region {request.region!r} (only 'local')")
+    ordered = [container for container, _ in containers_in_order(pod)]
+    names = [container.name for container in ordered]
+    several = len(ordered) > 1
+    for container in ordered:
+        if several and not (folder.is_claim(container.name) and names.count(container.name) == 1):
+            raise InvalidRequest(f"container name {container.name!r} is not a DNS label unique in the Pod")
+        workload_argv(container)
+    volumes.check_mounts(ordered, request.volumes)
 
 
-def workload_env(request: ProvisionRequest, home: Path) -> dict[str, str]:
-    env = {
+def workload_env(env: Mapping[str, str], home: Path) -> dict[str, str]:
+    """The container's env: PATH and LANG from here, HOME, the Pod's env, then NEBULA_ROOT."""
+    values = {
         "PATH": os.environ.get("PATH") or os.defpath,
         "HOME": str(home),
         "LANG": os.environ.get("LANG") or "C.UTF-8",
     }
-    env.update(request.env)
-    return env
+    values.update(env)
+    values.update(volumes.root_env(home / folder.ROOT_DIR))
+    return values
 
 
 def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grace_period: float) -> Path | None:
@@ -68,23 +87,7 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
     temp = root / f".new-{request.claim}-{uuid.uuid4().hex[:8]}"
     temp.mkdir(mode=0o700)
     try:
-        cwd = pod.working_dir if pod.working_dir and os.path.isdir(pod.working_dir) else str(final)
-        spec = {
-            "claim": request.claim,
-            "argv": workload_argv(pod),
-            "cwd": cwd,
-            "grace_period": grace_period,
-            "created_at": stamp.now_stamp(),
-            "pod": f"{pod.namespace}/{pod.name}",
-            "image": pod.image,
-            # The container's `stdin: true`: the workload then reads a FIFO that
-            # `kubectl attach -i` writes to; otherwise /dev/null.
-            "stdin": pod.stdin,
-        }
-        folder.write_json_atomic(temp / folder.SPEC_FILE, spec)
-        folder.write_json_atomic(temp / folder.ENV_FILE, workload_env(request, final), mode=0o600)
-        (temp / folder.LOG_FILE).touch()
-        (temp / folder.LOG_INDEX_FILE).touch()
+        _prepare(temp, final, pod, request, grace_period=grace_period)
         os.rename(temp, final)
     except OSError as exc:
         shutil.rmtree(temp, ignore_errors=True)
@@ -95,6 +98,51 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return final
+
+
+def _prepare(temp: Path, final: Path, pod: PodSpec, request: ProvisionRequest, *, grace_period: float) -> None:
+    """Fill the instance folder `temp` (renamed to `final` once ready): the volumes, then each
+    container's folder with its record, its 0600 env and its empty log."""
+    ordered = containers_in_order(pod)
+    volumes.materialise(temp, [container for container, _ in ordered], request.volumes)
+    listing = [{"name": container.name, "kind": kind} for container, kind in ordered]
+    first_app = True
+    for container, kind in ordered:
+        is_first, first_app = kind == sequence.APP and first_app, first_app and kind != sequence.APP
+        shown = volumes.rewritten(container, final / folder.ROOT_DIR)
+        record: dict[str, object] = {
+            "claim": request.claim,
+            "container": container.name,
+            "kind": kind,
+            "argv": workload_argv(shown),
+            "cwd": _working_dir(shown.working_dir, temp=temp, final=final),
+            "grace_period": grace_period,
+            "created_at": stamp.now_stamp(),
+            "pod": f"{pod.namespace}/{pod.name}",
+            "image": container.image,
+            # The container's `stdin: true`: the workload then reads a FIFO that
+            # `kubectl attach -i` writes to; otherwise /dev/null.
+            "stdin": container.stdin,
+        }
+        if is_first:
+            record.update(containers=listing, restart_policy=pod.restart_policy)
+        unit = folder.container_folder(temp, container.name, first_app=is_first)
+        unit.mkdir(parents=True, exist_ok=True, mode=0o700)
+        env = workload_env(request.env_for(container.name), final)
+        folder.write_json_atomic(unit / folder.SPEC_FILE, record)
+        folder.write_json_atomic(unit / folder.ENV_FILE, env, mode=0o600)
+        (unit / folder.LOG_FILE).touch()
+        (unit / folder.LOG_INDEX_FILE).touch()
+
+
+def _working_dir(working_dir: str | None, *, temp: Path, final: Path) -> str:
+    """`working_dir` if it is a folder (one under the instance is looked for in `temp`, where
+    it is being made), else the instance folder."""
+    if not working_dir:
+        return str(final)
+    inside = os.path.relpath(working_dir, final) if working_dir.startswith(f"{final}/") else None
+    probe = temp / inside if inside is not None else Path(working_dir)
+    return working_dir if probe.is_dir() else str(final)
 
 
 def start_supervisor(path: Path, *, lock: BinaryIO | None = None) -> None:

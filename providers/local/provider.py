@@ -1,18 +1,19 @@
-"""`LocalProvider`: an instance is a process group on this machine.
+"""`LocalProvider`: an instance is a set of process groups on this machine, one per container.
 
 Built by `providers.registry` from settings; called by the vnode. Each instance lives in
-`<state_dir>/local/<cluster>.<alias>/<claim>/` with its records, log and a supervisor that
-outlives the manager; this object sees only its owner's folder (folders of another owner,
+`<state_dir>/local/<cluster>.<alias>/<claim>/` with its records, its volumes, and per container
+a folder with its log and a supervisor that outlives the manager (`providers.local.sequence`
+orders them); this object sees only its owner's folder (folders of another owner,
 or of the layout before owners, directly under `local/`, are never read).
 
 Rule for gone: `terminate` marks the folder and signals; once no process of the instance
 lives, the folder is deleted (by `terminate`, `get` or `list`, whichever sees it first),
 after which `get` returns None and `list` omits it. Rule for an interrupted launch: a
-folder whose supervisor was never started (the manager stopped between creating it and
-launching) is launched by whoever sees it next (`provision`, `get` or `list`); the
+container folder whose supervisor was never started (the manager stopped between creating
+it and launching) is launched by whoever sees it next (`provision`, `get` or `list`); the
 supervisor's launch lock keeps that to one workload (I1). Rule for an exit: the folder
-and its output stay, nothing running, until `terminate` deletes it; `restart` runs the
-workload again there (`providers.local.restart`).
+and its output stay, nothing running, until `terminate` deletes it; `restart` runs a
+container again there (`providers.local.restart`).
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -31,10 +32,10 @@ from providers.base import (
     Attacher,
     BlockScope,
     Capabilities,
+    ContainerStopper,
     Executor,
     Instance,
     InstanceId,
-    InstanceState,
     LogOptions,
     LogStream,
     LogStreamer,
@@ -49,12 +50,35 @@ from providers.base import (
     default_block_scope,
 )
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
-from providers.local import attach, folder, launch, logs, proc, process, restart, runs, stamp, status
+from providers.local import (
+    attach,
+    containers,
+    folder,
+    launch,
+    logs,
+    pod,
+    proc,
+    process,
+    restart,
+    sequence,
+    stamp,
+    status,
+)
+from providers.local.launcher import Launcher
 from providers.local.options import LocalOptions, measure_capacity, parse_options
 from providers.local.reader import FolderReader
 from providers.owner import Owner
+from providers.shape import PROBE_KINDS, VOLUME_KINDS, ContainerState, Shapes
 
 REGION_TOKENS = frozenset({"local", "us", "eu", "ap", "any", "*"})  # all mean "this machine"
+# Probes are run by the manager: exec through `exec`, TCP and HTTP against this host.
+SHAPES = Shapes(
+    several_containers=True,
+    init_containers=True,
+    sidecars=True,
+    probes=frozenset(kind for kind in PROBE_KINDS if kind in ("exec", "tcpSocket", "httpGet")),
+    volumes=frozenset(VOLUME_KINDS),
+)
 IMAGE_NOTICE = "the local provider runs the container's command on the manager's machine; image {image!r} is not pulled"
 
 
@@ -64,7 +88,7 @@ def image_notice(image: str) -> str:
 
 
 class LocalProvider:
-    """Runs each Pod's first container command as a supervised process group here."""
+    """Runs each container of a Pod as a supervised process group here."""
 
     def __init__(self, name: str, options: Mapping[str, Any], *, owner: Owner | None = None) -> None:
         self._name = name
@@ -72,7 +96,7 @@ class LocalProvider:
         self._options: LocalOptions = parse_options(options)
         self._root = self._options.state_dir / "local" / self._owner.key
         self._provision_lock = threading.Lock()
-        self._launching: set[str] = set()  # claims whose supervisor this object is starting
+        self._launcher = Launcher()
         self._capacity: dict[str, str] | None = None
 
     @property
@@ -101,6 +125,7 @@ class LocalProvider:
             restarts_in_place=True,
             bills_after_exit=False,
             keeps_output_after_terminate=False,
+            shapes=SHAPES,
         )
 
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
@@ -110,93 +135,50 @@ class LocalProvider:
         try:
             with self._provision_lock:
                 created = launch.create_instance(self._root, pod, request, grace_period=self._options.grace_period)
-                start = self._begin_launch(path) if created is not None else self._needs_launch(path)
-            if start:
-                self._launch(path)
+                every = [entry.folder for entry in self._reader(path).containers()]
+                start = [each for each in every if (created or self._needs_launch(each)) and self._launcher.begin(each)]
+            self._launcher.launch(path, start, every=every)
         except OSError as exc:
             raise Unavailable(f"cannot start instance {instance_id}: {exc.strerror or type(exc).__name__}") from exc
         return ProvisionResult(instance_id=instance_id, reserved=True, credential=None, endpoint=status.ENDPOINT)
 
-    def _begin_launch(self, path: Path) -> bool:
-        """Mark the claim as being launched by this object; False if it already is. Call
-        with the provision lock held."""
-        if path.name in self._launching:
-            return False
-        self._launching.add(path.name)
-        return True
-
-    def _needs_launch(self, path: Path) -> bool:
-        """An existing folder whose launch was interrupted, now marked as ours to launch.
-        Call with the provision lock held."""
-        observation = self._reader(path).observe()
-        return observation is not None and status.needs_launch(observation) and self._begin_launch(path)
-
-    def _launch(self, path: Path) -> None:
-        """Start the supervisor; if it never recorded itself, drop the folder so a retry starts afresh."""
-        try:
-            launch.start_supervisor(path)
-        except BaseException:
-            if not (path / folder.LAUNCH_FILE).exists():
-                folder.remove_unsupervised(path)
-            raise
-        finally:
-            with self._provision_lock:
-                self._launching.discard(path.name)
-
-    def _resume_launch(self, path: Path) -> None:
-        """Launch, in the background, an instance whose launch an earlier process began and
-        never finished; a failure is recorded in the folder so the instance reports it."""
-        with self._provision_lock:
-            if not self._begin_launch(path):
-                return
-
-        def resume() -> None:
-            try:
-                launch.start_supervisor(path)
-            except (ProviderError, OSError) as exc:
-                message = str(exc) if isinstance(exc, ProviderError) else exc.strerror or type(exc).__name__
-                try:
-                    record = {"message": message, "run": runs.current(path)}
-                    folder.write_json_atomic(path / folder.LAUNCH_ERROR_FILE, record)
-                except OSError:
-                    pass  # the folder went away: the instance is gone anyway
-            finally:
-                with self._provision_lock:
-                    self._launching.discard(path.name)
-
-        threading.Thread(target=resume, name=f"local-launch-{path.name}", daemon=True).start()
+    def _needs_launch(self, container: Path) -> bool:
+        """A container folder whose launch was interrupted."""
+        reader = FolderReader(container, owner_key=self._owner.key, instance=folder.instance_folder(container))
+        observation = reader.observe()
+        return observation is not None and status.needs_launch(observation)
 
     def terminate(self, instance_id: InstanceId) -> None:
         path = self._path(instance_id)
         if path is None or not path.exists():
             return
-        entry = self._reader(path)
+        instance = self._reader(path)
         try:
             if not (path / folder.TERMINATE_FILE).exists():
                 folder.write_json_atomic(path / folder.TERMINATE_FILE, {"requested_at": stamp.now_stamp()})
-            run = entry.runs()
-            self._signal_termination(entry, run)
-            if not (entry.supervisor_alive(run) or entry.workload_alive(run)):
+            alive = False
+            for entry in instance.containers():
+                container = instance.container(entry)
+                run = container.runs()
+                self._signal_termination(container, run, grace=self._options.grace_period)
+                alive = alive or container.supervisor_alive(run) or container.workload_alive(run)
+            if not alive:
                 folder.remove_unsupervised(path)
         except FileNotFoundError:
             return  # removed under us: already gone
         except OSError as exc:
             raise Unavailable(f"cannot terminate {instance_id}: {exc.strerror or type(exc).__name__}") from exc
 
-    def _signal_termination(self, entry: FolderReader, run: int) -> None:
+    def _signal_termination(self, container: FolderReader, run: int, *, grace: float) -> None:
         """The supervisor enforces the grace period; without one, we do it ourselves."""
-        supervisor = entry.supervisor(run)
+        supervisor = container.supervisor(run)
         if supervisor is not None and proc.is_alive(supervisor):
             try:
                 os.kill(supervisor.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
             return
-        leader = entry.workload(run)
-        if leader is not None and proc.signal_group(leader, signal.SIGTERM):
-            timer = threading.Timer(self._options.grace_period, proc.signal_group, (leader, signal.SIGKILL))
-            timer.daemon = True
-            timer.start()
+        _term_then_kill(container, run, grace=grace)
 
     def get(self, instance_id: InstanceId) -> Instance | None:
         path = self._path(instance_id)
@@ -226,62 +208,71 @@ class LocalProvider:
         return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
-        path = self._existing(instance_id)
-        entry = self._reader(path)
+        instance = self._reader(self._existing(instance_id))
+        entry, container = containers.find(instance, options.container)
+        named = containers.label(entry, instance_id)
         if options.previous:
-            base, missing = path / folder.PREVIOUS_DIR, "no previous run: it was never restarted"
+            base, missing = container.path / folder.PREVIOUS_DIR, "no previous run: it was never restarted"
         else:
-            base, missing = path, "no log"
+            base, missing = container.path, "no log"
+            facts = containers.facts(instance, entry, container)
+            if facts.state is ContainerState.WAITING and facts.runs == 0 and facts.message:
+                raise NotFound(f"{named} has not started: {facts.message}")
         try:
-            finished = _ended if options.previous else functools.partial(entry.finished, entry.runs())
+            finished = _ended if options.previous else functools.partial(container.finished, container.runs())
             return logs.open_stream(base, options, finished=finished)
         except FileNotFoundError as exc:
-            raise NotFound(f"instance {instance_id} has {missing}") from exc
+            raise NotFound(f"{named} has {missing}") from exc
         except OSError as exc:
-            raise Unavailable(f"cannot read the log of {instance_id}: {exc.strerror}") from exc
+            raise Unavailable(f"cannot read the log of {named}: {exc.strerror}") from exc
 
     def restart(self, instance_id: InstanceId, container: str = "") -> None:
-        path = self._existing(instance_id)
+        entry, found = containers.find(self._reader(self._existing(instance_id)), container)
         try:
-            restart.run_again(self._reader(path))
+            restart.run_again(found)
         except OSError as exc:
-            raise Unavailable(f"cannot restart {instance_id}: {exc.strerror or type(exc).__name__}") from exc
+            named = containers.label(entry, instance_id)
+            raise Unavailable(f"cannot restart {named}: {exc.strerror or type(exc).__name__}") from exc
 
-    def _running(self, instance_id: InstanceId) -> Path:
-        """The folder of a RUNNING instance; NotFound (with its state) otherwise."""
-        path = self._existing(instance_id)
-        instance = self.get(instance_id)
-        if instance is None or instance.state is not InstanceState.RUNNING:
-            state = instance.state.value if instance else "gone"
-            raise NotFound(f"instance {instance_id} is not running ({state})")
-        return path
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        instance = self._reader(self._existing(instance_id))
+        entry, found = containers.find(instance, container)
+        try:
+            if containers.facts(instance, entry, found).state is not ContainerState.RUNNING:
+                return
+            run = found.runs()
+            sequence.request_stop(found.path, grace=grace)
+            if not found.supervisor_alive(run):
+                _term_then_kill(found, run, grace=grace)
+        except OSError as exc:
+            named = containers.label(entry, instance_id)
+            raise Unavailable(f"cannot stop {named}: {exc.strerror or type(exc).__name__}") from exc
 
     def exec(
         self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
     ) -> Process:
-        path = self._running(instance_id)
+        entry, found = containers.running(self._reader(self._existing(instance_id)), container)
         if not command:
             raise NotSupported("exec needs a command")
-        entry = self._reader(path)
-        spec, env = entry.record(folder.SPEC_FILE) or {}, entry.record(folder.ENV_FILE) or {}
+        spec, env = found.record(folder.SPEC_FILE) or {}, found.record(folder.ENV_FILE) or {}
+        named = containers.label(entry, instance_id)
         try:
-            return process.start_process(
-                command, cwd=str(spec.get("cwd") or path), env={str(k): str(v) for k, v in env.items()},
-                tty=tty, stdin=stdin,
-            )  # fmt: skip
+            cwd = str(spec.get("cwd") or found.instance_path)
+            values = {**{str(k): str(v) for k, v in env.items()}, "PWD": cwd}  # `pwd` shows a mount path's link
+            return process.start_process(command, cwd=cwd, env=values, tty=tty, stdin=stdin)
         except FileNotFoundError as exc:
-            raise NotFound(f"command {command[0]!r} not found in instance {instance_id}") from exc
+            raise NotFound(f"command {command[0]!r} not found in {named}") from exc
         except OSError as exc:
-            raise Unavailable(f"cannot start {command[0]!r} in {instance_id}: {exc.strerror}") from exc
+            raise Unavailable(f"cannot start {command[0]!r} in {named}: {exc.strerror}") from exc
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
-        entry = self._reader(self._running(instance_id))
+        entry, found = containers.running(self._reader(self._existing(instance_id)), container)
         try:
-            run = entry.runs()
-            exit_code, finished = functools.partial(entry.exit_code, run), functools.partial(entry.finished, run)
-            return attach.Attachment(entry.path, stdin=stdin, exit_code=exit_code, finished=finished)
+            run = found.runs()
+            exit_code, finished = functools.partial(found.exit_code, run), functools.partial(found.finished, run)
+            return attach.Attachment(found.path, stdin=stdin, exit_code=exit_code, finished=finished)
         except OSError as exc:
-            raise Unavailable(f"cannot attach to {instance_id}: {exc.strerror}") from exc
+            raise Unavailable(f"cannot attach to {containers.label(entry, instance_id)}: {exc.strerror}") from exc
 
     def _reader(self, path: Path) -> FolderReader:
         return FolderReader(path, owner_key=self._owner.key)
@@ -309,15 +300,26 @@ class LocalProvider:
                 yield entry
 
     def _instance(self, path: Path) -> Instance | None:
-        observation = self._reader(path).observe()
-        if observation is None:
+        seen = self._reader(path).observe_containers()
+        if seen is None:
             return None
-        instance = status.instance_from(observation)
+        instance = pod.instance_from(seen)
         if instance is None:
             folder.remove_unsupervised(path)  # kept while a late launcher still holds it
-        elif status.needs_launch(observation):
-            self._resume_launch(path)
+            return None
+        for each in seen:
+            if each.folder is not None and status.needs_launch(each.observation):
+                self._launcher.resume(each.folder)
         return instance
+
+
+def _term_then_kill(container: FolderReader, run: int, *, grace: float) -> None:
+    """TERM the container's group now and KILL it after `grace` seconds (no supervisor does)."""
+    leader = container.workload(run)
+    if leader is not None and proc.signal_group(leader, signal.SIGTERM):
+        timer = threading.Timer(grace, proc.signal_group, (leader, signal.SIGKILL))
+        timer.daemon = True
+        timer.start()
 
 
 def _ended() -> bool:
@@ -325,6 +327,8 @@ def _ended() -> bool:
     return True
 
 
-def _conforms(provider: LocalProvider) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter]:
+def _conforms(
+    provider: LocalProvider,
+) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper]:
     """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider, provider
+    return provider, provider, provider, provider, provider, provider

@@ -1,8 +1,8 @@
-"""Read one instance folder: its records (the current run's only) and whether its
-processes live, as a `status.Observation`.
+"""Read one container folder: its records (the current run's only) and whether its
+processes live, as a `status.Observation`; and every container of an instance, in Pod order.
 
-Used by the provider (get, list, logs, attach, exec) and by `restart`. Reads the folder and
-/proc; never writes, never signals.
+Used by the provider (get, list, logs, attach, exec, stop) and by `restart`. Reads the folders
+and /proc; never writes, never signals.
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -12,15 +12,49 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from providers.local import folder, proc, runs, stamp, status
+from providers.local import folder, pod, proc, runs, sequence, stamp, status
 
 
 class FolderReader:
-    """One instance folder, read afresh at every call."""
+    """One container folder (`path`) of the instance in `instance` (default: `path`, the
+    folder of a single-container instance), read afresh at every call."""
 
-    def __init__(self, path: Path, *, owner_key: str) -> None:
+    def __init__(self, path: Path, *, owner_key: str, instance: Path | None = None) -> None:
         self.path = path
-        self.instance_id = folder.instance_id_for(owner_key, path.name)
+        self.instance_path = instance or path
+        self.owner_key = owner_key
+        self.instance_id = folder.instance_id_for(owner_key, self.instance_path.name)
+
+    @property
+    def label(self) -> str:
+        """How an error names what this folder holds: `instance <id>`, or `container 'x' of instance <id>`."""
+        if self.path == self.instance_path:
+            return f"instance {self.instance_id}"
+        return f"container {self.path.name!r} of instance {self.instance_id}"
+
+    def containers(self) -> list[sequence.Entry]:
+        """Every container of the instance, in Pod order (the instance record's list)."""
+        return sequence.entries(self.instance_path, self.record_of_instance(folder.SPEC_FILE))
+
+    def record_of_instance(self, name: str) -> dict[str, Any] | None:
+        data = folder.read_json(self.instance_path / name)
+        return data if isinstance(data, dict) else None
+
+    def container(self, entry: sequence.Entry) -> FolderReader:
+        return FolderReader(entry.folder, owner_key=self.owner_key, instance=self.instance_path)
+
+    def observe_containers(self) -> list[pod.Seen] | None:
+        """Every container as it is now, in Pod order; None once the instance is gone."""
+        entries = self.containers()
+        seen = []
+        for entry in entries:
+            observation = self.container(entry).observe()
+            if observation is None:
+                return None
+            seen.append(
+                pod.Seen(entry.name, entry.kind, observation, sequence.may_start(entries, entry.name), entry.folder)
+            )
+        return seen
 
     def record(self, name: str) -> dict[str, Any] | None:
         data = folder.read_json(self.path / name)
@@ -71,7 +105,7 @@ class FolderReader:
         created = (spec or {}).get("created_at")
         return status.Observation(
             instance_id=self.instance_id,
-            claim=self.path.name,
+            claim=self.instance_path.name,
             created_at=stamp.datetime_from_stamp(created)
             if isinstance(created, str)
             else datetime.fromtimestamp(mtime, UTC),
@@ -79,7 +113,7 @@ class FolderReader:
             launch=self.run_record(folder.LAUNCH_FILE, run),
             run=self.run_record(folder.RUN_FILE, run),
             exit=self.run_record(folder.EXIT_FILE, run),
-            terminate=self.record(folder.TERMINATE_FILE),
+            terminate=self.record_of_instance(folder.TERMINATE_FILE),
             supervisor_alive=self.supervisor_alive(run),
             workload_alive=self.workload_alive(run),
             launch_error=self.run_record(folder.LAUNCH_ERROR_FILE, run),

@@ -53,11 +53,9 @@ def check_ended(reader: FolderReader) -> None:
     if instance is None:
         raise NotFound(f"no local instance {reader.instance_id}")
     if observation is not None and observation.terminate is not None:
-        raise NotFound(f"instance {reader.instance_id} is being terminated")
+        raise NotFound(f"{reader.label} is being terminated")
     if instance.state not in ENDED:
-        raise InvalidRequest(
-            f"instance {reader.instance_id} is {instance.state.value}: only a workload that ended is restarted"
-        )
+        raise InvalidRequest(f"{reader.label} is {instance.state.value}: only a workload that ended is restarted")
 
 
 def _lock_once_ended(reader: FolderReader, *, clock: Callable[[], float], sleep: Callable[[float], None]) -> BinaryIO:
@@ -73,5 +71,5 @@ def _lock_once_ended(reader: FolderReader, *, clock: Callable[[], float], sleep:
         if lock is not None:
             return lock
         if clock() >= deadline:
-            raise Unavailable(f"instance {reader.instance_id} is still held by the supervisor of its ended run")
+            raise Unavailable(f"{reader.label} is still held by the supervisor of its ended run")
         sleep(LOCK_POLL)

@@ -1,5 +1,7 @@
-"""The runs of one local instance: how many times its workload started, which records are
+"""The runs of one local container: how many times its workload started, which records are
 the current run's, and the rotation that makes room for the next run (restart in place).
+`path` is a container's folder (`folder.container_folder`; the instance folder for a
+single-container instance).
 
 Called by `restart` (rotate, holding the launch lock), by the supervisor's launcher
 (`finish_rotation`, holding the lock) and by the folder reader (`current`). Never starts or
@@ -26,7 +28,7 @@ from typing import Any
 
 from providers.local import folder
 
-RUN_RECORDS = (folder.LAUNCH_FILE, folder.RUN_FILE, folder.EXIT_FILE, folder.LAUNCH_ERROR_FILE)
+RUN_RECORDS = (folder.LAUNCH_FILE, folder.RUN_FILE, folder.EXIT_FILE, folder.LAUNCH_ERROR_FILE, folder.STOP_FILE)
 LOGS = (folder.LOG_FILE, folder.LOG_INDEX_FILE)
 
 

@@ -96,6 +96,11 @@ def instance_from(obs: Observation) -> Instance | None:
     """The instance's facts, or None when it is gone (see the module rule)."""
     if obs.terminate is not None and not (obs.supervisor_alive or obs.workload_alive):
         return None
+    return facts(obs)
+
+
+def facts(obs: Observation) -> Instance:
+    """The facts of what the folder says, gone or not (`instance_from` applies the rule for gone)."""
     state, message = _state_and_message(obs)
     recorded = (obs.exit or {}).get("exit_code")
     code = recorded if isinstance(recorded, int) else None

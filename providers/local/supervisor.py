@@ -1,10 +1,13 @@
-"""The supervisor: `python -m providers.local.supervisor <instance folder> [<lock fd>]`.
+"""The supervisor: `python -m providers.local.supervisor <container folder> [<lock fd>]`.
 
-Started by `launch.start_supervisor`; detaches into its own session so it outlives the
-manager, runs one run of the workload as its child (in the workload's own process group),
-appends its output to the log with an index of arrival times, and records the exit code,
-each record stamped with the run's number. On SIGTERM it forwards TERM to the workload's
-group and sends KILL after the grace period. Never logs the env.
+Started by `launch.start_supervisor`, one per container of an instance; detaches into its
+own session so it outlives the manager, waits until its container may start
+(`providers.local.sequence`), runs one run of the container as its child (in its own process
+group), appends its output to the container's log with an index of arrival times, and records
+the exit code, each record stamped with the run's number. On SIGTERM, on the instance's
+terminate record or on the container's stop record it sends TERM to the group and KILL after
+the grace period. After an app container ended it stops the sidecars once the sequence says
+so. Never logs the env.
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -21,9 +24,10 @@ from pathlib import Path
 from types import FrameType
 from typing import BinaryIO
 
-from providers.local import folder, proc, runs, stamp
+from providers.local import folder, proc, runs, sequence, stamp
 
 DRAIN_AFTER_EXIT = 2.0  # seconds to drain output of leftovers once the workload exited
+START_POLL = 0.05  # seconds between looks at whether a waiting container may start
 
 
 class OutputRecorder:
@@ -51,6 +55,9 @@ class Supervisor:
 
     def __init__(self, path: Path, spec: Mapping[str, object], env: Mapping[str, str], *, run: int = 1) -> None:
         self.path = path
+        self.instance = folder.instance_folder(path)
+        self.name = str(spec.get("container") or "")
+        self.kind = str(spec.get("kind") or sequence.APP)
         self.run_number = run
         self.argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]
         self.cwd = str(spec["cwd"])
@@ -66,7 +73,7 @@ class Supervisor:
         self.terminate_asked = True
 
     def run(self) -> None:
-        if (self.path / folder.TERMINATE_FILE).exists():
+        if not self._wait_for_start():
             return  # terminated before it started: nothing to run, nothing to record
         with open(self.path / folder.LOG_FILE, "ab") as log, open(self.path / folder.LOG_INDEX_FILE, "ab") as index:
             recorder = OutputRecorder(log, index)
@@ -75,7 +82,7 @@ class Supervisor:
             try:
                 self.child = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=writer, stderr=writer,
-                    cwd=self.cwd, env=self.env, process_group=0,
+                    cwd=self.cwd, env={**self.env, "PWD": self.cwd}, process_group=0,
                 )  # fmt: skip
             except OSError as exc:
                 os.close(writer)
@@ -100,6 +107,20 @@ class Supervisor:
             )
             self._pump(reader, recorder)
         self._record_exit(proc.exit_code_from_returncode(self.child.wait()))
+
+    def _terminating(self) -> bool:
+        return self.terminate_asked or (self.instance / folder.TERMINATE_FILE).exists()
+
+    def _containers(self) -> list[sequence.Entry]:
+        return sequence.entries(self.instance, folder.read_json(self.instance / folder.SPEC_FILE))
+
+    def _wait_for_start(self) -> bool:
+        """Wait until the container may start; False if the instance is terminated meanwhile."""
+        while not self._terminating():
+            if sequence.may_start(self._containers(), self.name):
+                return True
+            time.sleep(START_POLL)
+        return False
 
     def _open_stdin(self) -> int | None:
         """The workload's stdin: a FIFO in the folder (read-write, so it never reports EOF
@@ -135,14 +156,25 @@ class Supervisor:
         os.close(reader)
 
     def _enforce_termination(self) -> None:
-        if not self.terminate_asked and (self.path / folder.TERMINATE_FILE).exists():
-            self.terminate_asked = True
-        if self.terminate_asked and self.kill_at is None:
-            self.kill_at = time.monotonic() + self.grace
-            self._signal(signal.SIGTERM)
-        elif self.kill_at is not None and time.monotonic() >= self.kill_at:
+        if self.kill_at is None:
+            grace = self._stop_grace()
+            if grace is not None:
+                self.kill_at = time.monotonic() + grace
+                self._signal(signal.SIGTERM)
+        elif time.monotonic() >= self.kill_at:
             self._kill_group()
             self.kill_at = float("inf")
+
+    def _stop_grace(self) -> float | None:
+        """The grace period of a stop asked for (SIGTERM, the instance's terminate record or
+        the container's stop record), None while none was."""
+        if self._terminating():
+            return self.grace
+        stop = runs.of_run(folder.read_json(self.path / folder.STOP_FILE), self.run_number)
+        if stop is None:
+            return None
+        grace = stop.get("grace")
+        return float(grace) if isinstance(grace, int | float) and not isinstance(grace, bool) else self.grace
 
     def _signal(self, signum: signal.Signals) -> None:
         if self.leader is not None:
@@ -157,6 +189,11 @@ class Supervisor:
     def _record_exit(self, code: int) -> None:
         record = {"exit_code": code, "finished_at": stamp.now_stamp(), "run": self.run_number}
         folder.write_json_atomic(self.path / folder.EXIT_FILE, record)
+        if self.kind == sequence.APP:
+            spec = folder.read_json(self.instance / folder.SPEC_FILE)
+            containers = sequence.entries(self.instance, spec)
+            if sequence.sidecars_may_stop(containers, str((spec or {}).get("restart_policy") or "Always")):
+                sequence.stop_sidecars(containers, grace=self.grace)
 
 
 def main(argv: list[str]) -> int:
