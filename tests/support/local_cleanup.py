@@ -14,7 +14,8 @@ from providers.local import proc
 def kill_leftovers(state_dir: Path) -> None:
     """SIGKILL every supervisor and workload group a test left behind, by pgid."""
     local = state_dir / "local"
-    for records in [*local.glob("*"), *local.glob("*.*/*")]:  # the layout before owners, and per owner
+    # The layout before owners, per owner, and each further container's folder of an instance.
+    for records in [*local.glob("*"), *local.glob("*.*/*"), *local.glob("*.*/*/containers/*")]:
         for name, key in (("launch.json", "supervisor"), ("run.json", "workload")):
             try:
                 identity = proc.ProcessIdentity.from_json(json.loads((records / name).read_text()).get(key))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,24 +26,12 @@ CLAIM = ClaimName("ns-pod-abcdefghij")
 SECRET = "containers-s3cr3t"
 
 
-def kill_container_leftovers(state_dir: Path) -> None:
-    """`kill_leftovers` for the containers kept in `containers/<name>/` of an instance folder."""
-    for records in state_dir.glob("local/*.*/*/containers/*"):
-        for name, key in ((folder.LAUNCH_FILE, "supervisor"), (folder.RUN_FILE, "workload")):
-            identity = proc.ProcessIdentity.from_json((folder.read_json(records / name) or {}).get(key))
-            if identity is not None:
-                proc.signal_group(identity, signal.SIGKILL)
-                if proc.is_alive(identity):
-                    os.kill(identity.pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def provider(tmp_path: Path) -> Iterator[LocalProvider]:
     provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
     yield provider
     for instance in provider.list():
         provider.terminate(instance.id)
-    kill_container_leftovers(tmp_path)
     kill_leftovers(tmp_path)
 
 

@@ -5,7 +5,6 @@ at path boundaries, and Secret contents nowhere but their files."""
 from __future__ import annotations
 
 import os
-import signal
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import InvalidRequest
-from providers.local import LocalProvider, folder, proc, volumes
+from providers.local import LocalProvider, volumes
 from providers.shape import ContainerSpec, Mount, Volume, VolumeFile
 from tests.support.factories import make_pod_spec
 from tests.support.local_cleanup import kill_leftovers
@@ -35,10 +34,6 @@ def provider(tmp_path: Path) -> Iterator[LocalProvider]:
     yield provider
     for instance in provider.list():
         provider.terminate(instance.id)
-    for records in tmp_path.glob("local/*.*/*/containers/*"):  # the containers kill_leftovers does not see
-        identity = proc.ProcessIdentity.from_json((folder.read_json(records / folder.RUN_FILE) or {}).get("workload"))
-        if identity is not None:
-            proc.signal_group(identity, signal.SIGKILL)
     kill_leftovers(tmp_path)
 
 
