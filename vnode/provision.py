@@ -1,9 +1,9 @@
-"""Provisioning one Pod: resolve its env, call `provider.provision`, record the instance, or refuse.
+"""Provisioning one Pod: resolve its volumes and env, call `provider.provision`, record the instance, or refuse.
 
 Called by the Handler's `create_pod` (from the pod controller's workers). Writes the
 instance id to the Pod through `PodWriter.flush` before returning, the connect Secret,
 and Events; reports refusals to the Blocklister. Never logs or puts into an Event a
-resolved env value or a credential (I4).
+resolved env value, a volume's contents or a credential (I4).
 
 Invariant (I2): the instance id is in the tracked map and on the Pod's annotations before
 `create_pod` returns; see
@@ -29,16 +29,17 @@ from providers.base import Capabilities, Instance, InstanceState, Provider, Prov
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import status
 from vnode.blocklister import Blocklister
-from vnode.env import EnvError, MissingSource, resolve_env
+from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
 from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
+from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
 JsonDict = dict[str, Any]
 
 
 class WaitingForSource(Retry):
-    """The Pod's env needs a Secret or ConfigMap that does not exist yet: retry, and
-    sooner when `missing` appears (the pod controller watches that one object)."""
+    """The Pod's env or a volume needs a Secret or ConfigMap that does not exist yet: retry,
+    and sooner when `missing` appears (the pod controller watches that one object)."""
 
     def __init__(self, message: str, *, missing: MissingSource) -> None:
         super().__init__(message)
@@ -73,7 +74,10 @@ class Provisioner:
         """Provision the Pod's instance. Returns once the instance id is recorded in memory
         and on the Pod (I2), or once the Pod is refused (Failed, with an Event); raises
         Retry (WaitingForSource for a missing Secret/ConfigMap) when it must be tried again."""
-        request = self._request(pod)
+        try:
+            request = self._request(pod)
+        except InvalidVolume as exc:  # the API server would have rejected the Pod
+            return self._refuse(pod, names.REASON_CONFIG_ERROR, str(exc))
         started, who = self._monotonic(), observe.Subject(pod_key(pod), request.claim)
 
         def outcome(label: str, subject: observe.Subject = who) -> None:
@@ -119,10 +123,16 @@ class Provisioner:
         self._record_instance(pod, result, took=took)
 
     def _request(self, pod: JsonDict) -> ProvisionRequest:
-        """What the provider needs beyond the Pod: the claim, tier, region and resolved env."""
+        """What the provider needs beyond the Pod: the claim, tier, region, every container's
+        resolved env and the volumes' contents. Volumes first, as the kubelet mounts them
+        before it starts a container. Raises WaitingForSource for a missing Secret/ConfigMap,
+        Retry for another unresolvable source, InvalidVolume for a volume field to refuse."""
         try:
-            env = resolve_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
-        except EnvError as exc:
+            volumes = resolve_volumes(
+                pod, read_secret=self._writer.read_secret_bytes, read_configmap=self._writer.read_configmap_bytes
+            )
+            env = resolve_pod_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
+        except (MountError, EnvError) as exc:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             if exc.missing is not None:
                 raise WaitingForSource(str(exc), missing=exc.missing) from exc
@@ -134,7 +144,9 @@ class Provisioner:
             claim=pod_claim(pod),
             capacity_type=requested_tier(pod),
             region=annotations.get(names.REGION_ANNOTATION) or None,
-            env=env.values,
+            env=env.containers.get(env.first, {}),
+            container_env=env.containers,
+            volumes=volumes,
         )
 
     def _record_instance(self, pod: JsonDict, result: ProvisionResult, *, took: float) -> None:
