@@ -8,8 +8,9 @@ resolved env value, a volume's contents or a credential (I4).
 Invariant (I2): the instance id is in the tracked map and on the Pod's annotations before
 `create_pod` returns; see
 tests/vnode/test_controllers.py::test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns.
-Invariant (I4): resolved env values reach only the provider; see
-tests/vnode/test_secrets.py::test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value.
+Invariant (I4): resolved env values and volume contents reach only the provider; see
+tests/vnode/test_secrets.py::test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value and
+tests/vnode/test_volumes.py::test_I4_a_secret_volume_reaches_the_provider_and_no_log_event_or_status.
 Invariant (I3): `Unavailable` retries, never fails the Pod; see
 tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing.
 """

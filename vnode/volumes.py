@@ -213,16 +213,19 @@ def check_volumes(pod: JsonDict) -> None:
         where, source = f"spec.volumes[{index}].{kind}", volume.get(kind) or {}
         _check_mode(f"{where}.defaultMode", source.get("defaultMode"))
         if kind in ("configMap", "secret"):
-            _check_items(where, source.get("items") or [])
+            _check_object(where, source, name_key="name" if kind == "configMap" else "secretName")
         elif kind == "downwardAPI":
             _check_downward(pod, where, source.get("items") or [])
         elif kind == "projected":
             _check_projected(pod, where, source.get("sources") or [])
 
 
-def _check_items(where: str, items: Iterable[JsonDict]) -> list[str]:
+def _check_object(where: str, source: JsonDict, *, name_key: str) -> list[str]:
+    """A ConfigMap or Secret source: the object named, its items' keys, paths and modes."""
+    if not source.get(name_key):
+        raise InvalidVolume(f"{where}.{name_key}: Required value")
     paths = []
-    for index, item in enumerate(items):
+    for index, item in enumerate(source.get("items") or []):
         at = f"{where}.items[{index}]"
         if not item.get("key"):
             raise InvalidVolume(f"{at}.key: Required value")
@@ -252,9 +255,9 @@ def _check_projected(pod: JsonDict, where: str, sources: Iterable[JsonDict]) -> 
     for index, source in enumerate(sources):
         at = f"{where}.sources[{index}]"
         if config_map := source.get("configMap"):
-            paths = _check_items(f"{at}.configMap", config_map.get("items") or [])
+            paths = _check_object(f"{at}.configMap", config_map, name_key="name")
         elif secret := source.get("secret"):
-            paths = _check_items(f"{at}.secret", secret.get("items") or [])
+            paths = _check_object(f"{at}.secret", secret, name_key="name")
         elif downward := source.get("downwardAPI"):
             paths = _check_downward(pod, f"{at}.downwardAPI", downward.get("items") or [])
         else:
