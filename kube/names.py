@@ -44,6 +44,7 @@ EVENT_PROVISIONED = "Provisioned"
 EVENT_PROVISION_FAILED = "ProvisionFailed"
 EVENT_PROVISION_RETRYING = "ProvisionRetrying"
 EVENT_IMAGE_NOT_USED = "ImageNotUsed"
+EVENT_FAILED_MOUNT = "FailedMount"  # the kubelet's: a volume it could not set up (a missing ConfigMap/Secret)
 EVENT_TERMINATED = "InstanceTerminated"
 EVENT_INSTANCE_LOST = "InstanceLost"
 EVENT_ORPHAN_TERMINATED = "OrphanTerminated"

@@ -4,7 +4,7 @@
 - `podcontroller`  Pods on the node -> `decisions.decide` -> the Handler, on a WorkerPool
 - `nodecontroller` the Node, its Lease, an honest Ready
 - `handler`        the facade over the phases below, one per provider
-- `provision`      env (`env`), `provider.provision`, the instance id recorded, refusals (`blocklister`)
+- `provision`      the shape check, env (`env`), volumes (`volumes`), `provider.provision`, refusals
 - `statussync`     the poll loop and its tick: one `provider.list()` (`inventory`) -> `status`
 - `teardown`       terminate for deleted Pods, the orphan sweep
 - `serving`        what the kubelet API (`vnode.kubelet`) reads: logs, exec, attach, stats

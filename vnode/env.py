@@ -1,9 +1,11 @@
-"""Resolve a container's environment the way the kubelet does, before `provision`.
+"""Resolve every container's environment the way the kubelet does, before `provision`.
 
-Called by `vnode.provision` with a reader for Secrets and ConfigMaps. Order: every
-`envFrom` source in listed order (with its prefix), then `env` entries, which win; `$(VAR)`
-references expand against what is defined so far. Values are secrets (I4): never logged;
-errors name keys and objects, never values (tests/vnode/test_env.py::test_I4_env_errors_and_reprs_never_carry_values).
+Called by `vnode.provision` with a reader for Secrets and ConfigMaps; `vnode.volumes` shares
+its `fieldRef`/`resourceFieldRef` readers. Per container, order: every `envFrom` source in
+listed order (with its prefix), then `env` entries, which win; `$(VAR)` references expand
+against what that container defined so far; `resourceFieldRef` reads its own resources.
+Values are secrets (I4): never logged; errors name keys and objects, never values
+(tests/vnode/test_env.py::test_I4_env_errors_and_reprs_never_carry_values).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import base64
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from decimal import ROUND_CEILING, Decimal
+from decimal import ROUND_CEILING
 from typing import Any
 
 from providers.podspec import parse_quantity
@@ -104,7 +106,34 @@ def expand(text: str, defined: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def _field_value(pod: Mapping[str, Any], path: str) -> str:
+def format_map(values: Mapping[str, Any]) -> str:
+    """Labels or annotations as the kubelet's downward API writes them: `key="value"` lines,
+    sorted by key, each value quoted as Go's `%q` quotes it."""
+    return "\n".join(f"{k}={go_quote(str(v))}" for k, v in sorted(values.items()))
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\v": "\\v",
+               "\\": "\\\\", '"': '\\"'}  # fmt: skip
+
+
+def go_quote(text: str) -> str:
+    """`text` as Go's `strconv.Quote` writes it (the kubelet formats label values with `%q`)."""
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif code < 0x20 or code == 0x7F:
+            out.append(f"\\x{code:02x}")
+        elif char.isprintable():
+            out.append(char)
+        else:
+            out.append(f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
+def field_value(pod: Mapping[str, Any], path: str) -> str:
+    """The Pod field a `fieldRef` names (ValueError: a path the kubelet does not serve)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     simple = {
@@ -117,27 +146,36 @@ def _field_value(pod: Mapping[str, Any], path: str) -> str:
     if path in simple:
         return str(simple[path] or "")
     if path in ("metadata.labels", "metadata.annotations"):
-        values = meta.get(path.split(".")[1]) or {}
-        return "\n".join(f'{k}="{v}"' for k, v in sorted(values.items()))
+        return format_map(meta.get(path.split(".")[1]) or {})
     match = _FIELD_SUBSCRIPT.match(path)
     if match:
         return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
-    raise EnvError("ConfigError", f"unsupported fieldPath {path!r} in env")
+    raise ValueError(f"unsupported fieldPath {path!r}")
 
 
-def _resource_value(container: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+def find_container(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The app or init container called `name` (ValueError: the Pod has none)."""
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        if container.get("name") == name:
+            return dict(container)
+    raise ValueError(f"container {name!r} not found")
+
+
+def resource_value(container: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    """The container's request or limit a `resourceFieldRef` names, in units of its divisor,
+    rounded up (ValueError: a resource the kubelet does not serve, or a zero divisor)."""
     resource = str(ref.get("resource", ""))
     section, _, name = resource.partition(".")
     if section not in ("limits", "requests") or name not in ("cpu", "memory", "ephemeral-storage"):
-        raise EnvError("ConfigError", f"unsupported resourceFieldRef {resource!r} in env")
+        raise ValueError(f"unsupported resourceFieldRef {resource!r}")
     raw = ((container.get("resources") or {}).get(section) or {}).get(name)
     if raw is None:
         return "0"
     divisor = parse_quantity(ref.get("divisor") or "1")
     if divisor == 0:
-        raise EnvError("ConfigError", f"resourceFieldRef {resource!r} has a zero divisor")
-    value = (parse_quantity(raw) / divisor).to_integral_value(rounding=ROUND_CEILING)
-    return str(int(value if value > 0 else Decimal(1)))
+        raise ValueError(f"resourceFieldRef {resource!r} has a zero divisor")
+    return str(int((parse_quantity(raw) / divisor).to_integral_value(rounding=ROUND_CEILING)))
 
 
 def _from_source(sources: _Sources, source: Mapping[str, Any], result: ResolvedEnv, values: dict[str, str]) -> None:
@@ -177,13 +215,46 @@ def _from_key_ref(sources: _Sources, kind: str, ref: Mapping[str, Any], result: 
 
 
 def resolve_env(pod: Mapping[str, Any], *, read_secret: Reader, read_configmap: Reader) -> ResolvedEnv:
-    """The first container's environment, fully resolved. Raises EnvError."""
+    """The first app container's environment, fully resolved. Raises EnvError."""
     containers = (pod.get("spec") or {}).get("containers") or []
     if not containers:
         return ResolvedEnv()
-    container = containers[0]
+    return _resolve_container(pod, containers[0], _sources_for(pod, read_secret, read_configmap))
+
+
+@dataclass
+class PodEnv:
+    """Every container's resolved environment by name (init containers first, in order);
+    `first`: the first app container's name. `warnings` are told once each."""
+
+    containers: dict[str, dict[str, str]] = field(default_factory=dict)
+    first: str = ""
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        keys = {name: sorted(values) for name, values in self.containers.items()}
+        return f"PodEnv(containers={keys}, first={self.first!r}, warnings={self.warnings})"
+
+
+def resolve_pod_env(pod: Mapping[str, Any], *, read_secret: Reader, read_configmap: Reader) -> PodEnv:
+    """The environment of every container (init and app), each resolved against its own
+    `env`, `envFrom` and resources; each Secret or ConfigMap is read once. Raises EnvError."""
+    spec = pod.get("spec") or {}
+    sources = _sources_for(pod, read_secret, read_configmap)
+    result = PodEnv(first=str(((spec.get("containers") or [{}])[0]).get("name", "")))
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        resolved = _resolve_container(pod, container, sources)
+        result.containers[str(container.get("name", ""))] = resolved.values
+        result.warnings.extend(w for w in resolved.warnings if w not in result.warnings)
+    return result
+
+
+def _sources_for(pod: Mapping[str, Any], read_secret: Reader, read_configmap: Reader) -> _Sources:
     namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
-    sources = _Sources(namespace, read_secret, read_configmap)
+    return _Sources(namespace, read_secret, read_configmap)
+
+
+def _resolve_container(pod: Mapping[str, Any], container: Mapping[str, Any], sources: _Sources) -> ResolvedEnv:
     result = ResolvedEnv()
     values: dict[str, str] = {}
     for source in container.get("envFrom") or []:
@@ -194,18 +265,31 @@ def resolve_env(pod: Mapping[str, Any], *, read_secret: Reader, read_configmap: 
         if not value_from:
             values[name] = expand(str(entry.get("value") or ""), values)
             continue
-        value: str | None
-        if value_from.get("fieldRef"):
-            value = _field_value(pod, str(value_from["fieldRef"].get("fieldPath", "")))
-        elif value_from.get("resourceFieldRef"):
-            value = _resource_value(container, value_from["resourceFieldRef"])
-        elif value_from.get("secretKeyRef"):
-            value = _from_key_ref(sources, "Secret", value_from["secretKeyRef"], result)
-        elif value_from.get("configMapKeyRef"):
-            value = _from_key_ref(sources, "ConfigMap", value_from["configMapKeyRef"], result)
-        else:
-            raise EnvError("ConfigError", f"env {name!r} has an empty valueFrom")
+        value = _value_from(pod, container, sources, name, value_from, result)
         if value is not None:
             values[name] = value
     result.values = values
     return result
+
+
+def _value_from(
+    pod: Mapping[str, Any],
+    container: Mapping[str, Any],
+    sources: _Sources,
+    name: str,
+    value_from: Mapping[str, Any],
+    result: ResolvedEnv,
+) -> str | None:
+    try:
+        if value_from.get("fieldRef"):
+            return field_value(pod, str(value_from["fieldRef"].get("fieldPath", "")))
+        if ref := value_from.get("resourceFieldRef"):
+            named = str(ref.get("containerName") or "")
+            return resource_value(find_container(pod, named) if named else container, ref)
+    except ValueError as exc:
+        raise EnvError("ConfigError", f"{exc} in env") from exc
+    if value_from.get("secretKeyRef"):
+        return _from_key_ref(sources, "Secret", value_from["secretKeyRef"], result)
+    if value_from.get("configMapKeyRef"):
+        return _from_key_ref(sources, "ConfigMap", value_from["configMapKeyRef"], result)
+    raise EnvError("ConfigError", f"env {name!r} has an empty valueFrom")

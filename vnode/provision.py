@@ -1,15 +1,16 @@
-"""Provisioning one Pod: resolve its env, call `provider.provision`, record the instance, or refuse.
+"""Provisioning one Pod: resolve its volumes and env, call `provider.provision`, record the instance, or refuse.
 
 Called by the Handler's `create_pod` (from the pod controller's workers). Writes the
 instance id to the Pod through `PodWriter.flush` before returning, the connect Secret,
 and Events; reports refusals to the Blocklister. Never logs or puts into an Event a
-resolved env value or a credential (I4).
+resolved env value, a volume's contents or a credential (I4).
 
 Invariant (I2): the instance id is in the tracked map and on the Pod's annotations before
 `create_pod` returns; see
 tests/vnode/test_controllers.py::test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns.
-Invariant (I4): resolved env values reach only the provider; see
-tests/vnode/test_secrets.py::test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value.
+Invariant (I4): resolved env values and volume contents reach only the provider; see
+tests/vnode/test_secrets.py::test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value and
+tests/vnode/test_volumes.py::test_I4_a_secret_volume_reaches_the_provider_and_no_log_event_or_status.
 Invariant (I9): a Pod shape the provider cannot serve fails by name, never runs in part; see
 tests/vnode/test_shapes.py::test_I9_a_bound_pod_the_provider_cannot_serve_fails_naming_the_field.
 Invariant (I3): `Unavailable` retries, never fails the Pod; see
@@ -31,16 +32,17 @@ from providers.base import Capabilities, Instance, InstanceState, Provider, Prov
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import status
 from vnode.blocklister import Blocklister
-from vnode.env import EnvError, MissingSource, resolve_env
+from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
 from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
+from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
 JsonDict = dict[str, Any]
 
 
 class WaitingForSource(Retry):
-    """The Pod's env needs a Secret or ConfigMap that does not exist yet: retry, and
-    sooner when `missing` appears (the pod controller watches that one object)."""
+    """The Pod's env or a volume needs a Secret or ConfigMap that does not exist yet: retry,
+    and sooner when `missing` appears (the pod controller watches that one object)."""
 
     def __init__(self, message: str, *, missing: MissingSource) -> None:
         super().__init__(message)
@@ -83,7 +85,10 @@ class Provisioner:
         if shapecheck.refusals(unserved):
             message = shapecheck.refusal_message(self._provider.name, unserved)
             return self._refuse(pod, names.REASON_UNSUPPORTED_POD_SPEC, message)
-        request = self._request(pod)
+        try:
+            request = self._request(pod)
+        except InvalidVolume as exc:  # the API server would have rejected the Pod
+            return self._refuse(pod, names.REASON_CONFIG_ERROR, str(exc))
         started, who = self._monotonic(), observe.Subject(pod_key(pod), request.claim)
 
         def outcome(label: str, subject: observe.Subject = who) -> None:
@@ -129,10 +134,16 @@ class Provisioner:
         self._record_instance(pod, result, took=took)
 
     def _request(self, pod: JsonDict) -> ProvisionRequest:
-        """What the provider needs beyond the Pod: the claim, tier, region and resolved env."""
+        """What the provider needs beyond the Pod: the claim, tier, region, every container's
+        resolved env and the volumes' contents. Volumes first, as the kubelet mounts them
+        before it starts a container. Raises WaitingForSource for a missing Secret/ConfigMap,
+        Retry for another unresolvable source, InvalidVolume for a volume field to refuse."""
         try:
-            env = resolve_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
-        except EnvError as exc:
+            volumes = resolve_volumes(
+                pod, read_secret=self._writer.read_secret_bytes, read_configmap=self._writer.read_configmap_bytes
+            )
+            env = resolve_pod_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
+        except (MountError, EnvError) as exc:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             if exc.missing is not None:
                 raise WaitingForSource(str(exc), missing=exc.missing) from exc
@@ -144,7 +155,9 @@ class Provisioner:
             claim=pod_claim(pod),
             capacity_type=requested_tier(pod),
             region=annotations.get(names.REGION_ANNOTATION) or None,
-            env=env.values,
+            env=env.containers.get(env.first, {}),
+            container_env=env.containers,
+            volumes=volumes,
         )
 
     def _record_instance(self, pod: JsonDict, result: ProvisionResult, *, took: float) -> None:

@@ -1,4 +1,5 @@
-"""resolve_env(): kubelet precedence, optional/mandatory sources, fieldRef, $(VAR)."""
+"""resolve_env() and resolve_pod_env(): kubelet precedence, optional/mandatory sources, fieldRef, $(VAR), every
+container resolved against its own env and resources."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnode.env import EnvError, MissingSource, expand, resolve_env
+from vnode.env import EnvError, MissingSource, expand, format_map, resolve_env, resolve_pod_env
 
 SECRETS = {"db": {"PASSWORD": "hunter2", "USER": "app"}}
 CONFIGMAPS = {"cfg": {"MODE": "fast", "USER": "from-cm", "bad name": "x"}}
@@ -102,3 +103,63 @@ def test_I4_env_errors_and_reprs_never_carry_values() -> None:
 )
 def test_expand_follows_kubernetes_rules(text: str, expected: str) -> None:
     assert expand(text, {"A": "1"}) == expected
+
+
+def test_every_container_resolves_its_own_env_and_resources_init_containers_included() -> None:
+    pod = make_pod()
+    pod["spec"]["initContainers"] = [
+        {"name": "fetch", "env": [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "db", "key": "PASSWORD"}}}]}
+    ]
+    pod["spec"]["containers"] = [
+        {"name": "main", "env": [{"name": "A", "value": "main-a"}, {"name": "B", "value": "$(A)/b"}]},
+        {
+            "name": "side",
+            "resources": {"requests": {"memory": "128Mi"}},
+            "env": [
+                {"name": "B", "value": "$(A)/b"},  # A is main's, not this container's: left as written
+                {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "requests.memory", "divisor": "1Mi"}}},
+                {"name": "MAIN_CPU", "valueFrom": {"resourceFieldRef": {"containerName": "main",
+                                                                       "resource": "requests.cpu"}}},
+            ],
+            "envFrom": [{"configMapRef": {"name": "cfg"}}],
+        },
+    ]  # fmt: skip
+    result = resolve_pod_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    assert list(result.containers) == ["fetch", "main", "side"] and result.first == "main"
+    assert result.containers["fetch"] == {"PW": "hunter2"}
+    assert result.containers["main"] == {"A": "main-a", "B": "main-a/b"}
+    assert result.containers["side"] == {
+        "MODE": "fast",
+        "USER": "from-cm",
+        "B": "$(A)/b",
+        "MEM": "128",
+        "MAIN_CPU": "0",
+    }
+    assert "hunter2" not in repr(result)
+
+
+def test_a_warning_shared_by_several_containers_is_told_once() -> None:
+    pod = make_pod(env_from=[{"configMapRef": {"name": "nope", "optional": True}}])
+    pod["spec"]["containers"].append(
+        {"name": "second", "envFrom": [{"configMapRef": {"name": "nope", "optional": True}}]}
+    )
+    result = resolve_pod_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    assert result.warnings == [("OptionalConfigMapNotFound", "ConfigMap ns/nope not found")]
+
+
+def test_a_missing_source_of_any_container_names_the_object_to_wait_for() -> None:
+    pod = make_pod()
+    pod["spec"]["initContainers"] = [
+        {"name": "fetch", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}}]}
+    ]
+    with pytest.raises(EnvError) as caught:
+        resolve_pod_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    assert caught.value.missing == MissingSource("ConfigMap", "ns", "later")
+
+
+@pytest.mark.parametrize(
+    ("labels", "text"),
+    [({}, ""), ({"b": "2", "a": "1"}, 'a="1"\nb="2"'), ({"k": 'q"\\\t\x01é'}, 'k="q\\"\\\\\\t\\x01é"')],
+)
+def test_labels_are_formatted_as_the_kubelet_formats_them_with_go_quoting(labels: dict[str, str], text: str) -> None:
+    assert format_map(labels) == text
