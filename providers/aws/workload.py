@@ -25,7 +25,7 @@ from providers.base import PodSpec
 from providers.shape import ContainerSpec, Volume
 
 LOG_DIR = "/var/log/nebula"
-STATE_DIR = "/var/lib/nebula/containers"  # each container's last marker line, for the heartbeat
+STATE_DIR = "/var/lib/nebula/containers"  # each container's marker lines, for the heartbeat
 # One console line per container event: `NEBULA-CONTAINER <name> started <unix time>` and
 # `NEBULA-CONTAINER <name> exited <code> <unix time>`; container names are lower case, and
 # the containers' own console lines start with their name, so they cannot fake one.
@@ -76,7 +76,7 @@ event() {{  # <name> started | <name> exited <code>
   local line
   line="{CONTAINER_MARKER} $* $(date +%s)"
   echo "$line" >> "$console" 2>/dev/null
-  echo "$line" > "$state/$1"
+  echo "$line" >> "$state/$1"
 }}
 launch() {{  # <name> <docker run argv...>: start it, or record that it could not start (125)
   local name=$1
