@@ -34,23 +34,29 @@ class Reach:
     console_prefix: bytes = b""
 
 
-def reach(data: dict[str, Any], container: str) -> Reach:
+def reach(data: dict[str, Any], container: str, *, root: str = "") -> Reach:
     """The container `container` (empty: the first app container) of an instance; NotFound
-    for a name its roster tags do not list. An instance of one container is that container."""
+    for a name its roster tags do not list. An instance of one container is that container.
+    `root` stands for the instance's `/`, as in `userdata.render_script`."""
     entries = containers.roster_of(tags_of(data))
     if not entries:
-        return Reach(WORKLOAD_LOG, CONTAINER)
+        return Reach(FileLog(f"{root}{LOG_FILE}", f"{root}{EXIT_FILE}", stamped=True), CONTAINER)
     name = container or next((entry.name for entry in entries if entry.kind == "app"), "")
     if name not in {entry.name for entry in entries}:
         raise NotFound(f"the Pod has no container {name!r} on this instance")
-    log = FileLog(workload.container_log(name), workload.container_exit(name), stamped=True)
+    log = FileLog(f"{root}{workload.container_log(name)}", f"{root}{workload.container_exit(name)}", stamped=True)
     return Reach(log, workload.container_name(name), f"{name} ".encode())
 
 
-def exec_argv(command: Sequence[str], *, tty: bool, stdin: bool, docker_name: str = CONTAINER) -> list[str]:
-    """The command run over SSH: into the container, as root (the login user has sudo on the AMI)."""
+DOCKER = ("sudo", "-n", "docker")  # as root: the login user has sudo on the AMI
+
+
+def exec_argv(
+    command: Sequence[str], *, tty: bool, stdin: bool, docker_name: str = CONTAINER, docker: Sequence[str] = DOCKER
+) -> list[str]:
+    """The command run over SSH: `docker exec` into the container named `docker_name`."""
     flags = (["-i"] if stdin else []) + (["-t"] if tty else [])
-    return ["sudo", "-n", "docker", "exec", *flags, docker_name, *command]
+    return [*docker, "exec", *flags, docker_name, *command]
 
 
 def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: KeyPair) -> SshTarget:

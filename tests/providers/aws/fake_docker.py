@@ -7,7 +7,9 @@ serves what the script uses: `pull`; `run -d --name N [opts] IMAGE [args]` (the 
 with the `-e` env; each `-v host:path` is honoured by rewriting `path` to `host` in the
 command's arguments, the one thing a local process cannot have: a mount namespace);
 `logs --timestamps --follow N` (Docker's `<RFC 3339 nanoseconds>Z <line>` lines);
-`wait N` (prints the exit code); `stop [-t T] N` (SIGTERM, then SIGKILL after T seconds).
+`wait N` (prints the exit code); `stop [-t T] N` (SIGTERM, then SIGKILL after T seconds);
+`exec [-i] [-t] N COMMAND...` (COMMAND with N's env, its mounts rewritten; exit 1 if N is
+not running).
 """
 
 from __future__ import annotations
@@ -49,12 +51,12 @@ def _run(argv: list[str]) -> int:
               file=sys.stderr)  # fmt: skip
         return 125
     command = options.get("--entrypoint", []) + rest[1:]
-    for volume in options.get("-v", []):
-        host, path = volume.split(":")[:2]
+    mounts = [volume.split(":")[:2] for volume in options.get("-v", [])]
+    for host, path in mounts:
         command = [arg.replace(path, host) for arg in command]
     env = dict(os.environ)
     env.update(item.split("=", 1) for item in options.get("-e", []))  # type: ignore[arg-type]
-    spec = {"command": command, "env": env}
+    spec = {"command": command, "env": env, "mounts": mounts}
     (_state() / f"{name}.json").write_text(json.dumps(spec))
     subprocess.Popen(
         [sys.executable, __file__, "_supervise", name], start_new_session=True, stdin=subprocess.DEVNULL,
@@ -123,6 +125,19 @@ def _stop(argv: list[str]) -> int:
     return 0
 
 
+def _exec(argv: list[str]) -> int:
+    rest = [arg for arg in argv if arg not in ("-i", "-t")]
+    name, command = rest[0], rest[1:]
+    spec = _state() / f"{name}.json"
+    if not spec.exists() or (_state() / f"{name}.code").exists():
+        print(f"Error response from daemon: container {name} is not running", file=sys.stderr)
+        return 1
+    values = json.loads(spec.read_text())
+    for host, path in values["mounts"]:
+        command = [arg.replace(path, host) for arg in command]
+    return subprocess.run(command, env=values["env"]).returncode
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] != ["_supervise"]:
         with (_state() / "calls.jsonl").open("a") as calls:
@@ -140,6 +155,8 @@ def main(argv: list[str]) -> int:
         return _wait(rest[-1])
     if verb == "stop":
         return _stop(rest)
+    if verb == "exec":
+        return _exec(rest)
     print(f"fake docker: {verb} is not served", file=sys.stderr)
     return 1
 

@@ -12,81 +12,31 @@ and exit records, and the console markers the provider reads back (`providers.aw
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
 import stat
 import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from providers.aws import console, containers
 from providers.aws.exits import exit_code_in
-from providers.aws.keys import generate_key_pair
 from providers.aws.mounts import VOLUME_DIR
-from providers.aws.userdata import Boot, render_script
 from providers.base import PodSpec
-from providers.shape import ContainerSpec, Mount, Volume, VolumeFile
+from providers.shape import Mount, Volume, VolumeFile
+from tests.providers.aws.vm_script import Vm, name_of, pod_of, render, runs_of, sh, temporary_vm
 
 SECRET = b"t0ken 'with' $quotes\n"
-FAKE_DOCKER = Path(__file__).with_name("fake_docker.py")
-RECORDERS = ("systemctl", "service", "mount", "shutdown")
-
-
-@dataclass
-class Vm:
-    """The temporary "instance": its root, the fake docker's state, the recorders' log."""
-
-    root: Path
-    docker: Path
-    system_log: Path
-    order: Path
-    env: dict[str, str]
-
-    def run(self, script: str) -> subprocess.CompletedProcess[bytes]:
-        path = self.root.parent / "user-data.sh"
-        path.write_text(script)
-        return subprocess.run(["bash", str(path)], env=self.env, capture_output=True, timeout=120)
-
-    def calls(self) -> list[list[str]]:
-        return [json.loads(line) for line in (self.docker / "calls.jsonl").read_text().splitlines()]
-
-    def file(self, path: str) -> Path:
-        return Path(f"{self.root}{path}")
-
-    def console(self) -> bytes:
-        return self.file("/dev/console").read_bytes()
 
 
 @pytest.fixture
 def vm(tmp_path: Path) -> Iterator[Vm]:
-    if shutil.which("bash") is None or shutil.which("ssh-keygen") is None:
-        pytest.skip("the user-data needs bash and ssh-keygen")
-    root, docker, tools = tmp_path / "root", tmp_path / "docker", tmp_path / "bin"
-    for folder in (root / "dev", docker, tools):
-        folder.mkdir(parents=True)
-    system_log = tmp_path / "system.log"
-    (tools / "docker").write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE_DOCKER} "$@"\n')
-    for name in RECORDERS:
-        (tools / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {system_log}\n')
-    for tool in tools.iterdir():
-        tool.chmod(0o755)
-    env = dict(os.environ, PATH=f"{tools}:{os.environ['PATH']}", FAKE_DOCKER_STATE=str(docker))
-    yield Vm(root, docker, system_log, tmp_path / "order", env)
-    for pid_file in docker.glob("*.pid"):  # a container a failed test left running
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    with temporary_vm(tmp_path) as made:
+        yield made
 
 
-def sh(script: str, *, mounts: tuple[Mount, ...] = (), sidecar: bool = False, name: str) -> ContainerSpec:
-    return ContainerSpec(name, image=f"repo/{name}:1", command=("sh", "-c", script), mounts=mounts, sidecar=sidecar)
+def render_with_token(vm: Vm, pod: PodSpec, volumes: tuple[Volume, ...] = ()) -> str:
+    return render(vm, pod, volumes, env={"main": {"TOKEN": SECRET.decode()}})
 
 
 CACHE = Mount("cache", "/cache")
@@ -115,36 +65,9 @@ AFTER_METRICS = 'until [ -e "$ORDER.up" ]; do sleep 0.02; done; '
 MIGRATE = sh(AFTER_METRICS + 'echo migrate >> "$ORDER"', name="migrate")
 
 
-def pod_of(*, init: tuple[ContainerSpec, ...], apps: tuple[ContainerSpec, ...]) -> PodSpec:
-    first = apps[0]
-    return PodSpec(
-        namespace="ml", name="server", uid="u-1", container=first.name, image=first.image, command=first.command,
-        containers=apps, init_containers=init, restart_policy="Never",
-    )  # fmt: skip
-
-
-def render(vm: Vm, pod: PodSpec, volumes: tuple[Volume, ...] = ()) -> str:
-    boot = Boot(
-        claim="ml-server-abc", ssh_user="nebula-no-such-user", authorized_keys=(generate_key_pair("a").public_line,),
-        host_key=generate_key_pair().private_openssh, gpus=False, terminate_on_exit=True, shutdown_delay=0,
-    )  # fmt: skip
-    names = [spec.name for spec in (*pod.init_containers, *pod.app_containers())]
-    envs = {name: {"ORDER": str(vm.order), "WHO": name} for name in names}
-    envs["main"] = {**envs["main"], "TOKEN": SECRET.decode()}
-    return render_script(pod, envs["main"], boot, container_env=envs, volumes=volumes, root=str(vm.root))
-
-
-def runs_of(vm: Vm) -> list[list[str]]:
-    return [argv for argv in vm.calls() if argv[0] == "run"]
-
-
-def name_of(argv: list[str]) -> str:
-    return argv[argv.index("--name") + 1]
-
-
 def test_the_script_of_several_containers_is_valid_bash(tmp_path: Path) -> None:
     vm = Vm(tmp_path, tmp_path, tmp_path, tmp_path, {})
-    script = render(vm, pod_of(init=(FETCH, METRICS, MIGRATE), apps=(MAIN, SIDE)), VOLUMES)
+    script = render_with_token(vm, pod_of(init=(FETCH, METRICS, MIGRATE), apps=(MAIN, SIDE)), VOLUMES)
     checked = subprocess.run(["bash", "-n"], input=script.encode(), capture_output=True, timeout=30)
     assert checked.returncode == 0, checked.stderr.decode()
 
@@ -152,7 +75,7 @@ def test_the_script_of_several_containers_is_valid_bash(tmp_path: Path) -> None:
 def test_init_containers_run_in_order_to_completion_then_the_apps_start_and_the_sidecar_stops_after_them(
     vm: Vm,
 ) -> None:
-    result = vm.run(render(vm, pod_of(init=(FETCH, METRICS, MIGRATE), apps=(MAIN, SIDE)), VOLUMES))
+    result = vm.run(render_with_token(vm, pod_of(init=(FETCH, METRICS, MIGRATE), apps=(MAIN, SIDE)), VOLUMES))
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert [name_of(argv) for argv in runs_of(vm)] == [f"nebula-{n}" for n in ("fetch", "metrics", "migrate", "main",
                                                                               "side")]  # fmt: skip
@@ -165,7 +88,7 @@ def test_init_containers_run_in_order_to_completion_then_the_apps_start_and_the_
 
 
 def test_volumes_are_written_with_their_modes_and_bind_mounted_where_each_container_asks(vm: Vm) -> None:
-    result = vm.run(render(vm, pod_of(init=(FETCH,), apps=(MAIN, SIDE)), VOLUMES))
+    result = vm.run(render_with_token(vm, pod_of(init=(FETCH,), apps=(MAIN, SIDE)), VOLUMES))
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     folder = f"{vm.root}{VOLUME_DIR}"
     modes = {path: stat.S_IMODE(vm.file(f"{VOLUME_DIR}/{path}").stat().st_mode)
@@ -189,7 +112,7 @@ def test_volumes_are_written_with_their_modes_and_bind_mounted_where_each_contai
 def test_each_container_has_its_stamped_log_its_exit_record_and_console_markers_and_no_secret_reaches_them(
     vm: Vm,
 ) -> None:
-    result = vm.run(render(vm, pod_of(init=(FETCH, METRICS, MIGRATE), apps=(MAIN, SIDE)), VOLUMES))
+    result = vm.run(render_with_token(vm, pod_of(init=(FETCH, METRICS, MIGRATE), apps=(MAIN, SIDE)), VOLUMES))
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     exits = {name: vm.file(f"/var/log/nebula/{name}.exit").read_text().strip()
              for name in ("fetch", "metrics", "migrate", "main", "side")}  # fmt: skip
@@ -210,7 +133,7 @@ def test_each_container_has_its_stamped_log_its_exit_record_and_console_markers_
 
 def test_a_failing_init_container_ends_the_sequence_and_its_code_is_the_workloads(vm: Vm) -> None:
     failing = sh(AFTER_METRICS + 'echo fetch >> "$ORDER"; echo no weights; exit 2', name="fetch")
-    result = vm.run(render(vm, pod_of(init=(METRICS, failing, MIGRATE), apps=(MAIN, SIDE)), VOLUMES))
+    result = vm.run(render_with_token(vm, pod_of(init=(METRICS, failing, MIGRATE), apps=(MAIN, SIDE)), VOLUMES))
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     assert [name_of(argv) for argv in runs_of(vm)] == ["nebula-metrics", "nebula-fetch"]
     assert vm.order.read_text().split() == ["fetch", "metrics-stopped"]
