@@ -32,6 +32,7 @@ from providers.base import (
     BlockScope,
     Capabilities,
     ConnectCredential,
+    ContainerStopper,
     Executor,
     Instance,
     InstanceId,
@@ -62,6 +63,7 @@ SHAPES = Shapes(
     several_containers=True, init_containers=True, sidecars=True,
     probes=frozenset({"exec", "tcpSocket", "httpGet"}), volumes=frozenset(VOLUME_KINDS),
 )  # fmt: skip
+STOP_ANSWER_SECONDS = 30.0  # beyond the grace, for `docker stop` over SSH to answer
 USER_DATA_LIMIT = 16384  # bytes EC2 accepts as user-data (before its base64)
 
 
@@ -311,6 +313,24 @@ class AwsProvider:
         argv = remote.exec_argv(command, tty=tty, stdin=stdin, docker_name=where.docker_name)
         return ssh.start_process(target, argv, tty=tty, stdin=stdin)
 
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
+        its marker, and the vnode replaces the instance to run it again. Not running: success."""
+        _, data = self._owned(instance_id)
+        where = remote.reach(data, container)
+        if status.state_of(data) != "running":
+            return
+        endpoint = status.endpoint_of(data)
+        if not self._options.ssh or not endpoint:
+            raise Unavailable(f"instance {instance_id} has no SSH endpoint to stop container {container!r} with")
+        target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
+        process = ssh.start_process(target, remote.stop_argv(where.docker_name, grace=grace), tty=False, stdin=False)
+        try:
+            if process.wait(grace + STOP_ANSWER_SECONDS) is None:
+                raise Unavailable(f"instance {instance_id}: docker stop of {container!r} did not answer in time")
+        finally:
+            process.close()
+
     def _owned(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
         found = self._inventory.describe(instance_id)
         if found is None:
@@ -324,6 +344,6 @@ def _secrets(request: ProvisionRequest) -> builtins.list[str]:
     return sorted(value for value in values if value)
 
 
-def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor]:
+def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor, ContainerStopper]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
-    return provider, provider, provider
+    return provider, provider, provider, provider

@@ -9,6 +9,7 @@ Tests: tests/providers/aws/test_aws_boot.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -66,3 +67,9 @@ def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: Ke
         host=endpoint, port=options.ssh_port, username=options.ssh_user, private_key=key.private_openssh,
         host_key=host_key, connect_timeout=options.connect_timeout,
     )  # fmt: skip
+
+
+def stop_argv(docker_name: str, *, grace: float, docker: Sequence[str] = DOCKER) -> list[str]:
+    """The command run over SSH to stop one container as a kubelet kills it: SIGTERM, then
+    SIGKILL after `grace` seconds (`docker stop` takes whole seconds; rounded up)."""
+    return [*docker, "stop", "-t", str(max(0, math.ceil(grace))), docker_name]

@@ -16,6 +16,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from providers import errors
 from providers.aws import AwsProvider, containers
 from providers.aws.containers import RosterEntry
 from providers.base import InstanceId, InstanceState
@@ -156,3 +157,16 @@ def test_a_list_reads_the_consoles_of_running_several_container_instances_only(a
     assert reads["GetConsoleOutput"] == 1
     assert listed[single].containers == () and listed[single].state is InstanceState.RUNNING
     assert listed[several].state is InstanceState.RUNNING and len(listed[several].containers) == 4
+
+
+def test_stopping_a_container_needs_it_on_the_roster_and_is_success_when_the_instance_no_longer_runs(
+    aws: AwsProvider,
+) -> None:
+    instance = launch_several(aws)
+    aws.get(instance)  # running; the provider's `ssh` option is off in these tests
+    with pytest.raises(errors.NotFound):
+        aws.stop_container(instance, "nope", grace=1)
+    with pytest.raises(errors.Unavailable, match="no SSH endpoint"):
+        aws.stop_container(instance, "side", grace=1)
+    aws.terminate(instance)
+    aws.stop_container(instance, "side", grace=1)

@@ -116,3 +116,16 @@ def test_exec_c_runs_in_the_container_it_names_and_not_in_one_that_ended(running
     assert running.exec("main", "sh", "-c", 'echo "in $WHO"; exit 7') == (7, b"in main\n")
     code, _ = running.exec("fetch", "true")  # the init container has exited
     assert code == 1
+
+
+def test_stopping_one_container_ends_it_with_sigterms_code_and_leaves_the_others_running(running: Running) -> None:
+    where = remote.reach(running.data, "side", root=str(running.vm.root))
+    argv = remote.stop_argv(where.docker_name, grace=5, docker=running.vm.docker_command())
+    process = start_process(running.sshd.target(), argv, tty=False, stdin=False)
+    try:
+        assert process.wait(60) == 0
+    finally:
+        process.close()
+    assert running.vm.file("/var/log/nebula/side.exit").read_text().strip() == "143"
+    assert running.exec("main", "sh", "-c", 'echo "in $WHO"') == (0, b"in main\n")
+    assert containers.events_in(running.vm.console())["side"].exit_code == 143
