@@ -141,3 +141,15 @@ def test_a_failing_init_container_ends_the_sequence_and_its_code_is_the_workload
     assert sorted(events) == ["fetch", "metrics"] and events["fetch"].exit_code == 2
     assert exit_code_in(vm.console()) == 2
     assert not vm.file("/var/log/nebula/main.log").exists()
+
+
+def test_a_pod_of_one_container_gets_its_volumes_mounted_and_keeps_the_one_workload_log(vm: Vm) -> None:
+    reader = sh("cat /etc/app/app.conf; ls /etc/app/nested", mounts=(Mount("config", "/etc/app", read_only=True),),
+                name="main")  # fmt: skip
+    result = vm.run(render(vm, pod_of(init=(), apps=(reader,)), VOLUMES[:1]))
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    (run,) = runs_of(vm)
+    assert name_of(run) == "nebula-workload" and f"{vm.root}{VOLUME_DIR}/config:/etc/app:ro" in run
+    lines = [line.split(" ", 1)[1] for line in vm.file("/var/log/nebula/workload.log").read_text().splitlines()]
+    assert lines == ["mode: test", "deep.conf"]
+    assert exit_code_in(vm.console()) == 0 and containers.events_in(vm.console()) == {}

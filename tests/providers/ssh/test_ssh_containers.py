@@ -26,6 +26,7 @@ from tests.providers.aws.vm_script import Vm, pod_of, render, sh, temporary_vm
 from tests.support.polling import read_to_end, wait_for
 from tests.support.sshd import Sshd
 
+NOT_ENDED = containers.ContainerEvent("side")
 WAIT_FOR_STOP = 'until [ -e "$ORDER.stop" ]; do sleep 0.05; done'
 POD = pod_of(
     init=(sh("echo fetched", name="fetch"),),
@@ -126,6 +127,8 @@ def test_stopping_one_container_ends_it_with_sigterms_code_and_leaves_the_others
         assert process.wait(60) == 0
     finally:
         process.close()
-    assert running.vm.file("/var/log/nebula/side.exit").read_text().strip() == "143"
+    # docker stop returns once the container stopped; the script records its exit right after.
+    side = wait_for(lambda: containers.events_in(running.vm.console()).get("side", NOT_ENDED).exit_code, 30)
+    assert side == 143
+    assert running.vm.file("/var/log/nebula/side.exit").read_text().strip() == "143"  # written before the marker
     assert running.exec("main", "sh", "-c", 'echo "in $WHO"') == (0, b"in main\n")
-    assert containers.events_in(running.vm.console())["side"].exit_code == 143
