@@ -7,6 +7,8 @@ exits      the exit code from the console marker, read once per finished instanc
 ec2        boto3 clients and the one translation of botocore errors (boto3 lives only here)
 catalog    the shipped instance-type catalog (catalog.csv) and the choice of types
 userdata   the boot script that runs the container; keys  ed25519 connect, host, operator keys
+workload   the boot script's run of init, sidecar and app containers; mounts  volumes on the VM
+containers roster tags and console markers to per-container facts
 status     EC2 facts to `Instance`, tags; classify  refusal -> block scope
 console    serial-console logs; remote  SSH targets and the exec command; options  settings
 

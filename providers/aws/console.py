@@ -51,6 +51,13 @@ def appended(old: bytes, new: bytes) -> bytes:
     return new[at + len(tail) :] if at >= 0 else new
 
 
+def lines_of(data: bytes, prefix: bytes) -> bytes:
+    """The console lines of one of several containers (they start with `prefix`, its name and
+    a space), the prefix removed; everything else on the console (boot noise, the other
+    containers, the markers) left out."""
+    return b"".join(line[len(prefix) :] for line in data.splitlines(keepends=True) if line.startswith(prefix))
+
+
 def tail_lines(data: bytes, lines: int | None) -> bytes:
     if lines is None:
         return data

@@ -3,7 +3,10 @@
 Called by `inventory` for owned instances that are shutting down, stopping, stopped or
 terminated. User-data writes `NEBULA-EXIT-CODE=<n>` on a line of its own to the console
 (`userdata.EXIT_MARKER`) before it shuts the machine down; the workload's own lines carry a
-Docker timestamp first, so they cannot fake it. Never reads the console of a running instance.
+Docker timestamp first, so they cannot fake it. The console of a running instance is read
+only when its tags name several containers (`status.has_containers`): then on every look,
+for the containers' `NEBULA-CONTAINER` markers (`containers.events_in`), since EC2 shows the
+machine running from the first init container to the last app container's exit.
 
 EC2 posts the buffered console shortly after each state transition and keeps it for at least
 an hour after the last post: a console read while the instance was still shutting down may
@@ -25,9 +28,16 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from providers.aws import console
+from providers.aws import console, containers
 from providers.aws.ec2 import Ec2
-from providers.aws.status import FINAL_STATES, FINISHED_STATES, ConsoleVerdict, instance_id, state_of
+from providers.aws.status import (
+    FINAL_STATES,
+    FINISHED_STATES,
+    ConsoleVerdict,
+    has_containers,
+    instance_id,
+    state_of,
+)
 from providers.aws.userdata import EXIT_MARKER
 from providers.base import InstanceId
 from providers.errors import NotFound, ProviderError, Unavailable
@@ -44,8 +54,11 @@ def exit_code_in(output: bytes) -> int | None:
     return int(found[-1]) if found else None
 
 
-def needs_read(cached: ConsoleVerdict | None, state: str) -> bool:
-    """Pure: whether an instance in EC2 state `state` needs (another) console read."""
+def needs_read(cached: ConsoleVerdict | None, state: str, *, several: bool = False) -> bool:
+    """Pure: whether an instance in EC2 state `state` needs (another) console read.
+    `several`: it runs several containers, so a running one is read on every look."""
+    if several and state == "running":
+        return True
     if state not in FINISHED_STATES:
         return False
     if cached is None:
@@ -71,7 +84,11 @@ class ExitReader:
         serve now (`Unavailable`) has no verdict yet: the instance reads as still going."""
         with self._lock:
             known = {instance_id(region, str(d["InstanceId"])): d for d in instances}
-            due = [d for key, d in known.items() if needs_read(self._verdicts.get(key), state_of(d))]
+            due = [
+                d
+                for key, d in known.items()
+                if needs_read(self._verdicts.get(key), state_of(d), several=has_containers(d))
+            ]
         if len(due) > 1:
             with ThreadPoolExecutor(max_workers=min(len(due), _PARALLEL_READS)) as pool:
                 list(pool.map(lambda data: self._read(region, data), due))
@@ -81,7 +98,7 @@ class ExitReader:
             return {
                 key: verdict
                 for key, data in known.items()
-                if state_of(data) in FINISHED_STATES and (verdict := self._verdicts.get(key)) is not None
+                if _read_state(data) and (verdict := self._verdicts.get(key)) is not None
             }
 
     def keep_only(self, region: str, listed: Iterable[InstanceId]) -> None:
@@ -100,7 +117,9 @@ class ExitReader:
         ec2_id = str(data["InstanceId"])
         state = state_of(data)
         try:
-            result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id)
+            # Latest: a running (Nitro) instance's console as it is now, not its last buffered post.
+            latest: dict[str, Any] = {"Latest": True} if state == "running" else {}
+            result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id, **latest)
         except NotFound:
             verdict = ConsoleVerdict(None, state, self._now())
         except Unavailable as exc:
@@ -109,6 +128,14 @@ class ExitReader:
         except ProviderError as exc:
             verdict = ConsoleVerdict(None, state, self._now(), note=f"serial console unreadable: {exc}")
         else:
-            verdict = ConsoleVerdict(exit_code_in(console.decode_console(result.get("Output"))), state, self._now())
+            output = console.decode_console(result.get("Output"))
+            events = containers.events_in(output) if has_containers(data) else {}
+            verdict = ConsoleVerdict(exit_code_in(output), state, self._now(), events=events)
         with self._lock:
             self._verdicts[instance_id(region, ec2_id)] = verdict
+
+
+def _read_state(data: dict[str, Any]) -> bool:
+    """The instance is in a state whose console verdict counts (finished, or running several)."""
+    state = state_of(data)
+    return state in FINISHED_STATES or (state == "running" and has_containers(data))

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from providers.aws import catalog, status
+from providers.aws import catalog, containers, status
 from providers.aws.ec2 import SPOT_PRICE_CODES, CapacityRefusal, Ec2, error_code
 from providers.aws.options import AwsOptions
 from providers.base import PodSpec, ProvisionRequest, Tier
@@ -41,7 +41,8 @@ def instance_types(pod: PodSpec, region: str) -> list[catalog.CatalogEntry]:
 def tags(
     pod: PodSpec, request: ProvisionRequest, *, provider: str, owner: Owner, host_key: str
 ) -> list[dict[str, str]]:
-    """The instance's tags: how list, get and the claim lookup find it, and whose it is."""
+    """The instance's tags: how list, get and the claim lookup find it, whose it is, and (for
+    a Pod of several containers) which containers it runs."""
     values = {
         "Name": f"nebula-{request.claim}",
         status.TAG_CLAIM: request.claim,
@@ -52,6 +53,7 @@ def tags(
         status.TAG_POD: pod.name,
         status.TAG_UID: pod.uid,
         status.TAG_HOST_KEY: " ".join(host_key.split()[:2]),
+        **containers.roster_tags(containers.roster(pod)),
     }
     return [{"Key": key, "Value": value[:256]} for key, value in values.items()]
 

@@ -32,6 +32,7 @@ from providers.base import (
     BlockScope,
     Capabilities,
     ConnectCredential,
+    ContainerStopper,
     Executor,
     Instance,
     InstanceId,
@@ -48,12 +49,22 @@ from providers.base import (
 )
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.owner import Owner
+from providers.shape import VOLUME_KINDS, Shapes
 
 logger = logging.getLogger(__name__)
 
 REGION_GROUPS = ("us", "eu", "ap", "ca", "sa", "me", "af", "il", "mx")
 ALL_REGIONS = frozenset({"*", "any", "all"})
 NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
+# Served with restarts by replacement (docs/providers/aws.md): a container's restart is a new
+# instance, which runs every container again. Probes: exec over SSH, TCP and HTTP against
+# the instance's address (its containers share the host's network).
+SHAPES = Shapes(
+    several_containers=True, init_containers=True, sidecars=True,
+    probes=frozenset({"exec", "tcpSocket", "httpGet"}), volumes=frozenset(VOLUME_KINDS),
+)  # fmt: skip
+STOP_ANSWER_SECONDS = 30.0  # beyond the grace, for `docker stop` over SSH to answer
+USER_DATA_LIMIT = 16384  # bytes EC2 accepts as user-data (before its base64)
 
 
 def _utc_now() -> datetime:
@@ -61,7 +72,7 @@ def _utc_now() -> datetime:
 
 
 class AwsProvider:
-    """Runs each Pod's first container on its own EC2 instance. Options: see `options.AwsOptions`.
+    """Runs each Pod's containers on its own EC2 instance. Options: see `options.AwsOptions`.
     `now` is the wall clock (an exit's time when EC2 gives none; the launch's hour)."""
 
     def __init__(
@@ -109,6 +120,7 @@ class AwsProvider:
             bills_after_exit=True,  # a VM bills until it is terminated
             # EC2 shows a terminated instance for about an hour, and its console with it.
             keeps_output_after_terminate=True,
+            shapes=SHAPES,
         )
 
     # -- provision --------------------------------------------------------------------
@@ -141,11 +153,18 @@ class AwsProvider:
                 authorized_keys=(user_key.public_line, self._operator.get().public_line),
                 gpus=choices[0].gpu_count > 0, terminate_on_exit=self._options.terminate_on_exit,
             )  # fmt: skip
-            user_data = render_user_data(pod, request.env, boot)
+            user_data = render_user_data(
+                pod, request.env, boot, container_env=request.container_env, volumes=request.volumes
+            )
+            if len(user_data) > USER_DATA_LIMIT:
+                raise InvalidRequest(
+                    f"the Pod's boot script is {len(user_data)} bytes gzipped, more than EC2's user-data limit "
+                    f"of {USER_DATA_LIMIT}: its volumes (spec.volumes) are too large for the aws provider"
+                )
             tags = launch.tags(pod, request, provider=self._name, owner=self._owner, host_key=host_key.public_line)
             data = launch.launch(
                 self._ec2, self._options, region, choices, tier, ami, user_data, tags, claim=request.claim,
-                earlier=[str(d["InstanceId"]) for d in found], at=self._now(), secrets=list(request.env.values()),
+                earlier=[str(d["InstanceId"]) for d in found], at=self._now(), secrets=_secrets(request),
             )  # fmt: skip
         logger.info("launched %s for claim %s in %s (%s, %s)", data["InstanceId"], request.claim, region,
                     data.get("InstanceType"), tier.value)  # fmt: skip
@@ -244,11 +263,12 @@ class AwsProvider:
                 "and its log is not kept with this one"
             )
         region, data = self._owned(instance_id)
+        where = remote.reach(data, options.container)
         endpoint = status.endpoint_of(data)
         if self._options.ssh and endpoint and status.state_of(data) == "running":
             try:
                 target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
-                return ssh.open_log_stream(target, remote.WORKLOAD_LOG, options)
+                return ssh.open_log_stream(target, where.log, options)
             except Unavailable as exc:
                 if options.timestamps or options.since is not None:
                     raise
@@ -257,12 +277,13 @@ class AwsProvider:
             raise NotSupported("the serial console carries no timestamps: timestamps and since need SSH")
         ec2_id = str(data["InstanceId"])
         return console.ConsoleLogStream(
-            lambda: self._console(instance_id, region, ec2_id), options, poll_seconds=self._options.poll_interval
-        )
+            lambda: self._console(instance_id, region, ec2_id, where.console_prefix), options,
+            poll_seconds=self._options.poll_interval,
+        )  # fmt: skip
 
-    def _console(self, instance_id: InstanceId, region: str, ec2_id: str) -> console.Snapshot | None:
-        """The console now, and whether more may come (the instance still runs); None once
-        EC2 no longer shows the instance."""
+    def _console(self, instance_id: InstanceId, region: str, ec2_id: str, prefix: bytes) -> console.Snapshot | None:
+        """The console now (only the lines of the container whose `prefix` is given), and
+        whether more may come (the instance still runs); None once EC2 no longer shows it."""
         found = self._inventory.describe(instance_id)
         if found is None:
             return None
@@ -271,7 +292,8 @@ class AwsProvider:
         except NotFound:
             return None
         live = status.state_of(found[1]) in status.ADOPTABLE_STATES
-        return console.Snapshot(console.decode_console(result.get("Output")), live=live)
+        output = console.decode_console(result.get("Output"))
+        return console.Snapshot(console.lines_of(output, prefix) if prefix else output, live=live)
 
     def exec(
         self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
@@ -279,6 +301,7 @@ class AwsProvider:
         if not command:
             raise NotSupported("exec needs a command")
         _, data = self._owned(instance_id)
+        where = remote.reach(data, container)
         if status.state_of(data) != "running":
             raise NotFound(f"instance {instance_id} is not running")
         endpoint = status.endpoint_of(data)
@@ -287,7 +310,26 @@ class AwsProvider:
                 f"instance {instance_id} has no SSH endpoint (the aws option 'ssh' is off, or no address)"
             )
         target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
-        return ssh.start_process(target, remote.exec_argv(command, tty=tty, stdin=stdin), tty=tty, stdin=stdin)
+        argv = remote.exec_argv(command, tty=tty, stdin=stdin, docker_name=where.docker_name)
+        return ssh.start_process(target, argv, tty=tty, stdin=stdin)
+
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
+        its marker, and the vnode replaces the instance to run it again. Not running: success."""
+        _, data = self._owned(instance_id)
+        where = remote.reach(data, container)
+        if status.state_of(data) != "running":
+            return
+        endpoint = status.endpoint_of(data)
+        if not self._options.ssh or not endpoint:
+            raise Unavailable(f"instance {instance_id} has no SSH endpoint to stop container {container!r} with")
+        target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
+        process = ssh.start_process(target, remote.stop_argv(where.docker_name, grace=grace), tty=False, stdin=False)
+        try:
+            if process.wait(grace + STOP_ANSWER_SECONDS) is None:
+                raise Unavailable(f"instance {instance_id}: docker stop of {container!r} did not answer in time")
+        finally:
+            process.close()
 
     def _owned(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
         found = self._inventory.describe(instance_id)
@@ -296,6 +338,12 @@ class AwsProvider:
         return found
 
 
-def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor]:
+def _secrets(request: ProvisionRequest) -> builtins.list[str]:
+    """Every env value of every container: scrubbed from EC2's error messages."""
+    values = {*request.env.values(), *(v for env in request.container_env.values() for v in env.values())}
+    return sorted(value for value in values if value)
+
+
+def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor, ContainerStopper]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
-    return provider, provider, provider
+    return provider, provider, provider, provider

@@ -1,5 +1,6 @@
 """How Nebula reaches an AWS instance's workload: over SSH (the operator key, the claim's
 host key from its tag) to `docker exec` and the stamped log file; else the serial console.
+With several containers (the roster tags), each has its log file and Docker name.
 
 Called by `AwsProvider.logs` and `exec`. Builds values only; the SSH work is
 `providers.ssh`'s. Never logs a key.
@@ -8,22 +9,55 @@ Tests: tests/providers/aws/test_aws_boot.py.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from providers.aws import containers, workload
 from providers.aws.keys import KeyPair
 from providers.aws.options import AwsOptions
 from providers.aws.status import TAG_HOST_KEY, tags_of
 from providers.aws.userdata import CONTAINER, EXIT_FILE, LOG_FILE
+from providers.errors import NotFound
 from providers.ssh import FileLog, SshTarget
 
 WORKLOAD_LOG = FileLog(LOG_FILE, EXIT_FILE, stamped=True)
 
 
-def exec_argv(command: Sequence[str], *, tty: bool, stdin: bool) -> list[str]:
-    """The command run over SSH: into the container, as root (the login user has sudo on the AMI)."""
+@dataclass(frozen=True)
+class Reach:
+    """Where one of the Pod's containers is on its instance: its log file, its Docker name,
+    and the prefix its console lines carry (empty: the instance runs one container)."""
+
+    log: FileLog
+    docker_name: str
+    console_prefix: bytes = b""
+
+
+def reach(data: dict[str, Any], container: str, *, root: str = "") -> Reach:
+    """The container `container` (empty: the first app container) of an instance; NotFound
+    for a name its roster tags do not list. An instance of one container is that container.
+    `root` stands for the instance's `/`, as in `userdata.render_script`."""
+    entries = containers.roster_of(tags_of(data))
+    if not entries:
+        return Reach(FileLog(f"{root}{LOG_FILE}", f"{root}{EXIT_FILE}", stamped=True), CONTAINER)
+    name = container or next((entry.name for entry in entries if entry.kind == "app"), "")
+    if name not in {entry.name for entry in entries}:
+        raise NotFound(f"the Pod has no container {name!r} on this instance")
+    log = FileLog(f"{root}{workload.container_log(name)}", f"{root}{workload.container_exit(name)}", stamped=True)
+    return Reach(log, workload.container_name(name), f"{name} ".encode())
+
+
+DOCKER = ("sudo", "-n", "docker")  # as root: the login user has sudo on the AMI
+
+
+def exec_argv(
+    command: Sequence[str], *, tty: bool, stdin: bool, docker_name: str = CONTAINER, docker: Sequence[str] = DOCKER
+) -> list[str]:
+    """The command run over SSH: `docker exec` into the container named `docker_name`."""
     flags = (["-i"] if stdin else []) + (["-t"] if tty else [])
-    return ["sudo", "-n", "docker", "exec", *flags, CONTAINER, *command]
+    return [*docker, "exec", *flags, docker_name, *command]
 
 
 def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: KeyPair) -> SshTarget:
@@ -33,3 +67,9 @@ def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: Ke
         host=endpoint, port=options.ssh_port, username=options.ssh_user, private_key=key.private_openssh,
         host_key=host_key, connect_timeout=options.connect_timeout,
     )  # fmt: skip
+
+
+def stop_argv(docker_name: str, *, grace: float, docker: Sequence[str] = DOCKER) -> list[str]:
+    """The command run over SSH to stop one container as a kubelet kills it: SIGTERM, then
+    SIGKILL after `grace` seconds (`docker stop` takes whole seconds; rounded up)."""
+    return [*docker, "stop", "-t", str(max(0, math.ceil(grace))), docker_name]

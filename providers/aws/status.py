@@ -10,11 +10,13 @@ Tests: tests/providers/aws/test_aws_exits.py, tests/providers/aws/test_aws_owner
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from dataclasses import replace as _replace
 from datetime import UTC, datetime
 from typing import Any
 
+from providers.aws import containers
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
 
 TAG_CLAIM = "nebula.io/claim"
@@ -41,15 +43,18 @@ _TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|U
 
 @dataclass(frozen=True)
 class ConsoleVerdict:
-    """What the serial console said about one finished instance, read once (see `exits`).
+    """What the serial console said about one finished instance, read once (see `exits`), or
+    about a running one with several containers, read on each look.
 
     `exit_code` None: no marker. `state` is the EC2 state when it was read; `read_at` stands
-    in for the end time when EC2 gives none; `note` says why the console could not be read."""
+    in for the end time when EC2 gives none; `note` says why the console could not be read;
+    `events`: each container's last marker (several containers)."""
 
     exit_code: int | None
     state: str
     read_at: datetime
     note: str = ""
+    events: Mapping[str, containers.ContainerEvent] = field(default_factory=dict)
 
 
 def instance_id(region: str, ec2_id: str) -> InstanceId:
@@ -104,6 +109,23 @@ def _reason(data: dict[str, Any]) -> tuple[str, str]:
 
 
 def instance_from(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None = None) -> Instance:
+    """Facts for one DescribeInstances entry of ours, with its containers' facts when its tags
+    name several (`containers.with_containers`); see `_machine_facts`."""
+    facts = _machine_facts(data, region, verdict)
+    entries = containers.roster_of(tags_of(data))
+    if not entries:
+        return facts
+    events = verdict.events if verdict is not None else {}
+    code = verdict.exit_code if verdict is not None and state_of(data) == "running" else None
+    return containers.with_containers(facts, entries, events, workload_code=code)
+
+
+def has_containers(data: dict[str, Any]) -> bool:
+    """The instance's tags name several containers (its console is read while it runs)."""
+    return containers.TAG_CONTAINERS in tags_of(data)
+
+
+def _machine_facts(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None) -> Instance:
     """Facts for one DescribeInstances entry of ours (the caller checked `is_owned`).
 
     A finished instance (shutting down, stopped, terminated) whose console carries the exit

@@ -1,23 +1,27 @@
-"""The user-data script that turns a fresh EC2 instance into the Pod's container.
+"""The user-data script that turns a fresh EC2 instance into the Pod's containers.
 
 Called by `AwsProvider.provision`. The script authorizes the connect keys, installs the
-claim's host key, runs the container with the host's Docker (the ECS GPU AMI's), copies
-its stamped output to the serial console and to `LOG_FILE`, and writes the exit marker
-(`EXIT_MARKER`) to the console before shutting down. It carries env values
-in clear text: it is rendered, gzipped and sent, NEVER logged or put in an error.
-Tests: tests/providers/aws/test_aws_boot.py.
+claim's host key, writes the Pod's volumes (`mounts`), runs the container with the host's
+Docker (the ECS GPU AMI's), copies its stamped output to the serial console and to
+`LOG_FILE`, and writes the exit marker (`EXIT_MARKER`) to the console before shutting down.
+A Pod with init containers or several app containers runs them through `workload` instead
+(per-container logs and `CONTAINER_MARKER` lines). The script carries env values and volume
+contents in clear text: it is rendered, gzipped and sent, NEVER logged or put in an error.
+Tests: tests/providers/aws/test_aws_boot.py, tests/providers/aws/test_aws_userdata.py.
 """
 
 from __future__ import annotations
 
 import gzip
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from providers.aws import mounts, workload
 from providers.base import PodSpec
+from providers.shape import Volume
 
-LOG_DIR = "/var/log/nebula"
+LOG_DIR = workload.LOG_DIR
 LOG_FILE = f"{LOG_DIR}/workload.log"  # `docker logs --timestamps` lines
 EXIT_FILE = f"{LOG_DIR}/workload.exit"  # the exit code, written once the log is complete
 CONTAINER = "nebula-workload"
@@ -26,6 +30,11 @@ CONTAINER = "nebula-workload"
 EXIT_MARKER = "NEBULA-EXIT-CODE"
 SHUTDOWN_DELAY_SECONDS = 60  # time to read the last logs before the instance goes
 PULL_ATTEMPTS = 5
+
+
+def runs_several(pod: PodSpec) -> bool:
+    """The Pod has init containers or more than one app container: it runs through `workload`."""
+    return bool(pod.init_containers) or len(pod.app_containers()) > 1
 
 
 @dataclass(frozen=True, repr=False)
@@ -38,25 +47,20 @@ class Boot:
     host_key: bytes  # OpenSSH private host key
     gpus: bool
     terminate_on_exit: bool
+    shutdown_delay: int = SHUTDOWN_DELAY_SECONDS
 
     def __repr__(self) -> str:
         return f"Boot(claim={self.claim!r})"
 
 
-def docker_run(pod: PodSpec, env: Mapping[str, str], *, gpus: bool) -> list[str]:
-    """The `docker run` argv for the Pod's first container (pure)."""
-    argv = ["docker", "run", "-d", "--name", CONTAINER, "--log-driver", "json-file"]
-    if gpus:
-        argv += ["--gpus", "all"]
-    for port in pod.ports:
-        argv += ["-p", f"{port}:{port}"]
-    if pod.working_dir:
-        argv += ["-w", pod.working_dir]
-    for key in sorted(env):
-        argv += ["-e", f"{key}={env[key]}"]
-    if pod.command:
-        argv += ["--entrypoint", pod.command[0]]
-    return [*argv, pod.image, *pod.command[1:], *pod.args]
+def docker_run(
+    pod: PodSpec, env: Mapping[str, str], *, gpus: bool, volumes: Sequence[Volume] = (), root: str = ""
+) -> list[str]:
+    """The `docker run` argv for the Pod's one container (pure): its ports published, its mounts bound."""
+    spec = pod.app_containers()[0]
+    extra = [arg for port in spec.ports for arg in ("-p", f"{port}:{port}")]
+    extra += mounts.mount_args(spec, volumes, root=root)
+    return workload.container_run(spec, env, gpus=gpus, name=CONTAINER, extra=extra)
 
 
 def _heredoc(marker: str, body: str) -> str:
@@ -65,19 +69,50 @@ def _heredoc(marker: str, body: str) -> str:
     return f"<<'{marker}'\n{body.rstrip()}\n{marker}"
 
 
-def render_script(pod: PodSpec, env: Mapping[str, str], boot: Boot) -> str:
-    """The bash script (pure; unit-tested as text)."""
+def render_script(
+    pod: PodSpec,
+    env: Mapping[str, str],
+    boot: Boot,
+    *,
+    container_env: Mapping[str, Mapping[str, str]] | None = None,
+    volumes: Sequence[Volume] = (),
+    root: str = "",
+) -> str:
+    """The bash script (pure). `env` is the first app container's, `container_env` every
+    container's by name (`ProvisionRequest.env_for`); `root` stands for `/` (only tests,
+    which run the script in a temporary folder, set it)."""
+    images = list(dict.fromkeys(spec.image for spec in (*pod.init_containers, *pod.app_containers())))
+    if runs_several(pod):
+        envs = {spec.name: (container_env or {}).get(spec.name, env) for spec in (*pod.init_containers,
+                                                                                   *pod.app_containers())}  # fmt: skip
+        run = workload.render_several(pod, envs, volumes, gpus=boot.gpus, root=root)
+    else:
+        run = _render_one(pod, env, volumes, gpus=boot.gpus, root=root)
+    pulls = "\n".join(_pull(image) for image in images)
+    finish = f"sleep {boot.shutdown_delay}; shutdown -h now" if boot.terminate_on_exit else "true"
+    return f"""{_prelude(boot, root=root)}
+{mounts.write_volumes(volumes, (*pod.init_containers, *pod.app_containers()), root=root)}
+{pulls}
+{run}
+say "workload exited with code $code"
+mark "$code"
+{finish}
+"""
+
+
+def _prelude(boot: Boot, *, root: str) -> str:
     user = shlex.quote(boot.ssh_user)
-    image = shlex.quote(pod.image)
-    run = shlex.join(docker_run(pod, env, gpus=boot.gpus))
-    finish = f"sleep {SHUTDOWN_DELAY_SECONDS}; shutdown -h now" if boot.terminate_on_exit else "true"
+    log_dir = shlex.quote(f"{root}{LOG_DIR}")
+    console = shlex.quote(f"{root}/dev/console")
+    host_key = shlex.quote(f"{root}/etc/ssh/ssh_host_ed25519_key")
     return f"""#!/bin/bash
-# Nebula: claim {boot.claim}. Runs the Pod's container; output to the serial console and {LOG_FILE}.
+# Nebula: claim {boot.claim}. Runs the Pod's containers; output to the serial console and {LOG_DIR}.
 set -u
 umask 022
-mkdir -p {LOG_DIR}
-say() {{ echo "nebula: $*" > /dev/console 2>/dev/null || echo "nebula: $*"; }}
-mark() {{ echo "{EXIT_MARKER}=$1" > /dev/console 2>/dev/null || echo "{EXIT_MARKER}=$1"; }}
+mkdir -p {log_dir}
+console={console}
+say() {{ echo "nebula: $*" >> {console} 2>/dev/null || echo "nebula: $*"; }}
+mark() {{ echo "{EXIT_MARKER}=$1" >> {console} 2>/dev/null || echo "{EXIT_MARKER}=$1"; }}
 
 home=$(getent passwd {user} | cut -d: -f6)
 if [ -n "$home" ]; then
@@ -88,33 +123,48 @@ if [ -n "$home" ]; then
 fi
 
 umask 077
-cat > /etc/ssh/ssh_host_ed25519_key {_heredoc("NEBULA_HOST_KEY", boot.host_key.decode("ascii"))}
+mkdir -p "$(dirname {host_key})"
+cat > {host_key} {_heredoc("NEBULA_HOST_KEY", boot.host_key.decode("ascii"))}
 umask 022
-ssh-keygen -y -f /etc/ssh/ssh_host_ed25519_key > /etc/ssh/ssh_host_ed25519_key.pub
+ssh-keygen -y -f {host_key} > {host_key}.pub
 systemctl restart sshd 2>/dev/null || service sshd restart 2>/dev/null || true
+"""
 
-for attempt in $(seq {PULL_ATTEMPTS}); do
-  docker pull {image} && break
-  say "pull of {image} failed (attempt $attempt)"; sleep 10
-done
-if {run} >/dev/null; then
-  docker logs --timestamps --follow {CONTAINER} 2>&1 | tee -a {LOG_FILE} > /dev/console &
+
+def _pull(image: str) -> str:
+    quoted = shlex.quote(image)
+    return f"""for attempt in $(seq {PULL_ATTEMPTS}); do
+  docker pull {quoted} && break
+  say "pull of {quoted} failed (attempt $attempt)"; sleep 10
+done"""
+
+
+def _render_one(pod: PodSpec, env: Mapping[str, str], volumes: Sequence[Volume], *, gpus: bool, root: str) -> str:
+    """The one-container run: `nebula-workload`, its log in LOG_FILE, its exit in EXIT_FILE."""
+    run = shlex.join(docker_run(pod, env, gpus=gpus, volumes=volumes, root=root))
+    log_file, exit_file = shlex.quote(f"{root}{LOG_FILE}"), shlex.quote(f"{root}{EXIT_FILE}")
+    return f"""if {run} >/dev/null; then
+  docker logs --timestamps --follow {CONTAINER} 2>&1 | tee -a {log_file} > {shlex.quote(f"{root}/dev/console")} &
   follower=$!
   code=$(docker wait {CONTAINER})
   wait "$follower"
 else
   code=125
-  echo "nebula: the container could not be started" >> {LOG_FILE}
+  echo "nebula: the container could not be started" >> {log_file}
   say "the container could not be started"
 fi
-echo "$code" > {EXIT_FILE}
-say "workload exited with code $code"
-mark "$code"
-{finish}
-"""
+echo "$code" > {exit_file}"""
 
 
-def render_user_data(pod: PodSpec, env: Mapping[str, str], boot: Boot) -> bytes:
+def render_user_data(
+    pod: PodSpec,
+    env: Mapping[str, str],
+    boot: Boot,
+    *,
+    container_env: Mapping[str, Mapping[str, str]] | None = None,
+    volumes: Sequence[Volume] = (),
+) -> bytes:
     """The script gzipped (cloud-init unpacks it): it fits EC2's 16 KiB limit more easily and
     no env value appears verbatim in an SDK debug log of the request."""
-    return gzip.compress(render_script(pod, env, boot).encode("utf-8"), mtime=0)
+    script = render_script(pod, env, boot, container_env=container_env, volumes=volumes)
+    return gzip.compress(script.encode("utf-8"), mtime=0)
