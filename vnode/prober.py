@@ -53,7 +53,7 @@ class _Pod:
 
     def current(self, item: _Due) -> ContainerProbes | None:
         """The container's probes if `item` is still its probe's place in the schedule."""
-        if self.generations.get((item.key[2], item.kind)) != item.generation:
+        if self.generations.get((item.key[2], item.kind), 0) != item.generation:
             return None
         return self.containers.get(item.key[2])
 
@@ -220,10 +220,15 @@ class Prober:
 
     def _push(self, pod: _Pod, key: _Key, kind: str, at: float, *, reschedule: bool = False) -> None:
         """Put a probe on the heap (under the lock); `reschedule` drops its earlier place."""
-        slot = (key[2], kind)
-        generation = pod.generations.get(slot, 0) + (1 if reschedule else 0)
-        pod.generations[slot] = generation
+        generation = self._bump(pod, key, kind) if reschedule else pod.generations.get((key[2], kind), 0)
         heapq.heappush(self._heap, (at, next(self._seq), _Due(key, kind, generation)))
+
+    @staticmethod
+    def _bump(pod: _Pod, key: _Key, kind: str) -> int:
+        """A new place for the probe in the schedule: every earlier one is moot."""
+        slot = (key[2], kind)
+        pod.generations[slot] = pod.generations.get(slot, 0) + 1
+        return pod.generations[slot]
 
     def _consider(self, item: _Due, at: float) -> None:
         """A probe is due: look at its container's facts, then run it or look again later."""
@@ -235,9 +240,13 @@ class Prober:
             entry = pod.entry
             view = view_of(entry.last_instance, state.container, first=entry.container, now=self._now())
             step = state.see(view, at=at)
+            now_due = False  # a new run whose probe is due at once runs now, not a step later
             for kind, when in step.due.items():
-                self._push(pod, item.key, kind, when, reschedule=True)
-            runs = not step.due and state.active(item.kind)
+                if kind == item.kind and when <= at:
+                    item, now_due = _Due(item.key, kind, self._bump(pod, item.key, kind)), True
+                else:
+                    self._push(pod, item.key, kind, when, reschedule=True)
+            runs = (now_due or not step.due) and state.active(item.kind)
             if not step.due and not runs:
                 self._push(pod, item.key, item.kind, at + state.probes[item.kind].period)
             run, probe = state.run, state.probes[item.kind]
