@@ -163,6 +163,7 @@ class Prober:
         if at >= self._next_resync:
             self._next_resync = at + self._resync
             self.resync()
+            at = self._monotonic()  # Pods just found are due now
         due: list[_Due] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= at:

@@ -214,7 +214,7 @@ def test_liveness_failures_stop_the_container_with_the_grace_and_tell_unhealthy_
     probe: dict[str, Any], pod_grace: int | None, grace: float
 ) -> None:
     liveness = {**EXEC, "periodSeconds": 1, **probe}
-    spec = {} if pod_grace is None else {"terminationGracePeriodSeconds": pod_grace}
+    spec: dict[str, Any] = {} if pod_grace is None else {"terminationGracePeriodSeconds": pod_grace}
     r = rig(pod=make_pod("web", namespace="default", uid="u-1", container={"livenessProbe": liveness}, **spec))
     r.executor.healthy["main"] = False
     r.step()
