@@ -21,6 +21,7 @@ import heapq
 import itertools
 import logging
 import queue
+import random
 import threading
 import time
 from collections import deque
@@ -31,7 +32,7 @@ from typing import Any
 
 from providers import errors
 from providers.base import ContainerStopper, Executor, Provider
-from vnode.probes import Outcome, Target, run_probe
+from vnode.probes import Outcome, Target, Watchdog, run_probe
 from vnode.probespec import READINESS, STARTUP, InvalidProbe, Probe, probes_of
 from vnode.probestate import ContainerProbes, RunId, view_of
 from vnode.tracking import Tracked, TrackedMap
@@ -88,8 +89,10 @@ class Prober:
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         submit: Callable[[Callable[[], None]], None] | None = None,
+        spread: bool = True,
     ) -> None:
-        """`submit` runs a job (tests pass one that runs it at once); None: the pool."""
+        """`submit` runs a job (tests pass one that runs it at once); None: the pool.
+        `spread`: first probes within a period of `start` wait a random part of it."""
         self._provider = provider
         self._executor = provider if isinstance(provider, Executor) else None
         self._stopper = provider if isinstance(provider, ContainerStopper) else None
@@ -101,6 +104,7 @@ class Prober:
         self._monotonic = monotonic
         self._now = now
         self._submit = submit or self._enqueue
+        self._spread = spread
         self._lock = threading.Lock()
         self._pods: dict[str, _Pod] = {}  # by uid
         self._refused: set[str] = set()  # uids whose probes are invalid (told once)
@@ -111,10 +115,14 @@ class Prober:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._started_at: float | None = None  # monotonic, by `start`
+        self._watchdog = Watchdog()  # every exec's timeout
         self.stats = ProbeStats()
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        self._started_at = self._monotonic()
+        self._watchdog.start()
         for index in range(self._workers):
             self._spawn(self._work, f"probe worker {index}")
         self._spawn(self._schedule, "probe scheduler")
@@ -128,6 +136,7 @@ class Prober:
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self._watchdog.stop(max(0.0, deadline - time.monotonic()))
         return [thread for thread in self._threads if thread.is_alive()]
 
     def backlog(self) -> int:
@@ -214,10 +223,16 @@ class Prober:
             pod = self._pods[entry.uid]
             for name, state in containers.items():
                 for kind in state.probed_kinds:
-                    self._push(pod, (entry.key, entry.uid, name), kind, at)
+                    self._push(pod, (entry.key, entry.uid, name), kind, at + self._jitter(state.probes[kind]))
             changed = self._write(entry, containers.values())
         if changed:
             self._on_change(entry)
+
+    def _jitter(self, probe: Probe) -> float:
+        """As the kubelet does: within a period of the start (every Pod adopted at once), a
+        first probe waits a random part of its period, so they do not all fall due together."""
+        recent = self._spread and self._started_at is not None and self._monotonic() - self._started_at < probe.period
+        return random.uniform(0.0, probe.period) if recent else 0.0
 
     def _push(self, pod: _Pod, key: _Key, kind: str, at: float, *, reschedule: bool = False) -> None:
         """Put a probe on the heap (under the lock); `reschedule` drops its earlier place."""
@@ -264,7 +279,8 @@ class Prober:
         with self._lock:
             self.stats.lags.append(started - due)
             self.stats.runs += 1
-        outcome = run_probe(probe, self._target(entry), executor=self._executor)
+        watch = self._watchdog.watch if self._started_at is not None else None  # started: its watchdog runs
+        outcome = run_probe(probe, self._target(entry), executor=self._executor, watch=watch)
         with self._lock:
             pod = self._pods.get(item.key[1])
             state = pod.current(item) if pod is not None else None

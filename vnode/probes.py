@@ -11,7 +11,9 @@ Tests: tests/vnode/test_probes.py.
 
 from __future__ import annotations
 
+import heapq
 import http.client
+import itertools
 import socket
 import ssl
 import threading
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from providers import errors
-from providers.base import Executor, InstanceId, Process
+from providers.base import Executor, InstanceId
 from vnode.probespec import Action, ExecAction, HttpAction, Probe, TcpAction
 
 MAX_OUTPUT = 10 * 1024  # the kubelet reads this much of a probe's output or body
@@ -48,13 +50,14 @@ class Target:
     host: str = ""
 
 
-def run_probe(probe: Probe, target: Target, *, executor: Executor | None) -> Outcome:
+def run_probe(probe: Probe, target: Target, *, executor: Executor | None, watch: Watch | None = None) -> Outcome:
     """Run `probe` once against `target`; never raises for what the probe finds."""
     action: Action = probe.action
     if isinstance(action, ExecAction):
         if executor is None:
             return Outcome(False, "the provider cannot run a command in the instance (no exec)", errored=True)
-        return run_exec(executor, target.instance_id, probe.container, action.command, timeout=probe.timeout)
+        command = action.command
+        return run_exec(executor, target.instance_id, probe.container, command, timeout=probe.timeout, watch=watch)
     if action.port is None:
         return Outcome(False, f"port {action.port_name} not found", errored=True)
     host = action.host or target.host
@@ -65,61 +68,115 @@ def run_probe(probe: Probe, target: Target, *, executor: Executor | None) -> Out
     return run_http(action, host, timeout=probe.timeout)
 
 
+Watch = Callable[[float, Callable[[], None]], Callable[[], None]]  # (deadline, expire) -> cancel
+
+
 def run_exec(
-    executor: Executor, instance_id: InstanceId, container: str, command: tuple[str, ...], *, timeout: float
+    executor: Executor,
+    instance_id: InstanceId,
+    container: str,
+    command: tuple[str, ...],
+    *,
+    timeout: float,
+    watch: Watch | None = None,
 ) -> Outcome:
-    """The command in the container; success is exit 0 within `timeout`."""
+    """The command in the container; success is exit 0 within `timeout`. `watch` (the
+    prober's `Watchdog.watch`) closes the process at its deadline, so a command whose
+    output never ends (a child kept it open) cannot hold the worker; None: a timer of its own.
+    A `Process` buffers its output (each provider's does), so waiting before reading
+    never stalls the command."""
     try:
         process = executor.exec(instance_id, command, tty=False, stdin=False, container=container)
     except errors.ProviderError as exc:
         return Outcome(False, f"cannot run {command[0]!r}: {exc}", errored=True)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.close()
+
+    cancel = (watch or _timer)(time.monotonic() + timeout, expire)
     try:
-        output = _Drain(process)
         code = process.wait(timeout=timeout)
-        if code is None:
+        if code is None or expired.is_set():
             return Outcome(False, f"command {' '.join(command)!r} timed out")
-        text = output.text(wait=min(timeout, 1.0))
+        text = _short((_read(process.read_stdout) + _read(process.read_stderr)).decode("utf-8", "replace"))
         if code == 0:
             return Outcome(True, text)
         return Outcome(False, text or f"command {' '.join(command)!r} exited with code {code}")
+    except (OSError, ValueError, errors.ProviderError) as exc:
+        return Outcome(False, f"lost the command {command[0]!r}: {exc}", errored=True)
     finally:
+        cancel()
         process.close()
 
 
-class _Drain:
-    """Reads a process's stdout and stderr on two short-lived threads (a command that
-    writes more than a pipe holds must not stall on the one nobody reads), keeping the
-    first MAX_OUTPUT bytes."""
+def _read(read: Callable[[], bytes]) -> bytes:
+    """A stream to its end (or to its close at the deadline), the first MAX_OUTPUT bytes kept."""
+    kept = bytearray()
+    while chunk := read():
+        if len(kept) < MAX_OUTPUT:
+            kept.extend(chunk[: MAX_OUTPUT - len(kept)])
+    return bytes(kept)
 
-    def __init__(self, process: Process) -> None:
-        self._chunks: list[bytes] = []
-        self._lock = threading.Lock()
-        self._threads = [
-            threading.Thread(target=self._pump, args=(read,), name="probe output", daemon=True)
-            for read in (process.read_stdout, process.read_stderr)
-        ]
-        for thread in self._threads:
-            thread.start()
 
-    def _pump(self, read: Callable[[], bytes]) -> None:
-        kept = 0
-        try:
-            while chunk := read():
-                with self._lock:
-                    if kept < MAX_OUTPUT:
-                        self._chunks.append(chunk[: MAX_OUTPUT - kept])
-                        kept += len(chunk)
-        except (OSError, ValueError, errors.ProviderError):
-            return  # the process was closed under us: what was read is kept
+def _timer(deadline: float, expire: Callable[[], None]) -> Callable[[], None]:
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), expire)
+    timer.daemon = True
+    timer.start()
+    return timer.cancel
 
-    def text(self, *, wait: float) -> str:
-        """The output read so far, once both streams ended or `wait` passed."""
-        deadline = time.monotonic() + wait
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        with self._lock:
-            data = b"".join(self._chunks)
-        return _short(data.decode("utf-8", "replace"))
+
+class Watchdog:
+    """One thread that closes, at their deadlines, what every probe worker started: a
+    heap of deadlines instead of a timer thread per exec. Real time only."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._live: set[int] = set()
+        self._seq = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="probe watchdog", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> bool:
+        """Stop; True once its thread has ended."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def watch(self, deadline: float, expire: Callable[[], None]) -> Callable[[], None]:
+        """Call `expire` at `deadline` (monotonic) unless the returned cancel is called first."""
+        with self._cond:
+            token = next(self._seq)
+            self._live.add(token)
+            heapq.heappush(self._heap, (deadline, token, expire))
+            if self._heap[0][1] == token:  # the earliest now: the thread must wake sooner
+                self._cond.notify()
+        return lambda: self._cancel(token)
+
+    def _cancel(self, token: int) -> None:
+        with self._cond:
+            self._live.discard(token)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    self._cond.wait(self._heap[0][0] - time.monotonic() if self._heap else None)
+                if self._stopped:
+                    return
+                _, token, expire = heapq.heappop(self._heap)
+                due = token in self._live
+                self._live.discard(token)
+            if due:
+                expire()
 
 
 def run_tcp(host: str, port: int, *, timeout: float) -> Outcome:

@@ -268,7 +268,7 @@ def ignore(entry: Tracked) -> None:
 def test_no_more_probes_run_at_once_than_the_pool_has_workers() -> None:
     executor = BlockingExecutor()
     tracked, _ = tracked_pods(10, period=60)
-    prober = Prober(executor, tracked=tracked, events=KeptEvents(), on_change=ignore, workers=3)  # type: ignore[arg-type]
+    prober = Prober(executor, tracked=tracked, events=KeptEvents(), on_change=ignore, workers=3, spread=False)  # type: ignore[arg-type]
     prober.start()
     try:
         # Every due probe is accounted for: three running, seven waiting for a worker.
