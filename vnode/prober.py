@@ -25,10 +25,10 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from providers import errors
 from providers.base import ContainerStopper, Executor, Provider
@@ -68,6 +68,12 @@ class _Due:
     generation: int
 
 
+class PodEvents(Protocol):
+    """What the prober needs of `kube.events.EventRecorder`."""
+
+    def pod(self, pod: Mapping[str, Any], event_type: str, reason: str, message: str) -> None: ...
+
+
 class ProbeStats:
     """What the bench and the console read: lag from due to started, recent runs only."""
 
@@ -82,7 +88,7 @@ class Prober:
         provider: Provider,
         *,
         tracked: TrackedMap,
-        events: Any,
+        events: PodEvents,
         on_change: Callable[[Tracked], None],
         workers: int = DEFAULT_WORKERS,
         resync: float = RESYNC,
