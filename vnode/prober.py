@@ -166,9 +166,9 @@ class Prober:
 
     def _schedule(self) -> None:
         while not self._stop.is_set():
+            self._wake.clear()  # before the step: a push during it wakes the next wait
             wait = self.step()
             self._wake.wait(timeout=max(0.0, wait))
-            self._wake.clear()
 
     # -- the schedule ----------------------------------------------------------------------
     def step(self) -> float:
@@ -179,12 +179,12 @@ class Prober:
             self._next_resync = at + self._resync
             self.resync()
             at = self._monotonic()  # Pods just found are due now
-        due: list[_Due] = []
+        due: list[tuple[float, int, _Due]] = []
         with self._lock:
             while self._heap and self._heap[0][0] <= at:
-                due.append(heapq.heappop(self._heap)[2])
-        for item in due:
-            self._consider(item, at)
+                due.append(heapq.heappop(self._heap))
+        for when, _, item in due:
+            self._consider(item, at, when=when)
         with self._lock:
             first = self._heap[0][0] if self._heap else float("inf")
         return min(first, self._next_resync) - self._monotonic()
@@ -244,6 +244,8 @@ class Prober:
         """Put a probe on the heap (under the lock); `reschedule` drops its earlier place."""
         generation = self._bump(pod, key, kind) if reschedule else pod.generations.get((key[2], kind), 0)
         heapq.heappush(self._heap, (at, next(self._seq), _Due(key, kind, generation)))
+        if self._heap[0][0] == at:
+            self._wake.set()  # due before whatever the scheduler waits for
 
     @staticmethod
     def _bump(pod: _Pod, key: _Key, kind: str) -> int:
@@ -252,7 +254,7 @@ class Prober:
         pod.generations[slot] = pod.generations.get(slot, 0) + 1
         return pod.generations[slot]
 
-    def _consider(self, item: _Due, at: float) -> None:
+    def _consider(self, item: _Due, at: float, *, when: float) -> None:
         """A probe is due: look at its container's facts, then run it or look again later."""
         with self._lock:
             pod = self._pods.get(item.key[1])
@@ -263,11 +265,11 @@ class Prober:
             view = view_of(entry.last_instance, state.container, first=entry.container, now=self._now())
             step = state.see(view, at=at)
             now_due = False  # a new run whose probe is due at once runs now, not a step later
-            for kind, when in step.due.items():
-                if kind == item.kind and when <= at:
-                    item, now_due = _Due(item.key, kind, self._bump(pod, item.key, kind)), True
+            for kind, first in step.due.items():
+                if kind == item.kind and first <= at:
+                    item, now_due, when = _Due(item.key, kind, self._bump(pod, item.key, kind)), True, first
                 else:
-                    self._push(pod, item.key, kind, when, reschedule=True)
+                    self._push(pod, item.key, kind, first, reschedule=True)
             runs = (now_due or not step.due) and state.active(item.kind)
             if not step.due and not runs:
                 self._push(pod, item.key, item.kind, at + state.probes[item.kind].period)
@@ -276,7 +278,7 @@ class Prober:
         if changed:
             self._on_change(entry)
         if runs:
-            self._submit(lambda: self._run(item, probe, run, due=at, entry=entry))
+            self._submit(lambda: self._run(item, probe, run, due=when, entry=entry))
 
     # -- one run ---------------------------------------------------------------------------
     def _run(self, item: _Due, probe: Probe, run: RunId | None, *, due: float, entry: Tracked) -> None:
