@@ -11,7 +11,6 @@ Tests: tests/vnode/test_controllers.py.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -119,8 +118,8 @@ class Handler:
             now=now,
         )
         self.serving = Serving(provider, tracked=self._tracked, now=now)
-        self._probe_lock = threading.Lock()
-        self._probe_changes: set[str] = set()  # Pod keys whose probe verdicts changed since the last tick
+        # The pod controller's queue (set by the Runner): a key put there is flushed soon.
+        self.queue_flush: Callable[[str], None] = lambda key: None
         self.prober = Prober(
             provider,
             tracked=self._tracked,
@@ -249,18 +248,13 @@ class Handler:
             self.writer.flush(entry, current)
 
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
-        """See StatusSync.poll_once: one provider.list(); returns the keys due for a write,
-        with those whose probe verdicts changed since the last tick."""
-        changed = self.status_sync.poll_once(live_claims)
-        with self._probe_lock:
-            probed, self._probe_changes = self._probe_changes, set()
-        return changed + sorted(probed.difference(changed))
+        """See StatusSync.poll_once: one provider.list(); returns the keys due for a write."""
+        return self.status_sync.poll_once(live_claims)
 
     def _probe_changed(self, entry: Tracked) -> None:
         """The prober's `on_change` (on a probe worker): a readiness or startup verdict of
-        `entry` changed; the Pod is due for a flush at the next tick."""
-        with self._probe_lock:
-            self._probe_changes.add(entry.key)
+        `entry` changed, so its Pod is queued for a flush (`flush` writes what is new)."""
+        self.queue_flush(entry.key)
 
     # -- the kubelet API (vnode.kubelet calls these on worker threads, never the reactor) ----
     def kubelet_instance(self, namespace: str, name: str, container: str, *, capability: str) -> InstanceId:

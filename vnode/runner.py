@@ -49,6 +49,7 @@ class Runner:
             probe_workers=probe_workers,
         )
         self.pods = PodController(self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers)
+        self.handler.queue_flush = self.pods.queue.add  # a probe verdict changed: flush that Pod
         self.node = NodeController(
             self.handler,
             kube=kube,

@@ -24,6 +24,7 @@ def test_a_started_runner_probes_its_pods_and_tells_a_failed_probe_as_unhealthy(
 ) -> None:
     provider = LocalProvider("box", {"state_dir": str(tmp_path / "state"), "grace_period": 1})
     runner = start_runner(provider)
+    assert runner.handler.queue_flush == runner.pods.queue.add, "a changed verdict reaches the pod controller"
     flag = tmp_path / "ready"
     readiness = {"exec": {"command": ["test", "-f", str(flag)]}, "periodSeconds": 1}
     liveness = {"exec": {"command": ["false"]}, "periodSeconds": 1, "failureThreshold": 1}

@@ -195,26 +195,26 @@ def test_an_exec_probe_still_running_at_its_timeout_fails_and_its_process_is_clo
     wait_for(gone, what="the timed-out probe's process to be gone")
 
 
-def test_a_readiness_verdict_from_the_local_provider_makes_the_pod_due_at_the_next_poll_tick(
+def test_a_readiness_verdict_from_the_local_provider_queues_the_pod_for_a_flush(
     local: LocalProvider, tmp_path: Path
 ) -> None:
     flag = tmp_path / "ready"
     probe = {"exec": {"command": ["test", "-f", str(flag)]}, "periodSeconds": 1}
     pod = local_pod(readinessProbe=probe)
     handler = offline_handler(local, events=KeptEvents(), poll_interval=1.0)
+    queued: list[str] = []
+    handler.queue_flush = queued.append
     handler.adopt(pod, start_local(local, pod))
     key = f"default/{pod['metadata']['name']}"
     entry = handler.tracked(key)
     assert entry is not None
-    entry.written_status, entry.written_annotations = entry.desired_status, dict(entry.desired_annotations)
     handler.prober.start()
     try:
-        wait_for(lambda: entry.probe_ready == {"main": False})
-        assert key in handler.poll_once(), "the first verdict (not ready) is due"
-        assert key not in handler.poll_once()
+        wait_for(lambda: queued == [key], what="the first verdict (not ready) queued")
+        assert entry.probe_ready == {"main": False}
         flag.touch()
         wait_for(lambda: entry.probe_ready == {"main": True}, what="the readiness probe to pass")
-        assert key in handler.poll_once()
+        wait_for(lambda: queued == [key, key], what="the change queued")
     finally:
         assert handler.prober.stop() == []
 
