@@ -193,9 +193,8 @@ def run_http(action: HttpAction, host: str, *, timeout: float) -> Outcome:
     """One GET (and the same-host redirects it leads to) within `timeout` in all."""
     scheme = action.scheme.lower()
     assert action.port is not None
-    url = (
-        f"{scheme}://{_hostport(host, action.port)}{action.path if action.path.startswith('/') else '/' + action.path}"
-    )
+    path = action.path if action.path.startswith("/") else f"/{action.path}"
+    url = f"{scheme}://{_hostport(host, action.port)}{path}"
     merged = {"user-agent": ("User-Agent", USER_AGENT), "accept": ("Accept", "*/*")}
     merged.update({name.lower(): (name, value) for name, value in action.headers})  # the Pod's win
     headers = dict(merged.values())
@@ -229,10 +228,8 @@ def _get(url: str, headers: dict[str, str], *, deadline: float) -> tuple[int, st
     else:
         connection = http.client.HTTPConnection(str(parts.hostname), parts.port, timeout=remaining)
     try:
-        host_header = next((v for k, v in headers.items() if k.lower() == "host"), None)
-        connection.putrequest(
-            "GET", parts.path + (f"?{parts.query}" if parts.query else ""), skip_host=bool(host_header)
-        )
+        own_host = any(name.lower() == "host" for name in headers)  # the Pod's Host header names the vhost
+        connection.putrequest("GET", parts.path + (f"?{parts.query}" if parts.query else ""), skip_host=own_host)
         for name, value in headers.items():
             connection.putheader(name, value)
         connection.endheaders()
