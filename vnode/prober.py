@@ -113,7 +113,7 @@ class Prober:
         self._spread = spread
         self._lock = threading.Lock()
         self._pods: dict[str, _Pod] = {}  # by uid
-        self._refused: set[str] = set()  # uids whose probes are invalid (told once)
+        self._unprobed: set[str] = set()  # uids with nothing to probe: none declared, or invalid (told once)
         self._heap: list[tuple[float, int, _Due]] = []
         self._seq = itertools.count()
         self._next_resync = float("-inf")
@@ -197,7 +197,7 @@ class Prober:
                 continue
             live.add(entry.uid)
             with self._lock:
-                if entry.uid in self._pods or entry.uid in self._refused:
+                if entry.uid in self._pods or entry.uid in self._unprobed:
                     if entry.uid in self._pods:
                         self._pods[entry.uid].entry = entry
                     continue
@@ -205,19 +205,19 @@ class Prober:
         with self._lock:
             for uid in [uid for uid in self._pods if uid not in live]:
                 del self._pods[uid]
-            self._refused &= live
+            self._unprobed &= live
 
     def _begin(self, entry: Tracked) -> None:
         try:
             probes = probes_of(entry.pod)
         except InvalidProbe as exc:
             with self._lock:
-                self._refused.add(entry.uid)
+                self._unprobed.add(entry.uid)
             self._events.pod(entry.pod, "Warning", EVENT_UNHEALTHY, f"probes not run: {exc}")
             return
         if not probes:
             with self._lock:
-                self._refused.add(entry.uid)  # nothing to probe: not looked at again
+                self._unprobed.add(entry.uid)
             return
         by_container: dict[str, dict[str, Probe]] = {}
         for probe in probes:
