@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from providers import errors
 from providers.base import ContainerStopper, Executor, Provider
-from vnode.probes import Outcome, Target, Watchdog, run_probe
+from vnode.probes import Outcome, Target, Watchdog, host_of, run_probe
 from vnode.probespec import READINESS, STARTUP, InvalidProbe, Probe, probes_of
 from vnode.probestate import ContainerProbes, RunId, view_of
 from vnode.tracking import Tracked, TrackedMap
@@ -310,9 +310,8 @@ class Prober:
 
     def _target(self, entry: Tracked) -> Target:
         instance = entry.last_instance
-        host = (instance.endpoint if instance is not None else None) or str(
-            (entry.pod.get("status") or {}).get("podIP") or ""
-        )
+        endpoint = instance.endpoint if instance is not None else None
+        host = host_of(endpoint) if endpoint else str((entry.pod.get("status") or {}).get("podIP") or "")
         instance_id = entry.instance_id or (instance.id if instance is not None else None)
         assert instance_id is not None
         return Target(instance_id, host)

@@ -242,6 +242,16 @@ def _get(url: str, headers: dict[str, str], *, deadline: float) -> tuple[int, st
         connection.close()
 
 
+def host_of(endpoint: str) -> str:
+    """The host an endpoint names: `10.0.0.7`, `10.0.0.7:22`, `[::1]:22`, `::1`, `ec2-...com`,
+    `https://box:8443/` all give their host alone (a port there is not the probe's)."""
+    if "://" in endpoint:
+        return urlsplit(endpoint).hostname or ""
+    if endpoint.startswith("["):
+        return endpoint[1:].split("]", 1)[0]
+    return endpoint.rsplit(":", 1)[0] if endpoint.count(":") == 1 else endpoint
+
+
 def _hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 

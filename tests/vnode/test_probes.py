@@ -27,9 +27,25 @@ from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
 from tests.support.tls import TlsWsgiServer
 from vnode.prober import Prober
-from vnode.probes import Outcome, Target, run_exec, run_http, run_probe, run_tcp
+from vnode.probes import Outcome, Target, host_of, run_exec, run_http, run_probe, run_tcp
 from vnode.probespec import HttpAction, probes_of
 from vnode.tracking import Tracked, TrackedMap
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "host"),
+    [
+        ("10.0.0.7", "10.0.0.7"),
+        ("10.0.0.7:22", "10.0.0.7"),
+        ("ec2-3-4-5-6.compute.amazonaws.com", "ec2-3-4-5-6.compute.amazonaws.com"),
+        ("::1", "::1"),
+        ("[::1]:22", "::1"),
+        ("https://box.example:8443/", "box.example"),
+    ],
+)
+def test_the_probed_host_is_the_host_the_instances_endpoint_names(endpoint: str, host: str) -> None:
+    assert host_of(endpoint) == host
+
 
 # -- TCP ------------------------------------------------------------------------------------
 
