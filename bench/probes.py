@@ -2,7 +2,9 @@
 
 Builds a Handler over the in-process fake provider holding N running instances, tracks N
 Pods with a 1 s readiness probe (tcpSocket against one loopback listener in a process of
-its own, as a remote workload would be; or exec through the fake's scripted `true`), then
+its own, as a remote workload would be; or exec of the fake's scripted `true`, started
+straight: the fake cloud's own `exec` advances every instance on each call, which would
+measure the fake, O(N) per probe, not the prober), then
 runs the real poll loop (`StatusSync.run`, 1 s interval) for `--seconds`, first without the
 prober and then with it, and prints the poll tick time p50/p99 of each and the probe lag
 (due -> started on a worker) p50/p99. No API server: a tick writes nothing here.
@@ -23,9 +25,12 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from providers.base import PodSpec, ProvisionRequest  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+
+from providers.base import InstanceId, PodSpec, Process, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
+from providers.fake.shell import ScriptedProcess  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 
 LISTENER = """
@@ -46,6 +51,15 @@ class NoKube:
 
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"unexpected API call {name}")
+
+
+class QuickExecFake(FakeProvider):
+    """The fake provider whose exec starts the scripted command at once."""
+
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
+        return ScriptedProcess(command, tty=tty, stdin=stdin)
 
 
 class CountedEvents:
@@ -118,7 +132,7 @@ def main() -> None:
     assert listener.stdout is not None
     port = int(listener.stdout.readline())
     try:
-        provider = FakeProvider("bench", {"cloud": f"probes-{uuid.uuid4().hex}"})
+        provider = QuickExecFake("bench", {"cloud": f"probes-{uuid.uuid4().hex}"})
         events = CountedEvents()
         handler = Handler(provider, kube=NoKube(), events=events, poll_interval=1.0, probe_workers=args.workers)  # type: ignore[arg-type]
         probe = probe_for(args.kind, port)
