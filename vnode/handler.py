@@ -4,7 +4,8 @@ Wires the phases over one tracked map (`vnode.tracking`) and one inventory of th
 provider's instances (`vnode.inventory`): provisioning (`vnode.provision`), status sync
 and its poll loop (`vnode.statussync`), teardown and the orphan sweep (`vnode.teardown`),
 and the kubelet API's reads (`vnode.serving`). Holds no logic of its own beyond
-delegation; never deletes Pods. Constructing it does no I/O.
+delegation; never deletes Pods. Constructing it does no I/O. It builds the prober
+(`vnode.prober`), which the Runner starts and stops.
 Tests: tests/vnode/test_controllers.py.
 """
 
@@ -35,6 +36,7 @@ from vnode.blocklister import Blocklister
 from vnode.inventory import Inventory
 from vnode.lifecycle import Lifecycle
 from vnode.podwriter import PodWriter
+from vnode.prober import DEFAULT_WORKERS, Prober
 from vnode.provision import Provisioner
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.serving import Serving
@@ -58,6 +60,7 @@ class Handler:
         poll_interval: float | None = None,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         snapshot_ttl: float = 2.0,
+        probe_workers: int = DEFAULT_WORKERS,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -115,6 +118,17 @@ class Handler:
             now=now,
         )
         self.serving = Serving(provider, tracked=self._tracked, now=now)
+        # The pod controller's queue (set by the Runner): a key put there is flushed soon.
+        self.queue_flush: Callable[[str], None] = lambda key: None
+        self.prober = Prober(
+            provider,
+            tracked=self._tracked,
+            events=events,
+            on_change=self._probe_changed,
+            workers=probe_workers,
+            monotonic=monotonic,
+            now=now,
+        )
 
     # -- identity --------------------------------------------------------------------------
     @property
@@ -236,6 +250,11 @@ class Handler:
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
         """See StatusSync.poll_once: one provider.list(); returns the keys due for a write."""
         return self.status_sync.poll_once(live_claims)
+
+    def _probe_changed(self, entry: Tracked) -> None:
+        """The prober's `on_change` (on a probe worker): a readiness or startup verdict of
+        `entry` changed, so its Pod is queued for a flush (`flush` writes what is new)."""
+        self.queue_flush(entry.key)
 
     # -- the kubelet API (vnode.kubelet calls these on worker threads, never the reactor) ----
     def kubelet_instance(self, namespace: str, name: str, container: str, *, capability: str) -> InstanceId:

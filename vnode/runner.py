@@ -1,5 +1,6 @@
 """One Runner per provider: its Handler, pod controller and node controller, started and
-stopped together. Built by `nebula_site.process`; holds no state of its own.
+stopped together (and the Handler's prober). Built by `nebula_site.process`; holds no
+state of its own.
 Tests: tests/vnode/test_restart.py.
 """
 
@@ -15,6 +16,7 @@ from vnode.blocklister import Blocklister
 from vnode.handler import Handler
 from vnode.nodecontroller import NodeController
 from vnode.podcontroller import PodController
+from vnode.prober import DEFAULT_WORKERS
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 
 
@@ -33,13 +35,21 @@ class Runner:
         workers: int = 8,
         lease_renew_interval: float = 10.0,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
+        probe_workers: int = DEFAULT_WORKERS,
     ) -> None:
         self.provider = provider
         events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
         self.handler = Handler(
-            provider, kube=kube, events=events, blocklister=blocklister, poll_interval=poll_interval, backoff=backoff
+            provider,
+            kube=kube,
+            events=events,
+            blocklister=blocklister,
+            poll_interval=poll_interval,
+            backoff=backoff,
+            probe_workers=probe_workers,
         )
         self.pods = PodController(self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers)
+        self.handler.queue_flush = self.pods.queue.add  # a probe verdict changed: flush that Pod
         self.node = NodeController(
             self.handler,
             kube=kube,
@@ -53,10 +63,12 @@ class Runner:
     def start(self) -> None:
         self.node.start()
         self.pods.start()
+        self.handler.prober.start()
 
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         """Stop intake; in-flight provider calls finish (`timeout` bounds the whole stop).
         Returns the threads still busy then."""
         deadline = time.monotonic() + timeout
-        busy = self.pods.stop(timeout)
+        busy = self.handler.prober.stop(min(timeout, 5.0))  # a running probe ends within its timeout
+        busy += self.pods.stop(max(0.0, deadline - time.monotonic()))
         return busy + self.node.stop(max(0.0, deadline - time.monotonic()))
