@@ -8,6 +8,7 @@
 - `statussync`     the poll loop and its tick: one `provider.list()` (`inventory`) -> `status`
 - `teardown`       terminate for deleted Pods, the orphan sweep
 - `serving`        what the kubelet API (`vnode.kubelet`) reads: logs, exec, attach, stats
+- `prober`         startup/readiness/liveness probes from the manager (`probespec`, `probes`, `probestate`)
 - `tracking`       the tracked map; `podwriter` every write about a Pod
 
 The core imports no DRF, admin or templates, and never the embedded cluster.

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from kube import names
 from providers import errors
 from providers.base import ContainerStopper, Executor, Provider
 from vnode.probes import Outcome, Target, Watchdog, host_of, run_probe
@@ -39,8 +40,6 @@ from vnode.tracking import Tracked, TrackedMap
 
 logger = logging.getLogger(__name__)
 
-EVENT_UNHEALTHY = "Unhealthy"  # the kubelet's words (kubectl describe pod)
-EVENT_KILLING = "Killing"
 DEFAULT_WORKERS = 16
 RESYNC = 1.0  # seconds between two looks at the tracked map for Pods to probe (or no longer)
 _Key = tuple[str, str, str]  # Pod key, uid, container
@@ -213,7 +212,7 @@ class Prober:
         except InvalidProbe as exc:
             with self._lock:
                 self._unprobed.add(entry.uid)
-            self._events.pod(entry.pod, "Warning", EVENT_UNHEALTHY, f"probes not run: {exc}")
+            self._events.pod(entry.pod, "Warning", names.EVENT_UNHEALTHY, f"probes not run: {exc}")
             return
         if not probes:
             with self._lock:
@@ -318,7 +317,7 @@ class Prober:
 
     def _tell_failure(self, entry: Tracked, probe: Probe, outcome: Outcome) -> None:
         verb = "errored" if outcome.errored else "failed"
-        self._events.pod(entry.pod, "Warning", EVENT_UNHEALTHY, f"{probe.title} probe {verb}: {outcome.message}")
+        self._events.pod(entry.pod, "Warning", names.EVENT_UNHEALTHY, f"{probe.title} probe {verb}: {outcome.message}")
 
     def _kill(self, entry: Tracked, probe: Probe) -> None:
         """The kubelet's answer to a failed liveness (or startup) probe: stop the container
@@ -327,16 +326,18 @@ class Prober:
         if self._stopper is None:
             why = "the provider cannot stop one container"
             message = f"Container {name} failed {probe.kind} probe and cannot be restarted: {why}"
-            self._events.pod(entry.pod, "Warning", EVENT_UNHEALTHY, message)
+            self._events.pod(entry.pod, "Warning", names.EVENT_UNHEALTHY, message)
             return
         message = f"Container {name} failed {probe.kind} probe, will be restarted"
-        self._events.pod(entry.pod, "Normal", EVENT_KILLING, message)
+        self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, message)
         assert entry.instance_id is not None
         try:
             self._stopper.stop_container(entry.instance_id, name, grace=probe.grace)
         except errors.ProviderError as exc:
             logger.warning("could not stop container %s of %s: %s", name, entry.key, exc)
-            self._events.pod(entry.pod, "Warning", "FailedKillPod", f"error killing container {name}: {exc}")
+            self._events.pod(
+                entry.pod, "Warning", names.EVENT_FAILED_KILL_POD, f"error killing container {name}: {exc}"
+            )
             with self._lock:  # not stopped: let the probe count its failures again
                 pod = self._pods.get(entry.uid)
                 state = pod.containers.get(name) if pod is not None else None

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from kube import names
 from kube.client import Kube, path_for
 from providers.local import LocalProvider
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from vnode.prober import EVENT_UNHEALTHY
 from vnode.runner import Runner
 
 
@@ -34,11 +34,11 @@ def test_a_started_runner_probes_its_pods_and_tells_a_failed_probe_as_unhealthy(
         kube.create(path_for("pods", namespace="default"), pod)
         entry = wait_for(lambda: runner.handler.tracked("default/probed"), what="the Pod tracked")
         failed = f"Readiness probe failed: command 'test -f {flag}' exited with code 1"
-        wait_for(lambda: failed in messages(kube, "probed", EVENT_UNHEALTHY), what="the Unhealthy Event")
+        wait_for(lambda: failed in messages(kube, "probed", names.EVENT_UNHEALTHY), what="the Unhealthy Event")
         assert entry.probe_ready == {"main": False}
         # The local provider cannot stop one container: the liveness failure is told, not acted on.
         cannot = "Container main failed liveness probe and cannot be restarted: the provider cannot stop one container"
-        wait_for(lambda: cannot in messages(kube, "probed", EVENT_UNHEALTHY), what="the liveness Event")
+        wait_for(lambda: cannot in messages(kube, "probed", names.EVENT_UNHEALTHY), what="the liveness Event")
         flag.touch()
         wait_for(lambda: entry.probe_ready == {"main": True}, what="the readiness probe to pass")
     finally:

@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
+from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, Process
 from providers.fake.shell import ScriptedProcess
 from providers.shape import ContainerFacts, ContainerState
 from tests.support.factories import make_pod
 from tests.support.handlers import KeptEvents
-from vnode.prober import EVENT_KILLING, EVENT_UNHEALTHY, Prober
+from vnode.prober import Prober
 from vnode.tracking import Tracked, TrackedMap
 
 INSTANCE = InstanceId("i-probe")
@@ -178,7 +179,7 @@ def test_readiness_flips_only_after_its_thresholds_in_a_row() -> None:
     assert r.entry.probe_ready == {"main": True}
     r.step(1)
     assert r.entry.probe_ready == {"main": False}
-    assert r.told(EVENT_UNHEALTHY) == [f"Readiness probe failed: {MISSING}"] * 5
+    assert r.told(names.EVENT_UNHEALTHY) == [f"Readiness probe failed: {MISSING}"] * 5
 
 
 def test_readiness_and_liveness_wait_until_the_startup_probe_passes() -> None:
@@ -201,9 +202,9 @@ def test_a_startup_probe_that_fails_its_threshold_kills_the_container_as_livenes
     r.executor.healthy["main"] = False
     r.step()
     r.step(1)
-    assert r.told(EVENT_KILLING) == ["Container main failed startup probe, will be restarted"]
+    assert r.told(names.EVENT_KILLING) == ["Container main failed startup probe, will be restarted"]
     assert r.executor.stopped == [(INSTANCE, "main", 30.0)]  # type: ignore[attr-defined]
-    assert r.told(EVENT_UNHEALTHY) == [f"Startup probe failed: {MISSING}"] * 2
+    assert r.told(names.EVENT_UNHEALTHY) == [f"Startup probe failed: {MISSING}"] * 2
 
 
 @pytest.mark.parametrize(
@@ -222,8 +223,8 @@ def test_liveness_failures_stop_the_container_with_the_grace_and_tell_unhealthy_
     assert r.executor.stopped == []  # type: ignore[attr-defined]
     r.step(1)
     assert r.executor.stopped == [(INSTANCE, "main", grace)]  # type: ignore[attr-defined]
-    assert r.told(EVENT_UNHEALTHY) == [f"Liveness probe failed: {MISSING}"] * 3
-    assert r.told(EVENT_KILLING) == ["Container main failed liveness probe, will be restarted"]
+    assert r.told(names.EVENT_UNHEALTHY) == [f"Liveness probe failed: {MISSING}"] * 3
+    assert r.told(names.EVENT_KILLING) == ["Container main failed liveness probe, will be restarted"]
 
 
 def test_after_a_kill_liveness_holds_until_a_new_run_which_starts_over_after_its_initial_delay() -> None:
@@ -268,8 +269,8 @@ def test_without_a_container_stopper_a_failed_liveness_probe_is_told_and_nothing
     r = rig(ScriptedExecutor, liveness={"failureThreshold": 1})
     r.executor.healthy["main"] = False
     r.step()
-    assert r.told(EVENT_KILLING) == []
-    assert r.told(EVENT_UNHEALTHY) == [
+    assert r.told(names.EVENT_KILLING) == []
+    assert r.told(names.EVENT_UNHEALTHY) == [
         f"Liveness probe failed: {MISSING}",
         "Container main failed liveness probe and cannot be restarted: the provider cannot stop one container",
     ]
@@ -302,7 +303,7 @@ def test_a_pod_with_a_probe_the_api_server_would_refuse_is_told_once_and_not_pro
     r.step()
     r.step(5)
     assert r.executor.calls == [] and r.entry.probe_ready == {}
-    assert r.told(EVENT_UNHEALTHY) == [
+    assert r.told(names.EVENT_UNHEALTHY) == [
         "probes not run: spec.containers[0].readinessProbe.periodSeconds: must be greater than or equal to 0"
     ]
 
