@@ -5,6 +5,7 @@ nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
 nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
 nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
+nebula.E012 bad PROBE_WORKERS
 nebula.E011 bad NODE_DNS_NAME
 Tests: tests/nebula_site/test_settings_checks.py.
 """
@@ -79,6 +80,10 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if len(seconds) != 3 or seconds[0] > seconds[1]:
         message = f"NEBULA['RESTART_BACKOFF_INITIAL', '_MAX', '_RESET']={backoff!r}: positive seconds, INITIAL <= MAX"
         errors.append(Error(message, id="nebula.E010"))
+    workers = conf.get("PROBE_WORKERS")
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
+        message = f"NEBULA['PROBE_WORKERS']={workers!r} must be a whole number from 1 to 1024"
+        errors.append(Error(message, id="nebula.E012"))
     return errors
 
 

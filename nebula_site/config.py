@@ -44,6 +44,9 @@ DEFAULTS: dict[str, Any] = {
     "RESTART_BACKOFF_INITIAL": 10.0,
     "RESTART_BACKOFF_MAX": 300.0,
     "RESTART_BACKOFF_RESET": 600.0,
+    # Probes run by the manager at once, per provider (a bound: probing thousands of Pods
+    # never starves the poll loop; more due probes wait their turn).
+    "PROBE_WORKERS": 16,
     # Seconds between provider.list() calls when the provider does not say otherwise.
     "POLL_INTERVAL": 15.0,
     # "text" or "json".

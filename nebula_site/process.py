@@ -34,6 +34,7 @@ from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.runner import Runner
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
+from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class Leading:
     lease_renew_interval: float
     backoff: BackoffPolicy = DEFAULT_BACKOFF
     node_dns_name: str | None = None
+    probe_workers: int = DEFAULT_PROBE_WORKERS
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -145,6 +147,7 @@ class Leading:
                 lease_renew_interval=self.lease_renew_interval,
                 blocklister=blocklister,
                 backoff=self.backoff,
+                probe_workers=self.probe_workers,
             )
             for provider in self.providers.values()
         ]
@@ -197,6 +200,7 @@ def run(
     shutdown_grace: float = SHUTDOWN_GRACE,
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
     node_dns_name: str | None = None,
+    probe_workers: int = DEFAULT_PROBE_WORKERS,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
@@ -235,6 +239,7 @@ def run(
             lease_renew_interval=lease_renew_interval,
             backoff=backoff,
             node_dns_name=node_dns_name,
+            probe_workers=probe_workers,
         )
         leading.start(kube, watch_kube)
         kept = True

@@ -235,6 +235,7 @@ class Command(BaseCommand):
                     leader_election=not options["no_leader_election"],
                     shutdown_grace=options["shutdown_grace"],
                     backoff=restart_backoff(),
+                    probe_workers=int(settings.NEBULA["PROBE_WORKERS"]),
                 )
             finally:
                 if listeners is not None:
