@@ -199,7 +199,8 @@ class Tracked:
             if runs is None or fact is None:
                 apps_done = apps_done and index >= apps
                 continue
-            if fact.state is ContainerState.RUNNING and fact.runs not in runs.started_runs:
+            if fact.state is not ContainerState.WAITING and fact.runs > 0 and fact.runs not in runs.started_runs:
+                # A short run may have ended between two lists: it started all the same.
                 runs.started_runs.add(fact.runs)
                 self.say("Normal", names.EVENT_STARTED, f"Started container {name}")
             if fact.state is ContainerState.TERMINATED:
