@@ -3,13 +3,15 @@
 Pure. `Tracked.observe` (vnode.tracking) feeds it each instance's facts; it answers what the
 Pod's container looks like (running, waiting in `CrashLoopBackOff`, terminated), whether the
 Pod is now terminal, and what is due next (a restart in place, a replacement instance, or a
-release of a finished instance that still bills), with the time it is due. The pod
-controller carries the due step out; this module never does I/O.
+release of a finished instance that still bills), with the time it is due. Where the
+provider reports container facts, each container has a `Runs` of its own under the policy
+`container_policy` gives it. The pod controller carries the due step out; this module never
+does I/O.
 
 The back-off is the kubelet's (client-go `flowcontrol.Backoff` as `doBackOff` uses it): the
 first restart after a run ends is at once; each later one waits `initial` seconds, doubling
 to `maximum`; a run that lasted longer than `reset` seconds starts the count afresh.
-Tests: tests/vnode/test_runs.py.
+Tests: tests/vnode/test_runs.py, tests/vnode/test_runs_containers.py.
 """
 
 from __future__ import annotations
