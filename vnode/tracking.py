@@ -214,9 +214,10 @@ class Tracked:
     def _end_container(self, runs: Runs, ending: Ending, *, at: float, rules: Rules) -> None:
         runs.end(ending, seen_at=at, in_place=True, bills=False, policy=rules.backoff)
         if not rules.in_place and runs.due is not None:
-            # No restart in place: the whole instance is replaced (vnode.lifecycle), as for one container.
-            runs.due = None
-            self.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
+            # No restart in place: the whole instance is replaced (vnode.lifecycle), when this
+            # container's own policy and back-off say so (the Pod's policy may not: a sidecar).
+            self.runs.ended, self.runs.ended_seen_at = ending, at
+            self.runs.due, runs.due = Due(Step.REPLACE, runs.due.at), None
 
     def _recompute_containers(self, instance: Instance, *, now: datetime, at: float, rules: Rules) -> bool:
         """The status from the container facts; a terminal phase finishes the Pod."""

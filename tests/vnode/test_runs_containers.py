@@ -191,6 +191,19 @@ def test_without_restarts_in_place_a_crashed_container_replaces_the_instance() -
     assert entry.containers["setup"].restarts == 1 and entry.containers["setup"].awaiting_run == 0
 
 
+def test_without_restarts_in_place_a_crashed_sidecar_replaces_the_instance_even_under_never() -> None:
+    replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
+    entry, script = tracked(make_pod("Never", sidecar=True)), Script("setup", "proxy", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("proxy")
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=replacing)
+    entry.observe(script.end("proxy", 0), now=NOW, at=1.0, rules=replacing)
+    assert not entry.runs.finished
+    assert entry.runs.due is not None and (entry.runs.due.step, entry.runs.due.at) == (Step.REPLACE, 1.0)
+
+
 def test_reassess_follows_a_readiness_verdict_and_says_whether_the_status_changed() -> None:
     entry, script = (
         tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
