@@ -75,6 +75,7 @@ class Tracked:
     probe_ready: dict[str, bool] = field(default_factory=dict)  # probes: container -> readiness verdict
     probe_started: dict[str, bool] = field(default_factory=dict)  # probes: container -> startup probe passed
     containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
+    judged_by: status.Verdicts | None = None  # the verdicts the desired status was computed from
 
     @property
     def key(self) -> str:
@@ -93,7 +94,13 @@ class Tracked:
         self.events.append((event_type, reason, message))
 
     def verdicts(self) -> status.Verdicts:
+        """The probes' verdicts now."""
         return status.Verdicts(ready=dict(self.probe_ready), started=dict(self.probe_started))
+
+    def _judge(self) -> status.Verdicts:
+        """The verdicts a status is computed from, remembered (`judged_by`)."""
+        self.judged_by = self.verdicts()
+        return self.judged_by
 
     def observe(self, instance: Instance, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES) -> bool:
         """Recompute the desired metadata and status from the instance's facts; False if
@@ -111,7 +118,8 @@ class Tracked:
         if self.runs.due is not None and self.runs.due.step is Step.REPLACE:
             return False
         if (instance is self.last_instance or instance == self.last_instance) and self.desired_status is not None:
-            return False
+            # Same facts: only a probe verdict that changed since the last status moves it.
+            return self.verdicts() != self.judged_by and self.reassess(now=now, at=at, rules=rules)
         self.last_instance = instance
         if instance.endpoint:
             self.desired_annotations[names.ENDPOINT_ANNOTATION] = instance.endpoint
@@ -136,7 +144,7 @@ class Tracked:
             if not self.runs.finished:
                 return self._wait_for_replacement(now, at)
         self.desired_status = status.status_from_instance(
-            self.pod, instance, now=now, run=self._view(at), verdicts=self.verdicts()
+            self.pod, instance, now=now, run=self._view(at), verdicts=self._judge()
         )
         self._note_backoff(at)
         return True
@@ -156,7 +164,7 @@ class Tracked:
             and self.runs.due.step is Step.REPLACE
         ):
             return False  # waiting for a replacement: no container to be ready
-        desired = status.status_from_instance(self.pod, instance, now=now, run=self._view(at), verdicts=self.verdicts())
+        desired = status.status_from_instance(self.pod, instance, now=now, run=self._view(at), verdicts=self._judge())
         changed, self.desired_status = desired != self.desired_status, desired
         return changed
 
@@ -223,7 +231,7 @@ class Tracked:
         """The status from the container facts; a terminal phase finishes the Pod."""
         views = {name: self._view(at, runs, name) for name, runs in self.containers.items()}
         desired = containerstatus.status_from_containers(self.pod, instance, now=now, views=views,
-                                                         verdicts=self.verdicts())  # fmt: skip
+                                                         verdicts=self._judge())  # fmt: skip
         changed, self.desired_status = desired != self.desired_status, desired
         if desired["phase"] in ("Succeeded", "Failed"):
             self.runs.finished = True

@@ -249,3 +249,18 @@ def test_a_restarted_manager_counts_on_from_each_containers_status() -> None:
     assert setup is not None and setup.restarts == 2 and setup.policy == "OnFailure"
     assert web is not None and web.restarts == 0
     assert entry.container_runs("nope") is None
+
+
+def test_unchanged_facts_still_move_the_status_when_a_probe_verdict_changed() -> None:
+    """The poll tick's `observe` of the same facts recomputes once a verdict moved (the
+    prober's own `reassess` may not have run yet), and costs nothing otherwise."""
+    pod = {"metadata": {"name": "one", "namespace": "default", "uid": "u3"},
+           "spec": {"containers": [{"name": "main", "readinessProbe": {"exec": {"command": ["true"]}}}]}}  # fmt: skip
+    entry = tracked(pod)
+    running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
+    assert entry.observe(running, now=NOW, at=0.0, rules=RULES)
+    assert not entry.observe(running, now=NOW, at=1.0, rules=RULES)
+    entry.probe_ready["main"] = True
+    assert entry.observe(running, now=NOW, at=2.0, rules=RULES)
+    assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is True
+    assert not entry.observe(running, now=NOW, at=3.0, rules=RULES)
