@@ -1,7 +1,8 @@
 """Carrying out a Pod's due step (vnode.runs): a restart in place, a replacement instance, or a release.
 
 Called by the Handler's `carry_out`, from the pod controller's workers, when a tracked
-Pod's `runs.due` time has come. A restart in place calls the provider's `restart`; a
+Pod's `runs.due` time (or one of its containers') has come. A restart in place calls the
+provider's `restart` (with the container, for an instance that reports container facts); a
 provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
 look until it is gone, provision the same claim again, counted as a restart. A finished
 Pod's instance that still bills is terminated once (`Teardown.release`). Never deletes Pods.
@@ -53,12 +54,15 @@ class Lifecycle:
         """Do the entry's due step if its time has come. Returns seconds until the entry
         wants another look (its step not yet due, or an instance still going away), or None.
         Raises Retry when the provider could not be asked."""
-        due = entry.runs.due
-        if due is None:
+        first = entry.next_due()
+        if first is None:
             return None
-        wait = due.at - self._monotonic()
+        wait = first - self._monotonic()
         if wait > 0:
             return wait
+        due = entry.runs.due
+        if due is None or due.at > first:
+            return self._restart_containers(entry)
         if due.step is Step.RELEASE:
             self._teardown.release(entry)
             return None
@@ -90,6 +94,37 @@ class Lifecycle:
             "%s: restarted its workload in instance %s (restart %d)", entry.key, entry.instance_id, entry.runs.restarts
         )
         return None
+
+    def _restart_containers(self, entry: Tracked) -> float | None:
+        """Run each container whose restart is due again in the instance; seconds until the
+        next one is due, or None."""
+        for name in entry.due_containers(self._monotonic()):
+            self._restart_container(entry, name)
+        after = entry.next_due()
+        return None if after is None else max(after - self._monotonic(), 0.0)
+
+    def _restart_container(self, entry: Tracked, name: str) -> None:
+        assert entry.instance_id is not None
+        runs = entry.container_runs(name)
+        assert runs is not None
+        facts = entry.container_facts(name)
+        ran = facts.runs if facts is not None else runs.awaiting_run
+        try:
+            cast(Restarter, self._provider).restart(entry.instance_id, container=name)
+        except errors.InvalidRequest as exc:
+            # "Not ended": an earlier attempt whose answer was lost did restart it (as above).
+            current = self._current(entry)
+            now = next((c for c in current.containers if c.name == name), None) if current is not None else None
+            if now is None or now.runs <= ran:
+                raise Retry(f"restart of container {name} refused: {exc}") from exc
+            ran = now.runs - 1
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:  # NotFound too: the poll tells a gone instance
+            raise Retry(f"restart of container {name} failed: {type(exc).__name__}: {exc}") from exc
+        runs.restarted(new_run=ran + 1, policy=self._rules().backoff)
+        logger.info("%s: restarted container %s in instance %s (restart %d)", entry.key, name, entry.instance_id,
+                    runs.restarts)  # fmt: skip
 
     def _current(self, entry: Tracked) -> Instance | None:
         assert entry.instance_id is not None
@@ -125,6 +160,7 @@ class Lifecycle:
         if entry.terminal:
             return None  # refused this time: Failed, with the provider's reason
         entry.runs.restarted(new_run=1, policy=self._rules().backoff)
+        entry.replaced(policy=self._rules().backoff)
         fresh, entry.last_instance = entry.last_instance, None
         if fresh is not None:  # its status again, now with the restart counted
             entry.observe(fresh, now=self._now(), at=self._monotonic(), rules=self._rules())

@@ -3,13 +3,15 @@
 Pure. `Tracked.observe` (vnode.tracking) feeds it each instance's facts; it answers what the
 Pod's container looks like (running, waiting in `CrashLoopBackOff`, terminated), whether the
 Pod is now terminal, and what is due next (a restart in place, a replacement instance, or a
-release of a finished instance that still bills), with the time it is due. The pod
-controller carries the due step out; this module never does I/O.
+release of a finished instance that still bills), with the time it is due. Where the
+provider reports container facts, each container has a `Runs` of its own under the policy
+`container_policy` gives it. The pod controller carries the due step out; this module never
+does I/O.
 
 The back-off is the kubelet's (client-go `flowcontrol.Backoff` as `doBackOff` uses it): the
 first restart after a run ends is at once; each later one waits `initial` seconds, doubling
 to `maximum`; a run that lasted longer than `reset` seconds starts the count afresh.
-Tests: tests/vnode/test_runs.py.
+Tests: tests/vnode/test_runs.py, tests/vnode/test_runs_containers.py.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from kube.times import rfc3339
 from providers.base import Instance, InstanceState
+from providers.shape import ContainerFacts
 
 JsonDict = dict[str, Any]
 ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED})
@@ -41,6 +44,17 @@ DEFAULT_BACKOFF = BackoffPolicy()
 def restart_policy(pod: Mapping[str, Any]) -> str:
     """The Pod's `spec.restartPolicy`; the API server's default is Always."""
     return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+
+
+def container_policy(pod_policy: str, *, init: bool, sidecar: bool) -> str:
+    """The restart policy one container lives by: a native sidecar always restarts; an
+    ordinary init container runs again only after a failure, and never under `Never`; an app
+    container follows the Pod's."""
+    if sidecar:
+        return "Always"
+    if init:
+        return "Never" if pod_policy == "Never" else "OnFailure"
+    return pod_policy
 
 
 def runs_again(policy: str, exit_code: int | None) -> bool:
@@ -96,6 +110,31 @@ def ending_of(instance: Instance, *, now: datetime, reason: str = "") -> Ending:
     return Ending(code, word, instance.started_at, instance.finished_at or now, message)
 
 
+def ending_of_container(fact: ContainerFacts, *, now: datetime) -> Ending:
+    """The run of one container that ended, as `lastState.terminated` will say of it."""
+    code = fact.exit_code if fact.exit_code is not None else GONE_EXIT_CODE
+    return Ending(code, fact.exit_reason or ("Completed" if code == 0 else "Error"), fact.started_at,
+                  fact.finished_at or now, fact.message)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the provider's capabilities and the settings say about runs (vnode.runs)."""
+
+    in_place: bool = False  # the provider restarts a workload in its instance
+    bills: bool = True  # an instance whose workload ended still costs money
+    backoff: BackoffPolicy = BackoffPolicy()
+
+    def billing(self, instance: Instance) -> bool:
+        """Does `instance` still cost money (so a finished Pod's instance must be terminated)?"""
+        if instance.state in (InstanceState.TERMINATING, InstanceState.TERMINATED):
+            return False
+        return self.bills or instance.state not in ENDED
+
+
+DEFAULT_RULES = Rules()
+
+
 @dataclass
 class Runs:
     """What the vnode knows of one Pod's runs. `restarts` and `last` start from the Pod's
@@ -114,21 +153,30 @@ class Runs:
     finished: bool = False  # the Pod is terminal: nothing runs again
     released: bool = False  # a finished instance was terminated (it billed)
     started_runs: set[int] = field(default_factory=set)  # runs whose `Started` Event was written
+    backoff_told: bool = False  # the `BackOff` Event of the ended run was written
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any]) -> Runs:
         statuses = (pod.get("status") or {}).get("containerStatuses") or [{}]
         first = statuses[0] if isinstance(statuses[0], Mapping) else {}
-        last = (first.get("lastState") or {}).get("terminated")
+        return cls.from_status(first, policy=restart_policy(pod))
+
+    @classmethod
+    def from_status(cls, entry: Mapping[str, Any], *, policy: str) -> Runs:
+        """One container's history as its `containerStatuses` entry tells it (restartCount, lastState)."""
+        last = (entry.get("lastState") or {}).get("terminated")
         return cls(
-            policy=restart_policy(pod),
-            restarts=int(first.get("restartCount") or 0),
+            policy=policy,
+            restarts=int(entry.get("restartCount") or 0),
             last=dict(last) if isinstance(last, Mapping) else None,
         )
 
     def stale(self, instance: Instance) -> bool:
         """Facts from before the restart we asked for (a list read before it)."""
-        return instance.runs < self.awaiting_run
+        return self.stale_run(instance.runs)
+
+    def stale_run(self, runs: int) -> bool:
+        return runs < self.awaiting_run
 
     def end(self, ending: Ending, *, seen_at: float, in_place: bool, bills: bool, policy: BackoffPolicy) -> None:
         """A run ended: the Pod finishes, or the next run is due (at once, or after the back-off)."""
@@ -162,7 +210,14 @@ class Runs:
         self.backoff_from = at
         self.restarts += 1
         self.last = ending.terminated()
-        self.ended, self.due, self.awaiting_run = None, None, new_run
+        self.ended, self.due, self.awaiting_run, self.backoff_told = None, None, new_run, False
+
+    def stop(self) -> None:
+        """Nothing runs again (the Pod turned terminal, or a sidecar stopped after the app
+        containers finished): no restart is due."""
+        self.finished = True
+        if self.due is not None and self.due.step is not Step.RELEASE:
+            self.due = None
 
     def release_done(self) -> None:
         self.released, self.due = True, None

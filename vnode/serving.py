@@ -2,13 +2,16 @@
 logs, exec and attach, and the usage behind `/stats/summary` and `/metrics/resource`.
 
 Called by `vnode.kubelet` on worker threads (never the reactor), through the Handler.
-Reads the tracked map only; never changes it, and never writes to the API.
+Any container of the Pod (app or init) is served where the provider runs several
+(`Shapes.several_containers`), else the first app container only. Reads the tracked map
+only; never changes it, and never writes to the API.
 Tests: tests/vnode/kubelet/test_listeners.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -16,7 +19,7 @@ from kube import names
 from kube.times import rfc3339
 from providers import errors
 from providers.base import Attacher, Executor, InstanceId, LogOptions, LogStream, LogStreamer, Process, Provider
-from vnode.tracking import TrackedMap
+from vnode.tracking import Tracked, TrackedMap
 
 JsonDict = dict[str, Any]
 # What a provider must implement for each kubelet streaming capability (`kubelet_instance`
@@ -37,46 +40,69 @@ class Serving:
     def kubelet_instance(self, namespace: str, name: str, container: str, *, capability: str) -> InstanceId:
         """The instance serving the Pod's container for `capability` (`logs`, `exec` or
         `attach`); NotFound or NotSupported with the reason otherwise."""
+        entry, _ = self._serve(namespace, name, container, capability=capability)
+        assert entry.instance_id is not None
+        return entry.instance_id
+
+    def _serve(self, namespace: str, name: str, container: str, *, capability: str) -> tuple[Tracked, str]:
+        """The tracked Pod and the container name to hand the provider ("" for a provider that
+        runs the Pod's one container); NotFound or NotSupported with the reason otherwise."""
         entry = self._tracked.get(f"{namespace}/{name}")
         if entry is None:
             raise errors.NotFound(f'pod "{namespace}/{name}" is not on node {self._node_name}')
         if entry.instance_id is None:
             raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet: nothing to {capability}')
-        containers = ((entry.pod.get("spec") or {}).get("containers")) or [{}]
-        if container != containers[0].get("name"):
-            # Providers run the Pod's first container only (providers.podspec).
+        spec = entry.pod.get("spec") or {}
+        apps = [str(c.get("name")) for c in spec.get("containers") or [{}]]
+        several = self._provider.capabilities().shapes.several_containers
+        served = apps + [str(c.get("name")) for c in spec.get("initContainers") or []] if several else apps[:1]
+        if container not in served:
+            # A provider that runs one container runs the Pod's first (providers.podspec).
             raise errors.NotFound(f'container "{container}" not found in pod "{namespace}/{name}"')
         if not isinstance(self._provider, _CAPABILITIES[capability]):
             raise errors.NotSupported(f"provider {self._provider.name!r} does not support {capability}")
-        return entry.instance_id
+        return entry, container if several else ""
 
     def get_container_logs(self, namespace: str, name: str, container: str, options: LogOptions) -> LogStream:
-        """The container's log as the provider streams it; NotSupported without LogStreamer."""
-        instance_id = self.kubelet_instance(namespace, name, container, capability="logs")
-        entry = self._tracked.get(f"{namespace}/{name}")
-        if options.previous and entry is not None and entry.runs.restarts == 0:
+        """The container's log as the provider streams it; NotSupported without LogStreamer.
+        InvalidRequest (the kubelet's 400) for a container that has not started yet, and for
+        `previous` when that container has not restarted."""
+        entry, chosen = self._serve(namespace, name, container, capability="logs")
+        assert entry.instance_id is not None
+        previous_missing = f'previous terminated container "{container}" in pod "{name}" not found'
+        if options.previous and _restarts(entry, chosen) == 0:
             # The kubelet's answer (kubectl shows it as BadRequest): there was no earlier run.
-            raise errors.InvalidRequest(f'previous terminated container "{container}" in pod "{name}" not found')
+            raise errors.InvalidRequest(previous_missing)
+        if not options.previous and (reason := _waiting_to_start(entry, chosen)):
+            raise errors.InvalidRequest(f'container "{container}" in pod "{name}" is waiting to start: {reason}')
         try:
-            return cast(LogStreamer, self._provider).logs(instance_id, options)
+            return cast(LogStreamer, self._provider).logs(
+                entry.instance_id, dataclasses.replace(options, container=chosen)
+            )
         except errors.NotFound as exc:
             if options.previous:
-                raise errors.InvalidRequest(
-                    f'previous terminated container "{container}" in pod "{name}" not found: {exc}'
-                ) from exc
+                raise errors.InvalidRequest(f"{previous_missing}: {exc}") from exc
             raise
 
     def run_in_container(
         self, namespace: str, name: str, container: str, command: Sequence[str], *, tty: bool, stdin: bool
     ) -> Process:
-        """Start a command in the Pod's instance; NotSupported without Executor."""
-        instance_id = self.kubelet_instance(namespace, name, container, capability="exec")
-        return cast(Executor, self._provider).exec(instance_id, list(command), tty=tty, stdin=stdin)
+        """Start a command in the Pod's container; NotSupported without Executor."""
+        entry, chosen = self._serve(namespace, name, container, capability="exec")
+        assert entry.instance_id is not None
+        executor = cast(Executor, self._provider)
+        if not chosen:
+            return executor.exec(entry.instance_id, list(command), tty=tty, stdin=stdin)
+        return executor.exec(entry.instance_id, list(command), tty=tty, stdin=stdin, container=chosen)
 
     def attach_to_container(self, namespace: str, name: str, container: str, *, tty: bool, stdin: bool) -> Process:
-        """Attach to the Pod's workload; NotSupported without Attacher."""
-        instance_id = self.kubelet_instance(namespace, name, container, capability="attach")
-        return cast(Attacher, self._provider).attach(instance_id, stdin=stdin, tty=tty)
+        """Attach to the Pod's container's own process; NotSupported without Attacher."""
+        entry, chosen = self._serve(namespace, name, container, capability="attach")
+        assert entry.instance_id is not None
+        attacher = cast(Attacher, self._provider)
+        if not chosen:
+            return attacher.attach(entry.instance_id, stdin=stdin, tty=tty)
+        return attacher.attach(entry.instance_id, stdin=stdin, tty=tty, container=chosen)
 
     def get_stats_summary(self) -> JsonDict:
         """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods
@@ -117,3 +143,25 @@ class Serving:
             if "memory" in container:
                 lines.append(f"container_memory_working_set_bytes{{{labels}}} {container['memory']['workingSetBytes']}")
         return "\n".join(lines) + "\n"
+
+
+def _restarts(entry: Tracked, container: str) -> int:
+    """How often `container` (empty: the Pod's one container) has restarted."""
+    if not container:
+        return entry.runs.restarts
+    runs = entry.containers.get(container)
+    return runs.restarts if runs is not None else 0
+
+
+def _waiting_to_start(entry: Tracked, container: str) -> str:
+    """The waiting reason of a container that has never started (as the Pod's status says
+    it), else "". Only for a provider that runs several containers: one container's logs
+    are the provider's to answer."""
+    if not container:
+        return ""
+    status: Mapping[str, Any] = entry.desired_status or entry.written_status or {}
+    statuses = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+    mine = next((s for s in statuses if isinstance(s, Mapping) and s.get("name") == container), None)
+    if mine is None or "containerID" in mine or "terminated" in (mine.get("lastState") or {}):
+        return ""
+    return str(((mine.get("state") or {}).get("waiting") or {}).get("reason") or "")

@@ -2,14 +2,16 @@
 
 Called through `Tracked.observe` (provisioning, adoption, the poll tick) and by
 `vnode.provision` for refusals. Takes the Pod as the API returned it (for its containers
-and the times already stamped) and never does I/O. Tested in tests/vnode/test_status.py.
+and the times already stamped) and never does I/O. An instance that reports per-container
+facts goes through `vnode.containerstatus` instead, which shares the helpers below.
+Tested in tests/vnode/test_status.py.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +35,30 @@ class RunView:
 
 
 NO_HISTORY = RunView()
+
+
+@dataclass(frozen=True)
+class Verdicts:
+    """The prober's verdicts (`Tracked.probe_ready`, `Tracked.probe_started`), container -> passed.
+    A container without the probe needs no verdict; one with it counts as failing until told."""
+
+    ready: Mapping[str, bool] = field(default_factory=dict)
+    started: Mapping[str, bool] = field(default_factory=dict)
+
+    def started_ok(self, container: Mapping[str, Any], *, running: bool) -> bool:
+        """The kubelet's `started`: running, and its startupProbe (if any) has passed."""
+        if not running:
+            return False
+        return not container.get("startupProbe") or self.started.get(str(container.get("name", "")), False)
+
+    def ready_ok(self, container: Mapping[str, Any], *, running: bool) -> bool:
+        """The kubelet's `ready`: started, and its readinessProbe (if any) passes."""
+        if not self.started_ok(container, running=running):
+            return False
+        return not container.get("readinessProbe") or self.ready.get(str(container.get("name", "")), False)
+
+
+NO_VERDICTS = Verdicts()
 
 
 def _phase_reason_message(instance: Instance) -> tuple[str, str, str]:
@@ -75,15 +101,16 @@ def _container_state(instance: Instance, reason: str) -> tuple[JsonDict, bool]:
     return {"terminated": terminated}, False
 
 
-def _old_conditions(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+def old_conditions(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return {str(c.get("type")): c for c in conditions if isinstance(c, Mapping)}
 
 
-def _condition(
-    old: Mapping[str, Mapping[str, Any]], kind: str, status: str, now: datetime, reason: str = ""
+def condition(
+    old: Mapping[str, Mapping[str, Any]], kind: str, status: str, now: datetime, reason: str = "", message: str = ""
 ) -> JsonDict:
-    """A condition whose lastTransitionTime moves only when its status changes."""
+    """A condition whose lastTransitionTime moves only when its status changes; `reason` and
+    `message` are kept only while it is not True."""
     previous = old.get(kind)
     if previous is None or previous.get("status") != status:
         moved_at = rfc3339(now)
@@ -92,6 +119,8 @@ def _condition(
     result: JsonDict = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": moved_at}
     if reason and status != "True":
         result["reason"] = reason
+    if message and status != "True":
+        result["message"] = message
     return result
 
 
@@ -106,12 +135,15 @@ def _compose(
     container_id: str,
     now: datetime,
     run: RunView = NO_HISTORY,
+    verdicts: Verdicts = NO_VERDICTS,
 ) -> JsonDict:
-    """The status shape shared by every mapping: conditions, one status per container."""
-    old = _old_conditions(pod)
+    """The status shape shared by every mapping: conditions, one status per container (each
+    ready only if its probes say so)."""
+    old = old_conditions(pod)
+    containers = (pod.get("spec") or {}).get("containers") or []
+    ready = ready and all(verdicts.ready_ok(c, running=True) for c in containers)
     ready_word = "True" if ready else "False"
     not_ready = "" if ready else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady")
-    containers = (pod.get("spec") or {}).get("containers") or []
     container_statuses = []
     for container in containers:
         entry: JsonDict = {
@@ -119,7 +151,7 @@ def _compose(
             "image": container.get("image", ""),
             "imageID": "",
             "ready": ready,
-            "started": "running" in state,
+            "started": verdicts.started_ok(container, running="running" in state),
             "restartCount": run.restarts,
             "state": state,
         }
@@ -133,10 +165,10 @@ def _compose(
         "reason": reason,
         "message": message,
         "conditions": [
-            _condition(old, "PodScheduled", "True", now),
-            _condition(old, "Initialized", "True", now),
-            _condition(old, "ContainersReady", ready_word, now, not_ready),
-            _condition(old, "Ready", ready_word, now, not_ready),
+            condition(old, "PodScheduled", "True", now),
+            condition(old, "Initialized", "True", now),
+            condition(old, "ContainersReady", ready_word, now, not_ready),
+            condition(old, "Ready", ready_word, now, not_ready),
         ],
         "containerStatuses": container_statuses,
     }
@@ -148,7 +180,12 @@ def _compose(
 
 
 def status_from_instance(
-    pod: Mapping[str, Any], instance: Instance, *, now: datetime, run: RunView = NO_HISTORY
+    pod: Mapping[str, Any],
+    instance: Instance,
+    *,
+    now: datetime,
+    run: RunView = NO_HISTORY,
+    verdicts: Verdicts = NO_VERDICTS,
 ) -> JsonDict:
     """The full `status` for `pod`, given what the provider reports of its instance and the
     container's run history. A run that ended and will run again keeps the Pod Running, as
@@ -170,13 +207,19 @@ def status_from_instance(
         container_id=f"nebula://{instance.id}",
         now=now,
         run=run,
+        verdicts=verdicts,
     )
     if "startTime" not in status and phase != "Pending":
         status["startTime"] = rfc3339(instance.started_at or now)
+    add_pod_ip(status, instance)
+    return status
+
+
+def add_pod_ip(status: JsonDict, instance: Instance) -> None:
+    """`podIP`/`podIPs` from the instance's endpoint when it is an IP address (a hostname is not)."""
     if instance.endpoint and _is_ip(instance.endpoint):
         status["podIP"] = instance.endpoint
         status["podIPs"] = [{"ip": instance.endpoint}]
-    return status
 
 
 def lost_status(pod: Mapping[str, Any], *, now: datetime, message: str = "", run: RunView = NO_HISTORY) -> JsonDict:

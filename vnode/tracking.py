@@ -19,8 +19,22 @@ from typing import Any
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.claim import claim_name
-from vnode import status
-from vnode.runs import ENDED, BackoffPolicy, Due, Ending, Runs, Step, ending_of, runs_again
+from providers.shape import ContainerFacts, ContainerState
+from vnode import containerstatus, status
+from vnode.runs import (
+    DEFAULT_RULES,
+    ENDED,
+    BackoffPolicy,
+    Due,
+    Ending,
+    Runs,
+    Step,
+    container_policy,
+    ending_of,
+    ending_of_container,
+    runs_again,
+)
+from vnode.runs import Rules as Rules
 
 JsonDict = dict[str, Any]
 
@@ -31,22 +45,6 @@ class Lookup(enum.Enum):
     UNKNOWN = "could not ask"
 
 
-@dataclass(frozen=True)
-class Rules:
-    """What the provider's capabilities and the settings say about runs (vnode.runs)."""
-
-    in_place: bool = False  # the provider restarts a workload in its instance
-    bills: bool = True  # an instance whose workload ended still costs money
-    backoff: BackoffPolicy = BackoffPolicy()
-
-    def billing(self, instance: Instance) -> bool:
-        """Does `instance` still cost money (so a finished Pod's instance must be terminated)?"""
-        if instance.state in (InstanceState.TERMINATING, InstanceState.TERMINATED):
-            return False
-        return self.bills or instance.state not in ENDED
-
-
-DEFAULT_RULES = Rules()
 PodEvent = tuple[str, str, str]  # type, reason, message
 
 
@@ -76,6 +74,8 @@ class Tracked:
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
     probe_ready: dict[str, bool] = field(default_factory=dict)  # probes: container -> readiness verdict
     probe_started: dict[str, bool] = field(default_factory=dict)  # probes: container -> startup probe passed
+    containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
+    judged_by: status.Verdicts | None = None  # the verdicts the desired status was computed from
 
     @property
     def key(self) -> str:
@@ -85,8 +85,22 @@ class Tracked:
     def container(self) -> str:
         return str((((self.pod.get("spec") or {}).get("containers") or [{}])[0]).get("name", ""))
 
+    @property
+    def pod_ref(self) -> str:
+        """The Pod as the kubelet names it in messages: `name_namespace(uid)`."""
+        return f"{self.name}_{self.namespace}({self.uid})"
+
     def say(self, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason, message))
+
+    def verdicts(self) -> status.Verdicts:
+        """The probes' verdicts now."""
+        return status.Verdicts(ready=dict(self.probe_ready), started=dict(self.probe_started))
+
+    def _judge(self) -> status.Verdicts:
+        """The verdicts a status is computed from, remembered (`judged_by`)."""
+        self.judged_by = self.verdicts()
+        return self.judged_by
 
     def observe(self, instance: Instance, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES) -> bool:
         """Recompute the desired metadata and status from the instance's facts; False if
@@ -99,14 +113,21 @@ class Tracked:
                 self.runs.due = Due(Step.RELEASE, at)  # it bills behind a finished Pod
             self.last_instance = instance
             return False
-        if self.runs.stale(instance) or self.runs.due is not None and self.runs.due.step is Step.REPLACE:
+        if self.runs.stale(instance) or self._stale_containers(instance):
+            return False
+        if self.runs.due is not None and self.runs.due.step is Step.REPLACE:
             return False
         if (instance is self.last_instance or instance == self.last_instance) and self.desired_status is not None:
-            return False
+            # Same facts: only a probe verdict that changed since the last status moves it.
+            return self.verdicts() != self.judged_by and self.reassess(now=now, at=at, rules=rules)
         self.last_instance = instance
         if instance.endpoint:
             self.desired_annotations[names.ENDPOINT_ANNOTATION] = instance.endpoint
         self.desired_annotations[names.INSTANCE_ID_ANNOTATION] = instance.id
+        if self._by_container(instance):
+            self._observe_containers(instance, now=now, at=at, rules=rules)
+            self._recompute_containers(instance, now=now, at=at, rules=rules)
+            return True
         self._note_start(instance)
         if instance.state in ENDED:
             self.runs.end(ending_of(instance, now=now), seen_at=at, in_place=rules.in_place, bills=rules.bills,
@@ -122,9 +143,142 @@ class Tracked:
             self.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
             if not self.runs.finished:
                 return self._wait_for_replacement(now, at)
-        self.desired_status = status.status_from_instance(self.pod, instance, now=now, run=self._view(at))
+        self.desired_status = status.status_from_instance(
+            self.pod, instance, now=now, run=self._view(at), verdicts=self._judge()
+        )
         self._note_backoff(at)
         return True
+
+    def reassess(self, *, now: datetime, at: float, rules: Rules) -> bool:
+        """Recompute the desired status from the last facts and the probes' current verdicts
+        (the prober calls it when a verdict changes); True if the status changed. Called under
+        the same one-operation-per-Pod rule as `observe`."""
+        instance = self.last_instance
+        if instance is None or self.terminal or self.runs.finished or self.desired_status is None:
+            return False
+        if self._by_container(instance):
+            return self._recompute_containers(instance, now=now, at=at, rules=rules)
+        if (
+            instance.state is InstanceState.TERMINATED
+            or self.runs.due is not None
+            and self.runs.due.step is Step.REPLACE
+        ):
+            return False  # waiting for a replacement: no container to be ready
+        desired = status.status_from_instance(self.pod, instance, now=now, run=self._view(at), verdicts=self._judge())
+        changed, self.desired_status = desired != self.desired_status, desired
+        return changed
+
+    # -- an instance that reports container facts: each container's own runs ------------------
+    def _by_container(self, instance: Instance) -> bool:
+        return instance.state is not InstanceState.TERMINATED and containerstatus.uses_container_facts(
+            self.pod, instance
+        )
+
+    def _stale_containers(self, instance: Instance) -> bool:
+        """Facts read before a container restart we asked for."""
+        return any(c.name in self.containers and self.containers[c.name].stale_run(c.runs) for c in instance.containers)
+
+    def container_runs(self, name: str) -> Runs | None:
+        """The runs of the Pod's container `name` (init or app); None if the Pod has no such container."""
+        runs = self.containers.get(name)
+        if runs is not None:
+            return runs
+        for key, init in (("initContainers", True), ("containers", False)):
+            spec = next((c for c in (self.pod.get("spec") or {}).get(key) or [] if c.get("name") == name), None)
+            if spec is None:
+                continue
+            policy = container_policy(self.runs.policy, init=init, sidecar=containerstatus.is_sidecar(spec))
+            statuses = (self.pod.get("status") or {}).get("initContainerStatuses" if init else "containerStatuses")
+            old = next((e for e in statuses or [] if isinstance(e, Mapping) and e.get("name") == name), {})
+            runs = self.containers[name] = Runs.from_status(old, policy=policy)
+            return runs
+        return None
+
+    def _observe_containers(self, instance: Instance, *, now: datetime, at: float, rules: Rules) -> None:
+        """Each container's start and end under its own policy. App containers first: a
+        sidecar that stops once every app container is done does not run again."""
+        facts = {c.name: c for c in instance.containers}
+        apps_done = True
+        names_in_order = [str(c.get("name")) for c in containerstatus.app_containers(self.pod)]
+        apps = len(names_in_order)
+        names_in_order += [str(c.get("name")) for c in containerstatus.init_containers(self.pod)]
+        for index, name in enumerate(names_in_order):
+            runs, fact = self.container_runs(name), facts.get(name)
+            if runs is None or fact is None:
+                apps_done = apps_done and index >= apps
+                continue
+            if fact.state is not ContainerState.WAITING and fact.runs > 0 and fact.runs not in runs.started_runs:
+                # A short run may have ended between two lists: it started all the same.
+                runs.started_runs.add(fact.runs)
+                self.say("Normal", names.EVENT_STARTED, f"Started container {name}")
+            if fact.state is ContainerState.TERMINATED:
+                if index >= apps and apps_done and runs.policy == "Always":
+                    runs.stop()  # a sidecar stopped after the app containers finished
+                else:
+                    self._end_container(runs, ending_of_container(fact, now=now), at=at, rules=rules)
+            if index < apps:
+                apps_done = apps_done and fact.state is ContainerState.TERMINATED and runs.finished
+
+    def _end_container(self, runs: Runs, ending: Ending, *, at: float, rules: Rules) -> None:
+        runs.end(ending, seen_at=at, in_place=True, bills=False, policy=rules.backoff)
+        if not rules.in_place and runs.due is not None:
+            # No restart in place: the whole instance is replaced (vnode.lifecycle), when this
+            # container's own policy and back-off say so (the Pod's policy may not: a sidecar).
+            self.runs.ended, self.runs.ended_seen_at = ending, at
+            self.runs.due, runs.due = Due(Step.REPLACE, runs.due.at), None
+
+    def _recompute_containers(self, instance: Instance, *, now: datetime, at: float, rules: Rules) -> bool:
+        """The status from the container facts; a terminal phase finishes the Pod."""
+        views = {name: self._view(at, runs, name) for name, runs in self.containers.items()}
+        desired = containerstatus.status_from_containers(self.pod, instance, now=now, views=views,
+                                                         verdicts=self._judge())  # fmt: skip
+        changed, self.desired_status = desired != self.desired_status, desired
+        if desired["phase"] in ("Succeeded", "Failed"):
+            self.runs.finished = True
+            for runs in self.containers.values():
+                runs.stop()
+            if rules.billing(instance):
+                self.runs.due = Due(Step.RELEASE, at)
+        for name, view in views.items():
+            runs = self.containers[name]
+            if view.waiting is not None and not runs.backoff_told:
+                runs.backoff_told = True
+                self.say(
+                    "Warning", names.EVENT_BACKOFF, f"Back-off restarting failed container {name} in pod {self.pod_ref}"
+                )
+        return changed
+
+    def adopted(self, instance: Instance) -> None:
+        """An instance found again: its runs, and each container's, were told before."""
+        self.runs.awaiting_run = instance.runs
+        self.runs.started_runs.add(instance.runs)
+        for fact in instance.containers:
+            runs = self.container_runs(fact.name)
+            if runs is not None:
+                runs.awaiting_run = fact.runs
+                runs.started_runs.add(fact.runs)
+
+    def replaced(self, *, policy: BackoffPolicy) -> None:
+        """A new instance replaced the old one: each container that ended has restarted, and
+        every container's run count starts again."""
+        for runs in self.containers.values():
+            if runs.ended is not None and not runs.finished:
+                runs.restarted(new_run=0, policy=policy)
+            runs.awaiting_run = 0
+            runs.started_runs.clear()
+
+    def next_due(self) -> float | None:
+        """The monotonic time of the next due step: the Pod's, or a container's restart."""
+        dues = [self.runs.due, *(runs.due for runs in self.containers.values())]
+        return min((due.at for due in dues if due is not None), default=None)
+
+    def due_containers(self, at: float) -> list[str]:
+        """The containers whose restart is due by `at`."""
+        return [name for name, runs in self.containers.items() if runs.due is not None and runs.due.at <= at]
+
+    def container_facts(self, name: str) -> ContainerFacts | None:
+        instance = self.last_instance
+        return next((c for c in instance.containers if c.name == name), None) if instance is not None else None
 
     def lose(self, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES, why: str = "") -> None:
         """The provider confirms the instance is gone (absent from lists past the list lag,
@@ -146,10 +300,10 @@ class Tracked:
         self._note_backoff(at)
         return True
 
-    def _view(self, at: float) -> status.RunView:
-        runs = self.runs
+    def _view(self, at: float, runs: Runs | None = None, container: str = "") -> status.RunView:
+        runs = runs or self.runs
         again = runs.ended is not None and not runs.finished
-        waiting = runs.waiting_message(self.container, f"{self.name}_{self.namespace}({self.uid})", at)
+        waiting = runs.waiting_message(container or self.container, self.pod_ref, at)
         last = runs.ended.terminated() if again and waiting is not None and runs.ended else runs.last
         return status.RunView(restarts=runs.restarts, last=last, again=again, waiting=waiting)
 
@@ -160,9 +314,7 @@ class Tracked:
 
     def _note_backoff(self, at: float) -> None:
         if self._view(at).waiting is not None:
-            message = (
-                f"Back-off restarting failed container {self.container} in pod {self.name}_{self.namespace}({self.uid})"
-            )
+            message = f"Back-off restarting failed container {self.container} in pod {self.pod_ref}"
             self.say("Warning", names.EVENT_BACKOFF, message)
 
 
@@ -219,8 +371,7 @@ class TrackedMap:
         entry = self.track(pod)
         entry.instance_id = instance.id
         entry.provisioned_at = at
-        entry.runs.awaiting_run = instance.runs
-        entry.runs.started_runs.add(instance.runs)  # its start was told before the restart
+        entry.adopted(instance)  # its start was told before the restart
         entry.observe(instance, now=now, at=at, rules=rules)
         return entry
 

@@ -1,0 +1,266 @@
+"""Each container's own runs (vnode.runs through Tracked.observe): its restart policy, its
+back-off, its restartCount, the kubelet's Started/BackOff Events, and Tracked.reassess."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from kube import names
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
+from providers.shape import ContainerFacts, ContainerState
+from vnode.runs import BackoffPolicy, Rules, Step, container_policy
+from vnode.tracking import Tracked, TrackedMap
+
+NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
+RULES = Rules(in_place=True, bills=False, backoff=BackoffPolicy(initial=10.0, maximum=300.0, reset=600.0))
+W, R, T = ContainerState.WAITING, ContainerState.RUNNING, ContainerState.TERMINATED
+
+
+def make_pod(policy: str = "Always", *, sidecar: bool = False, **probes: dict[str, Any]) -> dict[str, Any]:
+    inits: list[dict[str, Any]] = [{"name": "setup", "image": "busybox"}]
+    if sidecar:
+        inits.append({"name": "proxy", "image": "busybox", "restartPolicy": "Always"})
+    apps: list[dict[str, Any]] = [{"name": "web", "image": "busybox"}, {"name": "worker", "image": "busybox"}]
+    for container in inits + apps:
+        container.update(probes.get(container["name"], {}))
+    return {
+        "metadata": {"name": "p", "namespace": "default", "uid": "u1"},
+        "spec": {"restartPolicy": policy, "initContainers": inits, "containers": apps},
+        "status": {},
+    }
+
+
+class Script:
+    """The facts a provider that runs several containers would report, moved by the test."""
+
+    def __init__(self, *names_: str) -> None:
+        self.facts = {name: ContainerFacts(name, W) for name in names_}
+        self.runs = 1
+
+    def start(self, name: str, at: int = 0) -> Instance:
+        old = self.facts[name]
+        self.facts[name] = ContainerFacts(name, R, started_at=NOW + timedelta(seconds=at), runs=old.runs + 1)
+        self.runs += 1
+        return self.instance()
+
+    def end(self, name: str, code: int, at: int = 1) -> Instance:
+        old = self.facts[name]
+        self.facts[name] = ContainerFacts(name, T, started_at=old.started_at, finished_at=NOW + timedelta(seconds=at),
+                                          exit_code=code, runs=old.runs)  # fmt: skip
+        return self.instance()
+
+    def instance(self) -> Instance:
+        states = {f.state for f in self.facts.values()}
+        state = InstanceState.RUNNING if R in states else InstanceState.SUCCEEDED
+        return Instance(InstanceId("i-1"), ClaimName("c"), state, NOW, started_at=NOW, runs=self.runs,
+                        containers=tuple(self.facts.values()))  # fmt: skip
+
+
+def tracked(pod: dict[str, Any]) -> Tracked:
+    entry = TrackedMap().track(pod)
+    entry.instance_id = InstanceId("i-1")
+    return entry
+
+
+def container(entry: Tracked, name: str) -> dict[str, Any]:
+    assert entry.desired_status is not None
+    statuses = entry.desired_status.get("initContainerStatuses", []) + entry.desired_status["containerStatuses"]
+    return dict(next(s for s in statuses if s["name"] == name))
+
+
+def told(entry: Tracked, reason: str) -> list[str]:
+    return [message for _, said, message in entry.events if said == reason]
+
+
+@pytest.mark.parametrize(
+    ("pod_policy", "init", "sidecar", "policy"),
+    [("Always", False, False, "Always"), ("Never", False, False, "Never"), ("Always", True, False, "OnFailure"),
+     ("OnFailure", True, False, "OnFailure"), ("Never", True, False, "Never"), ("Never", True, True, "Always")],
+)  # fmt: skip
+def test_each_container_lives_by_its_own_restart_policy(
+    pod_policy: str, init: bool, sidecar: bool, policy: str
+) -> None:
+    assert container_policy(pod_policy, init=init, sidecar=sidecar) == policy
+
+
+def test_a_failed_init_container_restarts_at_once_then_waits_its_back_off_in_crash_loop() -> None:
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=RULES)
+    runs = entry.containers["setup"]
+    assert runs.due is not None and (runs.due.step, runs.due.at) == (Step.RESTART, 1.0)
+    assert entry.due_containers(1.0) == ["setup"] and entry.next_due() == 1.0
+    assert container(entry, "setup")["state"]["terminated"]["exitCode"] == 1  # restarts at once: shows its exit
+    runs.restarted(new_run=2, policy=RULES.backoff)  # what vnode.lifecycle does after restart(container="setup")
+    entry.observe(script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
+    entry.observe(script.end("setup", 1, 3), now=NOW, at=3.0, rules=RULES)
+    setup = container(entry, "setup")
+    assert setup["state"]["waiting"] == {
+        "reason": "CrashLoopBackOff",
+        "message": "back-off 10s restarting failed container=setup pod=p_default(u1)",
+    }
+    assert setup["restartCount"] == 1 and setup["lastState"]["terminated"]["exitCode"] == 1
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Pending"
+    assert entry.next_due() == 13.0
+    assert told(entry, names.EVENT_BACKOFF) == ["Back-off restarting failed container setup in pod p_default(u1)"]
+    assert told(entry, names.EVENT_STARTED) == ["Started container setup"] * 2
+
+
+def test_a_failed_init_container_under_never_fails_the_pod_and_nothing_runs_again() -> None:
+    entry, script = tracked(make_pod("Never")), Script("setup", "web", "worker")
+    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("setup", 2), now=NOW, at=1.0, rules=RULES)
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Failed"
+    assert entry.runs.finished and entry.next_due() is None
+    assert not entry.observe(script.instance(), now=NOW, at=2.0, rules=RULES), "a finished Pod is frozen"
+
+
+def test_each_app_container_counts_its_own_restarts() -> None:
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("worker", 3), now=NOW, at=1.0, rules=RULES)
+    assert entry.due_containers(1.0) == ["worker"]
+    entry.containers["worker"].restarted(new_run=2, policy=RULES.backoff)
+    entry.observe(script.start("worker", 2), now=NOW, at=2.0, rules=RULES)
+    assert (container(entry, "worker")["restartCount"], container(entry, "web")["restartCount"]) == (1, 0)
+    assert container(entry, "worker")["lastState"]["terminated"]["exitCode"] == 3
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"
+    started = ["Started container setup", "Started container web", "Started container worker"]
+    assert sorted(told(entry, names.EVENT_STARTED)) == [*started, "Started container worker"]
+
+
+def test_facts_read_before_a_container_restart_are_ignored() -> None:
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    before = script.end("setup", 1)
+    entry.observe(before, now=NOW, at=1.0, rules=RULES)
+    entry.containers["setup"].restarted(new_run=2, policy=RULES.backoff)
+    late = Instance(before.id, before.claim, before.state, NOW, runs=before.runs, containers=before.containers,
+                    message="a list read before the restart")  # fmt: skip
+    assert not entry.observe(late, now=NOW, at=1.5, rules=RULES)
+    assert entry.observe(script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
+
+
+def test_a_sidecar_restarts_while_the_apps_run_and_stops_for_good_once_they_finished() -> None:
+    entry, script = tracked(make_pod("Never", sidecar=True)), Script("setup", "proxy", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("proxy")
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("proxy", 1), now=NOW, at=1.0, rules=RULES)
+    assert entry.due_containers(1.0) == ["proxy"], "a sidecar always restarts, even under Never"
+    entry.containers["proxy"].restarted(new_run=2, policy=RULES.backoff)
+    entry.observe(script.start("proxy", 2), now=NOW, at=2.0, rules=RULES)
+    script.end("web", 0)
+    entry.observe(script.end("worker", 0), now=NOW, at=3.0, rules=RULES)
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"  # the sidecar still runs
+    entry.observe(script.end("proxy", 143, 4), now=NOW, at=4.0, rules=RULES)  # the provider stopped it
+    assert entry.desired_status["phase"] == "Succeeded" and entry.next_due() is None
+    assert container(entry, "proxy")["restartCount"] == 1
+
+
+def test_a_finished_pod_whose_instance_bills_is_released() -> None:
+    billing = Rules(in_place=True, bills=True, backoff=RULES.backoff)
+    entry, script = tracked(make_pod("OnFailure")), Script("setup", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    script.start("worker")
+    script.end("web", 0)
+    entry.observe(script.end("worker", 0), now=NOW, at=5.0, rules=billing)
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Succeeded"
+    assert entry.runs.due is not None and (entry.runs.due.step, entry.runs.due.at) == (Step.RELEASE, 5.0)
+
+
+def test_without_restarts_in_place_a_crashed_container_replaces_the_instance() -> None:
+    replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=replacing)
+    entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=replacing)
+    assert entry.due_containers(1.0) == []
+    assert entry.runs.due is not None and entry.runs.due.step is Step.REPLACE
+    entry.runs.restarted(new_run=1, policy=replacing.backoff)
+    entry.replaced(policy=replacing.backoff)
+    assert entry.containers["setup"].restarts == 1 and entry.containers["setup"].awaiting_run == 0
+
+
+def test_without_restarts_in_place_a_crashed_sidecar_replaces_the_instance_even_under_never() -> None:
+    replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
+    entry, script = tracked(make_pod("Never", sidecar=True)), Script("setup", "proxy", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("proxy")
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=replacing)
+    entry.observe(script.end("proxy", 0), now=NOW, at=1.0, rules=replacing)
+    assert not entry.runs.finished
+    assert entry.runs.due is not None and (entry.runs.due.step, entry.runs.due.at) == (Step.REPLACE, 1.0)
+
+
+def test_reassess_follows_a_readiness_verdict_and_says_whether_the_status_changed() -> None:
+    entry, script = (
+        tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
+        Script("setup", "web", "worker"),
+    )
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    assert container(entry, "web")["ready"] is False
+    assert not entry.reassess(now=NOW, at=1.0, rules=RULES), "no verdict changed"
+    entry.probe_ready["web"] = True
+    assert entry.reassess(now=NOW, at=1.0, rules=RULES)
+    assert container(entry, "web")["ready"] is True
+    assert entry.desired_status is not None
+    assert {c["type"]: c["status"] for c in entry.desired_status["conditions"]}["Ready"] == "True"
+    entry.probe_ready["web"] = False
+    assert entry.reassess(now=NOW, at=2.0, rules=RULES) and container(entry, "web")["ready"] is False
+
+
+def test_reassess_gates_a_single_container_pod_on_its_readiness_verdict() -> None:
+    pod = {"metadata": {"name": "one", "namespace": "default", "uid": "u2"},
+           "spec": {"containers": [{"name": "main", "readinessProbe": {"exec": {"command": ["true"]}}}]}}  # fmt: skip
+    entry = tracked(pod)
+    running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
+    entry.observe(running, now=NOW, at=0.0, rules=RULES)
+    assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is False
+    entry.probe_ready["main"] = True
+    assert entry.reassess(now=NOW, at=1.0, rules=RULES)
+    assert entry.desired_status["containerStatuses"][0]["ready"] is True
+    assert not entry.reassess(now=NOW, at=2.0, rules=RULES)
+
+
+def test_a_restarted_manager_counts_on_from_each_containers_status() -> None:
+    pod = make_pod("Always")
+    pod["status"] = {
+        "initContainerStatuses": [{"name": "setup", "restartCount": 2}],
+        "containerStatuses": [{"name": "worker", "restartCount": 5, "lastState": {"terminated": {"exitCode": 9}}}],
+    }
+    entry = tracked(pod)
+    worker, setup, web = (entry.container_runs(n) for n in ("worker", "setup", "web"))
+    assert worker is not None and (worker.restarts, worker.last) == (5, {"exitCode": 9})
+    assert setup is not None and setup.restarts == 2 and setup.policy == "OnFailure"
+    assert web is not None and web.restarts == 0
+    assert entry.container_runs("nope") is None
+
+
+def test_unchanged_facts_still_move_the_status_when_a_probe_verdict_changed() -> None:
+    """The poll tick's `observe` of the same facts recomputes once a verdict moved (the
+    prober's own `reassess` may not have run yet), and costs nothing otherwise."""
+    pod = {"metadata": {"name": "one", "namespace": "default", "uid": "u3"},
+           "spec": {"containers": [{"name": "main", "readinessProbe": {"exec": {"command": ["true"]}}}]}}  # fmt: skip
+    entry = tracked(pod)
+    running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
+    assert entry.observe(running, now=NOW, at=0.0, rules=RULES)
+    assert not entry.observe(running, now=NOW, at=1.0, rules=RULES)
+    entry.probe_ready["main"] = True
+    assert entry.observe(running, now=NOW, at=2.0, rules=RULES)
+    assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is True
+    assert not entry.observe(running, now=NOW, at=3.0, rules=RULES)
