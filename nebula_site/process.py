@@ -32,9 +32,9 @@ from vnode import podcontroller
 from vnode.blocklister import Blocklister
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
 from vnode.runner import Runner
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
-from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
 
 logger = logging.getLogger(__name__)
 

@@ -84,8 +84,8 @@ class Executor(Protocol):
 class Restarter(Protocol):
     def restart(self, instance_id: InstanceId, container: str = "") -> None:
         """Run `container` (empty: the first app container, the whole workload of a
-        one-container Pod) again from its start in the same instance, after it ended. The run that ended keeps its output for
-        `LogOptions(previous=True)`; `Instance.runs` (and that container's
+        one-container Pod) again from its start in the same instance, after it ended. The
+        run that ended keeps its output for `LogOptions(previous=True)`; `Instance.runs` (and that container's
         `ContainerFacts.runs`) grows by one before this returns, so the next `get`/`list`
         shows the new run. A failed init container that runs again lets the ones after it
         follow. Raises NotFound (gone, or no such container), NotSupported, Unavailable;

@@ -6,6 +6,7 @@
 - `handler`        the facade over the phases below, one per provider
 - `provision`      the shape check, env (`env`), volumes (`volumes`), `provider.provision`, refusals
 - `statussync`     the poll loop and its tick: one `provider.list()` (`inventory`) -> `status`
+  (`containerstatus` for an instance that reports each container's facts)
 - `teardown`       terminate for deleted Pods, the orphan sweep
 - `serving`        what the kubelet API (`vnode.kubelet`) reads: logs, exec, attach, stats
 - `prober`         startup/readiness/liveness probes from the manager (`probespec`, `probes`, `probestate`)

@@ -242,9 +242,12 @@ class Handler:
         return self.teardown.terminate_for_pod(pod)
 
     def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
-        """Write the Pod's pending metadata, then its status (see PodWriter.flush)."""
+        """Write the Pod's pending metadata, then its status (see PodWriter.flush), the status
+        first recomputed with the probes' current verdicts (`Tracked.reassess`)."""
         entry = self._tracked.get(key)
         if entry is not None:
+            with entry.lock:
+                entry.reassess(now=self._now(), at=self._monotonic(), rules=self.rules())
             self.writer.flush(entry, current)
 
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:

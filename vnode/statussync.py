@@ -76,7 +76,8 @@ class StatusSync:
                 continue
             if entry.terminate_asked and entry.runs.due is None:
                 continue  # being torn down (or released): teardown looks at it on its own back-off
-            moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
+            with entry.lock:
+                moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
             due = entry.next_due()
             if moved or self._writer.needs_flush(entry) or (due is not None and due <= self._monotonic()):
                 changed.append(entry.key)

@@ -74,6 +74,8 @@ class Tracked:
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
     probe_ready: dict[str, bool] = field(default_factory=dict)  # probes: container -> readiness verdict
     probe_started: dict[str, bool] = field(default_factory=dict)  # probes: container -> startup probe passed
+    # Held while the facts or the probes' verdicts are turned into a status (poll thread, flush).
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
     judged_by: status.Verdicts | None = None  # the verdicts the desired status was computed from
 
@@ -156,6 +158,8 @@ class Tracked:
         instance = self.last_instance
         if instance is None or self.terminal or self.runs.finished or self.desired_status is None:
             return False
+        if self.runs.stale(instance) or self._stale_containers(instance):
+            return False  # facts from before a restart we asked for: they say nothing of the new run
         if self._by_container(instance):
             return self._recompute_containers(instance, now=now, at=at, rules=rules)
         if (

@@ -264,3 +264,21 @@ def test_unchanged_facts_still_move_the_status_when_a_probe_verdict_changed() ->
     assert entry.observe(running, now=NOW, at=2.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is True
     assert not entry.observe(running, now=NOW, at=3.0, rules=RULES)
+
+
+def test_a_reassess_after_a_restart_was_asked_never_reads_the_old_run_as_the_end() -> None:
+    """The prober's flush may reassess between the restart call and the next list: the last
+    facts still show the ended run, which must not finish the Pod (it would stay Failed)."""
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("web", 143), now=NOW, at=1.0, rules=RULES)
+    entry.observe(script.end("worker", 137), now=NOW, at=1.0, rules=RULES)
+    for name in ("web", "worker"):
+        entry.containers[name].restarted(new_run=2, policy=RULES.backoff)
+    assert not entry.reassess(now=NOW, at=1.5, rules=RULES)
+    assert not entry.runs.finished
+    entry.observe(script.start("web", 2), now=NOW, at=2.0, rules=RULES)
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"
