@@ -123,6 +123,7 @@ def _prepare(temp: Path, final: Path, pod: PodSpec, request: ProvisionRequest, *
             # The container's `stdin: true`: the workload then reads a FIFO that
             # `kubectl attach -i` writes to; otherwise /dev/null.
             "stdin": container.stdin,
+            "mounts": volumes.mount_paths(container),  # `exec` rewrites its command as the container's
         }
         if is_first:
             record.update(containers=listing, restart_policy=pod.restart_policy)

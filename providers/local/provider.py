@@ -63,6 +63,7 @@ from providers.local import (
     sequence,
     stamp,
     status,
+    volumes,
 )
 from providers.local.launcher import Launcher
 from providers.local.options import LocalOptions, measure_capacity, parse_options
@@ -256,6 +257,8 @@ class LocalProvider:
             raise NotSupported("exec needs a command")
         spec, env = found.record(folder.SPEC_FILE) or {}, found.record(folder.ENV_FILE) or {}
         named = containers.label(entry, instance_id)
+        mounts, root = [str(path) for path in spec.get("mounts") or ()], str(found.instance_path / folder.ROOT_DIR)
+        command = [volumes.rewrite(part, mounts, root) for part in command]  # the container's paths
         try:
             cwd = str(spec.get("cwd") or found.instance_path)
             values = {**{str(k): str(v) for k, v in env.items()}, "PWD": cwd}  # `pwd` shows a mount path's link

@@ -75,6 +75,19 @@ def test_an_empty_dir_is_shared_by_the_containers_that_mount_it(provider: LocalP
     assert (provider.root / CLAIM / "volumes" / "scratch" / "note").read_bytes() == b"hi\n"
 
 
+def test_an_exec_into_a_container_sees_its_mount_paths(provider: LocalProvider) -> None:
+    """`kubectl exec -c` and exec probes name the container's paths: the command is rewritten too."""
+    main = ContainerSpec("main", args=("echo hi > /data/note; sleep 30",), mounts=(Mount("scratch", "/data"),))
+    instance_id = start(provider, pod_of(main), SCRATCH)
+    wait_for(lambda: (provider.root / CLAIM / "volumes" / "scratch" / "note").exists(), what="the note")
+    process = provider.exec(instance_id, ["cat", "/data/note"], tty=False, stdin=False, container="main")
+    try:
+        assert read_to_end(process, 10, read=process.read_stdout) == b"hi\n"
+        assert process.wait(10) == 0
+    finally:
+        process.close()
+
+
 def test_a_sub_path_mounts_one_file_or_folder_of_a_volume(provider: LocalProvider) -> None:
     mounts = (Mount("cfg", "/etc/app.conf", sub_path="app.conf"), Mount("scratch", "/work", sub_path="made/here"))
     script = "cat /etc/app.conf; touch /work/file; ls /work"
