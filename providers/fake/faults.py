@@ -88,12 +88,14 @@ class Fault:
 
 @dataclass(frozen=True)
 class Action:
-    """A one-shot fault on one instance (by id or claim): `lose` it or make it `exit`."""
+    """A one-shot fault on one instance (by id or claim): `lose` it or make it `exit`
+    (with `container`, only that container exits)."""
 
     kind: str
     instance: str | None = None
     claim: str | None = None
-    code: int = 0  # exit: the workload's exit code
+    code: int = 0  # exit: the workload's (or the container's) exit code
+    container: str | None = None  # exit: only this container
     vanish: bool = False  # lose: gone at once instead of TERMINATED
 
 
@@ -103,7 +105,7 @@ def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault 
     Keys: `kind`; refuse: `reason` (capacity|auth|quota|invalid|unsupported), `accelerator`,
     `tier`, `region`, `count`, `seconds`; outage: `seconds`; slow: `delay`, `seconds`; hide:
     `instance` or `claim`, `count` (lists to hide from, default 1), `seconds`; lose:
-    `instance` or `claim`, `vanish`; exit: `instance` or `claim`, `code`."""
+    `instance` or `claim`, `vanish`; exit: `instance` or `claim`, `code`, `container`."""
     kind = data.get("kind")
     if kind in ACTION_KINDS:
         if not data.get("instance") and not data.get("claim"):
@@ -114,6 +116,7 @@ def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault 
             claim=_text(data.get("claim")),
             code=_integer(data.get("code", 0), "code"),
             vanish=bool(data.get("vanish", False)),
+            container=_text(data.get("container")) if kind == "exit" else None,
         )
     if kind not in STANDING_KINDS:
         raise ValueError(f"unknown fault kind {kind!r} (one of {', '.join(STANDING_KINDS + ACTION_KINDS)})")

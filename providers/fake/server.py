@@ -200,7 +200,12 @@ def _terminate(cloud: FakeCloud, params: list[str], query: dict[str, str], body:
 
 
 def _restart(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
-    cloud.restart(params[0], owner=_owner(query))
+    cloud.restart(params[0], owner=_owner(query), container=query.get("container", ""))
+    return 200, {}
+
+
+def _stop(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    cloud.stop_container(params[0], query["container"], owner=_owner(query), grace=float(query.get("grace", 0)))
     return 200, {}
 
 
@@ -212,6 +217,7 @@ def _logs(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict
         limit=int(query.get("limit", 1000)),
         previous=query.get("previous") == "1",
         opening=query.get("open") == "1",
+        container=query.get("container", ""),
     )
     return 200, wire.chunk_to_json(chunk)
 
@@ -259,6 +265,7 @@ _ROUTES: dict[tuple[str, ...], Route] = {
     ("GET", "instances", "*"): _get,
     ("POST", "instances", "*", "terminate"): _terminate,
     ("POST", "instances", "*", "restart"): _restart,
+    ("POST", "instances", "*", "stop"): _stop,
     ("GET", "instances", "*", "logs"): _logs,
     ("GET", "offerings"): _offerings,
     ("GET", "scenario"): _scenario,
