@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import http.client
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -19,6 +19,7 @@ from providers import errors
 from providers.base import Instance, Offering, PodSpec, ProvisionRequest, ProvisionResult
 from providers.fake import wire
 from providers.fake.console import LogChunk
+from providers.fake.shell import FinishedProcess
 
 _T = TypeVar("_T")
 MAX_ANSWER = 64 << 20  # bytes; a longer answer is treated as a broken service (I7)
@@ -64,6 +65,11 @@ class FakeCloudClient:
     def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None:
         path = _path(f"/v1/instances/{_segment(instance_id)}/stop", owner=owner, container=container, grace=grace)
         self._call("POST", path, {})
+
+    def exec(self, instance_id: str, command: Sequence[str], *, owner: str, container: str = "") -> FinishedProcess:
+        """A command without stdin or a terminal, run to its end on the service."""
+        path = _path(f"/v1/instances/{_segment(instance_id)}/exec", owner=owner, container=container)
+        return self._decode(wire.finished_from_json, self._call("POST", path, {"command": list(command)}))
 
     def offerings(self) -> builtins.list[Offering]:
         answer = self._call("GET", "/v1/offerings")

@@ -216,8 +216,9 @@ class FakeCloud(Controls):
         program = command[0] if command else ""
         summary = f"owner={owner} id={instance_id} container={container} program={program} tty={tty}"
         with self._call("exec", summary, owner=owner):
-            self._require_running(instance_id, owner, container)
-            return ScriptedProcess(command, tty=tty, stdin=stdin, canned=self.scenario.commands)
+            found = self._require_running(instance_id, owner, container)
+            files = frozenset(path for path, _ in found.files)
+            return ScriptedProcess(command, tty=tty, stdin=stdin, canned=self.scenario.commands, files=files)
 
     def attach(self, instance_id: str, *, owner: str, tty: bool, stdin: bool, container: str = "") -> ScriptedProcess:
         """The scripted container's console: each stdin line echoed back, ending with stdin."""
@@ -342,6 +343,8 @@ class FakeCloud(Controls):
             del self._instances[record.id]
         elif action.kind == "lose":
             record.lose(now, self.scenario.retention_seconds)
+        elif action.kind == "file":
+            record.require(action.container or "").set_file(action.path, present=action.present)
         elif action.container is not None:
             record.exit_container(now, action.container, action.code, self.scenario)
         else:

@@ -1,5 +1,6 @@
 """The fake cloud's control vocabulary: one named method per fault or one-shot action
-(refuse, outage, slow, hide, lose, exit, exit_container), each a call of `inject`.
+(refuse, outage, slow, hide, lose, exit, exit_container, put_file, remove_file), each a
+call of `inject`.
 
 Mixed into `FakeCloud`; called by tests in-process (over HTTP the same dicts go to
 `POST /v1/faults`). Builds fault requests only: it never touches state itself.
@@ -47,3 +48,17 @@ class Controls:
         """One running container exits with `code` (an init container that fails holds
         the sequence). NotFound for no such container, InvalidRequest if it is not running."""
         return self.inject({"kind": "exit", "instance": instance, "claim": claim, "code": code, "container": container})
+
+    def put_file(
+        self, instance: str | None, path: str, *, container: str = "", claim: str | None = None
+    ) -> dict[str, Any]:
+        """A file appears at `path` in `container` ("": the first app container), so a
+        scripted `cat PATH` (an exec probe's command) exits 0."""
+        return self.inject({"kind": "file", "instance": instance, "claim": claim, "container": container, "path": path})
+
+    def remove_file(
+        self, instance: str | None, path: str, *, container: str = "", claim: str | None = None
+    ) -> dict[str, Any]:
+        """The file at `path` goes; a scripted `cat PATH` then exits 1."""
+        fault = {"kind": "file", "instance": instance, "claim": claim, "container": container, "path": path}
+        return self.inject({**fault, "present": False})

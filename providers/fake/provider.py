@@ -50,8 +50,16 @@ from providers.shape import Shapes
 OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place"})
 # It runs every container of the Pod in the order a kubelet does and records every kind of
 # volume (materialised by path: each container sees its mounted files, contents not kept).
-# No probes: its scripted exec answers no probe command meaningfully.
-SHAPES = Shapes(several_containers=True, init_containers=True, sidecars=True, volumes=frozenset(shape.VOLUME_KINDS))
+# Exec probes: its scripted `cat PATH` / `test -e PATH` answer from the container's files,
+# which control calls (`put_file`, `remove_file`) change, in-process and over HTTP. No TCP or
+# HTTP probes: a fake:// endpoint is not reachable.
+SHAPES = Shapes(
+    several_containers=True,
+    init_containers=True,
+    sidecars=True,
+    probes=frozenset({"exec"}),
+    volumes=frozenset(shape.VOLUME_KINDS),
+)
 
 
 class _Backend(Protocol):
@@ -199,9 +207,15 @@ class FakeProvider:
     def exec(
         self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
     ) -> Process:
-        """Scripted commands (see providers.fake.shell); in-process only."""
+        """Scripted commands (see providers.fake.shell) in a running container. Over HTTP
+        only without stdin or a terminal (the command runs to its end on the service, as an
+        exec probe's does); with either, NotSupported: use an in-process cloud."""
+        if self._client is not None and (tty or stdin):
+            raise errors.NotSupported(
+                "fake provider over HTTP execs only without stdin or a TTY; use an in-process cloud"
+            )
         if self._client is not None:
-            raise errors.NotSupported("fake provider over HTTP does not exec; use an in-process cloud")
+            return self._client.exec(instance_id, command, owner=self._owner.key, container=container)
         return self.cloud.exec(instance_id, command, owner=self._owner.key, tty=tty, stdin=stdin, container=container)
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:

@@ -25,6 +25,7 @@ from providers import errors
 from providers.fake import wire
 from providers.fake.cloud import FakeCloud
 from providers.fake.scenario import load_scenario
+from providers.fake.shell import run_to_end
 from providers.fake.state import read_state, write_state
 
 MAX_BODY = 1 << 20  # 1 MiB
@@ -209,6 +210,14 @@ def _stop(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict
     return 200, {}
 
 
+def _exec(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    command = [str(word) for word in body["command"]]
+    process = cloud.exec(
+        params[0], command, owner=_owner(query), tty=False, stdin=False, container=query.get("container", "")
+    )
+    return 200, wire.finished_to_json(run_to_end(process))
+
+
 def _logs(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     chunk = cloud.log_chunk(
         params[0],
@@ -266,6 +275,7 @@ _ROUTES: dict[tuple[str, ...], Route] = {
     ("POST", "instances", "*", "terminate"): _terminate,
     ("POST", "instances", "*", "restart"): _restart,
     ("POST", "instances", "*", "stop"): _stop,
+    ("POST", "instances", "*", "exec"): _exec,
     ("GET", "instances", "*", "logs"): _logs,
     ("GET", "offerings"): _offerings,
     ("GET", "scenario"): _scenario,

@@ -29,6 +29,7 @@ from providers.base import (
     Tier,
 )
 from providers.fake.console import LogChunk, LogLine
+from providers.fake.shell import FinishedProcess
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 
 ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
@@ -42,6 +43,7 @@ ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
     errors.Unavailable: 503,
 }
 _ERROR_TYPES = {cls.__name__: cls for cls in ERROR_STATUS}
+MAX_OUTPUT = 1 << 20  # bytes of an exec's stdout (and of its stderr) an answer carries
 
 
 def pod_to_json(pod: PodSpec) -> dict[str, Any]:
@@ -285,6 +287,17 @@ def chunk_to_json(chunk: LogChunk) -> dict[str, Any]:
 def chunk_from_json(data: Mapping[str, Any]) -> LogChunk:
     lines = tuple(LogLine(int(i), float(at), str(text)) for i, at, text in data["lines"])
     return LogChunk(lines=lines, total=int(data["total"]), ended=bool(data["ended"]))
+
+
+def finished_to_json(process: FinishedProcess) -> dict[str, Any]:
+    """An exec that ran to its end (over HTTP only commands without stdin or a terminal do)."""
+    stdout, stderr = process.read_stdout(MAX_OUTPUT), process.read_stderr(MAX_OUTPUT)
+    return {"stdout": base64.b64encode(stdout).decode(), "stderr": base64.b64encode(stderr).decode(),
+            "exit_code": process.exit_code}  # fmt: skip
+
+
+def finished_from_json(data: Mapping[str, Any]) -> FinishedProcess:
+    return FinishedProcess(base64.b64decode(data["stdout"]), base64.b64decode(data["stderr"]), int(data["exit_code"]))
 
 
 def error_to_json(exc: errors.ProviderError) -> tuple[int, dict[str, Any]]:

@@ -64,6 +64,11 @@ class ContainerRecord:
         if self.running:
             self.state, self.stopped_at, self.exit_code = ContainerState.TERMINATED, at, code
 
+    def set_file(self, path: str, *, present: bool) -> None:
+        """Put a file at `path` (mode 0644) or remove it; what its scripted exec sees."""
+        kept = [(p, m) for p, m in self.files if p != path]
+        self.files = sorted(kept + [(path, 0o644)]) if present else kept
+
     def run(self, *, previous: bool) -> Run | None:
         """The current run, or the one before it; None if there is none."""
         if previous:
@@ -200,7 +205,7 @@ def _failed(container: ContainerRecord) -> bool:
 
 def summary(containers: Sequence[ContainerRecord]) -> tuple[str, int | None, float | None, float | None]:
     """The instance's view of its containers: "initializing", "running" or "ended"; the
-    exit code once ended (the first non-zero in Pod order, else 0); the earliest start of
+    exit code once ended (the first non-zero to happen, else 0); the earliest start of
     the current runs; the last stop once ended."""
     begun = [c for c in containers if c.state is not ContainerState.WAITING]
     starts = [c.started_at for c in begun if c.started_at is not None]
@@ -208,8 +213,8 @@ def summary(containers: Sequence[ContainerRecord]) -> tuple[str, int | None, flo
     if any(c.running for c in containers):
         apps_started = any(c.state is not ContainerState.WAITING for c in containers if not c.init)
         return ("running" if apps_started else "initializing"), None, first_start, None
-    codes = [c.exit_code for c in begun if c.exit_code is not None]
-    code = next((x for x in codes if x != 0), 0)
+    failed = sorted((c for c in begun if c.exit_code), key=lambda c: c.stopped_at or 0.0)
+    code = failed[0].exit_code if failed and failed[0].exit_code is not None else 0
     stops = [c.stopped_at for c in begun if c.stopped_at is not None]
     return "ended", code, first_start, max(stops) if stops else None
 
