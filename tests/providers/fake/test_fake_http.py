@@ -354,3 +354,30 @@ def test_a_pods_containers_and_volume_paths_cross_the_wire_but_never_env_values_
     instance = Instance(InstanceId("fake-1"), ClaimName("a"), InstanceState.FAILED, datetime(2026, 1, 1, tzinfo=UTC),
                         containers=(facts, ContainerFacts("helper", ContainerState.WAITING)))  # fmt: skip
     assert wire.instance_from_json(json.loads(json.dumps(wire.instance_to_json(instance)))) == instance
+
+
+def test_the_control_verbs_exit_one_container_and_put_and_remove_a_file_in_a_running_service(
+    server: FakeCloudServer,
+) -> None:
+    provider = FakeProvider("fake", {"url": server.url})
+    pod = make_pod_spec(container="app", containers=(ContainerSpec("app"), ContainerSpec("helper")))
+    instance_id = provider.provision(pod, request("a")).instance_id
+    control(
+        "inject", "--url", server.url, "file", "--instance", instance_id, "--container", "helper", "--path", "/ready"
+    )
+    probe = provider.exec(instance_id, ["cat", "/ready"], tty=False, stdin=False, container="helper")
+    assert probe.wait() == 0
+    control(
+        "inject", "--url", server.url, "file", "--claim", "a", "--container", "helper", "--path", "/ready", "--absent"
+    )
+    assert provider.exec(instance_id, ["cat", "/ready"], tty=False, stdin=False, container="helper").wait() == 1
+    control("inject", "--url", server.url, "exit", "--instance", instance_id, "--container", "helper", "--code", "7")
+    found = provider.get(instance_id)
+    assert found is not None and found.state is InstanceState.RUNNING
+    assert [(c.name, c.state, c.exit_code) for c in found.containers] == [
+        ("app", ContainerState.RUNNING, None), ("helper", ContainerState.TERMINATED, 7),
+    ]  # fmt: skip
+    with pytest.raises(fakecloud.ControlError, match="InvalidRequest"):
+        control(
+            "inject", "--url", server.url, "exit", "--instance", instance_id, "--container", "helper", "--code", "1"
+        )
