@@ -83,16 +83,17 @@ class InstanceRecord:
         if not target.running or self.state in GOING_STATES:
             raise errors.InvalidRequest(f"fake: container {name} of {self.id} is not running")
         target.finish(at, code)
-        self.advance(at, scenario)
+        self._step(at, scenario)
 
     def advance(self, now: float, scenario: Scenario) -> None:
         """Apply the transitions that time alone causes (the start, the containers' scripted
         exits and sequence, the end of termination)."""
         if self.state is InstanceState.PROVISIONING and now >= self.ready_at:
             self.begun_at = self.ready_at
-        if self.state not in GOING_STATES and self.begun_at is not None:
-            workload.advance(self.containers, self.begun_at, now, scenario, self.restart_policy)
-            self._derive()
+        # An ended workload has nothing that time alone changes: skip it (most of a big
+        # benchmark's records), until a restart or a control call acts on it.
+        if self.state not in GOING_STATES and self.state not in ENDED_STATES:
+            self._step(now, scenario)
         if self.state is InstanceState.TERMINATING and self.terminated_at is not None and now >= self.terminated_at:
             self.state = InstanceState.TERMINATED
             self.message = "terminated on request"
@@ -106,7 +107,7 @@ class InstanceRecord:
             workload.advance(self.containers, at, at, scenario, self.restart_policy)
         for container in self.containers:
             container.finish(at, code)
-        self.advance(at, scenario)
+        self._step(at, scenario)
 
     def restart(self, at: float, name: str, scenario: Scenario) -> None:
         """Run container `name` ("": the whole workload, from its first container) again
@@ -126,12 +127,12 @@ class InstanceRecord:
         else:
             container.start(at)
         self.runs += 1
-        self.advance(at, scenario)
+        self._step(at, scenario)
 
     def stop_container(self, at: float, container: ContainerRecord, scenario: Scenario) -> None:
         """`container` is killed (137) if it runs."""
         container.finish(at, workload.KILLED)
-        self.advance(at, scenario)
+        self._step(at, scenario)
 
     def lose(self, at: float, retention: float) -> None:
         """A spot interruption: the provider took the instance back; listed as TERMINATED
@@ -154,6 +155,12 @@ class InstanceRecord:
         self.terminated_at = at + delay
         self.gone_at = at + delay + retention
         self.message = "terminating on request"
+
+    def _step(self, now: float, scenario: Scenario) -> None:
+        """Run the containers' sequence up to `now` and derive the instance's facts."""
+        if self.state not in GOING_STATES and self.begun_at is not None:
+            workload.advance(self.containers, self.begun_at, now, scenario, self.restart_policy)
+            self._derive()
 
     def _stop(self, at: float) -> None:
         """The instance goes: its running containers are killed."""
