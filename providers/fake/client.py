@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import http.client
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -19,6 +19,7 @@ from providers import errors
 from providers.base import Instance, Offering, PodSpec, ProvisionRequest, ProvisionResult
 from providers.fake import wire
 from providers.fake.console import LogChunk
+from providers.fake.shell import FinishedProcess
 
 _T = TypeVar("_T")
 MAX_ANSWER = 64 << 20  # bytes; a longer answer is treated as a broken service (I7)
@@ -57,17 +58,37 @@ class FakeCloudClient:
         answer = self._call("GET", _path("/v1/instances", owner=owner))
         return [self._decode(wire.instance_from_json, raw) for raw in self._items(answer, "instances")]
 
-    def restart(self, instance_id: str, *, owner: str) -> None:
-        self._call("POST", _path(f"/v1/instances/{_segment(instance_id)}/restart", owner=owner), {})
+    def restart(self, instance_id: str, *, owner: str, container: str = "") -> None:
+        path = _path(f"/v1/instances/{_segment(instance_id)}/restart", owner=owner, container=container)
+        self._call("POST", path, {})
+
+    def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None:
+        path = _path(f"/v1/instances/{_segment(instance_id)}/stop", owner=owner, container=container, grace=grace)
+        self._call("POST", path, {})
+
+    def exec(self, instance_id: str, command: Sequence[str], *, owner: str, container: str = "") -> FinishedProcess:
+        """A command without stdin or a terminal, run to its end on the service."""
+        path = _path(f"/v1/instances/{_segment(instance_id)}/exec", owner=owner, container=container)
+        return self._decode(wire.finished_from_json, self._call("POST", path, {"command": list(command)}))
 
     def offerings(self) -> builtins.list[Offering]:
         answer = self._call("GET", "/v1/offerings")
         return [self._decode(wire.offering_from_json, raw) for raw in self._items(answer, "offerings")]
 
     def log_chunk(
-        self, instance_id: str, *, owner: str, after: int, limit: int, previous: bool = False, opening: bool = False
+        self,
+        instance_id: str,
+        *,
+        owner: str,
+        after: int,
+        limit: int,
+        previous: bool = False,
+        opening: bool = False,
+        container: str = "",
     ) -> LogChunk:
         query = {"owner": owner, "after": after, "limit": limit, "previous": int(previous), "open": int(opening)}
+        if container:
+            query["container"] = container
         path = f"/v1/instances/{_segment(instance_id)}/logs?{urlencode(query)}"
         return self._decode(wire.chunk_from_json, self._call("GET", path))
 
@@ -89,7 +110,7 @@ class FakeCloudClient:
         return int(self._call("DELETE", path).get("removed", 0))
 
     def instances(self) -> builtins.list[dict[str, Any]]:
-        """Every stored instance, raw, as the service keeps it."""
+        """Every stored instance, raw, as the service keeps it (containers and their files)."""
         return self._items(self._call("GET", "/v1/records"), "instances")
 
     def calls(self, method: str | None = None) -> builtins.list[dict[str, Any]]:
@@ -149,5 +170,6 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def _path(path: str, *, owner: str) -> str:
-    return f"{path}?{urlencode({'owner': owner})}"
+def _path(path: str, *, owner: str, **more: object) -> str:
+    query = {"owner": owner, **{k: v for k, v in more.items() if v not in ("", None)}}
+    return f"{path}?{urlencode(query)}"

@@ -31,15 +31,17 @@ from providers.base import (
     ProvisionRequest,
     ProvisionResult,
 )
-from providers.fake import ownership
+from providers.fake import ownership, workload
 from providers.fake.calllog import CallLog, CallRecord
 from providers.fake.console import LogChunk, log_chunk
+from providers.fake.controls import Controls
 from providers.fake.faults import Action, Fault, parse_fault
 from providers.fake.offers import Refusal, admits, choose_offering
-from providers.fake.records import ENDED_STATES, GOING_STATES, InstanceRecord
+from providers.fake.records import GOING_STATES, InstanceRecord
 from providers.fake.scenario import Scenario
 from providers.fake.shell import ScriptedProcess
 from providers.fake.state import decode_snapshot, encode_snapshot
+from providers.fake.workload import ContainerRecord
 
 
 class _Call:
@@ -48,7 +50,7 @@ class _Call:
         self.outcome = "ok"
 
 
-class FakeCloud:
+class FakeCloud(Controls):
     """One fake cloud account. `on_change` receives a snapshot after every change (the
     HTTP service saves it to the state file)."""
 
@@ -78,7 +80,8 @@ class FakeCloud:
         tier = request.capacity_type.value if request.capacity_type else "-"
         summary = (
             f"owner={owner} claim={request.claim} accelerator={pod.accelerator or 'cpu'} gpus={pod.gpu_count} "
-            f"tier={tier} region={request.region or '-'} env_keys={len(request.env)}"
+            f"tier={tier} region={request.region or '-'} env_keys={len(request.env)} "
+            f"containers={len(pod.init_containers) + len(pod.app_containers())} volumes={len(request.volumes)}"
         )
         with self._call("provision", summary, owner=owner) as call:
             if not request.claim:
@@ -106,6 +109,10 @@ class FakeCloud:
                 image=pod.image,
                 message="waiting for capacity to boot",
                 owner=owner,
+                containers=workload.build_containers(pod.init_containers, pod.app_containers(), request.volumes),
+                reports_containers=bool(pod.containers),
+                restart_policy=pod.restart_policy,
+                volumes=[(v.name, v.kind) for v in request.volumes],
             )
             record.advance(call.now, self.scenario)
             self._instances[record.id] = record
@@ -152,18 +159,23 @@ class FakeCloud:
             call.outcome = f"ok {len(found)} instances"
             return found
 
-    def restart(self, instance_id: str, *, owner: str) -> None:
-        """Run an ended workload again in the same instance (runs + 1, new started_at);
-        InvalidRequest while it has not ended, NotFound once the instance is gone or going."""
-        with self._call("restart", f"owner={owner} id={instance_id}", owner=owner) as call:
+    def restart(self, instance_id: str, *, owner: str, container: str = "") -> None:
+        """Run an ended container (empty: the whole ended workload, from its first container)
+        again in the same instance (runs + 1, new started_at); InvalidRequest while it has not
+        ended, NotFound for no such container or once the instance is gone or going."""
+        with self._call("restart", f"owner={owner} id={instance_id} container={container}", owner=owner) as call:
             record = self._require(instance_id, owner)
-            if record.state in GOING_STATES:
-                raise errors.NotFound(f"fake: instance {instance_id} is {record.state.value}")
-            if record.state not in ENDED_STATES:
-                raise errors.InvalidRequest(f"fake: the workload of {instance_id} has not ended ({record.state.value})")
-            record.restart(call.now)
+            record.restart(call.now, container, self.scenario)
             self._dirty = True
             call.outcome = f"ok run {record.runs}"
+
+    def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None:
+        """Kill one container at once (exit 137; `grace` is not waited for: nothing here
+        handles SIGTERM). A container that is not running is success; NotFound for none."""
+        with self._call("stop_container", f"owner={owner} id={instance_id} container={container}", owner=owner) as call:
+            record = self._require(instance_id, owner)
+            record.stop_container(call.now, record.require(container), self.scenario)
+            self._dirty = True
 
     def offerings(self) -> builtins.list[Offering]:
         with self._call("offerings", ""):
@@ -173,25 +185,45 @@ class FakeCloud:
             ]
 
     def log_chunk(
-        self, instance_id: str, *, owner: str, after: int, limit: int, previous: bool = False, opening: bool = False
+        self,
+        instance_id: str,
+        *,
+        owner: str,
+        after: int,
+        limit: int,
+        previous: bool = False,
+        opening: bool = False,
+        container: str = "",
     ) -> LogChunk:
-        """Output lines of the current run (or the previous one). Only a stream's opening
-        fetch is logged, as `logs`: a followed stream polls many times per call."""
-        summary = f"owner={owner} id={instance_id} previous={previous}"
+        """Output lines of a container's current run (or the previous one). Only a stream's
+        opening fetch is logged, as `logs`: a followed stream polls many times per call."""
+        summary = f"owner={owner} id={instance_id} container={container} previous={previous}"
         with self._call("logs", summary, owner=owner, record=opening):
             record = self._require(instance_id, owner)
-            return log_chunk(record, self.scenario.log, self._clock(), after=after, limit=limit, previous=previous)
+            return log_chunk(
+                record,
+                self.scenario.log,
+                self._clock(),
+                after=after,
+                limit=limit,
+                previous=previous,
+                container=container,
+            )
 
-    def exec(self, instance_id: str, command: Sequence[str], *, owner: str, tty: bool, stdin: bool) -> ScriptedProcess:
+    def exec(
+        self, instance_id: str, command: Sequence[str], *, owner: str, tty: bool, stdin: bool, container: str = ""
+    ) -> ScriptedProcess:
         program = command[0] if command else ""
-        with self._call("exec", f"owner={owner} id={instance_id} program={program} tty={tty}", owner=owner):
-            self._require_running(instance_id, owner)
-            return ScriptedProcess(command, tty=tty, stdin=stdin, canned=self.scenario.commands)
+        summary = f"owner={owner} id={instance_id} container={container} program={program} tty={tty}"
+        with self._call("exec", summary, owner=owner):
+            found = self._require_running(instance_id, owner, container)
+            files = frozenset(path for path, _ in found.files)
+            return ScriptedProcess(command, tty=tty, stdin=stdin, canned=self.scenario.commands, files=files)
 
-    def attach(self, instance_id: str, *, owner: str, tty: bool, stdin: bool) -> ScriptedProcess:
-        """The scripted workload's console: each stdin line echoed back, ending with stdin."""
-        with self._call("attach", f"owner={owner} id={instance_id} tty={tty}", owner=owner):
-            self._require_running(instance_id, owner)
+    def attach(self, instance_id: str, *, owner: str, tty: bool, stdin: bool, container: str = "") -> ScriptedProcess:
+        """The scripted container's console: each stdin line echoed back, ending with stdin."""
+        with self._call("attach", f"owner={owner} id={instance_id} container={container} tty={tty}", owner=owner):
+            self._require_running(instance_id, owner, container)
             return ScriptedProcess(["cat"], tty=tty, stdin=stdin, canned=self.scenario.commands)
 
     # -- control: faults, inspection, reset (any owner's instances) ------------------------
@@ -208,28 +240,6 @@ class FakeCloud:
             self._calls.add(now, "inject", fault.kind, f"ok {fault.id}")
             self._save()
             return fault.to_dict()
-
-    def refuse(self, reason: str = "capacity", **match: Any) -> dict[str, Any]:
-        """Refuse provisions: `accelerator`, `tier`, `region` narrow it; `count`, `seconds` bound it."""
-        return self.inject({"kind": "refuse", "reason": reason, **match})
-
-    def outage(self, seconds: float | None = None) -> dict[str, Any]:
-        return self.inject({"kind": "outage", "seconds": seconds})
-
-    def slow(self, delay: float, seconds: float | None = None) -> dict[str, Any]:
-        return self.inject({"kind": "slow", "delay": delay, "seconds": seconds})
-
-    def hide(
-        self, instance: str | None = None, *, claim: str | None = None, count: int | None = None, **bound: Any
-    ) -> dict[str, Any]:
-        """The next `count` (default 1) lists omit the instance; `get` still sees it."""
-        return self.inject({"kind": "hide", "instance": instance, "claim": claim, "count": count, **bound})
-
-    def lose(self, instance: str | None = None, *, claim: str | None = None, vanish: bool = False) -> dict[str, Any]:
-        return self.inject({"kind": "lose", "instance": instance, "claim": claim, "vanish": vanish})
-
-    def exit(self, instance: str | None = None, *, code: int, claim: str | None = None) -> dict[str, Any]:
-        return self.inject({"kind": "exit", "instance": instance, "claim": claim, "code": code})
 
     def faults(self) -> builtins.list[Fault]:
         with self._lock:
@@ -252,7 +262,8 @@ class FakeCloud:
 
     def instances(self) -> builtins.list[dict[str, Any]]:
         """Every stored instance, raw, whoever owns it (terminating ones and those list_lag
-        or a hide fault keeps out of `list` included)."""
+        or a hide fault keeps out of `list` included), with its containers and the volume
+        files each got (path and mode; contents are never kept)."""
         with self._lock:
             now = self._clock()
             self._advance(now)
@@ -332,8 +343,12 @@ class FakeCloud:
             del self._instances[record.id]
         elif action.kind == "lose":
             record.lose(now, self.scenario.retention_seconds)
+        elif action.kind == "file":
+            record.require(action.container or "").set_file(action.path, present=action.present)
+        elif action.container is not None:
+            record.exit_container(now, action.container, action.code, self.scenario)
         else:
-            record.finish(now, action.code)
+            record.finish(now, action.code, self.scenario)
         self._calls.add(now, "inject", f"{action.kind} {record.id}", "ok")
         self._save()
         return {"kind": action.kind, "instance": record.id, "applied": True}
@@ -353,11 +368,13 @@ class FakeCloud:
             raise errors.NotFound(f"fake: no instance {instance_id}")
         return record
 
-    def _require_running(self, instance_id: str, owner: str) -> InstanceRecord:
+    def _require_running(self, instance_id: str, owner: str, container: str) -> ContainerRecord:
+        """The running container (empty: the first app container); NotFound otherwise."""
         record = self._require(instance_id, owner)
-        if record.state is not InstanceState.RUNNING:
-            raise errors.NotFound(f"fake: instance {instance_id} is not running ({record.state.value})")
-        return record
+        found = record.require(container)
+        if record.state in GOING_STATES or not found.running:
+            raise errors.NotFound(f"fake: container {container or found.name!r} of {instance_id} is not running")
+        return found
 
     def _advance(self, now: float) -> None:
         for record in self._instances.values():

@@ -18,8 +18,9 @@ from typing import Protocol
 
 from providers import errors
 from providers.base import LogOptions
-from providers.fake.records import LIVE_STATES, InstanceRecord, Run
+from providers.fake.records import InstanceRecord
 from providers.fake.scenario import LogScript
+from providers.fake.workload import Run
 
 MAX_CHUNK_LINES = 5000
 
@@ -56,21 +57,34 @@ def produced(run: Run | None, script: LogScript, now: float) -> int:
 
 
 def log_chunk(
-    record: InstanceRecord, script: LogScript, now: float, *, after: int, limit: int, previous: bool = False
+    record: InstanceRecord,
+    script: LogScript,
+    now: float,
+    *,
+    after: int,
+    limit: int,
+    previous: bool = False,
+    container: str = "",
 ) -> LogChunk:
-    """Lines of the current run, or with `previous` of the run before the last restart
-    (NotFound if there was none: the workload has run once)."""
-    run = record.run(previous=previous)
-    if previous and run is None:
-        raise errors.NotFound(f"fake: instance {record.id} has no previous run")
+    """Lines of `container`'s current run (empty: the first app container's), or with
+    `previous` of its run before the last restart. NotFound for a container the instance
+    does not have, one that has not started, or a previous run that never was."""
+    target = record.container(container)
+    if target is None:
+        raise errors.NotFound(f"fake: instance {record.id} has no container {container!r}")
+    run = target.run(previous=previous)
+    if run is None:
+        what = "has no previous run" if previous else "has not started"
+        raise errors.NotFound(f"fake: container {container or target.name!r} of {record.id} {what}")
     total = produced(run, script, now)
     start = max(0, after)
     stop = min(total, start + max(0, min(limit, MAX_CHUNK_LINES)))
-    started = run.started_at if run is not None else 0.0
+    primary = target is record.container("")
     lines = tuple(
-        LogLine(i, started + i * script.interval, script.text(i, record.id, record.claim)) for i in range(start, stop)
+        LogLine(i, run.started_at + i * script.interval, script.text(i, record.id, record.claim, target.name, primary))
+        for i in range(start, stop)
     )
-    ended = (previous or record.state not in LIVE_STATES) and stop >= total
+    ended = (previous or not target.running) and stop >= total
     return LogChunk(lines=lines, total=total, ended=ended)
 
 

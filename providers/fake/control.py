@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     targeted = (
         ("hide", "the next lists omit an instance (it keeps running; get sees it)"),
         ("lose", "an instance is interrupted (spot reclaim)"),
-        ("exit", "an instance's workload exits"),
+        ("exit", "an instance's workload (or with --container one container) exits"),
+        ("file", "a file appears in (or with --absent leaves) a container, for scripted exec probes"),
     )
     for name, text in targeted:
         action = kinds.add_parser(name, help=text)
@@ -64,8 +65,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.add_argument("--seconds", type=float, help="hide from every list for this long")
         elif name == "lose":
             action.add_argument("--vanish", action="store_true", help="gone at once instead of TERMINATED")
-        else:
+        elif name == "exit":
             action.add_argument("--code", type=int, required=True, help="the exit code")
+            action.add_argument("--container", help="only this container exits")
+        else:
+            action.add_argument("--container", help="the container (default: the first app container)")
+            action.add_argument("--path", required=True, help="its absolute path, e.g. /tmp/ready")
+            action.add_argument("--absent", dest="present", action="store_false", help="remove it instead")
 
     _url(verbs.add_parser("faults", help="list the standing faults"))
     clear = verbs.add_parser("clear", help="clear every fault, or one with --fault")
@@ -143,5 +149,6 @@ _FAULT_KEYS: Mapping[str, tuple[str, ...]] = {
     "slow": ("delay", "seconds"),
     "hide": ("instance", "claim", "count", "seconds"),
     "lose": ("instance", "claim", "vanish"),
-    "exit": ("instance", "claim", "code"),
+    "exit": ("instance", "claim", "code", "container"),
+    "file": ("instance", "claim", "container", "path", "present"),
 }

@@ -18,7 +18,7 @@ from providers.fake.scenario import OfferingSpec, parse_tier
 # Held until cleared or expired (or, counted, used up), applied to every matching call.
 STANDING_KINDS = ("refuse", "outage", "slow", "hide")
 # Done to an instance at once; listed in the call log, not held.
-ACTION_KINDS = ("lose", "exit")
+ACTION_KINDS = ("lose", "exit", "file")
 REFUSE_REASONS: Mapping[str, type[errors.ProviderError]] = {
     "capacity": errors.NoCapacity,
     "auth": errors.Unauthorized,
@@ -88,12 +88,17 @@ class Fault:
 
 @dataclass(frozen=True)
 class Action:
-    """A one-shot fault on one instance (by id or claim): `lose` it or make it `exit`."""
+    """A one-shot fault on one instance (by id or claim): `lose` it, make it `exit` (with
+    `container`, only that container exits), or put a `file` at `path` in a container (or
+    with `present` false, remove it): what a scripted exec probe such as `cat` finds."""
 
     kind: str
     instance: str | None = None
     claim: str | None = None
-    code: int = 0  # exit: the workload's exit code
+    code: int = 0  # exit: the workload's (or the container's) exit code
+    container: str | None = None  # exit: only this container; file: the container ("": the first app one)
+    path: str = ""  # file: its absolute path
+    present: bool = True  # file: put it there (True) or remove it
     vanish: bool = False  # lose: gone at once instead of TERMINATED
 
 
@@ -103,17 +108,23 @@ def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault 
     Keys: `kind`; refuse: `reason` (capacity|auth|quota|invalid|unsupported), `accelerator`,
     `tier`, `region`, `count`, `seconds`; outage: `seconds`; slow: `delay`, `seconds`; hide:
     `instance` or `claim`, `count` (lists to hide from, default 1), `seconds`; lose:
-    `instance` or `claim`, `vanish`; exit: `instance` or `claim`, `code`."""
+    `instance` or `claim`, `vanish`; exit: `instance` or `claim`, `code`, `container`;
+    file: `instance` or `claim`, `container`, `path`, `present`."""
     kind = data.get("kind")
     if kind in ACTION_KINDS:
         if not data.get("instance") and not data.get("claim"):
             raise ValueError(f"{kind}: name an 'instance' id or a 'claim'")
+        if kind == "file" and not str(data.get("path") or "").startswith("/"):
+            raise ValueError("file: 'path' must be an absolute path")
         return Action(
             kind=str(kind),
             instance=_text(data.get("instance")),
             claim=_text(data.get("claim")),
             code=_integer(data.get("code", 0), "code"),
             vanish=bool(data.get("vanish", False)),
+            container=_text(data.get("container")) if kind == "exit" else str(data.get("container") or ""),
+            path=str(data.get("path") or ""),
+            present=bool(data.get("present", True)),
         )
     if kind not in STANDING_KINDS:
         raise ValueError(f"unknown fault kind {kind!r} (one of {', '.join(STANDING_KINDS + ACTION_KINDS)})")

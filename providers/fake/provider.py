@@ -1,5 +1,5 @@
-"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher and Restarter seam over a
-fake cloud.
+"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher, Restarter and
+ContainerStopper seam over a fake cloud, several containers and init containers included.
 
 Built by the provider registry from settings (`providers.fake.FakeProvider`) and by
 tests. Reaches a cloud in-process (a process-wide cloud named by the `cloud` option) or
@@ -16,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from providers import errors
+from providers import errors, shape
 from providers.base import (
     Attacher,
     BlockScope,
     Capabilities,
+    ContainerStopper,
     Executor,
     Instance,
     InstanceId,
@@ -44,8 +45,21 @@ from providers.fake.clouds import cloud_named
 from providers.fake.console import LogChunk, ScriptedLogStream
 from providers.fake.scenario import Scenario, load_scenario
 from providers.owner import Owner
+from providers.shape import Shapes
 
 OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place"})
+# It runs every container of the Pod in the order a kubelet does and records every kind of
+# volume (materialised by path: each container sees its mounted files, contents not kept).
+# Exec probes: its scripted `cat PATH` / `test -e PATH` answer from the container's files,
+# which control calls (`put_file`, `remove_file`) change, in-process and over HTTP. No TCP or
+# HTTP probes: a fake:// endpoint is not reachable.
+SHAPES = Shapes(
+    several_containers=True,
+    init_containers=True,
+    sidecars=True,
+    probes=frozenset({"exec"}),
+    volumes=frozenset(shape.VOLUME_KINDS),
+)
 
 
 class _Backend(Protocol):
@@ -55,10 +69,19 @@ class _Backend(Protocol):
     def terminate(self, instance_id: str, *, owner: str) -> None: ...
     def get(self, instance_id: str, *, owner: str) -> Instance | None: ...
     def list(self, *, owner: str) -> builtins.list[Instance]: ...
-    def restart(self, instance_id: str, *, owner: str) -> None: ...
+    def restart(self, instance_id: str, *, owner: str, container: str = "") -> None: ...
+    def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None: ...
     def offerings(self) -> builtins.list[Offering]: ...
     def log_chunk(
-        self, instance_id: str, *, owner: str, after: int, limit: int, previous: bool = False, opening: bool = False
+        self,
+        instance_id: str,
+        *,
+        owner: str,
+        after: int,
+        limit: int,
+        previous: bool = False,
+        opening: bool = False,
+        container: str = "",
     ) -> LogChunk: ...
 
 
@@ -136,6 +159,7 @@ class FakeProvider:
             # scenario's retention_seconds.
             bills_after_exit=True,
             keeps_output_after_terminate=True,
+            shapes=SHAPES,
         )
 
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
@@ -169,7 +193,13 @@ class FakeProvider:
 
         def fetch(after: int, limit: int, *, opening: bool = False) -> LogChunk:
             return backend.log_chunk(
-                instance_id, owner=owner, after=after, limit=limit, previous=options.previous, opening=opening
+                instance_id,
+                owner=owner,
+                after=after,
+                limit=limit,
+                previous=options.previous,
+                opening=opening,
+                container=options.container,
             )
 
         return ScriptedLogStream(fetch, options).open()
@@ -177,24 +207,34 @@ class FakeProvider:
     def exec(
         self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
     ) -> Process:
-        """Scripted commands (see providers.fake.shell); in-process only."""
+        """Scripted commands (see providers.fake.shell) in a running container. Over HTTP
+        only without stdin or a terminal (the command runs to its end on the service, as an
+        exec probe's does); with either, NotSupported: use an in-process cloud."""
+        if self._client is not None and (tty or stdin):
+            raise errors.NotSupported(
+                "fake provider over HTTP execs only without stdin or a TTY; use an in-process cloud"
+            )
         if self._client is not None:
-            raise errors.NotSupported("fake provider over HTTP does not exec; use an in-process cloud")
-        return self.cloud.exec(instance_id, command, owner=self._owner.key, tty=tty, stdin=stdin)
+            return self._client.exec(instance_id, command, owner=self._owner.key, container=container)
+        return self.cloud.exec(instance_id, command, owner=self._owner.key, tty=tty, stdin=stdin, container=container)
 
     def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
         """Scripted, in-process only: the workload echoes each stdin line back on its
         console, and the attachment ends when stdin does."""
         if self._client is not None:
             raise errors.NotSupported("fake provider over HTTP does not attach; use an in-process cloud")
-        return self.cloud.attach(instance_id, owner=self._owner.key, tty=tty, stdin=stdin)
+        return self.cloud.attach(instance_id, owner=self._owner.key, tty=tty, stdin=stdin, container=container)
 
     def restart(self, instance_id: InstanceId, container: str = "") -> None:
-        """The ended workload runs again in the same instance, in-process and over HTTP.
-        NotSupported when the `restarts_in_place` option is false."""
+        """The ended container (empty: the whole ended workload) runs again in the same
+        instance, in-process and over HTTP. NotSupported when `restarts_in_place` is false."""
         if not self._restarts_in_place:
             raise errors.NotSupported("fake provider: restarts in place are turned off (restarts_in_place: false)")
-        self._backend().restart(instance_id, owner=self._owner.key)
+        self._backend().restart(instance_id, owner=self._owner.key, container=container)
+
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        """The container is killed at once (TERMINATED, exit 137), in-process and over HTTP."""
+        self._backend().stop_container(instance_id, container, owner=self._owner.key, grace=grace)
 
     # -- internals ----------------------------------------------------------------------
     def _backend(self) -> _Backend:
@@ -231,3 +271,4 @@ _check_logs: type[LogStreamer] = FakeProvider
 _check_exec: type[Executor] = FakeProvider
 _check_attach: type[Attacher] = FakeProvider
 _check_restart: type[Restarter] = FakeProvider
+_check_stop: type[ContainerStopper] = FakeProvider

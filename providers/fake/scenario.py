@@ -70,16 +70,18 @@ class OfferingSpec:
 
 @dataclass(frozen=True)
 class LogScript:
-    """What every instance prints: `lines` in order (None: endless numbered lines), one
-    per `interval` seconds from the moment it runs. `{id}`, `{claim}`, `{n}` are filled in."""
+    """What every container prints: `lines` in order (None: endless numbered lines), one
+    per `interval` seconds from the moment it runs. `{id}`, `{claim}`, `{container}`, `{n}`
+    are filled in. The endless default names the container, except the first app one's."""
 
     lines: tuple[str, ...] | None = None
     interval: float = 1.0
 
-    def text(self, index: int, instance_id: str, claim: str) -> str:
+    def text(self, index: int, instance_id: str, claim: str, container: str = "", primary: bool = True) -> str:
         if self.lines is None:
-            return f"fake instance {instance_id} line {index + 1}"
-        return self.lines[index].format(id=instance_id, claim=claim, n=index + 1)
+            named = "" if primary else f" {container}"
+            return f"fake instance {instance_id}{named} line {index + 1}"
+        return self.lines[index].format(id=instance_id, claim=claim, container=container, n=index + 1)
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,15 @@ class CannedCommand:
 
     stdout: str = ""
     stderr: str = ""
+    exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class ContainerScript:
+    """How long one container runs before it exits on its own (None: until stopped), and
+    with which code."""
+
+    run_seconds: float | None = None
     exit_code: int = 0
 
 
@@ -103,10 +114,24 @@ class Scenario:
     retention_seconds: float = 3600.0
     run_seconds: float | None = None  # the workload exits on its own after this long RUNNING
     exit_code: int = 0  # ... with this code
+    init_seconds: float = 1.0  # an init container (not a sidecar) exits 0 after this long
+    containers: Mapping[str, ContainerScript] = field(default_factory=dict)  # by container name
     node_capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CAPACITY))
     log: LogScript = field(default_factory=LogScript)
     commands: Mapping[str, CannedCommand] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written, for GET /v1/scenario
+
+    def script_for(self, name: str, *, init: bool, sidecar: bool) -> ContainerScript:
+        """The script of container `name`: its own entry, else an app container's is the
+        workload's, an init container's `init_seconds` and exit 0, a sidecar's endless."""
+        own = self.containers.get(name)
+        if own is not None:
+            return own
+        if sidecar:
+            return _ENDLESS
+        if init:
+            return ContainerScript(self.init_seconds, 0)
+        return ContainerScript(self.run_seconds, self.exit_code)
 
     def tiers(self) -> tuple[Tier, ...]:
         return tuple(dict.fromkeys(o.tier for o in self.offerings))
@@ -170,6 +195,8 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         retention_seconds=_number(data.get("retention_seconds", 3600.0), "retention_seconds"),
         run_seconds=None if run_seconds is None else _number(run_seconds, "workload.run_seconds"),
         exit_code=int(workload.get("exit_code", 0)),
+        init_seconds=_number(workload.get("init_seconds", 1.0), "workload.init_seconds"),
+        containers=_parse_containers(workload.get("containers") or {}),
         node_capacity={str(k): str(v) for k, v in (data.get("capacity") or DEFAULT_NODE_CAPACITY).items()},
         log=_parse_log(log),
         commands={str(name): _parse_command(spec) for name, spec in commands.items()},
@@ -177,6 +204,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
     )
 
 
+_ENDLESS = ContainerScript()
 _TOP_KEYS = {
     "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
     "capacity", "log", "exec",
@@ -229,12 +257,29 @@ def _parse_log(log: Mapping[str, Any]) -> LogScript:
         raise ValueError("fake scenario: 'log.lines' must be a list of strings")
     for line in lines or ():
         try:
-            str(line).format(id="fake-1", claim="claim", n=1)
+            str(line).format(id="fake-1", claim="claim", container="app", n=1)
         except (KeyError, IndexError, ValueError) as exc:
-            raise ValueError(f"fake scenario: log line {line!r} may use only {{id}}, {{claim}}, {{n}}") from exc
+            raise ValueError(
+                f"fake scenario: log line {line!r} may use only {{id}}, {{claim}}, {{container}}, {{n}}"
+            ) from exc
     if lines is None and interval <= 0:
         raise ValueError("fake scenario: endless default log lines need 'log.interval' > 0")
     return LogScript(lines=None if lines is None else tuple(str(x) for x in lines), interval=interval)
+
+
+def _parse_containers(data: Any) -> dict[str, ContainerScript]:
+    if not isinstance(data, Mapping):
+        raise ValueError("fake scenario: 'workload.containers' maps a container name to its script")
+    scripts = {}
+    for name, spec in data.items():
+        if not isinstance(spec, Mapping) or set(spec) - {"run_seconds", "exit_code"}:
+            raise ValueError(f"fake scenario: workload.containers.{name} takes run_seconds and exit_code")
+        seconds = spec.get("run_seconds")
+        scripts[str(name)] = ContainerScript(
+            None if seconds is None else _number(seconds, f"workload.containers.{name}.run_seconds"),
+            int(spec.get("exit_code", 0)),
+        )
+    return scripts
 
 
 def _parse_command(spec: Any) -> CannedCommand:

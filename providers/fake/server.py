@@ -25,6 +25,7 @@ from providers import errors
 from providers.fake import wire
 from providers.fake.cloud import FakeCloud
 from providers.fake.scenario import load_scenario
+from providers.fake.shell import run_to_end
 from providers.fake.state import read_state, write_state
 
 MAX_BODY = 1 << 20  # 1 MiB
@@ -200,8 +201,21 @@ def _terminate(cloud: FakeCloud, params: list[str], query: dict[str, str], body:
 
 
 def _restart(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
-    cloud.restart(params[0], owner=_owner(query))
+    cloud.restart(params[0], owner=_owner(query), container=query.get("container", ""))
     return 200, {}
+
+
+def _stop(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    cloud.stop_container(params[0], query["container"], owner=_owner(query), grace=float(query.get("grace", 0)))
+    return 200, {}
+
+
+def _exec(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    command = [str(word) for word in body["command"]]
+    process = cloud.exec(
+        params[0], command, owner=_owner(query), tty=False, stdin=False, container=query.get("container", "")
+    )
+    return 200, wire.finished_to_json(run_to_end(process))
 
 
 def _logs(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
@@ -212,6 +226,7 @@ def _logs(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict
         limit=int(query.get("limit", 1000)),
         previous=query.get("previous") == "1",
         opening=query.get("open") == "1",
+        container=query.get("container", ""),
     )
     return 200, wire.chunk_to_json(chunk)
 
@@ -259,6 +274,8 @@ _ROUTES: dict[tuple[str, ...], Route] = {
     ("GET", "instances", "*"): _get,
     ("POST", "instances", "*", "terminate"): _terminate,
     ("POST", "instances", "*", "restart"): _restart,
+    ("POST", "instances", "*", "stop"): _stop,
+    ("POST", "instances", "*", "exec"): _exec,
     ("GET", "instances", "*", "logs"): _logs,
     ("GET", "offerings"): _offerings,
     ("GET", "scenario"): _scenario,

@@ -1,8 +1,11 @@
-"""Scripted `exec` inside a fake instance: a tiny command interpreter behind `Process`.
+"""Scripted `exec` inside a fake instance: a tiny command interpreter behind `Process`,
+and the `FinishedProcess` an exec over HTTP answers with.
 
 Built by the cloud's `exec`; read by the kubelet edge like any `Process`. Knows `echo`,
-`cat`, `true`, `false`, `sh -c 'exit N'`, `stty size`, and the scenario's canned
-commands; everything else is "command not found" (127). It never runs a real program.
+`cat`, `test -e|-f`, `ls`, `true`, `false`, `sh -c 'exit N'`, `stty size`, and the
+scenario's canned commands; files are the container's (its volume files and those a
+control call put there), known by path only: `cat` of one prints nothing. Everything
+else is "command not found" (127). It never runs a real program.
 Tests: tests/providers/fake/test_fake_console.py.
 """
 
@@ -31,6 +34,7 @@ class ScriptedProcess:
         tty: bool,
         stdin: bool,
         canned: Mapping[str, CannedCommand] | None = None,
+        files: frozenset[str] = frozenset(),
         resize_wait: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -38,6 +42,7 @@ class ScriptedProcess:
         self._tty = tty
         self._stdin_open = stdin
         self._canned = canned or {}
+        self._files = files
         self._resize_wait = resize_wait
         self._clock = clock
         self._cond = threading.Condition()
@@ -123,7 +128,7 @@ class ScriptedProcess:
     # -- internals ------------------------------------------------------------------
     def _started(self) -> _Program:
         if self._program is None:
-            self._program = resolve(self._argv, self._canned)
+            self._program = resolve(self._argv, self._canned, self._files)
             self._program.start(self, self._clock() + self._resize_wait)
             if not self._stdin_open:
                 self._program.eof(self)
@@ -225,8 +230,8 @@ class _SttySize(_Program):
         proc.exit(0)
 
 
-def resolve(argv: Sequence[str], canned: Mapping[str, CannedCommand]) -> _Program:
-    """The scripted program for `argv`."""
+def resolve(argv: Sequence[str], canned: Mapping[str, CannedCommand], files: frozenset[str] = frozenset()) -> _Program:
+    """The scripted program for `argv`, in a container that has `files`."""
     if not argv:
         return _Output(stderr="fake: command not found\n", code=127)
     name, args = os.path.basename(argv[0]), list(argv[1:])
@@ -234,7 +239,7 @@ def resolve(argv: Sequence[str], canned: Mapping[str, CannedCommand]) -> _Progra
         spec = canned[name]
         return _Output(spec.stdout, spec.stderr, spec.exit_code)
     if name in ("sh", "bash") and len(args) >= 2 and args[0] == "-c":
-        return _shell(args[1], canned)
+        return _shell(args[1], canned, files)
     if name == "echo":
         newline = not (args and args[0] == "-n")
         return _Output(" ".join(args if newline else args[1:]) + ("\n" if newline else ""))
@@ -242,8 +247,15 @@ def resolve(argv: Sequence[str], canned: Mapping[str, CannedCommand]) -> _Progra
         return _Output(code=0 if name == "true" else 1)
     if name == "cat" and not args:
         return _Cat()
+    missing = next((a for a in args if a not in files), None)
+    if name in ("cat", "ls") and missing is not None:
+        return _Output(stderr=f"{name}: {missing}: No such file or directory\n", code=1)
     if name == "cat":
-        return _Output(stderr=f"cat: {args[0]}: No such file or directory\n", code=1)
+        return _Output()  # contents are not kept
+    if name == "ls" and args:
+        return _Output("".join(f"{a}\n" for a in args))
+    if name == "test" and len(args) == 2 and args[0] in ("-e", "-f"):
+        return _Output(code=0 if args[1] in files else 1)
     if name == "stty" and args == ["size"]:
         return _SttySize()
     if name == "stty":
@@ -251,7 +263,7 @@ def resolve(argv: Sequence[str], canned: Mapping[str, CannedCommand]) -> _Progra
     return _Output(stderr=f"fake: command not found: {name}\n", code=127)
 
 
-def _shell(script: str, canned: Mapping[str, CannedCommand]) -> _Program:
+def _shell(script: str, canned: Mapping[str, CannedCommand], files: frozenset[str]) -> _Program:
     """`sh -c SCRIPT` for one simple command; `exit N` sets the exit code."""
     try:
         words = shlex.split(script)
@@ -264,4 +276,52 @@ def _shell(script: str, canned: Mapping[str, CannedCommand]) -> _Program:
             return _Output(code=int(words[1]) if len(words) > 1 else 0)
         except ValueError:
             return _Output(stderr=f"sh: exit: Illegal number: {words[1]}\n", code=2)
-    return resolve(words, canned)
+    return resolve(words, canned, files)
+
+
+def run_to_end(process: ScriptedProcess, *, timeout: float = 5.0) -> FinishedProcess:
+    """Run a command that reads no stdin to its end (an exec over HTTP); one still running
+    after `timeout` seconds is killed (137)."""
+    code = process.wait(timeout)
+    process.close()
+    stdout, stderr = process.read_stdout(1 << 20), process.read_stderr(1 << 20)
+    return FinishedProcess(stdout, stderr, 137 if code is None else code)
+
+
+class FinishedProcess:
+    """A `Process` that already ran: its output is read back, stdin is closed, it waited."""
+
+    def __init__(self, stdout: bytes, stderr: bytes, exit_code: int) -> None:
+        self._stdout, self._stderr, self._exit = bytearray(stdout), bytearray(stderr), exit_code
+        self._lock = threading.Lock()
+
+    @property
+    def exit_code(self) -> int:
+        return self._exit
+
+    def write_stdin(self, data: bytes) -> None:
+        return None  # it read no stdin
+
+    def close_stdin(self) -> None:
+        return None
+
+    def read_stdout(self, max_bytes: int = 65536) -> bytes:
+        return self._take(self._stdout, max_bytes)
+
+    def read_stderr(self, max_bytes: int = 65536) -> bytes:
+        return self._take(self._stderr, max_bytes)
+
+    def resize(self, cols: int, rows: int) -> None:
+        return None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self._exit
+
+    def close(self) -> None:
+        return None
+
+    def _take(self, buffer: bytearray, max_bytes: int) -> bytes:
+        with self._lock:
+            chunk = bytes(buffer[:max_bytes])
+            del buffer[:max_bytes]
+            return chunk

@@ -22,8 +22,10 @@ from providers.fake.records import InstanceRecord
 
 # Version 2 added owners, runs and retention to records (and hide faults). A version 1
 # file still loads: its records have no owner, so no provider ever sees them again.
-STATE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# Version 3 added each record's containers and volumes; an older record loads as one
+# container rebuilt from its own facts.
+STATE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 @dataclass(frozen=True)

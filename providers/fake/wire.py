@@ -1,8 +1,9 @@
 """The fake cloud's JSON wire format: seam values and errors to and from plain dicts.
 
 Used by the HTTP service (encode answers, decode requests) and its client (the
-reverse). A provision request crosses with env KEYS only: values never leave the
-manager (I4). Decoding raises ValueError/KeyError/TypeError on a malformed body.
+reverse). A provision request crosses with env KEYS only and volumes by file path and
+mode only: values and contents never leave the manager (I4). Decoding raises
+ValueError/KeyError/TypeError on a malformed body.
 Tests: tests/providers/fake/test_fake_http.py.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +29,8 @@ from providers.base import (
     Tier,
 )
 from providers.fake.console import LogChunk, LogLine
+from providers.fake.shell import FinishedProcess
+from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 
 ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
     errors.NotFound: 404,
@@ -39,6 +43,7 @@ ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
     errors.Unavailable: 503,
 }
 _ERROR_TYPES = {cls.__name__: cls for cls in ERROR_STATUS}
+MAX_OUTPUT = 1 << 20  # bytes of an exec's stdout (and of its stderr) an answer carries
 
 
 def pod_to_json(pod: PodSpec) -> dict[str, Any]:
@@ -58,6 +63,10 @@ def pod_to_json(pod: PodSpec) -> dict[str, Any]:
         "gpu_count": pod.gpu_count,
         "labels": dict(pod.labels),
         "annotations": dict(pod.annotations),
+        "stdin": pod.stdin,
+        "containers": [_container_to_json(c) for c in pod.containers],
+        "init_containers": [_container_to_json(c) for c in pod.init_containers],
+        "restart_policy": pod.restart_policy,
     }
 
 
@@ -78,6 +87,34 @@ def pod_from_json(data: Mapping[str, Any]) -> PodSpec:
         gpu_count=int(data.get("gpu_count", 0)),
         labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
         annotations={str(k): str(v) for k, v in (data.get("annotations") or {}).items()},
+        stdin=bool(data.get("stdin", False)),
+        containers=tuple(_container_from_json(c) for c in data.get("containers") or ()),
+        init_containers=tuple(_container_from_json(c) for c in data.get("init_containers") or ()),
+        restart_policy=str(data.get("restart_policy", "Always")),
+    )
+
+
+def _container_to_json(spec: ContainerSpec) -> dict[str, Any]:
+    data = asdict(spec)
+    data["mounts"] = [asdict(m) for m in spec.mounts]
+    return data
+
+
+def _container_from_json(data: Mapping[str, Any]) -> ContainerSpec:
+    return ContainerSpec(
+        name=str(data["name"]),
+        image=str(data.get("image", "")),
+        command=tuple(str(x) for x in data.get("command") or ()),
+        args=tuple(str(x) for x in data.get("args") or ()),
+        working_dir=data.get("working_dir"),
+        ports=tuple(int(p) for p in data.get("ports") or ()),
+        stdin=bool(data.get("stdin", False)),
+        tty=bool(data.get("tty", False)),
+        mounts=tuple(
+            Mount(str(m["volume"]), str(m["path"]), str(m.get("sub_path", "")), bool(m.get("read_only", False)))
+            for m in data.get("mounts") or ()
+        ),
+        sidecar=bool(data.get("sidecar", False)),
     )
 
 
@@ -87,6 +124,16 @@ def request_to_json(request: ProvisionRequest) -> dict[str, Any]:
         "capacity_type": request.capacity_type.value if request.capacity_type else None,
         "region": request.region,
         "env_keys": sorted(request.env),
+        "container_env_keys": {name: sorted(env) for name, env in request.container_env.items()},
+        "volumes": [
+            {
+                "name": v.name,
+                "kind": v.kind,
+                "default_mode": v.default_mode,
+                "files": [{"path": f.path, "mode": f.mode} for f in v.files],
+            }
+            for v in request.volumes
+        ],
     }
 
 
@@ -97,6 +144,18 @@ def request_from_json(data: Mapping[str, Any]) -> ProvisionRequest:
         capacity_type=Tier(tier) if tier else None,
         region=data.get("region"),
         env={str(k): "" for k in data.get("env_keys") or ()},
+        container_env={
+            str(name): {str(k): "" for k in keys} for name, keys in (data.get("container_env_keys") or {}).items()
+        },
+        volumes=tuple(
+            Volume(
+                name=str(v["name"]),
+                kind=str(v["kind"]),
+                files=tuple(VolumeFile(str(f["path"]), b"", int(f.get("mode", 0o644))) for f in v.get("files") or ()),
+                default_mode=int(v.get("default_mode", 0o644)),
+            )
+            for v in data.get("volumes") or ()
+        ),
     )
 
 
@@ -139,7 +198,37 @@ def instance_to_json(instance: Instance) -> dict[str, Any]:
         "exit_reason": instance.exit_reason,
         "runs": instance.runs,
         "preempted": instance.preempted,
+        "containers": [_facts_to_json(c) for c in instance.containers],
     }
+
+
+def _facts_to_json(facts: ContainerFacts) -> dict[str, Any]:
+    return {
+        "name": facts.name,
+        "state": facts.state.value,
+        "init": facts.init,
+        "started_at": _iso(facts.started_at),
+        "finished_at": _iso(facts.finished_at),
+        "exit_code": facts.exit_code,
+        "exit_reason": facts.exit_reason,
+        "message": facts.message,
+        "runs": facts.runs,
+    }
+
+
+def _facts_from_json(data: Mapping[str, Any]) -> ContainerFacts:
+    code = data.get("exit_code")
+    return ContainerFacts(
+        name=str(data["name"]),
+        state=ContainerState(data["state"]),
+        init=bool(data.get("init", False)),
+        started_at=_from_iso(data.get("started_at")),
+        finished_at=_from_iso(data.get("finished_at")),
+        exit_code=None if code is None else int(code),
+        exit_reason=str(data.get("exit_reason", "")),
+        message=str(data.get("message", "")),
+        runs=int(data.get("runs", 0)),
+    )
 
 
 def instance_from_json(data: Mapping[str, Any]) -> Instance:
@@ -159,6 +248,7 @@ def instance_from_json(data: Mapping[str, Any]) -> Instance:
         exit_reason=str(data.get("exit_reason", "")),
         runs=int(data.get("runs", 1)),
         preempted=bool(data.get("preempted", False)),
+        containers=tuple(_facts_from_json(c) for c in data.get("containers") or ()),
     )
 
 
@@ -197,6 +287,17 @@ def chunk_to_json(chunk: LogChunk) -> dict[str, Any]:
 def chunk_from_json(data: Mapping[str, Any]) -> LogChunk:
     lines = tuple(LogLine(int(i), float(at), str(text)) for i, at, text in data["lines"])
     return LogChunk(lines=lines, total=int(data["total"]), ended=bool(data["ended"]))
+
+
+def finished_to_json(process: FinishedProcess) -> dict[str, Any]:
+    """An exec that ran to its end (over HTTP only commands without stdin or a terminal do)."""
+    stdout, stderr = process.read_stdout(MAX_OUTPUT), process.read_stderr(MAX_OUTPUT)
+    return {"stdout": base64.b64encode(stdout).decode(), "stderr": base64.b64encode(stderr).decode(),
+            "exit_code": process.exit_code}  # fmt: skip
+
+
+def finished_from_json(data: Mapping[str, Any]) -> FinishedProcess:
+    return FinishedProcess(base64.b64decode(data["stdout"]), base64.b64decode(data["stderr"]), int(data["exit_code"]))
 
 
 def error_to_json(exc: errors.ProviderError) -> tuple[int, dict[str, Any]]:

@@ -13,16 +13,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from providers import errors
-from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, ProvisionRequest, Tier
-from providers.fake import FakeProvider
+from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, ProvisionRequest, Tier
+from providers.fake import FakeProvider, wire
 from providers.fake import control as fakecloud
 from providers.fake.server import MAX_BODY, FakeCloudServer, start_server
+from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 from tests.support.factories import make_pod_spec
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -212,17 +214,29 @@ def test_pure_methods_over_http_use_the_services_scenario() -> None:
         running.close()
 
 
-def test_logs_work_over_http_and_exec_is_not_supported(server: FakeCloudServer) -> None:
+def test_logs_and_an_exec_without_stdin_work_over_http_and_an_interactive_exec_is_not_supported(
+    server: FakeCloudServer,
+) -> None:
     provider = FakeProvider("fake", {"url": server.url})
     instance_id = provider.provision(make_pod_spec(), request("a")).instance_id
+    process = provider.exec(instance_id, ["sh", "-c", "echo hi"], tty=False, stdin=False)
+    assert (process.read_stdout(), process.read_stdout(), process.wait(), process.read_stderr()) == (
+        b"hi\n",
+        b"",
+        0,
+        b"",
+    )
+    for tty, stdin in ((True, False), (False, True)):
+        with pytest.raises(errors.NotSupported):
+            provider.exec(instance_id, ["cat"], tty=tty, stdin=stdin)
     stream = provider.logs(instance_id, LogOptions(follow=True))
     assert stream.read().startswith(f"fake instance {instance_id} line 1\n".encode())
     server.cloud.exit(instance_id, code=0)
     while stream.read():
         pass
     stream.close()
-    with pytest.raises(errors.NotSupported):
-        provider.exec(instance_id, ["true"], tty=False, stdin=False)
+    with pytest.raises(errors.NotFound):
+        provider.exec(instance_id, ["true"], tty=False, stdin=False)  # it exited
     with pytest.raises(errors.NotFound):
         provider.logs(InstanceId("fake-404"), LogOptions())
 
@@ -316,3 +330,54 @@ def test_manage_py_fakecloud_serve_runs_until_sigterm(tmp_path: Path) -> None:
         proc.terminate()
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 0, stderr
+
+
+def test_a_pods_containers_and_volume_paths_cross_the_wire_but_never_env_values_or_volume_contents() -> None:
+    mounts = (Mount("cfg", "/etc/cfg", sub_path="a.yaml", read_only=True),)
+    app = ContainerSpec("app", "img", ("run",), ("--x",), "/w", (8080,), stdin=True, tty=True, mounts=mounts)
+    inits = (ContainerSpec("proxy", sidecar=True), ContainerSpec("migrate", command=("m",)))
+    pod = make_pod_spec(container="app", containers=(app, ContainerSpec("helper")), init_containers=inits,
+                        restart_policy="OnFailure", stdin=True)  # fmt: skip
+    assert wire.pod_from_json(json.loads(json.dumps(wire.pod_to_json(pod)))) == pod
+    volumes = (Volume("cfg", "secret", (VolumeFile("a.yaml", b"s3cr3t-bytes", 0o400),), default_mode=0o440),)
+    sent = ProvisionRequest(
+        claim=ClaimName("a"), env={"K": "s3cr3t"}, container_env={"helper": {"H": "s3cr3t"}}, volumes=volumes
+    )
+    text = json.dumps(wire.request_to_json(sent))
+    assert "s3cr3t" not in text
+    got = wire.request_from_json(json.loads(text))
+    assert (got.env, got.container_env) == ({"K": ""}, {"helper": {"H": ""}})
+    assert got.volumes == (Volume("cfg", "secret", (VolumeFile("a.yaml", b"", 0o400),), default_mode=0o440),)
+    facts = ContainerFacts("app", ContainerState.TERMINATED, init=True, started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                           finished_at=datetime(2026, 1, 2, tzinfo=UTC), exit_code=3, exit_reason="Error",
+                           message="m", runs=2)  # fmt: skip
+    instance = Instance(InstanceId("fake-1"), ClaimName("a"), InstanceState.FAILED, datetime(2026, 1, 1, tzinfo=UTC),
+                        containers=(facts, ContainerFacts("helper", ContainerState.WAITING)))  # fmt: skip
+    assert wire.instance_from_json(json.loads(json.dumps(wire.instance_to_json(instance)))) == instance
+
+
+def test_the_control_verbs_exit_one_container_and_put_and_remove_a_file_in_a_running_service(
+    server: FakeCloudServer,
+) -> None:
+    provider = FakeProvider("fake", {"url": server.url})
+    pod = make_pod_spec(container="app", containers=(ContainerSpec("app"), ContainerSpec("helper")))
+    instance_id = provider.provision(pod, request("a")).instance_id
+    control(
+        "inject", "--url", server.url, "file", "--instance", instance_id, "--container", "helper", "--path", "/ready"
+    )
+    probe = provider.exec(instance_id, ["cat", "/ready"], tty=False, stdin=False, container="helper")
+    assert probe.wait() == 0
+    control(
+        "inject", "--url", server.url, "file", "--claim", "a", "--container", "helper", "--path", "/ready", "--absent"
+    )
+    assert provider.exec(instance_id, ["cat", "/ready"], tty=False, stdin=False, container="helper").wait() == 1
+    control("inject", "--url", server.url, "exit", "--instance", instance_id, "--container", "helper", "--code", "7")
+    found = provider.get(instance_id)
+    assert found is not None and found.state is InstanceState.RUNNING
+    assert [(c.name, c.state, c.exit_code) for c in found.containers] == [
+        ("app", ContainerState.RUNNING, None), ("helper", ContainerState.TERMINATED, 7),
+    ]  # fmt: skip
+    with pytest.raises(fakecloud.ControlError, match="InvalidRequest"):
+        control(
+            "inject", "--url", server.url, "exit", "--instance", instance_id, "--container", "helper", "--code", "1"
+        )

@@ -145,6 +145,6 @@ def test_records_of_an_old_state_file_have_no_owner_and_no_provider_ever_sees_th
         server.cloud.exit("fake-7", code=0)  # control calls still reach it
         stored = {r["id"]: (r["state"], r["owner"]) for r in server.cloud.instances()}
         assert stored == {"fake-7": ("succeeded", ""), "fake-8": ("running", "standalone.fake")}
-        assert json.loads(state.read_text())["version"] == 2
+        assert json.loads(state.read_text())["version"] == 3
     finally:
         server.close()
