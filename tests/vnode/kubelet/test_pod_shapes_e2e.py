@@ -1,0 +1,168 @@
+"""End to end, as a user runs it: kubectl -> the embedded API server -> a Runner on the LOCAL
+provider, for the model-server Pod of issue 14: a download init container that fails once, a
+server whose readiness probe waits for a file, a metrics sidecar container with a liveness
+probe, an emptyDir they share and a configMap volume whose ConfigMap is created later.
+
+Each step is checked as kubectl shows it (STATUS, READY, logs -c, exec -c): nothing is
+reported that did not happen (design I9)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, path_for
+from providers.local import LocalProvider
+from tests.support.fixtures import kube_for
+from tests.support.kubectl import KUBECTL_137
+from tests.support.pods import get_pod
+from tests.support.polling import wait_for
+from tests.support.runners import make_runner
+from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.server import Listeners
+from vnode.runs import BackoffPolicy
+
+POD = "model-server"
+DOWNLOAD = (
+    "if [ ! -f /data/attempted ]; then touch /data/attempted; echo download failed; exit 1; fi; "
+    "echo downloaded; echo weights-v1 > /data/model"
+)
+SERVE = "cat /data/model; cat /config/greeting; echo; while true; do echo serving; sleep 0.3; done"
+METRICS = "while true; do echo metrics tick; sleep 0.3; done"
+
+
+def model_server_pod() -> dict[str, Any]:
+    data = {"name": "data", "mountPath": "/data"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {names.PROVIDER_KEY: "local"},
+            "tolerations": [{"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "config", "configMap": {"name": "greeting"}}],
+            "initContainers": [{"name": "download", "image": "busybox", "command": ["sh", "-c", DOWNLOAD],
+                                "volumeMounts": [data]}],
+            "containers": [
+                {"name": "server", "image": "busybox", "command": ["sh", "-c", SERVE],
+                 "volumeMounts": [data, {"name": "config", "mountPath": "/config", "readOnly": True}],
+                 "readinessProbe": {"exec": {"command": ["test", "-f", "/data/ready"]}, "periodSeconds": 1}},
+                {"name": "metrics", "image": "busybox", "command": ["sh", "-c", METRICS], "volumeMounts": [data],
+                 "livenessProbe": {"exec": {"command": ["sh", "-c", "test ! -f /data/sick"]}, "periodSeconds": 1,
+                                   "failureThreshold": 1}},
+            ],
+        },
+    }  # fmt: skip
+
+
+@dataclass
+class Shaped:
+    cluster: DevCluster
+    kube: Kube
+    kubeconfig: str
+
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KUBECTL_137, "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True, timeout=60
+        )
+
+    def row(self) -> list[str]:
+        """NAME READY STATUS RESTARTS AGE, as `kubectl get pod` prints them."""
+        return self.kubectl("get", "pod", POD, "--no-headers").stdout.split()
+
+    def status(self) -> dict[str, Any]:
+        return dict((get_pod(self.kube, POD) or {}).get("status") or {})
+
+    def container(self, name: str) -> dict[str, Any]:
+        status = self.status()
+        every = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        return next((dict(s) for s in every if s.get("name") == name), {})
+
+    def condition(self, kind: str) -> str | None:
+        return next((c["status"] for c in self.status().get("conditions") or [] if c["type"] == kind), None)
+
+    def events(self, reason: str) -> list[str]:
+        items, _ = self.kube.list(path_for("events", namespace="default"))
+        return [e["message"] for e in items if e["involvedObject"]["name"] == POD and e.get("reason") == reason]
+
+
+@pytest.fixture(scope="module")
+def shaped(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, server: Listeners) -> Iterator[Shaped]:
+    folder = tmp_path_factory.mktemp("shaped")
+    kubeconfig = str(folder / "kubeconfig")
+    provider = LocalProvider("local", {"state_dir": str(folder / "state"), "grace_period": 1})
+    with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
+        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port,
+                             backoff=BackoffPolicy(initial=1.0, maximum=2.0, reset=600.0))  # fmt: skip
+        runner.start()
+        registry.add(runner.handler)
+        try:
+            yield Shaped(cluster, kube_for(cluster), kubeconfig)
+        finally:
+            registry.remove(runner.handler)
+            runner.stop(timeout=10)
+            for instance in provider.list():
+                provider.terminate(instance.id)
+
+
+def test_the_model_server_pod_runs_each_step_as_kubectl_reports_it(shaped: Shaped) -> None:
+    kube = shaped.kube
+    kube.create(path_for("pods", namespace="default"), model_server_pod())
+
+    # The ConfigMap does not exist: nothing runs, and the Pod says why, as a kubelet does.
+    missing = 'MountVolume.SetUp failed for volume "config" : configmap "greeting" not found'
+    wait_for(lambda: missing in shaped.events(names.EVENT_FAILED_MOUNT), what="the FailedMount Event")
+    assert shaped.status().get("phase", "Pending") == "Pending"
+    assert shaped.row()[1:3] == ["0/2", "Pending"]  # a kubelet shows Init:0/1: it writes a status first
+
+    # Created later: the init container runs first, fails once, is restarted, then succeeds.
+    kube.create(path_for("configmaps", namespace="default"),
+                {"metadata": {"name": "greeting"}, "data": {"greeting": "hello from the config"}})  # fmt: skip
+    wait_for(lambda: shaped.container("download").get("restartCount") == 1, what="the init container restarted")
+    wait_for(lambda: "terminated" in (shaped.container("download").get("state") or {}), what="the init done")
+    assert shaped.container("download")["state"]["terminated"]["exitCode"] == 0
+    assert shaped.container("download")["lastState"]["terminated"]["exitCode"] == 1
+    download_log = shaped.kubectl("logs", POD, "-c", "download").stdout
+    assert download_log == "downloaded\n"
+    assert shaped.kubectl("logs", POD, "-c", "download", "--previous").stdout == "download failed\n"
+
+    # Then both app containers run; Ready waits for the server's readiness probe.
+    wait_for(lambda: "running" in (shaped.container("metrics").get("state") or {}), what="metrics running")
+    wait_for(lambda: "running" in (shaped.container("server").get("state") or {}), what="server running")
+    assert shaped.condition("Initialized") == "True"
+    assert shaped.status()["phase"] == "Running"
+    assert shaped.condition("Ready") == "False" and shaped.container("server")["ready"] is False
+    assert shaped.container("metrics")["ready"] is True  # no readiness probe: ready once running
+    wait_for(lambda: shaped.row()[1:3] == ["1/2", "Running"], what="kubectl to show 1/2 Running")
+    wait_for(lambda: "serving" in shaped.kubectl("logs", POD, "-c", "server").stdout, what="the server's log")
+    server_log = shaped.kubectl("logs", POD, "-c", "server").stdout
+    assert server_log.startswith("weights-v1\nhello from the config\n")
+    assert "metrics tick" in shaped.kubectl("logs", POD, "-c", "metrics").stdout
+    assert "metrics tick" not in server_log
+
+    # exec -c reaches each container, in its own view of the volumes.
+    assert (
+        shaped.kubectl("exec", POD, "-c", "server", "--", "cat", "/config/greeting").stdout == "hello from the config"
+    )
+    assert shaped.kubectl("exec", POD, "-c", "metrics", "--", "cat", "/data/model").stdout == "weights-v1\n"
+    assert shaped.kubectl("exec", POD, "-c", "server", "--", "touch", "/data/ready").returncode == 0
+    wait_for(lambda: shaped.condition("Ready") == "True", what="Ready once the readiness probe passes")
+    assert shaped.row()[1:3] == ["2/2", "Running"]
+
+    # A failing liveness probe restarts its container, and only that one.
+    assert shaped.kubectl("exec", POD, "-c", "server", "--", "touch", "/data/sick").returncode == 0
+    killing = "Container metrics failed liveness probe, will be restarted"
+    wait_for(lambda: killing in shaped.events(names.EVENT_KILLING), what="the Killing Event")
+    assert any(m.startswith("Liveness probe failed:") for m in shaped.events(names.EVENT_UNHEALTHY))
+    assert shaped.kubectl("exec", POD, "-c", "server", "--", "rm", "/data/sick").returncode == 0
+    wait_for(lambda: shaped.container("metrics").get("restartCount", 0) >= 1, what="metrics restarted")
+    wait_for(lambda: "running" in (shaped.container("metrics").get("state") or {}), what="metrics running again")
+    assert shaped.container("server")["restartCount"] == 0
+    assert "Started container metrics" in shaped.events(names.EVENT_STARTED)
+    wait_for(lambda: shaped.condition("Ready") == "True", what="Ready again")
