@@ -32,6 +32,7 @@ from vnode.runs import (
     container_policy,
     ending_of,
     ending_of_container,
+    replace_all,
     runs_again,
 )
 from vnode.runs import Rules as Rules
@@ -262,14 +263,10 @@ class Tracked:
                 runs.awaiting_run = fact.runs
                 runs.started_runs.add(fact.runs)
 
-    def replaced(self, *, policy: BackoffPolicy) -> None:
-        """A new instance replaced the old one: each container that ended has restarted, and
-        every container's run count starts again."""
-        for runs in self.containers.values():
-            if runs.ended is not None and not runs.finished:
-                runs.restarted(new_run=0, policy=policy)
-            runs.awaiting_run = 0
-            runs.started_runs.clear()
+    def replaced(self, *, policy: BackoffPolicy, cause: Ending | None) -> None:
+        """A new instance replaced the old one (`cause`: the Pod's run that ended): every
+        container that ran there has restarted (`runs.replace_all`), its run count afresh."""
+        replace_all(self.containers, cause, policy=policy)
 
     def next_due(self) -> float | None:
         """The monotonic time of the next due step: the Pod's, or a container's restart."""

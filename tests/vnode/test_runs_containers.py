@@ -11,7 +11,7 @@ import pytest
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode.runs import BackoffPolicy, Rules, Step, container_policy
+from vnode.runs import BackoffPolicy, Ending, Rules, Step, container_policy
 from vnode.tracking import Tracked, TrackedMap
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -186,8 +186,9 @@ def test_without_restarts_in_place_a_crashed_container_replaces_the_instance() -
     entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=replacing)
     assert entry.due_containers(1.0) == []
     assert entry.runs.due is not None and entry.runs.due.step is Step.REPLACE
+    cause = entry.runs.ended
     entry.runs.restarted(new_run=1, policy=replacing.backoff)
-    entry.replaced(policy=replacing.backoff)
+    entry.replaced(policy=replacing.backoff, cause=cause)
     assert entry.containers["setup"].restarts == 1 and entry.containers["setup"].awaiting_run == 0
 
 
@@ -282,3 +283,29 @@ def test_a_reassess_after_a_restart_was_asked_never_reads_the_old_run_as_the_end
     assert not entry.runs.finished
     entry.observe(script.start("web", 2), now=NOW, at=2.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"
+
+
+def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_instance() -> None:
+    """A lost instance took every running container with it: each restarts in the new one,
+    its last state the loss; a container that crashed on its own (no restart in place) keeps
+    its own end, and a sibling the replacement killed reads 137."""
+    lost = Ending(137, names.REASON_INSTANCE_LOST, None, NOW, "instance i-1 is gone")
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry.replaced(policy=RULES.backoff, cause=lost)
+    assert [entry.containers[name].restarts for name in ("setup", "web", "worker")] == [0, 1, 1]
+    assert entry.containers["web"].last == lost.terminated()
+
+    replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=replacing)
+    entry.observe(script.end("worker", 3), now=NOW, at=1.0, rules=replacing)
+    entry.replaced(policy=replacing.backoff, cause=entry.runs.ended)
+    assert entry.containers["worker"].last is not None and entry.containers["worker"].last["exitCode"] == 3
+    assert entry.containers["web"].last is not None and entry.containers["web"].last["exitCode"] == 137
