@@ -1,7 +1,7 @@
 """End to end, as a user runs it: kubectl -> the embedded API server -> a Runner on the LOCAL
-provider, for the model-server Pod of issue 14: a download init container that fails once, a
-server whose readiness probe waits for a file, a metrics sidecar container with a liveness
-probe, an emptyDir they share and a configMap volume whose ConfigMap is created later.
+provider (and on the fake cloud over HTTP), for the model-server Pod of issue 14: a download
+init container that fails once, a server whose readiness probe waits for a file, a metrics
+container with a liveness probe, an emptyDir they share and a configMap volume whose ConfigMap is created later.
 
 Each step is checked as kubectl shows it (STATUS, READY, logs -c, exec -c): nothing is
 reported that did not happen (design I9)."""
@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,9 @@ import pytest
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
+from providers.fake import FakeProvider
+from providers.fake.client import FakeCloudClient
+from providers.fake.server import start_server
 from providers.local import LocalProvider
 from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
@@ -66,6 +70,7 @@ class Shaped:
     cluster: DevCluster
     kube: Kube
     kubeconfig: str
+    pod: str = "model-server"  # unique across the module: the kubelet registry finds Pods by key
 
     def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -74,10 +79,10 @@ class Shaped:
 
     def row(self) -> list[str]:
         """NAME READY STATUS RESTARTS AGE, as `kubectl get pod` prints them."""
-        return self.kubectl("get", "pod", POD, "--no-headers").stdout.split()
+        return self.kubectl("get", "pod", self.pod, "--no-headers").stdout.split()
 
     def status(self) -> dict[str, Any]:
-        return dict((get_pod(self.kube, POD) or {}).get("status") or {})
+        return dict((get_pod(self.kube, self.pod) or {}).get("status") or {})
 
     def container(self, name: str) -> dict[str, Any]:
         status = self.status()
@@ -89,7 +94,7 @@ class Shaped:
 
     def events(self, reason: str) -> list[str]:
         items, _ = self.kube.list(path_for("events", namespace="default"))
-        return [e["message"] for e in items if e["involvedObject"]["name"] == POD and e.get("reason") == reason]
+        return [e["message"] for e in items if e["involvedObject"]["name"] == self.pod and e.get("reason") == reason]
 
 
 @pytest.fixture(scope="module")
@@ -165,4 +170,97 @@ def test_the_model_server_pod_runs_each_step_as_kubectl_reports_it(shaped: Shape
     wait_for(lambda: "running" in (shaped.container("metrics").get("state") or {}), what="metrics running again")
     assert shaped.container("server")["restartCount"] == 0
     assert "Started container metrics" in shaped.events(names.EVENT_STARTED)
+    wait_for(lambda: shaped.condition("Ready") == "True", what="Ready again")
+
+
+FAKE_SCENARIO: dict[str, Any] = {
+    "poll_interval": 0.2,
+    "offerings": [{"accelerator": None, "gpu_count": 0, "tier": "OnDemand", "region": "us-east-1",
+                   "hourly_price": 0.1}],
+    "workload": {"containers": {"download": {"run_seconds": None}}},  # runs until the test ends it
+}  # fmt: skip
+
+
+def fake_pod() -> dict[str, Any]:
+    """The model server for the fake cloud, whose scripted shell answers `test -f PATH` from the
+    files a control call puts in a container: readiness waits for /data/ready, liveness needs
+    /data/alive (given once the metrics container runs)."""
+    pod = model_server_pod()
+    spec = pod["spec"]
+    spec["nodeSelector"] = {names.PROVIDER_KEY: "cloud"}
+    spec["containers"][1]["livenessProbe"] = {"exec": {"command": ["test", "-f", "/data/alive"]}, "periodSeconds": 1,
+                                              "initialDelaySeconds": 1, "failureThreshold": 1}  # fmt: skip
+    return pod
+
+
+@pytest.fixture
+def over_http(tmp_path: Path, registry: HandlerRegistry, server: Listeners) -> Iterator[tuple[Shaped, FakeCloudClient]]:
+    service = start_server(scenario=FAKE_SCENARIO)
+    provider = FakeProvider("cloud", {"url": service.url})
+    assert provider.client is not None
+    kubeconfig = str(tmp_path / "kubeconfig")
+    with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
+        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port,
+                             backoff=BackoffPolicy(initial=1.0, maximum=2.0, reset=600.0))  # fmt: skip
+        runner.start()
+        registry.add(runner.handler)
+        try:
+            yield Shaped(cluster, kube_for(cluster), kubeconfig, pod="model-server-http"), provider.client
+        finally:
+            registry.remove(runner.handler)
+            runner.stop(timeout=10)
+            service.close()
+
+
+def test_the_model_server_pod_on_the_fake_cloud_over_http_reports_each_step(
+    over_http: tuple[Shaped, FakeCloudClient],
+) -> None:
+    shaped, cloud = over_http
+    kube = shaped.kube
+    kube.create(path_for("pods", namespace="default"), dict(fake_pod(), metadata={"name": shaped.pod}))
+    missing = 'MountVolume.SetUp failed for volume "config" : configmap "greeting" not found'
+    wait_for(lambda: missing in shaped.events(names.EVENT_FAILED_MOUNT), what="the FailedMount Event")
+    kube.create(path_for("configmaps", namespace="default"),
+                {"metadata": {"name": "greeting"}, "data": {"greeting": "hello"}})  # fmt: skip
+
+    # The init container runs alone; the app containers wait for it, as kubectl says.
+    wait_for(lambda: "running" in (shaped.container("download").get("state") or {}), what="download running")
+    instance = (get_pod(kube, shaped.pod) or {})["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION]
+    assert shaped.row()[1:3] == ["0/2", "Init:0/1"]
+    assert shaped.container("server")["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert shaped.condition("Initialized") == "False"
+
+    cloud.inject({"kind": "exit", "instance": instance, "container": "download", "code": 1})
+    wait_for(lambda: shaped.container("download").get("restartCount") == 1, what="the init container restarted")
+    assert shaped.container("download")["lastState"]["terminated"]["exitCode"] == 1
+    cloud.inject({"kind": "exit", "instance": instance, "container": "download", "code": 0})
+    wait_for(lambda: "running" in (shaped.container("metrics").get("state") or {}), what="metrics running")
+    cloud.inject({"kind": "file", "instance": instance, "container": "metrics", "path": "/data/alive"})
+    wait_for(lambda: "running" in (shaped.container("server").get("state") or {}), what="server running")
+    assert shaped.condition("Initialized") == "True" and shaped.condition("Ready") == "False"
+    wait_for(lambda: shaped.row()[1:3] == ["1/2", "Running"], what="kubectl to show 1/2 Running")
+
+    # logs -c and exec -c reach each container over HTTP.
+    # The fake's scripted console: `<id> line N` for the first app container, `<id> <name> line N` for others.
+    wait_for(lambda: f"{instance} line 1" in shaped.kubectl("logs", shaped.pod, "-c", "server").stdout, what="its log")
+    assert "metrics line" not in shaped.kubectl("logs", shaped.pod, "-c", "server").stdout
+    wait_for(
+        lambda: f"{instance} metrics line" in shaped.kubectl("logs", shaped.pod, "-c", "metrics").stdout, what="its log"
+    )
+    assert shaped.kubectl("exec", shaped.pod, "-c", "server", "--", "test", "-f", "/data/ready").returncode == 1
+    cloud.inject({"kind": "file", "instance": instance, "container": "server", "path": "/data/ready"})
+    assert shaped.kubectl("exec", shaped.pod, "-c", "server", "--", "test", "-f", "/data/ready").returncode == 0
+    wait_for(lambda: shaped.condition("Ready") == "True", what="Ready once the readiness probe passes")
+    assert shaped.row()[1:3] == ["2/2", "Running"]
+
+    # A failing liveness probe restarts the metrics container only.
+    cloud.inject(
+        {"kind": "file", "instance": instance, "container": "metrics", "path": "/data/alive", "present": False}
+    )
+    killing = "Container metrics failed liveness probe, will be restarted"
+    wait_for(lambda: killing in shaped.events(names.EVENT_KILLING), what="the Killing Event")
+    cloud.inject({"kind": "file", "instance": instance, "container": "metrics", "path": "/data/alive"})
+    wait_for(lambda: shaped.container("metrics").get("restartCount", 0) >= 1, what="metrics restarted")
+    assert shaped.container("metrics")["lastState"]["terminated"]["exitCode"] == 137
+    assert shaped.container("server")["restartCount"] == 0
     wait_for(lambda: shaped.condition("Ready") == "True", what="Ready again")
