@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,20 +18,10 @@ from providers.local import LocalProvider, folder, pod, proc, sequence
 from providers.local.status import Observation
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState
 from tests.support.factories import make_pod_spec
-from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import read_to_end, wait_for
 
 CLAIM = ClaimName("ns-pod-abcdefghij")
 SECRET = "containers-s3cr3t"
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
-    yield provider
-    for instance in provider.list():
-        provider.terminate(instance.id)
-    kill_leftovers(tmp_path)
 
 
 def sh(name: str, script: str, **fields: object) -> ContainerSpec:

@@ -6,27 +6,16 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 from providers.base import ClaimName, InstanceId, InstanceState, PodSpec, Process, ProvisionRequest
 from providers.errors import NotFound
 from providers.local import LocalProvider
-from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
 SECRET = "exec-s3cr3t"
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
-    yield provider
-    for instance in provider.list():
-        provider.terminate(instance.id)
-    kill_leftovers(tmp_path)
 
 
 @pytest.fixture

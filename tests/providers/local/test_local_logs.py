@@ -6,7 +6,6 @@ import io
 import re
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -16,20 +15,10 @@ import pytest
 from providers.base import ClaimName, InstanceId, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import NotFound
 from providers.local import LocalProvider, folder, logs, stamp
-from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
 
 CLAIM = "ns-pod-abcdefghij"
 STAMPED = re.compile(rb"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (.*)$")
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
-    yield provider
-    for instance in provider.list():
-        provider.terminate(instance.id)
-    kill_leftovers(tmp_path)
 
 
 def run(provider: LocalProvider, script: str, *, wait: bool = True) -> InstanceId:
@@ -152,9 +141,9 @@ def test_tail_reads_a_big_file_backwards_without_reading_it_all(tmp_path: Path) 
         offset = logs.tail_offset(handle, 3)
     assert path.read_bytes()[offset:] == record * 2 + b"last"
     assert Counting.consumed < 1_000_000
-    with path.open("rb") as handle:
-        assert logs.tail_offset(handle, 0) == path.stat().st_size
-        assert logs.tail_offset(handle, 10**9) == 0
+    with path.open("rb") as plain:
+        assert logs.tail_offset(plain, 0) == path.stat().st_size
+        assert logs.tail_offset(plain, 10**9) == 0
 
 
 def test_follow_streams_lines_as_they_come_and_ends_at_exit(provider: LocalProvider) -> None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +14,6 @@ from providers.errors import InvalidRequest
 from providers.local import LocalProvider, volumes
 from providers.shape import ContainerSpec, Mount, Volume, VolumeFile
 from tests.support.factories import make_pod_spec
-from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import read_to_end, wait_for
 
 CLAIM = ClaimName("ns-pod-abcdefghij")
@@ -26,15 +23,6 @@ CONFIG = Volume(
 )
 SECRET = Volume("creds", "secret", (VolumeFile("password", SECRET_BYTES, 0o400),))
 SCRATCH = Volume("scratch", "emptyDir")
-
-
-@pytest.fixture
-def provider(tmp_path: Path) -> Iterator[LocalProvider]:
-    provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
-    yield provider
-    for instance in provider.list():
-        provider.terminate(instance.id)
-    kill_leftovers(tmp_path)
 
 
 def pod_of(*apps: ContainerSpec) -> PodSpec:
