@@ -7,7 +7,7 @@ does; kubectl hides `priority: 1` columns unless `-o wide`). Pure: the clock is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -113,8 +113,14 @@ def _print_default(obj: dict[str, Any], now: datetime) -> Row:
     return [_meta(obj).get("name", ""), age(_meta(obj).get("creationTimestamp"), now)]
 
 
+def _is_sidecar(container: Mapping[str, Any] | None) -> bool:
+    """A restartable init container (`restartPolicy: Always`): printPod counts it as a container."""
+    return container is not None and container.get("restartPolicy") == "Always"
+
+
 def _pod_reason(pod: dict[str, Any]) -> tuple[str, int, int]:
-    """(status reason, ready containers, restarts) by printPod's rules."""
+    """(status reason, ready containers, restarts) by printPod's rules: a started, ready
+    sidecar counts as ready and never holds the `Init:` reason."""
     spec, status = _section(pod, "spec"), _section(pod, "status")
     reason = status.get("reason") or status.get("phase") or ""
     conditions = status.get("conditions") or []
@@ -124,8 +130,12 @@ def _pod_reason(pod: dict[str, Any]) -> tuple[str, int, int]:
     restarts = ready = 0
     initializing = False
     init_specs = spec.get("initContainers") or []
+    by_name = {str(c.get("name")): c for c in init_specs if isinstance(c, Mapping)}
     for index, container in enumerate(status.get("initContainerStatuses") or []):
         restarts += int(container.get("restartCount") or 0)
+        if _is_sidecar(by_name.get(str(container.get("name")))):
+            ready += 1 if container.get("started") and container.get("ready") else 0
+            continue
         state = container.get("state") or {}
         terminated, waiting = state.get("terminated"), state.get("waiting")
         if terminated and terminated.get("exitCode", 0) == 0:
@@ -175,7 +185,7 @@ def _print_pod(pod: dict[str, Any], now: datetime) -> Row:
     spec, status = _section(pod, "spec"), _section(pod, "status")
     reason, ready, restarts = _pod_reason(pod)
     last_restart = ""
-    for container in status.get("containerStatuses") or []:
+    for container in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]:
         finished = ((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt")
         if isinstance(finished, str) and finished > last_restart:
             last_restart = finished
@@ -190,7 +200,7 @@ def _print_pod(pod: dict[str, Any], now: datetime) -> Row:
         gates_cell = f"{true_count}/{len(gates)}"
     return [
         _meta(pod).get("name", ""),
-        f"{ready}/{len(spec.get('containers') or [])}",
+        f"{ready}/{len(spec.get('containers') or []) + sum(map(_is_sidecar, spec.get('initContainers') or []))}",
         reason,
         restarts_cell,
         age(_meta(pod).get("creationTimestamp"), now),

@@ -204,6 +204,39 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             "0",
             id="init-waiting",
         ),
+        pytest.param(
+            make_pod(
+                spec={"initContainers": [{"name": "proxy", "restartPolicy": "Always"}, {"name": "setup"}]},
+                status={
+                    "phase": "Pending",
+                    "initContainerStatuses": [
+                        {"name": "proxy", "started": True, "ready": True, "state": {"running": {}}},
+                        {"name": "setup", "state": {"running": {}}},
+                    ],
+                },
+            ),
+            "1/3",
+            "Init:1/2",
+            "0",
+            id="a-started-sidecar-counts-and-never-holds-init",
+        ),
+        pytest.param(
+            make_pod(
+                spec={"initContainers": [{"name": "proxy", "restartPolicy": "Always"}]},
+                status={
+                    "phase": "Running",
+                    "conditions": [{"type": "Initialized", "status": "True"}],
+                    "initContainerStatuses": [
+                        {"name": "proxy", "started": True, "ready": False, "state": {"running": {}}}
+                    ],
+                    "containerStatuses": [_running()],
+                },
+            ),
+            "1/3",
+            "Running",
+            "0",
+            id="an-unready-sidecar-is-not-counted-ready",
+        ),
     ],
 )
 def test_pod_rows_follow_kubectl_print_pod(pod: dict[str, Any], ready: str, status: str, restarts: str) -> None:
