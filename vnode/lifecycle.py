@@ -88,8 +88,9 @@ class Lifecycle:
             raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.ProviderError as exc:
             raise Retry(f"restart failed: {type(exc).__name__}: {exc}") from exc
-        entry.runs.restarted(new_run=runs + 1, policy=self._rules().backoff)
-        entry.last_instance = None  # the next list shows the new run
+        with entry.lock:  # never between a poll's look at the facts and its use of them
+            entry.runs.restarted(new_run=runs + 1, policy=self._rules().backoff)
+            entry.last_instance = None  # the next list's facts are taken, even if unchanged
         logger.info(
             "%s: restarted its workload in instance %s (restart %d)", entry.key, entry.instance_id, entry.runs.restarts
         )
@@ -122,7 +123,11 @@ class Lifecycle:
             raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.ProviderError as exc:  # NotFound too: the poll tells a gone instance
             raise Retry(f"restart of container {name} failed: {type(exc).__name__}: {exc}") from exc
-        runs.restarted(new_run=ran + 1, policy=self._rules().backoff)
+        with entry.lock:
+            runs.restarted(new_run=ran + 1, policy=self._rules().backoff)
+            # A poll may have seen the new run end before this: its facts are taken again
+            # (they would compare equal to the last ones and be skipped, the end lost).
+            entry.last_instance = None
         logger.info("%s: restarted container %s in instance %s (restart %d)", entry.key, name, entry.instance_id,
                     runs.restarts)  # fmt: skip
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from kube import names
 from kube.client import Kube, path_for
-from providers.base import LogOptions
+from providers.base import InstanceId, LogOptions
 from providers.fake import FakeProvider
 from providers.local import LocalProvider
 from tests.support.factories import make_pod
@@ -149,3 +149,28 @@ def test_exit_0_and_exit_3_of_local_processes_give_succeeded_and_failed(
     assert container(kube, "l-bad")["state"]["terminated"]["exitCode"] == 3
     assert container(kube, "l-ok")["state"]["terminated"]["reason"] == "Completed"
     assert read_logs(runner, "l-ok") == b"bye\n"  # a completed Pod's logs are still served
+
+
+class PollingDuringRestart(FakeProvider):
+    """A fake whose `restart` lets the poll tick run before it returns: the tick the poll
+    thread may run between the provider's answer and the vnode's record of the restart."""
+
+    runner: Runner | None = None
+
+    def restart(self, instance_id: InstanceId, container: str = "") -> None:
+        super().restart(instance_id, container)
+        if self.runner is not None:
+            self.runner.handler.poll_once()
+
+
+def test_a_run_that_ends_before_its_restart_is_recorded_is_restarted_all_the_same(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """The new run (which exits at once) is seen ending by a tick that lands inside the
+    restart; recording the restart must not swallow that end, or the Pod stops restarting."""
+    scenario = {"poll_interval": 0.2, "workload": {"run_seconds": 0, "exit_code": 3}}
+    provider = PollingDuringRestart("gpu", {"cloud": cloud_name, "scenario": scenario})
+    provider.runner = start_runner(provider, backoff=QUICK)
+    kube.create(path_for("pods", namespace="default"), make_pod("quick-exit", "gpu"))
+    wait_for(lambda: container(kube, "quick-exit").get("restartCount", 0) >= 3, what="three restarts")
+    assert container(kube, "quick-exit")["lastState"]["terminated"]["exitCode"] == 3
