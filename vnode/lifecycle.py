@@ -73,6 +73,8 @@ class Lifecycle:
     def _restart_in_place(self, entry: Tracked, pod: JsonDict) -> float | None:
         assert entry.instance_id is not None
         runs = entry.last_instance.runs if entry.last_instance is not None else entry.runs.awaiting_run or 1
+        assert entry.runs.ended is not None
+        of = (entry.runs.ended, entry.runs.ended_seen_at)
         try:
             cast(Restarter, self._provider).restart(entry.instance_id)
         except errors.NotFound:
@@ -89,7 +91,7 @@ class Lifecycle:
         except errors.ProviderError as exc:
             raise Retry(f"restart failed: {type(exc).__name__}: {exc}") from exc
         with entry.lock:  # never between a poll's look at the facts and its use of them
-            entry.runs.restarted(new_run=runs + 1, policy=self._rules().backoff)
+            entry.runs.restarted(new_run=runs + 1, policy=self._rules().backoff, of=of)
             entry.last_instance = None  # the next list's facts are taken, even if unchanged
         logger.info(
             "%s: restarted its workload in instance %s (restart %d)", entry.key, entry.instance_id, entry.runs.restarts
@@ -110,6 +112,8 @@ class Lifecycle:
         assert runs is not None
         facts = entry.container_facts(name)
         ran = facts.runs if facts is not None else runs.awaiting_run
+        assert runs.ended is not None
+        of = (runs.ended, runs.ended_seen_at)
         try:
             cast(Restarter, self._provider).restart(entry.instance_id, container=name)
         except errors.InvalidRequest as exc:
@@ -124,7 +128,7 @@ class Lifecycle:
         except errors.ProviderError as exc:  # NotFound too: the poll tells a gone instance
             raise Retry(f"restart of container {name} failed: {type(exc).__name__}: {exc}") from exc
         with entry.lock:
-            runs.restarted(new_run=ran + 1, policy=self._rules().backoff)
+            runs.restarted(new_run=ran + 1, policy=self._rules().backoff, of=of)
             # A poll may have seen the new run end before this: its facts are taken again
             # (they would compare equal to the last ones and be skipped, the end lost).
             entry.last_instance = None

@@ -197,12 +197,13 @@ class Runs:
             return None
         return f"back-off {_seconds(self.backoff or 0.0)} restarting failed container={container} pod={pod}"
 
-    def restarted(self, *, new_run: int, policy: BackoffPolicy) -> None:
+    def restarted(self, *, new_run: int, policy: BackoffPolicy, of: tuple[Ending, float] | None = None) -> None:
         """The due restart was carried out (`new_run`: the run the provider now runs, or 1
-        for a fresh instance)."""
-        ending = self.ended
+        for a fresh instance). `of`: the ending restarted and when it was seen, taken before
+        the call; if a poll has meanwhile seen the new run end too, that end stays recorded."""
+        ending, at = of if of is not None else (self.ended, self.ended_seen_at)
         assert ending is not None
-        at = self.ended_seen_at
+        newer = self.ended is not None and self.ended != ending
         if self.backoff is None or at - self.backoff_from > policy.reset:
             self.backoff = policy.initial
         else:
@@ -210,7 +211,9 @@ class Runs:
         self.backoff_from = at
         self.restarts += 1
         self.last = ending.terminated()
-        self.ended, self.due, self.awaiting_run, self.backoff_told = None, None, new_run, False
+        self.awaiting_run = new_run
+        if not newer:
+            self.ended, self.due, self.backoff_told = None, None, False
 
     def stop(self) -> None:
         """Nothing runs again (the Pod turned terminal, or a sidecar stopped after the app

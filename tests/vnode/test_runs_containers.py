@@ -309,3 +309,19 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     entry.replaced(policy=replacing.backoff, cause=entry.runs.ended)
     assert entry.containers["worker"].last is not None and entry.containers["worker"].last["exitCode"] == 3
     assert entry.containers["web"].last is not None and entry.containers["web"].last["exitCode"] == 137
+
+
+def test_a_restart_recorded_after_a_poll_saw_the_new_run_end_keeps_both_ends() -> None:
+    """An init container fails, is restarted, and its new run succeeds before the restart is
+    recorded: lastState is the failure, the state the success, and nothing runs it again."""
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=RULES)
+    runs = entry.containers["setup"]
+    assert runs.ended is not None
+    of = (runs.ended, runs.ended_seen_at)  # what the lifecycle takes before calling restart
+    script.start("setup", 2)
+    entry.observe(script.end("setup", 0, 3), now=NOW, at=2.0, rules=RULES)  # the poll, inside the call
+    runs.restarted(new_run=2, policy=RULES.backoff, of=of)
+    assert runs.restarts == 1 and runs.last is not None and runs.last["exitCode"] == 1
+    assert runs.finished and runs.due is None
