@@ -36,6 +36,7 @@ from providers.base import ContainerStopper, Executor, Provider
 from vnode.probes import Outcome, Target, Watchdog, host_of, run_probe
 from vnode.probespec import READINESS, STARTUP, InvalidProbe, Probe, probes_of
 from vnode.probestate import ContainerProbes, RunId, view_of
+from vnode.status import Verdicts
 from vnode.tracking import Tracked, TrackedMap
 
 logger = logging.getLogger(__name__)
@@ -345,15 +346,19 @@ class Prober:
                     state.held.discard(probe.kind)
 
     def _write(self, entry: Tracked, states: Iterable[ContainerProbes]) -> bool:
-        """The verdicts onto the entry (under the lock; new dicts, so a reader holds the old
-        one safely); True if one of them is new (the caller then calls `on_change`)."""
-        ready, started = dict(entry.probe_ready), dict(entry.probe_started)
+        """The verdicts onto the entry, each with the run it was made for (under the lock; a
+        new Verdicts, so a reader holds the old one safely); True if one of them is new (the
+        caller then calls `on_change`)."""
+        old = entry.probe_verdicts
+        ready, started, runs = dict(old.ready), dict(old.started), dict(old.runs)
         for state in states:
             if READINESS in state.probes:
                 ready[state.container] = state.ready
             if STARTUP in state.probes:
                 started[state.container] = state.started
-        if ready == entry.probe_ready and started == entry.probe_started:
+            runs[state.container] = state.run
+        new = Verdicts(ready=ready, started=started, runs=runs)
+        if new == old:
             return False
-        entry.probe_ready, entry.probe_started = ready, started
+        entry.probe_verdicts = new
         return True

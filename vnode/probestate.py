@@ -32,6 +32,17 @@ class RunView:
     age: float = 0.0  # seconds since this run started (0: unknown)
 
 
+def run_of(instance: Instance | None, container: str, *, first: str) -> RunId | None:
+    """The container's current run in `instance`'s facts (None: it has not started there),
+    as `view_of` names it: a verdict holds for this run only."""
+    if instance is None:
+        return None
+    if instance.containers:
+        facts = next((c for c in instance.containers if c.name == container), None)
+        return None if facts is None or facts.runs == 0 else (str(instance.id), facts.runs)
+    return (str(instance.id), instance.runs) if container == first else None
+
+
 def view_of(instance: Instance | None, container: str, *, first: str, now: datetime) -> RunView:
     """The container's run in `instance`'s facts: its own `ContainerFacts`, or for an
     instance that reports none, the instance's own state for the first app container."""

@@ -228,16 +228,19 @@ class Runs:
 
 def replace_all(containers: Mapping[str, Runs], cause: Ending | None, *, policy: BackoffPolicy) -> None:
     """A new instance replaced the old one: every container that ran there restarts in it.
-    One that ended on its own restarts from its own end; one still running was ended by the
-    replacement: by `cause` when the instance itself went (lost, reclaimed), else killed for
-    a sibling's restart (137, as a kubelet reports a container it killed). Each container's
-    run count starts again in the new instance."""
+    One that ended on its own restarts from its own end (one that had completed too: the new
+    instance runs the init containers again from the first, as a kubelet does in a new
+    sandbox, and every app container); one still running was ended by the replacement: by
+    `cause` when the instance itself went (lost, reclaimed), else killed for a sibling's
+    restart (137, as a kubelet reports a container it killed). Each container's run count
+    starts again in the new instance."""
     own = any(runs.ended is not None and not runs.finished for runs in containers.values())
     for runs in containers.values():
         if runs.ended is None and not runs.finished and runs.started_runs and cause is not None:
             killed = Ending(GONE_EXIT_CODE, "Error", None, cause.finished_at, "killed: the instance was replaced")
             runs.ended = killed if own else cause
-        if runs.ended is not None and not runs.finished:
+        if runs.ended is not None:
+            runs.finished = False
             runs.restarted(new_run=0, policy=policy)
         runs.awaiting_run = 0
         runs.started_runs.clear()

@@ -10,7 +10,7 @@ Tested in tests/vnode/test_status.py.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -39,11 +39,24 @@ NO_HISTORY = RunView()
 
 @dataclass(frozen=True)
 class Verdicts:
-    """The prober's verdicts (`Tracked.probe_ready`, `Tracked.probe_started`), container -> passed.
+    """The prober's verdicts (`Tracked.probe_verdicts`), container -> passed, and the run of
+    the container each was made for (`runs`: the instance id and the run's number in it).
     A container without the probe needs no verdict; one with it counts as failing until told."""
 
     ready: Mapping[str, bool] = field(default_factory=dict)
     started: Mapping[str, bool] = field(default_factory=dict)
+    runs: Mapping[str, tuple[str, int] | None] = field(default_factory=dict)
+
+    def for_runs(self, current: Callable[[str], tuple[str, int] | None]) -> Verdicts:
+        """Only the verdicts made for each container's `current` run: a restarted container
+        or a replaced instance has none until it is probed (a kubelet's new container starts
+        not ready, and not started behind a startup probe)."""
+        holds = {name for name in {*self.ready, *self.started} if self.runs.get(name) == current(name)}
+        return Verdicts(
+            ready={name: ok for name, ok in self.ready.items() if name in holds},
+            started={name: ok for name, ok in self.started.items() if name in holds},
+            runs={name: run for name, run in self.runs.items() if name in holds},
+        )
 
     def started_ok(self, container: Mapping[str, Any], *, running: bool) -> bool:
         """The kubelet's `started`: running, and its startupProbe (if any) has passed."""

@@ -21,6 +21,7 @@ from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.claim import claim_name
 from providers.shape import ContainerFacts, ContainerState
 from vnode import containerstatus, status
+from vnode.probestate import run_of
 from vnode.runs import (
     DEFAULT_RULES,
     ENDED,
@@ -73,8 +74,8 @@ class Tracked:
     credential: dict[str, bytes] | None = None  # a minted credential not yet in its Secret
     terminate_asked: bool = False  # teardown: terminate was called once for this instance
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
-    probe_ready: dict[str, bool] = field(default_factory=dict)  # probes: container -> readiness verdict
-    probe_started: dict[str, bool] = field(default_factory=dict)  # probes: container -> startup probe passed
+    # The prober's verdicts, each for the container run it probed; replaced whole, never changed.
+    probe_verdicts: status.Verdicts = status.NO_VERDICTS
     # Held while the facts or the probes' verdicts are turned into a status (poll thread, flush).
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
@@ -96,9 +97,21 @@ class Tracked:
     def say(self, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason, message))
 
+    @property
+    def probe_ready(self) -> Mapping[str, bool]:
+        """The readiness verdicts, container -> passes (whichever run they were made for)."""
+        return self.probe_verdicts.ready
+
+    @property
+    def probe_started(self) -> Mapping[str, bool]:
+        """The startup verdicts, container -> passed (whichever run they were made for)."""
+        return self.probe_verdicts.started
+
     def verdicts(self) -> status.Verdicts:
-        """The probes' verdicts now."""
-        return status.Verdicts(ready=dict(self.probe_ready), started=dict(self.probe_started))
+        """The probes' verdicts now, for the runs the last facts show: a container that
+        restarted, or runs in a new instance, is not ready until the prober probed that run."""
+        instance, first = self.last_instance, self.container
+        return self.probe_verdicts.for_runs(lambda name: run_of(instance, name, first=first))
 
     def _judge(self) -> status.Verdicts:
         """The verdicts a status is computed from, remembered (`judged_by`)."""

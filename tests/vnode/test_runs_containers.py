@@ -11,7 +11,9 @@ import pytest
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
+from vnode.probestate import run_of
 from vnode.runs import BackoffPolicy, Ending, Rules, Step, container_policy
+from vnode.status import Verdicts
 from vnode.tracking import Tracked, TrackedMap
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -57,6 +59,13 @@ class Script:
         state = InstanceState.RUNNING if R in states else InstanceState.SUCCEEDED
         return Instance(InstanceId("i-1"), ClaimName("c"), state, NOW, started_at=NOW, runs=self.runs,
                         containers=tuple(self.facts.values()))  # fmt: skip
+
+
+def judge(entry: Tracked, container: str, ready: bool) -> None:
+    """The prober's readiness verdict on `container`, for the run the entry's last facts show."""
+    old = entry.probe_verdicts
+    run = run_of(entry.last_instance, container, first=entry.container)
+    entry.probe_verdicts = Verdicts(ready={**old.ready, container: ready}, runs={**old.runs, container: run})
 
 
 def tracked(pod: dict[str, Any]) -> Tracked:
@@ -216,12 +225,12 @@ def test_reassess_follows_a_readiness_verdict_and_says_whether_the_status_change
     entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
     assert container(entry, "web")["ready"] is False
     assert not entry.reassess(now=NOW, at=1.0, rules=RULES), "no verdict changed"
-    entry.probe_ready["web"] = True
+    judge(entry, "web", True)
     assert entry.reassess(now=NOW, at=1.0, rules=RULES)
     assert container(entry, "web")["ready"] is True
     assert entry.desired_status is not None
     assert {c["type"]: c["status"] for c in entry.desired_status["conditions"]}["Ready"] == "True"
-    entry.probe_ready["web"] = False
+    judge(entry, "web", False)
     assert entry.reassess(now=NOW, at=2.0, rules=RULES) and container(entry, "web")["ready"] is False
 
 
@@ -232,10 +241,34 @@ def test_reassess_gates_a_single_container_pod_on_its_readiness_verdict() -> Non
     running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
     entry.observe(running, now=NOW, at=0.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is False
-    entry.probe_ready["main"] = True
+    judge(entry, "main", True)
     assert entry.reassess(now=NOW, at=1.0, rules=RULES)
     assert entry.desired_status["containerStatuses"][0]["ready"] is True
     assert not entry.reassess(now=NOW, at=2.0, rules=RULES)
+
+
+def test_a_readiness_verdict_holds_for_the_run_it_was_made_for_only() -> None:
+    """A container that restarts (or runs again in a new instance) is not ready until the
+    prober has probed the new run, as a kubelet's new container is not: the verdict of the
+    run before is not carried over, even before the prober has looked (design I9)."""
+    entry, script = (
+        tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
+        Script("setup", "web", "worker"),
+    )
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    judge(entry, "web", True)
+    assert entry.reassess(now=NOW, at=1.0, rules=RULES) and container(entry, "web")["ready"] is True
+    entry.observe(script.end("web", 1), now=NOW, at=2.0, rules=RULES)
+    assert container(entry, "web")["ready"] is False
+    entry.observe(script.start("web"), now=NOW, at=20.0, rules=RULES)  # its restart: run 2
+    assert entry.probe_ready == {"web": True}  # the prober has not looked at run 2 yet
+    assert container(entry, "web")["ready"] is False
+    assert {c["type"]: c["status"] for c in (entry.desired_status or {})["conditions"]}["Ready"] == "False"
+    judge(entry, "web", True)  # the prober probed run 2
+    assert entry.reassess(now=NOW, at=21.0, rules=RULES) and container(entry, "web")["ready"] is True
 
 
 def test_a_restarted_manager_counts_on_from_each_containers_status() -> None:
@@ -261,7 +294,7 @@ def test_unchanged_facts_still_move_the_status_when_a_probe_verdict_changed() ->
     running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
     assert entry.observe(running, now=NOW, at=0.0, rules=RULES)
     assert not entry.observe(running, now=NOW, at=1.0, rules=RULES)
-    entry.probe_ready["main"] = True
+    judge(entry, "main", True)
     assert entry.observe(running, now=NOW, at=2.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is True
     assert not entry.observe(running, now=NOW, at=3.0, rules=RULES)
@@ -287,8 +320,9 @@ def test_a_reassess_after_a_restart_was_asked_never_reads_the_old_run_as_the_end
 
 def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_instance() -> None:
     """A lost instance took every running container with it: each restarts in the new one,
-    its last state the loss; a container that crashed on its own (no restart in place) keeps
-    its own end, and a sibling the replacement killed reads 137."""
+    its last state the loss; the completed init container runs again there from its own end
+    (as a kubelet reruns init containers in a new sandbox); a container that crashed on its
+    own (no restart in place) keeps its own end, and a sibling the replacement killed reads 137."""
     lost = Ending(137, names.REASON_INSTANCE_LOST, None, NOW, "instance i-1 is gone")
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
     script.start("setup")
@@ -296,8 +330,10 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     script.start("web")
     entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
     entry.replaced(policy=RULES.backoff, cause=lost)
-    assert [entry.containers[name].restarts for name in ("setup", "web", "worker")] == [0, 1, 1]
+    assert [entry.containers[name].restarts for name in ("setup", "web", "worker")] == [1, 1, 1]
     assert entry.containers["web"].last == lost.terminated()
+    setup = entry.containers["setup"]
+    assert setup.last is not None and setup.last["exitCode"] == 0 and not setup.finished
 
     replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
