@@ -17,6 +17,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +41,7 @@ SPOT_RECLAIM = (
     "Server.SpotInstanceTermination",
     "Server.SpotInstanceTermination: Spot instance termination",
 )
+CONSOLE_WINDOW = 64 * 1024  # EC2 serves the console's most recent 64 KiB
 _CONSOLE = "nebula_test_console"  # the attribute of moto's Instance that holds what the VM wrote
 
 
@@ -84,6 +86,8 @@ def serve_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
         text = getattr(instance, _CONSOLE, None)
         if text is None:
             return original(self)
+        if isinstance(text, Path):  # a booted VM's console file (tests/providers/aws/ec2_vms.py)
+            text = text.read_bytes()[-CONSOLE_WINDOW:].decode(errors="replace")
         return ActionResult(
             {"InstanceId": instance.id, "Timestamp": utcnow(), "Output": Base64EncodedString.from_raw_string(text)}
         )
@@ -94,6 +98,11 @@ def serve_consoles(monkeypatch: pytest.MonkeyPatch) -> None:
 def write_console(instance_id: str, text: str) -> None:
     """The VM's serial console now holds `text` (its last 64 KiB, as EC2 would serve it)."""
     setattr(moto_instance(instance_id), _CONSOLE, text)
+
+
+def attach_console(instance: Any, path: Path) -> None:
+    """moto's `instance` serves, at each GetConsoleOutput, the last 64 KiB of the file `path`."""
+    setattr(instance, _CONSOLE, path)
 
 
 def set_state(instance_id: str, name: str, *, reason: tuple[str, str], transition: str = "") -> None:

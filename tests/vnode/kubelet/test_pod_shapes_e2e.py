@@ -8,9 +8,7 @@ reported that did not happen (design I9)."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,83 +16,19 @@ import pytest
 
 from devcluster import DevCluster
 from kube import names
-from kube.client import Kube, path_for
+from kube.client import path_for
 from providers.fake import FakeProvider
 from providers.fake.client import FakeCloudClient
 from providers.fake.server import start_server
 from providers.local import LocalProvider
 from tests.support.fixtures import kube_for
-from tests.support.kubectl import KUBECTL_137
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
 from tests.support.runners import make_runner
+from tests.support.shaped import POD, Shaped, model_server_pod
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
 from vnode.runs import BackoffPolicy
-
-POD = "model-server"
-DOWNLOAD = (
-    "if [ ! -f /data/attempted ]; then touch /data/attempted; echo download failed; exit 1; fi; "
-    "echo downloaded; echo weights-v1 > /data/model"
-)
-SERVE = "cat /data/model; cat /config/greeting; echo; while true; do echo serving; sleep 0.3; done"
-METRICS = "while true; do echo metrics tick; sleep 0.3; done"
-
-
-def model_server_pod() -> dict[str, Any]:
-    data = {"name": "data", "mountPath": "/data"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": POD, "namespace": "default"},
-        "spec": {
-            "nodeSelector": {names.PROVIDER_KEY: "local"},
-            "tolerations": [{"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"}],
-            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "config", "configMap": {"name": "greeting"}}],
-            "initContainers": [{"name": "download", "image": "busybox", "command": ["sh", "-c", DOWNLOAD],
-                                "volumeMounts": [data]}],
-            "containers": [
-                {"name": "server", "image": "busybox", "command": ["sh", "-c", SERVE],
-                 "volumeMounts": [data, {"name": "config", "mountPath": "/config", "readOnly": True}],
-                 "readinessProbe": {"exec": {"command": ["test", "-f", "/data/ready"]}, "periodSeconds": 1}},
-                {"name": "metrics", "image": "busybox", "command": ["sh", "-c", METRICS], "volumeMounts": [data],
-                 "livenessProbe": {"exec": {"command": ["sh", "-c", "test ! -f /data/sick"]}, "periodSeconds": 1,
-                                   "failureThreshold": 1}},
-            ],
-        },
-    }  # fmt: skip
-
-
-@dataclass
-class Shaped:
-    cluster: DevCluster
-    kube: Kube
-    kubeconfig: str
-    pod: str = "model-server"  # unique across the module: the kubelet registry finds Pods by key
-
-    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [KUBECTL_137, "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True, timeout=60
-        )
-
-    def row(self) -> list[str]:
-        """NAME READY STATUS RESTARTS AGE, as `kubectl get pod` prints them."""
-        return self.kubectl("get", "pod", self.pod, "--no-headers").stdout.split()
-
-    def status(self) -> dict[str, Any]:
-        return dict((get_pod(self.kube, self.pod) or {}).get("status") or {})
-
-    def container(self, name: str) -> dict[str, Any]:
-        status = self.status()
-        every = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
-        return next((dict(s) for s in every if s.get("name") == name), {})
-
-    def condition(self, kind: str) -> str | None:
-        return next((c["status"] for c in self.status().get("conditions") or [] if c["type"] == kind), None)
-
-    def events(self, reason: str) -> list[str]:
-        items, _ = self.kube.list(path_for("events", namespace="default"))
-        return [e["message"] for e in items if e["involvedObject"]["name"] == self.pod and e.get("reason") == reason]
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,85 @@
+"""The model-server Pod of issue 14 and a view of it as kubectl and the API server show it,
+for the end-to-end tests of Pod shapes (tests/vnode/kubelet/test_pod_shapes*_e2e.py).
+
+The Pod: a download init container that fails once, a server whose readiness probe waits
+for a file, a metrics container with a liveness probe, an emptyDir they share and a
+configMap volume whose ConfigMap the test creates later. Nothing here is a test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, path_for
+from tests.support.kubectl import KUBECTL_137
+from tests.support.pods import get_pod
+
+POD = "model-server"
+DOWNLOAD = (
+    "if [ ! -f /data/attempted ]; then touch /data/attempted; echo download failed; exit 1; fi; "
+    "echo downloaded; echo weights-v1 > /data/model"
+)
+SERVE = "cat /data/model; cat /config/greeting; echo; while true; do echo serving; sleep 0.3; done"
+METRICS = "while true; do echo metrics tick; sleep 0.3; done"
+
+
+def model_server_pod(provider: str = "local", *, download: str = DOWNLOAD) -> dict[str, Any]:
+    """The Pod, bound by nodeSelector to the node of `provider`; `download` is the init
+    container's script (by default it remembers its failed attempt in the shared emptyDir)."""
+    data = {"name": "data", "mountPath": "/data"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": POD, "namespace": "default"},
+        "spec": {
+            "nodeSelector": {names.PROVIDER_KEY: provider},
+            "tolerations": [{"key": names.PROVIDER_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "volumes": [{"name": "data", "emptyDir": {}}, {"name": "config", "configMap": {"name": "greeting"}}],
+            "initContainers": [{"name": "download", "image": "busybox", "command": ["sh", "-c", download],
+                                "volumeMounts": [data]}],
+            "containers": [
+                {"name": "server", "image": "busybox", "command": ["sh", "-c", SERVE],
+                 "volumeMounts": [data, {"name": "config", "mountPath": "/config", "readOnly": True}],
+                 "readinessProbe": {"exec": {"command": ["test", "-f", "/data/ready"]}, "periodSeconds": 1}},
+                {"name": "metrics", "image": "busybox", "command": ["sh", "-c", METRICS], "volumeMounts": [data],
+                 "livenessProbe": {"exec": {"command": ["sh", "-c", "test ! -f /data/sick"]}, "periodSeconds": 1,
+                                   "failureThreshold": 1}},
+            ],
+        },
+    }  # fmt: skip
+
+
+@dataclass
+class Shaped:
+    cluster: DevCluster
+    kube: Kube
+    kubeconfig: str
+    pod: str = "model-server"  # unique across the module: the kubelet registry finds Pods by key
+
+    def kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [KUBECTL_137, "--kubeconfig", self.kubeconfig, *args], capture_output=True, text=True, timeout=60
+        )
+
+    def row(self) -> list[str]:
+        """NAME READY STATUS RESTARTS AGE, as `kubectl get pod` prints them."""
+        return self.kubectl("get", "pod", self.pod, "--no-headers").stdout.split()
+
+    def status(self) -> dict[str, Any]:
+        return dict((get_pod(self.kube, self.pod) or {}).get("status") or {})
+
+    def container(self, name: str) -> dict[str, Any]:
+        status = self.status()
+        every = [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        return next((dict(s) for s in every if s.get("name") == name), {})
+
+    def condition(self, kind: str) -> str | None:
+        return next((c["status"] for c in self.status().get("conditions") or [] if c["type"] == kind), None)
+
+    def events(self, reason: str) -> list[str]:
+        items, _ = self.kube.list(path_for("events", namespace="default"))
+        return [e["message"] for e in items if e["involvedObject"]["name"] == self.pod and e.get("reason") == reason]
