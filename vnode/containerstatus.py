@@ -16,7 +16,7 @@ from typing import Any
 
 from kube import names
 from kube.times import rfc3339
-from providers.base import Instance, InstanceState
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
 from vnode import status
 from vnode.runs import GONE_EXIT_CODE
@@ -55,6 +55,15 @@ def default_waiting_reason(pod: Mapping[str, Any]) -> str:
     """The kubelet's reason for a container not started yet: `PodInitializing` in a Pod with
     init containers, else `ContainerCreating`."""
     return POD_INITIALIZING if init_containers(pod) else CONTAINER_CREATING
+
+
+def before_start_status(pod: Mapping[str, Any], *, now: datetime) -> JsonDict:
+    """The status of a Pod none of whose containers can start yet (its volumes wait for a
+    ConfigMap or Secret): Pending, every container waiting (`PodInitializing` behind init
+    containers, else `ContainerCreating`), as a kubelet writes it before it mounts, so kubectl
+    shows `Init:0/1` or `ContainerCreating` rather than a bare `Pending`."""
+    nothing = Instance(InstanceId(""), ClaimName(""), InstanceState.PROVISIONING, now)
+    return status_from_containers(pod, nothing, now=now, views={}, verdicts=status.NO_VERDICTS)
 
 
 def status_from_containers(

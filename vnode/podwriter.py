@@ -68,6 +68,18 @@ class PodWriter:
             raise Retry(f"status write failed: {exc}") from exc
         entry.written_status = desired
 
+    def write_status(self, pod: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+        """Write the status of a Pod not tracked yet (no instance: it waits to be provisioned);
+        False if the write failed (the caller's retry writes it again) or the Pod is gone."""
+        metadata = pod.get("metadata") or {}
+        path = path_for("pods", namespace=metadata.get("namespace"), name=metadata.get("name"), subresource="status")
+        try:
+            self._kube.patch(path, {"status": dict(desired)})
+        except KubeError as exc:
+            logger.info("status of %s/%s not written: %s", metadata.get("namespace"), metadata.get("name"), exc)
+            return False
+        return True
+
     def _write_annotations(self, entry: Tracked) -> None:
         pending = {k: v for k, v in entry.desired_annotations.items() if entry.written_annotations.get(k) != v}
         if not pending:

@@ -30,7 +30,7 @@ from kube.worker import Retry
 from providers import errors, shapecheck
 from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
 from providers.podspec import pod_spec_from_dict, requested_tier
-from vnode import status
+from vnode import containerstatus, status
 from vnode.blocklister import Blocklister
 from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
@@ -145,6 +145,8 @@ class Provisioner:
             env = resolve_pod_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
         except (MountError, EnvError) as exc:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
+            if isinstance(exc, MountError) and not (pod.get("status") or {}).get("containerStatuses"):
+                self._writer.write_status(pod, containerstatus.before_start_status(pod, now=self._now()))
             if exc.missing is not None:
                 raise WaitingForSource(str(exc), missing=exc.missing) from exc
             raise Retry(str(exc)) from exc

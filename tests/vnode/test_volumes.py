@@ -343,7 +343,12 @@ def test_a_pod_waits_in_failed_mount_until_its_configmap_is_created_then_carries
     message = 'MountVolume.SetUp failed for volume "conf" : configmap "late-config" not found'
     wait_for(lambda: any(e["reason"] == "FailedMount" and e["message"] == message for e in events_for(kube, "mounter")))
     assert provider.requests == [] and provider.list() == []
-    assert phase_of(kube, "mounter") != "Running"
+
+    def waiting() -> dict[str, Any]:  # the status a kubelet writes before it mounts: kubectl's ContainerCreating
+        return dict((((get_pod(kube, "mounter") or {}).get("status") or {}).get("containerStatuses") or [{}])[0])
+
+    wait_for(lambda: waiting().get("state") == {"waiting": {"reason": "ContainerCreating"}}, what="ContainerCreating")
+    assert phase_of(kube, "mounter") == "Pending" and waiting()["ready"] is False
     blob = base64.b64encode(b"\x00\x01").decode()
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "late-config"},
                  "data": {"model": "llama"}, "binaryData": {"blob": blob}}  # fmt: skip

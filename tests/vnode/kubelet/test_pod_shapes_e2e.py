@@ -58,7 +58,9 @@ def test_the_model_server_pod_runs_each_step_as_kubectl_reports_it(shaped: Shape
     missing = 'MountVolume.SetUp failed for volume "config" : configmap "greeting" not found'
     wait_for(lambda: missing in shaped.events(names.EVENT_FAILED_MOUNT), what="the FailedMount Event")
     assert shaped.status().get("phase", "Pending") == "Pending"
-    assert shaped.row()[1:3] == ["0/2", "Pending"]  # a kubelet shows Init:0/1: it writes a status first
+    wait_for(lambda: shaped.row()[1:3] == ["0/2", "Init:0/1"], what="Init:0/1")  # the status a kubelet writes first
+    assert shaped.container("download")["state"] == {"waiting": {"reason": "PodInitializing"}}
+    assert shaped.condition("Initialized") == "False" and shaped.condition("PodScheduled") == "True"
 
     # Created later: the init container runs first, fails once, is restarted, then succeeds.
     kube.create(path_for("configmaps", namespace="default"),

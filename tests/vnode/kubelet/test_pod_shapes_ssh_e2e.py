@@ -93,7 +93,8 @@ def test_the_model_server_pod_over_ssh_on_ec2_reports_each_step(over_ssh: tuple[
     # The ConfigMap does not exist: no instance is launched, and the Pod says why.
     missing = 'MountVolume.SetUp failed for volume "config" : configmap "greeting" not found'
     wait_for(lambda: missing in shaped.events(names.EVENT_FAILED_MOUNT), what="the FailedMount Event")
-    assert host.vms == {} and shaped.status().get("phase", "Pending") == "Pending"
+    assert host.vms == {} and shaped.status()["phase"] == "Pending"
+    wait_for(lambda: shaped.row()[1:3] == ["0/2", "Init:0/1"], what="kubectl to show Init:0/1")
 
     # Created later: the first instance runs the init container, which fails; its restart is
     # the next instance, where it succeeds, and only then do the app containers start.
