@@ -7,6 +7,7 @@ import time
 
 from kube.worker import Requeue, Retry, WorkerPool, describe, join_within
 from kube.workqueue import WorkQueue
+from tests.support.clock import ManualClock
 from tests.support.polling import wait_for
 
 
@@ -38,17 +39,9 @@ def test_join_within_skips_threads_never_started() -> None:
     assert join_within([threading.Thread(target=lambda: None)], 1) == []
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def _pool(outcomes: dict[str, list[object]], **options: object) -> tuple[WorkerPool, WorkQueue, _Clock, list[str]]:
+def _pool(outcomes: dict[str, list[object]], **options: object) -> tuple[WorkerPool, WorkQueue, ManualClock, list[str]]:
     """A pool whose sync replays `outcomes[key]` (an exception is raised, anything else returned)."""
-    clock = _Clock()
+    clock = ManualClock()
     queue = WorkQueue(base_delay=1.0, max_delay=8.0, clock=clock)
     seen: list[str] = []
 

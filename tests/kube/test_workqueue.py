@@ -5,18 +5,11 @@ from __future__ import annotations
 import threading
 
 from kube.workqueue import WorkQueue
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 def test_a_key_is_handed_out_once_until_done() -> None:
-    queue = WorkQueue(clock=FakeClock())
+    queue = WorkQueue(clock=ManualClock(1000.0))
     queue.add("a")
     queue.add("a")
     assert queue.get(timeout=0) == "a"
@@ -24,7 +17,7 @@ def test_a_key_is_handed_out_once_until_done() -> None:
 
 
 def test_enqueue_while_processing_runs_the_key_exactly_once_more() -> None:
-    queue = WorkQueue(clock=FakeClock())
+    queue = WorkQueue(clock=ManualClock(1000.0))
     queue.add("a")
     assert queue.get(timeout=0) == "a"
     queue.add("a")
@@ -37,7 +30,7 @@ def test_enqueue_while_processing_runs_the_key_exactly_once_more() -> None:
 
 
 def test_failures_back_off_exponentially_up_to_the_cap_and_never_drop_the_key() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     queue = WorkQueue(base_delay=1.0, max_delay=8.0, clock=clock)
     queue.add("a")
     assert queue.get(timeout=0) == "a"
@@ -54,7 +47,7 @@ def test_failures_back_off_exponentially_up_to_the_cap_and_never_drop_the_key() 
 
 
 def test_an_event_pulls_a_backing_off_key_forward() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     queue = WorkQueue(base_delay=60.0, clock=clock)
     queue.add("a")
     queue.get(timeout=0)
@@ -65,7 +58,7 @@ def test_an_event_pulls_a_backing_off_key_forward() -> None:
 
 
 def test_a_later_enqueue_never_delays_a_waiting_key() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     queue = WorkQueue(clock=clock)
     queue.add("a", delay=1.0)
     queue.add("a", delay=100.0)
@@ -74,7 +67,7 @@ def test_a_later_enqueue_never_delays_a_waiting_key() -> None:
 
 
 def test_success_resets_the_backoff() -> None:
-    clock = FakeClock()
+    clock = ManualClock(1000.0)
     queue = WorkQueue(base_delay=1.0, clock=clock)
     queue.add("a")
     queue.get(timeout=0)

@@ -16,19 +16,12 @@ from devcluster import DevCluster
 from kube.client import Kube, path_for
 from nebula_site import process
 from providers.fake import FakeProvider
+from tests.support.clock import ManualClock
 from tests.support.polling import wait_for
 from vnode.kubelet.resolve import HandlerRegistry
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def step(clock: Clock, takes: float, given: list[float], busy: list[threading.Thread]) -> process.Stopper:
+def step(clock: ManualClock, takes: float, given: list[float], busy: list[threading.Thread]) -> process.Stopper:
     def run(timeout: float) -> list[threading.Thread]:
         given.append(timeout)
         clock.now += min(takes, timeout)
@@ -45,7 +38,7 @@ def step(clock: Clock, takes: float, given: list[float], busy: list[threading.Th
     ],
 )
 def test_stop_in_order_shares_one_grace_and_names_what_is_left(takes: list[float], expected: list[float]) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     given: list[float] = []
     left = threading.Thread(name="stuck")
     steps = [step(clock, t, given, [left] if i == 1 else []) for i, t in enumerate(takes)]

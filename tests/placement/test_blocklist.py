@@ -8,14 +8,7 @@ import pytest
 
 from placement.blocklist import Blocklist, scope_covers
 from providers.base import BlockBreadth, BlockScope, Tier
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 def offering(
@@ -47,7 +40,7 @@ def test_scope_covers_exactly_its_breadth(scope: BlockScope, candidate: tuple, c
 
 
 def test_entry_lives_ttl_plus_bounded_jitter_and_counts_down() -> None:
-    clock = Clock()
+    clock = ManualClock(1_800_000_000.0)
     blocklist = Blocklist(clock=clock, uniform=lambda: 0.999, default_ttl=100.0)
     blocklist.record("gpu-a", offering())
     (entry,) = blocklist.entries()
@@ -60,13 +53,13 @@ def test_entry_lives_ttl_plus_bounded_jitter_and_counts_down() -> None:
 
 
 def test_jitter_never_exceeds_thirty_seconds() -> None:
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.999, default_ttl=3600.0)
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0), uniform=lambda: 0.999, default_ttl=3600.0)
     blocklist.record("gpu-a", offering())
     assert blocklist.entries()[0].seconds_left <= 3630.0
 
 
 def test_identical_scopes_coalesce_and_the_expiry_only_moves_later() -> None:
-    clock = Clock()
+    clock = ManualClock(1_800_000_000.0)
     ttls = {"short": 30.0, "long": 200.0}
     blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, pool_ttl=ttls.get, default_ttl=100.0)
     blocklist.record("gpu-a", offering())
@@ -81,7 +74,7 @@ def test_identical_scopes_coalesce_and_the_expiry_only_moves_later() -> None:
 
 def test_entries_are_ordered_by_expiry_and_blocked_returns_the_latest_covering() -> None:
     ttls = {"fifty": 50.0, "ten": 10.0}
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0, pool_ttl=ttls.get, default_ttl=100.0)
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0), uniform=lambda: 0.0, pool_ttl=ttls.get, default_ttl=100.0)
     blocklist.record("gpu-a", offering())
     blocklist.record("gpu-a", BlockScope("gpu-a", BlockBreadth.TIER, tier=Tier.SPOT), pool="fifty")
     blocklist.record("gpu-b", BlockScope("gpu-b", BlockBreadth.PROVIDER), pool="ten")
@@ -91,7 +84,7 @@ def test_entries_are_ordered_by_expiry_and_blocked_returns_the_latest_covering()
 
 
 def test_the_pool_ttl_wins_over_the_default_and_clear_get_work_by_id() -> None:
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0, pool_ttl={"train": 20.0}.get)
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0), uniform=lambda: 0.0, pool_ttl={"train": 20.0}.get)
     blocklist.record("gpu-a", offering(), pool="train")
     blocklist.record("gpu-b", offering("gpu-b"), pool="missing")
     first, second = blocklist.entries()
@@ -105,7 +98,7 @@ def test_the_pool_ttl_wins_over_the_default_and_clear_get_work_by_id() -> None:
 
 def test_a_refusal_in_a_pool_gets_the_pools_ttl_and_keeps_the_first_pool_named() -> None:
     """What placement's attribution of a refusal to its pool did, `record(pool=)` now does at once."""
-    clock = Clock()
+    clock = ManualClock(1_800_000_000.0)
     blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, pool_ttl={"train": 5.0, "other": 1.0}.get)
     blocklist.record("gpu-a", offering(), pool="train")
     clock.now += 1
@@ -116,7 +109,7 @@ def test_a_refusal_in_a_pool_gets_the_pools_ttl_and_keeps_the_first_pool_named()
 
 
 def test_without_a_pool_ttl_the_default_is_five_minutes() -> None:
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0, pool_ttl={"zero": 0.0}.get)
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0), uniform=lambda: 0.0, pool_ttl={"zero": 0.0}.get)
     blocklist.record("gpu-a", offering())
     blocklist.record("gpu-b", offering("gpu-b"), pool="zero")  # a pool TTL of 0 is no TTL
     blocklist.use_pool_ttls(lambda name: None)
@@ -126,7 +119,7 @@ def test_without_a_pool_ttl_the_default_is_five_minutes() -> None:
 
 def test_clear_notifies_subscribers_and_record_does_not() -> None:
     woken: list[int] = []
-    blocklist = Blocklist(clock=Clock(), uniform=lambda: 0.0)
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0), uniform=lambda: 0.0)
     blocklist.subscribe(lambda: woken.append(1))
     blocklist.record("gpu-a", offering())
     assert woken == []  # a record only ever moves an expiry later: nobody waiting can go sooner
@@ -135,7 +128,7 @@ def test_clear_notifies_subscribers_and_record_does_not() -> None:
 
 
 def test_revision_changes_on_record_clear_and_expiry() -> None:
-    clock = Clock()
+    clock = ManualClock(1_800_000_000.0)
     blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, default_ttl=10.0)
     start = blocklist.revision()
     blocklist.record("gpu-a", offering())
@@ -147,7 +140,7 @@ def test_revision_changes_on_record_clear_and_expiry() -> None:
 
 
 def test_an_empty_provider_records_nothing() -> None:
-    blocklist = Blocklist(clock=Clock())
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0))
     blocklist.record("", BlockScope("", BlockBreadth.PROVIDER))
     blocklist.record("gpu-a", BlockScope("gpu-b", BlockBreadth.PROVIDER))
     assert blocklist.entries() == []

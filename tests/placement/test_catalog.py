@@ -12,6 +12,7 @@ import pytest
 from placement.catalog import Catalog, became_available
 from providers import errors
 from providers.base import Capabilities, Offering, Tier
+from tests.support.clock import ManualClock
 
 H100 = Offering("h100", 8, Tier.SPOT, "us-east-1", 10.0)
 SOLD_OUT = replace(H100, available=False)
@@ -38,16 +39,8 @@ class CountingProvider:
         return Capabilities()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_offerings_are_asked_once_per_ttl() -> None:
-    provider, clock = CountingProvider(), Clock()
+    provider, clock = CountingProvider(), ManualClock(100.0)
     catalog = Catalog({"gpu-a": provider}, ttl=10.0, clock=clock)  # type: ignore[dict-item]
     assert catalog.views()["gpu-a"].offerings == (H100,)
     clock.now += 9
@@ -59,7 +52,7 @@ def test_offerings_are_asked_once_per_ttl() -> None:
 
 
 def test_a_failed_call_keeps_the_last_good_answer() -> None:
-    provider, clock = CountingProvider(), Clock()
+    provider, clock = CountingProvider(), ManualClock(100.0)
     catalog = Catalog({"gpu-a": provider}, ttl=10.0, clock=clock)  # type: ignore[dict-item]
     catalog.views()
     provider.fail = True
@@ -71,7 +64,7 @@ def test_a_failed_call_keeps_the_last_good_answer() -> None:
 def test_a_provider_never_answered_is_unknown_not_empty() -> None:
     provider = CountingProvider()
     provider.fail = True
-    catalog = Catalog({"gpu-a": provider}, clock=Clock())  # type: ignore[dict-item]
+    catalog = Catalog({"gpu-a": provider}, clock=ManualClock(100.0))  # type: ignore[dict-item]
     assert catalog.views()["gpu-a"].offerings is None
 
 
@@ -97,7 +90,7 @@ def test_became_available_means_an_available_row_that_was_not(
 
 
 def test_a_refresh_that_gains_an_offering_tells_the_listeners_and_moves_the_revision() -> None:
-    provider, clock = CountingProvider(), Clock()
+    provider, clock = CountingProvider(), ManualClock(100.0)
     catalog = Catalog({"gpu-a": provider}, ttl=10.0, clock=clock)  # type: ignore[dict-item]
     heard: list[str] = []
     catalog.subscribe(heard.append)

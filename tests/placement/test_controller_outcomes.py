@@ -31,19 +31,12 @@ from placement.pools import NodePool, PoolProvider
 from placement.waiting import PLACEMENT_RECHECK
 from providers import errors
 from providers.base import BlockBreadth, BlockScope, Capabilities, Offering, Tier
+from tests.support.clock import ManualClock
 
 KEY = "default/trainer"
 OFFERINGS = (Offering("h100", 8, Tier.SPOT, "us-east-1", 10.0),)
 SOLD_OUT = (Offering("h100", 8, Tier.SPOT, "us-east-1", 10.0, available=False),)
 CATALOG_TTL = 10.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class FakeKube:
@@ -115,7 +108,7 @@ class Harness:
     def __init__(
         self, *, synced: bool = True, offerings: tuple[Offering, ...] | None = OFFERINGS, block_ttl: float = 30.0
     ) -> None:
-        self.clock = Clock()
+        self.clock = ManualClock(1_800_000_000.0)
         self.kube = FakeKube()
         self.events = FakeEvents()
         self.provider = FakeProvider(offerings)

@@ -11,21 +11,11 @@ from providers import errors
 from providers.base import ClaimName, InstanceId, InstanceState, ProvisionRequest, Tier
 from providers.fake.cloud import FakeCloud
 from providers.fake.scenario import load_scenario
+from tests.support.clock import ManualClock
 from tests.support.factories import make_pod_spec
 
 H100 = {"accelerator": "h100", "gpu_count": 8}
 OWNER = "c1.fake"  # the Owner.key every provider call carries
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def scenario(**overrides: Any) -> dict[str, Any]:
@@ -47,7 +37,7 @@ def scenario(**overrides: Any) -> dict[str, Any]:
     return data
 
 
-def make_cloud(clock: Clock, sleeps: list[float] | None = None, **overrides: Any) -> FakeCloud:
+def make_cloud(clock: ManualClock, sleeps: list[float] | None = None, **overrides: Any) -> FakeCloud:
     sink = sleeps if sleeps is not None else []
     return FakeCloud(load_scenario(scenario(**overrides)), clock=clock, sleep=sink.append)
 
@@ -62,7 +52,7 @@ def state_of(cloud: FakeCloud, instance_id: str) -> InstanceState | None:
 
 
 def test_an_instance_with_a_delay_is_provisioning_until_the_delay_passes() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock)
     result = cloud.provision(make_pod_spec(**H100), request(tier=Tier.SPOT, region="us-west-2"), owner=OWNER)
     assert result.reserved and result.credential is not None and result.endpoint == f"fake://{result.instance_id}"
@@ -77,7 +67,7 @@ def test_an_instance_with_a_delay_is_provisioning_until_the_delay_passes() -> No
 
 
 def test_a_cpu_pod_without_delay_runs_at_once_in_the_first_matching_offering() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     result = cloud.provision(make_pod_spec(), request(), owner=OWNER)
     instance = cloud.get(result.instance_id, owner=OWNER)
     assert instance is not None and instance.state is InstanceState.RUNNING
@@ -85,7 +75,7 @@ def test_a_cpu_pod_without_delay_runs_at_once_in_the_first_matching_offering() -
 
 
 def test_provision_is_idempotent_on_the_claim_and_mints_a_credential_once() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     first = cloud.provision(make_pod_spec(), request("c"), owner=OWNER)
     again = cloud.provision(make_pod_spec(), request("c"), owner=OWNER)
     assert again.instance_id == first.instance_id and again.credential is None
@@ -94,7 +84,7 @@ def test_provision_is_idempotent_on_the_claim_and_mints_a_credential_once() -> N
 
 
 def test_ids_count_up_and_are_never_reused_after_reset() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     assert cloud.provision(make_pod_spec(), request("a"), owner=OWNER).instance_id == "fake-1"
     cloud.reset()
     assert cloud.list(owner=OWNER) == []
@@ -102,7 +92,7 @@ def test_ids_count_up_and_are_never_reused_after_reset() -> None:
 
 
 def test_a_full_offering_refuses_with_no_capacity_and_frees_on_terminate() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     spot_east: dict[str, Any] = {"tier": Tier.SPOT, "region": "us-east-1"}
     first = cloud.provision(make_pod_spec(**H100), request("a", **spot_east), owner=OWNER)
     with pytest.raises(errors.NoCapacity):
@@ -114,7 +104,7 @@ def test_a_full_offering_refuses_with_no_capacity_and_frees_on_terminate() -> No
 
 
 def test_without_tier_or_region_a_full_offering_is_skipped_for_the_next() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     ids = [cloud.provision(make_pod_spec(**H100), request(f"c{i}"), owner=OWNER).instance_id for i in range(4)]
     placed = {(i.capacity_type, i.region) for i in cloud.list(owner=OWNER) if i.id in ids}
     assert len(placed) == 4
@@ -123,7 +113,7 @@ def test_without_tier_or_region_a_full_offering_is_skipped_for_the_next() -> Non
 
 
 def test_a_shape_nobody_offers_is_an_invalid_request_and_a_missing_region_no_capacity() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     with pytest.raises(errors.InvalidRequest):
         cloud.provision(make_pod_spec(accelerator="b200", gpu_count=8), request(), owner=OWNER)
     with pytest.raises(errors.InvalidRequest):
@@ -143,7 +133,7 @@ def test_a_shape_nobody_offers_is_an_invalid_request_and_a_missing_region_no_cap
     ],
 )
 def test_a_refuse_fault_raises_its_kind_only_for_matching_offerings(reason: str, error: type[Exception]) -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     cloud.refuse(reason, accelerator="h100", tier="Spot", region="us-east-1")
     with pytest.raises(error):
         cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
@@ -158,7 +148,7 @@ def test_a_refuse_fault_raises_its_kind_only_for_matching_offerings(reason: str,
 def test_an_invalid_or_unsupported_refusal_names_the_shape_and_is_no_refusal_for_the_blocklist(
     reason: str, error: type[errors.ProviderError]
 ) -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     cloud.refuse(reason, accelerator="h100", count=1)
     with pytest.raises(error) as caught:
         cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
@@ -168,7 +158,7 @@ def test_an_invalid_or_unsupported_refusal_names_the_shape_and_is_no_refusal_for
 
 
 def test_a_hide_fault_omits_the_instance_from_the_next_n_lists_while_get_still_returns_it() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     hidden = cloud.provision(make_pod_spec(), request("hidden"), owner=OWNER).instance_id
     shown = cloud.provision(make_pod_spec(), request("shown"), owner=OWNER).instance_id
     cloud.hide(hidden, count=2)
@@ -181,7 +171,7 @@ def test_a_hide_fault_omits_the_instance_from_the_next_n_lists_while_get_still_r
 
 
 def test_a_hide_fault_by_claim_is_one_shot_by_default_and_spent_only_by_lists_that_would_show_it() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     hidden = cloud.provision(make_pod_spec(), request("hidden"), owner=OWNER).instance_id
     cloud.hide(claim="hidden")
     assert cloud.list(owner="c2.fake") == []  # another owner's list does not see it, so does not spend it
@@ -190,7 +180,7 @@ def test_a_hide_fault_by_claim_is_one_shot_by_default_and_spent_only_by_lists_th
 
 
 def test_two_hide_faults_on_one_instance_are_each_spent_by_the_list_they_hid_it_from() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     hidden = cloud.provision(make_pod_spec(), request("hidden"), owner=OWNER).instance_id
     cloud.hide(hidden)
     cloud.hide(claim="hidden")
@@ -199,7 +189,7 @@ def test_two_hide_faults_on_one_instance_are_each_spent_by_the_list_they_hid_it_
 
 
 def test_a_timed_hide_fault_hides_from_every_list_until_it_ends() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock)
     hidden = cloud.provision(make_pod_spec(), request("hidden"), owner=OWNER).instance_id
     cloud.hide(hidden, seconds=10)
@@ -210,7 +200,7 @@ def test_a_timed_hide_fault_hides_from_every_list_until_it_ends() -> None:
 
 
 def test_a_counted_refusal_stops_after_count_and_a_timed_one_after_its_seconds() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock)
     cloud.refuse("capacity", count=2)
     for _ in range(2):
@@ -226,14 +216,14 @@ def test_a_counted_refusal_stops_after_count_and_a_timed_one_after_its_seconds()
 
 
 def test_an_existing_claim_is_adopted_even_while_refusals_are_injected() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     first = cloud.provision(make_pod_spec(), request("a"), owner=OWNER)
     cloud.refuse("auth")
     assert cloud.provision(make_pod_spec(), request("a"), owner=OWNER).instance_id == first.instance_id
 
 
 def test_an_outage_makes_every_call_unavailable_until_it_ends_or_is_cleared() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock)
     result = cloud.provision(make_pod_spec(), request("a"), owner=OWNER)
     cloud.outage(seconds=30)
@@ -257,7 +247,7 @@ def test_an_outage_makes_every_call_unavailable_until_it_ends_or_is_cleared() ->
 
 
 def test_a_slow_fault_sleeps_through_the_injected_sleep_on_every_call() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     sleeps: list[float] = []
     cloud = make_cloud(clock, sleeps)
     cloud.slow(2.5, seconds=60)
@@ -270,7 +260,7 @@ def test_a_slow_fault_sleeps_through_the_injected_sleep_on_every_call() -> None:
 
 
 def test_losing_an_instance_makes_it_terminated_or_gone() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     kept = cloud.provision(make_pod_spec(), request("kept"), owner=OWNER).instance_id
     vanished = cloud.provision(make_pod_spec(), request("vanished"), owner=OWNER).instance_id
     cloud.lose(kept)
@@ -289,7 +279,7 @@ def test_losing_an_instance_makes_it_terminated_or_gone() -> None:
 def test_an_exit_fault_reports_the_code_the_reason_and_when_the_run_started_and_ended(
     code: int, state: InstanceState, reason: str
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock)
     instance_id = cloud.provision(make_pod_spec(), request(), owner=OWNER).instance_id
     clock.advance(7)
@@ -303,7 +293,7 @@ def test_an_exit_fault_reports_the_code_the_reason_and_when_the_run_started_and_
 
 
 def test_a_scripted_run_length_ends_the_workload_on_its_own_at_the_scripted_time() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock, workload={"run_seconds": 5, "exit_code": 2})
     result = cloud.provision(make_pod_spec(), request(), owner=OWNER)
     clock.advance(4.9)
@@ -316,7 +306,7 @@ def test_a_scripted_run_length_ends_the_workload_on_its_own_at_the_scripted_time
 
 
 def test_a_terminated_instance_is_terminating_for_the_delay_then_terminated_for_the_retention_then_gone() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock, termination_delay=5, retention_seconds=100)
     result = cloud.provision(make_pod_spec(), request(), owner=OWNER)
     cloud.terminate(result.instance_id, owner=OWNER)
@@ -333,7 +323,7 @@ def test_a_terminated_instance_is_terminating_for_the_delay_then_terminated_for_
 
 
 def test_list_lag_hides_fresh_instances_from_list_but_not_from_get() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock, list_lag=3)
     result = cloud.provision(make_pod_spec(), request(), owner=OWNER)
     assert cloud.list(owner=OWNER) == [] and cloud.get(result.instance_id, owner=OWNER) is not None
@@ -342,7 +332,7 @@ def test_list_lag_hides_fresh_instances_from_list_but_not_from_get() -> None:
 
 
 def test_offerings_report_prices_and_availability() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
     cloud.refuse("capacity", tier="OnDemand", accelerator="cpu")
     offerings = {(o.accelerator, o.tier, o.region): o for o in cloud.offerings()}
@@ -360,7 +350,7 @@ def test_an_invalid_or_unsupported_refusal_does_not_sell_the_offering_out(
 ) -> None:
     """The shape cannot be served as asked, which is not "sold out": offerings still show it
     available (as a cloud's catalog does), while a capacity refusal of the same shape does not."""
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     cloud.refuse(reason, accelerator="h100", tier="Spot", region="us-east-1")
     with pytest.raises(error):
         cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
@@ -373,7 +363,7 @@ def test_an_invalid_or_unsupported_refusal_does_not_sell_the_offering_out(
 
 
 def test_the_call_log_records_calls_and_outcomes_without_env_values() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     cloud.provision(make_pod_spec(), request("a"), owner=OWNER)
     cloud.refuse("capacity")
     with pytest.raises(errors.NoCapacity):
@@ -387,7 +377,7 @@ def test_the_call_log_records_calls_and_outcomes_without_env_values() -> None:
 
 
 def test_malformed_faults_are_value_errors() -> None:
-    cloud = make_cloud(Clock())
+    cloud = make_cloud(ManualClock(1_700_000_000.0))
     malformed: list[dict[str, Any]] = [
         {"kind": "melt"},
         {"kind": "refuse", "reason": "mood"},
@@ -404,7 +394,7 @@ def test_malformed_faults_are_value_errors() -> None:
 
 
 def test_a_snapshot_restores_instances_faults_and_counters() -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     cloud = make_cloud(clock)
     first = cloud.provision(make_pod_spec(**H100), request("a", tier=Tier.SPOT, region="us-east-1"), owner=OWNER)
     cloud.refuse("quota", region="us-west-2")

@@ -21,22 +21,12 @@ from providers.fake.clouds import cloud_named, forget
 from providers.fake.scenario import load_scenario
 from providers.fake.server import start_server
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
+from tests.support.clock import ManualClock
 from tests.support.factories import make_pod_spec
 from tests.support.polling import read_to_end
 
 START = 1_700_000_000.0
 SCENARIO: dict[str, Any] = {"workload": {"init_seconds": 2}, "log": {"interval": 1}}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -45,7 +35,7 @@ class Rig:
 
     provider: FakeProvider
     cloud: FakeCloud
-    clock: Clock
+    clock: ManualClock
 
     def get(self, instance_id: InstanceId) -> Instance:
         found = self.provider.get(instance_id)
@@ -64,7 +54,7 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Callable[..., Rig]]:
     closers: list[Callable[[], None]] = []
 
     def make(scenario: dict[str, Any] | None = None, **options: Any) -> Rig:
-        clock, scenario = Clock(), scenario if scenario is not None else SCENARIO
+        clock, scenario = ManualClock(START), scenario if scenario is not None else SCENARIO
         if request.param == "http":
             server = start_server(scenario=scenario, clock=clock)
             closers.append(server.close)
@@ -373,7 +363,7 @@ def test_volumes_are_kept_by_name_and_each_container_sees_its_mounted_files_by_p
 
 
 def test_the_containers_survive_a_snapshot_and_an_older_record_loads_as_its_one_container() -> None:
-    clock = Clock()
+    clock = ManualClock(START)
     cloud = FakeCloud(load_scenario(SCENARIO), clock=clock)
     owner = "standalone.gpu"
     made = cloud.provision(pod("app", init=("migrate",)), ProvisionRequest(claim=ClaimName("a")), owner=owner)
@@ -423,7 +413,7 @@ def test_exec_reaches_a_running_container_and_not_a_waiting_stopped_or_unknown_o
 
 
 def test_attach_reaches_a_running_container_only() -> None:
-    clock = Clock()
+    clock = ManualClock(START)
     name = f"containers-{uuid.uuid4().hex}"
     cloud_named(name, lambda: FakeCloud(load_scenario(SCENARIO), clock=clock))
     try:

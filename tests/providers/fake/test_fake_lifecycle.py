@@ -18,22 +18,12 @@ from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named, forget
 from providers.fake.scenario import load_scenario
 from providers.fake.server import start_server
+from tests.support.clock import ManualClock
 from tests.support.factories import make_pod_spec
 from tests.support.polling import read_to_end
 
 START = 1_700_000_000.0
 NUMBERED = {"log": {"interval": 1}}  # "fake instance <id> line <n>", one a second from the start
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -43,7 +33,7 @@ class Rig:
 
     provider: FakeProvider
     cloud: FakeCloud
-    clock: Clock
+    clock: ManualClock
 
 
 @pytest.fixture(params=["in-process", "http"])
@@ -51,7 +41,7 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Callable[..., Rig]]:
     closers: list[Callable[[], None]] = []
 
     def make(scenario: dict[str, Any], **options: Any) -> Rig:
-        clock = Clock()
+        clock = ManualClock(START)
         if request.param == "http":
             server = start_server(scenario=scenario, clock=clock)
             closers.append(server.close)
