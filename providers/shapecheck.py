@@ -24,6 +24,7 @@ from providers.shape import PROBE_KINDS, VOLUME_KINDS, Shapes
 SERVICE_ACCOUNT_VOLUME_PREFIX = "kube-api-access-"
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
 _PROJECTED_SOURCES = ("configMap", "secret", "downwardAPI")
+SEVERAL, INIT, SIDECARS, PROBE, VOLUME = "several", "init", "sidecars", "probe", "volume"  # Need.asks
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,9 @@ class Need:
     feature: str
     field: str
     warn_only: bool = False
+    # What in `Shapes` serves it: (SEVERAL | INIT | SIDECARS, ""), (PROBE, kind), (VOLUME, kind);
+    # ("", "") for what nothing serves (hooks, subPathExpr, other projected sources, warn-only).
+    asks: tuple[str, str] = ("", "")
 
     def text(self) -> str:
         return f"{self.field} ({self.feature})"
@@ -45,13 +49,13 @@ def needs(pod: Mapping[str, Any]) -> tuple[Need, ...]:
     found: list[Need] = []
     containers = list(spec.get("containers") or ())
     if len(containers) > 1:
-        found.append(Need("several containers", "spec.containers[1]"))
+        found.append(Need("several containers", "spec.containers[1]", asks=(SEVERAL, "")))
     for index, init in enumerate(spec.get("initContainers") or ()):
         where = f"spec.initContainers[{index}]"
         if init.get("restartPolicy") == "Always":
-            found.append(Need("sidecar containers", f"{where}.restartPolicy"))
+            found.append(Need("sidecar containers", f"{where}.restartPolicy", asks=(SIDECARS, "")))
         else:
-            found.append(Need("init containers", where))
+            found.append(Need("init containers", where, asks=(INIT, "")))
     for section in ("initContainers", "containers"):
         for index, container in enumerate(spec.get(section) or ()):
             found += _container_needs(container, f"spec.{section}[{index}]")
@@ -67,7 +71,8 @@ def _container_needs(container: Mapping[str, Any], where: str) -> list[Need]:
         if not isinstance(handler, Mapping):
             continue
         kind = next((key for key in (*PROBE_KINDS, "grpc") if key in handler), "")
-        found.append(Need(f"{kind or 'empty'} probes", f"{where}.{probe}" + (f".{kind}" if kind else "")))
+        field = f"{where}.{probe}" + (f".{kind}" if kind else "")
+        found.append(Need(f"{kind or 'empty'} probes", field, asks=(PROBE, kind) if kind in PROBE_KINDS else ("", "")))
     for hook in ("postStart", "preStop"):
         if hook in (container.get("lifecycle") or {}):
             found.append(Need("lifecycle hooks", f"{where}.lifecycle.{hook}"))
@@ -86,7 +91,8 @@ def _volume_needs(volume: Mapping[str, Any], where: str) -> list[Need]:
     kind = volume_kind(volume)
     if str(volume.get("name") or "").startswith(SERVICE_ACCOUNT_VOLUME_PREFIX) and kind == "projected":
         return [Need("the service account token (not mounted on external compute)", f"{where}", warn_only=True)]
-    found = [Need(f"{kind or 'empty'} volumes", f"{where}.{kind}" if kind else where)]
+    asks = (VOLUME, kind) if kind in VOLUME_KINDS else ("", "")
+    found = [Need(f"{kind or 'empty'} volumes", f"{where}.{kind}" if kind else where, asks=asks)]
     if kind == "projected":
         for index, source in enumerate((volume.get("projected") or {}).get("sources") or ()):
             for key in source:
@@ -96,19 +102,18 @@ def _volume_needs(volume: Mapping[str, Any], where: str) -> list[Need]:
 
 
 def _serves(shapes: Shapes, need: Need) -> bool:
-    feature = need.feature
-    if feature == "several containers":
+    what, kind = need.asks
+    if what == SEVERAL:
         return shapes.several_containers
-    if feature == "init containers":
+    if what == INIT:
         return shapes.init_containers
-    if feature == "sidecar containers":
+    if what == SIDECARS:
         return shapes.sidecars
-    if feature.endswith(" probes"):
-        return feature.removesuffix(" probes") in shapes.probes
-    if feature.endswith(" volumes"):
-        kind = feature.removesuffix(" volumes")
-        return kind in VOLUME_KINDS and kind in shapes.volumes
-    return False  # lifecycle hooks, subPathExpr, projected token/bundle sources, warn-only needs
+    if what == PROBE:
+        return kind in shapes.probes
+    if what == VOLUME:
+        return kind in shapes.volumes
+    return False  # lifecycle hooks, subPathExpr, grpc probes, other volume kinds and sources, warn-only needs
 
 
 def unserved(pod: Mapping[str, Any], shapes: Shapes) -> tuple[Need, ...]:

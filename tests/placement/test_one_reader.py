@@ -19,7 +19,7 @@ from providers.base import BlockBreadth, Offering, Tier
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict, requested_tier
 from providers.shape import Shapes
-from providers.shapecheck import Need
+from providers.shapecheck import SEVERAL, Need
 
 NOW = 1_800_000_000.0
 
@@ -51,7 +51,8 @@ def test_placement_the_provider_and_the_blocklist_read_one_pod_alike() -> None:
     pod = disagreeing_pod()
     request = workload_request(pod)
     spec = pod_spec_from_dict(pod)
-    assert request == WorkloadRequest("h100", 8, (Need("several containers", "spec.containers[1]"),))
+    several = Need("several containers", "spec.containers[1]", asks=(SEVERAL, ""))
+    assert request == WorkloadRequest("h100", 8, (several,))
     assert (spec.accelerator, spec.gpu_count) == (request.accelerator, request.gpu_count)
     assert requested_tier(pod) is Tier.SPOT  # `spot` reads as Spot, here as in the vnode
 
