@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import os
 import shutil
 import signal
@@ -69,6 +70,11 @@ class Vm:
     def file(self, path: str) -> Path:
         """A file of the VM, by its path inside the VM."""
         return Path(f"{self.root}{path}")
+
+    def docker_calls(self) -> list[list[str]]:
+        """Every `docker` command the VM ran (the fake's record), oldest first."""
+        calls = self.file("/var/lib/docker/calls.jsonl")
+        return [json.loads(line) for line in calls.read_text().splitlines()] if calls.exists() else []
 
     def shut_itself_down(self) -> bool:
         log = self.folder / "system.log"

@@ -24,7 +24,7 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import path_for
 from tests.providers.aws.ec2_vms import VmHost, booting_vms
-from tests.providers.aws.moto_ec2 import make_provider, serve_consoles
+from tests.providers.aws.moto_ec2 import make_provider, moto_instance, serve_consoles
 from tests.support.fixtures import kube_for
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
@@ -83,7 +83,9 @@ def over_ssh(
 def test_the_model_server_pod_over_ssh_on_ec2_reports_each_step(over_ssh: tuple[Shaped, VmHost, Path]) -> None:
     shaped, host, store = over_ssh
     kube = shaped.kube
-    pod = dict(model_server_pod("aws", download=download_once(store)), metadata={"name": POD})
+    pod = dict(model_server_pod("aws", download=download_once(store)),
+               metadata={"name": POD, "labels": {names.ACCELERATOR_LABEL: "h100"}})  # fmt: skip
+    pod["spec"]["containers"][1]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}  # the second container's
     kube.create(path_for("pods", namespace="default"), pod)
 
     def instance() -> str:
@@ -106,6 +108,9 @@ def test_the_model_server_pod_over_ssh_on_ec2_reports_each_step(over_ssh: tuple[
     assert shaped.container("download")["lastState"]["terminated"]["exitCode"] == 1
     first, second = host.booted()[:2]
     wait_for(lambda: first.halted, what="the first instance halted (terminated)")
+    # The Pod's effective request (8 GPUs, all asked by its second container) chose the type.
+    assert {moto_instance(f"us-east-1/{vm.ec2_id}").instance_type for vm in (first, second)} == {"p5.48xlarge"}
+    assert all("--gpus" in argv for argv in second.docker_calls() if argv[0] == "run")
     assert b"download failed" in first.file("/var/log/nebula/download.log").read_bytes()
     assert not first.file("/var/log/nebula/server.log").exists()  # nothing ran after the failed init container
     assert shaped.kubectl("logs", POD, "-c", "download").stdout == "downloaded\n"  # read over SSH
