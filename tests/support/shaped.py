@@ -17,6 +17,7 @@ from kube import names
 from kube.client import Kube, path_for
 from tests.support.kubectl import KUBECTL_137
 from tests.support.pods import get_pod
+from tests.support.polling import wait_for
 
 POD = "model-server"
 DOWNLOAD = (
@@ -83,3 +84,25 @@ class Shaped:
     def events(self, reason: str) -> list[str]:
         items, _ = self.kube.list(path_for("events", namespace="default"))
         return [e["message"] for e in items if e["involvedObject"]["name"] == self.pod and e.get("reason") == reason]
+
+    def serves_each_container(self) -> None:
+        """Once both app containers run: `logs -c` and `exec -c` reach each one, in its own
+        view of the volumes, and the Pod goes Ready (2/2) once the server's readiness probe
+        passes, which the test's `exec` makes it do."""
+        wait_for(lambda: "serving" in self.kubectl("logs", self.pod, "-c", "server").stdout, what="the server's log")
+        server_log = self.kubectl("logs", self.pod, "-c", "server").stdout
+        assert server_log.startswith("weights-v1\nhello from the config\n") and "metrics tick" not in server_log
+        assert "metrics tick" in self.kubectl("logs", self.pod, "-c", "metrics").stdout
+        greeting = self.kubectl("exec", self.pod, "-c", "server", "--", "cat", "/config/greeting").stdout
+        assert greeting == "hello from the config"
+        assert self.kubectl("exec", self.pod, "-c", "metrics", "--", "cat", "/data/model").stdout == "weights-v1\n"
+        assert self.kubectl("exec", self.pod, "-c", "server", "--", "touch", "/data/ready").returncode == 0
+        wait_for(lambda: self.condition("Ready") == "True", what="Ready once the readiness probe passes")
+        assert self.row()[1:3] == ["2/2", "Running"]
+
+    def fails_liveness(self) -> None:
+        """Make the metrics container's liveness probe fail; the kubelet's Events follow."""
+        assert self.kubectl("exec", self.pod, "-c", "server", "--", "touch", "/data/sick").returncode == 0
+        killing = "Container metrics failed liveness probe, will be restarted"
+        wait_for(lambda: killing in self.events(names.EVENT_KILLING), what="the Killing Event")
+        assert any(m.startswith("Liveness probe failed:") for m in self.events(names.EVENT_UNHEALTHY))

@@ -68,6 +68,20 @@ def judge(entry: Tracked, container: str, ready: bool) -> None:
     entry.probe_verdicts = Verdicts(ready={**old.ready, container: ready}, runs={**old.runs, container: run})
 
 
+def probed_web() -> tuple[Tracked, Script]:
+    """A Pod whose `web` container has a readiness probe, its init container done and both
+    app containers running (no verdict yet)."""
+    entry, script = (
+        tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
+        Script("setup", "web", "worker"),
+    )
+    script.start("setup")
+    script.end("setup", 0)
+    script.start("web")
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    return entry, script
+
+
 def tracked(pod: dict[str, Any]) -> Tracked:
     entry = TrackedMap().track(pod)
     entry.instance_id = InstanceId("i-1")
@@ -215,14 +229,7 @@ def test_without_restarts_in_place_a_crashed_sidecar_replaces_the_instance_even_
 
 
 def test_reassess_follows_a_readiness_verdict_and_says_whether_the_status_changed() -> None:
-    entry, script = (
-        tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
-        Script("setup", "web", "worker"),
-    )
-    script.start("setup")
-    script.end("setup", 0)
-    script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry, script = probed_web()
     assert container(entry, "web")["ready"] is False
     assert not entry.reassess(now=NOW, at=1.0, rules=RULES), "no verdict changed"
     judge(entry, "web", True)
@@ -251,14 +258,7 @@ def test_a_readiness_verdict_holds_for_the_run_it_was_made_for_only() -> None:
     """A container that restarts (or runs again in a new instance) is not ready until the
     prober has probed the new run, as a kubelet's new container is not: the verdict of the
     run before is not carried over, even before the prober has looked (design I9)."""
-    entry, script = (
-        tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
-        Script("setup", "web", "worker"),
-    )
-    script.start("setup")
-    script.end("setup", 0)
-    script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry, script = probed_web()
     judge(entry, "web", True)
     assert entry.reassess(now=NOW, at=1.0, rules=RULES) and container(entry, "web")["ready"] is True
     entry.observe(script.end("web", 1), now=NOW, at=2.0, rules=RULES)

@@ -81,26 +81,10 @@ def test_the_model_server_pod_runs_each_step_as_kubectl_reports_it(shaped: Shape
     assert shaped.condition("Ready") == "False" and shaped.container("server")["ready"] is False
     assert shaped.container("metrics")["ready"] is True  # no readiness probe: ready once running
     wait_for(lambda: shaped.row()[1:3] == ["1/2", "Running"], what="kubectl to show 1/2 Running")
-    wait_for(lambda: "serving" in shaped.kubectl("logs", POD, "-c", "server").stdout, what="the server's log")
-    server_log = shaped.kubectl("logs", POD, "-c", "server").stdout
-    assert server_log.startswith("weights-v1\nhello from the config\n")
-    assert "metrics tick" in shaped.kubectl("logs", POD, "-c", "metrics").stdout
-    assert "metrics tick" not in server_log
-
-    # exec -c reaches each container, in its own view of the volumes.
-    assert (
-        shaped.kubectl("exec", POD, "-c", "server", "--", "cat", "/config/greeting").stdout == "hello from the config"
-    )
-    assert shaped.kubectl("exec", POD, "-c", "metrics", "--", "cat", "/data/model").stdout == "weights-v1\n"
-    assert shaped.kubectl("exec", POD, "-c", "server", "--", "touch", "/data/ready").returncode == 0
-    wait_for(lambda: shaped.condition("Ready") == "True", what="Ready once the readiness probe passes")
-    assert shaped.row()[1:3] == ["2/2", "Running"]
+    shaped.serves_each_container()
 
     # A failing liveness probe restarts its container, and only that one.
-    assert shaped.kubectl("exec", POD, "-c", "server", "--", "touch", "/data/sick").returncode == 0
-    killing = "Container metrics failed liveness probe, will be restarted"
-    wait_for(lambda: killing in shaped.events(names.EVENT_KILLING), what="the Killing Event")
-    assert any(m.startswith("Liveness probe failed:") for m in shaped.events(names.EVENT_UNHEALTHY))
+    shaped.fails_liveness()
     assert shaped.kubectl("exec", POD, "-c", "server", "--", "rm", "/data/sick").returncode == 0
     wait_for(lambda: shaped.container("metrics").get("restartCount", 0) >= 1, what="metrics restarted")
     wait_for(lambda: "running" in (shaped.container("metrics").get("state") or {}), what="metrics running again")

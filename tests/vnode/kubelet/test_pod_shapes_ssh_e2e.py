@@ -124,26 +124,11 @@ def test_the_model_server_pod_over_ssh_on_ec2_reports_each_step(over_ssh: tuple[
     assert shaped.condition("Initialized") == "True" and shaped.status()["phase"] == "Running"
     assert shaped.condition("Ready") == "False" and shaped.container("server")["ready"] is False
     wait_for(lambda: shaped.row()[1:3] == ["1/2", "Running"], what="kubectl to show 1/2 Running")
-    wait_for(lambda: "serving" in shaped.kubectl("logs", POD, "-c", "server").stdout, what="the server's log")
-    server_log = shaped.kubectl("logs", POD, "-c", "server").stdout
-    assert server_log.startswith("weights-v1\nhello from the config\n") and "metrics tick" not in server_log
-    assert "metrics tick" in shaped.kubectl("logs", POD, "-c", "metrics").stdout
-
-    # exec -c reaches each container (its Docker container on the VM), in its view of the volumes.
-    assert (
-        shaped.kubectl("exec", POD, "-c", "server", "--", "cat", "/config/greeting").stdout == "hello from the config"
-    )
-    assert shaped.kubectl("exec", POD, "-c", "metrics", "--", "cat", "/data/model").stdout == "weights-v1\n"
-    assert shaped.kubectl("exec", POD, "-c", "server", "--", "touch", "/data/ready").returncode == 0
-    wait_for(lambda: shaped.condition("Ready") == "True", what="Ready once the readiness probe passes")
-    assert shaped.row()[1:3] == ["2/2", "Running"]
+    shaped.serves_each_container()  # logs -c and exec -c over SSH, each into its Docker container
 
     # A failing liveness probe stops its container (docker stop over SSH), and its restart is
     # a new instance: every container runs again there, and Ready waits for the probe again.
-    assert shaped.kubectl("exec", POD, "-c", "server", "--", "touch", "/data/sick").returncode == 0
-    killing = "Container metrics failed liveness probe, will be restarted"
-    wait_for(lambda: killing in shaped.events(names.EVENT_KILLING), what="the Killing Event")
-    assert any(m.startswith("Liveness probe failed:") for m in shaped.events(names.EVENT_UNHEALTHY))
+    shaped.fails_liveness()
     wait_for(lambda: shaped.container("metrics").get("restartCount", 0) >= 1, STEP, what="metrics restarted")
     assert shaped.container("metrics")["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM from docker stop
     wait_for(lambda: host.vm(instance()) not in (first, second), STEP, what="the replacement instance")
