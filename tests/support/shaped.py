@@ -9,15 +9,25 @@ configMap volume whose ConfigMap the test creates later. Nothing here is a test.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
+from providers.base import Provider
+from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
+from tests.support.runners import make_runner
+from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.server import Listeners
+from vnode.runs import BackoffPolicy
+
+FAST_BACKOFF = BackoffPolicy(initial=1.0, maximum=2.0, reset=600.0)  # restarts within the test's patience
 
 POD = "model-server"
 DOWNLOAD = (
@@ -106,3 +116,20 @@ class Shaped:
         killing = "Container metrics failed liveness probe, will be restarted"
         wait_for(lambda: killing in self.events(names.EVENT_KILLING), what="the Killing Event")
         assert any(m.startswith("Liveness probe failed:") for m in self.events(names.EVENT_UNHEALTHY))
+
+
+@contextmanager
+def shaped_cluster(
+    provider: Provider, kubeconfig: str, *, registry: HandlerRegistry, server: Listeners, pod: str = POD
+) -> Iterator[Shaped]:
+    """An embedded cluster whose virtual node runs `provider` (a Runner with a short
+    back-off), served by the kubelet API `server`; the view of the Pod named `pod`."""
+    with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
+        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port, backoff=FAST_BACKOFF)
+        runner.start()
+        registry.add(runner.handler)
+        try:
+            yield Shaped(cluster, kube_for(cluster), kubeconfig, pod=pod)
+        finally:
+            registry.remove(runner.handler)
+            runner.stop(timeout=10)

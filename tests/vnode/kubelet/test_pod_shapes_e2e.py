@@ -14,21 +14,17 @@ from typing import Any
 
 import pytest
 
-from devcluster import DevCluster
 from kube import names
 from kube.client import path_for
 from providers.fake import FakeProvider
 from providers.fake.client import FakeCloudClient
 from providers.fake.server import start_server
 from providers.local import LocalProvider
-from tests.support.fixtures import kube_for
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
-from tests.support.shaped import POD, Shaped, model_server_pod
+from tests.support.shaped import POD, Shaped, model_server_pod, shaped_cluster
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
-from vnode.runs import BackoffPolicy
 
 
 @pytest.fixture(scope="module")
@@ -36,18 +32,12 @@ def shaped(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, 
     folder = tmp_path_factory.mktemp("shaped")
     kubeconfig = str(folder / "kubeconfig")
     provider = LocalProvider("local", {"state_dir": str(folder / "state"), "grace_period": 1})
-    with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
-        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port,
-                             backoff=BackoffPolicy(initial=1.0, maximum=2.0, reset=600.0))  # fmt: skip
-        runner.start()
-        registry.add(runner.handler)
-        try:
-            yield Shaped(cluster, kube_for(cluster), kubeconfig)
-        finally:
-            registry.remove(runner.handler)
-            runner.stop(timeout=10)
-            for instance in provider.list():
-                provider.terminate(instance.id)
+    try:
+        with shaped_cluster(provider, kubeconfig, registry=registry, server=server) as shaped:
+            yield shaped
+    finally:
+        for instance in provider.list():
+            provider.terminate(instance.id)
 
 
 def test_the_model_server_pod_runs_each_step_as_kubectl_reports_it(shaped: Shaped) -> None:
@@ -119,17 +109,11 @@ def over_http(tmp_path: Path, registry: HandlerRegistry, server: Listeners) -> I
     provider = FakeProvider("cloud", {"url": service.url})
     assert provider.client is not None
     kubeconfig = str(tmp_path / "kubeconfig")
-    with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
-        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port,
-                             backoff=BackoffPolicy(initial=1.0, maximum=2.0, reset=600.0))  # fmt: skip
-        runner.start()
-        registry.add(runner.handler)
-        try:
-            yield Shaped(cluster, kube_for(cluster), kubeconfig, pod="model-server-http"), provider.client
-        finally:
-            registry.remove(runner.handler)
-            runner.stop(timeout=10)
-            service.close()
+    try:
+        with shaped_cluster(provider, kubeconfig, registry=registry, server=server, pod="model-server-http") as shaped:
+            yield shaped, provider.client
+    finally:
+        service.close()
 
 
 def test_the_model_server_pod_on_the_fake_cloud_over_http_reports_each_step(

@@ -20,19 +20,15 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from devcluster import DevCluster
 from kube import names
 from kube.client import path_for
 from tests.providers.aws.ec2_vms import VmHost, booting_vms
 from tests.providers.aws.moto_ec2 import make_provider, moto_instance, serve_consoles
-from tests.support.fixtures import kube_for
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
-from tests.support.shaped import Shaped, model_server_pod
+from tests.support.shaped import Shaped, model_server_pod, shaped_cluster
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
-from vnode.runs import BackoffPolicy
 
 POD = "model-server-ssh"
 STEP = 60.0  # each step may boot an instance: a new VM, its sshd, its containers
@@ -68,16 +64,8 @@ def over_ssh(
         serve_consoles(patch)
         with booting_vms(folder / "vms", region="us-east-1", ssh_port=port, ssh_user=user) as host:
             provider = make_provider(ssh=True, ssh_port=port, ssh_user=user, poll_interval=0.2, connect_timeout=5)
-            with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
-                runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port,
-                                     backoff=BackoffPolicy(initial=1.0, maximum=2.0, reset=600.0))  # fmt: skip
-                runner.start()
-                registry.add(runner.handler)
-                try:
-                    yield Shaped(cluster, kube_for(cluster), kubeconfig, pod=POD), host, store
-                finally:
-                    registry.remove(runner.handler)
-                    runner.stop(timeout=10)
+            with shaped_cluster(provider, kubeconfig, registry=registry, server=server, pod=POD) as shaped:
+                yield shaped, host, store
 
 
 def test_the_model_server_pod_over_ssh_on_ec2_reports_each_step(over_ssh: tuple[Shaped, VmHost, Path]) -> None:
