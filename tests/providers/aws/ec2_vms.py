@@ -11,7 +11,7 @@ is stood for, and only that:
 - `getent passwd` answers the login user's home as `/home/<user>` (the AMI's layout; there
   is no such account here, and the login is the machine's own user);
 - `systemctl restart sshd` starts the VM's sshd, listening on the instance's own address
-  (127.0.0.N, one per instance, given to moto as its public IP and DNS name) with the host
+  (127.<n>.0.N, one per instance, given to moto as its public IP and DNS name) with the host
   key the script installed and the keys it authorized; `service`, `mount` are recorded;
 - `shutdown` is recorded, and EC2's answer to it (the instance terminates, with
   InstanceInitiatedShutdown) is set on moto's instance;
@@ -26,6 +26,7 @@ import base64
 import gzip
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -109,6 +110,9 @@ class VmHost:
     _thread: threading.Thread | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _failure: BaseException | None = None
+    # The second octet of every VM's address (127.<net>.x.y): another suite's VMs on this
+    # machine, which may pick the same free port, are on other addresses.
+    _net: int = field(default_factory=lambda: random.randint(16, 250))
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="ec2-vm-host", daemon=True)
@@ -162,8 +166,8 @@ class VmHost:
                 vm.halt()
 
     def _boot(self, instance: MotoInstance) -> Vm:
-        number = len(self.vms) + 2
-        address = f"127.0.{number // 250}.{number % 250 + 2}"
+        number = len(self.vms)
+        address = f"127.{self._net}.{number // 250}.{number % 250 + 2}"
         folder = self.folder / instance.id
         root, tools = folder / "root", folder / "bin"
         for path in (*(root / bound for bound in BOUND), root / "dev", root / "var/lib/docker", tools):
@@ -198,7 +202,10 @@ class VmHost:
             f"SetEnv PATH={tools}:{os.environ['PATH']} FAKE_DOCKER_STATE=/var/lib/docker\n"
         )
         system_log, user = folder / "system.log", self.ssh_user
-        listening = f"until (exec 3<>/dev/tcp/{address}/{self.ssh_port}) 2>/dev/null; do sleep 0.02; done"
+        listening = (
+            f"for _ in $(seq 1000); do (exec 3<>/dev/tcp/{address}/{self.ssh_port}) 2>/dev/null && exit 0; "
+            "sleep 0.02; done; exit 1"
+        )
         scripts = {
             "docker": f'exec {sys.executable} {FAKE_DOCKER} "$@"',
             "sudo": 'if [ "$1" = -n ]; then shift; fi\nexec "$@"',
