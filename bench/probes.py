@@ -159,7 +159,7 @@ def main() -> None:
         lags = list(handler.prober.stats.lags)
         runs = handler.prober.stats.runs - runs_before
         assert handler.prober.stop() == []
-        ready = sum(1 for entry in handler.tracked_entries() if entry.probe_ready.get("main"))
+        ready = sum(1 for entry in handler.tracked_entries() if entry.probe_verdicts.ready.get("main"))
     finally:
         listener.kill()
         listener.wait()

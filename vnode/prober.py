@@ -4,8 +4,8 @@ Built by the Handler, started and stopped by the Runner. One scheduler thread ke
 of due times and hands due probes to a fixed pool of worker threads, so a slow probe delays
 the others by at most the pool's bound and never the poll loop. Reads each Pod's container
 facts from `Tracked.last_instance` (the poll loop's); writes the verdicts into
-`Tracked.probe_ready` / `Tracked.probe_started` (a new dict each time, so readers never see
-one change under them) and calls `on_change(entry)`; says `Unhealthy` and `Killing` through
+`Tracked.probe_verdicts`, each with the run it was made for (a new `Verdicts` each time, so
+readers never see one change under them) and calls `on_change(entry)`; says `Unhealthy` and `Killing` through
 the Event recorder; after a liveness (or startup) failure asks the provider's
 `ContainerStopper` to stop the container (the vnode's restart policy runs it again).
 Never writes a Pod's status itself.

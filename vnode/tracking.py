@@ -97,16 +97,6 @@ class Tracked:
     def say(self, event_type: str, reason: str, message: str) -> None:
         self.events.append((event_type, reason, message))
 
-    @property
-    def probe_ready(self) -> Mapping[str, bool]:
-        """The readiness verdicts, container -> passes (whichever run they were made for)."""
-        return self.probe_verdicts.ready
-
-    @property
-    def probe_started(self) -> Mapping[str, bool]:
-        """The startup verdicts, container -> passed (whichever run they were made for)."""
-        return self.probe_verdicts.started
-
     def verdicts(self) -> status.Verdicts:
         """The probes' verdicts now, for the runs the last facts show: a container that
         restarted, or runs in a new instance, is not ready until the prober probed that run."""

@@ -102,7 +102,7 @@ class Shaped:
         wait_for(lambda: "serving" in self.kubectl("logs", self.pod, "-c", "server").stdout, what="the server's log")
         server_log = self.kubectl("logs", self.pod, "-c", "server").stdout
         assert server_log.startswith("weights-v1\nhello from the config\n") and "metrics tick" not in server_log
-        assert "metrics tick" in self.kubectl("logs", self.pod, "-c", "metrics").stdout
+        wait_for(lambda: "metrics tick" in self.kubectl("logs", self.pod, "-c", "metrics").stdout, what="its log")
         greeting = self.kubectl("exec", self.pod, "-c", "server", "--", "cat", "/config/greeting").stdout
         assert greeting == "hello from the config"
         assert self.kubectl("exec", self.pod, "-c", "metrics", "--", "cat", "/data/model").stdout == "weights-v1\n"

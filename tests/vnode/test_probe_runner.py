@@ -48,7 +48,7 @@ def test_a_started_runner_probes_its_pods_readiness_drives_ready_and_liveness_re
         entry = wait_for(lambda: runner.handler.tracked("default/probed"), what="the Pod tracked")
         failed = f"Readiness probe failed: command 'test -f {flag}' exited with code 1"
         wait_for(lambda: failed in messages(kube, "probed", names.EVENT_UNHEALTHY), what="the Unhealthy Event")
-        assert entry.probe_ready == {"main": False}
+        assert entry.probe_verdicts.ready == {"main": False}
         assert phase_of(kube, "probed") == "Running" and condition(kube, "probed", "Ready") == "False"
         flag.touch()
         wait_for(lambda: condition(kube, "probed", "Ready") == "True", what="Ready once the probe passes")

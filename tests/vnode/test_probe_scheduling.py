@@ -97,7 +97,7 @@ EXEC = {"exec": {"command": ["cat", "/tmp/healthy"]}}
 
 
 def verdicts(entry: Tracked) -> dict[str, bool]:
-    return {**entry.probe_ready, **{f"started:{k}": v for k, v in entry.probe_started.items()}}
+    return {**entry.probe_verdicts.ready, **{f"started:{k}": v for k, v in entry.probe_verdicts.started.items()}}
 
 
 def rig(
@@ -140,7 +140,7 @@ def test_readiness_is_false_until_the_first_success_then_true() -> None:
     r.executor.healthy["main"] = True
     r.step()
     assert r.changes == [{"main": False}, {"main": True}]
-    assert r.entry.probe_ready == {"main": True}
+    assert r.entry.probe_verdicts.ready == {"main": True}
 
 
 def test_a_probe_runs_once_per_period_and_not_before() -> None:
@@ -159,15 +159,15 @@ def test_the_initial_delay_counts_from_the_containers_start() -> None:
     r.step(5.9)
     assert r.executor.calls == []
     r.step(0.1)
-    assert r.executor.calls == ["main"] and r.entry.probe_ready == {"main": True}
+    assert r.executor.calls == ["main"] and r.entry.probe_verdicts.ready == {"main": True}
 
 
 def test_readiness_flips_only_after_its_thresholds_in_a_row() -> None:
     r = rig(readiness={"periodSeconds": 1, "successThreshold": 2, "failureThreshold": 3})
     r.step()
-    assert r.entry.probe_ready == {"main": False}  # one success of two
+    assert r.entry.probe_verdicts.ready == {"main": False}  # one success of two
     r.step(1)
-    assert r.entry.probe_ready == {"main": True}
+    assert r.entry.probe_verdicts.ready == {"main": True}
     r.executor.healthy["main"] = False
     r.step(1)
     r.step(1)
@@ -176,9 +176,9 @@ def test_readiness_flips_only_after_its_thresholds_in_a_row() -> None:
     r.executor.healthy["main"] = False
     r.step(1)
     r.step(1)
-    assert r.entry.probe_ready == {"main": True}
+    assert r.entry.probe_verdicts.ready == {"main": True}
     r.step(1)
-    assert r.entry.probe_ready == {"main": False}
+    assert r.entry.probe_verdicts.ready == {"main": False}
     assert r.told(names.EVENT_UNHEALTHY) == [f"Readiness probe failed: {MISSING}"] * 5
 
 
@@ -187,12 +187,12 @@ def test_readiness_and_liveness_wait_until_the_startup_probe_passes() -> None:
     r.executor.healthy["main"] = False
     r.step()
     r.step(1)
-    assert len(r.executor.calls) == 2 and r.entry.probe_started == {"main": False}
+    assert len(r.executor.calls) == 2 and r.entry.probe_verdicts.started == {"main": False}
     r.executor.healthy["main"] = True
     r.step(1)  # startup passes; readiness is triggered at once, as the kubelet does
-    assert r.entry.probe_started == {"main": True} and r.entry.probe_ready == {"main": False}
+    assert r.entry.probe_verdicts.started == {"main": True} and r.entry.probe_verdicts.ready == {"main": False}
     r.step()
-    assert r.entry.probe_ready == {"main": True}
+    assert r.entry.probe_verdicts.ready == {"main": True}
     r.step(1)
     assert len(r.executor.calls) == 4, "startup is not probed once it passed"
 
@@ -247,22 +247,22 @@ def test_a_new_run_resets_ready_and_started() -> None:
     r = rig(startup={"periodSeconds": 1}, readiness={"periodSeconds": 1})
     r.step()
     r.step()
-    assert r.entry.probe_ready == {"main": True} and r.entry.probe_started == {"main": True}
+    assert r.entry.probe_verdicts.ready == {"main": True} and r.entry.probe_verdicts.started == {"main": True}
     r.show(runs=2)
     r.executor.healthy["main"] = False
     r.step(1)
-    assert r.entry.probe_ready == {"main": False} and r.entry.probe_started == {"main": False}
+    assert r.entry.probe_verdicts.ready == {"main": False} and r.entry.probe_verdicts.started == {"main": False}
     assert r.changes[-1] == {"main": False, "started:main": False}
 
 
 def test_a_container_that_stopped_is_not_ready_and_not_probed() -> None:
     r = rig(readiness={"periodSeconds": 1})
     r.step()
-    assert r.entry.probe_ready == {"main": True}
+    assert r.entry.probe_verdicts.ready == {"main": True}
     r.show(state=InstanceState.FAILED, exit_code=1, finished_at=r.clock.now())
     r.step(1)
     r.step(1)
-    assert r.entry.probe_ready == {"main": False} and len(r.executor.calls) == 1
+    assert r.entry.probe_verdicts.ready == {"main": False} and len(r.executor.calls) == 1
 
 
 def test_without_a_container_stopper_a_failed_liveness_probe_is_told_and_nothing_is_stopped() -> None:
@@ -291,18 +291,18 @@ def test_each_container_is_probed_by_its_own_facts_and_a_container_without_a_rea
     )
     r.show(containers=facts)
     r.step()
-    assert r.executor.calls == ["main"] and r.entry.probe_ready == {"main": True, "metrics": False}
+    assert r.executor.calls == ["main"] and r.entry.probe_verdicts.ready == {"main": True, "metrics": False}
     r.show(containers=(facts[0], ContainerFacts("metrics", ContainerState.RUNNING, runs=1), facts[2]))
     r.step(1)
     assert sorted(r.executor.calls) == ["main", "main", "metrics"]
-    assert r.entry.probe_ready == {"main": True, "metrics": True}
+    assert r.entry.probe_verdicts.ready == {"main": True, "metrics": True}
 
 
 def test_a_pod_with_a_probe_the_api_server_would_refuse_is_told_once_and_not_probed() -> None:
     r = rig(readiness={"periodSeconds": -1})
     r.step()
     r.step(5)
-    assert r.executor.calls == [] and r.entry.probe_ready == {}
+    assert r.executor.calls == [] and r.entry.probe_verdicts.ready == {}
     assert r.told(names.EVENT_UNHEALTHY) == [
         "probes not run: spec.containers[0].readinessProbe.periodSeconds: must be greater than or equal to 0"
     ]

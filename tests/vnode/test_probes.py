@@ -227,9 +227,9 @@ def test_a_readiness_verdict_from_the_local_provider_queues_the_pod_for_a_flush(
     handler.prober.start()
     try:
         wait_for(lambda: queued == [key], what="the first verdict (not ready) queued")
-        assert entry.probe_ready == {"main": False}
+        assert entry.probe_verdicts.ready == {"main": False}
         flag.touch()
-        wait_for(lambda: entry.probe_ready == {"main": True}, what="the readiness probe to pass")
+        wait_for(lambda: entry.probe_verdicts.ready == {"main": True}, what="the readiness probe to pass")
         wait_for(lambda: queued == [key, key], what="the change queued")
     finally:
         assert handler.prober.stop() == []
@@ -305,7 +305,7 @@ def test_a_probe_that_hangs_holds_one_worker_and_the_others_keep_their_periods()
     prober.start()
     try:
         wait_for(lambda: executor.done.get("i1", 0) >= 3 and executor.done.get("i2", 0) >= 3)
-        assert executor.done.get("i0", 0) == 0 and entries[1].probe_ready == {"main": True}
+        assert executor.done.get("i0", 0) == 0 and entries[1].probe_verdicts.ready == {"main": True}
     finally:
         executor.release.set()
         assert prober.stop() == []

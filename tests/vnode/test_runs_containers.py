@@ -264,7 +264,7 @@ def test_a_readiness_verdict_holds_for_the_run_it_was_made_for_only() -> None:
     entry.observe(script.end("web", 1), now=NOW, at=2.0, rules=RULES)
     assert container(entry, "web")["ready"] is False
     entry.observe(script.start("web"), now=NOW, at=20.0, rules=RULES)  # its restart: run 2
-    assert entry.probe_ready == {"web": True}  # the prober has not looked at run 2 yet
+    assert entry.probe_verdicts.ready == {"web": True}  # the prober has not looked at run 2 yet
     assert container(entry, "web")["ready"] is False
     assert {c["type"]: c["status"] for c in (entry.desired_status or {})["conditions"]}["Ready"] == "False"
     judge(entry, "web", True)  # the prober probed run 2
