@@ -115,7 +115,9 @@ class Shaped:
         assert self.kubectl("exec", self.pod, "-c", "server", "--", "touch", "/data/sick").returncode == 0
         killing = "Container metrics failed liveness probe, will be restarted"
         wait_for(lambda: killing in self.events(names.EVENT_KILLING), what="the Killing Event")
-        assert any(m.startswith("Liveness probe failed:") for m in self.events(names.EVENT_UNHEALTHY))
+        # Said first, but each Event is written by the recorder's flusher in its own time.
+        failed = "Liveness probe failed:"
+        wait_for(lambda: any(m.startswith(failed) for m in self.events(names.EVENT_UNHEALTHY)), what="Unhealthy")
 
 
 @contextmanager
