@@ -5,7 +5,8 @@ per `interval` it takes a `console.snapshot`, diffs it against what it last wrot
 only the rows that changed, in ONE transaction. Its first sync empties the tables and writes
 everything: a restart rebuilds the mirror from memory, and nothing is ever read back (I6).
 
-Invariant: no mirror row outlives its object by more than two syncs; see
+Invariant: once a sync has committed, no row outlives an object gone before that sync's
+snapshot began (`last_snapshot_at`), and every object present since then has its row; see
 tests/console/test_mirror_churn.py::test_mirror_keeps_up_with_1000_churning_pods.
 """
 
@@ -81,6 +82,8 @@ class Mirror:
         self._thread: threading.Thread | None = None
         self.syncs = 0
         self.last_sync_at = float("-inf")  # monotonic time of the last commit
+        # When the last committed sync began to read memory: every row reflects memory as of then.
+        self.last_snapshot_at = float("-inf")
 
     # -- the thread ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -129,7 +132,7 @@ class Mirror:
         self._remember(taken, changes)
         finished = self._monotonic()
         self.syncs += 1
-        self.last_sync_at = finished
+        self.last_sync_at, self.last_snapshot_at = finished, started
         metrics.mirror_synced(finished)
         metrics.MIRROR_SYNC_SECONDS.observe(finished - started)
         return changes.count()

@@ -36,6 +36,10 @@ DOWNLOAD = (
 )
 SERVE = "cat /data/model; cat /config/greeting; echo; while true; do echo serving; sleep 0.3; done"
 METRICS = "while true; do echo metrics tick; sleep 0.3; done"
+# The probes' timeoutSeconds. Their commands run through stand-ins (over SSH, a Python
+# `docker`) that a loaded machine can slow past the default 1 s, and a liveness probe that
+# times out kills, as a kubelet's does: here the file fails a probe, never the clock.
+PROBE_TIMEOUT = 10
 
 
 def model_server_pod(provider: str = "local", *, download: str = DOWNLOAD) -> dict[str, Any]:
@@ -55,10 +59,11 @@ def model_server_pod(provider: str = "local", *, download: str = DOWNLOAD) -> di
             "containers": [
                 {"name": "server", "image": "busybox", "command": ["sh", "-c", SERVE],
                  "volumeMounts": [data, {"name": "config", "mountPath": "/config", "readOnly": True}],
-                 "readinessProbe": {"exec": {"command": ["test", "-f", "/data/ready"]}, "periodSeconds": 1}},
+                 "readinessProbe": {"exec": {"command": ["test", "-f", "/data/ready"]}, "periodSeconds": 1,
+                                    "timeoutSeconds": PROBE_TIMEOUT}},
                 {"name": "metrics", "image": "busybox", "command": ["sh", "-c", METRICS], "volumeMounts": [data],
                  "livenessProbe": {"exec": {"command": ["sh", "-c", "test ! -f /data/sick"]}, "periodSeconds": 1,
-                                   "failureThreshold": 1}},
+                                   "failureThreshold": 1, "timeoutSeconds": PROBE_TIMEOUT}},
             ],
         },
     }  # fmt: skip

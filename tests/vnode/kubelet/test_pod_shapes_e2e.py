@@ -22,7 +22,7 @@ from providers.fake.server import start_server
 from providers.local import LocalProvider
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
-from tests.support.shaped import POD, Shaped, model_server_pod, shaped_cluster
+from tests.support.shaped import POD, PROBE_TIMEOUT, Shaped, model_server_pod, shaped_cluster
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
 
@@ -99,7 +99,8 @@ def fake_pod() -> dict[str, Any]:
     spec = pod["spec"]
     spec["nodeSelector"] = {names.PROVIDER_KEY: "cloud"}
     spec["containers"][1]["livenessProbe"] = {"exec": {"command": ["test", "-f", "/data/alive"]}, "periodSeconds": 1,
-                                              "initialDelaySeconds": 1, "failureThreshold": 1}  # fmt: skip
+                                              "initialDelaySeconds": 1, "failureThreshold": 1,
+                                              "timeoutSeconds": PROBE_TIMEOUT}  # fmt: skip
     return pod
 
 
