@@ -51,11 +51,13 @@ class Verdicts:
         """Only the verdicts made for each container's `current` run: a restarted container
         or a replaced instance has none until it is probed (a kubelet's new container starts
         not ready, and not started behind a startup probe)."""
-        holds = {name for name in {*self.ready, *self.started} if self.runs.get(name) == current(name)}
+        stale = {name for name in (*self.ready, *self.started) if self.runs.get(name) != current(name)}
+        if not stale:
+            return self  # every verdict is for the run the facts show (the poll tick's usual case)
         return Verdicts(
-            ready={name: ok for name, ok in self.ready.items() if name in holds},
-            started={name: ok for name, ok in self.started.items() if name in holds},
-            runs={name: run for name, run in self.runs.items() if name in holds},
+            ready={name: ok for name, ok in self.ready.items() if name not in stale},
+            started={name: ok for name, ok in self.started.items() if name not in stale},
+            runs={name: run for name, run in self.runs.items() if name not in stale},
         )
 
     def started_ok(self, container: Mapping[str, Any], *, running: bool) -> bool:

@@ -79,7 +79,7 @@ class Tracked:
     # Held while the facts or the probes' verdicts are turned into a status (poll thread, flush).
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
-    judged_by: status.Verdicts | None = None  # the verdicts the desired status was computed from
+    judged_by: status.Verdicts | None = None  # the prober's verdicts (as written) the status was computed from
 
     @property
     def key(self) -> str:
@@ -104,9 +104,10 @@ class Tracked:
         return self.probe_verdicts.for_runs(lambda name: run_of(instance, name, first=first))
 
     def _judge(self) -> status.Verdicts:
-        """The verdicts a status is computed from, remembered (`judged_by`)."""
-        self.judged_by = self.verdicts()
-        return self.judged_by
+        """The verdicts a status is computed from; the prober's, as written, are remembered
+        (`judged_by`: the prober replaces them whole, so a new one is a new object)."""
+        self.judged_by = self.probe_verdicts
+        return self.verdicts()
 
     def observe(self, instance: Instance, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES) -> bool:
         """Recompute the desired metadata and status from the instance's facts; False if
@@ -125,7 +126,7 @@ class Tracked:
             return False
         if (instance is self.last_instance or instance == self.last_instance) and self.desired_status is not None:
             # Same facts: only a probe verdict that changed since the last status moves it.
-            return self.verdicts() != self.judged_by and self.reassess(now=now, at=at, rules=rules)
+            return self.probe_verdicts is not self.judged_by and self.reassess(now=now, at=at, rules=rules)
         self.last_instance = instance
         if instance.endpoint:
             self.desired_annotations[names.ENDPOINT_ANNOTATION] = instance.endpoint
