@@ -6,67 +6,24 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from providers import errors
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
+from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named, forget
 from providers.fake.scenario import load_scenario
-from providers.fake.server import start_server
-from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
+from providers.shape import ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod_spec
+from tests.support.fakerig import START, Rig, Rigs
 from tests.support.polling import read_to_end
 
-START = 1_700_000_000.0
 SCENARIO: dict[str, Any] = {"workload": {"init_seconds": 2}, "log": {"interval": 1}}
-
-
-@dataclass
-class Rig:
-    """The provider, the cloud behind it (for control calls) and its clock."""
-
-    provider: FakeProvider
-    cloud: FakeCloud
-    clock: ManualClock
-
-    def get(self, instance_id: InstanceId) -> Instance:
-        found = self.provider.get(instance_id)
-        assert found is not None
-        return found
-
-    def facts(self, instance_id: InstanceId) -> dict[str, ContainerFacts]:
-        return {c.name: c for c in self.get(instance_id).containers}
-
-    def states(self, instance_id: InstanceId) -> dict[str, tuple[ContainerState, int]]:
-        return {c.name: (c.state, c.runs) for c in self.get(instance_id).containers}
-
-
-@pytest.fixture(params=["in-process", "http"])
-def rig(request: pytest.FixtureRequest) -> Iterator[Callable[..., Rig]]:
-    closers: list[Callable[[], None]] = []
-
-    def make(scenario: dict[str, Any] | None = None, **options: Any) -> Rig:
-        clock, scenario = ManualClock(START), scenario if scenario is not None else SCENARIO
-        if request.param == "http":
-            server = start_server(scenario=scenario, clock=clock)
-            closers.append(server.close)
-            return Rig(FakeProvider("gpu", {"url": server.url, **options}), server.cloud, clock)
-        name = f"containers-{uuid.uuid4().hex}"
-        cloud = cloud_named(name, lambda: FakeCloud(load_scenario(scenario), clock=clock))
-        closers.append(lambda: forget(name))
-        return Rig(FakeProvider("gpu", {"cloud": name, **options}), cloud, clock)
-
-    yield make
-    for close in closers:
-        close()
 
 
 def pod(*apps: str, init: tuple[str, ...] = (), sidecars: tuple[str, ...] = (), policy: str = "Always") -> PodSpec:
@@ -93,9 +50,9 @@ W, R, T = ContainerState.WAITING, ContainerState.RUNNING, ContainerState.TERMINA
 
 
 def test_init_containers_run_in_order_each_for_its_scripted_time_then_the_app_containers_start_together(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", "helper", init=("migrate", "seed")))
     assert r.states(instance_id) == {"migrate": (R, 1), "seed": (W, 0), "app": (W, 0), "helper": (W, 0)}
     assert r.get(instance_id).state is InstanceState.INITIALIZING
@@ -119,9 +76,9 @@ def test_init_containers_run_in_order_each_for_its_scripted_time_then_the_app_co
 
 
 def test_a_pod_spec_listing_one_container_reports_its_facts_and_a_hand_built_one_reports_none(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     listed = start(r, pod("app"), claim="listed")
     hand_built = start(r, make_pod_spec(), claim="hand-built")
     assert r.states(listed) == {"app": (R, 1)}
@@ -129,8 +86,8 @@ def test_a_pod_spec_listing_one_container_reports_its_facts_and_a_hand_built_one
     assert r.get(hand_built).containers == () and r.get(hand_built).state is InstanceState.RUNNING
 
 
-def test_a_sidecar_starts_in_its_place_and_keeps_running_beside_the_app_containers(rig: Callable[..., Rig]) -> None:
-    r = rig()
+def test_a_sidecar_starts_in_its_place_and_keeps_running_beside_the_app_containers(rig: Rigs) -> None:
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("proxy", "migrate"), sidecars=("proxy",)))
     assert r.states(instance_id) == {"proxy": (R, 1), "migrate": (R, 1), "app": (W, 0)}
     r.clock.advance(100)
@@ -144,9 +101,9 @@ def test_a_sidecar_starts_in_its_place_and_keeps_running_beside_the_app_containe
     [("Never", 1, T), ("Never", 0, T), ("OnFailure", 0, T), ("OnFailure", 1, R), ("Always", 0, R)],
 )
 def test_sidecars_stop_once_the_app_containers_ended_and_none_will_run_again_under_the_policy(
-    rig: Callable[..., Rig], policy: str, code: int, sidecar: ContainerState
+    rig: Rigs, policy: str, code: int, sidecar: ContainerState
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("proxy",), sidecars=("proxy",), policy=policy))
     r.clock.advance(3)
     r.cloud.exit_container(instance_id, "app", code)
@@ -162,9 +119,9 @@ def test_sidecars_stop_once_the_app_containers_ended_and_none_will_run_again_und
 
 
 def test_a_failed_init_container_holds_the_sequence_and_fails_the_instance_until_restarted(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("migrate", "seed")))
     r.clock.advance(1)
     r.cloud.exit_container(instance_id, "migrate", 3)
@@ -180,7 +137,7 @@ def test_a_failed_init_container_holds_the_sequence_and_fails_the_instance_until
     assert r.get(instance_id).state is InstanceState.RUNNING
 
 
-def test_a_scenario_can_make_an_init_container_fail_and_time_any_container(rig: Callable[..., Rig]) -> None:
+def test_a_scenario_can_make_an_init_container_fail_and_time_any_container(rig: Rigs) -> None:
     scripts = {"bad-init": {"run_seconds": 1, "exit_code": 2}, "app": {"run_seconds": 10}}
     r = rig({"workload": {"init_seconds": 2, "containers": scripts}})
     failing = start(r, pod("app", init=("bad-init",)), claim="failing")
@@ -195,7 +152,7 @@ def test_a_scenario_can_make_an_init_container_fail_and_time_any_container(rig: 
 
 
 def test_one_container_exits_while_another_runs_and_the_instance_ends_with_the_first_non_zero_code(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
     r = rig({"workload": {"init_seconds": 0}})
     instance_id = start(r, pod("app", "helper", "tail"))
@@ -210,8 +167,8 @@ def test_one_container_exits_while_another_runs_and_the_instance_ends_with_the_f
     assert (instance.state, instance.exit_code, instance.finished_at) == (InstanceState.FAILED, 4, at(1))
 
 
-def test_exit_container_names_a_running_container_of_an_instance(rig: Callable[..., Rig]) -> None:
-    r = rig()
+def test_exit_container_names_a_running_container_of_an_instance(rig: Rigs) -> None:
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("migrate",)))
     with pytest.raises(errors.NotFound):
         r.cloud.exit_container(instance_id, "nope", 1)
@@ -222,7 +179,7 @@ def test_exit_container_names_a_running_container_of_an_instance(rig: Callable[.
 
 
 def test_restart_of_one_container_runs_it_again_and_counts_the_run_in_the_container_and_the_instance(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
     r = rig({"workload": {"init_seconds": 0}})
     instance_id = start(r, pod("app", "helper"))
@@ -239,9 +196,9 @@ def test_restart_of_one_container_runs_it_again_and_counts_the_run_in_the_contai
 
 
 def test_restart_of_a_container_that_has_not_ended_is_invalid_and_of_an_unknown_one_not_found(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("migrate",)))
     with pytest.raises(errors.InvalidRequest):
         r.provider.restart(instance_id, container="migrate")  # running
@@ -255,9 +212,9 @@ def test_restart_of_a_container_that_has_not_ended_is_invalid_and_of_an_unknown_
 
 
 def test_restart_without_a_container_runs_the_whole_ended_workload_from_its_first_init_container(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("migrate",)))
     r.clock.advance(2)
     r.cloud.exit_container(instance_id, "app", 0)
@@ -270,7 +227,7 @@ def test_restart_without_a_container_runs_the_whole_ended_workload_from_its_firs
     assert r.states(instance_id) == {"migrate": (T, 2), "app": (R, 2)}
 
 
-def test_stop_container_kills_it_with_137_and_a_container_not_running_is_success(rig: Callable[..., Rig]) -> None:
+def test_stop_container_kills_it_with_137_and_a_container_not_running_is_success(rig: Rigs) -> None:
     r = rig({"workload": {"init_seconds": 0}})
     instance_id = start(r, pod("app", "helper"))
     r.clock.advance(2)
@@ -288,8 +245,8 @@ def test_stop_container_kills_it_with_137_and_a_container_not_running_is_success
     assert r.states(instance_id)["helper"] == (R, 2)
 
 
-def test_terminate_kills_the_running_containers(rig: Callable[..., Rig]) -> None:
-    r = rig()
+def test_terminate_kills_the_running_containers(rig: Rigs) -> None:
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", init=("proxy",), sidecars=("proxy",)))
     r.clock.advance(1)
     r.provider.terminate(instance_id)
@@ -298,8 +255,8 @@ def test_terminate_kills_the_running_containers(rig: Callable[..., Rig]) -> None
     assert r.get(instance_id).state is InstanceState.TERMINATED
 
 
-def test_logs_are_per_container_and_a_container_that_has_not_started_is_not_found(rig: Callable[..., Rig]) -> None:
-    r = rig()
+def test_logs_are_per_container_and_a_container_that_has_not_started_is_not_found(rig: Rigs) -> None:
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", "helper", init=("migrate",)))
     with pytest.raises(errors.NotFound):
         r.provider.logs(instance_id, LogOptions(container="app"))
@@ -323,17 +280,17 @@ def test_scripted_log_lines_name_the_container() -> None:
 
 
 def test_the_capabilities_declare_several_containers_init_containers_sidecars_and_every_volume_kind(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    shapes = rig().provider.capabilities().shapes
+    shapes = rig(SCENARIO).provider.capabilities().shapes
     assert (shapes.several_containers, shapes.init_containers, shapes.sidecars) == (True, True, True)
     assert shapes.volumes == {"configMap", "secret", "downwardAPI", "projected", "emptyDir"}
 
 
 def test_volumes_are_kept_by_name_and_each_container_sees_its_mounted_files_by_path_and_mode_never_contents(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
-    r = rig()
+    r = rig(SCENARIO)
     app = ContainerSpec("app", mounts=(Mount("config", "/etc/app"), Mount("creds", "/var/run/creds", read_only=True)))
     helper = ContainerSpec("helper", mounts=(Mount("config", "/etc/helper.yaml", sub_path="app.yaml"),))
     scratch = ContainerSpec("init", mounts=(Mount("scratch", "/scratch"), Mount("config", "/cfg", sub_path="d")))
@@ -391,8 +348,8 @@ def test_the_containers_survive_a_snapshot_and_an_older_record_loads_as_its_one_
     assert after is not None and (after.state, after.runs, after.started_at) == (InstanceState.RUNNING, 3, at(10))
 
 
-def test_exec_reaches_a_running_container_and_not_a_waiting_stopped_or_unknown_one(rig: Callable[..., Rig]) -> None:
-    r = rig()
+def test_exec_reaches_a_running_container_and_not_a_waiting_stopped_or_unknown_one(rig: Rigs) -> None:
+    r = rig(SCENARIO)
     instance_id = start(r, pod("app", "helper", init=("migrate",)))
 
     def run(container: str, *command: str) -> tuple[bytes, int | None]:
@@ -433,7 +390,7 @@ def test_attach_reaches_a_running_container_only() -> None:
 
 
 def test_a_scripted_cat_answers_an_exec_probe_from_the_files_a_control_call_puts_and_removes(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
     r = rig({"workload": {"init_seconds": 0}})
     spec = make_pod_spec(container="app", containers=(ContainerSpec("app", mounts=(Mount("cfg", "/etc/cfg"),)),))

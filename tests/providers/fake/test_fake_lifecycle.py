@@ -4,56 +4,16 @@ terminate, a new instance for a claim whose old one is going, and the billing fl
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
-
 import pytest
 
 from providers import errors
 from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, LogStream, ProvisionRequest, Restarter
 from providers.fake import FakeProvider
-from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import cloud_named, forget
-from providers.fake.scenario import load_scenario
-from providers.fake.server import start_server
-from tests.support.clock import ManualClock
 from tests.support.factories import make_pod_spec
+from tests.support.fakerig import START, Rigs
 from tests.support.polling import read_to_end
 
-START = 1_700_000_000.0
 NUMBERED = {"log": {"interval": 1}}  # "fake instance <id> line <n>", one a second from the start
-
-
-@dataclass
-class Rig:
-    """A fake cloud on an injected clock, the provider reaching it, and the cloud itself for
-    control calls (in-process: the shared cloud; over HTTP: the one behind the service)."""
-
-    provider: FakeProvider
-    cloud: FakeCloud
-    clock: ManualClock
-
-
-@pytest.fixture(params=["in-process", "http"])
-def rig(request: pytest.FixtureRequest) -> Iterator[Callable[..., Rig]]:
-    closers: list[Callable[[], None]] = []
-
-    def make(scenario: dict[str, Any], **options: Any) -> Rig:
-        clock = ManualClock(START)
-        if request.param == "http":
-            server = start_server(scenario=scenario, clock=clock)
-            closers.append(server.close)
-            return Rig(FakeProvider("gpu", {"url": server.url, **options}), server.cloud, clock)
-        name = f"lifecycle-{uuid.uuid4().hex}"
-        cloud = cloud_named(name, lambda: FakeCloud(load_scenario(scenario), clock=clock))
-        closers.append(lambda: forget(name))
-        return Rig(FakeProvider("gpu", {"cloud": name, **options}), cloud, clock)
-
-    yield make
-    for close in closers:
-        close()
 
 
 def start(provider: FakeProvider, claim: str = "claim-1") -> InstanceId:
@@ -68,7 +28,7 @@ def lines(instance_id: str, numbers: range) -> list[str]:
     return [f"fake instance {instance_id} line {n}" for n in numbers]
 
 
-def test_restart_runs_the_ended_workload_again_and_keeps_the_previous_runs_output(rig: Callable[..., Rig]) -> None:
+def test_restart_runs_the_ended_workload_again_and_keeps_the_previous_runs_output(rig: Rigs) -> None:
     setup = rig({**NUMBERED, "workload": {"run_seconds": 5, "exit_code": 3}})
     provider, clock = setup.provider, setup.clock
     instance_id = start(provider)
@@ -99,7 +59,7 @@ def test_restart_runs_the_ended_workload_again_and_keeps_the_previous_runs_outpu
     assert ended.finished_at is not None and ended.finished_at.timestamp() == START + 11
 
 
-def test_restart_of_a_succeeded_workload_and_of_a_gone_or_terminated_instance(rig: Callable[..., Rig]) -> None:
+def test_restart_of_a_succeeded_workload_and_of_a_gone_or_terminated_instance(rig: Rigs) -> None:
     setup = rig(NUMBERED)
     provider = setup.provider
     instance_id = start(provider)
@@ -115,7 +75,7 @@ def test_restart_of_a_succeeded_workload_and_of_a_gone_or_terminated_instance(ri
     assert len(setup.cloud.call_log("restart")) == 3
 
 
-def test_restarts_in_place_turned_off_is_not_supported_and_the_capabilities_say_so(rig: Callable[..., Rig]) -> None:
+def test_restarts_in_place_turned_off_is_not_supported_and_the_capabilities_say_so(rig: Rigs) -> None:
     setup = rig(NUMBERED, restarts_in_place=False)
     provider = setup.provider
     instance_id = start(provider)
@@ -129,7 +89,7 @@ def test_restarts_in_place_turned_off_is_not_supported_and_the_capabilities_say_
 
 
 def test_a_terminated_instance_stays_listed_with_its_output_for_the_retention_then_is_gone(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
     setup = rig({"log": {"lines": ["one", "two", "three"], "interval": 0}, "retention_seconds": 60})
     provider, clock = setup.provider, setup.clock
@@ -149,7 +109,7 @@ def test_a_terminated_instance_stays_listed_with_its_output_for_the_retention_th
         provider.logs(instance_id, LogOptions())
 
 
-def test_provision_of_a_claim_whose_instance_is_terminated_creates_a_new_instance(rig: Callable[..., Rig]) -> None:
+def test_provision_of_a_claim_whose_instance_is_terminated_creates_a_new_instance(rig: Rigs) -> None:
     setup = rig({**NUMBERED, "termination_delay": 30})
     provider = setup.provider
     first = provider.provision(make_pod_spec(), ProvisionRequest(claim=ClaimName("c")))
@@ -172,7 +132,7 @@ def test_provision_of_a_claim_whose_instance_is_terminated_creates_a_new_instanc
 
 
 def test_an_exit_control_call_by_claim_reaches_the_live_instance_not_the_terminated_one(
-    rig: Callable[..., Rig],
+    rig: Rigs,
 ) -> None:
     setup = rig(NUMBERED)
     provider = setup.provider
