@@ -68,18 +68,20 @@ def judge(entry: Tracked, container: str, ready: bool) -> None:
     entry.probe_verdicts = Verdicts(ready={**old.ready, container: ready}, runs={**old.runs, container: run})
 
 
-def probed_web() -> tuple[Tracked, Script]:
-    """A Pod whose `web` container has a readiness probe, its init container done and both
-    app containers running (no verdict yet)."""
-    entry, script = (
-        tracked(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}})),
-        Script("setup", "web", "worker"),
-    )
+def running(pod: dict[str, Any], *, rules: Rules = RULES) -> tuple[Tracked, Script]:
+    """`pod` (containers setup, web, worker) tracked with its init container done and both app
+    containers running, as observed under `rules`."""
+    entry, script = tracked(pod), Script("setup", "web", "worker")
     script.start("setup")
     script.end("setup", 0)
     script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=rules)
     return entry, script
+
+
+def probed_web() -> tuple[Tracked, Script]:
+    """`running`, with a readiness probe on `web` (no verdict yet)."""
+    return running(make_pod("Always", web={"readinessProbe": {"httpGet": {"port": 80}}}))
 
 
 def tracked(pod: dict[str, Any]) -> Tracked:
@@ -142,11 +144,7 @@ def test_a_failed_init_container_under_never_fails_the_pod_and_nothing_runs_agai
 
 
 def test_each_app_container_counts_its_own_restarts() -> None:
-    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    script.start("setup")
-    script.end("setup", 0)
-    script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry, script = running(make_pod("Always"))
     entry.observe(script.end("worker", 3), now=NOW, at=1.0, rules=RULES)
     assert entry.due_containers(1.0) == ["worker"]
     entry.containers["worker"].restarted(new_run=2, policy=RULES.backoff)
@@ -303,11 +301,7 @@ def test_unchanged_facts_still_move_the_status_when_a_probe_verdict_changed() ->
 def test_a_reassess_after_a_restart_was_asked_never_reads_the_old_run_as_the_end() -> None:
     """The prober's flush may reassess between the restart call and the next list: the last
     facts still show the ended run, which must not finish the Pod (it would stay Failed)."""
-    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    script.start("setup")
-    script.end("setup", 0)
-    script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry, script = running(make_pod("Always"))
     entry.observe(script.end("web", 143), now=NOW, at=1.0, rules=RULES)
     entry.observe(script.end("worker", 137), now=NOW, at=1.0, rules=RULES)
     for name in ("web", "worker"):
@@ -324,11 +318,7 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     (as a kubelet reruns init containers in a new sandbox); a container that crashed on its
     own (no restart in place) keeps its own end, and a sibling the replacement killed reads 137."""
     lost = Ending(137, names.REASON_INSTANCE_LOST, None, NOW, "instance i-1 is gone")
-    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    script.start("setup")
-    script.end("setup", 0)
-    script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    entry, script = running(make_pod("Always"))
     entry.replaced(policy=RULES.backoff, cause=lost)
     assert [entry.containers[name].restarts for name in ("setup", "web", "worker")] == [1, 1, 1]
     assert entry.containers["web"].last == lost.terminated()
@@ -336,11 +326,7 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     assert setup.last is not None and setup.last["exitCode"] == 0 and not setup.finished
 
     replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
-    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    script.start("setup")
-    script.end("setup", 0)
-    script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=replacing)
+    entry, script = running(make_pod("Always"), rules=replacing)
     entry.observe(script.end("worker", 3), now=NOW, at=1.0, rules=replacing)
     entry.replaced(policy=replacing.backoff, cause=entry.runs.ended)
     assert entry.containers["worker"].last is not None and entry.containers["worker"].last["exitCode"] == 3
