@@ -117,7 +117,8 @@ class Reviewer:
         key = hashlib.sha256(token.encode()).hexdigest()
         cached = self._cached(self._users, key)
         if cached is not None:
-            return cached[1]
+            known: KubeUser | None = cached[1]
+            return known
         user = review_token(self.kube, token, audiences=self.audiences)
         self._store(self._users, key, user)
         return user
@@ -125,7 +126,7 @@ class Reviewer:
     def allows(self, user: KubeUser, access: Access) -> bool:
         cached = self._cached(self._decisions, (user, access))
         if cached is not None:
-            return cached[1]
+            return bool(cached[1])
         decision = allowed(self.kube, user, access)
         self._store(self._decisions, (user, access), decision)
         return decision
