@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devcluster import admission, discovery, nodeaddress, protobuf, proxy, selectors, tables
+from devcluster import admission, discovery, nodeaddress, openapi, protobuf, proxy, selectors, tables
 from devcluster.errors import ApiError, bad_request, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
@@ -126,6 +126,8 @@ class Api:
             if "protobuf" in request.header("accept"):
                 return Reply(200, b"", "application/octet-stream")
             return json_reply(200, discovery.openapi_v2_json())
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            return self._openapi_v3(path)
         if path == "/api" or path.startswith(("/api/", "/apis")):
             target = resolve(self.registry, path)
             if isinstance(target, Discovery):
@@ -133,6 +135,18 @@ class Api:
                 return self._discovery(target)
             return self._resource(request, target, info)
         raise route_not_found()
+
+    def _openapi_v3(self, path: str) -> Reply:
+        crds, _ = self.resources.store.list_objects(openapi.CRDS_KEY)
+        if path == "/openapi/v3":
+            return json_reply(200, openapi.index(crds))
+        parts = path.removeprefix("/openapi/v3/").split("/")
+        document = None
+        if len(parts) == 3 and parts[0] == "apis":
+            document = openapi.group_version_document(crds, parts[1], parts[2])
+        if document is None:
+            raise route_not_found()
+        return json_reply(200, document)
 
     @staticmethod
     def _only(request: Request, *methods: str) -> None:
@@ -198,7 +212,12 @@ class Api:
             table = _table_request(request)
             if table is not None:
                 rv = obj["metadata"].get("resourceVersion", "")
-                return json_reply(200, tables.to_table(rt.kind, [obj], resource_version=rv, include_object=table))
+                return json_reply(
+                    200,
+                    tables.to_table(
+                        rt.kind, [obj], resource_version=rv, include_object=table, custom=rt.printer_columns
+                    ),
+                )
             return json_reply(200, obj)
         if method == "PUT":
             info.verb = "update"
@@ -264,7 +283,14 @@ class Api:
         table = _table_request(request)
         if table is not None:
             return json_reply(
-                200, tables.to_table(route.rt.kind, items, resource_version=str(rv), include_object=table)
+                200,
+                tables.to_table(
+                    route.rt.kind,
+                    items,
+                    resource_version=str(rv),
+                    include_object=table,
+                    custom=route.rt.printer_columns,
+                ),
             )
         return json_reply(
             200,

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from devcluster.printcolumns import PrinterColumn, columns_of
+
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 
 
@@ -29,6 +31,7 @@ class ResourceType:
     status_subresource: bool = False
     extra_subresources: tuple[str, ...] = ()
     builtin: bool = True
+    printer_columns: tuple[PrinterColumn, ...] = ()  # a CRD version's, for its Tables
 
     @property
     def api_version(self) -> str:
@@ -59,6 +62,9 @@ BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
     ResourceType("", "v1", "events", "Event", True, "event", ("ev",)),
+    ResourceType("", "v1", "services", "Service", True, "service", ("svc",), ("all",), True),
+    ResourceType("", "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",)),
+    ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice"),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
     ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("all",), True),
@@ -146,9 +152,10 @@ def crd_resource_types(crd: Mapping[str, Any]) -> list[ResourceType]:
     if not isinstance(versions, list) or not versions:
         raise ValueError("spec.versions: Required value: must have exactly one version marked as storage version")
     result = []
-    for version in versions:
+    for i, version in enumerate(versions):
         if not isinstance(version, dict) or not version.get("name") or not version.get("served", True):
             continue
+        columns = columns_of(version, f"spec.versions[{i}]")
         subresources = version.get("subresources") or {}
         result.append(
             ResourceType(
@@ -162,6 +169,7 @@ def crd_resource_types(crd: Mapping[str, Any]) -> list[ResourceType]:
                 categories=tuple(str(c) for c in names.get("categories") or ()),
                 status_subresource="status" in subresources,
                 builtin=False,
+                printer_columns=columns,
             )
         )
     return result

@@ -7,11 +7,15 @@ does; kubectl hides `priority: 1` columns unless `-o wide`). Pure: the clock is 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from devcluster import printcolumns
+from devcluster.durations import age
+
 Row = list[Any]
+NAME_DESCRIPTION = "Name must be unique within a namespace."  # ObjectMeta's, shortened
 _Column = tuple[str, str, int]  # name, type, priority
 
 
@@ -22,11 +26,29 @@ def to_table(
     resource_version: str,
     include_object: str = "Metadata",
     now: datetime | None = None,
+    custom: Sequence[printcolumns.PrinterColumn] = (),
 ) -> dict[str, Any]:
     """A Table of `objects` of `kind`; each row carries the object as PartialObjectMetadata
-    (`include_object="Metadata"`), whole (`"Object"`), or not at all (`"None"`)."""
+    (`include_object="Metadata"`), whole (`"Object"`), or not at all (`"None"`). A custom
+    resource passes its CRD version's printer columns as `custom`: Name, then those."""
     moment = now or datetime.now(UTC)
     columns, printer = _PRINTERS.get(kind, (_DEFAULT_COLUMNS, _print_default))
+    definitions = [
+        {
+            "name": name,
+            "type": kind_,
+            "format": "name" if name == "Name" and priority == 0 else "",
+            "description": "",
+            "priority": priority,
+        }
+        for name, kind_, priority in columns
+    ]
+    if custom:
+        definitions = [dict(definitions[0], description=NAME_DESCRIPTION), *(c.definition() for c in custom)]
+
+        def printer(obj: dict[str, Any], now: datetime) -> Row:
+            return [_meta(obj).get("name", ""), *printcolumns.cells(custom, obj, now)]
+
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": printer(obj, moment)}
@@ -43,60 +65,9 @@ def to_table(
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": resource_version},
-        "columnDefinitions": [
-            {
-                "name": name,
-                "type": kind_,
-                "format": "name" if name == "Name" and priority == 0 else "",
-                "description": "",
-                "priority": priority,
-            }
-            for name, kind_, priority in columns
-        ],
+        "columnDefinitions": definitions,
         "rows": rows,
     }
-
-
-def human_duration(seconds: float) -> str:
-    """apimachinery's duration.HumanDuration: `5s`, `3m2s`, `15m`, `5h3m`, `2d3h`, `400d`, `3y20d`."""
-    whole = int(seconds)
-    if whole < -1:
-        return "<invalid>"
-    if whole < 0:
-        return "0s"
-    if whole < 120:
-        return f"{whole}s"
-    minutes = whole // 60
-    if minutes < 10:
-        return f"{minutes}m{whole % 60}s" if whole % 60 else f"{minutes}m"
-    if minutes < 180:
-        return f"{minutes}m"
-    hours = whole // 3600
-    if hours < 8:
-        return f"{hours}h{minutes % 60}m" if minutes % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        days = (hours // 24) % 365
-        return f"{hours // 24 // 365}y{days}d" if days else f"{hours // 24 // 365}y"
-    return f"{hours // 24 // 365}y"
-
-
-def age(timestamp: Any, now: datetime) -> str:
-    """kubectl's translateTimestampSince: `<unknown>` for a missing or unparsable time."""
-    if not isinstance(timestamp, str) or not timestamp:
-        return "<unknown>"
-    try:
-        moment = datetime.fromisoformat(timestamp.replace("z", "Z"))
-    except ValueError:
-        return "<unknown>"
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return human_duration((now - moment).total_seconds())
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:

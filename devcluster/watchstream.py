@@ -228,7 +228,9 @@ def _line(reply: WatchReply, event_type: str, obj: dict[str, Any]) -> bytes:
     if reply.table is None:
         return encode_event(event_type, obj)
     rv = obj["metadata"].get("resourceVersion", "")
-    table = tables.to_table(reply.rt.kind, [obj], resource_version=rv, include_object=reply.table)
+    table = tables.to_table(
+        reply.rt.kind, [obj], resource_version=rv, include_object=reply.table, custom=reply.rt.printer_columns
+    )
     return encode_event(event_type, table)
 
 

@@ -6,7 +6,8 @@ the nodeSelector and annotations and removes only its own gate. A Pod with no ca
 gated, noted in the `GatedRegister` with what it waits for (one Event per change of that), and
 is looked at again when a block lapses or is cleared, when the catalog sees its offerings come
 back, and at least every `PLACEMENT_RECHECK` seconds. It deletes refused Pods a controller owns
-(so the owner recreates them) and publishes each NodePool's status. Runs on
+(so the owner recreates them) and publishes each NodePool's status (its placedCount as Pods
+are placed and finish). Runs on
 `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
 writes the blocklist (the vnode Handler records refusals with their pool).
 
@@ -37,7 +38,14 @@ from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting
 from placement.optimizer import BlockedUntil, Candidate, Decision, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
-from placement.request import RequestError, is_placeable, is_replaceable_failure, labels, workload_request
+from placement.request import (
+    RequestError,
+    is_placeable,
+    is_replaceable_failure,
+    labels,
+    placed_pool,
+    workload_request,
+)
 from placement.ungate import JSON_PATCH, placement_annotations, ungate_patch
 from placement.waiting import PLACEMENT_RECHECK, wait_for
 
@@ -45,6 +53,7 @@ logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 POOL_KEY = "pool:"  # queue keys of NodePools; a namespace never contains ':'
+PLACED_KEY = "placed:"  # a NodePool's placedCount changed: publish it
 CATALOG_KEY = "catalog:"  # the queue key that asks the catalog again while Pods wait for offerings
 MAX_EVENT_MESSAGE = 1000
 POOLS_UNSYNCED = Requeue(0.5)  # the pool cache has not listed NodePools yet: look again shortly
@@ -101,6 +110,9 @@ class PlacementController:
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self.gated = GatedRegister()
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
+        self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
+        self.placed_counts: Counter[str] = Counter()  # pool -> len of its entries in _placed
+        self._candidates: dict[str, int] = {}  # pool -> the candidateCount last published
         self._lock = threading.Lock()
         self.workers = WorkerPool(self.queue, self.sync, name="placement", workers=workers)
         self.pods = Reflector(
@@ -120,6 +132,20 @@ class PlacementController:
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
         self.queue.add(key)
+        pool = "" if pod is None else placed_pool(pod)
+        with self._lock:
+            before = self._placed.pop(key, "")
+            if pool:
+                self._placed[key] = pool
+            if before == pool:
+                return
+            if before:
+                self.placed_counts[before] -= 1
+            if pool:
+                self.placed_counts[pool] += 1
+        for name in (before, pool):
+            if name:
+                self.queue.add(PLACED_KEY + name)  # coalesced: one status write per burst
 
     def pool_changed(self, name: str) -> None:
         """A NodePool appeared, went, or changed its spec."""
@@ -169,6 +195,9 @@ class PlacementController:
             return self._sync_catalog()
         if key.startswith(POOL_KEY):
             self._sync_pool(key[len(POOL_KEY) :])
+            return None
+        if key.startswith(PLACED_KEY):
+            self._publish_placed(key[len(PLACED_KEY) :])
             return None
         with self.pods.lock:
             pod = self.pods.cache.get(key)
@@ -328,13 +357,27 @@ class PlacementController:
 
     def _sync_pool(self, name: str) -> None:
         state = self._pools.get(name)
-        if state is not None:
+        if state is None:
+            self._candidates.pop(name, None)
+        else:
             count = 0 if state.pool is None else count_candidates(state.pool, self._catalog.views())
-            self._pools.write_status(name, pool_status(state, candidate_count=count))
+            self._candidates[name] = count
+            self._pools.write_status(name, pool_status(state, candidate_count=count, placed_count=self._count(name)))
         for pod in self.pods.snapshot():
             if labels(pod).get(names.POOL_LABEL) == name and is_placeable(pod):
                 meta = pod["metadata"]
                 self.queue.add(f"{meta['namespace']}/{meta['name']}")
+
+    def _publish_placed(self, name: str) -> None:
+        """Write the pool's new placedCount; nothing before its first sync (which writes it)."""
+        state, candidates = self._pools.get(name), self._candidates.get(name)
+        if state is not None and candidates is not None:
+            status = pool_status(state, candidate_count=candidates, placed_count=self._count(name))
+            self._pools.write_status(name, status)
+
+    def _count(self, pool: str) -> int:
+        with self._lock:
+            return self.placed_counts[pool]
 
     def _event(self, pod: JsonDict, kind: str, reason: str, message: str) -> None:
         if len(message) > MAX_EVENT_MESSAGE:

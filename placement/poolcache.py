@@ -3,7 +3,8 @@
 Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
 (`ttl_of`) and the REST API (`pools`). Its one write is a NodePool's status subresource,
 asked for by the controller, and only when the status would change. Tested over the
-devcluster in tests/console/api/test_api_e2e.py::test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods.
+devcluster in tests/console/api/test_api_e2e.py::test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods
+and tests/placement/test_e2e_pool_status.py (placedCount, providerNames).
 """
 
 from __future__ import annotations
@@ -114,13 +115,24 @@ def generation(obj: JsonDict) -> Any:
     return (obj.get("metadata") or {}).get("generation")
 
 
-def pool_status(state: PoolState, *, candidate_count: int) -> JsonDict:
-    """The status placement publishes: observed generation, candidates, a Ready condition."""
+def pool_status(state: PoolState, *, candidate_count: int, placed_count: int = 0) -> JsonDict:
+    """The status placement publishes: observed generation, candidates, the Pods placed through
+    the pool that have not finished, the providers' names (one string, for `kubectl get`'s
+    Providers column: kube-apiserver prints only the first match of a `[*]` column path), and
+    a Ready condition."""
     valid = state.pool is not None
     message = f"{candidate_count} candidates from the registered providers" if valid else f"invalid pool: {state.error}"
+    providers = (state.raw.get("spec") or {}).get("providers")
+    named = (
+        [str(p["name"]) for p in providers if isinstance(p, dict) and p.get("name")]
+        if isinstance(providers, list)
+        else []
+    )
     return {
         "observedGeneration": generation(state.raw) or 0,
         "candidateCount": candidate_count if valid else 0,
+        "placedCount": placed_count,
+        "providerNames": ",".join(named),
         "conditions": [
             {
                 "type": "Ready",

@@ -45,6 +45,17 @@ def is_placeable(pod: Mapping[str, Any]) -> bool:
     return any(g.get("name") == names.PLACEMENT_GATE for g in spec.get("schedulingGates") or [])
 
 
+def placed_pool(pod: Mapping[str, Any]) -> str:
+    """The NodePool a Pod was placed through while it has not finished, else "": the pool its
+    placement annotation names, with our gate gone and its phase neither Succeeded nor Failed."""
+    meta = pod.get("metadata") or {}
+    pool = str((meta.get("annotations") or {}).get(names.POOL_ANNOTATION) or "")
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    if not pool or any(g.get("name") == names.PLACEMENT_GATE for g in gates):
+        return ""
+    return "" if (pod.get("status") or {}).get("phase") in ("Succeeded", FAILED_PHASE) else pool
+
+
 def is_replaceable_failure(pod: Mapping[str, Any]) -> bool:
     """A refused (Failed/ProvisionFailed) opted-in Pod that a controller owns: deleting it lets
     the owner create a fresh gated Pod, which skips the blocked candidate."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from devcluster import tables
+from devcluster import durations, tables
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
 
@@ -44,13 +44,13 @@ def ago(**delta: float) -> str:
     ],
 )
 def test_human_duration_matches_kubectl(seconds: float, expected: str) -> None:
-    assert tables.human_duration(seconds) == expected
+    assert durations.human_duration(seconds) == expected
 
 
 def test_age_of_missing_or_bad_timestamps_is_unknown() -> None:
-    assert tables.age(None, NOW) == "<unknown>"
-    assert tables.age("yesterday", NOW) == "<unknown>"
-    assert tables.age(ago(seconds=65), NOW) == "65s"
+    assert durations.age(None, NOW) == "<unknown>"
+    assert durations.age("yesterday", NOW) == "<unknown>"
+    assert durations.age(ago(seconds=65), NOW) == "65s"
 
 
 def _cells(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
