@@ -3,8 +3,10 @@
 `Api` (POST pods) and the apps controllers call `admit_pod` before the object is stored.
 Every registered MutatingWebhookConfiguration whose rules, objectSelector and
 namespaceSelector match gets an AdmissionReview v1 POSTed over HTTPS to its
-`clientConfig.url`, verified against its `caBundle`; the returned base64 JSONPatch is applied
-and `failurePolicy` decides what a failed call means. Never called under the store lock.
+`clientConfig.url`, or to an endpoint of its `clientConfig.service` (`endpoints.resolve`) with
+the certificate checked for `<service>.<namespace>.svc`, verified against its `caBundle`; the
+returned base64 JSONPatch is applied and `failurePolicy` decides what a failed call means.
+Never called under the store lock. Tests: tests/devcluster/test_admission*.py.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import binascii
 import functools
 import http.client
 import json
+import socket
 import ssl
 import uuid
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from devcluster import endpoints
 from devcluster.errors import ApiError
 from devcluster.patch import PatchError, json_patch
 from devcluster.selectors import LabelRequirement, LabelSelector
@@ -88,14 +92,14 @@ def admit_pod(
             continue
         if not label_selector(hook.get("namespaceSelector")).matches_labels(ns_labels):
             continue
-        pod = _call(hook, namespace, pod, operation, warnings if warnings is not None else [])
+        pod = _call(store, hook, namespace, pod, operation, warnings if warnings is not None else [])
     return pod
 
 
-def _call(hook: Mapping[str, Any], namespace: str, pod: Obj, operation: str, warnings: list[str]) -> Obj:
+def _call(store: Any, hook: Mapping[str, Any], namespace: str, pod: Obj, operation: str, warnings: list[str]) -> Obj:
     name = str(hook.get("name", ""))
     try:
-        response = _post(hook, _review(namespace, pod, operation))
+        response = _post(store, hook, _review(namespace, pod, operation))
     except WebhookCallError as exc:
         if hook.get("failurePolicy", "Fail") == "Ignore":
             return pod
@@ -154,29 +158,67 @@ def _client_context(ca_bundle: str) -> ssl.SSLContext:
     return context
 
 
-def _post(hook: Mapping[str, Any], review: Obj) -> Obj:
-    """POST the review to clientConfig.url over HTTPS; the AdmissionReview's response."""
-    config = hook.get("clientConfig") or {}
+class _Connection(http.client.HTTPSConnection):
+    """HTTPS to `address` while verifying the certificate for `host` (SNI and hostname check):
+    how the API server reaches `<service>.<namespace>.svc` at an endpoint's address."""
+
+    def __init__(self, host: str, port: int, *, address: str, timeout: float, context: ssl.SSLContext) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self.address = address
+        self.tls = context
+
+    def connect(self) -> None:
+        raw = socket.create_connection((self.address, self.port), self.timeout)
+        try:
+            self.sock = self.tls.wrap_socket(raw, server_hostname=self.host)
+        except BaseException:
+            raw.close()
+            raise
+
+
+def _target(store: Any, config: Mapping[str, Any]) -> endpoints.Target:
+    """Where clientConfig points: its https `url`, or its `service` resolved to an endpoint."""
     url = config.get("url")
-    if not isinstance(url, str) or not url:
-        raise WebhookCallError("the devcluster calls webhooks by clientConfig.url only (no Services here)")
-    parts = urlsplit(url)
+    if config.get("service") is not None or not url:
+        return endpoints.resolve(store, config)
+    parts = urlsplit(str(url))
     if parts.scheme != "https" or not parts.hostname:
         raise WebhookCallError(f"clientConfig.url must be https://host[:port]/path, got {url!r}")
+    port = parts.port or 443
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    origin = f"https://{parts.netloc}"
+    return endpoints.Target(host=parts.hostname, port=port, server_name=parts.hostname, origin=origin, path=path)
+
+
+def _post(store: Any, hook: Mapping[str, Any], review: Obj) -> Obj:
+    """POST the review to the webhook over HTTPS; the AdmissionReview's response."""
+    config = hook.get("clientConfig") or {}
+    timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
+    try:
+        target = _target(store, config)
+    except endpoints.ResolveError as exc:
+        origin, path = endpoints.service_origin(config)
+        if not origin:
+            raise WebhookCallError(str(exc)) from None
+        raise WebhookCallError(f'failed to call webhook: Post "{origin}{path}?timeout={timeout}s": {exc}') from None
     try:
         context = _client_context(str(config.get("caBundle") or ""))
     except (binascii.Error, ValueError, ssl.SSLError) as exc:
         raise WebhookCallError(f"caBundle is not a base64 PEM certificate: {exc}") from None
-    timeout = hook.get("timeoutSeconds") or DEFAULT_TIMEOUT
-    connection = http.client.HTTPSConnection(parts.hostname, parts.port or 443, timeout=timeout, context=context)
+    connection = _Connection(target.server_name, target.port, address=target.host, timeout=timeout, context=context)
+    path = target.path + ("&" if "?" in target.path else "?") + f"timeout={timeout}s"
+    where = f'Post "{target.origin}{path}"'
     try:
         body = json.dumps(review).encode()
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        connection.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        host = target.origin.removeprefix("https://")  # the Service's name and port, not the endpoint's
+        connection.request("POST", path, body=body, headers={"Content-Type": "application/json", "Host": host})
         answer = connection.getresponse()
         data = answer.read(MAX_ANSWER + 1)
+    except ssl.SSLCertVerificationError as exc:
+        reason = f"tls: failed to verify certificate: {exc.verify_message}"
+        raise WebhookCallError(f"failed to call webhook: {where}: {reason}") from None
     except (OSError, http.client.HTTPException) as exc:
-        raise WebhookCallError(f"failed to call webhook: {type(exc).__name__}: {exc}") from None
+        raise WebhookCallError(f"failed to call webhook: {where}: {type(exc).__name__}: {exc}") from None
     finally:
         connection.close()
     if answer.status != 200 or len(data) > MAX_ANSWER:

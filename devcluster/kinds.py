@@ -105,6 +105,20 @@ def default_namespace(namespace: dict[str, Any]) -> None:
     labels.setdefault("kubernetes.io/metadata.name", namespace["metadata"]["name"])
 
 
+def default_service(service: dict[str, Any]) -> None:
+    """type ClusterIP, sessionAffinity None; each port's protocol TCP and targetPort its port.
+    No cluster IP is allocated: nothing here routes to one."""
+    spec = service.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    spec.setdefault("sessionAffinity", "None")
+    name = service["metadata"].get("name", "")
+    for i, port in enumerate(spec.get("ports") or []):
+        if not isinstance(port, dict) or not isinstance(port.get("port"), int):
+            raise invalid("Service", name, f"spec.ports[{i}].port: Required value")
+        port.setdefault("protocol", "TCP")
+        port.setdefault("targetPort", port["port"])
+
+
 def crd_status(crd: dict[str, Any], now: str) -> dict[str, Any]:
     spec = crd.get("spec") or {}
     conditions = [

@@ -213,6 +213,8 @@ class Resources:
             kinds.default_secret(obj)
         elif rt.kind == "Namespace":
             kinds.default_namespace(obj)
+        elif rt.kind == "Service":
+            kinds.default_service(obj)
         elif rt.kind == "CustomResourceDefinition":
             self._check_crd(obj)
             obj["status"] = kinds.crd_status(obj, now)

@@ -11,6 +11,7 @@ from kubernetes import client, config
 from devcluster import DevCluster
 from tests.support.fixtures import ClusterOptions
 from tests.support.raw import Raw
+from tests.support.webhook import Hook, serving
 
 
 @pytest.fixture
@@ -37,3 +38,10 @@ def api_client(cluster: DevCluster) -> Iterator[Any]:
 @pytest.fixture
 def core(api_client: Any) -> Any:
     return client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def hook() -> Iterator[Hook]:
+    """A mutating webhook over TLS whose certificate names only localhost and 127.0.0.1."""
+    with serving() as server:
+        yield server

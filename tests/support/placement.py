@@ -43,7 +43,7 @@ H100_PRICES = {"gpu-a": {"Spot": 10.0, "OnDemand": 30.0}, "gpu-b": {"Spot": 20.0
 
 
 def webhook_configuration(url: str, ca_pem: bytes, *, failure_policy: str = "Fail") -> dict[str, Any]:
-    """The deploy/webhook manifest's shape, pointed at `url` (the devcluster calls urls only)."""
+    """The deploy/webhook manifest's shape, pointed at `url` instead of the console Service."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
