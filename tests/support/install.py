@@ -70,9 +70,13 @@ class Install:
         log.close()
         wait_for(lambda: "devcluster serving at" in self.log("devcluster"), 60, what="the devcluster to serve")
 
+    def stop_containers(self) -> None:
+        """SIGTERM each container (the manager stops its work in order), SIGKILL after the grace."""
+        while self.containers:
+            self.containers.pop().stop()
+
     def stop(self) -> None:
-        for container in reversed(self.containers):
-            container.stop()
+        self.stop_containers()
         if self._devcluster is not None:
             os.killpg(self._devcluster.pid, signal.SIGTERM)
             try:
