@@ -13,6 +13,7 @@ certificate cert-manager's self-signed Issuer would make, its CA injected as its
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import pwd
@@ -64,6 +65,16 @@ def events_of(install: Install, pod: str) -> list[Obj]:
     return [e for e in listed if e.get("involvedObject", {}).get("name") == pod]
 
 
+def becomes_ready(install: Install, rendered: list[Obj]) -> None:
+    """The kubelet's probes pass (the Endpoints controller lists only a Ready Pod)."""
+    for probe in ("livenessProbe", "readinessProbe"):
+        wait_for(functools.partial(passes, install, rendered, probe), 60, what=f"the {probe}", ignoring=(OSError,))
+
+
+def passes(install: Install, rendered: list[Obj], probe: str) -> bool:
+    return install.probe(rendered, probe) == 200
+
+
 def check_the_opted_in_pod(install: Install, *, node: str, step_8: str, steps: Path, timeout: float) -> str:
     """Steps 8 and 9: the Pod is admitted (the webhook's toleration), placed (placement's
     nodeSelector and Placed Event, the gate gone), Running on `node`; `kubectl logs` reads it."""
@@ -101,10 +112,15 @@ def test_the_dev_overlay_installs_as_documented_and_runs_an_opted_in_pod(tmp_pat
         run_step(install, without_apply_k(doc_block(KIND, 6)), cwd=steps)  # the caBundle patch
         webhook = install.get("mutatingwebhookconfiguration", "nebula-placement")
         assert webhook["webhooks"][0]["clientConfig"]["caBundle"]
-        install.register_endpoint(rendered, find(rendered, "Service", "nebula-console"))
 
         manager = install.run_pod(rendered, install.pod_facts(rendered))
         assert manager_container(rendered)["args"][-1] == "--provider=local"
+        becomes_ready(install, rendered)
+        # Until the Service has the manager as its endpoint, the webhook (failurePolicy Fail)
+        # refuses opted-in Pods: the API server calls it through the Service, not an address.
+        early = install.kubectl("run", "early", "--image=busybox", "--labels=nebula.io/enabled=true", check=False)
+        assert early.returncode != 0 and 'no endpoints available for service "nebula-console"' in early.stderr
+        install.register_endpoint(rendered, find(rendered, "Service", "nebula-console"))
         status = wait_for(lambda: node_ready(install, "nebula-local"), 60, what="nebula-local Ready")
         assert {"type": "InternalIP", "address": POD_IP} in status["addresses"]
         served = check_the_opted_in_pod(
@@ -186,9 +202,9 @@ def test_the_production_overlay_installs_as_documented_and_runs_an_opted_in_pod_
                 run_step(install, doc_block(PRODUCTION, 4), cwd=steps, env={"DATABASE_URL": database.url})
                 install.apply_served(rendered)
                 issue_like_cert_manager(install, rendered, tmp_path / "cert-manager")
-                install.register_endpoint(rendered, find(rendered, "Service", "nebula-console"))
-
                 manager = install.run_pod(rendered, install.pod_facts(rendered))
+                becomes_ready(install, rendered)
+                install.register_endpoint(rendered, find(rendered, "Service", "nebula-console"))
                 wait_for(lambda: node_ready(install, "nebula-aws"), 60, what="nebula-aws Ready")
                 step_8 = doc_block(KIND, 8).replace("providers: [{name: local}]", "providers: [{name: aws}]")
                 served = check_the_opted_in_pod(

@@ -14,9 +14,11 @@ then the manager. Nothing here is a test.
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -139,6 +141,33 @@ class Install:
         name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
         self.apply([{"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": name, "namespace": namespace},
                      "subsets": [{"addresses": [{"ip": POD_IP}], "ports": subset_ports}]}])  # fmt: skip
+
+    def probe(self, rendered: list[Obj], which: str) -> int:
+        """The manager container's `livenessProbe`/`readinessProbe` (httpGet) as the kubelet
+        sends it: to the Pod IP, the named port resolved, its headers; HTTP status, or OSError."""
+        (container,) = _pod_template(rendered)["spec"]["containers"]
+        get = container[which]["httpGet"]
+        ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+        port = ports[get["port"]] if isinstance(get["port"], str) else int(get["port"])
+        headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
+
+        def call() -> int:
+            if get.get("scheme", "HTTP") == "HTTPS":
+                # The kubelet does not verify a probe's certificate.
+                context = ssl.create_default_context()
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+                connection: http.client.HTTPConnection = http.client.HTTPSConnection(
+                    POD_IP, port, context=context, timeout=5
+                )
+            else:
+                connection = http.client.HTTPConnection(POD_IP, port, timeout=5)
+            try:
+                connection.request("GET", get["path"], headers=headers)
+                return connection.getresponse().status
+            finally:
+                connection.close()
+
+        return self.network.call_inside(call)
 
     def pod_facts(self, rendered: list[Obj]) -> PodFacts:
         """What the kubelet reads for the manager's Pod: the Secrets and ConfigMaps it names."""
