@@ -14,7 +14,9 @@ the `Dockerfile`'s image: the same argv, environment, working directory and moun
   their paths, read-only where the image's root is read-only (`/` included:
   `readOnlyRootFilesystem`), inside the Pod's network (tests/support/netns.py).
 The process runs as root here (the interpreter lives under /root on this machine); the
-image's user is not applied. Used by tests/support/install.py; nothing here is a test.
+image's user is not applied. The mount points are made on this machine's own filesystem
+first (empty folders such as /app and /etc/nebula/tls stay behind; the binds over them are
+private to the container). Used by tests/support/install.py; nothing here is a test.
 """
 
 from __future__ import annotations
