@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import image_config
 from tests.support.deploy_manifests import ROOT, find, manager_container, render
 from tests.support.mirror_db import interrupt_after_commit
 
@@ -27,20 +28,7 @@ BUILD_TOOLS = ("gcc", "g++", "make", "build-essential", "clang", "cargo", "rustc
 
 def instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) with continuations joined and comments dropped."""
-    lines: list[str] = []
-    pending = ""
-    for raw in DOCKERFILE.read_text().splitlines():
-        if raw.strip().startswith("#") or not raw.strip():
-            continue
-        pending += raw.rstrip("\\").strip() + " " if raw.rstrip().endswith("\\") else raw.strip()
-        if not raw.rstrip().endswith("\\"):
-            lines.append(pending)
-            pending = ""
-    result = []
-    for line in lines:
-        word, _, rest = line.partition(" ")
-        result.append((word.upper(), rest.strip()))
-    return result
+    return image_config.instructions(DOCKERFILE.read_text())
 
 
 def stages() -> list[list[tuple[str, str]]]:

@@ -139,13 +139,42 @@ def test_production_runs_two_replicas_with_leader_election() -> None:
         assert "--no-leader-election" not in args
 
 
+def runvnode_options(overlay: str) -> Any:
+    command = load_command_class("nebula_site", "runvnode")
+    return command.create_parser("manage.py", "runvnode").parse_args(manager_container(render(overlay))["args"])
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_runvnode_accepts_every_flag_the_deployment_passes(overlay: str) -> None:
-    command = load_command_class("nebula_site", "runvnode")
-    parser = command.create_parser("manage.py", "runvnode")
-    options = parser.parse_args(manager_container(render(overlay))["args"])
+    options = runvnode_options(overlay)
     assert options.kubelet_addr == ":10250"
-    assert options.console_tls is True
+    assert options.console_addr == ":8443"
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_console_serves_the_certificate_of_the_mounted_secret(overlay: str) -> None:
+    """--console-cert/--console-key name the files of the Secret nebula-console-tls (a
+    kubernetes.io/tls Secret's keys, where the volume is mounted); --console-tls would serve a
+    CA of its own, which the webhook's caBundle does not hold (issue 15)."""
+    objects = render(overlay)
+    options = runvnode_options(overlay)
+    assert options.console_tls is False
+    volumes = {v["name"]: v for v in pod_spec(objects)["volumes"]}
+    (mount,) = [m for m in manager_container(objects)["volumeMounts"] if m["name"] == "console-tls"]
+    assert volumes["console-tls"]["secret"]["secretName"] == "nebula-console-tls"
+    assert "optional" not in volumes["console-tls"]["secret"]  # the Pod waits for it
+    assert mount["readOnly"] is True
+    assert options.console_cert == f"{mount['mountPath']}/tls.crt"
+    assert options.console_key == f"{mount['mountPath']}/tls.key"
+
+
+def test_each_overlay_adds_its_provider_to_the_base_flags() -> None:
+    base = manager_container(render("dev"))["args"][:4]
+    assert manager_container(render("dev"))["args"] == [*base, "--provider=local"]
+    production = manager_container(render("production"))
+    assert production["args"] == [*base, "--providers-file=/etc/nebula/providers/providers.yaml", "--provider=aws"]
+    (mount,) = [m for m in production["volumeMounts"] if m["name"] == "providers"]
+    assert runvnode_options("production").providers_file.startswith(mount["mountPath"] + "/")
 
 
 def test_the_manager_gets_its_ip_and_namespace_from_field_refs() -> None:
@@ -204,7 +233,6 @@ def test_every_writable_path_the_settings_name_is_on_an_empty_dir() -> None:
         for key in ("NEBULA_DB_PATH", "NEBULA_STATE_DIR"):
             assert any(settings[key].startswith(p + "/") for p in writable), (container["name"], key)
         assert "/tmp" in writable
-        # runvnode --console-tls writes .nebula/console-ca.pem under its working directory, /app.
         assert "/app/.nebula" in writable
 
 
@@ -244,6 +272,14 @@ def test_production_reads_the_aws_keys_from_a_secret() -> None:
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "nebula-aws-credentials"
         assert "value" not in env[key]
+
+
+def test_production_takes_the_database_url_from_a_secret_in_both_containers() -> None:
+    spec = pod_spec(render("production"))
+    for container in spec["containers"] + spec["initContainers"]:
+        env = env_of(container)
+        assert env["DATABASE_URL"]["valueFrom"] == {"secretKeyRef": {"name": "nebula-database", "key": "url"}}
+    assert "DATABASE_URL" not in env_of(manager_container(render("dev")))
 
 
 # -- Services, webhook, NetworkPolicy --------------------------------------------------------------

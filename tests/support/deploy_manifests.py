@@ -35,23 +35,32 @@ def kubectl() -> str:
     return found
 
 
-@functools.cache
-def _rendered(overlay: str) -> str:
+def _kustomize(folder: Path) -> str:
     result = subprocess.run(
-        [kubectl(), "kustomize", str(DEPLOY / "overlays" / overlay)],
+        [kubectl(), "kustomize", str(folder)],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
     if result.returncode != 0:
-        raise AssertionError(f"kubectl kustomize deploy/overlays/{overlay} failed:\n{result.stderr}")
+        raise AssertionError(f"kubectl kustomize {folder} failed:\n{result.stderr}")
     return result.stdout
+
+
+@functools.cache
+def _rendered(overlay: str) -> str:
+    return _kustomize(DEPLOY / "overlays" / overlay)
 
 
 def render(overlay: str) -> list[Obj]:
     """Every object `kubectl kustomize deploy/overlays/<overlay>` prints."""
     return [copy.deepcopy(doc) for doc in yaml.safe_load_all(_rendered(overlay)) if doc]
+
+
+def render_copy(deploy: Path, overlay: str) -> list[Obj]:
+    """The same for a copy of deploy/ at `deploy` (edited as docs/deploy.md tells a user to)."""
+    return [doc for doc in yaml.safe_load_all(_kustomize(deploy / "overlays" / overlay)) if doc]
 
 
 def find(objects: list[Obj], kind: str, name: str) -> Obj:
