@@ -3,12 +3,16 @@ leader and a standby each serve /metrics (nebula_leader 1 and 0, each its own pr
 metrics), the standby's turns 1 once the leader stops; `--metrics-auth=token` lets in only a
 ServiceAccount token RBAC allows `get` on /metrics (TokenReview and SubjectAccessReview by the
 API server: 401 without or with a bad token, 403 without the grant); `promtool check metrics`
-finds no problem in either scrape. Bad metrics flags stop runvnode before anything starts."""
+finds no problem in either scrape. Bad metrics flags stop runvnode before anything starts; a
+port in use stops it when the address was given (flag or setting)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -147,3 +151,19 @@ def test_bad_metrics_flags_are_command_errors(flags: list[str], message: str) ->
 def test_an_unknown_metrics_auth_is_refused_by_the_parser() -> None:
     with pytest.raises(CommandError, match="invalid choice"):
         call_command("runvnode", "--metrics-auth", "basic", "--provider", "fake")
+
+
+@pytest.mark.parametrize("how", ["flag", "setting"])
+def test_a_metrics_port_in_use_given_explicitly_stops_runvnode(tmp_path: Path, how: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        command = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--provider", "fake", "--no-leader-election"]
+        command += ["--kubelet-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0"]
+        env = dict(os.environ)
+        if how == "flag":
+            command += ["--metrics-addr", address]
+        else:
+            env["NEBULA_METRICS_ADDR"] = address
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"cannot start the metrics listener: [Errno {errno.EADDRINUSE}]" in done.stderr, done.stderr

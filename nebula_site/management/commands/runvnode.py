@@ -2,9 +2,10 @@
 
 Parses arguments, builds providers from settings (plus `--providers-file`), starts the
 embedded cluster when asked (`--dev-cluster`), and calls the process wiring
-(`nebula_site.process`: the listeners, the metrics listener, then `run`). SIGTERM or SIGINT stops intake, lets
-in-flight calls finish, releases the leader Lease, exits 0. Never wires pieces itself.
-Tests: tests/vnode/kubelet/test_runvnode_listeners.py.
+(`nebula_site.process`: the listeners, the metrics listener, then `run`). SIGTERM or SIGINT
+stops intake, lets in-flight calls finish, releases the leader Lease, exits 0. Never wires
+pieces itself.
+Tests: tests/vnode/kubelet/test_runvnode_listeners.py, tests/nebula_site/test_runvnode_metrics.py.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from nebula_site import demo, process
-from nebula_site.config import parse_address, validate_dns_name
+from nebula_site.config import DEFAULTS, parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
@@ -298,14 +299,16 @@ class Command(BaseCommand):
     def _start_metrics(
         self, addr: tuple[str, int], cert: tuple[str, str] | None, kubeconfig: str | None, options: dict[str, Any]
     ) -> Any:
-        """The metrics listener (`process.start_metrics_listener`). Given explicitly, a failure
-        to bind stops runvnode; the default address in use only logs a warning (None)."""
+        """The metrics listener (`process.start_metrics_listener`). Given explicitly (the flag
+        or NEBULA_METRICS_ADDR), a failure to bind stops runvnode; the built-in default address
+        in use only logs a warning (None), as several dev managers may run on one machine."""
         try:
             exporter = process.start_metrics_listener(
                 addr, cert=cert, token_auth=options["metrics_auth"] == "token", kubeconfig=kubeconfig
             )
         except Exception as exc:  # OSError (in use), ssl.SSLError (certificate), a bad kubeconfig
-            if options["metrics_addr"] is None and getattr(exc, "errno", None) == errno.EADDRINUSE:
+            defaulted = options["metrics_addr"] is None and settings.NEBULA["METRICS_ADDR"] == DEFAULTS["METRICS_ADDR"]
+            if defaulted and getattr(exc, "errno", None) == errno.EADDRINUSE:
                 logging.getLogger(__name__).warning("no metrics listener: %s:%d: %s", *addr, exc)
                 return None
             raise CommandError(f"cannot start the metrics listener: {exc}") from exc
