@@ -27,11 +27,12 @@ $(KUBECTL_120):
 
 # Debian packages the tests drive for real: sshd (the SSH exec/logs tests start their own),
 # Chromium and its driver (the console's browser tests), PostgreSQL (the console on
-# DATABASE_URL; the test runs its own server from a throwaway folder).
-SYSTEM_PACKAGES := openssh-server chromium chromium-driver postgresql
+# DATABASE_URL; the test runs its own server from a throwaway folder), Prometheus (its
+# promtool checks deploy/monitoring's rules and a scrape of the metrics listener).
+SYSTEM_PACKAGES := openssh-server chromium chromium-driver postgresql prometheus
 system-packages:
 	@(command -v /usr/sbin/sshd && command -v chromium && command -v chromedriver && \
-		ls /usr/lib/postgresql/*/bin/postgres) >/dev/null 2>&1 || \
+		command -v promtool && ls /usr/lib/postgresql/*/bin/postgres) >/dev/null 2>&1 || \
 		(apt-get update >/dev/null && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES) >/dev/null)
 

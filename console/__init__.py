@@ -8,7 +8,9 @@ database, the admin over it, the dashboard, the REST API, Prometheus metrics and
 - `mirror`     the single writer: rows diffed and written at most once a second
 - `models`     the mirror's tables; `admin` their read-only pages and the one operator action
 - `dashboard`  the dashboard's figures, from the mirror; `views` the pages and /readyz
-- `metrics`    the Prometheus registry and /metrics; `middleware` counts API requests
+- `metrics`    the Prometheus registry; `middleware` counts API requests
+- `gauges`     the gauges read from memory at scrape time (providers up, orphans, spend, leader)
+- `exporter`   the metrics listener: /metrics on a port of its own, optional TLS and token auth
 - `api`        the REST API (DRF) over the same rows
 
 May import vnode and placement read sides; vnode, placement and providers never import it,

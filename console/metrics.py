@@ -1,27 +1,35 @@
-"""Prometheus metrics: the console's own registry and the `/metrics` view.
+"""Prometheus metrics: the console's own registry, served by the metrics listener
+(`console.exporter`) and read directly by whoever needs a number.
 
 Counters and histograms are fed by `console.observer` (facts from the core) and
-`console.middleware` (API requests); gauges that describe memory (blocklist size, tracked
-Pods, node readiness, the mirror's lag) are read at scrape time from `console.runtime`.
+`console.middleware` (API requests); gauges that describe memory (blocklist, tracked Pods,
+providers up, orphans, instances behind finished Pods, spend, leadership, the mirror's lag)
+are read at scrape time by `console.gauges`. The process's own (CPU, memory, file
+descriptors, GC) come from prometheus_client's collectors; no `_created` series.
 Labels are provider, node, outcome, kind, verb and code: never a Pod's env or a credential.
-Tests: tests/console/test_console_units.py.
+Tests: tests/console/test_console_units.py, tests/console/test_metrics_listener.py.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
 
-from django.http import HttpRequest, HttpResponse
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from prometheus_client.registry import Collector
-
-from console import runtime
-
+# `_created` series double every counter's and histogram's series for a timestamp no rule
+# reads; prometheus_client's switch is process-wide, so it is set before any metric exists.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 REGISTRY = CollectorRegistry(auto_describe=True)
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
 STREAM_KINDS = ("logs", "exec", "attach")
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
@@ -70,35 +78,6 @@ def mirror_synced(at: float) -> None:
     _mirror_synced_at[:] = [at]
 
 
-class MemoryCollector(Collector):
-    """Gauges read from the manager's memory at scrape time (no hook needed, never stale)."""
-
-    def __init__(self, source: Callable[[], runtime.Runtime] = runtime.current) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Any]:
-        current = self._source()
-        blocked = GaugeMetricFamily("nebula_blocklist_entries", "live blocklist entries", labels=["provider"])
-        counts: dict[str, int] = {}
-        for entry in current.blocklist.entries() if current.blocklist is not None else []:
-            counts[entry.provider] = counts.get(entry.provider, 0) + 1
-        for provider, count in sorted(counts.items()):
-            blocked.add_metric([provider], count)
-        total = GaugeMetricFamily("nebula_blocklist_size", "live blocklist entries, all providers")
-        total.add_metric([], sum(counts.values()))
-        pods = GaugeMetricFamily("nebula_tracked_pods", "Pods each virtual node tracks", labels=["provider"])
-        ready = GaugeMetricFamily("nebula_node_ready", "1 while the provider's last list succeeded", labels=["node"])
-        for handler in current.handlers:
-            pods.add_metric([handler.provider.name], len(handler.tracked_entries()))
-            ready.add_metric([handler.node_name], 1.0 if handler.last_list_ok else 0.0)
-        lag = GaugeMetricFamily("nebula_mirror_lag_seconds", "seconds since the mirror last committed (-1: never)")
-        lag.add_metric([], time.monotonic() - _mirror_synced_at[0] if _mirror_synced_at else -1.0)
-        yield from (blocked, total, pods, ready, lag)
-
-
-REGISTRY.register(MemoryCollector())
-
-
-def metrics(request: HttpRequest) -> HttpResponse:
-    """`/metrics` in the Prometheus text format (no login: Prometheus scrapes it; no secrets in it)."""
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+def mirror_synced_at() -> float | None:
+    """The monotonic time of the mirror's last commit, None before the first."""
+    return _mirror_synced_at[0] if _mirror_synced_at else None

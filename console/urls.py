@@ -1,4 +1,5 @@
 """The console's routes, included at the root of the console listener by nebula_site.urls.
+`/metrics` is not one of them: it has its own listener (`console.exporter`).
 
 Tests: tests/console/test_console_browser.py.
 """
@@ -7,11 +8,10 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console import metrics, views
+from console import views
 
 urlpatterns = [
     path("", views.index, name="console-dashboard"),
     path("dashboard/panels", views.panels, name="console-panels"),
     path("readyz", views.readyz, name="console-readyz"),
-    path("metrics", metrics.metrics, name="console-metrics"),
 ]

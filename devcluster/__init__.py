@@ -18,6 +18,8 @@ placement, providers, nebula_site or Django. Map of the package:
 - `schedloop`   the scheduler thread around the pure `scheduler` decisions
 - `controlloop` the thread shape the scheduler and the apps controller share
 - `admission`   calls registered mutating webhooks on Pod CREATE
+- `reviews`     TokenRequest, TokenReview, (Self)SubjectAccessReview, answered from `tokens`
+                (ServiceAccount and admin tokens) and `rbac` (the RBAC authorizer)
 - `controllers` the minimal Deployment -> ReplicaSet -> Pods controller
 - `tls`         in-memory CA, server certificate, kubeconfig
 - `nodeaddress` which Node address and port the kubelet proxy dials (kube-apiserver's rule)

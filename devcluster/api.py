@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devcluster import admission, discovery, nodeaddress, openapi, protobuf, proxy, selectors, tables
+from devcluster import admission, discovery, nodeaddress, openapi, protobuf, proxy, reviews, selectors, tables
 from devcluster.errors import ApiError, bad_request, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
@@ -101,7 +101,9 @@ class Api:
         *,
         server_address: str,
         preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
+        review: reviews.Reviews | None = None,
     ) -> None:
+        self.review = review
         self.resources = resources
         self.registry = registry
         self.server_address = server_address
@@ -178,6 +180,12 @@ class Api:
             self._only(request, *(("GET",) if sub == "log" else ("GET", "POST")))
             info.verb = "get" if sub == "log" else "create"
             return self._proxy(route, request)
+        if reviews.serves(rt, sub):
+            self._only(request, "POST")
+            info.verb = "create"
+            if self.review is None or bool(route.name) != (sub == "token"):
+                raise route_not_found()
+            return json_reply(201, self.review.create(route, self._body(request), request.header("authorization")))
         if sub == "binding":
             self._only(request, "POST")
             info.verb = "create"

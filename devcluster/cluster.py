@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import nodeaddress, tls
+from devcluster import nodeaddress, reviews, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.errors import ApiError
@@ -24,6 +24,7 @@ from devcluster.resources import Resources
 from devcluster.schedloop import SchedulerLoop
 from devcluster.server import ApiServer
 from devcluster.store import Store
+from devcluster.tokens import Tokens
 
 INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 
@@ -54,6 +55,8 @@ class DevCluster:
         self.request_log = RequestLog()
         self.scheduler = SchedulerLoop(self.resources, interval=scheduler_interval)
         self.apps = AppsController(self.resources)
+        # ServiceAccount tokens (TokenRequest) and the kubeconfig's admin token, for the reviews.
+        self.tokens = Tokens(self._service_account_uid)
         self._credentials: tls.Credentials | None = None
         self._server: ApiServer | None = None
         self._thread: threading.Thread | None = None
@@ -91,12 +94,14 @@ class DevCluster:
             raise RuntimeError("the devcluster is already started")
         self._seed()
         self._credentials = tls.make_credentials(self.host)
+        self.tokens.admin_token = self._credentials.token
         context = tls.server_context(self._credentials)
         api = Api(
             self.resources,
             self.registry,
             server_address=f"{self.host}:{self.port}",
             preferred_address_types=self.kubelet_preferred_address_types,
+            review=reviews.Reviews(self.store, self.tokens),
         )
         self._server = ApiServer(
             (self.host, self.port),
@@ -149,6 +154,10 @@ class DevCluster:
     def load_manifests(self, text: str) -> list[dict[str, Any]]:
         """Create every object in a multi-document YAML text."""
         return [self.apply_manifest(doc) for doc in yaml.safe_load_all(text) if isinstance(doc, dict)]
+
+    def _service_account_uid(self, namespace: str, name: str) -> str | None:
+        account = self.store.get("/serviceaccounts", namespace, name)
+        return None if account is None else str(account["metadata"].get("uid", ""))
 
     def _seed(self) -> None:
         namespaces = self.resources.builtin("", "v1", "namespaces")

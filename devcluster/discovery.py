@@ -29,7 +29,9 @@ _SUBRESOURCE_VERBS = {
     "attach": ["create", "get"],
     "portforward": ["create", "get"],
     "binding": ["create"],
+    "token": ["create"],
 }
+_SUBRESOURCE_KINDS = {"binding": "Binding", "token": "TokenRequest"}
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
@@ -63,7 +65,7 @@ def _entry(rt: ResourceType) -> dict[str, Any]:
         "singularName": rt.singular or rt.kind.lower(),
         "namespaced": rt.namespaced,
         "kind": rt.kind,
-        "verbs": list(VERBS),
+        "verbs": list(rt.verbs or VERBS),
     }
     if rt.short_names:
         entry["shortNames"] = list(rt.short_names)
@@ -81,7 +83,7 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
     for rt in types:
         resources.append(_entry(rt))
         for sub in rt.subresources:
-            kind = "Binding" if sub == "binding" else rt.kind
+            kind = _SUBRESOURCE_KINDS.get(sub, rt.kind)
             resources.append(
                 {
                     "name": f"{rt.plural}/{sub}",

@@ -1,4 +1,5 @@
-"""Decoding the Kubernetes protobuf envelope for the few kinds kubectl 1.32+ create in protobuf.
+"""Decoding the Kubernetes protobuf envelope for the few kinds kubectl 1.32+ create in protobuf
+(and the TokenRequest and access reviews of `kubectl create token` and `kubectl auth can-i`).
 
 The HTTP layer calls `decode_object` for `application/vnd.kubernetes.protobuf` bodies and
 stores the resulting JSON-form dict. A hand-written wire-format reader: every length is
@@ -227,7 +228,56 @@ def _service_account(f: Fields) -> dict[str, Any]:
     return obj
 
 
+def _spec(f: Fields, decode: Callable[[Fields], dict[str, Any]]) -> dict[str, Any]:
+    raw = _last(f, 2, _BYTES)
+    return {"spec": decode(_fields(raw if raw is not None else memoryview(b"")))}
+
+
+def _token_request_spec(f: Fields) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    _put(spec, "audiences", [_text(v) for v in _all(f, 1, _BYTES)])
+    _put(spec, "expirationSeconds", _int64(f, 4))
+    bound = _last(f, 3, _BYTES)
+    if bound is not None:
+        ref_fields = _fields(bound)
+        ref: dict[str, Any] = {}
+        for number, key in enumerate(("kind", "apiVersion", "name", "uid"), start=1):
+            _put(ref, key, _string(ref_fields, number))
+        spec["boundObjectRef"] = ref
+    return spec
+
+
+def _token_review_spec(f: Fields) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    _put(spec, "token", _string(f, 1))
+    _put(spec, "audiences", [_text(v) for v in _all(f, 2, _BYTES)])
+    return spec
+
+
+def _access_review_spec(f: Fields) -> dict[str, Any]:
+    spec: dict[str, Any] = {}
+    resource, non_resource = _last(f, 1, _BYTES), _last(f, 2, _BYTES)
+    if resource is not None:
+        rf = _fields(resource)
+        keys = ("namespace", "verb", "group", "version", "resource", "subresource", "name")
+        attrs: dict[str, Any] = {}
+        for number, key in enumerate(keys, start=1):
+            _put(attrs, key, _string(rf, number))
+        spec["resourceAttributes"] = attrs
+    if non_resource is not None:
+        nf = _fields(non_resource)
+        spec["nonResourceAttributes"] = {"path": _string(nf, 1), "verb": _string(nf, 2)}
+    _put(spec, "user", _string(f, 3))
+    _put(spec, "groups", [_text(v) for v in _all(f, 4, _BYTES)])
+    _put(spec, "uid", _string(f, 6))
+    return spec
+
+
 _DECODERS: dict[tuple[str, str], Callable[[Fields], dict[str, Any]]] = {
+    ("authentication.k8s.io/v1", "TokenRequest"): lambda f: _spec(f, _token_request_spec),
+    ("authentication.k8s.io/v1", "TokenReview"): lambda f: _spec(f, _token_review_spec),
+    ("authorization.k8s.io/v1", "SubjectAccessReview"): lambda f: _spec(f, _access_review_spec),
+    ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): lambda f: _spec(f, _access_review_spec),
     ("v1", "Secret"): _secret,
     ("v1", "ConfigMap"): _configmap,
     ("v1", "Namespace"): _namespace,

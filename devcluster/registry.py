@@ -32,6 +32,7 @@ class ResourceType:
     extra_subresources: tuple[str, ...] = ()
     builtin: bool = True
     printer_columns: tuple[PrinterColumn, ...] = ()  # a CRD version's, for its Tables
+    verbs: tuple[str, ...] = ()  # empty: every verb of VERBS (the review kinds are create-only)
 
     @property
     def api_version(self) -> str:
@@ -60,7 +61,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "nodes", "Node", False, "node", ("no",), (), True),
     ResourceType("", "v1", "secrets", "Secret", True, "secret"),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",)),
-    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",)),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, "serviceaccount", ("sa",), (), False, ("token",)),
     ResourceType("", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("", "v1", "services", "Service", True, "service", ("svc",), ("all",), True),
     ResourceType("", "v1", "endpoints", "Endpoints", True, "endpoints", ("ep",)),
@@ -76,6 +77,21 @@ BUILTINS: tuple[ResourceType, ...] = (
     ResourceType(
         "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
         "MutatingWebhookConfiguration", False, "mutatingwebhookconfiguration",
+    ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, "clusterrole"),
+    ResourceType(
+        "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, "clusterrolebinding",
+    ),
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, "role"),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, "rolebinding"),
+    ResourceType("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, "tokenreview", verbs=("create",)),
+    ResourceType(
+        "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",
+        False, "subjectaccessreview", verbs=("create",),
+    ),
+    ResourceType(
+        "authorization.k8s.io", "v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview",
+        False, "selfsubjectaccessreview", verbs=("create",),
     ),
 )  # fmt: skip
 

@@ -41,7 +41,9 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
                     id="nebula.E001",
                 )
             )
-    for key in ("KUBELET_ADDR", "CONSOLE_ADDR"):
+    for key in ("KUBELET_ADDR", "CONSOLE_ADDR", "METRICS_ADDR"):
+        if key == "METRICS_ADDR" and conf.get(key) == "":
+            continue  # no metrics listener
         try:
             parse_address(conf.get(key, ""))
         except ValueError as exc:

@@ -32,6 +32,9 @@ DEFAULTS: dict[str, Any] = {
     # host:port; an empty host means every interface.
     "KUBELET_ADDR": ":10250",
     "CONSOLE_ADDR": "127.0.0.1:8000",
+    # The metrics listener (`/metrics`, plain HTTP unless --metrics-cert); empty: none. Loopback
+    # by default; the Deployment passes --metrics-addr=:9090.
+    "METRICS_ADDR": "127.0.0.1:9090",
     # The address the virtual nodes publish; empty means $POD_IP, else logs/exec unsupported.
     "NODE_IP": "",
     # A DNS name that resolves to the kubelet listener (e.g. a Service's name the API server can

@@ -1,8 +1,8 @@
 """The process wiring: the one place that constructs Nebula's pieces and connects them.
 
-Called by `manage.py runvnode` (`start_listeners`, then `run`): leader election, one Runner per
-provider, the kubelet registry, placement, the console's runtime and mirror, and the ordered
-shutdown within one grace. Never parses arguments or reads settings.
+Called by `manage.py runvnode` (`start_listeners`, `start_metrics_listener`, then `run`):
+leader election, one Runner per provider, the kubelet registry, placement, the console's
+runtime and mirror, and the ordered shutdown within one grace. Never parses arguments or reads settings.
 
 Invariant: shutdown takes at most one grace, each step getting what the earlier ones left; see
 tests/nebula_site/test_process.py::test_stop_in_order_shares_one_grace_and_names_what_is_left.
@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 
 from console import observer as console_observer
 from console import runtime
+from console.exporter import MetricsListener
 from console.mirror import Mirror
 from kube.client import Kube, KubeError, load_api_client, path_for
 from kube.leader import LeaderElector
+from kube.reviews import Reviewer
 from kube.worker import describe
 from placement.blocklist import Blocklist
 from placement.wiring import Placement, start_placement
@@ -98,6 +100,19 @@ def start_listeners(
     )
     listeners.start()
     return listeners
+
+
+def start_metrics_listener(
+    metrics: tuple[str, int], *, cert: tuple[str, str] | None, token_auth: bool, kubeconfig: str | None
+) -> MetricsListener:
+    """The metrics listener (`console.exporter`), started: plain HTTP, or TLS with `cert`;
+    with `token_auth`, scrapers' tokens are reviewed by the API server of `kubeconfig`.
+    Serves whether or not this process leads. Raises what binding or loading the certificate
+    raises (OSError, ssl.SSLError)."""
+    reviewer = Reviewer(Kube(load_api_client(kubeconfig, pool_size=4))) if token_auth else None
+    listener = MetricsListener(*metrics, cert=cert, reviewer=reviewer)
+    listener.start()
+    return listener
 
 
 def stop_in_order(

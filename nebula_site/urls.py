@@ -22,5 +22,5 @@ urlpatterns = [
     path("healthz", healthz),
     path("webhooks/pods", webhooks.pods, name="webhook-pods"),
     path("api/", include("console.api.urls")),
-    path("", include("console.urls")),  # the dashboard at /, /readyz, /metrics
+    path("", include("console.urls")),  # the dashboard at /, /readyz
 ]

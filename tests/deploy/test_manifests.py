@@ -186,7 +186,7 @@ def test_the_manager_gets_its_ip_and_namespace_from_field_refs() -> None:
 def test_ports_and_probes_are_on_the_named_listeners() -> None:
     container = manager_container(render("production"))
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"kubelet": 10250, "console": 8443}
+    assert ports == {"kubelet": 10250, "console": 8443, "metrics": 9090}
     assert f"--kubelet-addr=:{ports['kubelet']}" in container["args"]
     assert f"--console-addr=:{ports['console']}" in container["args"]
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
@@ -323,7 +323,7 @@ def test_the_kubelet_port_admits_only_the_control_plane_and_the_console_only_the
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     by_port = {rule["ports"][0]["port"]: rule["from"] for rule in policy["spec"]["ingress"]}
-    assert set(by_port) == {"kubelet", "console"}
+    assert set(by_port) == {"kubelet", "console", "metrics"}  # metrics: tests/deploy/test_monitoring.py
     (kubelet_peer,) = by_port["kubelet"]
     cidr = ipaddress.ip_network(kubelet_peer["ipBlock"]["cidr"])
     assert cidr.num_addresses < 2**24 and not cidr.is_global  # a private range, not the world

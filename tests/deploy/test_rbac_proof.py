@@ -96,6 +96,7 @@ class Manager:
             "--kubelet-addr=127.0.0.1:0",
             "--console-addr=127.0.0.1:0",
             "--console-tls",
+            "--metrics-addr=127.0.0.1:0",  # not the ConfigMap's :9090 (every interface, a fixed port)
         ]
         self.cwd = tmp_path  # the console's CA and any relative state stay in the test's folder
         self.log = tmp_path / "manager.log"

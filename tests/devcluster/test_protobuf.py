@@ -177,7 +177,7 @@ def test_hand_built_objects_decode_to_their_json_form(
     ("body", "match"),
     [
         (_envelope("apps/v1", "Deployment", b""), "apps/v1/Deployment is not supported, send JSON"),
-        (_envelope("authorization.k8s.io/v1", "SelfSubjectAccessReview", b""), "not supported, send JSON"),
+        (_envelope("authorization.k8s.io/v1", "SelfSubjectRulesReview", b""), "not supported, send JSON"),
         (b"k8s\x00", "not supported, send JSON"),
         (b'{"kind":"Secret"}', "k8s"),
         (b"", "k8s"),

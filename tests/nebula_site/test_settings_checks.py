@@ -45,6 +45,7 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"PROVIDERS": {"x": {"BACKEND": "no.such.Backend"}}}, "nebula.E002"),
         ({"KUBELET_ADDR": "10250"}, "nebula.E003"),
         ({"CONSOLE_ADDR": "host:99999"}, "nebula.E003"),
+        ({"METRICS_ADDR": "9090"}, "nebula.E003"),
         ({"NODE_IP": "not-an-ip"}, "nebula.E003"),
         ({"POLL_INTERVAL": 0}, "nebula.E004"),
         ({"PROVIDERS": {"x": {"OPTIONS": {}}}}, "nebula.E005"),
@@ -62,6 +63,12 @@ def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected:
     conf = config.load({})
     conf.update(overrides)
     assert expected in ids(conf)
+
+
+def test_the_metrics_listener_is_loopback_by_default_and_an_empty_address_turns_it_off() -> None:
+    assert config.load({})["METRICS_ADDR"] == "127.0.0.1:9090"
+    conf = config.load({"NEBULA_METRICS_ADDR": ""})
+    assert conf["METRICS_ADDR"] == "" and "nebula.E003" not in ids(conf)
 
 
 def test_malformed_environment_override_is_reported_not_raised() -> None:

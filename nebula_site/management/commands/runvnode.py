@@ -2,13 +2,15 @@
 
 Parses arguments, builds providers from settings (plus `--providers-file`), starts the
 embedded cluster when asked (`--dev-cluster`), and calls the process wiring
-(`nebula_site.process`: the listeners, then `run`). SIGTERM or SIGINT stops intake, lets
-in-flight calls finish, releases the leader Lease, exits 0. Never wires pieces itself.
-Tests: tests/vnode/kubelet/test_runvnode_listeners.py.
+(`nebula_site.process`: the listeners, the metrics listener, then `run`). SIGTERM or SIGINT
+stops intake, lets in-flight calls finish, releases the leader Lease, exits 0. Never wires
+pieces itself.
+Tests: tests/vnode/kubelet/test_runvnode_listeners.py, tests/nebula_site/test_runvnode_metrics.py.
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
@@ -23,7 +25,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from nebula_site import demo, process
-from nebula_site.config import parse_address, validate_dns_name
+from nebula_site.config import DEFAULTS, parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
@@ -116,6 +118,14 @@ def console_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
     return (cert, key) if cert and key else None
 
 
+def metrics_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
+    """`--metrics-cert` and `--metrics-key` go together, as the console's do."""
+    cert, key = options.get("metrics_cert"), options.get("metrics_key")
+    if bool(cert) != bool(key):
+        raise CommandError("--metrics-cert and --metrics-key go together")
+    return (cert, key) if cert and key else None
+
+
 def migrate_mirror() -> None:
     """Bring the console's mirror tables (this replica's SQLite by default) up to date
     before the first request can need them. Django records a migration with deferred SQL
@@ -150,6 +160,17 @@ class Command(BaseCommand):
         )
         parser.add_argument("--console-cert", metavar="PATH", help="PEM certificate for the console (implies TLS)")
         parser.add_argument("--console-key", metavar="PATH", help="PEM private key of --console-cert")
+        parser.add_argument(
+            "--metrics-addr", default=None, help="the /metrics listener (empty: none), default NEBULA['METRICS_ADDR']"
+        )
+        parser.add_argument("--metrics-cert", metavar="PATH", help="PEM certificate: serve /metrics over TLS")
+        parser.add_argument("--metrics-key", metavar="PATH", help="PEM private key of --metrics-cert")
+        parser.add_argument(
+            "--metrics-auth",
+            choices=("none", "token"),
+            default="none",
+            help="token: scrapers send a bearer token RBAC allows `get` on /metrics (TokenReview, SubjectAccessReview)",
+        )
         parser.add_argument("--node-ip", default=None, help="address the nodes publish; default $POD_IP")
         parser.add_argument(
             "--node-dns-name",
@@ -196,11 +217,14 @@ class Command(BaseCommand):
         default_kubelet = DEV_KUBELET_ADDR if options["dev_cluster"] else settings.NEBULA["KUBELET_ADDR"]
         kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
+        metrics_text = settings.NEBULA["METRICS_ADDR"] if options["metrics_addr"] is None else options["metrics_addr"]
+        metrics_addr = listen_address("--metrics-addr", metrics_text) if metrics_text else None
+        metrics_cert = metrics_cert_files(options)
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
         node_dns_name = node_dns_name_from(options["node_dns_name"])
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included.
         stop = threading.Event()
-        listeners = cluster = None
+        listeners = cluster = exporter = None
         kept = True
         with stop_on_signals(stop):
             try:
@@ -210,6 +234,8 @@ class Command(BaseCommand):
                 if options["dev_cluster"]:
                     cluster = self._start_dev_cluster(options["dev_cluster_addr"])
                     kubeconfig = DEV_KUBECONFIG
+                if metrics_addr is not None:
+                    exporter = self._start_metrics(metrics_addr, metrics_cert, kubeconfig, options)
                 if node_ip is None and node_dns_name is None:
                     logging.getLogger(__name__).warning("no node address: logs and exec are advertised as unsupported")
                 self.stdout.write(f"virtual nodes: {', '.join('nebula-' + a for a in providers)}")
@@ -238,6 +264,8 @@ class Command(BaseCommand):
                     probe_workers=int(settings.NEBULA["PROBE_WORKERS"]),
                 )
             finally:
+                if exporter is not None:
+                    exporter.stop()
                 if listeners is not None:
                     listeners.stop()
                 if cluster is not None:
@@ -267,6 +295,26 @@ class Command(BaseCommand):
         where = f"{scheme}://{console[0] or '*'}:{listeners.console_port}" if listeners.console_port else "not served"
         self.stdout.write(f"kubelet API on port {listeners.kubelet_port}; console {where}")
         return listeners
+
+    def _start_metrics(
+        self, addr: tuple[str, int], cert: tuple[str, str] | None, kubeconfig: str | None, options: dict[str, Any]
+    ) -> Any:
+        """The metrics listener (`process.start_metrics_listener`). Given explicitly (the flag
+        or NEBULA_METRICS_ADDR), a failure to bind stops runvnode; the built-in default address
+        in use only logs a warning (None), as several dev managers may run on one machine."""
+        try:
+            exporter = process.start_metrics_listener(
+                addr, cert=cert, token_auth=options["metrics_auth"] == "token", kubeconfig=kubeconfig
+            )
+        except Exception as exc:  # OSError (in use), ssl.SSLError (certificate), a bad kubeconfig
+            defaulted = options["metrics_addr"] is None and settings.NEBULA["METRICS_ADDR"] == DEFAULTS["METRICS_ADDR"]
+            if defaulted and getattr(exc, "errno", None) == errno.EADDRINUSE:
+                logging.getLogger(__name__).warning("no metrics listener: %s:%d: %s", *addr, exc)
+                return None
+            raise CommandError(f"cannot start the metrics listener: {exc}") from exc
+        auth = " (token auth)" if options["metrics_auth"] == "token" else ""
+        self.stdout.write(f"metrics {exporter.scheme}://{addr[0] or '*'}:{exporter.port}/metrics{auth}")
+        return exporter
 
     def _start_dev_cluster(self, addr: str) -> Any:
         import devcluster
