@@ -1,18 +1,24 @@
 """What `make run` does, end to end: runvnode with the embedded cluster, the local
-provider and the demo Pod `hello`, driven from a fresh working folder."""
+provider and the demo Pod `hello`, driven from a fresh working folder, and the dev login it
+prints."""
 
 from __future__ import annotations
 
+import http.cookiejar
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kube.client import Kube, KubeError, load_api_client, path_for
+from nebula_site import demo as demo_module
 from providers.local import LocalProvider
 from providers.owner import Owner
 from tests.support.kubectl import KUBECTL_IMAGE
@@ -55,6 +61,36 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]
         observer.terminate(instance.id)
 
 
+LOGIN_LINE = re.compile(r"Console (http://127\.0\.0\.1:\d+/): log in as (\S+) / (\S+) \(a local dev login")
+
+
+def log_in(console: str, user: str, password: str) -> str:
+    """Log in through the admin's form as a browser would; return the page it lands on."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    form = opener.open(f"{console}admin/login/", timeout=30).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+    assert token is not None
+    body = urllib.parse.urlencode(
+        {"csrfmiddlewaretoken": token.group(1), "username": user, "password": password, "next": "/admin/"}
+    ).encode()
+    request = urllib.request.Request(f"{console}admin/login/", data=body, headers={"Referer": f"{console}admin/login/"})
+    with opener.open(request, timeout=30) as answer:
+        return str(answer.geturl())
+
+
+def test_make_run_prints_one_console_login_that_works(
+    demo: tuple[subprocess.Popen[bytes], Path, float],
+) -> None:
+    process, folder, _ = demo
+    line = wait_for(lambda: LOGIN_LINE.search((folder / "run.log").read_text()), 90, 0.1, what="the login line")
+    console, user, password = line.groups()
+    assert log_in(console, user, password).endswith("/admin/")  # logged in: the admin's index
+    assert log_in(console, user, password + "x").endswith("/admin/login/")  # a wrong one is refused
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0
+    assert (folder / "run.log").read_text().count("log in as") == 1
+
+
 def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewing_lease(
     demo: tuple[subprocess.Popen[bytes], Path, float],
 ) -> None:
@@ -93,3 +129,15 @@ def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewi
     assert "provisioning an instance on local" in events and "Started container main" in events
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0
+
+
+@pytest.mark.django_db
+def test_each_start_resets_the_dev_login_to_a_new_random_password() -> None:
+    from django.contrib.auth import authenticate
+
+    user, first = demo_module.reset_dev_login()
+    again, second = demo_module.reset_dev_login()
+    assert user == again == "dev" and first != second and len(second) >= 20
+    assert authenticate(username=user, password=first) is None
+    signed_in = authenticate(username=user, password=second)
+    assert signed_in is not None and signed_in.is_superuser
