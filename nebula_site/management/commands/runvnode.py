@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from argparse import ArgumentParser
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,12 @@ from providers.owner import STANDALONE_CLUSTER
 from vnode.runs import BackoffPolicy
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
-NODEPOOL_CRD = Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
+# Package data of an installed Nebula (the build copies deploy/crds/nodepool.yaml, which the
+# checkout's nebula_site/crds/nodepool.yaml links to); deploy/ itself in a checkout without it.
+_PACKAGED_CRD = Path(str(resources.files("nebula_site").joinpath("crds", "nodepool.yaml")))
+NODEPOOL_CRD = (
+    _PACKAGED_CRD if _PACKAGED_CRD.exists() else Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
+)
 CONSOLE_CA = ".nebula/console-ca.pem"
 DEV_CLUSTER_NAME = "dev-cluster"  # --dev-cluster's owner name: a fresh embedded store keeps its instances
 DEV_KUBELET_ADDR = "127.0.0.1:0"  # --dev-cluster without --kubelet-addr: loopback, any free port
