@@ -4,14 +4,10 @@ prints."""
 
 from __future__ import annotations
 
-import http.cookiejar
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +17,7 @@ from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import demo as demo_module
 from providers.local import LocalProvider
 from providers.owner import Owner
+from tests.support.console_login import LOGIN_LINE, log_in
 from tests.support.kubectl import KUBECTL_IMAGE
 from tests.support.polling import wait_for
 
@@ -61,31 +58,14 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]
         observer.terminate(instance.id)
 
 
-LOGIN_LINE = re.compile(r"Console (http://127\.0\.0\.1:\d+/): log in as (\S+) / (\S+) \(a local dev login")
-
-
-def log_in(console: str, user: str, password: str) -> str:
-    """Log in through the admin's form as a browser would; return the page it lands on."""
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
-    form = opener.open(f"{console}admin/login/", timeout=30).read().decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
-    assert token is not None
-    body = urllib.parse.urlencode(
-        {"csrfmiddlewaretoken": token.group(1), "username": user, "password": password, "next": "/admin/"}
-    ).encode()
-    request = urllib.request.Request(f"{console}admin/login/", data=body, headers={"Referer": f"{console}admin/login/"})
-    with opener.open(request, timeout=30) as answer:
-        return str(answer.geturl())
-
-
 def test_make_run_prints_one_console_login_that_works(
     demo: tuple[subprocess.Popen[bytes], Path, float],
 ) -> None:
     process, folder, _ = demo
     line = wait_for(lambda: LOGIN_LINE.search((folder / "run.log").read_text()), 90, 0.1, what="the login line")
     console, user, password = line.groups()
-    assert log_in(console, user, password).endswith("/admin/")  # logged in: the admin's index
-    assert log_in(console, user, password + "x").endswith("/admin/login/")  # a wrong one is refused
+    assert log_in(console, user, password)[1].endswith("/admin/")  # logged in: the admin's index
+    assert log_in(console, user, password + "x")[1].endswith("/admin/login/")  # a wrong one is refused
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0
     assert (folder / "run.log").read_text().count("log in as") == 1
