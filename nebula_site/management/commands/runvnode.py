@@ -124,8 +124,8 @@ def console_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def check_kubeconfig(path: str | None) -> None:
-    """Fail at once, in one line, when there is no cluster to talk to (no --kubeconfig, no
-    in-cluster environment, no $KUBECONFIG, no ~/.kube/config), before anything starts."""
+    """Fail in one line when there is no cluster to talk to (no --kubeconfig, no in-cluster
+    environment, no $KUBECONFIG, no ~/.kube/config), before any controller starts."""
     from kubernetes.config import ConfigException
 
     try:
@@ -218,8 +218,6 @@ class Command(BaseCommand):
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
         node_dns_name = node_dns_name_from(options["node_dns_name"])
-        if not options["dev_cluster"]:
-            check_kubeconfig(options["kubeconfig"])
         if settings.SECRET_KEY == DEV_SECRET_KEY:
             logging.getLogger(__name__).warning(
                 "DJANGO_SECRET_KEY is unset: the console signs sessions with the public development key; "
@@ -232,6 +230,8 @@ class Command(BaseCommand):
         with stop_on_signals(stop):
             try:
                 listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
+                if not options["dev_cluster"]:
+                    check_kubeconfig(options["kubeconfig"])  # one line, not the client's traceback
                 migrate_mirror()
                 kubeconfig = options["kubeconfig"]
                 if options["dev_cluster"]:
