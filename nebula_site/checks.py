@@ -5,8 +5,10 @@ nebula.E002 unimportable backend        nebula.E006 malformed NEBULA_* override
 nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
 nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
-nebula.E012 bad PROBE_WORKERS
-nebula.E011 bad NODE_DNS_NAME
+nebula.E011 bad NODE_DNS_NAME           nebula.E012 bad PROBE_WORKERS
+Under nebula_site.production (its NEBULA_PRODUCTION marker), always, not only with --deploy:
+nebula.E013 the public development SECRET_KEY   nebula.E014 a weak SECRET_KEY (or fallback)
+nebula.E015 '*' in ALLOWED_HOSTS
 Tests: tests/nebula_site/test_settings_checks.py.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from nebula_site.config import parse_address, validate_dns_name
+from nebula_site.config import DEV_SECRET_KEY, parse_address, validate_dns_name
 from providers import registry
 from providers.owner import Owner
 
@@ -102,3 +104,41 @@ def _check_providers(providers: Any) -> list[CheckMessage]:
         except registry.ConfigurationError as exc:
             errors.append(Error(str(exc), id="nebula.E005"))
     return errors
+
+
+# Django's own criteria for a weak key (security.W009), which production makes an error.
+SECRET_KEY_MIN_LENGTH = 50
+SECRET_KEY_MIN_UNIQUE_CHARACTERS = 5
+
+
+@register("nebula", "security")
+def check_production_secrets(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Errors, so `runvnode` refuses to start, not warnings that `check --deploy` alone shows.
+    Messages name the setting, never its value."""
+    if not getattr(settings, "NEBULA_PRODUCTION", False):
+        return []
+    errors: list[CheckMessage] = []
+    keys = [("SECRET_KEY", settings.SECRET_KEY)]
+    keys += [(f"SECRET_KEY_FALLBACKS[{i}]", k) for i, k in enumerate(getattr(settings, "SECRET_KEY_FALLBACKS", []))]
+    for name, key in keys:
+        hint = "Set DJANGO_SECRET_KEY from python3 -c 'import secrets; print(secrets.token_urlsafe(50))'."
+        if key == DEV_SECRET_KEY:
+            errors.append(Error(f"{name} is the public development key", hint=hint, id="nebula.E013"))
+        elif weak_secret_key(str(key)):
+            message = (
+                f"{name} is weak: fewer than {SECRET_KEY_MIN_LENGTH} characters or "
+                f"{SECRET_KEY_MIN_UNIQUE_CHARACTERS} different ones, or a Django 'django-insecure-' key"
+            )
+            errors.append(Error(message, hint=hint, id="nebula.E014"))
+    if "*" in settings.ALLOWED_HOSTS:
+        hint = "List the console's host names in DJANGO_ALLOWED_HOSTS (docs/deploy.md)."
+        errors.append(Error("ALLOWED_HOSTS admits every host ('*')", hint=hint, id="nebula.E015"))
+    return errors
+
+
+def weak_secret_key(key: str) -> bool:
+    return (
+        len(key) < SECRET_KEY_MIN_LENGTH
+        or len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS
+        or key.startswith("django-insecure-")
+    )

@@ -15,6 +15,11 @@ from typing import Any
 
 DEFAULT_STATE_DIR = ".nebula/state"
 
+# The secret key of a developer's machine when DJANGO_SECRET_KEY is unset. It is public (it
+# is in this file), so production refuses it (nebula.E013) and runvnode warns when it is used.
+DEV_SECRET_KEY = "nebula-dev-only-insecure-key"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
 # Providers that exist out of the box, named by alias with an import path (the shape of
 # Django's CACHES). `NEBULA_PROVIDERS` (JSON) or a providers file adds or replaces aliases.
 BUILTIN_PROVIDERS: dict[str, dict[str, Any]] = {
@@ -62,26 +67,43 @@ DEFAULTS: dict[str, Any] = {
 
 
 def _coerce(key: str, raw: str, default: Any) -> Any:
-    """Parse one environment override into the type of its default."""
+    """Parse one environment override into the type of its default.
+
+    Raises ValueError naming the variable; the raw value is quoted only for scalars, never
+    for JSON (`NEBULA_PROVIDERS` may carry a provider's credentials in its OPTIONS).
+    """
+    name = f"NEBULA_{key}"
     if default is None:  # an optional number of seconds: "none" (or nothing) for none
-        return None if raw.strip().lower() in {"", "none"} else int(raw)
+        if raw.strip().lower() in {"", "none"}:
+            return None
+        return _number(name, raw, int, "whole seconds or 'none'")
     if isinstance(default, bool):
         lowered = raw.strip().lower()
         if lowered in {"1", "true", "yes", "on"}:
             return True
         if lowered in {"0", "false", "no", "off", ""}:
             return False
-        raise ValueError(f"NEBULA_{key}={raw!r} is not a boolean")
+        raise ValueError(f"{name}={raw!r} is not a boolean")
     if isinstance(default, float):
-        return float(raw)
+        return _number(name, raw, float, "a number")
     if isinstance(default, int):
-        return int(raw)
+        return _number(name, raw, int, "a whole number")
     if isinstance(default, (dict, list)):
-        value = json.loads(raw)
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name} is not valid JSON (line {exc.lineno}, column {exc.colno})") from None
         if not isinstance(value, type(default)):
-            raise ValueError(f"NEBULA_{key} must be a JSON {type(default).__name__}")
+            raise ValueError(f"{name} must be a JSON {'object' if isinstance(default, dict) else 'array'}")
         return value
     return raw
+
+
+def _number(name: str, raw: str, kind: type[int] | type[float], what: str) -> int | float:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not {what}") from None
 
 
 def load(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -107,6 +129,15 @@ def load(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             value = merged
         result[key] = value
     return result
+
+
+def log_level(raw: str, errors: list[str]) -> str:
+    """`NEBULA_LOG_LEVEL` as a level name; INFO (and a message in `errors`) when it is none."""
+    level = raw.strip().upper()
+    if level in LOG_LEVELS:
+        return level
+    errors.append(f"NEBULA_LOG_LEVEL={raw!r} is not one of {', '.join(LOG_LEVELS)}")
+    return "INFO"
 
 
 def parse_address(text: str) -> tuple[str, int]:

@@ -1,10 +1,11 @@
-"""Log lines: text by default, one JSON object per line with `NEBULA_LOG_FORMAT=json`, and a
-filter that redacts anything shaped like a secret before any handler sees it (I4).
+"""Log lines: text by default, one JSON object per line with `NEBULA_LOG_FORMAT=json`, a
+filter that redacts anything shaped like a secret before any handler sees it (I4), and one
+that keeps a provider outage from printing the same warning every poll (`RepeatLimiter`).
 
 `nebula_site.settings` takes its LOGGING dict from `logging_config()`. A line names the Pod,
 claim and instance when the caller passes them (`extra={"pod": ..., "claim": ..., "instance": ...}`,
 as `console.observer` does). Must never import Django models: settings load this module.
-Tests: tests/console/test_console_units.py.
+Tests: tests/console/test_console_units.py, tests/nebula_site/test_repeat_limiter.py.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +67,61 @@ class RedactSecrets(logging.Filter):
         return True
 
 
+REPEAT_WINDOW = 60.0  # seconds a repeated warning stays quiet
+
+
+@dataclass
+class _Seen:
+    since: float  # when this warning was last let through
+    suppressed: int = 0
+
+
+class RepeatLimiter(logging.Filter):
+    """Lets a warning (or worse) through once per `window` seconds: a repeat with the same
+    logger, level, message template and arguments inside the window is dropped and counted,
+    and the next one let through says how many were ("... (12 similar warnings suppressed in
+    the last 60s)"). Below `level` everything passes. The clock is injected for tests."""
+
+    MAX_KEYS = 4096  # distinct warnings remembered; older ones are forgotten beyond that
+
+    def __init__(
+        self,
+        window: float = REPEAT_WINDOW,
+        *,
+        level: int = logging.WARNING,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.window, self.level, self._clock = window, level, clock
+        self._seen: dict[tuple[str, int, str, tuple[str, ...]], _Seen] = {}
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level:
+            return True
+        args = record.args if isinstance(record.args, tuple) else (record.args,)
+        key = (record.name, record.levelno, str(record.msg), tuple(str(a) for a in args))
+        with self._lock:
+            now = self._clock()
+            seen = self._seen.get(key)
+            if seen is not None and now - seen.since < self.window:
+                seen.suppressed += 1
+                return False
+            if seen is None and len(self._seen) >= self.MAX_KEYS:
+                self._seen.pop(next(iter(self._seen)))
+            self._seen[key] = _Seen(since=now)
+        if seen is not None and seen.suppressed:
+            plural = "s" if seen.suppressed > 1 else ""
+            note = f"({seen.suppressed} similar warning{plural} suppressed in the last {now - seen.since:.0f}s)"
+            record.msg = f"{record.msg} {note}"
+        return True
+
+    def pending(self) -> int:
+        """Repeats dropped and not yet reported by a later line."""
+        with self._lock:
+            return sum(seen.suppressed for seen in self._seen.values())
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, and the subject fields present."""
 
@@ -96,18 +156,22 @@ class TextFormatter(logging.Formatter):
 
 
 def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
-    """The LOGGING dict for settings: one stream handler, the redaction filter on it."""
+    """The LOGGING dict for settings: one stream handler, the repeat limiter and the redaction
+    filter on it (on the handler, not a logger, so every logger's records pass through them)."""
     formatter = "json" if fmt.strip().lower() == "json" else "text"
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"redact": {"()": "nebula_site.logconfig.RedactSecrets"}},
+        "filters": {
+            "repeats": {"()": "nebula_site.logconfig.RepeatLimiter"},
+            "redact": {"()": "nebula_site.logconfig.RedactSecrets"},
+        },
         "formatters": {
             "text": {"()": "nebula_site.logconfig.TextFormatter"},
             "json": {"()": "nebula_site.logconfig.JsonFormatter"},
         },
         "handlers": {
-            "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["redact"]},
+            "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["repeats", "redact"]},
         },
         "root": {"handlers": ["console"], "level": level},
     }

@@ -14,6 +14,11 @@ import re
 from django.core.exceptions import ImproperlyConfigured
 
 from nebula_site.settings import *  # noqa: F403 - these settings extend the base ones
+from nebula_site.settings import NEBULA
+
+# Turns on the checks that make a weak or public key and ALLOWED_HOSTS='*' errors
+# (nebula.E013-E015 in nebula_site.checks): `runvnode` refuses to start with them.
+NEBULA_PRODUCTION = True
 
 
 def _required(name: str) -> str:
@@ -29,6 +34,18 @@ def _words(text: str) -> list[str]:
     return [word for word in re.split(r"[,\s]+", text) if word]
 
 
+def _seconds(name: str, default: int) -> int:
+    """A whole number of seconds from the environment; a bad value is reported by nebula.E006."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        NEBULA.setdefault("_ERRORS", []).append(f"{name}={raw!r} is not a whole number of seconds")
+        return default
+
+
 DEBUG = False
 SECRET_KEY = _required("DJANGO_SECRET_KEY")
 # Keys that still verify old sessions and signed values during a rotation (docs/deploy.md).
@@ -40,7 +57,7 @@ ALLOWED_HOSTS = _words(_required("DJANGO_ALLOWED_HOSTS"))
 SECURE_SSL_REDIRECT = True
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
-SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_HSTS_SECONDS", str(365 * 24 * 3600)))
+SECURE_HSTS_SECONDS = _seconds("DJANGO_HSTS_SECONDS", 365 * 24 * 3600)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"

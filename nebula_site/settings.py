@@ -18,7 +18,7 @@ from nebula_site.logconfig import logging_config
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 # The embedded default is for a developer's machine; production sets DJANGO_SECRET_KEY.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "nebula-dev-only-insecure-key")
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", config.DEV_SECRET_KEY)
 DEBUG = os.environ.get("DJANGO_DEBUG", "") == "1"
 ALLOWED_HOSTS = [h for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1").split(",") if h]
 
@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's JavaScript and CSS, served by the console itself
     "channels",
     "nebula_site.apps.NebulaSiteConfig",
     "console.apps.ConsoleConfig",
@@ -57,7 +58,7 @@ ASGI_APPLICATION = "nebula_site.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [Path(__file__).resolve().parent / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -69,7 +70,9 @@ TEMPLATES = [
     },
 ]
 
-_DB_PATH = Path(os.environ.get("NEBULA_DB_PATH", BASE_DIR / ".nebula" / "console.sqlite3"))
+# In the working folder, like the kubeconfig and state `runvnode` writes: an installed package's
+# BASE_DIR is site-packages, no place for a database.
+_DB_PATH = Path(os.environ.get("NEBULA_DB_PATH", Path(".nebula", "console.sqlite3").absolute()))
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
@@ -101,7 +104,12 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Text lines by default, JSON with NEBULA_LOG_FORMAT=json; secrets redacted (nebula_site.logconfig).
-LOGGING = logging_config(os.environ.get("NEBULA_LOG_FORMAT", "text"), os.environ.get("NEBULA_LOG_LEVEL", "INFO"))
+# A bad NEBULA_LOG_LEVEL logs at INFO and is reported by nebula.E006, not raised at start-up.
+_level_errors: list[str] = []
+_LOG_LEVEL = config.log_level(os.environ.get("NEBULA_LOG_LEVEL", "INFO"), _level_errors)
+if _level_errors:
+    NEBULA.setdefault("_ERRORS", []).extend(_level_errors)
+LOGGING = logging_config(os.environ.get("NEBULA_LOG_FORMAT", "text"), _LOG_LEVEL)
 
 # The REST API (/api/...): no anonymous access; token or session; paginated lists (design §7).
 REST_FRAMEWORK = {
@@ -123,4 +131,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "COMPONENT_SPLIT_REQUEST": True,
+    # /api/docs/ loads Swagger UI from the console's own static files, never a CDN: it works
+    # offline and runs no script from outside the console's origin.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }

@@ -45,3 +45,42 @@ def test_without_a_secret_key_it_refuses_to_start_and_names_the_variable() -> No
     result = manage("check")
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set" in result.stderr
+
+
+def test_the_public_development_key_is_an_error_for_every_command_not_only_check_deploy() -> None:
+    result = manage("check", DJANGO_SECRET_KEY="nebula-dev-only-insecure-key")
+    assert result.returncode != 0
+    assert "nebula.E013" in result.stderr and "SECRET_KEY is the public development key" in result.stderr
+
+
+def test_a_short_or_repetitive_key_or_fallback_is_an_error_naming_the_setting_not_the_key() -> None:
+    for env in (
+        {"DJANGO_SECRET_KEY": "k3y-too-short"},
+        {"DJANGO_SECRET_KEY": "ab" * 40},
+        {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "DJANGO_SECRET_KEY_FALLBACKS": "old-short-key"},
+    ):
+        result = manage("check", **env)
+        assert result.returncode != 0, env
+        assert "nebula.E014" in result.stderr
+        for value in env.values():
+            assert value not in result.stdout + result.stderr
+
+
+def test_allowed_hosts_star_is_an_error() -> None:
+    result = manage("check", DJANGO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_ALLOWED_HOSTS="nebula-console,*")
+    assert result.returncode != 0
+    assert "nebula.E015" in result.stderr
+
+
+def test_a_malformed_hsts_seconds_is_a_check_message_not_a_value_error() -> None:
+    result = manage("check", DJANGO_SECRET_KEY=secrets.token_urlsafe(50), DJANGO_HSTS_SECONDS="a year")
+    assert result.returncode != 0
+    assert "nebula.E006" in result.stderr and "DJANGO_HSTS_SECONDS='a year'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_runvnode_refuses_to_start_with_the_development_key_before_listening() -> None:
+    result = manage("runvnode", "--console-addr", "127.0.0.1:0", DJANGO_SECRET_KEY="nebula-dev-only-insecure-key")
+    assert result.returncode != 0
+    assert "nebula.E013" in result.stderr and "Traceback" not in result.stderr
+    assert "kubelet API on port" not in result.stdout

@@ -1,5 +1,6 @@
 """What `make run` does, end to end: runvnode with the embedded cluster, the local
-provider and the demo Pod `hello`, driven from a fresh working folder."""
+provider and the demo Pod `hello`, driven from a fresh working folder, and the dev login it
+prints."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from kube.client import Kube, KubeError, load_api_client, path_for
+from nebula_site import demo as demo_module
 from providers.local import LocalProvider
 from providers.owner import Owner
+from tests.support.console_login import LOGIN_LINE, log_in
 from tests.support.kubectl import KUBECTL_IMAGE
 from tests.support.polling import wait_for
 
@@ -55,6 +58,19 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]
         observer.terminate(instance.id)
 
 
+def test_make_run_prints_one_console_login_that_works(
+    demo: tuple[subprocess.Popen[bytes], Path, float],
+) -> None:
+    process, folder, _ = demo
+    line = wait_for(lambda: LOGIN_LINE.search((folder / "run.log").read_text()), 90, 0.1, what="the login line")
+    console, user, password = line.groups()
+    assert log_in(console, user, password)[1].endswith("/admin/")  # logged in: the admin's index
+    assert log_in(console, user, password + "x")[1].endswith("/admin/login/")  # a wrong one is refused
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(60) == 0
+    assert (folder / "run.log").read_text().count("log in as") == 1
+
+
 def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewing_lease(
     demo: tuple[subprocess.Popen[bytes], Path, float],
 ) -> None:
@@ -93,3 +109,15 @@ def test_make_run_shows_hello_running_with_annotations_a_ready_node_and_a_renewi
     assert "provisioning an instance on local" in events and "Started container main" in events
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0
+
+
+@pytest.mark.django_db
+def test_each_start_resets_the_dev_login_to_a_new_random_password() -> None:
+    from django.contrib.auth import authenticate
+
+    user, first = demo_module.reset_dev_login()
+    again, second = demo_module.reset_dev_login()
+    assert user == again == "dev" and first != second and len(second) >= 20
+    assert authenticate(username=user, password=first) is None
+    signed_in = authenticate(username=user, password=second)
+    assert signed_in is not None and signed_in.is_superuser

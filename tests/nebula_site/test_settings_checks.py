@@ -74,6 +74,10 @@ def test_the_metrics_listener_is_loopback_by_default_and_an_empty_address_turns_
 def test_malformed_environment_override_is_reported_not_raised() -> None:
     conf = config.load({"NEBULA_POLL_INTERVAL": "soon"})
     assert "nebula.E006" in ids(conf)
+    assert conf["_ERRORS"] == ["NEBULA_POLL_INTERVAL='soon' is not a number"]
+    assert config.load({"NEBULA_PROBE_WORKERS": "2.5"})["_ERRORS"] == [
+        "NEBULA_PROBE_WORKERS='2.5' is not a whole number"
+    ]
     assert "nebula.E006" in ids(config.load({"NEBULA_OUTAGE_TOLERATION_SECONDS": "forever-ish"}))
 
 
@@ -110,3 +114,26 @@ def test_manage_py_check_fails_with_the_check_id_on_a_bad_environment() -> None:
     )
     assert result.returncode != 0
     assert "nebula.E003" in result.stderr
+
+
+def test_a_malformed_json_override_names_the_variable_but_never_echoes_its_value() -> None:
+    raw = '{"aws": {"OPTIONS": {"secret_access_key": "wJalrXUtnFEMI"}'  # one brace short
+    errors = config.load({"NEBULA_PROVIDERS": raw})["_ERRORS"]
+    assert len(errors) == 1 and errors[0].startswith("NEBULA_PROVIDERS is not valid JSON")
+    assert "wJalrXUtnFEMI" not in errors[0]
+    assert config.load({"NEBULA_ENABLED_PROVIDERS": '{"a": 1}'})["_ERRORS"] == [
+        "NEBULA_ENABLED_PROVIDERS must be a JSON array"
+    ]
+
+
+def test_a_bad_log_level_logs_at_info_and_is_a_check_error() -> None:
+    errors: list[str] = []
+    assert config.log_level("debug", errors) == "DEBUG" and errors == []
+    assert config.log_level("loud", errors) == "INFO"
+    assert errors == ["NEBULA_LOG_LEVEL='loud' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"]
+    env = {**os.environ, "NEBULA_LOG_LEVEL": "loud"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "nebula.E006" in result.stderr and "NEBULA_LOG_LEVEL='loud'" in result.stderr

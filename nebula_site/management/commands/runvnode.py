@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 from argparse import ArgumentParser
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,21 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from kube.client import load_api_client
 from nebula_site import demo, process
-from nebula_site.config import DEFAULTS, parse_address, validate_dns_name
+from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
 from vnode.runs import BackoffPolicy
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
-NODEPOOL_CRD = Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
+# Package data of an installed Nebula (the build copies deploy/crds/nodepool.yaml, which the
+# checkout's nebula_site/crds/nodepool.yaml links to); deploy/ itself in a checkout without it.
+_PACKAGED_CRD = Path(str(resources.files("nebula_site").joinpath("crds", "nodepool.yaml")))
+NODEPOOL_CRD = (
+    _PACKAGED_CRD if _PACKAGED_CRD.exists() else Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
+)
 CONSOLE_CA = ".nebula/console-ca.pem"
 DEV_CLUSTER_NAME = "dev-cluster"  # --dev-cluster's owner name: a fresh embedded store keeps its instances
 DEV_KUBELET_ADDR = "127.0.0.1:0"  # --dev-cluster without --kubelet-addr: loopback, any free port
@@ -126,6 +133,18 @@ def metrics_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
     return (cert, key) if cert and key else None
 
 
+def check_kubeconfig(path: str | None) -> None:
+    """Fail in one line when there is no cluster to talk to (no --kubeconfig, no in-cluster
+    environment, no $KUBECONFIG, no ~/.kube/config), before any controller starts."""
+    from kubernetes.config import ConfigException
+
+    try:
+        load_api_client(path).close()
+    except (ConfigException, OSError, ValueError) as exc:
+        where = f"--kubeconfig {path}" if path else "none of --kubeconfig, in-cluster, $KUBECONFIG, ~/.kube/config"
+        raise CommandError(f"cannot load a kubeconfig ({where}): {str(exc).rstrip('.')}; or use --dev-cluster") from exc
+
+
 def migrate_mirror() -> None:
     """Bring the console's mirror tables (this replica's SQLite by default) up to date
     before the first request can need them. Django records a migration with deferred SQL
@@ -138,6 +157,7 @@ def migrate_mirror() -> None:
 
 class Command(BaseCommand):
     help = "Run Nebula's virtual nodes: one per --provider, against a cluster or the embedded one."
+    console_url: str | None = None  # where the console listens, once it does
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--provider", action="append", default=[], metavar="ALIAS", help="repeatable")
@@ -222,6 +242,11 @@ class Command(BaseCommand):
         metrics_cert = metrics_cert_files(options)
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
         node_dns_name = node_dns_name_from(options["node_dns_name"])
+        if settings.SECRET_KEY == DEV_SECRET_KEY:
+            logging.getLogger(__name__).warning(
+                "DJANGO_SECRET_KEY is unset: the console signs sessions with the public development key; "
+                "set DJANGO_SECRET_KEY (and DJANGO_SETTINGS_MODULE=nebula_site.production) beyond a dev machine"
+            )
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included.
         stop = threading.Event()
         listeners = cluster = exporter = None
@@ -229,6 +254,8 @@ class Command(BaseCommand):
         with stop_on_signals(stop):
             try:
                 listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
+                if not options["dev_cluster"]:
+                    check_kubeconfig(options["kubeconfig"])  # one line, not the client's traceback
                 migrate_mirror()
                 kubeconfig = options["kubeconfig"]
                 if options["dev_cluster"]:
@@ -242,6 +269,8 @@ class Command(BaseCommand):
                 if options["demo"] and not stop.is_set():
                     demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
                     self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
+                    if options["dev_cluster"]:  # never a login on a real cluster
+                        self.stdout.write(demo.login_line(self.console_url, *demo.reset_dev_login()))
                 self.stdout.flush()
                 if stop.is_set():
                     logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
@@ -293,6 +322,9 @@ class Command(BaseCommand):
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc
         scheme = "https" if tls else "http"
         where = f"{scheme}://{console[0] or '*'}:{listeners.console_port}" if listeners.console_port else "not served"
+        host = console[0] if console[0] not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        host = f"[{host}]" if ":" in host else host
+        self.console_url = f"{scheme}://{host}:{listeners.console_port}/" if listeners.console_port else None
         self.stdout.write(f"kubelet API on port {listeners.kubelet_port}; console {where}")
         return listeners
 
