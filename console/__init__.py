@@ -10,6 +10,7 @@ database, the admin over it, the dashboard, the REST API, Prometheus metrics and
 - `dashboard`  the dashboard's figures, from the mirror; `views` the pages and /readyz
 - `metrics`    the Prometheus registry and /metrics; `middleware` counts API requests
 - `api`        the REST API (DRF) over the same rows
+- `forward`    a standby's forwarder to the leader's console; `leaderpeer` where that is
 
 May import vnode and placement read sides; vnode, placement and providers never import it,
 and it never imports nebula_site (the site and the process wiring sit on top).
