@@ -12,6 +12,7 @@ database, the admin over it, the dashboard, the REST API, Prometheus metrics and
 - `gauges`     the gauges read from memory at scrape time (providers up, orphans, spend, leader)
 - `exporter`   the metrics listener: /metrics on a port of its own, optional TLS and token auth
 - `api`        the REST API (DRF) over the same rows
+- `forward`    a standby's forwarder to the leader's console; `leaderpeer` where that is
 
 May import vnode and placement read sides; vnode, placement and providers never import it,
 and it never imports nebula_site (the site and the process wiring sit on top).

@@ -1,8 +1,10 @@
 """The process-wide registry of running machinery the console reads: Handlers, the Blocklist,
-placement (pool cache included).
+placement (pool cache included), and this replica's role: whether it leads, and how a
+standby finds the leader (`forwards`, `locate_leader`, read by `console.forward`).
 
 The process wiring (`nebula_site.process`) fills it (`install`) once Runners and placement
-run, and empties it (`clear`) on the way out; the REST API and the admin read it (`current`).
+run, and empties it (`clear`) on the way out; it marks the role
+(`set_leading`, `install_locator`); the REST API and the admin read it (`current`).
 Read-only views of memory, but for the one operator action both offer,
 `Runtime.clear_block`: nothing here starts or stops anything.
 Tests: tests/console/test_console_units.py.
@@ -12,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from console.leaderpeer import NoLeader, Peer
 from placement.blocklist import Blocklist
 from placement.wiring import Placement
 from vnode.handler import Handler
@@ -63,3 +66,39 @@ def clear() -> None:
     global _current
     with _lock:
         _current = Runtime()
+
+
+# The role. Without a locator (no leader election, or nothing wired: tests, one-shot commands)
+# every request is served here; with one, a process that does not lead forwards.
+LeaderLocator = Callable[[], Peer]  # the leader's console; raises NoLeader saying why there is none
+_leading = False
+_locator: LeaderLocator | None = None
+
+
+def set_leading(leading: bool) -> None:
+    """True once this process's Runners and placement run (`Leading.start`), False when they stop."""
+    global _leading
+    with _lock:
+        _leading = leading
+
+
+def install_locator(locate: LeaderLocator | None) -> None:
+    """How a standby finds the leader's console (None: this process forwards nothing)."""
+    global _locator
+    with _lock:
+        _locator = locate
+
+
+def forwards() -> bool:
+    """Whether console requests go to the leader: a locator is installed and we do not lead."""
+    with _lock:
+        return _locator is not None and not _leading
+
+
+def locate_leader() -> Peer:
+    """The leader's console (may block on the API server); NoLeader saying why there is none."""
+    with _lock:
+        locate = _locator
+    if locate is None:
+        raise NoLeader("this replica has no way to find the leader")
+    return locate()

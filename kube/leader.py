@@ -3,7 +3,9 @@
 Used by `nebula_site.process`. The same rules as client-go's leaderelection: a holder keeps the
 Lease by renewing it before `lease_duration` passes; another candidate takes it only after
 it expired; writes carry the resourceVersion, so two candidates never both win. Released
-on a clean shutdown so a standby takes over at once.
+on a clean shutdown so a standby takes over at once. The holder may publish facts about
+itself as the Lease's annotations (written with every acquisition and renewal, removed on
+release); `current_holder` reads who holds a Lease and what it published.
 Tests: tests/kube/test_leader.py.
 """
 
@@ -11,7 +13,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,7 +38,42 @@ def _parse_time(text: str | None) -> datetime | None:
     return None
 
 
+@dataclass(frozen=True)
+class Holder:
+    """Who holds a Lease now, and the annotations it published."""
+
+    identity: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+def holder_of(lease: JsonDict, now: datetime) -> Holder | None:
+    """Pure: the Lease's holder if it is held and not expired at `now`, else None."""
+    spec = lease.get("spec") or {}
+    identity = spec.get("holderIdentity") or ""
+    renewed = _parse_time(spec.get("renewTime"))
+    duration = float(spec.get("leaseDurationSeconds") or 0)
+    if not identity or renewed is None or now >= renewed + timedelta(seconds=duration):
+        return None
+    annotations = (lease.get("metadata") or {}).get("annotations") or {}
+    return Holder(str(identity), {str(k): str(v) for k, v in annotations.items()})
+
+
+def current_holder(
+    kube: Kube, *, namespace: str, name: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> Holder | None:
+    """Who holds the Lease `namespace/name` now (None: nobody, or it expired, or it does not
+    exist). Raises KubeError when the API server does not answer."""
+    try:
+        lease = kube.get(path_for("leases", namespace=namespace, name=name, group="coordination.k8s.io"))
+    except NotFoundError:
+        return None
+    return holder_of(lease, now())
+
+
 class LeaderElector:
+    """Acquire (`acquire`), keep (`keep`) and give up (`release`) one Lease. `annotations`
+    are written on the Lease with every acquisition and renewal, and removed on release."""
+
     def __init__(
         self,
         kube: Kube,
@@ -47,6 +85,7 @@ class LeaderElector:
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
         self._kube = kube
         self._namespace = namespace
@@ -56,6 +95,7 @@ class LeaderElector:
         self._renew_deadline = renew_deadline
         self._retry = retry_period
         self._now = now
+        self._annotations = dict(annotations or {})
         self._lease: JsonDict | None = None
         self.is_leader = False
 
@@ -77,7 +117,7 @@ class LeaderElector:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
-                "metadata": {"name": self._name, "namespace": self._namespace},
+                "metadata": {"name": self._name, "namespace": self._namespace, "annotations": self._annotations},
                 "spec": dict(spec, acquireTime=micro_time(now), leaseTransitions=0),
             }
             try:
@@ -98,10 +138,20 @@ class LeaderElector:
             new_spec["acquireTime"] = micro_time(now)
             new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
         try:
-            self._lease = self._kube.replace(self._path, dict(current, spec=new_spec))
+            lease = dict(current, metadata=self._annotated(current), spec=new_spec)
+            self._lease = self._kube.replace(self._path, lease)
         except ConflictError:
             return False
         return True
+
+    def _annotated(self, lease: JsonDict, *, ours: bool = True) -> JsonDict:
+        """The Lease's metadata with our annotations set (`ours`) or removed."""
+        metadata = dict(lease.get("metadata") or {})
+        annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in self._annotations}
+        if ours:
+            annotations.update(self._annotations)
+        metadata["annotations"] = annotations
+        return metadata
 
     def acquire(self, stop: threading.Event) -> bool:
         """Block until we lead (True) or `stop` is set (False)."""
@@ -142,7 +192,7 @@ class LeaderElector:
         """Give the Lease up so a standby does not wait for it to expire."""
         if not self.is_leader or self._lease is None:
             return
-        lease = dict(self._lease)
+        lease = dict(self._lease, metadata=self._annotated(self._lease, ours=False))
         lease["spec"] = dict(lease.get("spec") or {}, holderIdentity="", leaseDurationSeconds=1)
         try:
             self._kube.replace(self._path, lease)

@@ -108,3 +108,7 @@ EVENT_NODE_NOT_READY = "NodeNotReady"
 # placement (h-placement)
 EVENT_WAITING_FOR_CAPACITY = "WaitingForCapacity"  # a gated Pod waits: sold out, blocked, or offerings unknown
 REASON_SCHEDULING_GATED = "SchedulingGated"  # the API server's reason for a Pod held by a scheduling gate
+
+# The leader Lease's annotations: where the leader's console answers, for the standbys to forward to.
+CONSOLE_URL_ANNOTATION = f"{PREFIX}/console-url"
+CONSOLE_CERT_SHA256_ANNOTATION = f"{PREFIX}/console-cert-sha256"

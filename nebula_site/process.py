@@ -1,8 +1,10 @@
 """The process wiring: the one place that constructs Nebula's pieces and connects them.
 
 Called by `manage.py runvnode` (`start_listeners`, `start_metrics_listener`, then `run`):
-leader election, one Runner per provider, the kubelet registry, placement, the console's
-runtime and mirror, and the ordered shutdown within one grace. Never parses arguments or reads settings.
+leader election (the leader
+publishing its console's address on the Lease, a standby forwarding console requests to it),
+one Runner per provider, the kubelet registry, placement, the console's runtime and mirror,
+and the ordered shutdown within one grace. Never parses arguments or reads settings.
 
 Invariant: shutdown takes at most one grace, each step getting what the earlier ones left; see
 tests/nebula_site/test_process.py::test_stop_in_order_shares_one_grace_and_names_what_is_left.
@@ -19,8 +21,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from console import leaderpeer, runtime
 from console import observer as console_observer
-from console import runtime
 from console.exporter import MetricsListener
 from console.mirror import Mirror
 from kube.client import Kube, KubeError, load_api_client, path_for
@@ -48,6 +50,7 @@ SHUTDOWN_GRACE = 20.0
 Stopper = Callable[[float], list[threading.Thread]]
 ProviderFactory = Callable[[str], Mapping[str, Provider]]  # cluster identity -> providers by alias
 IDENTITY_RETRY = 2.0  # seconds between reads of the kube-system Namespace while the API does not answer
+LEASE_DURATION = 15.0  # seconds; renewals must succeed within 2/3 of it, tried every 2/15 (client-go's 15/10/2)
 
 
 def cluster_identity(
@@ -115,6 +118,18 @@ def start_metrics_listener(
     return listener
 
 
+def advertised_console(listeners: Listeners, *, bind_host: str, node_ip: str | None) -> leaderpeer.Peer | None:
+    """Where other replicas reach this console: the bound address, or the node IP when bound to
+    every interface; pinned to the served certificate over TLS. None when it is not served or
+    has no address to name."""
+    port = listeners.console_port
+    host = bind_host if bind_host not in ("", "0.0.0.0", "::") else (node_ip or "")
+    if port is None or not host:
+        return None
+    fingerprint = listeners.console_fingerprint
+    return leaderpeer.Peer(leaderpeer.console_url(tls=fingerprint is not None, host=host, port=port), fingerprint)
+
+
 def stop_in_order(
     steps: Sequence[Stopper], grace: float, *, monotonic: Callable[[], float] = time.monotonic
 ) -> list[threading.Thread]:
@@ -173,6 +188,7 @@ class Leading:
         self.registry.add_all(handlers)
         self.placement = start_placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
         runtime.install(handlers=handlers, placement=self.placement)
+        runtime.set_leading(True)  # the console serves from here on, and standbys forward here
         self.mirror = Mirror()
         self.mirror.start()
 
@@ -186,6 +202,7 @@ class Leading:
 
     def _stop_mirror(self, timeout: float) -> list[threading.Thread]:
         busy = self.mirror.stop(timeout) if self.mirror is not None else []
+        runtime.set_leading(False)
         runtime.clear()
         return busy
 
@@ -216,11 +233,15 @@ def run(
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
     node_dns_name: str | None = None,
     probe_workers: int = DEFAULT_PROBE_WORKERS,
+    console: leaderpeer.Peer | None = None,
+    lease_duration: float = LEASE_DURATION,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
 
-    1. install the console's observer (metrics and the dashboard's Events see the loops);
+    1. install the console's observer (metrics and the dashboard's Events see the loops) and,
+       with leader election, the console's leader locator: until this process leads, its
+       console forwards to the one whose Lease names `console` (`advertised_console`);
     2. wait for the leader Lease (unless `leader_election` is off); a stop while waiting ends here;
     3. as leader, learn the cluster identity (`cluster_identity`) and build the providers
        owned by it (`build_providers`), then start `Leading` (Runners, registry, placement,
@@ -229,14 +250,26 @@ def run(
     5. stop within `shutdown_grace` seconds in all (`stop_in_order`): work still in flight then
        is abandoned and named in the log; a provider call cut short is redone safely by the
        next leader, as claims make provisioning idempotent;
-    6. release the Lease and uninstall the observer.
+    6. release the Lease and uninstall the observer and the locator.
     """
     console_observer.install()
     try:
         kube = Kube(load_api_client(kubeconfig))
         watch_kube = Kube(load_api_client(kubeconfig, pool_size=watch_pool_size(len(aliases))))
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        elector = LeaderElector(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
+        elector = LeaderElector(
+            kube,
+            namespace=namespace,
+            name=LEADER_LEASE,
+            identity=identity,
+            lease_duration=lease_duration,
+            renew_deadline=lease_duration * 2 / 3,
+            retry_period=lease_duration * 2 / 15,
+            annotations=leaderpeer.lease_annotations(console),
+        )
+        if leader_election:
+            locator = leaderpeer.LeaseLocator(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
+            runtime.install_locator(locator)
         if leader_election and not elector.acquire(stop):
             return True
         cluster = cluster_identity(kube, cluster_name, stop)
@@ -270,4 +303,6 @@ def run(
         elector.release()
         return kept
     finally:
+        runtime.install_locator(None)
+        runtime.set_leading(False)
         console_observer.uninstall()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from kube.client import Kube, path_for
-from kube.leader import LeaderElector
+from kube.leader import Holder, LeaderElector, current_holder, holder_of
 from kube.times import micro_time
 
 LEASE = path_for("leases", namespace="default", name="nebula-test", group="coordination.k8s.io")
@@ -95,3 +95,47 @@ def test_release_without_leading_writes_nothing(kube: Kube) -> None:
     before = lease_spec(kube)
     elector(kube, "bystander", clock).release()
     assert lease_spec(kube) == before
+
+
+def test_the_holders_annotations_are_written_on_acquire_and_renew_and_removed_on_release(kube: Kube) -> None:
+    clock = FakeClock()
+    published = {"nebula.io/console-url": "https://10.0.0.7:8443"}
+    leader = LeaderElector(
+        kube, namespace="default", name="nebula-test", identity="leader", now=clock.now, annotations=published
+    )
+    assert leader.acquire(threading.Event())
+    assert kube.get(LEASE)["metadata"]["annotations"] == published
+    lease = kube.get(LEASE)
+    lease["metadata"]["annotations"] = {"someone.else/note": "kept"}  # another writer's annotation
+    kube.replace(LEASE, lease)
+    clock.set(5.0)
+    assert leader.try_acquire_or_renew()
+    assert kube.get(LEASE)["metadata"]["annotations"] == {"someone.else/note": "kept", **published}
+    leader.release()
+    assert kube.get(LEASE)["metadata"]["annotations"] == {"someone.else/note": "kept"}
+
+
+def test_current_holder_names_the_unexpired_holder_and_what_it_published(kube: Kube) -> None:
+    clock = FakeClock()
+    assert current_holder(kube, namespace="default", name="nebula-test", now=clock.now) is None  # no Lease yet
+    published = {"nebula.io/console-url": "http://10.0.0.7:8000"}
+    leader = LeaderElector(
+        kube, namespace="default", name="nebula-test", identity="leader", now=clock.now, annotations=published
+    )
+    assert leader.try_acquire_or_renew()
+    clock.set(DURATION - 1)
+    assert current_holder(kube, namespace="default", name="nebula-test", now=clock.now) == Holder("leader", published)
+    clock.set(DURATION)
+    assert current_holder(kube, namespace="default", name="nebula-test", now=clock.now) is None  # expired
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        pytest.param({}, id="never held"),
+        pytest.param({"holderIdentity": "", "renewTime": micro_time(T0), "leaseDurationSeconds": 15}, id="released"),
+        pytest.param({"holderIdentity": "x", "leaseDurationSeconds": 15}, id="no renew time"),
+    ],
+)
+def test_holder_of_a_free_lease_is_none(spec: dict[str, Any]) -> None:
+    assert holder_of({"spec": spec}, T0) is None

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from console import leaderpeer, runtime
 from console import observer as console_observer
-from console import runtime
 from devcluster import DevCluster
 from kube.client import Kube, path_for
 from nebula_site import process
@@ -47,6 +47,9 @@ def test_stop_in_order_shares_one_grace_and_names_what_is_left(takes: list[float
     assert clock.now - 100.0 <= 10.0
 
 
+CONSOLE = leaderpeer.Peer("https://127.0.0.1:8443", "ab" * 32)
+
+
 def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, cluster: DevCluster, kube: Kube) -> None:
     assert cluster.kubeconfig_path is not None
     provider = FakeProvider("wired", {"cloud": f"process-{uuid.uuid4().hex[:8]}"})
@@ -67,6 +70,7 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
                 namespace="default",
                 stop=stop,
                 shutdown_grace=5.0,
+                console=CONSOLE,
             )
         )
     )
@@ -83,6 +87,8 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
             path_for("leases", namespace="default", name=process.LEADER_LEASE, group="coordination.k8s.io")
         )
         assert lease["spec"]["holderIdentity"]
+        assert leaderpeer.peer_from(lease["metadata"]["annotations"]) == CONSOLE  # where standbys forward
+        assert not runtime.forwards()  # the leader answers its console itself
     finally:
         stop.set()
         thread.join(30)
@@ -91,3 +97,5 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
     assert console_observer.installed() is None
     lease = kube.get(path_for("leases", namespace="default", name=process.LEADER_LEASE, group="coordination.k8s.io"))
     assert lease["spec"]["holderIdentity"] == ""
+    assert lease["metadata"].get("annotations") in (None, {})  # released: it names no console any more
+    assert not runtime.forwards()  # nothing of the process is left to forward through

@@ -3,7 +3,8 @@ give Nebula a `DATABASE_URL`: a fresh data folder, `fsync` off, run as the `post
 the tests run as root, its socket in the folder, TCP on `host:port` (inside a Pod network when
 `network` is given: tests/support/netns.py). Skips where the server is not installed.
 
-Used by tests/deploy/test_rendered_install.py; nothing here is a test.
+Used by tests/deploy/test_rendered_install.py (`postgres_database`), tests/console/test_postgres.py
+and tests/nebula_site/test_two_replicas.py (`console_database`); nothing here is a test.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -84,3 +86,13 @@ def postgres_database(name: str, *, host: str, port: int, network: PodNetwork | 
         server.wait(30)
         server_log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def console_database() -> Iterator[str]:
+    """A server on a free loopback port with an empty database `console`; yields its DATABASE_URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    with postgres_database("console", host="127.0.0.1", port=port) as database:
+        yield database.url

@@ -17,6 +17,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet import defer, endpoints
@@ -87,6 +89,7 @@ class Listeners(Server):  # type: ignore[misc]
         self._running = False
         self.kubelet_ca: certs.KeyPair | None = None
         self.console_ca: certs.KeyPair | None = None
+        self.console_cert_pem: bytes | None = None  # the certificate the console serves, once started (TLS)
 
     # -- life -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -99,16 +102,20 @@ class Listeners(Server):  # type: ignore[misc]
         )
         kubelet_tls = certs.ServerTLS(serving, client_ca_path=self.client_ca)
         console_tls = None
+        console_pair: certs.KeyPair | None = None
         if self.console_config is not None and self.console_cert is not None:
-            console_tls = certs.ServerTLS(certs.load_pair(*self.console_cert))
+            console_pair = certs.load_pair(*self.console_cert)
         elif self.console_config is not None and self.console_tls:
             self.console_ca = certs.make_ca("nebula-console-ca")
             hosts = certs.serving_hosts(self.console_config.host, self.node_ip)
-            console_tls = certs.ServerTLS(certs.issue(self.console_ca, "nebula-console", hosts=hosts))
+            console_pair = certs.issue(self.console_ca, "nebula-console", hosts=hosts)
             if self.console_ca_path:
                 path = Path(self.console_ca_path)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(self.console_ca.cert_pem)
+        if console_pair is not None:
+            console_tls = certs.ServerTLS(console_pair)
+            self.console_cert_pem = console_pair.cert_pem
         loop.ensure_running()
         loop.on_reactor(self._setup)
         try:
@@ -192,6 +199,13 @@ class Listeners(Server):  # type: ignore[misc]
         """None when the console is not served (not configured, or optional and not bound)."""
         port = self._ports.get(CONSOLE)
         return None if port is None else int(port.getHost().port)
+
+    @property
+    def console_fingerprint(self) -> str | None:
+        """The SHA-256 (lower-case hex, of the DER) of the console's certificate; None over plain HTTP."""
+        if self.console_cert_pem is None:
+            return None
+        return x509.load_pem_x509_certificate(self.console_cert_pem).fingerprint(hashes.SHA256()).hex()
 
     def track_upgraded(self, protocol: SpdyExecProtocol) -> None:
         """Called on the reactor by the request hook: an open SPDY session, ended by `stop`."""

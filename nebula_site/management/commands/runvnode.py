@@ -207,6 +207,14 @@ class Command(BaseCommand):
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
         parser.add_argument("--no-leader-election", action="store_true", help="run controllers without a Lease")
         parser.add_argument(
+            "--lease-duration",
+            type=int,
+            default=int(process.LEASE_DURATION),
+            metavar="SECONDS",
+            help="how long the leader Lease lasts unrenewed: a standby takes over within it "
+            f"(default {process.LEASE_DURATION:.0f})",
+        )
+        parser.add_argument(
             "--shutdown-grace",
             type=float,
             default=process.SHUTDOWN_GRACE,
@@ -234,6 +242,8 @@ class Command(BaseCommand):
             raise CommandError("--poll-interval must be a positive number of seconds")
         if not 0 <= options["shutdown_grace"] <= 3600:
             raise CommandError("--shutdown-grace must be between 0 and 3600 seconds")
+        if not 2 <= options["lease_duration"] <= 3600:
+            raise CommandError("--lease-duration must be between 2 and 3600 seconds")
         default_kubelet = DEV_KUBELET_ADDR if options["dev_cluster"] else settings.NEBULA["KUBELET_ADDR"]
         kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
@@ -291,6 +301,8 @@ class Command(BaseCommand):
                     shutdown_grace=options["shutdown_grace"],
                     backoff=restart_backoff(),
                     probe_workers=int(settings.NEBULA["PROBE_WORKERS"]),
+                    console=process.advertised_console(listeners, bind_host=console_addr[0], node_ip=node_ip),
+                    lease_duration=float(options["lease_duration"]),
                 )
             finally:
                 if exporter is not None:
