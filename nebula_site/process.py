@@ -19,11 +19,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from console import kubeauth
 from console import observer as console_observer
 from console import runtime
 from console.mirror import Mirror
 from kube.client import Kube, KubeError, load_api_client, path_for
 from kube.leader import LeaderElector
+from kube.reviews import Reviewer
 from kube.worker import describe
 from placement.blocklist import Blocklist
 from placement.wiring import Placement, start_placement
@@ -205,7 +207,8 @@ def run(
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
 
-    1. install the console's observer (metrics and the dashboard's Events see the loops);
+    1. install the console's observer (metrics and the dashboard's Events see the loops) and
+       its token Reviewer (Kubernetes logins, on this manager's own client);
     2. wait for the leader Lease (unless `leader_election` is off); a stop while waiting ends here;
     3. as leader, learn the cluster identity (`cluster_identity`) and build the providers
        owned by it (`build_providers`), then start `Leading` (Runners, registry, placement,
@@ -220,6 +223,7 @@ def run(
     try:
         kube = Kube(load_api_client(kubeconfig))
         watch_kube = Kube(load_api_client(kubeconfig, pool_size=watch_pool_size(len(aliases))))
+        kubeauth.install(Reviewer(kube))  # Kubernetes token logins, on a standby too
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         elector = LeaderElector(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
         if leader_election and not elector.acquire(stop):
@@ -255,4 +259,5 @@ def run(
         elector.release()
         return kept
     finally:
+        kubeauth.uninstall()
         console_observer.uninstall()
