@@ -19,9 +19,8 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from console import kubeauth
+from console import kubeauth, runtime
 from console import observer as console_observer
-from console import runtime
 from console.mirror import Mirror
 from kube.client import Kube, KubeError, load_api_client, path_for
 from kube.leader import LeaderElector
