@@ -150,11 +150,21 @@ def test_a_token_request_honours_expiration_and_audiences(cluster: DevCluster, r
     assert expired["authenticated"] is False and "expired" in expired["error"]
 
 
-def test_bad_token_requests_are_refused_and_issue_nothing(raw: Raw, bot: dict[str, Any]) -> None:
+def test_bad_requests_are_refused_with_a_clear_error(raw: Raw, bot: dict[str, Any]) -> None:
     assert request_token(raw, "nobody")[0] == 404
     status, answer = request_token(raw, expirationSeconds="soon")
     assert status == 422 and "expirationSeconds" in answer["message"]
     assert request_token(raw, expirationSeconds=1 << 40)[0] == 422
+    status, answer = request_token(raw, audiences="nebula")
+    assert status == 422 and "spec.audiences: must be a list of strings" in answer["message"]
+    review_body = {"kind": "TokenReview", "spec": {"token": "x", "audiences": [1]}}
+    assert raw.json("POST", TOKEN_REVIEWS, review_body, headers=admin(raw.cluster))[0] == 422
+    access_body = {"kind": "SubjectAccessReview", "spec": {"user": "u", "resourceAttributes": "pods"}}
+    assert raw.json("POST", ACCESS_REVIEWS, access_body, headers=admin(raw.cluster))[0] == 400
+    neither = {"kind": "SubjectAccessReview", "spec": {"user": "u"}}
+    assert raw.json("POST", ACCESS_REVIEWS, neither, headers=admin(raw.cluster))[0] == 422
+    nobody = {"kind": "SubjectAccessReview", "spec": {"resourceAttributes": {"verb": "get"}}}
+    assert raw.json("POST", ACCESS_REVIEWS, nobody, headers=admin(raw.cluster))[0] == 422
     code, _ = raw.json("GET", "/api/v1/namespaces/team/serviceaccounts/bot/token", headers=admin(raw.cluster))
     assert code == 405
 
