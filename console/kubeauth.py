@@ -17,6 +17,7 @@ import logging
 import threading
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, status
 
 from kube.client import KubeError
@@ -179,3 +180,18 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Any) -> str:
         return self.keyword
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """The OpenAPI security scheme of `BearerTokenAuthentication` (drf-spectacular finds it by
+    `target_class` once this module is imported, which the authenticator's import does)."""
+
+    target_class = "console.kubeauth.BearerTokenAuthentication"
+    name = "kubernetesToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A Kubernetes token (kubectl create token ...); cluster RBAC on nebula.io decides.",
+        }

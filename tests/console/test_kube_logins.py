@@ -150,6 +150,8 @@ def test_an_operator_token_reads_the_api_and_clears_a_block_audited_by_its_name(
     cleared = wait_for(lambda: events_for(kube, names.EVENT_BLOCK_CLEARED), what="the BlockCleared Event")
     assert f"cleared by {user}" in cleared[0]["message"]
     assert token not in caplog.text
+    status, schema = call(console, "GET", "/api/schema/?format=json", token)
+    assert status == 200 and schema["components"]["securitySchemes"]["kubernetesToken"]["scheme"] == "bearer"
 
 
 def test_a_token_without_the_right_rbac_is_403_naming_the_missing_permission(
