@@ -1,9 +1,12 @@
 """The admin over the mirror: every table read-only for staff, with filters, search and links
 between a Pod, its claim and its node; and the one operator action, clearing a blocklist entry.
 
-Nothing here writes the mirror (only `console.mirror` does). The clear action is staff-only,
-POST with a CSRF token after a confirmation page, and audited three ways: the admin's LogEntry,
-a log line, and (through placement) an Event on the provider's node.
+Nothing here writes the mirror (only `console.mirror` does). The clear action is staff-only
+(for a token login: RBAC's `clear` on nebula.io/blocklist named by the entry id), POST with a
+CSRF token after a confirmation page, and audited three ways with the actor's name (the
+Kubernetes user's for a token login): the admin's LogEntry, a log line, and (through
+placement) an Event on the provider's node. The login page takes a Kubernetes token too
+(`console.kubelogin.LoginForm`).
 Tests: tests/console/test_console_admin.py.
 """
 
@@ -19,13 +22,14 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_http_methods
 
-from console import models, runtime
+from console import kubeauth, kubelogin, models, runtime
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +37,7 @@ admin.site.site_header = "Nebula console"
 admin.site.site_title = "Nebula"
 admin.site.index_title = "The manager's memory, mirrored"
 admin.site.enable_nav_sidebar = False  # the mirror's lists are wide; they need the room
+admin.site.login_form = kubelogin.LoginForm  # a username and password, or a Kubernetes token
 ENTRY_ID = re.compile(r"b[0-9]{1,12}")
 
 
@@ -151,9 +156,18 @@ class BlocklistEntryAdmin(ReadOnlyAdmin):
 
     def clear_view(self, request: HttpRequest, entry_id: str) -> HttpResponse:
         """GET: a confirmation page. POST (CSRF-checked by the middleware): clear the entry in
-        memory, audit it, back to the list. Staff only (admin_view requires staff)."""
+        memory, audit it, back to the list. Staff only (admin_view requires staff); a token
+        login also needs RBAC's `clear` on this entry."""
         if not request.user.is_staff or not ENTRY_ID.fullmatch(entry_id):
             raise Http404("no such blocklist entry")
+        kube_user = kubeauth.session_user(request)
+        if kube_user is not None:
+            try:
+                allowed = kubeauth.allows(kube_user, kubeauth.clear_access(entry_id))
+            except kubeauth.ReviewFailed as err:
+                return HttpResponse(f"{err}; try again.\n", status=503, content_type="text/plain")
+            if not allowed:
+                raise PermissionDenied(kubeauth.denial(kube_user, kubeauth.clear_access(entry_id)))
         row = models.BlocklistEntry.objects.filter(entry_id=entry_id).first()
         current = runtime.current()
         live = current.blocklist.get(entry_id) if current.blocklist is not None else None
@@ -169,7 +183,7 @@ class BlocklistEntryAdmin(ReadOnlyAdmin):
                 changelist=changelist,
             )
             return TemplateResponse(request, "admin/console/blocklistentry/clear_confirmation.html", context)
-        actor = request.user.get_username()
+        actor = kube_user.name if kube_user is not None else request.user.get_username()
         if not current.clear_block(entry_id, actor=actor):
             gone = f"Blocklist entry {entry_id} is gone already (expired or cleared)."
             self.message_user(request, gone, messages.WARNING)
@@ -179,7 +193,7 @@ class BlocklistEntryAdmin(ReadOnlyAdmin):
                 user_id=request.user.pk,
                 queryset=[row],
                 action_flag=DELETION,
-                change_message=f"cleared blocklist entry {entry_id} ({row.scope}) in memory",
+                change_message=f"cleared blocklist entry {entry_id} ({row.scope}) in memory, by {actor}",
                 single_object=True,
             )
         self.message_user(request, f"Blocklist entry {entry_id} cleared; placement may use that scope again.")

@@ -1,5 +1,6 @@
 """Decoding the Kubernetes protobuf envelope for the few kinds kubectl 1.32+ create in protobuf
-(and the TokenRequest and access reviews of `kubectl create token` and `kubectl auth can-i`).
+(and the TokenRequest, access reviews and RBAC objects of `kubectl create token`, `kubectl auth
+can-i` and `kubectl create (cluster)role(binding)`).
 
 The HTTP layer calls `decode_object` for `application/vnd.kubernetes.protobuf` bodies and
 stores the resulting JSON-form dict. A hand-written wire-format reader: every length is
@@ -273,7 +274,43 @@ def _access_review_spec(f: Fields) -> dict[str, Any]:
     return spec
 
 
+def _strings(f: Fields, number: int) -> list[str]:
+    return [_text(v) for v in _all(f, number, _BYTES)]
+
+
+def _role(f: Fields) -> dict[str, Any]:
+    keys = ("verbs", "apiGroups", "resources", "resourceNames", "nonResourceURLs")
+    rules = []
+    for raw in _all(f, 2, _BYTES):
+        rf = _fields(raw)
+        rule: dict[str, Any] = {}
+        for number, key in enumerate(keys, start=1):
+            _put(rule, key, _strings(rf, number))
+        rules.append(rule)
+    return {"rules": rules}
+
+
+def _role_binding(f: Fields) -> dict[str, Any]:
+    subjects = []
+    for raw in _all(f, 2, _BYTES):
+        sf = _fields(raw)
+        subject: dict[str, Any] = {}
+        for number, key in enumerate(("kind", "apiGroup", "name", "namespace"), start=1):
+            _put(subject, key, _string(sf, number))
+        subjects.append(subject)
+    ref_raw = _last(f, 3, _BYTES)
+    ref_fields = _fields(ref_raw if ref_raw is not None else memoryview(b""))
+    ref = {key: _string(ref_fields, number) for number, key in enumerate(("apiGroup", "kind", "name"), start=1)}
+    obj: dict[str, Any] = {"roleRef": ref}
+    _put(obj, "subjects", subjects)
+    return obj
+
+
 _DECODERS: dict[tuple[str, str], Callable[[Fields], dict[str, Any]]] = {
+    ("rbac.authorization.k8s.io/v1", "Role"): _role,
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"): _role,
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): _role_binding,
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): _role_binding,
     ("authentication.k8s.io/v1", "TokenRequest"): lambda f: _spec(f, _token_request_spec),
     ("authentication.k8s.io/v1", "TokenReview"): lambda f: _spec(f, _token_review_spec),
     ("authorization.k8s.io/v1", "SubjectAccessReview"): lambda f: _spec(f, _access_review_spec),

@@ -113,7 +113,7 @@ class Reviews:
             )
         if spec.get("boundObjectRef"):
             raise invalid("TokenRequest.authentication.k8s.io", name, "spec.boundObjectRef: not supported here")
-        audiences = [str(a) for a in spec.get("audiences") or ()] or [API_AUDIENCE]
+        audiences = strings(spec, "audiences", "TokenRequest", name) or [API_AUDIENCE]
         token, expires = self.tokens.issue(
             namespace, name, str(account["metadata"].get("uid", "")), seconds=seconds, audiences=audiences
         )
@@ -130,7 +130,7 @@ class Reviews:
         token = spec.get("token")
         if not isinstance(token, str) or not token:
             raise invalid("TokenReview.authentication.k8s.io", "", "spec.token: Required value")
-        audiences = [str(a) for a in spec.get("audiences") or ()]
+        audiences = strings(spec, "audiences", "TokenReview", "")
         identity, accepted, error = self.tokens.authenticate(token, audiences)
         status: Obj = {"authenticated": identity is not None, "user": {}}
         if identity is not None:
@@ -157,7 +157,7 @@ class Reviews:
                 "spec: exactly one of nonResourceAttributes or resourceAttributes required",
             )
         if identity is None:
-            user, groups = str(spec.get("user") or ""), tuple(str(g) for g in spec.get("groups") or ())
+            user, groups = str(spec.get("user") or ""), tuple(strings(spec, "groups", kind, ""))
             if not user and not groups:
                 raise invalid(
                     f"{kind}.{AUTHORIZATION}",
@@ -184,6 +184,18 @@ class Reviews:
         if reason:
             status["reason"] = reason
         return _answer(kind, AUTHORIZATION, spec, status)
+
+
+def strings(spec: Mapping[str, Any], key: str, kind: str, name: str) -> list[str]:
+    """`spec[key]` as a list of strings (absent: empty); 422 for anything else."""
+    value = spec.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise invalid(
+            f"{kind}.{AUTHENTICATION if kind.startswith('Token') else AUTHORIZATION}",
+            name,
+            f"spec.{key}: must be a list of strings",
+        )
+    return list(value)
 
 
 def _answer(kind: str, group: str, spec: Obj, status: Obj) -> Obj:

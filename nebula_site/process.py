@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from console import leaderpeer, runtime
+from console import kubeauth, leaderpeer, runtime
 from console import observer as console_observer
 from console.exporter import MetricsListener
 from console.mirror import Mirror
@@ -239,9 +239,10 @@ def run(
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
 
-    1. install the console's observer (metrics and the dashboard's Events see the loops) and,
-       with leader election, the console's leader locator: until this process leads, its
-       console forwards to the one whose Lease names `console` (`advertised_console`);
+    1. install the console's observer (metrics and the dashboard's Events see the loops), its
+       token Reviewer (Kubernetes logins, on this manager's own client) and, with leader
+       election, the console's leader locator: until this process leads, its console
+       forwards to the one whose Lease names `console` (`advertised_console`);
     2. wait for the leader Lease (unless `leader_election` is off); a stop while waiting ends here;
     3. as leader, learn the cluster identity (`cluster_identity`) and build the providers
        owned by it (`build_providers`), then start `Leading` (Runners, registry, placement,
@@ -256,6 +257,7 @@ def run(
     try:
         kube = Kube(load_api_client(kubeconfig))
         watch_kube = Kube(load_api_client(kubeconfig, pool_size=watch_pool_size(len(aliases))))
+        kubeauth.install(Reviewer(kube))  # Kubernetes token logins, on a standby too
         identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         elector = LeaderElector(
             kube,
@@ -305,4 +307,5 @@ def run(
     finally:
         runtime.install_locator(None)
         runtime.set_leading(False)
+        kubeauth.uninstall()
         console_observer.uninstall()

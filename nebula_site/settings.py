@@ -47,6 +47,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "console.kubelogin.KubeSessionCheck",  # a token login's RBAC, re-asked per page
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "console.middleware.ApiRequestMetrics",
@@ -91,6 +92,11 @@ DATABASES = {
 if os.environ.get("DATABASE_URL"):
     DATABASES["default"] = database_from_url(os.environ["DATABASE_URL"])
 LOGIN_URL = "admin:login"
+# Django users (passwords), and Kubernetes tokens at the admin login (docs/console.md).
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "console.kubelogin.KubeTokenBackend",
+]
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -115,6 +121,7 @@ LOGGING = logging_config(os.environ.get("NEBULA_LOG_FORMAT", "text"), _LOG_LEVEL
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
+        "console.kubeauth.BearerTokenAuthentication",  # `Bearer <token>` from kubectl create token
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -4,10 +4,12 @@
 cloud over HTTP) against the embedded API server, through a scenario that reaches every path
 the process has: the rendered webhook gating an opted-in Pod that placement places (NodePool
 status), Pods with env from Secrets and ConfigMaps, Pods waiting for a missing Secret or
-ConfigMap, a refused provision, connect Secrets, Events, the Node and its Lease, the leader
-Lease, an orphan sweep, deletions, and SIGTERM releasing leadership. The
-embedded server records every request; each one the manager made (User-Agent nebula-vnode/...)
-must be allowed by the rendered ClusterRole and Roles, and every granted verb must be used.
+ConfigMap, a REST API read with a ServiceAccount's token bound to the rendered
+`nebula-console-viewer` (TokenReview, SubjectAccessReview), a refused provision, connect
+Secrets, Events, the Node and its Lease, the leader Lease, an orphan sweep, deletions, and
+SIGTERM releasing leadership. The embedded server records every request; each one the manager
+made (User-Agent nebula-vnode/...) must be allowed by the rendered ClusterRole and Roles, and
+every granted verb must be used.
 """
 
 from __future__ import annotations
@@ -201,6 +203,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     wait_for(lambda: get(kube, path_for("nodes", name=NODE)), what="the node is registered")
     port = wait_for(manager.console_port, what="the console listens")
     assert_console_probes_answer(port)
+    assert_a_token_login_reads_the_api(cluster, kube, port)
 
     # Placement: the webhook gates an opted-in Pod, placement ungates it onto a provider and
     # publishes the NodePool's status.
@@ -301,14 +304,32 @@ def pod_path(name: str) -> str:
     return path_for("pods", namespace=WORKLOADS, name=name)
 
 
-def probe(port: int, path: str) -> tuple[int, bytes]:
+def assert_a_token_login_reads_the_api(cluster: DevCluster, kube: Kube, port: int) -> None:
+    """A ServiceAccount bound to the rendered viewer role reads /api/pods with its token: the
+    manager reviews the token and asks RBAC (the two review grants)."""
+    cluster.apply_manifest(find(render("production"), "ClusterRole", "nebula-console-viewer"))
+    kube.create(path_for("serviceaccounts", namespace=WORKLOADS), {"metadata": {"name": "auditor"}})
+    binding = {
+        "metadata": {"name": "auditor-views"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "nebula-console-viewer"},
+        "subjects": [{"kind": "ServiceAccount", "name": "auditor", "namespace": WORKLOADS}],
+    }
+    kube.create(path_for("clusterrolebindings", group="rbac.authorization.k8s.io"), binding)
+    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}}
+    answer = kube.create(path_for("serviceaccounts", namespace=WORKLOADS, name="auditor", subresource="token"), request)
+    status, body = probe(port, "/api/pods", token=answer["status"]["token"])
+    assert status == 200, body
+
+
+def probe(port: int, path: str, *, token: str = "") -> tuple[int, bytes]:
     """A Deployment probe as the kubelet sends it (HTTPS, unverified, Host: localhost)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # the kubelet does not verify probe certificates either
     connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
     try:
-        connection.request("GET", path, headers={"Host": "localhost"})
+        headers = {"Host": "localhost"} | ({"Authorization": f"Bearer {token}"} if token else {})
+        connection.request("GET", path, headers=headers)
         response = connection.getresponse()
         return response.status, response.read()
     finally:

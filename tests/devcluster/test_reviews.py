@@ -101,7 +101,10 @@ def bind(raw: Raw, name: str, role_kind: str, role_name: str, subject: dict[str,
 SA_SUBJECT = {"kind": "ServiceAccount", "name": "bot", "namespace": "team"}
 
 
-@pytest.mark.parametrize("binary", [KUBECTL_137, KUBECTL_IMAGE])
+KUBECTLS = [KUBECTL_137, KUBECTL_IMAGE]
+
+
+@pytest.mark.parametrize("binary", KUBECTLS)
 def test_kubectl_create_token_authenticates_as_the_service_account(
     binary: str, cluster: DevCluster, raw: Raw, bot: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -147,11 +150,21 @@ def test_a_token_request_honours_expiration_and_audiences(cluster: DevCluster, r
     assert expired["authenticated"] is False and "expired" in expired["error"]
 
 
-def test_bad_token_requests_are_refused_and_issue_nothing(raw: Raw, bot: dict[str, Any]) -> None:
+def test_bad_requests_are_refused_with_a_clear_error(raw: Raw, bot: dict[str, Any]) -> None:
     assert request_token(raw, "nobody")[0] == 404
     status, answer = request_token(raw, expirationSeconds="soon")
     assert status == 422 and "expirationSeconds" in answer["message"]
     assert request_token(raw, expirationSeconds=1 << 40)[0] == 422
+    status, answer = request_token(raw, audiences="nebula")
+    assert status == 422 and "spec.audiences: must be a list of strings" in answer["message"]
+    review_body = {"kind": "TokenReview", "spec": {"token": "x", "audiences": [1]}}
+    assert raw.json("POST", TOKEN_REVIEWS, review_body, headers=admin(raw.cluster))[0] == 422
+    access_body = {"kind": "SubjectAccessReview", "spec": {"user": "u", "resourceAttributes": "pods"}}
+    assert raw.json("POST", ACCESS_REVIEWS, access_body, headers=admin(raw.cluster))[0] == 400
+    neither = {"kind": "SubjectAccessReview", "spec": {"user": "u"}}
+    assert raw.json("POST", ACCESS_REVIEWS, neither, headers=admin(raw.cluster))[0] == 422
+    nobody = {"kind": "SubjectAccessReview", "spec": {"resourceAttributes": {"verb": "get"}}}
+    assert raw.json("POST", ACCESS_REVIEWS, nobody, headers=admin(raw.cluster))[0] == 422
     code, _ = raw.json("GET", "/api/v1/namespaces/team/serviceaccounts/bot/token", headers=admin(raw.cluster))
     assert code == 405
 
@@ -235,19 +248,29 @@ def test_the_reviews_authenticate_and_authorize_their_caller(raw: Raw, bot: dict
     assert raw.json("GET", TOKEN_REVIEWS, headers=admin(raw.cluster))[0] == 405
 
 
+@pytest.mark.parametrize("binary", KUBECTLS)
 def test_kubectl_auth_can_i_asks_for_the_token_holder(
-    cluster: DevCluster, raw: Raw, bot: dict[str, Any], tmp_path: Path
+    binary: str, cluster: DevCluster, raw: Raw, bot: dict[str, Any], tmp_path: Path
 ) -> None:
-    token = kubectl(KUBECTL_137, cluster, tmp_path, "create", "token", "bot", "-n", "team").strip()
+    """kubectl creates the roles and bindings (kubectl 1.32+ in protobuf) and `auth can-i`
+    asks a SelfSubjectAccessReview for the token's holder."""
+    token = kubectl(binary, cluster, tmp_path, "create", "token", "bot", "-n", "team").strip()
     can_i = ("--token", token, "auth", "can-i", "list", "configmaps", "-n", "team")
-    assert subprocess_answer(cluster, tmp_path, *can_i) == "no"
-    role(raw, "cm", [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}], namespace="team")
-    bind(raw, "cm", "Role", "cm", SA_SUBJECT, namespace="team")
-    assert subprocess_answer(cluster, tmp_path, *can_i) == "yes"
-    assert subprocess_answer(cluster, tmp_path, "auth", "can-i", "delete", "nodes") == "yes"  # the admin
+    assert subprocess_answer(binary, cluster, tmp_path, *can_i) == "no"
+    kubectl(binary, cluster, tmp_path, "create", "role", "cm", "-n", "team", "--verb=list", "--resource=configmaps")
+    bind_args = ("create", "rolebinding", "cm", "-n", "team", "--role=cm", "--serviceaccount=team:bot")
+    kubectl(binary, cluster, tmp_path, *bind_args)
+    assert subprocess_answer(binary, cluster, tmp_path, *can_i) == "yes"
+    other = ("--token", token, "auth", "can-i", "list", "configmaps", "-n", "default")
+    assert subprocess_answer(binary, cluster, tmp_path, *other) == "no"
+    kubectl(binary, cluster, tmp_path, "create", "clusterrole", "scrape", "--verb=get", "--non-resource-url=/metrics")
+    cluster_bind = ("create", "clusterrolebinding", "scrape", "--clusterrole=scrape", "--serviceaccount=team:bot")
+    kubectl(binary, cluster, tmp_path, *cluster_bind)
+    assert access(raw, BOT, verb="get", path="/metrics")["allowed"] is True
+    assert subprocess_answer(binary, cluster, tmp_path, "auth", "can-i", "delete", "nodes") == "yes"  # the admin
 
 
-def subprocess_answer(cluster: DevCluster, tmp_path: Path, *args: str) -> str:
+def subprocess_answer(binary: str, cluster: DevCluster, tmp_path: Path, *args: str) -> str:
     """kubectl auth can-i's printed answer (it exits 1 for "no")."""
     assert cluster.kubeconfig_path
     env = {
@@ -255,7 +278,7 @@ def subprocess_answer(cluster: DevCluster, tmp_path: Path, *args: str) -> str:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "KUBECONFIG": cluster.kubeconfig_path,
     }
-    done = subprocess.run([KUBECTL_137, *args], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode in (0, 1), done.stderr
     return done.stdout.strip()
 
