@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from console import runtime
-from console.leaderpeer import NoLeader, Peer, fingerprint_of
+from console.leaderpeer import HeldHere, NoLeader, Peer, fingerprint_of
 
 logger = logging.getLogger(__name__)
 
@@ -133,6 +133,20 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
             return bytes(body)
 
 
+def replay(body: bytes) -> Receive:
+    """A `receive` that hands the app the body already read, then waits for the disconnect."""
+    sent = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        if not sent.is_set():
+            sent.set()
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # never: the server cancels the app when the client leaves
+        return {"type": "http.disconnect"}
+
+    return receive
+
+
 class Forwarder:
     """The ASGI wrapper. `forwards` and `locate` default to the process's role in `console.runtime`."""
 
@@ -173,6 +187,9 @@ class Forwarder:
             return
         try:
             peer = await self._leader()
+        except HeldHere:
+            await self.app(scope, replay(body), send)
+            return
         except NoLeader as exc:
             await self._unavailable(send, f"no leader to answer: {exc}")
             return

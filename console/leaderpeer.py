@@ -28,6 +28,11 @@ class NoLeader(Exception):
     """No leader's console can be named now; the message says why, in one line."""
 
 
+class HeldHere(Exception):
+    """This process holds the leader Lease: it answers its own requests, even while its
+    controllers start or stop (its memory is then the leader's, however empty)."""
+
+
 @dataclass(frozen=True)
 class Peer:
     """A console's address: `url` is scheme://host:port; `fingerprint` the lower-case hex
@@ -112,5 +117,5 @@ class LeaseLocator:
         if holder is None:
             raise NoLeader("no replica holds the leader Lease")
         if holder.identity == self._identity:
-            raise NoLeader("this replica holds the leader Lease but does not serve yet (starting or stopping)")
+            raise HeldHere()
         return peer_from(holder.annotations)

@@ -20,7 +20,7 @@ import pytest
 
 from console import leaderpeer
 from console.forward import FORWARDED_HEADER, Forwarder
-from console.leaderpeer import NoLeader, Peer
+from console.leaderpeer import HeldHere, NoLeader, Peer
 from kube import names
 from tests.support.polling import wait_for
 from tests.support.tls import read_head, self_signed_server_context
@@ -217,6 +217,24 @@ def test_the_leader_serves_everything_itself(leader: Leader) -> None:
     app, reads = forwarder(leader.peer(), forwards=False)
     assert call(app, http_scope(headers=[(FORWARDED_HEADER, b"1")]))[2] == b"local"
     assert reads == []
+
+
+def test_the_lease_holder_serves_itself_while_its_controllers_start() -> None:
+    """Between taking the Lease and running its controllers the holder answers its own requests
+    (a login page, say) with the body it was sent, instead of a 503 from itself."""
+    received: list[bytes] = []
+
+    async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        received.append((await receive())["body"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"here"})
+
+    def held() -> Peer:
+        raise HeldHere()
+
+    app = Forwarder(echo, forwards=lambda: True, locate=held)
+    status, _, body = call(app, http_scope("POST", "/admin/login/"), b"username=dev")
+    assert (status, body, received) == (200, b"here", [b"username=dev"])
 
 
 def test_no_leader_is_503_with_the_reason() -> None:

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devcluster import DevCluster
 from kube.client import Kube, path_for
 from tests.support.fixtures import kube_for
+from tests.support.kubeconfigs import unserved_kubeconfig
 from tests.support.polling import wait_for
 from tests.support.scrape import check_metrics, get
 
@@ -159,6 +160,7 @@ def test_a_metrics_port_in_use_given_explicitly_stops_runvnode(tmp_path: Path, h
         address = f"127.0.0.1:{taken.getsockname()[1]}"
         command = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--provider", "fake", "--no-leader-election"]
         command += ["--kubelet-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0"]
+        command += ["--kubeconfig", unserved_kubeconfig(tmp_path)]
         env = dict(os.environ)
         if how == "flag":
             command += ["--metrics-addr", address]

@@ -263,9 +263,9 @@ class Command(BaseCommand):
         kept = True
         with stop_on_signals(stop):
             try:
-                listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
                 if not options["dev_cluster"]:
-                    check_kubeconfig(options["kubeconfig"])  # one line, not the client's traceback
+                    check_kubeconfig(options["kubeconfig"])  # one line, before anything listens or logs
+                listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
                 migrate_mirror()
                 kubeconfig = options["kubeconfig"]
                 if options["dev_cluster"]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+
+from tests.support.kubeconfigs import unserved_kubeconfig
 
 
 @pytest.mark.parametrize(
@@ -21,9 +24,9 @@ def test_a_bad_listener_address_is_a_command_error(flag: str, value: str, messag
         call_command("runvnode", flag, value, "--provider", "fake")
 
 
-def test_a_kubelet_port_in_use_is_a_command_error() -> None:
+def test_a_kubelet_port_in_use_is_a_command_error(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
         with pytest.raises(CommandError, match="cannot start the kubelet and console listeners"):
             call_command("runvnode", "--kubelet-addr", f"127.0.0.1:{port}", "--console-addr", "127.0.0.1:0",
-                         "--provider", "fake")  # fmt: skip
+                         "--provider", "fake", "--kubeconfig", unserved_kubeconfig(tmp_path))  # fmt: skip
