@@ -12,6 +12,8 @@ nebula.E015 '*' in ALLOWED_HOSTS
 Tests: tests/nebula_site/test_settings_checks.py.
 """
 
+# mypy: disallow-untyped-decorators=False
+
 from __future__ import annotations
 
 import ipaddress

@@ -117,7 +117,7 @@ def test_the_mirror_row_and_the_api_row_of_a_pod_agree(
         assert api["provider"] is None and api["node"] is None and api["instance_id"] is None
         return
     assert api["hourly_price"] == 2.5 and api["pool"] == "train" and api["region"] == "eu-1"
-    assert entry.last_instance is not None and entry.last_instance.endpoint
+    assert entry is not None and entry.last_instance is not None and entry.last_instance.endpoint
     assert api["endpoint"] == entry.last_instance.endpoint
     assert api["wait_reason"] is None and api["waiting_for"] is None
     if status == "none yet":

@@ -57,10 +57,15 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
     stop = threading.Event()
     result: list[bool] = []
     seen: list[str] = []
+
+    def build(cluster: str) -> dict[str, FakeProvider]:
+        seen.append(cluster)
+        return {"wired": provider}
+
     thread = threading.Thread(
         target=lambda: result.append(
             process.run(
-                lambda cluster: seen.append(cluster) or {"wired": provider},
+                build,
                 aliases=["wired"],
                 cluster_name=None,
                 registry=registry,
