@@ -235,6 +235,7 @@ def run(
     probe_workers: int = DEFAULT_PROBE_WORKERS,
     console: leaderpeer.Peer | None = None,
     lease_duration: float = LEASE_DURATION,
+    on_leading: Callable[[], None] | None = None,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
@@ -246,7 +247,7 @@ def run(
     2. wait for the leader Lease (unless `leader_election` is off); a stop while waiting ends here;
     3. as leader, learn the cluster identity (`cluster_identity`) and build the providers
        owned by it (`build_providers`), then start `Leading` (Runners, registry, placement,
-       runtime, mirror);
+       runtime, mirror) and call `on_leading` (the console now serves this process's memory);
     4. keep the Lease (or wait for `stop`);
     5. stop within `shutdown_grace` seconds in all (`stop_in_order`): work still in flight then
        is abandoned and named in the log; a provider call cut short is redone safely by the
@@ -292,6 +293,8 @@ def run(
             probe_workers=probe_workers,
         )
         leading.start(kube, watch_kube)
+        if on_leading is not None:
+            on_leading()
         kept = True
         if leader_election:
             elector.keep(stop)

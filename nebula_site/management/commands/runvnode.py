@@ -279,8 +279,6 @@ class Command(BaseCommand):
                 if options["demo"] and not stop.is_set():
                     demo.create_demo_pod(kubeconfig, provider=next(iter(providers)))
                     self.stdout.write(demo.instructions(kubeconfig or "$KUBECONFIG"))
-                    if options["dev_cluster"]:  # never a login on a real cluster
-                        self.stdout.write(demo.login_line(self.console_url, *demo.reset_dev_login()))
                 self.stdout.flush()
                 if stop.is_set():
                     logging.getLogger(__name__).info("stopped while starting: no virtual node was started")
@@ -303,6 +301,7 @@ class Command(BaseCommand):
                     probe_workers=int(settings.NEBULA["PROBE_WORKERS"]),
                     console=process.advertised_console(listeners, bind_host=console_addr[0], node_ip=node_ip),
                     lease_duration=float(options["lease_duration"]),
+                    on_leading=self._print_dev_login if options["demo"] and options["dev_cluster"] else None,
                 )
             finally:
                 if exporter is not None:
@@ -359,6 +358,12 @@ class Command(BaseCommand):
         auth = " (token auth)" if options["metrics_auth"] == "token" else ""
         self.stdout.write(f"metrics {exporter.scheme}://{addr[0] or '*'}:{exporter.port}/metrics{auth}")
         return exporter
+
+    def _print_dev_login(self) -> None:
+        """`--demo` on the embedded cluster: a fresh dev login, printed once this process leads,
+        so the console it names answers at once. Never made on a real cluster."""
+        self.stdout.write(demo.login_line(self.console_url, *demo.reset_dev_login()))
+        self.stdout.flush()
 
     def _start_dev_cluster(self, addr: str) -> Any:
         import devcluster
