@@ -103,7 +103,10 @@ class MemoryCollector(Collector):
         yield from _handlers(current.handlers)
         seen = self._observer()
         leader = seen.leadership_seen()[0] if seen is not None else None
-        lead = GaugeMetricFamily("nebula_leader", "1 while this replica holds the leader Lease and runs controllers")
+        lead = GaugeMetricFamily(
+            "nebula_leader",
+            "1 while this replica holds the leader Lease (without leader election: runs its controllers)",
+        )
         lead.add_metric([], leading(leader, len(current.handlers)))
         lag = GaugeMetricFamily("nebula_mirror_lag_seconds", "seconds since the mirror last committed (-1: never)")
         synced = metrics.mirror_synced_at()

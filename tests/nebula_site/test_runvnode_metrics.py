@@ -115,8 +115,14 @@ def test_leader_and_standby_serve_metrics_and_token_auth_follows_rbac(cluster: D
         403,
         "system:serviceaccount:monitoring:stranger may not get /metrics\n",
     )
-    status, leader_scrape = get(leader_url, token=prometheus)
-    assert status == 200 and 'nebula_provider_up{node="nebula-fake",provider="fake"}' in leader_scrape
+    # nebula_leader turns 1 with the Lease; the node's gauge once its Runner has started.
+    up = 'nebula_provider_up{node="nebula-fake",provider="fake"}'
+    leader_scrape = wait_for(
+        lambda: (answer := get(leader_url, token=prometheus))[0] == 200 and up in answer[1] and answer[1],
+        60,
+        0.2,
+        what="the leader's node gauge",
+    )
 
     _, standby_url = manager("standby")  # plain HTTP, no auth: the default
     standby_scrape = wait_for(
