@@ -94,7 +94,7 @@ def test_a_terminal_pods_instance_is_terminated_and_the_pod_object_stays(
     wait_for(lambda: phase_of(kube, "done") == "Succeeded")
     terminated = wait_for(lambda: provider.cloud.call_log("terminate"), what="the finished instance is terminated")
     assert [record.args.split()[-1] for record in terminated] == [f"id={instance}"]  # once, and only it
-    assert names.EVENT_TERMINATED in reasons_for(kube, "done")
+    wait_for(lambda: names.EVENT_TERMINATED in reasons_for(kube, "done"), what="the TERMINATED Event")
     assert get_pod(kube, "done") is not None  # as with a kubelet: its owner or a person deletes it
 
 
@@ -113,7 +113,7 @@ def test_a_cold_map_after_a_vanished_instance_never_reruns_a_never_pod(
     pod = get_pod(kube, "once") or {}
     assert pod["status"]["reason"] == names.REASON_INSTANCE_LOST and instance in pod["status"]["message"]
     assert len(provider.cloud.call_log("provision")) == 1  # never provisioned again
-    assert names.EVENT_INSTANCE_LOST in reasons_for(kube, "once")
+    wait_for(lambda: names.EVENT_INSTANCE_LOST in reasons_for(kube, "once"), what="the INSTANCE_LOST Event")
 
 
 def test_a_cold_map_after_a_vanished_instance_restarts_an_always_pod_and_counts_it(
@@ -132,7 +132,7 @@ def test_a_cold_map_after_a_vanished_instance_restarts_an_always_pod_and_counts_
     )
     assert instance_of(kube, "again") != instance
     assert container(kube, "again")["lastState"]["terminated"]["reason"] == names.REASON_INSTANCE_LOST
-    assert {names.EVENT_INSTANCE_LOST, names.EVENT_RESTARTING} <= set(reasons_for(kube, "again"))
+    wait_for(lambda: {names.EVENT_INSTANCE_LOST, names.EVENT_RESTARTING} <= set(reasons_for(kube, "again")))
 
 
 class FailingOnce(Kube):

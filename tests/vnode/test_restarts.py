@@ -68,7 +68,7 @@ def test_always_restarts_in_place_with_the_back_off_and_counts_each_restart(
     wait_for(lambda: container(kube, "loop").get("restartCount", 0) >= 3, what="three restarts")
     assert instance_id(kube, "loop") == first  # in place: the same instance
     assert len(provider.cloud.call_log("provision")) == 1
-    assert {names.EVENT_BACKOFF, names.EVENT_STARTED} <= set(reasons_for(kube, "loop"))
+    wait_for(lambda: {names.EVENT_BACKOFF, names.EVENT_STARTED} <= set(reasons_for(kube, "loop")))
     restarts = [r.at for r in provider.cloud.call_log("restart")]
     gaps = [later - earlier for earlier, later in zip(restarts, restarts[1:], strict=False)]
     # Each later restart waits at least its back-off after the run before it ended (0.3 s runs).
@@ -115,7 +115,7 @@ def test_a_provider_that_cannot_restart_in_place_gets_a_new_instance_per_restart
     terminated = [record.args for record in provider.cloud.call_log("terminate")]
     assert any(args.endswith(f"id={first}") for args in terminated)  # the old one goes first
     assert len(provider.cloud.call_log("provision")) >= 3
-    assert names.EVENT_RESTARTING in reasons_for(kube, "vm")
+    wait_for(lambda: names.EVENT_RESTARTING in reasons_for(kube, "vm"), what="the RESTARTING Event")
 
 
 def test_local_processes_restart_in_place_and_serve_the_previous_runs_logs(
