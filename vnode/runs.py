@@ -88,6 +88,7 @@ class Ending:
     started_at: datetime | None
     finished_at: datetime
     message: str = ""
+    run: int = 0  # the provider's number of the run that ended (0: not told)
 
     def terminated(self, container_id: str = "") -> JsonDict:
         result: JsonDict = {"exitCode": self.exit_code, "reason": self.reason, "finishedAt": rfc3339(self.finished_at)}
@@ -107,14 +108,14 @@ def ending_of(instance: Instance, *, now: datetime, reason: str = "") -> Ending:
         code = 0 if instance.state is InstanceState.SUCCEEDED else GONE_EXIT_CODE
     word = reason or instance.exit_reason or ("Completed" if code == 0 else "Error")
     message = instance.message if instance.state not in ENDED else ""
-    return Ending(code, word, instance.started_at, instance.finished_at or now, message)
+    return Ending(code, word, instance.started_at, instance.finished_at or now, message, run=instance.runs)
 
 
 def ending_of_container(fact: ContainerFacts, *, now: datetime) -> Ending:
     """The run of one container that ended, as `lastState.terminated` will say of it."""
     code = fact.exit_code if fact.exit_code is not None else GONE_EXIT_CODE
     return Ending(code, fact.exit_reason or ("Completed" if code == 0 else "Error"), fact.started_at,
-                  fact.finished_at or now, fact.message)  # fmt: skip
+                  fact.finished_at or now, fact.message, run=fact.runs)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,14 @@ class Runs:
     def restarted(self, *, new_run: int, policy: BackoffPolicy, of: tuple[Ending, float] | None = None) -> None:
         """The due restart was carried out (`new_run`: the run the provider now runs, or 1
         for a fresh instance). `of`: the ending restarted and when it was seen, taken before
-        the call; if a poll has meanwhile seen the new run end too, that end stays recorded."""
+        the call; if a poll has meanwhile seen the new run end too, that end stays recorded.
+        A poll that told the restarted run's end again, otherwise (a detail the provider
+        settled later), did not see a new run end: that later word is what `lastState` keeps,
+        and nothing is due (else the run just started would be restarted at once)."""
         ending, at = of if of is not None else (self.ended, self.ended_seen_at)
         assert ending is not None
+        if self.ended is not None and _same_run(self.ended, ending):
+            ending = self.ended  # the later word on that run
         newer = self.ended is not None and self.ended != ending
         if self.backoff is None or at - self.backoff_from > policy.reset:
             self.backoff = policy.initial
@@ -244,6 +250,11 @@ def replace_all(containers: Mapping[str, Runs], cause: Ending | None, *, policy:
             runs.restarted(new_run=0, policy=policy)
         runs.awaiting_run = 0
         runs.started_runs.clear()
+
+
+def _same_run(one: Ending, other: Ending) -> bool:
+    """Do two endings tell of one run (both numbered by the provider, with the same number)?"""
+    return one.run > 0 and one.run == other.run
 
 
 def _seconds(value: float) -> str:

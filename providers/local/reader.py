@@ -95,13 +95,31 @@ class FolderReader:
         return not (self.supervisor_alive(run) or self.workload_alive(run))
 
     def observe(self) -> status.Observation | None:
-        """What the folder says now; None once it is gone."""
-        run = self.runs()
-        spec = self.record(folder.SPEC_FILE)
-        try:
-            mtime = self.path.stat().st_mtime
-        except FileNotFoundError:
-            return None
+        """What the folder says now; None once it is gone.
+
+        Read in the order the supervisor writes, backwards: the identities first, then
+        whether they live, then the exit record. A supervisor records the exit and only then
+        exits, so a run that ends while it is read shows its exit; read the other way round
+        it would look gone without one (FAILED, exit code unknown). A restart committed
+        meanwhile (the run number moved) is read again, as the new run."""
+        while True:
+            run = self.runs()
+            spec = self.record(folder.SPEC_FILE)
+            try:
+                mtime = self.path.stat().st_mtime
+            except FileNotFoundError:
+                return None
+            launch = self.run_record(folder.LAUNCH_FILE, run)
+            started = self.run_record(folder.RUN_FILE, run)
+            supervisor = proc.ProcessIdentity.from_json((launch or {}).get("supervisor"))
+            workload = proc.ProcessIdentity.from_json((started or {}).get("workload"))
+            supervisor_alive = supervisor is not None and proc.is_alive(supervisor)
+            workload_alive = workload is not None and proc.group_alive(workload)
+            ended = self.run_record(folder.EXIT_FILE, run)
+            launch_error = self.run_record(folder.LAUNCH_ERROR_FILE, run)
+            terminate = self.record_of_instance(folder.TERMINATE_FILE)
+            if self.runs() == run:
+                break
         created = (spec or {}).get("created_at")
         return status.Observation(
             instance_id=self.instance_id,
@@ -110,12 +128,12 @@ class FolderReader:
             if isinstance(created, str)
             else datetime.fromtimestamp(mtime, UTC),
             spec=spec,
-            launch=self.run_record(folder.LAUNCH_FILE, run),
-            run=self.run_record(folder.RUN_FILE, run),
-            exit=self.run_record(folder.EXIT_FILE, run),
-            terminate=self.record_of_instance(folder.TERMINATE_FILE),
-            supervisor_alive=self.supervisor_alive(run),
-            workload_alive=self.workload_alive(run),
-            launch_error=self.run_record(folder.LAUNCH_ERROR_FILE, run),
+            launch=launch,
+            run=started,
+            exit=ended,
+            terminate=terminate,
+            supervisor_alive=supervisor_alive,
+            workload_alive=workload_alive,
+            launch_error=launch_error,
             runs=run,
         )

@@ -347,3 +347,20 @@ def test_a_restart_recorded_after_a_poll_saw_the_new_run_end_keeps_both_ends() -
     runs.restarted(new_run=2, policy=RULES.backoff, of=of)
     assert runs.restarts == 1 and runs.last is not None and runs.last["exitCode"] == 1
     assert runs.finished and runs.due is None
+
+
+def test_a_poll_that_tells_the_restarted_runs_end_again_does_not_restart_the_new_run() -> None:
+    """The restarted run's end, reported again with a detail settled (here its exit code)
+    while the restart is being carried out, is that run's end, not the new run's: the
+    restart is counted once and nothing else is due."""
+    entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
+    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    entry.observe(script.end("setup", 137), now=NOW, at=1.0, rules=RULES)
+    runs = entry.containers["setup"]
+    assert runs.ended is not None and runs.ended.run == 1
+    of = (runs.ended, runs.ended_seen_at)
+    entry.observe(script.end("setup", 1), now=NOW, at=1.5, rules=RULES)  # the poll, inside the call
+    assert runs.ended is not None and runs.ended.exit_code == 1
+    runs.restarted(new_run=2, policy=RULES.backoff, of=of)
+    assert runs.restarts == 1 and runs.ended is None and runs.due is None and entry.next_due() is None
+    assert runs.last is not None and runs.last["exitCode"] == 1  # the later word on that run

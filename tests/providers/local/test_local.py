@@ -284,6 +284,34 @@ def test_a_process_gone_without_an_exit_record_is_failed(provider: LocalProvider
     assert not (folder / "exit.json").exists()
 
 
+def test_a_run_that_ends_while_its_folder_is_read_shows_its_exit_code(
+    provider: LocalProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor records the exit, then exits. A read that checks liveness after that
+    exit record was looked for would see neither: "gone without a recorded exit code", which
+    the vnode took for a crash (137) and restarted. Here the run ends at the very moment the
+    reader asks whether the supervisor lives."""
+    result = provider.provision(make_pod(args=("exec sleep 300",)), request())
+    wait_for(lambda: provider.get(result.instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
+    path = provider.root / CLAIM
+    alive = proc.is_alive
+    ended: list[bool] = []
+
+    def ends_now(identity: proc.ProcessIdentity) -> bool:
+        if not ended:
+            ended.append(True)
+            workload = proc.ProcessIdentity.from_json(json.loads((path / "run.json").read_text())["workload"])
+            assert workload is not None
+            proc.signal_group(workload, signal.SIGKILL)
+            wait_for(lambda: (path / "exit.json").exists() and not alive(identity), what="the supervisor's exit")
+        return alive(identity)
+
+    monkeypatch.setattr(proc, "is_alive", ends_now)
+    instance = provider.get(result.instance_id)
+    assert ended and instance is not None
+    assert (instance.state, instance.exit_code, instance.message) == (InstanceState.FAILED, 137, "exited with code 137")
+
+
 def test_a_reused_pid_is_not_taken_for_the_workload() -> None:
     """Liveness compares the start time too: the same pid with another start time is not ours."""
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
