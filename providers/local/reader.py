@@ -69,19 +69,17 @@ class FolderReader:
 
     def supervisor(self, run: int) -> proc.ProcessIdentity | None:
         """Run `run`'s supervisor, as its launcher recorded it."""
-        return proc.ProcessIdentity.from_json((self.run_record(folder.LAUNCH_FILE, run) or {}).get("supervisor"))
+        return _supervisor_in(self.run_record(folder.LAUNCH_FILE, run))
 
     def workload(self, run: int) -> proc.ProcessIdentity | None:
         """The leader of run `run`'s workload group, as its supervisor recorded it."""
-        return proc.ProcessIdentity.from_json((self.run_record(folder.RUN_FILE, run) or {}).get("workload"))
+        return _workload_in(self.run_record(folder.RUN_FILE, run))
 
     def supervisor_alive(self, run: int) -> bool:
-        identity = self.supervisor(run)
-        return identity is not None and proc.is_alive(identity)
+        return _supervisor_lives(self.run_record(folder.LAUNCH_FILE, run))
 
     def workload_alive(self, run: int) -> bool:
-        leader = self.workload(run)
-        return leader is not None and proc.group_alive(leader)
+        return _workload_lives(self.run_record(folder.RUN_FILE, run))
 
     def exit_code(self, run: int) -> int | None:
         """Run `run`'s recorded exit code; None while it has none."""
@@ -111,10 +109,7 @@ class FolderReader:
                 return None
             launch = self.run_record(folder.LAUNCH_FILE, run)
             started = self.run_record(folder.RUN_FILE, run)
-            supervisor = proc.ProcessIdentity.from_json((launch or {}).get("supervisor"))
-            workload = proc.ProcessIdentity.from_json((started or {}).get("workload"))
-            supervisor_alive = supervisor is not None and proc.is_alive(supervisor)
-            workload_alive = workload is not None and proc.group_alive(workload)
+            supervisor_alive, workload_alive = _supervisor_lives(launch), _workload_lives(started)
             ended = self.run_record(folder.EXIT_FILE, run)
             launch_error = self.run_record(folder.LAUNCH_ERROR_FILE, run)
             terminate = self.record_of_instance(folder.TERMINATE_FILE)
@@ -137,3 +132,23 @@ class FolderReader:
             launch_error=launch_error,
             runs=run,
         )
+
+
+def _supervisor_in(launch: dict[str, Any] | None) -> proc.ProcessIdentity | None:
+    """The supervisor a launch record names."""
+    return proc.ProcessIdentity.from_json((launch or {}).get("supervisor"))
+
+
+def _workload_in(started: dict[str, Any] | None) -> proc.ProcessIdentity | None:
+    """The workload group leader a run record names."""
+    return proc.ProcessIdentity.from_json((started or {}).get("workload"))
+
+
+def _supervisor_lives(launch: dict[str, Any] | None) -> bool:
+    identity = _supervisor_in(launch)
+    return identity is not None and proc.is_alive(identity)
+
+
+def _workload_lives(started: dict[str, Any] | None) -> bool:
+    leader = _workload_in(started)
+    return leader is not None and proc.group_alive(leader)
