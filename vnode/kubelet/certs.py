@@ -2,9 +2,10 @@
 `cryptography`, and the Twisted context factories built from them.
 
 Called by `Listeners` when it builds its endpoints (and by tests and the bench to make
-client certificates). Private keys never touch the disk; only a CA bundle (public) is ever
-written, and only where the caller says.
-Tests: tests/vnode/kubelet/test_listeners.py.
+client certificates); the certificate sources (`certfiles`, `certcsr`) swap the serving pair
+of a running `ServerTLS`. Private keys made here never touch the disk; only a CA bundle
+(public) is ever written, and only where the caller says.
+Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/kubelet/test_kubelet_certs.py.
 """
 
 from __future__ import annotations
@@ -139,7 +140,43 @@ def load_pair(cert_path: str, key_path: str) -> KeyPair:
         serialization.load_pem_private_key(key_pem, password=None)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"{key_path} holds no unencrypted PEM private key") from exc
-    return KeyPair(cert_pem, key_pem)
+    pair = KeyPair(cert_pem, key_pem)
+    try:
+        _context(pair)
+    except (ValueError, SSL.Error) as exc:
+        raise ValueError(f"{key_path} is not the private key of the certificate in {cert_path}") from exc
+    return pair
+
+
+def fingerprint(cert_pem: bytes) -> str:
+    """The SHA-256 (lower-case hex, of the DER) of the first certificate in `cert_pem`."""
+    return x509.load_pem_x509_certificate(cert_pem).fingerprint(hashes.SHA256()).hex()
+
+
+def not_after(cert_pem: bytes) -> datetime.datetime:
+    return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
+
+
+def _context(pair: KeyPair, client_ca_path: str | None = None) -> SSL.Context:
+    """An OpenSSL server context serving `pair` (the whole chain in its certificate PEM).
+    Raises ValueError or SSL.Error when the key is not the certificate's."""
+    context = SSL.Context(SSL.TLS_SERVER_METHOD)
+    context.set_min_proto_version(SSL.TLS1_2_VERSION)
+    chain = x509.load_pem_x509_certificates(pair.cert_pem)
+    context.use_certificate(chain[0])
+    for intermediate in chain[1:]:
+        context.add_extra_chain_cert(intermediate)
+    key = serialization.load_pem_private_key(pair.key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ValueError("the serving key must be an EC or RSA private key")
+    context.use_privatekey(key)
+    context.check_privatekey()
+    if client_ca_path:
+        context.load_verify_locations(client_ca_path)
+        for ca in load_ca_bundle(client_ca_path):
+            context.add_client_ca(ca)  # named in the request, so Go clients pick their cert
+        context.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verified)
+    return context
 
 
 class ServerTLS(ssl.ContextFactory):
@@ -148,6 +185,9 @@ class ServerTLS(ssl.ContextFactory):
 
     With `client_ca_path`, a client must present a certificate one of those CAs signed,
     or the handshake fails: no HTTP answer at all.
+
+    Twisted asks for the context at every new connection, so `replace` (from any thread)
+    changes what new handshakes get; an open connection keeps the context it started with.
     """
 
     def __init__(self, pair: KeyPair, *, client_ca_path: str | None = None) -> None:
@@ -155,22 +195,22 @@ class ServerTLS(ssl.ContextFactory):
         self._client_ca_path = client_ca_path
         self._context: SSL.Context | None = None
 
+    @property
+    def pair(self) -> KeyPair:
+        return self._pair
+
+    def replace(self, pair: KeyPair) -> None:
+        """Serve `pair` to new connections. Raises ValueError (and keeps the current pair)
+        when the key is not the certificate's."""
+        try:
+            context = _context(pair, self._client_ca_path)
+        except SSL.Error as exc:
+            raise ValueError(f"the new serving key does not match its certificate: {exc}") from exc
+        self._pair, self._context = pair, context  # one assignment each: a reader sees old or new
+
     def getContext(self) -> SSL.Context:
         if self._context is None:
-            context = SSL.Context(SSL.TLS_SERVER_METHOD)
-            context.set_min_proto_version(SSL.TLS1_2_VERSION)
-            context.use_certificate(x509.load_pem_x509_certificate(self._pair.cert_pem))
-            key = serialization.load_pem_private_key(self._pair.key_pem, password=None)
-            if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
-                raise ValueError("the serving key must be an EC or RSA private key")
-            context.use_privatekey(key)
-            context.check_privatekey()
-            if self._client_ca_path:
-                context.load_verify_locations(self._client_ca_path)
-                for ca in load_ca_bundle(self._client_ca_path):
-                    context.add_client_ca(ca)  # named in the request, so Go clients pick their cert
-                context.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verified)
-            self._context = context
+            self._context = _context(self._pair, self._client_ca_path)
         return self._context
 
 

@@ -1,7 +1,8 @@
 """`Listeners`: the process's one Daphne server, serving both the kubelet API and the console.
 
 Started by the process wiring (`nebula_site.process.start_listeners`), tests and the bench.
-The kubelet listener is TLS with a serving certificate made in memory (SAN: the node IP),
+The kubelet listener is TLS with a serving certificate made in memory (SAN: the node IP)
+or read from files and reloaded on change (`certfiles`; the CSR source swaps `kubelet_tls`),
 client certificates required when a client CA is given; it serves only the kubelet routes. The console
 listener serves only the Django app, over plain HTTP or TLS. Invariant I5: a request on
 the wrong listener is a 404; see tests/vnode/kubelet/test_listeners.py::test_I5_*.
@@ -23,7 +24,7 @@ from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet import defer, endpoints
 
-from vnode.kubelet import certs, loop
+from vnode.kubelet import certfiles, certs, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
 from vnode.kubelet.flow import ResponseFlow
 from vnode.kubelet.resolve import HandlerRegistry
@@ -65,6 +66,8 @@ class Listeners(Server):  # type: ignore[misc]
         console_ca_path: str | None = None,
         console_cert: tuple[str, str] | None = None,
         console_optional: bool = False,
+        kubelet_cert: tuple[str, str] | None = None,
+        kubelet_cert_interval: float = certfiles.DEFAULT_INTERVAL,
     ) -> None:
         super().__init__(
             application=None,
@@ -90,17 +93,24 @@ class Listeners(Server):  # type: ignore[misc]
         self.kubelet_ca: certs.KeyPair | None = None
         self.console_ca: certs.KeyPair | None = None
         self.console_cert_pem: bytes | None = None  # the certificate the console serves, once started (TLS)
+        # (cert, key) PEM files, reloaded on change; else an in-memory certificate.
+        self._cert_files = (
+            certfiles.CertificateFiles(*kubelet_cert, interval=kubelet_cert_interval) if kubelet_cert else None
+        )
+        self.kubelet_tls: certs.ServerTLS | None = None  # once started; `replace` swaps the serving pair
 
     # -- life -------------------------------------------------------------------------------
     def start(self) -> None:
         """Make the certificates, start the reactor if needed, bind both listeners."""
         if self.client_ca:
             certs.load_ca_bundle(self.client_ca)  # a bad bundle fails here, at start-up
-        self.kubelet_ca = certs.make_ca("nebula-kubelet-ca")
-        serving = certs.issue(
-            self.kubelet_ca, "nebula-kubelet", hosts=certs.serving_hosts(self.kubelet_config.host, self.node_ip)
-        )
-        kubelet_tls = certs.ServerTLS(serving, client_ca_path=self.client_ca)
+        if self._cert_files is not None:
+            serving = self._cert_files.load()  # a bad or mismatched pair fails here, at start-up
+        else:
+            self.kubelet_ca = certs.make_ca("nebula-kubelet-ca")
+            hosts = certs.serving_hosts(self.kubelet_config.host, self.node_ip)
+            serving = certs.issue(self.kubelet_ca, "nebula-kubelet", hosts=hosts)
+        kubelet_tls = self.kubelet_tls = certs.ServerTLS(serving, client_ca_path=self.client_ca)
         console_tls = None
         console_pair: certs.KeyPair | None = None
         if self.console_config is not None and self.console_cert is not None:
@@ -125,6 +135,8 @@ class Listeners(Server):  # type: ignore[misc]
         except BaseException:
             self.stop()
             raise
+        if self._cert_files is not None:
+            self._cert_files.watch(kubelet_tls)
         if not self.client_ca:
             logger.warning(OPEN_PORT_WARNING, self.kubelet_config.host or "*", self.kubelet_port)
 
@@ -167,6 +179,8 @@ class Listeners(Server):  # type: ignore[misc]
     def stop(self, timeout: float = 10.0) -> None:
         """Stop listening and end every open connection (their commands are killed); waits
         at most `timeout` seconds for the ports to close."""
+        if self._cert_files is not None:
+            self._cert_files.stop()
         if self._ports or self._running:
             try:
                 loop.on_reactor(self._shutdown, timeout=timeout)
