@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devcluster import admission, discovery, nodeaddress, openapi, protobuf, proxy, reviews, selectors, tables
+from devcluster import admission, csrkind, discovery, nodeaddress, openapi, protobuf, proxy, reviews, selectors, tables
 from devcluster.errors import ApiError, bad_request, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
@@ -203,6 +203,9 @@ class Api:
                 warnings: list[str] = []
                 if rt.kind == "Pod" and not rt.group:
                     body = admission.admit_pod(self.resources.store, ns, body, warnings=warnings)
+                if csrkind.is_csr(rt.kind, rt.group) and self.review is not None:
+                    caller = self.review.caller(request.header("authorization"))
+                    body = csrkind.with_requester(body, username=caller.username, uid=caller.uid, groups=caller.groups)
                 obj = self.resources.create(rt, ns, body, dry_run=dry_run)
                 info.name = obj["metadata"].get("name", "")
                 return replace(json_reply(201, obj), warnings=tuple(warnings))

@@ -1,12 +1,14 @@
 """`DevCluster`: the embedded API server assembled, started and stopped.
 
 Tests, `manage.py devcluster` and later `runvnode --dev-cluster` construct one; `start()`
-makes the TLS material, binds, writes the kubeconfig and starts the server and scheduler
-threads; `stop()` ends watches and joins every thread. The constructor does no I/O.
+makes the TLS material, binds, writes the kubeconfig and starts the server, scheduler and
+controller threads (the kubelet-serving CSR signer among them); `stop()` ends watches and
+joins every thread. The constructor does no I/O.
 """
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Sequence
 from types import TracebackType
@@ -14,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from devcluster import nodeaddress, reviews, tls
+from devcluster import csrsigner, nodeaddress, reviews, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
+from devcluster.csrsigner import CsrSigner
 from devcluster.errors import ApiError
 from devcluster.registry import Registry
 from devcluster.requestlog import RequestLog
@@ -42,6 +45,8 @@ class DevCluster:
         bookmark_interval: float = 1.0,
         scheduler_interval: float = 0.5,
         kubelet_preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
+        kubelet_certificate_authority: str | None = None,
+        kubelet_signing_ca: tuple[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -49,6 +54,13 @@ class DevCluster:
         self.bookmark_interval = bookmark_interval
         # kube-apiserver's --kubelet-preferred-address-types: which node address logs/exec dial.
         self.kubelet_preferred_address_types = tuple(kubelet_preferred_address_types)
+        # kube-apiserver's --kubelet-certificate-authority: a PEM bundle the kubelet's serving
+        # certificate must chain to (and name the dialled address); None accepts any certificate.
+        self.kubelet_certificate_authority = kubelet_certificate_authority
+        # kube-controller-manager's --cluster-signing-{cert,key}-file for kubernetes.io/kubelet-serving;
+        # None: a CA made in memory at start (`kubelet_serving_ca_pem`).
+        self.kubelet_signing_ca = kubelet_signing_ca
+        self.csr_signer: CsrSigner | None = None
         self.registry = Registry()
         self.store = Store(history=event_history)
         self.resources = Resources(self.store, self.registry)
@@ -82,6 +94,13 @@ class DevCluster:
             raise RuntimeError("the devcluster is not started")
         return self._credentials.token
 
+    @property
+    def kubelet_serving_ca_pem(self) -> bytes:
+        """The CA certificate the kubelet-serving signer signs with (PEM)."""
+        if self.csr_signer is None:
+            raise RuntimeError("the devcluster is not started")
+        return self.csr_signer.ca.cert_pem
+
     def kubeconfig(self) -> str:
         """The kubeconfig YAML (HTTPS, embedded CA, bearer token, context `devcluster`)."""
         if self._credentials is None:
@@ -112,6 +131,10 @@ class DevCluster:
             bookmark_interval=self.bookmark_interval,
         )
         api.server_address = f"{self.host}:{self._server.server_address[1]}"
+        self._server.kubelet_tls = _kubelet_verification(self.kubelet_certificate_authority)
+        signing = self.kubelet_signing_ca
+        ca = csrsigner.load_signing_ca(*signing) if signing else csrsigner.make_signing_ca()
+        self.csr_signer = CsrSigner(self.resources, ca, interval=self.scheduler.interval)
         self._server.hub.start()
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="devcluster-http", daemon=True
@@ -119,6 +142,7 @@ class DevCluster:
         self._thread.start()
         self.scheduler.start()
         self.apps.start()
+        self.csr_signer.start()
         if self.kubeconfig_path:
             tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
 
@@ -130,6 +154,8 @@ class DevCluster:
         server.stopping.set()
         self.scheduler.stop()
         self.apps.stop()
+        if self.csr_signer is not None:
+            self.csr_signer.stop()
         server.shutdown()
         server.hub.stop()
         self.store.close_watchers()
@@ -173,3 +199,13 @@ class DevCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def _kubelet_verification(ca_path: str | None) -> ssl.SSLContext | None:
+    """The kubelet dial's TLS context under --kubelet-certificate-authority: the serving
+    certificate must chain to `ca_path` and name the address dialled (an IP SAN for an IP)."""
+    if ca_path is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_path)
+    context.set_alpn_protocols(["http/1.1"])
+    return context

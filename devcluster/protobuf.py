@@ -306,7 +306,38 @@ def _role_binding(f: Fields) -> dict[str, Any]:
     return obj
 
 
+def _csr(f: Fields) -> dict[str, Any]:
+    """certificates.k8s.io/v1 CertificateSigningRequest (`kubectl certificate approve` PUTs it)."""
+    sf, obj = _fields(_last(f, 2, _BYTES) or memoryview(b"")), {}
+    spec: dict[str, Any] = {}
+    request = _last(sf, 1, _BYTES)
+    _put(spec, "request", _b64(request) if request is not None else None)
+    for number, key in ((2, "username"), (3, "uid"), (7, "signerName")):
+        _put(spec, key, _string(sf, number))
+    _put(spec, "groups", _strings(sf, 4))
+    _put(spec, "usages", _strings(sf, 5))
+    _put(spec, "expirationSeconds", _int64(sf, 8))
+    obj["spec"] = spec
+    status_raw = _last(f, 3, _BYTES)
+    if status_raw is not None:
+        stf, status = _fields(status_raw), dict[str, Any]()
+        conditions = []
+        for raw in _all(stf, 1, _BYTES):
+            cf, condition = _fields(raw), dict[str, Any]()
+            for number, key in ((1, "type"), (6, "status"), (2, "reason"), (3, "message")):
+                _put(condition, key, _string(cf, number))
+            _put(condition, "lastUpdateTime", _time(_last(cf, 4, _BYTES)))
+            _put(condition, "lastTransitionTime", _time(_last(cf, 5, _BYTES)))
+            conditions.append(condition)
+        _put(status, "conditions", conditions)
+        certificate = _last(stf, 2, _BYTES)
+        _put(status, "certificate", _b64(certificate) if certificate is not None and len(certificate) else None)
+        obj["status"] = status
+    return obj
+
+
 _DECODERS: dict[tuple[str, str], Callable[[Fields], dict[str, Any]]] = {
+    ("certificates.k8s.io/v1", "CertificateSigningRequest"): _csr,
     ("rbac.authorization.k8s.io/v1", "Role"): _role,
     ("rbac.authorization.k8s.io/v1", "ClusterRole"): _role,
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): _role_binding,

@@ -84,6 +84,10 @@ BUILTINS: tuple[ResourceType, ...] = (
     ),
     ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role", True, "role"),
     ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, "rolebinding"),
+    ResourceType(
+        "certificates.k8s.io", "v1", "certificatesigningrequests", "CertificateSigningRequest",
+        False, "certificatesigningrequest", ("csr",), (), True, ("approval",),
+    ),
     ResourceType("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", False, "tokenreview", verbs=("create",)),
     ResourceType(
         "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview",

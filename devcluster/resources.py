@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import kinds, patch
+from devcluster import csrkind, kinds, patch
 from devcluster.errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -215,6 +215,8 @@ class Resources:
             kinds.default_namespace(obj)
         elif rt.kind == "Service":
             kinds.default_service(obj)
+        elif csrkind.is_csr(rt.kind, rt.group):
+            csrkind.validate_new(obj)
         elif rt.kind == "CustomResourceDefinition":
             self._check_crd(obj)
             obj["status"] = kinds.crd_status(obj, now)
@@ -270,7 +272,10 @@ class Resources:
                 "the object has been modified; please apply your changes to the latest version and try again",
                 group=rt.group,
             )
-        if subresource == "status":
+        if csrkind.is_csr(rt.kind, rt.group):
+            new = csrkind.prepare_update(old, new, subresource=subresource, now=timestamp(self.clock()))
+            new = new if subresource else self._keep_system_fields(rt, old, new)
+        elif subresource == "status":
             merged = copy.deepcopy(old)
             if "status" in new:
                 merged["status"] = new["status"]

@@ -50,6 +50,7 @@ class ApiServer(ThreadingHTTPServer):
         self.store = store
         self.request_log = request_log
         self.tls = tls
+        self.kubelet_tls: ssl.SSLContext | None = None  # --kubelet-certificate-authority; None: unverified
         self.bookmark_interval = bookmark_interval
         self.stopping = threading.Event()
         self.hub = WatchHub(store, bookmark_interval=bookmark_interval)
@@ -279,7 +280,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             proxy.forward(
                 client, host=reply.host, port=reply.port, method=self.command, target=reply.target,
-                headers=headers, body=body,
+                headers=headers, body=body, tls_context=self.server.kubelet_tls,
             )  # fmt: skip
         except proxy.ProxyError as err:
             # kube-apiserver's words: logs are fetched with an HTTP client (Go's url.Error), the
