@@ -37,6 +37,12 @@ DEFAULTS: dict[str, Any] = {
     # host:port; an empty host means every interface.
     "KUBELET_ADDR": ":10250",
     "CONSOLE_ADDR": "127.0.0.1:8000",
+    # The kubelet listener's serving certificate: "memory" (made at every start), "files"
+    # (KUBELET_CERT and KUBELET_KEY, PEM, reloaded on change) or "csr" (the CSR API, signer
+    # kubernetes.io/kubelet-serving; someone must approve). KUBELET_CERT set means "files".
+    "KUBELET_CERT_SOURCE": "memory",
+    "KUBELET_CERT": "",
+    "KUBELET_KEY": "",
     # The metrics listener (`/metrics`, plain HTTP unless --metrics-cert); empty: none. Loopback
     # by default; the Deployment passes --metrics-addr=:9090.
     "METRICS_ADDR": "127.0.0.1:9090",

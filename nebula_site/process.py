@@ -1,6 +1,7 @@
 """The process wiring: the one place that constructs Nebula's pieces and connects them.
 
-Called by `manage.py runvnode` (`start_listeners`, `start_metrics_listener`, then `run`):
+Called by `manage.py runvnode` (`start_listeners`, `start_serving_csr`, `start_metrics_listener`,
+then `run`):
 leader election (the leader
 publishing its console's address on the Lease, a standby forwarding console requests to it),
 one Runner per provider, the kubelet registry, placement, the console's runtime and mirror,
@@ -34,6 +35,7 @@ from placement.wiring import Placement, start_placement
 from providers.base import Provider
 from vnode import podcontroller
 from vnode.blocklister import Blocklister
+from vnode.kubelet import certcsr
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
@@ -74,12 +76,29 @@ def cluster_identity(
     return None
 
 
+def start_serving_csr(
+    listeners: Listeners, kubeconfig: str | None, aliases: Sequence[str], node_ip: str | None, node_dns_name: str | None
+) -> certcsr.CsrCertificates:
+    """The kubelet listener's certificate from the CSR API (`certcsr`), started. One CSR for
+    the listener, named for the first virtual node, `nebula-<first alias>` (every node
+    publishes the same address). Raises ValueError when there is no address to name."""
+    node_name = f"nebula-{aliases[0]}"
+    if not node_ip and not node_dns_name:
+        raise ValueError("the csr certificate source needs --node-ip or --node-dns-name (the certificate's SANs)")
+    assert listeners.kubelet_tls is not None, "the listeners are started"
+    request = certcsr.CsrRequest(node_name, (node_ip,) if node_ip else (), (node_dns_name,) if node_dns_name else ())
+    manager = certcsr.CsrCertificates(Kube(load_api_client(kubeconfig, pool_size=2)), listeners.kubelet_tls, request)
+    manager.start()
+    return manager
+
+
 def start_listeners(
     kubelet: tuple[str, int],
     console: tuple[str, int],
     *,
     node_ip: str | None,
     client_ca: str | None,
+    kubelet_cert: tuple[str, str] | None = None,
     console_tls: bool,
     console_cert: tuple[str, str] | None,
     console_ca_path: str,
@@ -94,6 +113,7 @@ def start_listeners(
         kubelet=ListenerConfig(*kubelet),
         node_ip=node_ip,
         client_ca=client_ca,
+        kubelet_cert=kubelet_cert,
         console=ListenerConfig(*console),
         console_app=application,
         console_tls=console_tls or console_cert is not None,

@@ -26,7 +26,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from kube.client import load_api_client
-from nebula_site import demo, process
+from nebula_site import demo, process, servingcert
 from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
@@ -174,6 +174,9 @@ class Command(BaseCommand):
             metavar="PATH",
             help="PEM bundle; clients must present a cert it signed",
         )
+        parser.add_argument("--kubelet-cert-source", choices=servingcert.SOURCES, help="see docs/kubelet-api.md")
+        parser.add_argument("--kubelet-cert", metavar="PATH", help="PEM serving certificate, reloaded on change")
+        parser.add_argument("--kubelet-key", metavar="PATH", help="PEM private key of --kubelet-cert")
         parser.add_argument("--console-addr", default=None, help="the console listener, default NEBULA['CONSOLE_ADDR']")
         parser.add_argument(
             "--console-tls", action="store_true", help=f"serve the console over TLS; its CA goes to {CONSOLE_CA}"
@@ -252,6 +255,7 @@ class Command(BaseCommand):
         metrics_cert = metrics_cert_files(options)
         node_ip = node_ip_from(options["node_ip"], options["dev_cluster"])
         node_dns_name = node_dns_name_from(options["node_dns_name"])
+        cert_source, options["kubelet_pair"] = servingcert.choose(options, settings.NEBULA, node_ip or node_dns_name)
         if settings.SECRET_KEY == DEV_SECRET_KEY:
             logging.getLogger(__name__).warning(
                 "DJANGO_SECRET_KEY is unset: the console signs sessions with the public development key; "
@@ -259,7 +263,7 @@ class Command(BaseCommand):
             )
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included.
         stop = threading.Event()
-        listeners = cluster = exporter = None
+        listeners = cluster = exporter = serving = None
         kept = True
         with stop_on_signals(stop):
             try:
@@ -271,6 +275,8 @@ class Command(BaseCommand):
                 if options["dev_cluster"]:
                     cluster = self._start_dev_cluster(options["dev_cluster_addr"])
                     kubeconfig = DEV_KUBECONFIG
+                if cert_source == "csr":
+                    serving = process.start_serving_csr(listeners, kubeconfig, list(providers), node_ip, node_dns_name)
                 if metrics_addr is not None:
                     exporter = self._start_metrics(metrics_addr, metrics_cert, kubeconfig, options)
                 if node_ip is None and node_dns_name is None:
@@ -304,6 +310,8 @@ class Command(BaseCommand):
                     on_leading=self._print_dev_login if options["demo"] and options["dev_cluster"] else None,
                 )
             finally:
+                if serving is not None:
+                    serving.stop()
                 if exporter is not None:
                     exporter.stop()
                 if listeners is not None:
@@ -324,6 +332,7 @@ class Command(BaseCommand):
                 console,
                 node_ip=node_ip,
                 client_ca=options["kubelet_client_ca"],
+                kubelet_cert=options.get("kubelet_pair"),
                 console_tls=tls,
                 console_cert=console_cert_files(options),
                 console_ca_path=CONSOLE_CA,
