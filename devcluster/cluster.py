@@ -7,6 +7,7 @@ threads; `stop()` ends watches and joins every thread. The constructor does no I
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Sequence
 from types import TracebackType
@@ -14,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import nodeaddress, reviews, tls
+from devcluster import nodeaddress, rbac_defaults, reviews, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.errors import ApiError
@@ -58,6 +59,8 @@ class DevCluster:
         # ServiceAccount tokens (TokenRequest) and the kubeconfig's admin token, for the reviews.
         self.tokens = Tokens(self._service_account_uid)
         self._credentials: tls.Credentials | None = None
+        self._kubelet_client: tls.KubeletClient | None = None
+        self._kubelet_tls: ssl.SSLContext | None = None
         self._server: ApiServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -75,6 +78,22 @@ class DevCluster:
         if self._credentials is None:
             raise RuntimeError("the devcluster is not started")
         return self._credentials.ca_pem
+
+    @property
+    def kubelet_client_ca_pem(self) -> bytes:
+        """The CA of the client certificate this cluster presents to kubelets: a kubelet's
+        `--kubelet-client-ca` (`runvnode --dev-cluster` wires it)."""
+        if self._kubelet_client is None:
+            raise RuntimeError("the devcluster is not started")
+        return self._kubelet_client.ca_pem
+
+    @property
+    def kubelet_tls(self) -> ssl.SSLContext:
+        """The TLS context every connection of this cluster to a kubelet uses
+        (`tls.kubelet_client_context`: the proxy's, the metrics scrape's)."""
+        if self._kubelet_tls is None:
+            raise RuntimeError("the devcluster is not started")
+        return self._kubelet_tls
 
     @property
     def token(self) -> str:
@@ -96,6 +115,8 @@ class DevCluster:
         self._credentials = tls.make_credentials(self.host)
         self.tokens.admin_token = self._credentials.token
         context = tls.server_context(self._credentials)
+        self._kubelet_client = tls.make_kubelet_client()
+        self._kubelet_tls = tls.kubelet_client_context(self._kubelet_client)
         api = Api(
             self.resources,
             self.registry,
@@ -110,6 +131,7 @@ class DevCluster:
             request_log=self.request_log,
             tls=context,
             bookmark_interval=self.bookmark_interval,
+            kubelet_tls=self._kubelet_tls,
         )
         api.server_address = f"{self.host}:{self._server.server_address[1]}"
         self._server.hub.start()
@@ -164,6 +186,10 @@ class DevCluster:
         for name in INITIAL_NAMESPACES:
             if self.store.get(namespaces.storage_key, "", name) is None:
                 self.resources.create(namespaces, "", {"metadata": {"name": name}})
+        for group, resource, document in rbac_defaults.KUBELET_API_ADMIN:
+            rt = self.resources.builtin(group, "v1", resource)
+            if self.store.get(rt.storage_key, "", document["metadata"]["name"]) is None:
+                self.resources.create(rt, "", document)
 
     def __enter__(self) -> DevCluster:
         self.start()

@@ -45,8 +45,10 @@ class ApiServer(ThreadingHTTPServer):
         request_log: RequestLog,
         tls: ssl.SSLContext | None,
         bookmark_interval: float,
+        kubelet_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.api = api
+        self.kubelet_tls = kubelet_tls  # `tls.kubelet_client_context`: how every kubelet is dialled
         self.store = store
         self.request_log = request_log
         self.tls = tls
@@ -279,7 +281,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             proxy.forward(
                 client, host=reply.host, port=reply.port, method=self.command, target=reply.target,
-                headers=headers, body=body,
+                headers=headers, body=body, tls_context=self.server.kubelet_tls,
             )  # fmt: skip
         except proxy.ProxyError as err:
             # kube-apiserver's words: logs are fetched with an HTTP client (Go's url.Error), the

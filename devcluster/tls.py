@@ -1,6 +1,9 @@
-"""TLS material and the kubeconfig: an in-memory self-signed CA and a server certificate.
+"""TLS material and the kubeconfig: an in-memory self-signed CA and a server certificate, and
+the client certificate the devcluster presents to kubelets (kube-apiserver's
+`--kubelet-client-certificate`, user `kube-apiserver-kubelet-client`, its own CA).
 
-`DevCluster.start` calls `make_credentials` and `kubeconfig_yaml`; nothing touches disk
+`DevCluster.start` calls `make_credentials`, `make_kubelet_client` and `kubeconfig_yaml`;
+every connection to a kubelet takes its TLS context from `kubelet_client_context`. Nothing touches disk
 except `write_kubeconfig`, and only at the path the caller gave. Keys never leave memory
 except into the temporary files `ssl` needs to load them.
 """
@@ -84,6 +87,88 @@ def make_credentials(host: str) -> Credentials:
         ),
         token=secrets.token_urlsafe(24),
     )
+
+
+KUBELET_CLIENT_USER = "kube-apiserver-kubelet-client"
+
+
+@dataclass(frozen=True, repr=False)
+class KubeletClient:
+    """The certificate the devcluster presents to kubelets, its key, and the CA that signed
+    it (a kubelet's `--kubelet-client-ca`). repr never shows the key."""
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    def __repr__(self) -> str:
+        return f"KubeletClient(user={KUBELET_CLIENT_USER!r})"
+
+
+def make_kubelet_client() -> KubeletClient:
+    """A fresh EC P-256 CA and a client certificate it signed: CN `kube-apiserver-kubelet-client`
+    and no group, so what it may do on a kubelet is what RBAC grants that user (as on kubeadm)."""
+    now = datetime.datetime.now(datetime.UTC)
+    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=365)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name("devcluster-kubelet-client-ca")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(KUBELET_CLIENT_USER))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KubeletClient(
+        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
+        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
+        key_pem=key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
+    )
+
+
+def kubelet_client_context(client: KubeletClient) -> ssl.SSLContext:
+    """The TLS context of every devcluster connection to a kubelet (the logs/exec/attach proxy,
+    the metrics scrape): it presents `client`'s certificate and, like kube-apiserver without
+    `--kubelet-certificate-authority`, does not verify the kubelet's serving certificate.
+    Offers only http/1.1 in ALPN."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["http/1.1"])
+    _load_chain(context, client.cert_pem + client.key_pem)
+    return context
+
+
+def _load_chain(context: ssl.SSLContext, pem: bytes) -> None:
+    # ssl can only load a key from a file; the directory lives only for the load.
+    with tempfile.TemporaryDirectory(prefix="devcluster-tls-") as tmp:
+        path = os.path.join(tmp, "chain.pem")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(pem)
+        context.load_cert_chain(path)
 
 
 def server_context(credentials: Credentials) -> ssl.SSLContext:
