@@ -8,7 +8,7 @@ else a bearer token reviewed with TokenReview, else `system:anonymous` when conf
 `nodes/<subresource>` named by the node), or AlwaysAllow. Reviews block, so they run on the
 gate's own threads, never on the reactor; answers are cached (kubelet defaults: tokens 2 min,
 allowed 5 min, denied 30 s). A token is kept only as its SHA-256 and never logged.
-Tests: tests/vnode/kubelet/test_kubelet_auth.py.
+Tests: tests/vnode/kubelet/test_kubelet_auth.py, tests/vnode/kubelet/test_kubelet_auth_runvnode.py.
 """
 
 from __future__ import annotations
