@@ -22,6 +22,7 @@ from devcluster.errors import ApiError
 from devcluster.registry import Registry
 from devcluster.requestlog import RequestLog
 from devcluster.resources import Resources
+from devcluster.rootca import RootCAPublisher
 from devcluster.schedloop import SchedulerLoop
 from devcluster.server import ApiServer
 from devcluster.store import Store
@@ -61,6 +62,7 @@ class DevCluster:
         self._credentials: tls.Credentials | None = None
         self._kubelet_client: tls.KubeletClient | None = None
         self._kubelet_tls: ssl.SSLContext | None = None
+        self._root_ca: RootCAPublisher | None = None
         self._server: ApiServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -115,7 +117,7 @@ class DevCluster:
         self._credentials = tls.make_credentials(self.host)
         self.tokens.admin_token = self._credentials.token
         context = tls.server_context(self._credentials)
-        self._kubelet_client = tls.make_kubelet_client()
+        self._kubelet_client = tls.make_kubelet_client(self._credentials)
         self._kubelet_tls = tls.kubelet_client_context(self._kubelet_client)
         api = Api(
             self.resources,
@@ -141,6 +143,9 @@ class DevCluster:
         self._thread.start()
         self.scheduler.start()
         self.apps.start()
+        self._root_ca = RootCAPublisher(self.resources, self._credentials.ca_pem)
+        self._root_ca.run_once()  # every namespace has kube-root-ca.crt before the first request
+        self._root_ca.start()
         if self.kubeconfig_path:
             tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
 
@@ -152,6 +157,8 @@ class DevCluster:
         server.stopping.set()
         self.scheduler.stop()
         self.apps.stop()
+        if self._root_ca is not None:
+            self._root_ca.stop()
         server.shutdown()
         server.hub.stop()
         self.store.close_watchers()

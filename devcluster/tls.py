@@ -1,6 +1,6 @@
 """TLS material and the kubeconfig: an in-memory self-signed CA and a server certificate, and
 the client certificate the devcluster presents to kubelets (kube-apiserver's
-`--kubelet-client-certificate`, user `kube-apiserver-kubelet-client`, its own CA).
+`--kubelet-client-certificate`, user `kube-apiserver-kubelet-client`, signed by the cluster CA).
 
 `DevCluster.start` calls `make_credentials`, `make_kubelet_client` and `kubeconfig_yaml`;
 every connection to a kubelet takes its TLS context from `kubelet_client_context`. Nothing touches disk
@@ -26,12 +26,16 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Credentials:
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
     token: str
+    ca_key_pem: bytes = b""  # signs the kubelet client certificate (`make_kubelet_client`)
+
+    def __repr__(self) -> str:
+        return "Credentials(<devcluster TLS material>)"
 
 
 def _name(common_name: str) -> x509.Name:
@@ -86,6 +90,9 @@ def make_credentials(host: str) -> Credentials:
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         ),
         token=secrets.token_urlsafe(24),
+        ca_key_pem=ca_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ),
     )
 
 
@@ -105,42 +112,30 @@ class KubeletClient:
         return f"KubeletClient(user={KUBELET_CLIENT_USER!r})"
 
 
-def make_kubelet_client() -> KubeletClient:
-    """A fresh EC P-256 CA and a client certificate it signed: CN `kube-apiserver-kubelet-client`
-    and no group, so what it may do on a kubelet is what RBAC grants that user (as on kubeadm)."""
+def make_kubelet_client(credentials: Credentials) -> KubeletClient:
+    """A client certificate signed by the cluster CA, as kubeadm signs kube-apiserver's (so a
+    kubelet's client CA is the cluster CA, `kube-root-ca.crt`): CN `kube-apiserver-kubelet-client`
+    and no group, so what it may do on a kubelet is what RBAC grants that user."""
     now = datetime.datetime.now(datetime.UTC)
-    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=365)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = _name("devcluster-kubelet-client-ca")
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    ca_cert = x509.load_pem_x509_certificate(credentials.ca_pem)
+    ca_key = serialization.load_pem_private_key(credentials.ca_key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
         .subject_name(_name(KUBELET_CLIENT_USER))
-        .issuer_name(ca_name)
+        .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=365))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     return KubeletClient(
-        ca_pem=ca_cert.public_bytes(serialization.Encoding.PEM),
+        ca_pem=credentials.ca_pem,
         cert_pem=cert.public_bytes(serialization.Encoding.PEM),
         key_pem=key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()

@@ -11,15 +11,17 @@ import ssl
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from devcluster import DevCluster
-from kube.client import Kube, path_for
+from kube.client import Kube, KubeError, path_for
 from kube.reviews import Access
 from providers.fake import FakeProvider
 from tests.support.fixtures import kube_for
 from tests.support.handlers import adopt_new_pod, offline_handler
+from tests.support.polling import wait_for
 from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from tests.support.tls import kubelet_connection, read_head
 from vnode.handler import Handler
@@ -333,3 +335,21 @@ def test_an_inconsistent_configuration_is_refused() -> None:
     with pytest.raises(ValueError, match="need an API server client"):
         auth.KubeletAuth()
     assert auth.OPEN.open and not auth.KubeletAuth(authorization=auth.ALWAYS_ALLOW, token_auth=False).open
+
+
+def test_every_namespace_has_the_cluster_ca_that_signed_the_kubelet_client_certificate(
+    cluster: DevCluster, kube: Kube
+) -> None:
+    """kube-root-ca.crt, as kube-controller-manager publishes it: what deploy/ mounts as the
+    manager's --kubelet-client-ca, and the CA of the devcluster's kubelet client certificate."""
+    kube.create(path_for("namespaces"), {"metadata": {"name": "fresh"}})
+
+    def published(namespace: str) -> dict[str, Any]:
+        path = path_for("configmaps", namespace=namespace, name="kube-root-ca.crt")
+        found: dict[str, Any] = wait_for(lambda: kube.get(path), 10, ignoring=(KubeError,))
+        return found
+
+    for namespace in ("default", "kube-system", "fresh"):
+        assert published(namespace)["data"]["ca.crt"].encode() == cluster.ca_pem == cluster.kubelet_client_ca_pem
+    kube.delete(path_for("configmaps", namespace="fresh", name="kube-root-ca.crt"))
+    assert published("fresh")["data"]["ca.crt"].encode() == cluster.ca_pem  # put back
