@@ -6,6 +6,7 @@ authorised by its bootstrap RBAC, anonymous as `system:anonymous`, and cached re
 
 from __future__ import annotations
 
+import logging
 import socket
 import ssl
 import uuid
@@ -353,3 +354,23 @@ def test_every_namespace_has_the_cluster_ca_that_signed_the_kubelet_client_certi
         assert published(namespace)["data"]["ca.crt"].encode() == cluster.ca_pem == cluster.kubelet_client_ca_pem
     kube.delete(path_for("configmaps", namespace="fresh", name="kube-root-ca.crt"))
     assert published("fresh")["data"]["ca.crt"].encode() == cluster.ca_pem  # put back
+
+
+def test_I4_a_bearer_token_never_reaches_the_log(
+    guarded: Listeners, kube: Kube, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = service_account_token(kube, "quiet")
+    with caplog.at_level(logging.DEBUG):
+        assert get(guarded.kubelet_port, "/stats/summary", token=token)[0] == 403
+        assert get(guarded.kubelet_port, "/pods", token=token + "x")[0] == 401
+        assert spdy_exec(guarded.kubelet_port, token=token) == 403
+    assert "quiet" in caplog.text  # the refusal is logged, by user name
+    assert token not in caplog.text and token[:16] not in caplog.text
+
+
+def test_I7_the_review_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(auth, "MAX_CACHED", 8)
+    cache = auth._Cache(Clock())
+    for n in range(20):
+        cache.put(n, True, 60.0)
+    assert len(cache._entries) <= 8 and cache.get(19) == (True, True)
