@@ -1,7 +1,7 @@
 """`runvnode --dev-cluster` with its default kubelet auth: anonymous requests to the kubelet
 port are refused (401), while real kubectl logs and exec work through the embedded cluster,
 which presents its kubelet client certificate (the listener's client CA is wired to it);
-and the flags over the NEBULA settings."""
+and the flags over the NEBULA settings, which `manage.py check` validates (nebula.E016)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import kubeletflags
 from providers.local import LocalProvider
 from providers.owner import Owner
-from tests.support.kubectl import KUBECTL_137, KUBECTL_IMAGE
+from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE
 from tests.support.polling import wait_for
 from tests.support.tls import https_get
 from vnode.kubelet import auth
@@ -63,7 +64,7 @@ def test_runvnode_refuses_anonymous_kubelet_requests_and_kubectl_gets_through_th
     )  # fmt: skip
     port = kube.get(path_for("nodes", name="nebula-local"))["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"]
     assert https_get(port, "/containerLogs/default/hello/main")[0:3:2] == (401, b"Unauthorized")
-    for binary in (KUBECTL_IMAGE, KUBECTL_137):
+    for binary in (KUBECTL_120, KUBECTL_IMAGE, KUBECTL_137):
 
         def logged(binary: str = binary) -> str | None:
             answer = kubectl(binary, kubeconfig, "logs", "hello")
@@ -87,3 +88,14 @@ def test_the_flags_win_over_the_settings_and_the_default_refuses_anonymous() -> 
     )
     assert (given.anonymous, given.token_auth, given.authorization) == (True, False, auth.ALWAYS_ALLOW)
     assert given.build().open  # no API server client needed for it
+
+
+def test_a_bad_kubelet_auth_setting_is_nebula_E016(settings: Any) -> None:
+    from nebula_site.checks import check_nebula_settings
+
+    settings.NEBULA = {**settings.NEBULA, "KUBELET_AUTHORIZATION_MODE": "RBAC", "KUBELET_ANONYMOUS_AUTH": "yes"}
+    found = [(e.id, e.msg) for e in check_nebula_settings() if e.id == "nebula.E016"]
+    assert [m for _, m in found] == [
+        "NEBULA['KUBELET_AUTHORIZATION_MODE']='RBAC': Webhook or AlwaysAllow",
+        "NEBULA['KUBELET_ANONYMOUS_AUTH']='yes' must be true or false",
+    ]
