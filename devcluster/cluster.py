@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import csrsigner, nodeaddress, reviews, tls
+from devcluster import csrsigner, nodeaddress, rbac_defaults, reviews, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.csrsigner import CsrSigner
@@ -24,6 +24,7 @@ from devcluster.errors import ApiError
 from devcluster.registry import Registry
 from devcluster.requestlog import RequestLog
 from devcluster.resources import Resources
+from devcluster.rootca import RootCAPublisher
 from devcluster.schedloop import SchedulerLoop
 from devcluster.server import ApiServer
 from devcluster.store import Store
@@ -70,6 +71,9 @@ class DevCluster:
         # ServiceAccount tokens (TokenRequest) and the kubeconfig's admin token, for the reviews.
         self.tokens = Tokens(self._service_account_uid)
         self._credentials: tls.Credentials | None = None
+        self._kubelet_client: tls.KubeletClient | None = None
+        self._kubelet_tls: ssl.SSLContext | None = None
+        self._root_ca: RootCAPublisher | None = None
         self._server: ApiServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -87,6 +91,22 @@ class DevCluster:
         if self._credentials is None:
             raise RuntimeError("the devcluster is not started")
         return self._credentials.ca_pem
+
+    @property
+    def kubelet_client_ca_pem(self) -> bytes:
+        """The CA of the client certificate this cluster presents to kubelets: a kubelet's
+        `--kubelet-client-ca` (`runvnode --dev-cluster` wires it)."""
+        if self._kubelet_client is None:
+            raise RuntimeError("the devcluster is not started")
+        return self._kubelet_client.ca_pem
+
+    @property
+    def kubelet_tls(self) -> ssl.SSLContext:
+        """The TLS context every connection of this cluster to a kubelet uses
+        (`tls.kubelet_client_context`: the proxy's, the metrics scrape's)."""
+        if self._kubelet_tls is None:
+            raise RuntimeError("the devcluster is not started")
+        return self._kubelet_tls
 
     @property
     def token(self) -> str:
@@ -115,6 +135,10 @@ class DevCluster:
         self._credentials = tls.make_credentials(self.host)
         self.tokens.admin_token = self._credentials.token
         context = tls.server_context(self._credentials)
+        self._kubelet_client = tls.make_kubelet_client(self._credentials)
+        self._kubelet_tls = tls.kubelet_client_context(
+            self._kubelet_client, kubelet_ca_path=self.kubelet_certificate_authority
+        )
         api = Api(
             self.resources,
             self.registry,
@@ -129,9 +153,9 @@ class DevCluster:
             request_log=self.request_log,
             tls=context,
             bookmark_interval=self.bookmark_interval,
+            kubelet_tls=self._kubelet_tls,
         )
         api.server_address = f"{self.host}:{self._server.server_address[1]}"
-        self._server.kubelet_tls = _kubelet_verification(self.kubelet_certificate_authority)
         signing = self.kubelet_signing_ca
         ca = csrsigner.load_signing_ca(*signing) if signing else csrsigner.make_signing_ca()
         self.csr_signer = CsrSigner(self.resources, ca, interval=self.scheduler.interval)
@@ -143,6 +167,9 @@ class DevCluster:
         self.scheduler.start()
         self.apps.start()
         self.csr_signer.start()
+        self._root_ca = RootCAPublisher(self.resources, self._credentials.ca_pem)
+        self._root_ca.run_once()  # every namespace has kube-root-ca.crt before the first request
+        self._root_ca.start()
         if self.kubeconfig_path:
             tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
 
@@ -156,6 +183,8 @@ class DevCluster:
         self.apps.stop()
         if self.csr_signer is not None:
             self.csr_signer.stop()
+        if self._root_ca is not None:
+            self._root_ca.stop()
         server.shutdown()
         server.hub.stop()
         self.store.close_watchers()
@@ -190,6 +219,10 @@ class DevCluster:
         for name in INITIAL_NAMESPACES:
             if self.store.get(namespaces.storage_key, "", name) is None:
                 self.resources.create(namespaces, "", {"metadata": {"name": name}})
+        for group, resource, document in rbac_defaults.KUBELET_API_ADMIN:
+            rt = self.resources.builtin(group, "v1", resource)
+            if self.store.get(rt.storage_key, "", document["metadata"]["name"]) is None:
+                self.resources.create(rt, "", document)
 
     def __enter__(self) -> DevCluster:
         self.start()
@@ -199,13 +232,3 @@ class DevCluster:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def _kubelet_verification(ca_path: str | None) -> ssl.SSLContext | None:
-    """The kubelet dial's TLS context under --kubelet-certificate-authority: the serving
-    certificate must chain to `ca_path` and name the address dialled (an IP SAN for an IP)."""
-    if ca_path is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_path)
-    context.set_alpn_protocols(["http/1.1"])
-    return context

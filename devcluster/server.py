@@ -45,12 +45,13 @@ class ApiServer(ThreadingHTTPServer):
         request_log: RequestLog,
         tls: ssl.SSLContext | None,
         bookmark_interval: float,
+        kubelet_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.api = api
+        self.kubelet_tls = kubelet_tls  # `tls.kubelet_client_context`: how every kubelet is dialled
         self.store = store
         self.request_log = request_log
         self.tls = tls
-        self.kubelet_tls: ssl.SSLContext | None = None  # --kubelet-certificate-authority; None: unverified
         self.bookmark_interval = bookmark_interval
         self.stopping = threading.Event()
         self.hub = WatchHub(store, bookmark_interval=bookmark_interval)

@@ -9,6 +9,7 @@ nebula.E011 bad NODE_DNS_NAME           nebula.E012 bad PROBE_WORKERS
 Under nebula_site.production (its NEBULA_PRODUCTION marker), always, not only with --deploy:
 nebula.E013 the public development SECRET_KEY   nebula.E014 a weak SECRET_KEY (or fallback)
 nebula.E015 '*' in ALLOWED_HOSTS
+nebula.E016 bad KUBELET_AUTHORIZATION_MODE (or KUBELET_*_AUTH not a boolean)
 Tests: tests/nebula_site/test_settings_checks.py.
 """
 
@@ -90,6 +91,18 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
         message = f"NEBULA['PROBE_WORKERS']={workers!r} must be a whole number from 1 to 1024"
         errors.append(Error(message, id="nebula.E012"))
+    errors.extend(_check_kubelet_auth(conf))
+    return errors
+
+
+def _check_kubelet_auth(conf: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    mode = conf.get("KUBELET_AUTHORIZATION_MODE")
+    if mode not in ("Webhook", "AlwaysAllow"):
+        errors.append(Error(f"NEBULA['KUBELET_AUTHORIZATION_MODE']={mode!r}: Webhook or AlwaysAllow", id="nebula.E016"))
+    for key in ("KUBELET_ANONYMOUS_AUTH", "KUBELET_TOKEN_AUTH"):
+        if not isinstance(conf.get(key), bool):
+            errors.append(Error(f"NEBULA['{key}']={conf.get(key)!r} must be true or false", id="nebula.E016"))
     return errors
 
 

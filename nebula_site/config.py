@@ -43,6 +43,13 @@ DEFAULTS: dict[str, Any] = {
     "KUBELET_CERT_SOURCE": "memory",
     "KUBELET_CERT": "",
     "KUBELET_KEY": "",
+    # Who may use the kubelet API (docs/kubelet-api.md#authentication): requests without a client
+    # certificate or token are refused unless anonymous auth is on; bearer tokens are checked
+    # with TokenReview; "Webhook" authorises with SubjectAccessReview, "AlwaysAllow" lets in
+    # everyone authenticated.
+    "KUBELET_ANONYMOUS_AUTH": False,
+    "KUBELET_TOKEN_AUTH": True,
+    "KUBELET_AUTHORIZATION_MODE": "Webhook",
     # The metrics listener (`/metrics`, plain HTTP unless --metrics-cert); empty: none. Loopback
     # by default; the Deployment passes --metrics-addr=:9090.
     "METRICS_ADDR": "127.0.0.1:9090",

@@ -35,6 +35,7 @@ from placement.wiring import Placement, start_placement
 from providers.base import Provider
 from vnode import podcontroller
 from vnode.blocklister import Blocklister
+from vnode.kubelet import auth as kubeletauth
 from vnode.kubelet import certcsr
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
@@ -99,13 +100,15 @@ def start_listeners(
     node_ip: str | None,
     client_ca: str | None,
     kubelet_cert: tuple[str, str] | None = None,
+    kubelet_auth: KubeletAuthOptions,
     console_tls: bool,
     console_cert: tuple[str, str] | None,
     console_ca_path: str,
     console_optional: bool,
 ) -> Listeners:
     """The kubelet listener (TLS) and the console listener, on one Daphne server, started.
-    Raises what binding raises (OSError, ValueError for certificates, Twisted's errors)."""
+    Raises what binding raises (OSError, ValueError for certificates or an inconsistent
+    `kubelet_auth`, Twisted's errors)."""
     from nebula_site.asgi import application  # builds the Django app: only once settings are read
 
     listeners = Listeners(
@@ -114,6 +117,7 @@ def start_listeners(
         node_ip=node_ip,
         client_ca=client_ca,
         kubelet_cert=kubelet_cert,
+        kubelet_auth=kubelet_auth.build(),
         console=ListenerConfig(*console),
         console_app=application,
         console_tls=console_tls or console_cert is not None,
@@ -123,6 +127,25 @@ def start_listeners(
     )
     listeners.start()
     return listeners
+
+
+@dataclass(frozen=True)
+class KubeletAuthOptions:
+    """Who may use the kubelet API, as configured (`runvnode`'s flags over NEBULA settings);
+    `build` makes the listener's `auth.KubeletAuth`, with a client of the API server at
+    `kubeconfig` (in-cluster when None) for TokenReview and SubjectAccessReview."""
+
+    anonymous: bool = False
+    token_auth: bool = True
+    authorization: str = kubeletauth.WEBHOOK
+    kubeconfig: str | None = None
+
+    def build(self) -> kubeletauth.KubeletAuth:
+        needs_api = self.token_auth or self.authorization == kubeletauth.WEBHOOK
+        kube = Kube(load_api_client(self.kubeconfig, pool_size=kubeletauth.REVIEW_WORKERS)) if needs_api else None
+        return kubeletauth.KubeletAuth(
+            anonymous=self.anonymous, authorization=self.authorization, token_auth=self.token_auth, kube=kube
+        )
 
 
 def start_metrics_listener(

@@ -169,7 +169,7 @@ def test_the_console_serves_the_certificate_of_the_mounted_secret(overlay: str) 
 
 
 def test_each_overlay_adds_its_provider_to_the_base_flags() -> None:
-    base = manager_container(render("dev"))["args"][:4]
+    base = manager_container(render("dev"))["args"][:5]
     assert manager_container(render("dev"))["args"] == [*base, "--provider=local"]
     production = manager_container(render("production"))
     assert production["args"] == [*base, "--providers-file=/etc/nebula/providers/providers.yaml", "--provider=aws"]

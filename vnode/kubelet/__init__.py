@@ -6,6 +6,8 @@ The only part of vnode that may import Daphne, Twisted and Channels. Map of the 
 - `loop`       the process's one Twisted reactor (asyncio), run on a thread
 - `certs`      in-memory CA and serving certificates; TLS options; client CA bundles
 - `upgrade`    the request hook: listener tags (I5) and the SPDY hand-off after the 101
+- `auth`       who may: client certificate, TokenReview, anonymous; SubjectAccessReview, cached;
+               asked by the request hook before any route or upgrade
 - `app`        the kubelet listener's ASGI app; `views` its plain HTTP routes (containerLogs, /pods, ...)
 - `routes`     URL map; `logparams`, `execparams` query validation and protocol negotiation (pure)
 - `resolve`    HandlerRegistry: which Handler tracks a Pod, and the 404s before any upgrade

@@ -5,7 +5,8 @@ Called by `Listeners` when it builds its endpoints (and by tests and the bench t
 client certificates); the certificate sources (`certfiles`, `certcsr`) swap the serving pair
 of a running `ServerTLS`. Private keys made here never touch the disk; only a CA bundle
 (public) is ever written, and only where the caller says.
-Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/kubelet/test_kubelet_certs.py.
+Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/kubelet/test_kubelet_certs.py,
+tests/vnode/kubelet/test_kubelet_auth.py.
 """
 
 from __future__ import annotations
@@ -175,7 +176,7 @@ def _context(pair: KeyPair, client_ca_path: str | None = None) -> SSL.Context:
         context.load_verify_locations(client_ca_path)
         for ca in load_ca_bundle(client_ca_path):
             context.add_client_ca(ca)  # named in the request, so Go clients pick their cert
-        context.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, _verified)
+        context.set_verify(SSL.VERIFY_PEER, _recorded)
     return context
 
 
@@ -183,8 +184,10 @@ class ServerTLS(ssl.ContextFactory):
     """The OpenSSL server context for one listener, built from `cryptography` objects (the
     pyOpenSSL objects Twisted's CertificateOptions wants are deprecated).
 
-    With `client_ca_path`, a client must present a certificate one of those CAs signed,
-    or the handshake fails: no HTTP answer at all.
+    With `client_ca_path`, a client is asked for a certificate (those CAs named, so Go
+    clients pick theirs) but may present none, as a kubelet asks; one presented is verified
+    against those CAs and the handshake goes on either way: `auth.credentials_of` reads the
+    verification result, and a certificate that failed it is a 401, not a silent anonymous.
 
     Twisted asks for the context at every new connection, so `replace` (from any thread)
     changes what new handshakes get; an open connection keeps the context it started with.
@@ -214,5 +217,12 @@ class ServerTLS(ssl.ContextFactory):
         return self._context
 
 
-def _verified(connection: SSL.Connection, cert: object, errno: int, depth: int, ok: int) -> bool:
-    return bool(ok)  # OpenSSL's own chain verification decides
+VERIFY_ERROR = "nebula_verify_error"  # set on a pyOpenSSL Connection whose client certificate failed
+
+
+def _recorded(connection: SSL.Connection, cert: object, errno: int, depth: int, ok: int) -> bool:
+    # Accept, so the handshake completes, but keep OpenSSL's verdict on the connection for
+    # authentication to read (`auth.credentials_of`): the kubelet too answers a bad certificate 401.
+    if not ok and not getattr(connection, VERIFY_ERROR, 0):
+        setattr(connection, VERIFY_ERROR, errno or -1)
+    return True

@@ -3,7 +3,8 @@
 Started by the process wiring (`nebula_site.process.start_listeners`), tests and the bench.
 The kubelet listener is TLS with a serving certificate made in memory (SAN: the node IP)
 or read from files and reloaded on change (`certfiles`; the CSR source swaps `kubelet_tls`),
-client certificates required when a client CA is given; it serves only the kubelet routes. The console
+every request authenticated and authorised first (`auth`, as a kubelet: client certificate
+verified by the client CA, bearer token, anonymous if configured); it serves only the kubelet routes. The console
 listener serves only the Django app, over plain HTTP or TLS. Invariant I5: a request on
 the wrong listener is a 404; see tests/vnode/kubelet/test_listeners.py::test_I5_*.
 """
@@ -24,7 +25,7 @@ from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet import defer, endpoints
 
-from vnode.kubelet import certfiles, certs, loop
+from vnode.kubelet import auth, certfiles, certs, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
 from vnode.kubelet.flow import ResponseFlow
 from vnode.kubelet.resolve import HandlerRegistry
@@ -34,8 +35,8 @@ from vnode.kubelet.upgrade import CONSOLE, KUBELET, ListenerFactory
 logger = logging.getLogger(__name__)
 
 OPEN_PORT_WARNING = (
-    "the kubelet API on %s:%d accepts any client: without --kubelet-client-ca, anyone who can reach "
-    "this port can read logs and run commands in these Pods (deploy/ closes it with a NetworkPolicy)"
+    "the kubelet API on %s:%d accepts any client: with anonymous auth and AlwaysAllow, anyone who can "
+    "reach this port can read logs and run commands in these Pods (deploy/ closes it with a NetworkPolicy)"
 )
 
 
@@ -60,6 +61,7 @@ class Listeners(Server):  # type: ignore[misc]
         kubelet: ListenerConfig,
         node_ip: str | None = None,
         client_ca: str | None = None,
+        kubelet_auth: auth.KubeletAuth = auth.OPEN,
         console: ListenerConfig | None = None,
         console_app: Callable[..., Any] | None = None,
         console_tls: bool = False,
@@ -82,6 +84,9 @@ class Listeners(Server):  # type: ignore[misc]
         self.console_config = console
         self.node_ip = node_ip
         self.client_ca = client_ca
+        # auth.OPEN (anonymous, AlwaysAllow) is a default for tests and benches only: the process
+        # wiring always passes the configured KubeletAuth, which refuses anonymous requests.
+        self.kubelet_gate = auth.Gate(kubelet_auth, registry)
         self.console_tls = console_tls
         self.console_ca_path = console_ca_path
         self.console_cert = console_cert  # (cert, key) PEM files; else an in-memory certificate
@@ -137,7 +142,7 @@ class Listeners(Server):  # type: ignore[misc]
             raise
         if self._cert_files is not None:
             self._cert_files.watch(kubelet_tls)
-        if not self.client_ca:
+        if self.kubelet_gate.config.open:
             logger.warning(OPEN_PORT_WARNING, self.kubelet_config.host or "*", self.kubelet_port)
 
     def _listen_console(self, tls: certs.ServerTLS | None) -> None:
@@ -181,6 +186,7 @@ class Listeners(Server):  # type: ignore[misc]
         at most `timeout` seconds for the ports to close."""
         if self._cert_files is not None:
             self._cert_files.stop()
+        self.kubelet_gate.close()
         if self._ports or self._running:
             try:
                 loop.on_reactor(self._shutdown, timeout=timeout)

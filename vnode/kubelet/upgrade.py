@@ -2,8 +2,9 @@
 
 `ListenerFactory` is Daphne's HTTP factory with a listener name; `KubeletRequest.process`
 tags each request (and each websocket) with it, so the server can route the kubelet
-listener to the kubelet app and the console listener to Django (I5). A SPDY upgrade on
-the kubelet listener is validated, answered 101 and handed to `SpdyExecProtocol`
+listener to the kubelet app and the console listener to Django (I5). Every kubelet request
+is authorised first (`auth.admit`). A SPDY upgrade on the kubelet listener is validated,
+answered 101 and handed to `SpdyExecProtocol`
 (the recipe of dependencies.md §2: Daphne only upgrades websockets). This touches Daphne
 and Twisted internals; tests/vnode/kubelet/test_spdy_wire.py guards the hand-off.
 """
@@ -16,7 +17,7 @@ from typing import Any
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.protocols.policies import ProtocolWrapper
 
-from vnode.kubelet import execparams, resolve, routes
+from vnode.kubelet import auth, execparams, resolve, routes
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.spdyexec import SpdyExecProtocol
 
@@ -41,9 +42,13 @@ class ListenerFactory(HTTPFactory):  # type: ignore[misc]
 
 class KubeletRequest(WebRequest):  # type: ignore[misc]
     nebula_listener = CONSOLE
+    nebula_admitted = False  # set by `auth.admit` once the request is authorised
 
     def process(self) -> Any:
         self.nebula_listener = self.channel.factory.listener
+        if self.nebula_listener == KUBELET and not self.nebula_admitted:
+            auth.admit(self, self.server.kubelet_gate, self.process)  # before anything else; then again
+            return None
         upgrade = (self.requestHeaders.getRawHeaders(b"upgrade") or [b""])[0].strip().lower()
         if upgrade == b"spdy/3.1" and self.nebula_listener == KUBELET:
             try:

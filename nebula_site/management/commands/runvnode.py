@@ -5,7 +5,8 @@ embedded cluster when asked (`--dev-cluster`), and calls the process wiring
 (`nebula_site.process`: the listeners, the metrics listener, then `run`). SIGTERM or SIGINT
 stops intake, lets in-flight calls finish, releases the leader Lease, exits 0. Never wires
 pieces itself.
-Tests: tests/vnode/kubelet/test_runvnode_listeners.py, tests/nebula_site/test_runvnode_metrics.py.
+Tests: tests/vnode/kubelet/test_runvnode_listeners.py, tests/nebula_site/test_runvnode_metrics.py,
+tests/vnode/kubelet/test_kubelet_auth_runvnode.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from kube.client import load_api_client
-from nebula_site import demo, process, servingcert
+from nebula_site import demo, kubeletflags, process, servingcert
 from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
@@ -168,15 +169,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kubelet-addr", default=None, help="the kubelet API listener, default NEBULA['KUBELET_ADDR']"
         )
-        parser.add_argument(
-            "--kubelet-client-ca",
-            default=None,
-            metavar="PATH",
-            help="PEM bundle; clients must present a cert it signed",
-        )
-        parser.add_argument("--kubelet-cert-source", choices=servingcert.SOURCES, help="see docs/kubelet-api.md")
-        parser.add_argument("--kubelet-cert", metavar="PATH", help="PEM serving certificate, reloaded on change")
-        parser.add_argument("--kubelet-key", metavar="PATH", help="PEM private key of --kubelet-cert")
+        kubeletflags.add_arguments(parser)  # --kubelet-client-ca, serving certificate, auth
         parser.add_argument("--console-addr", default=None, help="the console listener, default NEBULA['CONSOLE_ADDR']")
         parser.add_argument(
             "--console-tls", action="store_true", help=f"serve the console over TLS; its CA goes to {CONSOLE_CA}"
@@ -269,12 +262,17 @@ class Command(BaseCommand):
             try:
                 if not options["dev_cluster"]:
                     check_kubeconfig(options["kubeconfig"])  # one line, before anything listens or logs
-                listeners = self._start_listeners(kubelet_addr, console_addr, node_ip, options)
-                migrate_mirror()
                 kubeconfig = options["kubeconfig"]
                 if options["dev_cluster"]:
+                    # First: the kubelet listener reviews tokens with it and trusts its client CA.
                     cluster = self._start_dev_cluster(options["dev_cluster_addr"])
                     kubeconfig = DEV_KUBECONFIG
+                    if not options["kubelet_client_ca"]:
+                        options["kubelet_client_ca"] = kubeletflags.write_dev_client_ca(cluster.kubelet_client_ca_pem)
+                listeners = self._start_listeners(
+                    kubelet_addr, console_addr, node_ip, {**options, "kubeconfig": kubeconfig}
+                )
+                migrate_mirror()
                 if cert_source == "csr":
                     serving = process.start_serving_csr(listeners, kubeconfig, list(providers), node_ip, node_dns_name)
                 if metrics_addr is not None:
@@ -333,6 +331,7 @@ class Command(BaseCommand):
                 node_ip=node_ip,
                 client_ca=options["kubelet_client_ca"],
                 kubelet_cert=options.get("kubelet_pair"),
+                kubelet_auth=kubeletflags.auth_options(options),
                 console_tls=tls,
                 console_cert=console_cert_files(options),
                 console_ca_path=CONSOLE_CA,
