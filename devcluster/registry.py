@@ -53,7 +53,7 @@ class ResourceType:
         return (("status",) if self.status_subresource else ()) + self.extra_subresources
 
 
-_POD_SUBRESOURCES = ("log", "exec", "attach", "portforward", "binding")
+_POD_SUBRESOURCES = ("log", "exec", "attach", "portforward", "binding", "ephemeralcontainers")
 
 BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), (), True),

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import kinds, patch
+from devcluster import ephemeral, kinds, patch
 from devcluster.errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -67,6 +67,8 @@ class Resources:
     def replace(
         self, rt: ResourceType, namespace: str, name: str, body: Any, *, subresource: str = "", dry_run: bool = False
     ) -> Obj:
+        if subresource == ephemeral.SUBRESOURCE:
+            ephemeral.refuse_old_kind(body)
         with self.store.lock:
             old = self.get(rt, namespace, name)
             new = self._checked_body(rt, namespace, body, name=name)
@@ -277,8 +279,13 @@ class Resources:
             else:
                 merged.pop("status", None)
             new = merged
+        elif subresource == ephemeral.SUBRESOURCE:
+            new = ephemeral.merge_update(old, new)
+            kinds.default_pod(new)
         else:
             new = self._keep_system_fields(rt, old, new)
+            if rt.kind == "Pod" and rt.builtin:
+                ephemeral.refuse_main_change(old, new)
         if _same(old, new):
             return old
         meta = new["metadata"]
