@@ -1,0 +1,207 @@
+"""`vnode.ephemeral` at the provider seam: the status transitions of an ephemeral container
+(waiting ContainerCreating, running with startedAt, terminated with exitCode, reason and
+finishedAt), never restarted, the not-supported case for a provider without exec, a start
+error, a container lost with an earlier manager, attach fan-out, kept logs, and the Pod's
+deletion closing the process. The executor double runs real processes (the local provider's
+process layer); only the provider around it is a stand-in."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import pytest
+
+from providers import errors
+from providers.base import ClaimName, InstanceId, LogOptions, Process, Provider
+from providers.local.process import start_process
+from tests.support.polling import wait_for
+from vnode.ephemeral import CREATING, LOST, NOT_SUPPORTED, Ephemerals
+from vnode.tracking import Tracked
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+class ExecDouble:
+    """An Executor whose exec runs `command` for real once `release` is set."""
+
+    name = "double"
+
+    def __init__(self, *, fail: errors.ProviderError | None = None) -> None:
+        self.release = threading.Event()
+        self.calls: list[tuple[str, list[str], bool, bool, str]] = []
+        self.fail = fail
+        self.started: list[Process] = []
+
+    def exec(
+        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> Process:
+        self.calls.append((instance_id, list(command), tty, stdin, container))
+        assert self.release.wait(30)
+        if self.fail is not None:
+            raise self.fail
+        process = start_process(list(command), cwd="/", env={"PATH": "/usr/bin:/bin"}, tty=tty, stdin=stdin)
+        self.started.append(process)
+        return process
+
+
+class NoExecDouble:
+    """A provider with no Executor: it cannot run anything in its instances."""
+
+    name = "noexec"
+
+
+def make_entry(*ephemeral: dict[str, Any], status: dict[str, Any] | None = None) -> Tracked:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "busybox"}, {"name": "side", "image": "x"}]}
+    spec["ephemeralContainers"] = list(ephemeral)
+    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": str(uuid.uuid4())}, "spec": spec, "status": status or {}}
+    entry = Tracked("ns", "p", pod["metadata"]["uid"], ClaimName("claim"), pod, instance_id=InstanceId("i-1"))
+    entry.desired_status = {"phase": "Running"}
+    return entry
+
+
+def make_ephemerals(provider: object, *, several: bool = True) -> tuple[Ephemerals, list[str]]:
+    changed: list[str] = []
+    ephemerals = Ephemerals(
+        cast(Provider, provider),
+        now=lambda: NOW,
+        changed=changed.append,
+        pulls_images=lambda: False,
+        several_containers=lambda: several,
+    )
+    return ephemerals, changed
+
+
+def status_of(ephemerals: Ephemerals, entry: Tracked, name: str = "dbg") -> dict[str, Any]:
+    ephemerals.overlay(entry)
+    assert entry.desired_status is not None
+    return next(s for s in entry.desired_status["ephemeralContainerStatuses"] if s["name"] == name)
+
+
+def state_of(ephemerals: Ephemerals, entry: Tracked, name: str = "dbg") -> str:
+    return str(next(iter(status_of(ephemerals, entry, name)["state"])))
+
+
+SHELL = {"name": "dbg", "image": "busybox", "command": ["sh"], "stdin": True, "targetContainerName": "side"}
+
+
+def test_status_goes_waiting_running_terminated_and_is_never_restarted() -> None:
+    double = ExecDouble()
+    ephemerals, changed = make_ephemerals(double)
+    entry = make_entry(SHELL)
+    ephemerals.sync(entry)
+    waiting = status_of(ephemerals, entry)
+    assert waiting["state"] == {"waiting": {"reason": CREATING}} and "containerID" not in waiting
+    assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"
+    double.release.set()
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    running = status_of(ephemerals, entry)
+    assert running["state"]["running"]["startedAt"] == "2026-01-02T03:04:05Z"
+    assert running["containerID"] == "nebula://i-1/dbg" and running["restartCount"] == 0
+    # The target container's context, the command as the spec says (stdin, no tty).
+    assert double.calls == [("i-1", ["sh"], False, True, "side")]
+    attached = ephemerals.attach(entry.key, "dbg")
+    attached.write_stdin(b"echo out-$((2+3)); echo err >&2; exit 4\n")
+    assert attached.read_stdout() == b"out-5\n"
+    assert attached.read_stderr() == b"err\n"
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+    ended = status_of(ephemerals, entry)["state"]["terminated"]
+    assert ended == {
+        "exitCode": 4,
+        "reason": "Error",
+        "startedAt": "2026-01-02T03:04:05Z",
+        "finishedAt": "2026-01-02T03:04:05Z",
+    }
+    assert changed.count(entry.key) >= 2  # running, then terminated, each queued a flush
+    assert [reason for _, reason, _ in entry.events] == ["ImageNotUsed", "Started"]
+    ephemerals.sync(entry)
+    assert len(double.calls) == 1 and state_of(ephemerals, entry) == "terminated"
+
+
+def test_without_several_containers_the_instance_itself_is_the_context() -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double, several=False)
+    entry = make_entry({"name": "dbg", "image": "busybox", "command": ["true"]})
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+    assert double.calls == [("i-1", ["true"], False, False, "")]
+    assert status_of(ephemerals, entry)["state"]["terminated"]["reason"] == "Completed"
+
+
+def test_a_provider_without_exec_reports_waiting_with_a_reason_and_a_warning() -> None:
+    ephemerals, changed = make_ephemerals(NoExecDouble())
+    entry = make_entry(SHELL)
+    ephemerals.sync(entry)
+    waiting = status_of(ephemerals, entry)["state"]["waiting"]
+    assert waiting["reason"] == NOT_SUPPORTED and "'noexec'" in waiting["message"]
+    [(kind, reason, message)] = entry.events
+    assert kind == "Warning" and reason == "Failed" and "'noexec' cannot run ephemeral containers" in message
+    assert changed == [entry.key]
+    with pytest.raises(errors.NotFound):
+        ephemerals.attach(entry.key, "dbg")
+
+
+def test_an_exec_that_fails_is_terminated_with_start_error() -> None:
+    double = ExecDouble(fail=errors.NotFound("command 'sh' not found in the instance"))
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry(SHELL)
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+    ended = status_of(ephemerals, entry)["state"]["terminated"]
+    assert ended["reason"] == "StartError" and "not found" in ended["message"] and "startedAt" not in ended
+    assert any(kind == "Warning" for kind, _, _ in entry.events)
+
+
+def test_I9_a_container_shown_by_an_earlier_manager_is_not_run_again() -> None:
+    double = ExecDouble()
+    ephemerals, _ = make_ephemerals(double)
+    running = {"name": "dbg", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
+    done = {"name": "old", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
+    entry = make_entry(SHELL, {**SHELL, "name": "old"}, status={"ephemeralContainerStatuses": [running, done]})
+    ephemerals.sync(entry)
+    lost = status_of(ephemerals, entry)["state"]["terminated"]
+    assert lost["reason"] == LOST and lost["exitCode"] == 137
+    assert status_of(ephemerals, entry, "old") == done
+    assert double.calls == []
+
+
+def test_two_attachments_see_the_output_and_detaching_keeps_it_running() -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry(SHELL)
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    first, second = ephemerals.attach(entry.key, "dbg"), ephemerals.attach(entry.key, "dbg")
+    first.write_stdin(b"echo one\n")
+    assert first.read_stdout() == b"one\n" and second.read_stdout() == b"one\n"
+    first.close()
+    assert first.read_stdout() == b""
+    second.write_stdin(b"echo two\n")
+    assert second.read_stdout() == b"two\n" and state_of(ephemerals, entry) == "running"
+    logs = ephemerals.logs(entry.key, "dbg", LogOptions(tail_lines=1))
+    assert logs.read() == b"two\n"
+    with pytest.raises(errors.NotSupported):
+        ephemerals.logs(entry.key, "dbg", LogOptions(timestamps=True))
+    second.write_stdin(b"exit 0\n")
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+    whole = ephemerals.logs(entry.key, "dbg", LogOptions(follow=True))
+    assert whole.read() == b"one\ntwo\n" and whole.read() == b""
+
+
+def test_the_pods_deletion_closes_its_ephemeral_processes() -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry(SHELL)
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    [process] = double.started
+    ephemerals.forget(entry.key)
+    assert process.wait(10) is not None
+    assert not ephemerals.known(entry.key, "dbg")
