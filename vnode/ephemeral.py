@@ -182,6 +182,8 @@ class Ephemerals:
 
     def _ended(self, key: str, run: EphemeralRun, code: int) -> None:
         with self._lock:
+            if run.exit_code is not None:
+                return  # `stop` already said how it ended
             run.exit_code, run.finished_at = code, self._now()
             run.reason = "Completed" if code == 0 else "Error"
         self._changed(key)
@@ -227,6 +229,16 @@ class Ephemerals:
         if fanout is None:
             raise errors.NotFound(f'ephemeral container "{name}" has not started')
         return fanout
+
+    def stop(self, key: str) -> None:
+        """The Pod is terminal: kill its ephemeral processes (I10), which read as killed."""
+        with self._lock:
+            running = [r for r in self._runs.get(key, {}).values() if r.fanout is not None and r.exit_code is None]
+            for run in running:
+                run.exit_code, run.reason, run.finished_at = 137, "Error", self._now()
+        for run in running:
+            assert run.fanout is not None
+            run.fanout.process.close()
 
     def forget(self, key: str) -> None:
         """The Pod is gone (or going): close every ephemeral process it still runs."""

@@ -258,6 +258,8 @@ class Handler:
         if entry is not None:
             with entry.lock:
                 entry.reassess(now=self._now(), at=self._monotonic(), rules=self.rules())
+                if (entry.desired_status or {}).get("phase") in ("Succeeded", "Failed"):
+                    self.ephemerals.stop(key)  # I10: nothing of a terminal Pod keeps running
                 self.ephemerals.overlay(entry)
             self.writer.flush(entry, current)
 

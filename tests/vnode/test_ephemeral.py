@@ -205,3 +205,16 @@ def test_the_pods_deletion_closes_its_ephemeral_processes() -> None:
     ephemerals.forget(entry.key)
     assert process.wait(10) is not None
     assert not ephemerals.known(entry.key, "dbg")
+
+
+def test_I10_a_terminal_pods_ephemeral_processes_are_killed() -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry(SHELL)
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    [process] = double.started
+    ephemerals.stop(entry.key)
+    assert process.wait(10) is not None
+    assert status_of(ephemerals, entry)["state"]["terminated"]["exitCode"] == 137
