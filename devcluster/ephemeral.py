@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from devcluster import kinds
 from devcluster.errors import ApiError, invalid
 
 SUBRESOURCE = "ephemeralcontainers"
@@ -31,6 +32,15 @@ _FORBIDDEN_FIELDS = (
     "restartPolicy",
 )
 _PATH = "spec.ephemeralContainers"
+
+
+def validate_new_pod(pod: dict[str, Any]) -> None:
+    """A Pod's create: the usual checks, and no ephemeral containers (they are added later,
+    through the subresource, to a Pod that runs)."""
+    kinds.validate_pod(pod)
+    if (pod.get("spec") or {}).get("ephemeralContainers"):
+        name = str(pod["metadata"].get("name", ""))
+        raise invalid("Pod", name, f"{_PATH}: Forbidden: cannot be set on create")
 
 
 def refuse_old_kind(body: Any) -> None:

@@ -208,7 +208,7 @@ class Resources:
         if not rt.builtin:
             return
         if rt.kind == "Pod":
-            kinds.validate_pod(obj)
+            ephemeral.validate_new_pod(obj)
             kinds.default_pod(obj)
             obj["status"] = kinds.initial_pod_status(obj)
         elif rt.kind == "Secret":

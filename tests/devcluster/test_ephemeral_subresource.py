@@ -191,3 +191,12 @@ def test_rbac_needs_patch_on_pods_ephemeralcontainers(raw: Raw, cluster: DevClus
 
     assert allowed("debugger") is True
     assert allowed("podder") is False
+
+
+def test_a_pod_cannot_be_created_with_ephemeral_containers(raw: Raw) -> None:
+    status, obj = raw.json(
+        "POST", "/api/v1/namespaces/default/pods", make_pod("p2", spec={"ephemeralContainers": [DEBUGGER]})
+    )
+    assert status == 422, obj
+    assert "spec.ephemeralContainers: Forbidden: cannot be set on create" in obj["message"]
+    assert raw.json("GET", "/api/v1/namespaces/default/pods/p2")[0] == 404

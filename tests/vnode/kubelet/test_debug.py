@@ -119,6 +119,9 @@ def test_a_running_ephemeral_container_reports_running_and_its_logs_follow(rig: 
     wait_for(lambda: b"tick 5\n" in rig.kubectl(KUBECTL_137, "logs", rig.pod, "-c", "ticker").stdout, 30, 0.2)
     tail = rig.kubectl(KUBECTL_137, "logs", rig.pod, "-c", "ticker", "--tail=2")
     assert tail.returncode == 0 and len(tail.stdout.splitlines()) == 2
+    # An exec into it runs in its target's context (here the first app container's).
+    inside = rig.kubectl(KUBECTL_137, "exec", rig.pod, "-c", "ticker", "--", "sh", "-c", "echo in-$((3*3))")
+    assert inside.returncode == 0 and inside.stdout == b"in-9\n", inside.stderr
     stamped = rig.kubectl(KUBECTL_137, "logs", rig.pod, "-c", "ticker", "--timestamps")
     assert stamped.returncode != 0 and b"timestamps and since are not kept" in stamped.stderr
 
