@@ -30,6 +30,9 @@ JsonDict = dict[str, Any]
 CREATING = "ContainerCreating"
 NOT_SUPPORTED = "EphemeralContainersNotSupported"
 LOST = "ContainerStatusUnknown"  # the kubelet's reason for a container it lost track of
+# Fields an ephemeral container may set that a process started through `Executor` cannot
+# honour (it runs in its target's context): said in a Warning Event, never dropped silently (I9).
+_UNSERVED = ("env", "envFrom", "workingDir", "volumeMounts", "volumeDevices", "securityContext")
 
 
 @dataclass
@@ -155,6 +158,14 @@ class Ephemerals:
                 f"{self._provider.name} does not pull container images; ephemeral container "
                 f'"{run.name}" runs {command[0]!r} from the instance, image {run.image!r} is not used',
             )
+        unserved = [f for f in _UNSERVED if container.get(f) not in (None, [], {}, "")]
+        if unserved:
+            entry.say(
+                "Warning",
+                names.EVENT_EPHEMERAL_UNSERVED,
+                f'ephemeral container "{run.name}": {", ".join(unserved)} not applied; '
+                "it runs with its target container's env, working directory and volumes",
+            )
         target = str(container.get("targetContainerName") or entry.container)
         try:
             process = self._exec(entry.instance_id, command, tty=tty, stdin=stdin, target=target)
@@ -167,7 +178,12 @@ class Ephemerals:
             return
         with self._lock:
             run.started_at = self._now()
-            run.fanout = Fanout(process, tty=tty, on_exit=lambda code: self._ended(entry.key, run, code))
+            run.fanout = Fanout(
+                process,
+                tty=tty,
+                stdin_once=bool(container.get("stdinOnce")),
+                on_exit=lambda code: self._ended(entry.key, run, code),
+            )
             fanout = run.fanout
         entry.say("Normal", names.EVENT_STARTED, f"Started ephemeral container {run.name}")
         fanout.start()

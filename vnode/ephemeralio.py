@@ -21,9 +21,10 @@ _EOF = b""
 class Fanout:
     """Reads the process's stdout and stderr on two threads until EOF; thread-safe."""
 
-    def __init__(self, process: Process, *, tty: bool, on_exit: Callable[[int], None]) -> None:
+    def __init__(self, process: Process, *, tty: bool, stdin_once: bool, on_exit: Callable[[int], None]) -> None:
         self.process = process
         self._tty = tty
+        self.stdin_once = stdin_once
         self._on_exit = on_exit
         self._lock = threading.Lock()
         self._clients: list[tuple[queue.Queue[bytes], queue.Queue[bytes]]] = []
@@ -125,7 +126,10 @@ class Attachment:
         self._fanout.process.write_stdin(data)
 
     def close_stdin(self) -> None:
-        """A detaching client does not close the container's stdin (no stdinOnce here)."""
+        """The client's stdin ended: the container's ends too only with `stdinOnce`, as a
+        container runtime does; otherwise the next attach can still type into it."""
+        if self._fanout.stdin_once:
+            self._fanout.process.close_stdin()
 
     def read_stdout(self, max_bytes: int = 65536) -> bytes:
         if self._out_done:

@@ -218,3 +218,30 @@ def test_I10_a_terminal_pods_ephemeral_processes_are_killed() -> None:
     ephemerals.stop(entry.key)
     assert process.wait(10) is not None
     assert status_of(ephemerals, entry)["state"]["terminated"]["exitCode"] == 137
+
+
+def test_I9_fields_an_exec_cannot_honour_are_named_in_a_warning() -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    container = {"name": "dbg", "image": "b", "command": ["true"], "env": [{"name": "A", "value": "secret-value"}]}
+    entry = make_entry({**container, "workingDir": "/tmp"})
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+    [warning] = [message for kind, _, message in entry.events if kind == "Warning"]
+    assert "env, workingDir not applied" in warning and "secret-value" not in warning
+
+
+def test_stdin_once_closes_the_containers_stdin_when_the_client_is_done() -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry({"name": "dbg", "image": "b", "command": ["cat"], "stdin": True, "stdinOnce": True})
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    attached = ephemerals.attach(entry.key, "dbg")
+    attached.write_stdin(b"once\n")
+    attached.close_stdin()
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+    assert attached.read_stdout() == b"once\n" and attached.read_stdout() == b""
+    assert status_of(ephemerals, entry)["state"]["terminated"]["exitCode"] == 0
