@@ -106,8 +106,10 @@ class Ephemerals:
         self._runs: dict[str, dict[str, EphemeralRun]] = {}
 
     def sync(self, entry: Tracked) -> None:
-        """Start every ephemeral container of the Pod's spec not seen yet (once: never again)."""
-        if entry.instance_id is None or entry.terminal:
+        """Start every ephemeral container of the Pod's spec not seen yet (once: never again).
+        A finished Pod starts none, as a kubelet starts none in a terminal Pod."""
+        phase = (entry.pod.get("status") or {}).get("phase")
+        if entry.instance_id is None or entry.terminal or phase in ("Succeeded", "Failed"):
             return
         spec = entry.pod.get("spec") or {}
         wanted = [c for c in spec.get("ephemeralContainers") or [] if isinstance(c, Mapping) and c.get("name")]
@@ -118,8 +120,9 @@ class Ephemerals:
                 if name in runs:
                     continue
                 run = runs[name] = EphemeralRun(name, str(container.get("image", "")))
-            if (before := _reported_before(entry, name)) is not None:
-                self._lost(run, before)
+            before = _reported_before(entry, name)
+            if before is not None and {"running", "terminated"} & set(before.get("state") or {}):
+                self._lost(run, before)  # a waiting one never ran: it is started below
             elif not isinstance(self._provider, Executor):
                 self._refuse(entry, run)
             else:
@@ -128,8 +131,8 @@ class Ephemerals:
                 ).start()
 
     def _lost(self, run: EphemeralRun, before: JsonDict) -> None:
-        """A container the status already shows, from before this manager started: its
-        process is gone with the old manager, and is not started again (I9)."""
+        """A container the status already shows started, from before this manager started:
+        its process is gone with the old manager, and is not started again (I9)."""
         with self._lock:
             if "terminated" in (before.get("state") or {}):
                 run.previous = before

@@ -162,12 +162,27 @@ def test_I9_a_container_shown_by_an_earlier_manager_is_not_run_again() -> None:
     ephemerals, _ = make_ephemerals(double)
     running = {"name": "dbg", "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}}}
     done = {"name": "old", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}
-    entry = make_entry(SHELL, {**SHELL, "name": "old"}, status={"ephemeralContainerStatuses": [running, done]})
+    waiting = {"name": "new", "state": {"waiting": {"reason": CREATING}}}
+    earlier = {"ephemeralContainerStatuses": [running, done, waiting]}
+    entry = make_entry(SHELL, {**SHELL, "name": "old"}, {**SHELL, "name": "new"}, status=earlier)
     ephemerals.sync(entry)
     lost = status_of(ephemerals, entry)["state"]["terminated"]
     assert lost["reason"] == LOST and lost["exitCode"] == 137
     assert status_of(ephemerals, entry, "old") == done
-    assert double.calls == []
+    wait_for(lambda: len(double.calls) == 1)
+    assert double.calls[0][1] == ["sh"]  # only the one that never ran starts now
+    double.release.set()
+    wait_for(lambda: state_of(ephemerals, entry, "new") == "running")
+    ephemerals.forget(entry.key)
+
+
+def test_a_finished_pod_starts_no_ephemeral_container() -> None:
+    double = ExecDouble()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry(SHELL, status={"phase": "Succeeded"})
+    ephemerals.sync(entry)
+    ephemerals.overlay(entry)
+    assert entry.desired_status == {"phase": "Running"} and double.calls == []
 
 
 def test_two_attachments_see_the_output_and_detaching_keeps_it_running() -> None:
