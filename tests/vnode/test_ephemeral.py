@@ -3,23 +3,29 @@
 finishedAt), never restarted, the not-supported case for a provider without exec, a start
 error, a container lost with an earlier manager, attach fan-out, kept logs, and the Pod's
 deletion closing the process. The executor double runs real processes (the local provider's
-process layer); only the provider around it is a stand-in."""
+process layer); only the provider around it is a stand-in. One test runs the whole vnode on
+the embedded cluster with a fake cloud that cannot exec."""
 
 from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 
+from kube.client import Kube, path_for
 from providers import errors
 from providers.base import ClaimName, InstanceId, LogOptions, Process, Provider
+from providers.fake import FakeProvider
 from providers.local.process import start_process
+from tests.support.factories import make_pod
+from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
 from vnode.ephemeral import CREATING, LOST, NOT_SUPPORTED, Ephemerals
+from vnode.runner import Runner
 from vnode.tracking import Tracked
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -260,3 +266,33 @@ def test_stdin_once_closes_the_containers_stdin_when_the_client_is_done() -> Non
     wait_for(lambda: state_of(ephemerals, entry) == "terminated")
     assert attached.read_stdout() == b"once\n" and attached.read_stdout() == b""
     assert status_of(ephemerals, entry)["state"]["terminated"]["exitCode"] == 0
+
+
+class NoExecFake(FakeProvider):
+    """The fake cloud with its Executor taken away (a protocol method set to None is absent
+    to `isinstance`), as a provider that cannot run commands in its instances."""
+
+    exec = None  # type: ignore[assignment]
+
+
+def test_without_exec_the_pod_in_the_cluster_says_why_and_warns(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    start_runner(NoExecFake("gpu", {"cloud": cloud_name}))
+    kube.create(path_for("pods", namespace="default"), make_pod("dbg", "gpu"))
+    wait_for(lambda: phase_of(kube, "dbg") == "Running", 60)
+    body = {"spec": {"ephemeralContainers": [{"name": "debugger", "image": "busybox", "command": ["sh"]}]}}
+    kube.patch(path_for("pods", namespace="default", name="dbg", subresource="ephemeralcontainers"), body)
+
+    def waiting() -> dict[str, Any] | None:
+        statuses = (get_pod(kube, "dbg") or {}).get("status", {}).get("ephemeralContainerStatuses") or []
+        return next((s["state"].get("waiting") for s in statuses if s["name"] == "debugger"), None)
+
+    reason = wait_for(waiting, 30)
+    assert reason["reason"] == NOT_SUPPORTED and "'gpu' cannot run ephemeral containers" in reason["message"]
+
+    def warned() -> bool:
+        events, _ = kube.list(path_for("events", namespace="default"), fieldSelector="involvedObject.name=dbg")
+        return any(e.get("type") == "Warning" and e.get("reason") == "Failed" for e in events)
+
+    wait_for(warned, 30)
