@@ -296,3 +296,26 @@ def test_without_exec_the_pod_in_the_cluster_says_why_and_warns(
         return any(e.get("type") == "Warning" and e.get("reason") == "Failed" for e in events)
 
     wait_for(warned, 30)
+
+
+def test_on_the_cluster_it_runs_then_the_pods_deletion_closes_it(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    runner = start_runner(FakeProvider("gpu", {"cloud": cloud_name}))
+    kube.create(path_for("pods", namespace="default"), make_pod("dbg", "gpu", terminationGracePeriodSeconds=0))
+    wait_for(lambda: phase_of(kube, "dbg") == "Running", 60)
+    body = {"spec": {"ephemeralContainers": [{"name": "cat", "image": "b", "command": ["cat"], "stdin": True}]}}
+    kube.patch(path_for("pods", namespace="default", name="dbg", subresource="ephemeralcontainers"), body)
+
+    def state() -> dict[str, Any]:
+        statuses = (get_pod(kube, "dbg") or {}).get("status", {}).get("ephemeralContainerStatuses") or []
+        return next((dict(s["state"]) for s in statuses if s["name"] == "cat"), {})
+
+    assert wait_for(lambda: state().get("running"), 30)["startedAt"]
+    attached = runner.handler.attach_to_container("default", "dbg", "cat", tty=False, stdin=True)
+    attached.write_stdin(b"echoed\n")
+    assert attached.read_stdout() == b"echoed\n"
+    kube.delete(path_for("pods", namespace="default", name="dbg"))
+    wait_for(lambda: get_pod(kube, "dbg") is None, 60)
+    assert attached.read_stdout() == b""  # the process was closed with its Pod
+    assert not runner.handler.ephemerals.known("default/dbg", "cat")
