@@ -122,7 +122,7 @@ class Ephemerals:
                 run = runs[name] = EphemeralRun(name, str(container.get("image", "")))
             before = _reported_before(entry, name)
             if before is not None and {"running", "terminated"} & set(before.get("state") or {}):
-                self._lost(run, before)  # a waiting one never ran: it is started below
+                self._lost(run, before)  # (one shown waiting never ran: it starts as a new one)
             elif not isinstance(self._provider, Executor):
                 self._refuse(entry, run)
             else:
@@ -178,6 +178,13 @@ class Ephemerals:
                 run.message = str(exc)
             entry.say("Warning", names.EVENT_EPHEMERAL_FAILED, f'ephemeral container "{run.name}": {exc}')
             self._changed(entry.key)
+            return
+        with self._lock:
+            gone = self._runs.get(entry.key, {}).get(run.name) is not run or run.exit_code is not None
+            if gone:  # the Pod went (or finished) while the exec was being started
+                run.fanout = None
+        if gone:
+            process.close()
             return
         with self._lock:
             run.started_at = self._now()

@@ -319,3 +319,15 @@ def test_on_the_cluster_it_runs_then_the_pods_deletion_closes_it(
     wait_for(lambda: get_pod(kube, "dbg") is None, 60)
     assert attached.read_stdout() == b""  # the process was closed with its Pod
     assert not runner.handler.ephemerals.known("default/dbg", "cat")
+
+
+def test_a_pod_deleted_while_its_exec_starts_leaves_no_process() -> None:
+    double = ExecDouble()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry({"name": "dbg", "image": "b", "command": ["sleep", "300"]})
+    ephemerals.sync(entry)
+    wait_for(lambda: len(double.calls) == 1)  # exec is under way, held by the double
+    ephemerals.forget(entry.key)
+    double.release.set()
+    wait_for(lambda: len(double.started) == 1)
+    assert double.started[0].wait(10) is not None
