@@ -87,17 +87,15 @@ class Fanout:
 
     def log_reader(self, *, follow: bool, tail_lines: int | None = None, limit_bytes: int | None = None) -> LogReader:
         """A reader from the first kept byte, or from the last `tail_lines` lines kept."""
-        start = 0
+        with self._lock:
+            text, start = bytes(self._log), self._dropped
+        end = None if follow else start + len(text)  # a one-shot read is the log as it is now
         if tail_lines is not None:
-            with self._lock:
-                text = bytes(self._log)
-                start = self._dropped
-            cut = len(text)
-            for _ in range(tail_lines + (1 if text.endswith(b"\n") else 0)):
-                cut = text.rfind(b"\n", 0, cut)
-                if cut < 0:
-                    break
-            start += 0 if cut < 0 else cut + 1
+            lines = text.splitlines(keepends=True)
+            kept = lines[len(lines) - tail_lines :] if tail_lines < len(lines) else lines
+            start += len(text) - sum(len(line) for line in kept)
+        if end is not None:
+            limit_bytes = end - start if limit_bytes is None else min(limit_bytes, end - start)
         return LogReader(self, follow=follow, start=start, limit_bytes=limit_bytes)
 
     def read_log(self, offset: int, *, follow: bool, closed: threading.Event) -> tuple[int, bytes]:

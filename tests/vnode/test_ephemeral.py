@@ -331,3 +331,35 @@ def test_a_pod_deleted_while_its_exec_starts_leaves_no_process() -> None:
     double.release.set()
     wait_for(lambda: len(double.started) == 1)
     assert double.started[0].wait(10) is not None
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (LogOptions(), b"a\nb\nc"),
+        (LogOptions(tail_lines=0), b""),
+        (LogOptions(tail_lines=1), b"c"),
+        (LogOptions(tail_lines=2), b"b\nc"),
+        (LogOptions(tail_lines=9), b"a\nb\nc"),
+        (LogOptions(limit_bytes=3), b"a\nb"),
+        (LogOptions(tail_lines=2, limit_bytes=1), b"b"),
+    ],
+)
+def test_a_one_shot_log_read_is_the_kept_output_as_it_is_now(options: LogOptions, expected: bytes) -> None:
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry({"name": "dbg", "image": "b", "command": ["cat"], "stdin": True})
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    attached = ephemerals.attach(entry.key, "dbg")
+    attached.write_stdin(b"a\nb\nc")
+    wait_for(lambda: ephemerals.logs(entry.key, "dbg", LogOptions()).read() == b"a\nb\nc")
+    reader = ephemerals.logs(entry.key, "dbg", options)
+    attached.write_stdin(b"\nlater\n")
+    wait_for(lambda: ephemerals.logs(entry.key, "dbg", LogOptions(tail_lines=1)).read() == b"later\n")
+    got = b""
+    while chunk := reader.read():
+        got += chunk
+    assert got == expected
+    ephemerals.forget(entry.key)

@@ -48,9 +48,10 @@ def terminated(rig: Rig, name: str) -> dict[str, Any] | None:
     return dict(ended) if ended else None
 
 
+@pytest.mark.parametrize("websockets", [True, False], ids=["websocket", "spdy"])
 @pytest.mark.parametrize("client", list(MODERN))
-def test_debug_i_runs_a_shell_whose_output_comes_back(client: str, rig: Rig) -> None:
-    name = f"dbg-{client.replace('.', '')}"
+def test_debug_i_runs_a_shell_whose_output_comes_back(client: str, websockets: bool, rig: Rig) -> None:
+    name = f"dbg-{client.replace('.', '')}-{'ws' if websockets else 'spdy'}"
     done = rig.kubectl(
         binary_for(client),
         "debug",
@@ -61,6 +62,7 @@ def test_debug_i_runs_a_shell_whose_output_comes_back(client: str, rig: Rig) -> 
         "--",
         "sh",
         input=b"echo marker-$((6*7)) in $PWD; exit 0\n",
+        websockets=websockets,
     )
     assert done.returncode == 0, done.stderr
     assert b"marker-42 in " in done.stdout
