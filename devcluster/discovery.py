@@ -29,6 +29,7 @@ _SUBRESOURCE_VERBS = {
     "attach": ["create", "get"],
     "portforward": ["create", "get"],
     "binding": ["create"],
+    "ephemeralcontainers": ["get", "patch", "update"],
     "token": ["create"],
 }
 _SUBRESOURCE_KINDS = {"binding": "Binding", "token": "TokenRequest"}

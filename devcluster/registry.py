@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from devcluster.errors import invalid
 from devcluster.printcolumns import PrinterColumn, columns_of
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -53,7 +54,7 @@ class ResourceType:
         return (("status",) if self.status_subresource else ()) + self.extra_subresources
 
 
-_POD_SUBRESOURCES = ("log", "exec", "attach", "portforward", "binding")
+_POD_SUBRESOURCES = ("log", "exec", "attach", "portforward", "binding", "ephemeralcontainers")
 
 BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), (), True),
@@ -110,6 +111,27 @@ class Registry:
     def __post_init__(self) -> None:
         for rt in BUILTINS:
             self._types[(rt.group, rt.version, rt.plural)] = rt
+
+    def check_crd(self, crd: Mapping[str, Any]) -> None:
+        """Raise 422 for a CustomResourceDefinition the API server would refuse: a bad
+        schema or names, a name other than plural.group, a built-in resource's name."""
+        name = crd["metadata"]["name"]
+        try:
+            types = crd_resource_types(crd)
+        except ValueError as err:
+            raise invalid("CustomResourceDefinition", name, str(err)) from None
+        spec = crd["spec"]
+        expected = f"{spec['names']['plural']}.{spec['group']}"
+        if name != expected:
+            raise invalid(
+                "CustomResourceDefinition",
+                name,
+                f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+            )
+        for rt in types:
+            existing = self.lookup(rt.group, rt.version, rt.plural)
+            if existing is not None and existing.builtin:
+                raise invalid("CustomResourceDefinition", name, f"{rt.qualified} is a built-in resource")
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         with self._lock:

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import csrkind, kinds, patch
+from devcluster import csrkind, ephemeral, kinds, patch
 from devcluster.errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -67,6 +67,8 @@ class Resources:
     def replace(
         self, rt: ResourceType, namespace: str, name: str, body: Any, *, subresource: str = "", dry_run: bool = False
     ) -> Obj:
+        if subresource == ephemeral.SUBRESOURCE:
+            ephemeral.refuse_old_kind(body)
         with self.store.lock:
             old = self.get(rt, namespace, name)
             new = self._checked_body(rt, namespace, body, name=name)
@@ -206,7 +208,7 @@ class Resources:
         if not rt.builtin:
             return
         if rt.kind == "Pod":
-            kinds.validate_pod(obj)
+            ephemeral.validate_new_pod(obj)
             kinds.default_pod(obj)
             obj["status"] = kinds.initial_pod_status(obj)
         elif rt.kind == "Secret":
@@ -218,29 +220,8 @@ class Resources:
         elif csrkind.is_csr(rt.kind, rt.group):
             csrkind.validate_new(obj)
         elif rt.kind == "CustomResourceDefinition":
-            self._check_crd(obj)
+            self.registry.check_crd(obj)
             obj["status"] = kinds.crd_status(obj, now)
-
-    def _check_crd(self, crd: Obj) -> None:
-        from devcluster.registry import crd_resource_types
-
-        name = crd["metadata"]["name"]
-        try:
-            types = crd_resource_types(crd)
-        except ValueError as err:
-            raise invalid("CustomResourceDefinition", name, str(err)) from None
-        spec = crd["spec"]
-        expected = f"{spec['names']['plural']}.{spec['group']}"
-        if name != expected:
-            raise invalid(
-                "CustomResourceDefinition",
-                name,
-                f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
-            )
-        for rt in types:
-            existing = self.registry.lookup(rt.group, rt.version, rt.plural)
-            if existing is not None and existing.builtin:
-                raise invalid("CustomResourceDefinition", name, f"{rt.qualified} is a built-in resource")
 
     def _merge(self, rt: ResourceType, old: Obj, body: Any, content_type: str) -> Any:
         try:
@@ -282,15 +263,20 @@ class Resources:
             else:
                 merged.pop("status", None)
             new = merged
+        elif subresource == ephemeral.SUBRESOURCE:
+            new = ephemeral.merge_update(old, new)
+            kinds.default_pod(new)
         else:
             new = self._keep_system_fields(rt, old, new)
+            if rt.kind == "Pod" and rt.builtin:
+                ephemeral.refuse_main_change(old, new)
         if _same(old, new):
             return old
         meta = new["metadata"]
         if meta.get("deletionTimestamp") and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
             return old if dry_run else self._remove(rt, old, orphan=False)
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
-            self._check_crd(new)
+            self.registry.check_crd(new)
             if not dry_run:
                 self.registry.register_crd(new)
         return new if dry_run else self.store.put(rt.storage_key, new)

@@ -7,6 +7,7 @@ Kubernetes URL shapes (cluster-scoped, namespaced, all-namespaces lists) and not
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import unquote
 
 from devcluster.errors import ApiError
@@ -30,8 +31,15 @@ class ResourceRoute:
     subresource: str
 
 
+class _RouteNotFound(ApiError):
+    def status(self) -> dict[str, Any]:
+        # kube-apiserver's not-found handler sends an empty `details`; kubectl debug reads
+        # details.name to tell a missing subresource from a missing Pod (and panics without it).
+        return {**super().status(), "details": {}}
+
+
 def not_found() -> ApiError:
-    return ApiError(404, "the server could not find the requested resource", reason="NotFound")
+    return _RouteNotFound(404, "the server could not find the requested resource", reason="NotFound")
 
 
 def resolve(registry: Registry, path: str) -> Discovery | ResourceRoute:

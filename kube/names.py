@@ -54,6 +54,8 @@ EVENT_CONFIG_ERROR = "ConfigError"
 # The kubelet's own words for a container's life, on each Pod (kubectl describe pod).
 EVENT_PROVISIONING = "Provisioning"
 EVENT_STARTED = "Started"
+EVENT_EPHEMERAL_UNSERVED = "EphemeralFieldsNotApplied"  # an ephemeral container's fields the exec cannot honour
+EVENT_EPHEMERAL_FAILED = "Failed"  # the kubelet's: a container (here an ephemeral one) that could not start
 EVENT_KILLING = "Killing"
 EVENT_UNHEALTHY = "Unhealthy"  # a probe failed (the kubelet's words)
 EVENT_FAILED_KILL_POD = "FailedKillPod"  # a container could not be stopped

@@ -33,6 +33,7 @@ from providers.base import (
     Restarter,
 )
 from vnode.blocklister import Blocklister
+from vnode.ephemeral import Ephemerals
 from vnode.inventory import Inventory
 from vnode.lifecycle import Lifecycle
 from vnode.podwriter import PodWriter
@@ -117,9 +118,16 @@ class Handler:
             monotonic=monotonic,
             now=now,
         )
-        self.serving = Serving(provider, tracked=self._tracked, now=now)
         # The pod controller's queue (set by the Runner): a key put there is flushed soon.
         self.queue_flush: Callable[[str], None] = lambda key: None
+        self.ephemerals = Ephemerals(
+            provider,
+            now=now,
+            changed=lambda key: self.queue_flush(key),
+            pulls_images=lambda: self.capabilities().pulls_images,
+            several_containers=lambda: self.capabilities().shapes.several_containers,
+        )
+        self.serving = Serving(provider, tracked=self._tracked, now=now, ephemerals=self.ephemerals)
         self.prober = Prober(
             provider,
             tracked=self._tracked,
@@ -232,9 +240,11 @@ class Handler:
         entry = self._tracked.get(pod_key(pod))
         if entry is not None and entry.uid == (pod.get("metadata") or {}).get("uid"):
             self._tracked.track(pod)  # the same entry; a Pod now terminal in the API is finished
+            self.ephemerals.sync(entry)  # `kubectl debug` added one: a new process (vnode.ephemeral)
 
     def delete_pod(self, key: str, *, uid: str | None = None) -> float | None:
         """See Teardown.delete_pod: None once the instance is gone, else when to look again."""
+        self.ephemerals.forget(key)  # the Pod's deletion ends its ephemeral containers
         return self.teardown.delete_pod(key, uid=uid)
 
     def terminate_for_pod(self, pod: Mapping[str, Any]) -> float | None:
@@ -248,6 +258,9 @@ class Handler:
         if entry is not None:
             with entry.lock:
                 entry.reassess(now=self._now(), at=self._monotonic(), rules=self.rules())
+                if (entry.desired_status or {}).get("phase") in ("Succeeded", "Failed"):
+                    self.ephemerals.stop(key)  # I10: nothing of a terminal Pod keeps running
+                self.ephemerals.overlay(entry)
             self.writer.flush(entry, current)
 
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:

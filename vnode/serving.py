@@ -19,6 +19,7 @@ from kube import names
 from kube.times import rfc3339
 from providers import errors
 from providers.base import Attacher, Executor, InstanceId, LogOptions, LogStream, LogStreamer, Process, Provider
+from vnode.ephemeral import Ephemerals
 from vnode.tracking import Tracked, TrackedMap
 
 JsonDict = dict[str, Any]
@@ -28,10 +29,24 @@ _CAPABILITIES: dict[str, type] = {"logs": LogStreamer, "exec": Executor, "attach
 
 
 class Serving:
-    def __init__(self, provider: Provider, *, tracked: TrackedMap, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        *,
+        tracked: TrackedMap,
+        now: Callable[[], datetime],
+        ephemerals: Ephemerals | None = None,
+    ) -> None:
         self._provider = provider
         self._tracked = tracked
         self._now = now
+        self._ephemerals = ephemerals
+
+    def _ephemeral(self, entry: Tracked, container: str) -> Ephemerals | None:
+        """The Ephemerals running `container`, if it names an ephemeral container of the Pod."""
+        if self._ephemerals is not None and self._ephemerals.known(entry.key, container):
+            return self._ephemerals
+        return None
 
     @property
     def _node_name(self) -> str:
@@ -52,6 +67,11 @@ class Serving:
             raise errors.NotFound(f'pod "{namespace}/{name}" is not on node {self._node_name}')
         if entry.instance_id is None:
             raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet: nothing to {capability}')
+        if self._ephemeral(entry, container) is not None:
+            # Attach and logs are the ephemeral process's own; an exec runs in its target's context.
+            if capability == "exec" and not isinstance(self._provider, Executor):
+                raise errors.NotSupported(f"provider {self._provider.name!r} does not support exec")
+            return entry, container
         spec = entry.pod.get("spec") or {}
         apps = [str(c.get("name")) for c in spec.get("containers") or [{}]]
         several = self._provider.capabilities().shapes.several_containers
@@ -70,6 +90,10 @@ class Serving:
         entry, chosen = self._serve(namespace, name, container, capability="logs")
         assert entry.instance_id is not None
         previous_missing = f'previous terminated container "{container}" in pod "{name}" not found'
+        if (ephemerals := self._ephemeral(entry, container)) is not None:
+            if options.previous:  # never restarted, so there is no earlier run
+                raise errors.InvalidRequest(previous_missing)
+            return ephemerals.logs(entry.key, container, options)
         if options.previous and _restarts(entry, chosen) == 0:
             # The kubelet's answer (kubectl shows it as BadRequest): there was no earlier run.
             raise errors.InvalidRequest(previous_missing)
@@ -91,6 +115,9 @@ class Serving:
         entry, chosen = self._serve(namespace, name, container, capability="exec")
         assert entry.instance_id is not None
         executor = cast(Executor, self._provider)
+        if (ephemerals := self._ephemeral(entry, container)) is not None:
+            several = self._provider.capabilities().shapes.several_containers
+            chosen = ephemerals.target(entry, container) if several else ""
         if not chosen:
             return executor.exec(entry.instance_id, list(command), tty=tty, stdin=stdin)
         return executor.exec(entry.instance_id, list(command), tty=tty, stdin=stdin, container=chosen)
@@ -99,6 +126,8 @@ class Serving:
         """Attach to the Pod's container's own process; NotSupported without Attacher."""
         entry, chosen = self._serve(namespace, name, container, capability="attach")
         assert entry.instance_id is not None
+        if (ephemerals := self._ephemeral(entry, container)) is not None:
+            return ephemerals.attach(entry.key, container)
         attacher = cast(Attacher, self._provider)
         if not chosen:
             return attacher.attach(entry.instance_id, stdin=stdin, tty=tty)
