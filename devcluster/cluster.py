@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import nodeaddress, reviews, tls
+from devcluster import metricsapi, metricsscrape, nodeaddress, reviews, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.errors import ApiError
@@ -42,6 +42,7 @@ class DevCluster:
         bookmark_interval: float = 1.0,
         scheduler_interval: float = 0.5,
         kubelet_preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
+        metrics_interval: float = metricsscrape.DEFAULT_INTERVAL,
     ) -> None:
         self.host = host
         self.port = port
@@ -50,6 +51,8 @@ class DevCluster:
         # kube-apiserver's --kubelet-preferred-address-types: which node address logs/exec dial.
         self.kubelet_preferred_address_types = tuple(kubelet_preferred_address_types)
         self.registry = Registry()
+        for rt in metricsapi.TYPES:
+            self.registry.serve(rt)
         self.store = Store(history=event_history)
         self.resources = Resources(self.store, self.registry)
         self.request_log = RequestLog()
@@ -60,6 +63,10 @@ class DevCluster:
         self._credentials: tls.Credentials | None = None
         self._server: ApiServer | None = None
         self._thread: threading.Thread | None = None
+        # The embedded metrics-server: scrapes every node's kubelet each `metrics_interval` s.
+        self.metrics = metricsscrape.MetricsScraper(
+            self.store, preferred_address_types=self.kubelet_preferred_address_types, interval=metrics_interval
+        )
 
     @property
     def url(self) -> str:
@@ -119,6 +126,8 @@ class DevCluster:
         self._thread.start()
         self.scheduler.start()
         self.apps.start()
+        api.metrics = self.metrics.metrics
+        self.metrics.start()
         if self.kubeconfig_path:
             tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
 
@@ -130,6 +139,7 @@ class DevCluster:
         server.stopping.set()
         self.scheduler.stop()
         self.apps.stop()
+        self.metrics.stop()
         server.shutdown()
         server.hub.stop()
         self.store.close_watchers()
