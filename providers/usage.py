@@ -61,8 +61,10 @@ class _Sample:
 
 
 class UsageSampler:
-    """Caches one sample per key (a container's run) for `interval` seconds; the CPU rate is
-    computed from two consecutive readings of the same key. Safe for concurrent use."""
+    """Caches the readings of each key (a container's run, or an instance whose containers
+    are read together) for `interval` seconds; the CPU rate is computed from two consecutive
+    readings of the same key and name. Safe for concurrent use: one key's slow reading (over
+    SSH) never holds up another's."""
 
     def __init__(
         self,
@@ -74,7 +76,9 @@ class UsageSampler:
         self._interval = interval
         self._clock = clock
         self._wall = wall
-        self._samples: dict[object, _Sample] = {}
+        self._samples: dict[tuple[object, str], _Sample] = {}
+        self._taken: dict[object, tuple[float, dict[str, ResourceUsage]]] = {}
+        self._key_locks: dict[object, threading.Lock] = {}
         self._lock = threading.Lock()
 
     @property
@@ -83,32 +87,53 @@ class UsageSampler:
 
     def sample(self, key: object, read: Callable[[], Reading | None]) -> ResourceUsage | None:
         """The cached usage of `key`, or a new reading when the cached one is `interval` old.
-        `read` returns None when nothing runs (the key is forgotten)."""
-        now = self._clock()
-        with self._lock:
-            cached = self._samples.get(key)
-            if cached is not None and now - cached.taken < self._interval:
-                return cached.usage
+        `read` returns None when nothing runs (the key's last reading is forgotten)."""
+
+        def read_one() -> Mapping[str, Reading]:
             reading = read()
-            if reading is None:
-                self._samples.pop(key, None)
-                return None
-            usage = ResourceUsage(
-                cpu_nano_cores=_rate(cached, reading, now),
-                memory_bytes=reading.working_set_bytes,
-                cpu_core_nanoseconds=reading.cpu_core_nanoseconds,
-                rss_bytes=reading.rss_bytes,
-                sampled_at=self._wall(),
-            )
-            self._samples[key] = _Sample(reading, now, usage)
-            self._forget_stale(now)
-            return usage
+            return {} if reading is None else {"": reading}
+
+        return self.sample_all(key, read_one).get("")
+
+    def sample_all(self, key: object, read: Callable[[], Mapping[str, Reading]]) -> dict[str, ResourceUsage]:
+        """As `sample`, for a key whose reading covers several names (containers) at once;
+        a name missing from a reading is forgotten."""
+        with self._lock:
+            key_lock = self._key_locks.setdefault(key, threading.Lock())
+        with key_lock:
+            now = self._clock()
+            with self._lock:
+                cached = self._taken.get(key)
+            if cached is not None and now - cached[0] < self._interval:
+                return cached[1]
+            readings = read()
+            with self._lock:
+                result = {name: self._record(key, name, reading, now) for name, reading in readings.items()}
+                for gone in [k for k in self._samples if k[0] == key and k[1] not in readings]:
+                    del self._samples[gone]
+                self._taken[key] = (now, result)
+                self._forget_stale(now)
+            return result
+
+    def _record(self, key: object, name: str, reading: Reading, now: float) -> ResourceUsage:
+        usage = ResourceUsage(
+            cpu_nano_cores=_rate(self._samples.get((key, name)), reading, now),
+            memory_bytes=reading.working_set_bytes,
+            cpu_core_nanoseconds=reading.cpu_core_nanoseconds,
+            rss_bytes=reading.rss_bytes,
+            sampled_at=self._wall(),
+        )
+        self._samples[(key, name)] = _Sample(reading, now, usage)
+        return usage
 
     def _forget_stale(self, now: float) -> None:
         """Drop keys unread for ten intervals (runs that ended): the cache stays bounded."""
         horizon = 10 * max(self._interval, 1.0)
-        for key in [k for k, s in self._samples.items() if now - s.taken > horizon]:
-            del self._samples[key]
+        for key in [k for k, (taken, _) in self._taken.items() if now - taken > horizon]:
+            del self._taken[key]
+            self._key_locks.pop(key, None)
+            for sample in [k for k in self._samples if k[0] == key]:
+                del self._samples[sample]
 
 
 def _rate(previous: _Sample | None, reading: Reading, now: float) -> int | None:

@@ -72,6 +72,9 @@ def collect(provider: Provider, tracked: TrackedMap, *, node_name: str) -> NodeU
             pod = _pod_usage(provider, entry)
         except errors.NotFound:
             continue  # gone since the last list: not a scrape error
+        except errors.NotSupported as exc:
+            logger.debug("usage of %s/%s not measured: %s", entry.namespace, entry.name, exc)
+            continue  # the provider cannot measure it (docs/kubelet-api.md#metrics says where)
         except errors.ProviderError as exc:
             logger.info("usage of %s/%s not measured: %s", entry.namespace, entry.name, exc)
             failed += 1
