@@ -5,7 +5,7 @@ instance and per container in `InstanceUsage`; the optional `UsageReporter` prot
 Re-exported by `providers.base`; used by providers (local, ssh-reached, fake) and read by the
 vnode's `/stats/summary` and `/metrics/resource`. The sampler never measures more often than
 its interval per key, whatever the scrape rate; it does no I/O of its own.
-Tests: tests/providers/test_usage.py.
+Tests: tests/providers/test_usage_sampler.py.
 """
 
 from __future__ import annotations

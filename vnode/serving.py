@@ -5,7 +5,7 @@ Called by `vnode.kubelet` on worker threads (never the reactor), through the Han
 Any container of the Pod (app or init) is served where the provider runs several
 (`Shapes.several_containers`), else the first app container only. Reads the tracked map
 only; never changes it, and never writes to the API.
-Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/test_usage.py.
+Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/test_stats_summary.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ instance uses (`collect`), and the kubelet's stats/v1alpha1 `Summary` built from
 samples on its own bounded schedule, so a scrape never measures anything itself. Reads
 the tracked map only. The listener serves every virtual node at one address, so node
 totals (`summary` of several nodes) are over every Pod of every node it serves.
-Tests: tests/vnode/test_usage.py.
+Tests: tests/vnode/test_stats_summary.py.
 """
 
 from __future__ import annotations
