@@ -254,9 +254,11 @@ class _Collected:
 
     def __init__(self) -> None:
         self.data = bytearray()
+        self.overflow = False
 
     def write(self, data: bytes, /) -> int:
         if len(self.data) + len(data) > MAX_SCRAPE_BYTES:
+            self.overflow = True  # the proxy then ends the relay; the partial answer is refused below
             raise OSError(f"the kubelet's answer is over {MAX_SCRAPE_BYTES} bytes")
         self.data += data
         return len(data)
@@ -279,22 +281,32 @@ def fetch_resource_metrics(host: str, port: int, timeout: float) -> str:
             headers=[("Accept", "text/plain"), ("User-Agent", "devcluster-metrics-server")], body=b"",
             timeout=timeout,
         )  # fmt: skip
+    if collected.overflow:
+        raise ValueError(f"the kubelet's answer is over {MAX_SCRAPE_BYTES} bytes")
     head, _, body = bytes(collected.data).partition(b"\r\n\r\n")
     status = head.split(b" ", 2)[1] if head.count(b" ") >= 1 else b""
     if status != b"200":
         raise ValueError(f"the kubelet answered {status.decode('latin-1') or 'nothing'}")
-    if b"transfer-encoding: chunked" in head.lower():
+    lower = head.lower()
+    if b"transfer-encoding: chunked" in lower:
         body = _dechunk(body)
+    else:
+        length = re.search(rb"content-length: *(\d+)", lower)
+        if length is None or len(body) != int(length.group(1)):
+            raise ValueError("the kubelet's answer ended early")
     return body.decode("utf-8", "replace")
 
 
 def _dechunk(body: bytes) -> bytes:
+    """The chunked body's data; ValueError when it ends before its last chunk."""
     out = bytearray()
     while body:
         size_text, _, rest = body.partition(b"\r\n")
         size = int(size_text.split(b";", 1)[0].strip() or b"0", 16)
         if size == 0:
+            return bytes(out)
+        if len(rest) < size + 2:
             break
         out += rest[:size]
         body = rest[size + 2 :]
-    return bytes(out)
+    raise ValueError("the kubelet's answer ended early")
