@@ -202,9 +202,12 @@ class MetricsScraper:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop scraping. A scrape in flight (a dial to an address that never answers waits
+        out its timeout) is not waited for beyond a second: the thread is a daemon that ends
+        after it, touching nothing but this scraper's own store."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(1.0)
             self._thread = None
 
     def _run(self) -> None:
