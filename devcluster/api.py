@@ -12,8 +12,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from devcluster import admission, csrkind, discovery, nodeaddress, openapi, protobuf, proxy, reviews, selectors, tables
+from devcluster import (
+    admission,
+    csrkind,
+    discovery,
+    metricsapi,
+    nodeaddress,
+    openapi,
+    protobuf,
+    proxy,
+    reviews,
+    selectors,
+    tables,
+)
 from devcluster.errors import ApiError, bad_request, not_found
+from devcluster.metricsscrape import MetricsStore
 from devcluster.registry import Registry, ResourceType
 from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
 from devcluster.routing import Discovery, ResourceRoute, resolve
@@ -108,6 +121,7 @@ class Api:
         self.registry = registry
         self.server_address = server_address
         self.preferred_address_types = tuple(preferred_address_types)
+        self.metrics: MetricsStore | None = None  # the embedded metrics-server's points, once started
 
     def handle(self, request: Request, info: Info) -> AnyReply:
         try:
@@ -176,6 +190,8 @@ class Api:
         info.namespace, info.name = route.namespace or "", route.name
         dry_run = request.param("dryRun") == "All"
         ns = route.namespace or ""
+        if metricsapi.serves(rt):
+            return self._metrics(request, route, info)
         if sub in ("log", "exec", "attach", "portforward"):
             self._only(request, *(("GET",) if sub == "log" else ("GET", "POST")))
             info.verb = "get" if sub == "log" else "create"
@@ -342,6 +358,19 @@ class Api:
             initial_events_end=initial,
             table=_table_request(request),
         )
+
+    def _metrics(self, request: Request, route: ResourceRoute, info: Info) -> Reply:
+        self._only(request, "GET")
+        info.verb = "get" if route.name else "list"
+        if self.metrics is None or route.subresource:
+            raise route_not_found()
+        if request.param("watch") in _TRUE:
+            raise ApiError(405, "the server does not allow this method on the requested resource (watch)")
+        query = {key: value for key, value in request.query}
+        return json_reply(200, metricsapi.handle(
+            route.rt, namespace=route.namespace, name=route.name, query=query,
+            store=self.resources.store, metrics=self.metrics,
+        ))  # fmt: skip
 
     def _proxy(self, route: ResourceRoute, request: Request) -> ProxyReply:
         pods = route.rt

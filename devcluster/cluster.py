@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import csrsigner, nodeaddress, rbac_defaults, reviews, tls
+from devcluster import csrsigner, metricsapi, metricsscrape, nodeaddress, rbac_defaults, reviews, tls
 from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.csrsigner import CsrSigner
@@ -48,6 +48,7 @@ class DevCluster:
         kubelet_preferred_address_types: Sequence[str] = nodeaddress.DEFAULT_PREFERRED_ADDRESS_TYPES,
         kubelet_certificate_authority: str | None = None,
         kubelet_signing_ca: tuple[str, str] | None = None,
+        metrics_interval: float = metricsscrape.DEFAULT_INTERVAL,
     ) -> None:
         self.host = host
         self.port = port
@@ -63,6 +64,8 @@ class DevCluster:
         self.kubelet_signing_ca = kubelet_signing_ca
         self.csr_signer: CsrSigner | None = None
         self.registry = Registry()
+        for rt in metricsapi.TYPES:
+            self.registry.serve(rt)
         self.store = Store(history=event_history)
         self.resources = Resources(self.store, self.registry)
         self.request_log = RequestLog()
@@ -76,6 +79,10 @@ class DevCluster:
         self._root_ca: RootCAPublisher | None = None
         self._server: ApiServer | None = None
         self._thread: threading.Thread | None = None
+        # The embedded metrics-server: scrapes every node's kubelet each `metrics_interval` s.
+        self.metrics = metricsscrape.MetricsScraper(
+            self.store, preferred_address_types=self.kubelet_preferred_address_types, interval=metrics_interval
+        )
 
     @property
     def url(self) -> str:
@@ -170,6 +177,9 @@ class DevCluster:
         self._root_ca = RootCAPublisher(self.resources, self._credentials.ca_pem)
         self._root_ca.run_once()  # every namespace has kube-root-ca.crt before the first request
         self._root_ca.start()
+        api.metrics = self.metrics.metrics
+        self.metrics.tls_context = self._kubelet_tls
+        self.metrics.start()
         if self.kubeconfig_path:
             tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
 
@@ -185,6 +195,7 @@ class DevCluster:
             self.csr_signer.stop()
         if self._root_ca is not None:
             self._root_ca.stop()
+        self.metrics.stop()
         server.shutdown()
         server.hub.stop()
         self.store.close_watchers()

@@ -164,6 +164,11 @@ class Registry:
                 return rt
         return None
 
+    def serve(self, rt: ResourceType) -> None:
+        """Serve a built-in kind that lives outside the store (the metrics API's)."""
+        with self._lock:
+            self._types[(rt.group, rt.version, rt.plural)] = rt
+
     def register_crd(self, crd: Mapping[str, Any]) -> list[ResourceType]:
         """Serve every `served` version of a CRD; returns the entries added."""
         added = crd_resource_types(crd)

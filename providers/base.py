@@ -17,7 +17,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NewType, Protocol
+from typing import NewType, Protocol, runtime_checkable
 
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
 from providers.owner import Owner
@@ -29,6 +29,8 @@ from providers.streams import LogStream as LogStream
 from providers.streams import LogStreamer as LogStreamer
 from providers.streams import Process as Process
 from providers.streams import Restarter as Restarter
+from providers.usage import InstanceUsage as InstanceUsage
+from providers.usage import ResourceUsage as ResourceUsage
 
 InstanceId = NewType("InstanceId", str)
 ClaimName = NewType("ClaimName", str)
@@ -165,14 +167,6 @@ class ProvisionResult:
     reserved: bool
     credential: ConnectCredential | None = None
     endpoint: str | None = None
-
-
-@dataclass(frozen=True)
-class ResourceUsage:
-    """Point-in-time usage, for `/stats/summary` where the provider can measure it."""
-
-    cpu_nano_cores: int | None = None
-    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -337,6 +331,17 @@ class Provider(Protocol):
         self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
     ) -> BlockScope:
         """Pure: how widely a refusal from `provision` should block this provider."""
+        ...
+
+
+@runtime_checkable
+class UsageReporter(Protocol):
+    """Optional: a provider that measures its instances' CPU and memory (`providers.usage`)."""
+
+    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+        """The last sample of the instance's running containers, measured at most once per
+        the provider's sampling interval and cached in between. None: nothing of it runs.
+        `NotFound` for an unknown instance, `Unavailable` when it could not be measured."""
         ...
 
 

@@ -9,6 +9,7 @@
   (`containerstatus` for an instance that reports each container's facts)
 - `teardown`       terminate for deleted Pods, the orphan sweep
 - `serving`        what the kubelet API (`vnode.kubelet`) reads: logs, exec, attach, stats
+  (`usage`: the providers' samples and the stats Summary; `resourcemetrics`: /metrics/resource)
 - `ephemeral`      `kubectl debug`: ephemeral containers as processes via `Executor` (`ephemeralio` their output)
 - `prober`         startup/readiness/liveness probes from the manager (`probespec`, `probes`, `probestate`)
 - `tracking`       the tracked map; `podwriter` every write about a Pod

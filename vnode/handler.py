@@ -44,6 +44,7 @@ from vnode.serving import Serving
 from vnode.statussync import StatusSync
 from vnode.teardown import OrphanSweep, Teardown
 from vnode.tracking import Lookup, Rules, Tracked, TrackedMap, pod_key
+from vnode.usage import NodeUsage
 
 JsonDict = dict[str, Any]
 
@@ -292,3 +293,6 @@ class Handler:
 
     def get_metrics_resource(self) -> str:
         return self.serving.get_metrics_resource()
+
+    def pod_usage(self) -> NodeUsage:
+        return self.serving.pod_usage()

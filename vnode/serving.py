@@ -5,7 +5,7 @@ Called by `vnode.kubelet` on worker threads (never the reactor), through the Han
 Any container of the Pod (app or init) is served where the provider runs several
 (`Shapes.several_containers`), else the first app container only. Reads the tracked map
 only; never changes it, and never writes to the API.
-Tests: tests/vnode/kubelet/test_listeners.py.
+Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/test_stats_summary.py.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any, cast
 
 from kube import names
-from kube.times import rfc3339
 from providers import errors
 from providers.base import Attacher, Executor, InstanceId, LogOptions, LogStream, LogStreamer, Process, Provider
+from vnode import resourcemetrics, usage
 from vnode.ephemeral import Ephemerals
 from vnode.tracking import Tracked, TrackedMap
 
@@ -133,45 +133,17 @@ class Serving:
             return attacher.attach(entry.instance_id, stdin=stdin, tty=tty)
         return attacher.attach(entry.instance_id, stdin=stdin, tty=tty, container=chosen)
 
+    def pod_usage(self) -> usage.NodeUsage:
+        """The last samples of this node's Pods (`vnode.usage.collect`)."""
+        return usage.collect(self._provider, self._tracked, node_name=self._node_name)
+
     def get_stats_summary(self) -> JsonDict:
-        """A kubelet stats/v1alpha1 Summary from what the provider last reported; Pods
-        whose provider reports no usage are listed without cpu and memory."""
-        now = rfc3339(self._now())
-        pods: list[JsonDict] = []
-        for entry in self._tracked.entries():
-            instance = entry.last_instance
-            container = (((entry.pod.get("spec") or {}).get("containers")) or [{}])[0].get("name", "")
-            stats: JsonDict = {"name": container}
-            usage = instance.usage if instance is not None else None
-            if instance is not None and instance.started_at is not None:
-                stats["startTime"] = rfc3339(instance.started_at)
-            if usage is not None and usage.cpu_nano_cores is not None:
-                stats["cpu"] = {"time": now, "usageNanoCores": usage.cpu_nano_cores}
-            if usage is not None and usage.memory_bytes is not None:
-                stats["memory"] = {"time": now, "workingSetBytes": usage.memory_bytes, "usageBytes": usage.memory_bytes}
-            pod: JsonDict = {
-                "podRef": {"name": entry.name, "namespace": entry.namespace, "uid": entry.uid},
-                "containers": [stats],
-            }
-            pod.update({k: v for k, v in stats.items() if k in ("startTime", "cpu", "memory")})
-            pods.append(pod)
-        return {"node": {"nodeName": self._node_name, "systemContainers": []}, "pods": pods}
+        """A kubelet stats/v1alpha1 Summary of this node (`vnode.usage.summary`)."""
+        return usage.summary(self.pod_usage(), now=self._now())
 
     def get_metrics_resource(self) -> str:
-        """The kubelet's /metrics/resource in Prometheus text format, for the Pods whose
-        provider reports usage."""
-        lines = [
-            "# HELP container_cpu_usage_seconds_total Cumulative cpu time consumed by the container in core-seconds",
-            "# TYPE container_cpu_usage_seconds_total counter",
-            "# HELP container_memory_working_set_bytes Current working set of the container in bytes",
-            "# TYPE container_memory_working_set_bytes gauge",
-        ]
-        for pod in self.get_stats_summary()["pods"]:
-            ref, container = pod["podRef"], pod["containers"][0]
-            labels = f'container="{container["name"]}",namespace="{ref["namespace"]}",pod="{ref["name"]}"'
-            if "memory" in container:
-                lines.append(f"container_memory_working_set_bytes{{{labels}}} {container['memory']['workingSetBytes']}")
-        return "\n".join(lines) + "\n"
+        """This node's /metrics/resource in the Prometheus text format (`vnode.resourcemetrics`)."""
+        return resourcemetrics.resource_text(self.pod_usage())
 
 
 def _restarts(entry: Tracked, container: str) -> int:

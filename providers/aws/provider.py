@@ -36,6 +36,7 @@ from providers.base import (
     Executor,
     Instance,
     InstanceId,
+    InstanceUsage,
     LogOptions,
     LogStream,
     LogStreamer,
@@ -46,10 +47,13 @@ from providers.base import (
     ProvisionRequest,
     ProvisionResult,
     Tier,
+    UsageReporter,
 )
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.owner import Owner
 from providers.shape import VOLUME_KINDS, Shapes
+from providers.ssh import usage as ssh_usage
+from providers.usage import Reading, UsageSampler, instance_usage
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +98,7 @@ class AwsProvider:
         self._spot = SpotPrices(self._ec2, ttl=self._options.spot_price_ttl)
         self._exits = ExitReader(self._ec2, now=now)
         self._inventory = Inventory(self._ec2, self._options, self._owner, self._exits, name=name)
+        self._usage = UsageSampler()  # one SSH read of an instance per interval, whatever the scrape rate
 
     @property
     def name(self) -> str:
@@ -331,6 +336,21 @@ class AwsProvider:
         finally:
             process.close()
 
+    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+        """Each container's process tree on the VM, from its /proc over SSH, at most once per
+        `providers.usage.DEFAULT_SAMPLE_INTERVAL` per instance (`providers.ssh.usage`)."""
+        return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
+
+    def _read_usage(self, instance_id: InstanceId) -> dict[str, Reading]:
+        _, data = self._owned(instance_id)
+        endpoint = status.endpoint_of(data)
+        if status.state_of(data) != "running":
+            return {}
+        if not self._options.ssh or not endpoint:
+            raise NotSupported(f"instance {instance_id} has no SSH endpoint to measure its usage over")
+        target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
+        return ssh_usage.read_usage(target, remote.usage_roots(data))
+
     def _owned(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
         found = self._inventory.describe(instance_id)
         if found is None:
@@ -344,6 +364,6 @@ def _secrets(request: ProvisionRequest) -> builtins.list[str]:
     return sorted(value for value in values if value)
 
 
-def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor, ContainerStopper]:
+def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor, ContainerStopper, UsageReporter]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider
+    return provider, provider, provider, provider, provider

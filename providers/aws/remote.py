@@ -2,7 +2,7 @@
 host key from its tag) to `docker exec` and the stamped log file; else the serial console.
 With several containers (the roster tags), each has its log file and Docker name.
 
-Called by `AwsProvider.logs` and `exec`. Builds values only; the SSH work is
+Called by `AwsProvider.logs`, `exec` and `usage`. Builds values only; the SSH work is
 `providers.ssh`'s. Never logs a key.
 Tests: tests/providers/aws/test_aws_boot.py.
 """
@@ -10,6 +10,7 @@ Tests: tests/providers/aws/test_aws_boot.py.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,6 +59,15 @@ def exec_argv(
     """The command run over SSH: `docker exec` into the container named `docker_name`."""
     flags = (["-i"] if stdin else []) + (["-t"] if tty else [])
     return [*docker, "exec", *flags, docker_name, *command]
+
+
+def usage_roots(data: dict[str, Any], *, docker: Sequence[str] = DOCKER) -> dict[str, str]:
+    """For `providers.ssh.usage`: each container's name ("" for an instance of one) and the
+    command printing the pid of its Docker container's first process."""
+    entries = containers.roster_of(tags_of(data))
+    names = {entry.name: workload.container_name(entry.name) for entry in entries} or {"": CONTAINER}
+    inspect = [*docker, "inspect", "-f", "{{.State.Pid}}"]
+    return {name: shlex.join([*inspect, docker_name]) for name, docker_name in names.items()}
 
 
 def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: KeyPair) -> SshTarget:

@@ -1,5 +1,5 @@
-"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher, Restarter and
-ContainerStopper seam over a fake cloud, several containers and init containers included.
+"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher, Restarter,
+ContainerStopper and UsageReporter seam over a fake cloud, several containers and init containers included.
 
 Built by the provider registry from settings (`providers.fake.FakeProvider`) and by
 tests. Reaches a cloud in-process (a process-wide cloud named by the `cloud` option) or
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +26,7 @@ from providers.base import (
     Executor,
     Instance,
     InstanceId,
+    InstanceUsage,
     LogOptions,
     LogStream,
     LogStreamer,
@@ -36,9 +38,11 @@ from providers.base import (
     ProvisionResult,
     Restarter,
     Tier,
+    UsageReporter,
     default_block_scope,
 )
 from providers.errors import ProviderError
+from providers.fake import usage
 from providers.fake.client import FakeCloudClient
 from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named
@@ -174,6 +178,13 @@ class FakeProvider:
     def list(self) -> builtins.list[Instance]:
         return self._backend().list(owner=self._owner.key)
 
+    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+        """What the scenario's `usage` says the instance's running containers use now."""
+        instance = self.get(instance_id)
+        if instance is None:
+            raise errors.NotFound(f"no fake instance {instance_id}")
+        return usage.usage_of(instance, self._pure_scenario().usage, now=datetime.now(UTC))
+
     def offerings(self) -> builtins.list[Offering]:
         return self._backend().offerings()
 
@@ -272,3 +283,4 @@ _check_exec: type[Executor] = FakeProvider
 _check_attach: type[Attacher] = FakeProvider
 _check_restart: type[Restarter] = FakeProvider
 _check_stop: type[ContainerStopper] = FakeProvider
+_check_usage: type[UsageReporter] = FakeProvider

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from providers.base import Offering, Tier
+from providers.fake.usage import UsageScript, parse_usage
 
 DEFAULT_NODE_CAPACITY: Mapping[str, str] = {"cpu": "1000", "memory": "4Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 
@@ -119,6 +120,7 @@ class Scenario:
     node_capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CAPACITY))
     log: LogScript = field(default_factory=LogScript)
     commands: Mapping[str, CannedCommand] = field(default_factory=dict)
+    usage: UsageScript = field(default_factory=UsageScript)  # what running containers use (providers.fake.usage)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written, for GET /v1/scenario
 
     def script_for(self, name: str, *, init: bool, sidecar: bool) -> ContainerScript:
@@ -200,6 +202,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         node_capacity={str(k): str(v) for k, v in (data.get("capacity") or DEFAULT_NODE_CAPACITY).items()},
         log=_parse_log(log),
         commands={str(name): _parse_command(spec) for name, spec in commands.items()},
+        usage=parse_usage(data.get("usage")),
         raw=copy.deepcopy(dict(data)),
     )
 
@@ -207,7 +210,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
 _ENDLESS = ContainerScript()
 _TOP_KEYS = {
     "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
-    "capacity", "log", "exec",
+    "capacity", "log", "exec", "usage",
 }  # fmt: skip
 
 

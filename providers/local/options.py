@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from providers.usage import DEFAULT_SAMPLE_INTERVAL
+
 DEFAULT_STATE_DIR = ".nebula/state"
 STATE_DIR_ENV = "NEBULA_STATE_DIR"
-KNOWN_KEYS = frozenset({"state_dir", "grace_period", "poll_interval", "capacity"})
+KNOWN_KEYS = frozenset({"state_dir", "grace_period", "poll_interval", "capacity", "usage_interval"})
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,7 @@ class LocalOptions:
     grace_period: float  # seconds between SIGTERM and SIGKILL
     poll_interval: float
     capacity: Mapping[str, str] | None  # None: measure this machine
+    usage_interval: float = DEFAULT_SAMPLE_INTERVAL  # seconds between two /proc samples of a container
 
 
 def _number(options: Mapping[str, Any], key: str, default: float) -> float:
@@ -53,6 +56,7 @@ def parse_options(options: Mapping[str, Any]) -> LocalOptions:
         grace_period=_number(options, "grace_period", 10.0),
         poll_interval=_number(options, "poll_interval", 2.0),
         capacity={str(k): str(v) for k, v in capacity.items()} if capacity is not None else None,
+        usage_interval=_number(options, "usage_interval", DEFAULT_SAMPLE_INTERVAL),
     )
 
 

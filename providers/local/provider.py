@@ -47,6 +47,7 @@ from providers.base import (
     ProvisionResult,
     Restarter,
     Tier,
+    UsageReporter,
     default_block_scope,
 )
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
@@ -63,6 +64,7 @@ from providers.local import (
     sequence,
     stamp,
     status,
+    usage,
     volumes,
 )
 from providers.local.launcher import Launcher
@@ -70,6 +72,7 @@ from providers.local.options import LocalOptions, measure_capacity, parse_option
 from providers.local.reader import FolderReader
 from providers.owner import Owner
 from providers.shape import PROBE_KINDS, VOLUME_KINDS, ContainerState, Shapes
+from providers.usage import InstanceUsage, ResourceUsage, UsageSampler, instance_usage
 
 REGION_TOKENS = frozenset({"local", "us", "eu", "ap", "any", "*"})  # all mean "this machine"
 # Probes are run by the manager: exec through `exec`, TCP and HTTP against this host.
@@ -99,6 +102,7 @@ class LocalProvider:
         self._provision_lock = threading.Lock()
         self._launcher = Launcher()
         self._capacity: dict[str, str] | None = None
+        self._sampler = UsageSampler(self._options.usage_interval)
 
     @property
     def name(self) -> str:
@@ -277,6 +281,21 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot attach to {containers.label(entry, instance_id)}: {exc.strerror}") from exc
 
+    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+        """Each running container's process group, sampled from /proc (`providers.local.usage`)."""
+        instance = self._reader(self._existing(instance_id))
+        measured: dict[str, ResourceUsage] = {}
+        try:
+            for entry in instance.containers():
+                leader = instance.container(entry).workload(instance.container(entry).runs())
+                if leader is not None:
+                    sample = self._sampler.sample(leader, functools.partial(usage.read_group, leader))
+                    if sample is not None:
+                        measured[entry.name] = sample
+        except OSError as exc:
+            raise Unavailable(f"cannot measure {instance_id}: {exc.strerror or type(exc).__name__}") from exc
+        return instance_usage(measured)
+
     def _reader(self, path: Path) -> FolderReader:
         return FolderReader(path, owner_key=self._owner.key)
 
@@ -332,6 +351,6 @@ def _ended() -> bool:
 
 def _conforms(
     provider: LocalProvider,
-) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper]:
+) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper, UsageReporter]:
     """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider, provider, provider
+    return provider, provider, provider, provider, provider, provider, provider

@@ -1,9 +1,10 @@
-"""SSH logs and exec for any VM provider whose instances run an sshd (asyncssh underneath).
+"""SSH logs, exec and usage for any VM provider whose instances run an sshd (asyncssh underneath).
 
 loop     the private event loop thread asyncssh runs on (callers stay synchronous)
 target   `SshTarget` (where and as whom) and `connect`, which translates SSH failures
 process  `SshProcess`: the seam's `Process` over one SSH channel (PTY, resize, EOF, exit)
 logs     `FileLog` and `open_log_stream`: the seam's `LogStream` tailing a log file remotely
+usage    `read_usage`: CPU and memory of remote process trees from /proc, one command per host
 
 Shared by VM providers (`providers.aws` first); imports no provider. Raises only
 `providers.errors`; never logs a key.

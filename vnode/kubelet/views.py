@@ -18,6 +18,7 @@ from typing import Any
 
 from kube import observe
 from providers.base import LogStream
+from vnode import resourcemetrics, usage
 from vnode.kubelet import logparams, routes
 from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from
@@ -76,8 +77,8 @@ async def serve_http(scope: Scope, receive: Receive, send: Send, registry: Handl
         elif route.kind is routes.Kind.STATS:
             await respond_json(send, await asyncio.to_thread(stats_summary, registry))
         elif route.kind is routes.Kind.METRICS:
-            text = await asyncio.to_thread(lambda: "".join(h.get_metrics_resource() for h in registry.handlers()))
-            await respond(send, 200, text.encode(), [(b"content-type", b"text/plain; version=0.0.4")])
+            text = await asyncio.to_thread(lambda: resourcemetrics.resource_text(node_usage(registry)))
+            await respond(send, 200, text.encode(), [(b"content-type", resourcemetrics.CONTENT_TYPE.encode())])
     except Exception as exc:
         problem = problem_from(exc)
         if problem.code >= 500:
@@ -92,10 +93,13 @@ def pod_list(registry: HandlerRegistry, *, running_only: bool = False) -> dict[s
     return {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
 
 
+def node_usage(registry: HandlerRegistry) -> usage.NodeUsage:
+    """Every node's Pods as one: the nodes share this listener's address (docs/kubelet-api.md#metrics)."""
+    return usage.merged(h.pod_usage() for h in registry.handlers())
+
+
 def stats_summary(registry: HandlerRegistry) -> dict[str, Any]:
-    summaries = [h.get_stats_summary() for h in registry.handlers()]
-    node = summaries[0]["node"] if summaries else {"nodeName": "", "systemContainers": []}
-    return {"node": node, "pods": [p for s in summaries for p in s["pods"]]}
+    return usage.summary(node_usage(registry), now=datetime.now(UTC))
 
 
 async def serve_logs(route: routes.Route, query: str, receive: Receive, send: Send, registry: HandlerRegistry) -> None:

@@ -9,7 +9,7 @@ command's arguments, the one thing a local process cannot have: a mount namespac
 `logs --timestamps --follow N` (Docker's `<RFC 3339 nanoseconds>Z <line>` lines);
 `wait N` (prints the exit code); `stop [-t T] N` (SIGTERM, then SIGKILL after T seconds);
 `exec [-i] [-t] N COMMAND...` (COMMAND with N's env, its mounts rewritten; exit 1 if N is
-not running).
+not running); `inspect -f '{{.State.Pid}}' N` (the container process's pid, 0 once it ended).
 """
 
 from __future__ import annotations
@@ -138,6 +138,17 @@ def _exec(argv: list[str]) -> int:
     return subprocess.run(command, env=values["env"]).returncode
 
 
+def _inspect(argv: list[str]) -> int:
+    """Only `inspect -f '{{.State.Pid}}' N`: the container's process, 0 once it ended (as Docker)."""
+    if argv[:2] != ["-f", "{{.State.Pid}}"]:
+        print("fake docker: inspect serves only -f '{{.State.Pid}}'", file=sys.stderr)
+        return 2
+    name = argv[-1]
+    pid, ended = _state() / f"{name}.pid", (_state() / f"{name}.code").exists()
+    print(pid.read_text().strip() if pid.exists() and not ended else "0")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] != ["_supervise"]:
         with (_state() / "calls.jsonl").open("a") as calls:
@@ -157,6 +168,8 @@ def main(argv: list[str]) -> int:
         return _stop(rest)
     if verb == "exec":
         return _exec(rest)
+    if verb == "inspect":
+        return _inspect(rest)
     print(f"fake docker: {verb} is not served", file=sys.stderr)
     return 1
 
