@@ -64,7 +64,7 @@ def stream_fields(headers: tuple[tuple[str, str], ...], stream_id: int) -> tuple
 
 def parse_port(text: str) -> int | None:
     """A TCP port in 1..65535 (decimal digits only), else None."""
-    if not text.isdigit() or len(text) > 5 or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or len(text) > 5 or not 0 < int(text) < 65536:
         return None
     return int(text)
 
