@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from providers import errors, shape
-from providers.fake import forward
 from providers.base import (
     Attacher,
     BlockScope,
@@ -42,6 +41,7 @@ from providers.base import (
     default_block_scope,
 )
 from providers.errors import ProviderError
+from providers.fake import forward
 from providers.fake.client import FakeCloudClient
 from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named
