@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from providers import errors
-from providers.base import ClaimName, PortForwarder, ProvisionRequest
+from providers.base import ClaimName, PortConnection, PortForwarder, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.forward import EchoConnection
 from tests.support.factories import make_pod_spec
@@ -38,7 +38,7 @@ def test_an_echo_port_answers_every_byte_and_ends_after_a_half_close() -> None:
         provider.port_forward(result.instance_id, 8080)
 
 
-def iter_read(connection: EchoConnection) -> bytes:
+def iter_read(connection: PortConnection) -> bytes:
     out = bytearray()
     while data := connection.read():
         out += data

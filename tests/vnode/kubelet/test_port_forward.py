@@ -18,13 +18,13 @@ import pytest
 
 from providers.base import LogOptions, LogStreamer, ProvisionRequest
 from providers.claim import claim_name
-from providers.fake import FakeProvider
 from providers.local import LocalProvider
 from providers.podspec import pod_spec_from_dict
 from tests.support import echoserver
 from tests.support.factories import make_pod
 from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.local_cleanup import kill_leftovers
+from tests.support.noforward import NoForwardProvider
 from tests.support.polling import wait_for
 from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from tests.support.tls import https_get
@@ -35,12 +35,6 @@ from vnode.kubelet.server import Listeners
 
 TLS = ssl._create_unverified_context()
 PROTOCOLS = ("portforward.k8s.io",)
-
-
-class NoForwardProvider(FakeProvider):
-    """The fake cloud without the optional PortForwarder protocol."""
-
-    port_forward = None
 
 
 @pytest.fixture(scope="module")

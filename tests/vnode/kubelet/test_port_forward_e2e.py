@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from kube.client import path_for
-from providers.fake import FakeProvider
 from tests.support import echoserver
 from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
+from tests.support.noforward import NoForwardProvider
 from tests.support.pods import phase_of
 from tests.support.polling import wait_for
 from tests.support.runners import make_runner
@@ -32,12 +32,6 @@ from vnode.kubelet.resolve import HandlerRegistry
 
 CLIENTS = {"kubectl-1.20": KUBECTL_120, "kubectl-image": KUBECTL_IMAGE, "kubectl-1.37": KUBECTL_137}
 FORWARDING = re.compile(rb"Forwarding from 127\.0\.0\.1:(\d+) -> (\d+)")
-
-
-class NoForwardProvider(FakeProvider):
-    """The fake cloud without the optional PortForwarder protocol."""
-
-    port_forward = None
 
 
 @pytest.fixture(scope="module")
