@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import websocket
 
 from providers.base import LogOptions, LogStreamer, ProvisionRequest
 from providers.claim import claim_name
@@ -190,3 +191,19 @@ def test_old_clients_without_request_ids_are_paired_by_stream_id() -> None:
     assert portforward.stream_fields((("streamtype", "data"), ("port", "80")), 7) == ("data", "80", "5")
     assert portforward.parse_port("65535") == 65535
     assert [portforward.parse_port(t) for t in ("0", "65536", "-1", "", "８０", "000080")] == [None] * 6
+
+
+def test_the_kubelets_own_websocket_port_forward_is_refused_before_the_handshake(
+    server: Listeners, echo: tuple[Handler, int]
+) -> None:
+    """Not implemented (docs/kubelet-api.md says so): kubectl tunnels SPDY through the API
+    server instead, so only a direct websocket client would ask, and it gets a 403."""
+    _, port = echo
+    url = f"wss://127.0.0.1:{server.kubelet_port}/portForward/default/echo?port={port}"
+    conn = websocket.WebSocket(sslopt={"cert_reqs": ssl.CERT_NONE})
+    try:
+        with pytest.raises(websocket.WebSocketBadStatusException) as refused:
+            conn.connect(url, subprotocols=["v4.channel.k8s.io", "portforward.k8s.io"], timeout=30)  # type: ignore[no-untyped-call]
+    finally:
+        conn.close()
+    assert refused.value.status_code == 403
