@@ -2,8 +2,8 @@
 
 With `source` after the port (benches), each connection instead reads a line `N` and is sent
 N zero bytes, then closed. Otherwise every connection gets back what it sends; when the
-client half-closes (or closes) its side the server prints `eof after N` (N bytes echoed) and closes, which tests read from the log
-to prove a closed client closed the remote side. Not a product module.
+client half-closes (or closes) its side the server prints `eof after N` (N bytes echoed)
+and closes, which tests read from the log to prove a closed client closed the remote side. Not a product module.
 """
 
 from __future__ import annotations
