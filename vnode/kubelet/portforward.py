@@ -239,6 +239,7 @@ class SpdyPortForwardProtocol(Protocol):
             del self._pairs[pair.request_id]
         if not pair.started:
             pair.close()
+            self._taken(pair.discard_input())
         for stream_id in (pair.data_id, pair.error_id):
             if stream_id is None:
                 continue

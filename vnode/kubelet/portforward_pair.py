@@ -101,6 +101,17 @@ class StreamPair:
         self._inbox.put(None)
         self.close()
 
+    def discard_input(self) -> int:
+        """Drop what the client sent that no thread will write (a pair that never started);
+        returns how many bytes, so the session's input count stays honest."""
+        dropped = 0
+        while True:
+            try:
+                data = self._inbox.get_nowait()
+            except queue.Empty:
+                return dropped
+            dropped += len(data or b"")
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
