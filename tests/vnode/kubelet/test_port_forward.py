@@ -207,3 +207,29 @@ def test_the_kubelets_own_websocket_port_forward_is_refused_before_the_handshake
     finally:
         conn.close()
     assert refused.value.status_code == 403
+
+
+def test_a_dropped_session_closes_every_remote_connection(server: Listeners, echo: tuple[Handler, int]) -> None:
+    handler, port = echo
+    markers = [b"dropped-" + uuid.uuid4().hex.encode() + b"-%d" % n for n in range(3)]
+    client = connect(server, protocols=PROTOCOLS)
+    for n, marker in enumerate(markers):
+        _, data = open_pair(client, port, n)
+        client.send(data, marker)
+        client.wait_for(lambda d=data, m=marker: client.received(d) == m, "the echo")  # type: ignore[misc]
+    client.close()  # no FIN, no RST_STREAM: the TCP connection just goes
+    for marker in markers:
+        wait_for(lambda m=marker: f"eof after {len(m)}".encode() in logs(handler), 30, what="every remote's EOF")  # type: ignore[misc]
+
+
+def test_a_pair_missing_its_data_stream_times_out_on_its_error_stream(
+    server: Listeners, echo: tuple[Handler, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, port = echo
+    monkeypatch.setattr(portforward, "CREATION_TIMEOUT", 0.5)
+    with connect(server, protocols=PROTOCOLS) as client:
+        error = client.open("error", headers=[("port", str(port)), ("requestID", "lonely")])
+        client.finish(error)
+        client.wait_closed([error], 30)
+        assert client.received(error) == b"timed out waiting for streams"
+        client.ping(1)
