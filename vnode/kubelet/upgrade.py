@@ -6,7 +6,8 @@ listener to the kubelet app and the console listener to Django (I5). A SPDY upgr
 the kubelet listener is validated, answered 101 and handed to `SpdyExecProtocol`
 (the recipe of dependencies.md §2: Daphne only upgrades websockets); a
 portForward upgrade is handed to `portforward.SpdyPortForwardProtocol`. This touches Daphne
-and Twisted internals; tests/vnode/kubelet/test_spdy_wire.py guards the hand-off.
+and Twisted internals; tests/vnode/kubelet/test_spdy_wire.py guards the hand-off
+(tests/vnode/kubelet/test_port_forward.py the port-forward one).
 """
 
 from __future__ import annotations
