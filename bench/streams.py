@@ -2,12 +2,15 @@
 
 Prints, in one run: raw TLS socket copy throughput (the physical limit here), containerLogs
 throughput, SPDY exec stdout throughput and websocket exec stdout throughput (each also as
-a ratio to raw), the echo round-trip p50/p99 through an exec session, and a hold test of
-1,000 `logs -f` followers plus 100 exec sessions for `--hold` seconds with the error count
-and the server's RSS. Throughput runs use the local provider (real processes); the hold
-test uses the in-process fake provider, whose scripted logs cost no processes. Every
+a ratio to raw), port-forward download throughput (as a ratio to raw), the echo round-trip
+p50/p99 through an exec session, a hold test of 1,000 `logs -f` followers plus 100 exec
+sessions for `--hold` seconds with the error count and the server's RSS, and a hold of
+`--forwards` port-forwards (echoing every 5 s) for as long. Throughput runs use the local
+provider (real processes); the hold tests use the in-process fake provider, whose scripted
+logs and echo port cost no processes. Every
 client runs in a child process, as kubectl does, so the figures are the server's alone.
 Usage: python bench/streams.py [--megabytes 200] [--hold 60] [--followers 1000] [--execs 100]
+       [--forwards 200]
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ sys.path[:0] = [str(ROOT)]
 import websocket  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
+from bench import portforward  # noqa: E402
 from kube.client import Kube  # noqa: E402
 from kube.events import EventRecorder  # noqa: E402
 from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from providers.local import LocalProvider, folder  # noqa: E402
+from tests.support import echoserver  # noqa: E402
 from tests.support.spdyclient import SpdyClient  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
@@ -97,6 +102,9 @@ def client_main(kind: str, port: int, target: str, total: int) -> None:
                 sock.sendall(request.encode())
             while data := sock.recv(1 << 20):
                 got += len(data)
+    elif kind == "pf":
+        started = time.perf_counter()
+        got = portforward.download(port, target, total)
     else:
         started = time.perf_counter()
         got = (spdy_stdout if kind == "spdy" else websocket_stdout)(port, target, total)
@@ -268,6 +276,49 @@ def hold(server: Listeners, registry: HandlerRegistry, args: argparse.Namespace)
     )
 
 
+def wait_listening(port: int) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def hold_forwards(server: Listeners, registry: HandlerRegistry, args: argparse.Namespace) -> None:
+    scenario = {"ports": {"echo": [9000]}}
+    provider = FakeProvider("fakepf", {"cloud": f"bench-pf-{uuid.uuid4().hex}", "scenario": scenario})
+    handler = offline_handler(provider)
+    registry.add(handler)
+    adopt(handler, "echo", ("sleep",))
+    before = rss_mb()
+    command = [
+        sys.executable,
+        __file__,
+        "--forward-client",
+        str(server.kubelet_port),
+        str(args.forwards),
+        str(args.hold),
+    ]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    peak, output = before, []
+    assert child.stdout is not None
+    while child.poll() is None:
+        if line := child.stdout.readline():
+            output.append(line.strip())
+        peak = max(peak, rss_mb())
+    output += [line.strip() for line in child.stdout.read().splitlines()]
+    errors = next((int(x.split("=")[1]) for x in output if x.startswith("errors=")), -1)
+    print(
+        f"hold {args.forwards} port-forwards for {args.hold:.0f}s: errors={errors} (target 0), "
+        f"server RSS {before:.0f} MB before, peak {peak:.0f} MB"
+    )
+    registry.remove(handler)
+
+
 def throughput(server: Listeners, local: LocalProvider, handler: Handler, state: Path, total: int) -> None:
     lines = total // 100
     adopt(handler, "logs", ("sh", "-c", f"yes 'x{'y' * 98}' | head -n {lines}; sleep 3600"))
@@ -284,6 +335,11 @@ def throughput(server: Listeners, local: LocalProvider, handler: Handler, state:
     print(f"SPDY exec stdout:         {spdy_mbs:8.1f} MB/s  ({spdy_mbs / raw:.0%} of raw; target >= 30%)")
     ws_mbs = run_client("ws", server.kubelet_port, "shell", total)
     print(f"websocket exec stdout:    {ws_mbs:8.1f} MB/s  ({ws_mbs / raw:.0%} of raw; target >= 30%)")
+    source_port = echoserver.free_port()
+    adopt(handler, "source", (sys.executable, echoserver.__file__, str(source_port), "source"))
+    wait_listening(source_port)
+    pf_mbs = run_client("pf", server.kubelet_port, f"source:{source_port}", total)
+    print(f"port-forward download:    {pf_mbs:8.1f} MB/s  ({pf_mbs / raw:.0%} of raw; target >= 40%)")
     p50, p99 = echo_latency(server.kubelet_port, "shell")
     print(f"echo round trip (SPDY):   p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
@@ -294,12 +350,18 @@ def main() -> None:
     parser.add_argument("--hold", type=float, default=60.0, help="seconds the hold test keeps its streams open")
     parser.add_argument("--followers", type=int, default=1000)
     parser.add_argument("--execs", type=int, default=100)
+    parser.add_argument("--forwards", type=int, default=200, help="port-forwards held open (0: none)")
     parser.add_argument("--load-client", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--forward-client", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         kind, port, target, size = args.client
         client_main(kind, int(port), target, int(size))
+        return
+    if args.forward_client:
+        port, forwards, seconds = args.forward_client
+        print(f"errors={portforward.hold(int(port), 'echo', 9000, int(forwards), float(seconds))}", flush=True)
         return
     if args.load_client:
         port, followers, execs, seconds = args.load_client
@@ -326,6 +388,8 @@ def main() -> None:
                     local.terminate(instance.id)
                 time.sleep(0.2)
     hold(server, registry, args)
+    if args.forwards:
+        hold_forwards(server, registry, args)
     server.stop()
 
 

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from devcluster import proxy
+from devcluster import proxy, tunnel
 from devcluster.api import MAX_BODY, Api, Info, ProxyReply, Reply, Request, WatchReply, json_reply
 from devcluster.errors import failure_status
 from devcluster.requestlog import RequestLog, RequestRecord
@@ -279,10 +279,16 @@ class Handler(BaseHTTPRequestHandler):
         self.connection.settimeout(None)
         client = proxy.ClientConnection(rfile=self.rfile, wfile=self.wfile, sock=self.connection)
         try:
-            proxy.forward(
-                client, host=reply.host, port=reply.port, method=self.command, target=reply.target,
-                headers=headers, body=body, tls_context=self.server.kubelet_tls,
-            )  # fmt: skip
+            if reply.subresource == "portforward" and tunnel.tunnelled_protocols(headers):
+                tunnel.forward(
+                    client, host=reply.host, port=reply.port, target=reply.target, headers=headers,
+                    tls_context=self.server.kubelet_tls,
+                )  # fmt: skip
+            else:
+                proxy.forward(
+                    client, host=reply.host, port=reply.port, method=self.command, target=reply.target,
+                    headers=headers, body=body, tls_context=self.server.kubelet_tls,
+                )  # fmt: skip
         except proxy.ProxyError as err:
             # kube-apiserver's words: logs are fetched with an HTTP client (Go's url.Error), the
             # streaming subresources through the upgrade-aware proxy; neither error is an API

@@ -27,6 +27,8 @@ from providers.streams import ContainerStopper as ContainerStopper
 from providers.streams import Executor as Executor
 from providers.streams import LogStream as LogStream
 from providers.streams import LogStreamer as LogStreamer
+from providers.streams import PortConnection as PortConnection
+from providers.streams import PortForwarder as PortForwarder
 from providers.streams import Process as Process
 from providers.streams import Restarter as Restarter
 from providers.usage import InstanceUsage as InstanceUsage

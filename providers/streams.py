@@ -1,10 +1,11 @@
-"""The seam's optional streaming and control protocols: logs, exec, attach, restart, stop.
+"""The seam's optional streaming and control protocols: logs, exec, attach, port-forward,
+restart, stop.
 
 Each is runtime-checkable and detected once at wiring time (design §4); a provider without
 one answers NotFound or NotSupported at the kubelet edge, never a stub. `container` names
 the Pod's container the call is for; empty means the Pod's only (first app) container, so
 a provider that runs one container may ignore it. `providers.base` re-exports every name.
-Tests: tests/providers/test_contract.py.
+Tests: tests/providers/test_contract.py, tests/providers/local/test_local_forward.py.
 """
 
 from __future__ import annotations
@@ -118,4 +119,37 @@ class Attacher(Protocol):
         None; `resize` is a no-op unless the provider gave it a terminal.
         Raises NotFound (no such instance or container, or not running), NotSupported, Unavailable.
         """
+        ...
+
+
+class PortConnection(Protocol):
+    """One TCP connection to a port inside an instance, as a duplex byte stream.
+
+    Every method is safe from any thread: one thread may block in `read` while another
+    writes or closes."""
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        """Block for bytes from the instance's side; b"" once it has closed (or after `close`)."""
+        ...
+
+    def write(self, data: bytes) -> None:
+        """Send all of `data`; raises OSError once the instance's side is gone."""
+        ...
+
+    def close_write(self) -> None:
+        """Half-close: the instance's side reads EOF; reading goes on. Idempotent."""
+        ...
+
+    def close(self) -> None:
+        """Close both directions and free everything; a blocked `read` returns b"". Idempotent."""
+        ...
+
+
+@runtime_checkable
+class PortForwarder(Protocol):
+    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+        """Open one TCP connection to `port` inside the instance (its loopback), for
+        `kubectl port-forward`. Raises NotFound (no such instance, or not running),
+        Unavailable (nothing listens there, or the instance cannot be reached: the message
+        says which), NotSupported."""
         ...

@@ -28,6 +28,7 @@ from providers.base import (
     InstanceId,
     LogOptions,
     LogStream,
+    PortConnection,
     Process,
     Provider,
     Restarter,
@@ -287,6 +288,12 @@ class Handler:
 
     def attach_to_container(self, namespace: str, name: str, container: str, *, tty: bool, stdin: bool) -> Process:
         return self.serving.attach_to_container(namespace, name, container, tty=tty, stdin=stdin)
+
+    def forwarding_instance(self, namespace: str, name: str) -> InstanceId:
+        return self.serving.forwarding_instance(namespace, name)
+
+    def port_forward(self, namespace: str, name: str, port: int) -> PortConnection:
+        return self.serving.port_forward(namespace, name, port)
 
     def get_stats_summary(self) -> JsonDict:
         return self.serving.get_stats_summary()

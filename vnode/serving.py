@@ -1,11 +1,12 @@
 """What the kubelet API reads from a Handler: the instance behind a container, its
-logs, exec and attach, and the usage behind `/stats/summary` and `/metrics/resource`.
+logs, exec, attach and port-forward, and the usage behind `/stats/summary` and `/metrics/resource`.
 
 Called by `vnode.kubelet` on worker threads (never the reactor), through the Handler.
 Any container of the Pod (app or init) is served where the provider runs several
 (`Shapes.several_containers`), else the first app container only. Reads the tracked map
 only; never changes it, and never writes to the API.
-Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/test_stats_summary.py.
+Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/test_stats_summary.py,
+tests/vnode/kubelet/test_port_forward.py.
 """
 
 from __future__ import annotations
@@ -17,7 +18,18 @@ from typing import Any, cast
 
 from kube import names
 from providers import errors
-from providers.base import Attacher, Executor, InstanceId, LogOptions, LogStream, LogStreamer, Process, Provider
+from providers.base import (
+    Attacher,
+    Executor,
+    InstanceId,
+    LogOptions,
+    LogStream,
+    LogStreamer,
+    PortConnection,
+    PortForwarder,
+    Process,
+    Provider,
+)
 from vnode import resourcemetrics, usage
 from vnode.ephemeral import Ephemerals
 from vnode.tracking import Tracked, TrackedMap
@@ -26,6 +38,7 @@ JsonDict = dict[str, Any]
 # What a provider must implement for each kubelet streaming capability (`kubelet_instance`
 # checks it, so the methods below may cast).
 _CAPABILITIES: dict[str, type] = {"logs": LogStreamer, "exec": Executor, "attach": Attacher}
+PORT_FORWARD = "portforward"
 
 
 class Serving:
@@ -136,6 +149,23 @@ class Serving:
     def pod_usage(self) -> usage.NodeUsage:
         """The last samples of this node's Pods (`vnode.usage.collect`)."""
         return usage.collect(self._provider, self._tracked, node_name=self._node_name)
+
+    def forwarding_instance(self, namespace: str, name: str) -> InstanceId:
+        """The instance behind a Pod for port-forward: NotFound (no Pod here, or no instance
+        yet) or NotSupported ("port-forward is not supported by provider X")."""
+        entry = self._tracked.get(f"{namespace}/{name}")
+        if entry is None:
+            raise errors.NotFound(f'pod "{namespace}/{name}" is not on node {self._node_name}')
+        if not isinstance(self._provider, PortForwarder):
+            raise errors.NotSupported(f"port-forward is not supported by provider {self._provider.name}")
+        if entry.instance_id is None:
+            raise errors.NotFound(f'pod "{namespace}/{name}" has no instance yet: nothing to port-forward to')
+        return entry.instance_id
+
+    def port_forward(self, namespace: str, name: str, port: int) -> PortConnection:
+        """One connection to `port` in the Pod's instance (the Pod's containers share it)."""
+        instance_id = self.forwarding_instance(namespace, name)
+        return cast(PortForwarder, self._provider).port_forward(instance_id, port)
 
     def get_stats_summary(self) -> JsonDict:
         """A kubelet stats/v1alpha1 Summary of this node (`vnode.usage.summary`)."""

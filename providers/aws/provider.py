@@ -42,6 +42,8 @@ from providers.base import (
     LogStreamer,
     Offering,
     PodSpec,
+    PortConnection,
+    PortForwarder,
     Process,
     Provider,
     ProvisionRequest,
@@ -318,6 +320,19 @@ class AwsProvider:
         argv = remote.exec_argv(command, tty=tty, stdin=stdin, docker_name=where.docker_name)
         return ssh.start_process(target, argv, tty=tty, stdin=stdin)
 
+    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+        """A `direct-tcpip` channel over SSH to 127.0.0.1:port on the VM, where the Pod's
+        containers listen (they share the host's network)."""
+        _, data = self._owned(instance_id)
+        if status.state_of(data) != "running":
+            raise NotFound(f"instance {instance_id} is not running")
+        endpoint = status.endpoint_of(data)
+        if not self._options.ssh or not endpoint:
+            raise NotSupported(
+                f"instance {instance_id} has no SSH endpoint (the aws option 'ssh' is off, or no address)"
+            )
+        return ssh.open_forward(remote.ssh_target(data, endpoint, self._options, self._operator.get()), port)
+
     def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
         """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
         its marker, and the vnode replaces the instance to run it again. Not running: success."""
@@ -364,6 +379,8 @@ def _secrets(request: ProvisionRequest) -> builtins.list[str]:
     return sorted(value for value in values if value)
 
 
-def _conforms(provider: AwsProvider) -> tuple[Provider, LogStreamer, Executor, ContainerStopper, UsageReporter]:
+def _conforms(
+    provider: AwsProvider,
+) -> tuple[Provider, LogStreamer, Executor, ContainerStopper, UsageReporter, PortForwarder]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider, provider
+    return provider, provider, provider, provider, provider, provider

@@ -32,6 +32,8 @@ from providers.base import (
     LogStreamer,
     Offering,
     PodSpec,
+    PortConnection,
+    PortForwarder,
     Process,
     Provider,
     ProvisionRequest,
@@ -42,7 +44,7 @@ from providers.base import (
     default_block_scope,
 )
 from providers.errors import ProviderError
-from providers.fake import usage
+from providers.fake import forward, usage
 from providers.fake.client import FakeCloudClient
 from providers.fake.cloud import FakeCloud
 from providers.fake.clouds import cloud_named
@@ -236,6 +238,15 @@ class FakeProvider:
             raise errors.NotSupported("fake provider over HTTP does not attach; use an in-process cloud")
         return self.cloud.attach(instance_id, owner=self._owner.key, tty=tty, stdin=stdin, container=container)
 
+    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+        """In-process only: the scenario's `ports.echo` echo every byte back; any other port
+        is refused (connection refused), as an instance with nothing listening there."""
+        if self._client is not None:
+            raise errors.NotSupported("fake provider over HTTP does not port-forward; use an in-process cloud")
+        instance = self.cloud.get(instance_id, owner=self._owner.key)
+        echo_ports = self._load_scenario().echo_ports
+        return forward.open_port(instance, port, echo_ports=echo_ports, instance_id=instance_id)
+
     def restart(self, instance_id: InstanceId, container: str = "") -> None:
         """The ended container (empty: the whole ended workload) runs again in the same
         instance, in-process and over HTTP. NotSupported when `restarts_in_place` is false."""
@@ -284,3 +295,4 @@ _check_attach: type[Attacher] = FakeProvider
 _check_restart: type[Restarter] = FakeProvider
 _check_stop: type[ContainerStopper] = FakeProvider
 _check_usage: type[UsageReporter] = FakeProvider
+_check_forward: type[PortForwarder] = FakeProvider

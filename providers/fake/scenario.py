@@ -121,6 +121,7 @@ class Scenario:
     log: LogScript = field(default_factory=LogScript)
     commands: Mapping[str, CannedCommand] = field(default_factory=dict)
     usage: UsageScript = field(default_factory=UsageScript)  # what running containers use (providers.fake.usage)
+    echo_ports: tuple[int, ...] = ()  # `ports: {echo: [...]}`: port-forward echoes bytes back there
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written, for GET /v1/scenario
 
     def script_for(self, name: str, *, init: bool, sidecar: bool) -> ContainerScript:
@@ -203,14 +204,24 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         log=_parse_log(log),
         commands={str(name): _parse_command(spec) for name, spec in commands.items()},
         usage=parse_usage(data.get("usage")),
+        echo_ports=_parse_echo_ports(data.get("ports") or {}),
         raw=copy.deepcopy(dict(data)),
     )
+
+
+def _parse_echo_ports(ports: Any) -> tuple[int, ...]:
+    echo = ports.get("echo") if isinstance(ports, Mapping) else None
+    if not isinstance(ports, Mapping) or set(ports) - {"echo"} or not isinstance(echo or [], list):
+        raise ValueError("fake scenario: 'ports' is {echo: [port, ...]}")
+    if not all(isinstance(p, int) and 0 < p < 65536 for p in echo or []):
+        raise ValueError("fake scenario: each 'ports.echo' entry is a port number in 1..65535")
+    return tuple(echo or [])
 
 
 _ENDLESS = ContainerScript()
 _TOP_KEYS = {
     "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
-    "capacity", "log", "exec", "usage",
+    "capacity", "log", "exec", "usage", "ports",
 }  # fmt: skip
 
 

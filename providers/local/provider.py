@@ -41,6 +41,8 @@ from providers.base import (
     LogStreamer,
     Offering,
     PodSpec,
+    PortConnection,
+    PortForwarder,
     Process,
     Provider,
     ProvisionRequest,
@@ -55,6 +57,7 @@ from providers.local import (
     attach,
     containers,
     folder,
+    forward,
     launch,
     logs,
     pod,
@@ -296,6 +299,11 @@ class LocalProvider:
             raise Unavailable(f"cannot measure {instance_id}: {exc.strerror or type(exc).__name__}") from exc
         return instance_usage(measured)
 
+    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+        """127.0.0.1:port: the instance's processes share this machine's loopback."""
+        entry, _ = containers.running(self._reader(self._existing(instance_id)), "")
+        return forward.connect_loopback(port, label=containers.label(entry, instance_id))
+
     def _reader(self, path: Path) -> FolderReader:
         return FolderReader(path, owner_key=self._owner.key)
 
@@ -351,6 +359,6 @@ def _ended() -> bool:
 
 def _conforms(
     provider: LocalProvider,
-) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper, UsageReporter]:
+) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper, UsageReporter, PortForwarder]:
     """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider, provider, provider, provider
+    return provider, provider, provider, provider, provider, provider, provider, provider

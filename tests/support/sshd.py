@@ -75,7 +75,7 @@ def _config(directory: Path, port: int) -> Path:
         f"Port {port}\nListenAddress 127.0.0.1\nHostKey {directory / 'host_ed25519'}\n"
         f"PidFile {directory / 'sshd.pid'}\nAuthorizedKeysFile {directory / 'authorized_keys'}\n"
         "StrictModes no\nPubkeyAuthentication yes\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-        "PermitRootLogin prohibit-password\nUsePAM no\nPermitTTY yes\nX11Forwarding no\nAllowTcpForwarding no\n"
+        "PermitRootLogin prohibit-password\nUsePAM no\nPermitTTY yes\nX11Forwarding no\nAllowTcpForwarding local\n"
         "PrintMotd no\nLogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n"
     )
     return config

@@ -1,4 +1,4 @@
-"""vnode.kubelet: the kubelet API (`kubectl logs`, `exec`, `attach`) for every virtual node.
+"""vnode.kubelet: the kubelet API (`kubectl logs`, `exec`, `attach`, `port-forward`) for every virtual node.
 
 The only part of vnode that may import Daphne, Twisted and Channels. Map of the package:
 
@@ -15,6 +15,7 @@ The only part of vnode that may import Daphne, Twisted and Channels. Map of the 
 - `remote`     one exec/attach session, transport-neutral, on its own threads
 - `spdyexec`   that session over SPDY/3.1 (`spdy` sessions and `spdyframes` codec underneath)
 - `wsexec`     that session over websocket: a Channels consumer
+- `portforward` port-forward over SPDY/3.1; `portforward_pair` one forwarded connection's threads
 
 Provider calls block, so they run on threads, never on the reactor. Nothing here imports
 Django: the console application is handed in by the caller.

@@ -4,7 +4,7 @@ Filled by whoever starts the listener (runvnode, tests); read by every kubelet r
 A lookup asks each Handler whether it tracks the Pod; at most one can, since a Pod is
 bound to one node. Checks that need no provider call are made here, before any upgrade,
 so a missing Pod, instance or capability is still a 404 with a reason.
-Tests: tests/vnode/kubelet/test_listeners.py.
+Tests: tests/vnode/kubelet/test_listeners.py, tests/vnode/kubelet/test_port_forward.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from providers import errors
-from providers.base import Process
+from providers.base import PortConnection, Process
 from vnode.handler import Handler
 from vnode.kubelet import routes
 from vnode.kubelet.execparams import StreamRequest, parse_stream_request
@@ -68,6 +68,29 @@ class HandlerRegistry:
         """`process_starter` for an exec or attach route, once `target`'s checks pass."""
         handler = self.target(route.namespace, route.pod, route.container, capability=route.kind.value)
         return process_starter(handler, route, request)
+
+    def dialer(self, namespace: str, pod: str) -> Callable[[int], PortConnection]:
+        """What a port-forward session dials each port with: 404 now if the Pod is not
+        here or has no instance; a provider without `PortForwarder` gets a dialer that
+        fails every connection with the reason, which goes on its error stream."""
+        handler = self.find(namespace, pod)
+        try:
+            handler.forwarding_instance(namespace, pod)
+        except errors.NotFound as exc:
+            raise Problem(404, str(exc)) from exc
+        except errors.NotSupported:
+            pass  # the upgrade goes ahead; every connection's error stream says why
+
+        def dial(port: int) -> PortConnection:
+            return handler.port_forward(namespace, pod, port)
+
+        return dial
+
+
+def forward_route(method: str, path: str) -> Route | None:
+    """The portForward route of a request, or None if it is not one."""
+    route = routes.resolve(method, path)
+    return route if route is not None and route.kind is Kind.PORT_FORWARD else None
 
 
 def stream_route(method: str, path: str, query: str) -> tuple[Route, StreamRequest]:

@@ -4,9 +4,11 @@
 tags each request (and each websocket) with it, so the server can route the kubelet
 listener to the kubelet app and the console listener to Django (I5). Every kubelet request
 is authorised first (`auth.admit`). A SPDY upgrade on the kubelet listener is validated,
-answered 101 and handed to `SpdyExecProtocol`
-(the recipe of dependencies.md §2: Daphne only upgrades websockets). This touches Daphne
-and Twisted internals; tests/vnode/kubelet/test_spdy_wire.py guards the hand-off.
+answered 101 and handed to `SpdyExecProtocol` (the recipe of dependencies.md §2: Daphne
+only upgrades websockets); a portForward upgrade is handed to
+`portforward.SpdyPortForwardProtocol`. This touches Daphne and Twisted internals;
+tests/vnode/kubelet/test_spdy_wire.py guards the hand-off (tests/vnode/kubelet/test_port_forward.py
+the port-forward one).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.protocols.policies import ProtocolWrapper
 
-from vnode.kubelet import auth, execparams, resolve, routes
+from vnode.kubelet import auth, execparams, portforward, resolve, routes
+from vnode.kubelet.portforward import SpdyPortForwardProtocol
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.spdyexec import SpdyExecProtocol
 
@@ -43,6 +46,7 @@ class ListenerFactory(HTTPFactory):  # type: ignore[misc]
 class KubeletRequest(WebRequest):  # type: ignore[misc]
     nebula_listener = CONSOLE
     nebula_admitted = False  # set by `auth.admit` once the request is authorised
+    _accepted: tuple[str, ...] = execparams.SPDY_PROTOCOLS  # for a 403's X-Accepted-Stream-Protocol-Versions
 
     def process(self) -> Any:
         self.nebula_listener = self.channel.factory.listener
@@ -91,7 +95,11 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
             return
         self._hand_over(protocol, spdy)
 
-    def _spdy_protocol(self) -> tuple[str, SpdyExecProtocol]:
+    def _spdy_protocol(self) -> tuple[str, SpdyExecProtocol | SpdyPortForwardProtocol]:
+        forward = resolve.forward_route(self.method.decode("latin-1"), self.path.decode("latin-1"))
+        if forward is not None:
+            self._accepted = (portforward.PROTOCOL,)
+            return self._port_forward(forward)
         query = self.uri.split(b"?", 1)[1].decode("latin-1") if b"?" in self.uri else ""
         route, request = resolve.stream_route(self.method.decode("latin-1"), self.path.decode("latin-1"), query)
         attach = route.kind is routes.Kind.ATTACH
@@ -105,7 +113,17 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         session = SpdyExecProtocol(protocol=protocol, request=request, start_process=start, attach=attach, name=name)
         return protocol, session
 
-    def _hand_over(self, protocol: str, spdy: SpdyExecProtocol) -> None:
+    def _port_forward(self, route: routes.Route) -> tuple[str, SpdyPortForwardProtocol]:
+        connection = b",".join(self.requestHeaders.getRawHeaders(b"connection") or []).lower()
+        if b"upgrade" not in connection:
+            raise Problem(400, "unable to upgrade: missing upgrade headers in request")
+        dial = self.server.registry.dialer(route.namespace, route.pod)
+        versions = [v.decode("latin-1") for v in self.requestHeaders.getRawHeaders(b"x-stream-protocol-version") or []]
+        protocol = portforward.negotiate(versions)
+        name = f"spdy-portforward-{route.namespace}-{route.pod}"
+        return protocol, SpdyPortForwardProtocol(dial=dial, pod=f"{route.namespace}/{route.pod}", name=name)
+
+    def _hand_over(self, protocol: str, spdy: SpdyExecProtocol | SpdyPortForwardProtocol) -> None:
         """101, then the connection belongs to `spdy`, with every byte already read."""
         channel: Any = self.channel
         transport: Any = channel.transport
@@ -132,7 +150,7 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         for name, value in problem.headers():
             self.setHeader(name, value)
         if problem.code == 403:
-            for version in execparams.SPDY_PROTOCOLS:
+            for version in self._accepted:
                 self.responseHeaders.addRawHeader(b"x-accepted-stream-protocol-versions", version.encode())
         body = problem.body()
         self.setHeader(b"content-length", str(len(body)).encode())

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube import observe
+from providers import errors
 from providers.base import LogStream
 from vnode import resourcemetrics, usage
 from vnode.kubelet import logparams, routes
@@ -67,7 +68,7 @@ async def serve_http(scope: Scope, receive: Receive, send: Send, registry: Handl
         elif route.kind in routes.STREAMING:
             raise Problem(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1 or websocket)")
         elif route.kind is routes.Kind.PORT_FORWARD:
-            raise Problem(404, "port forwarding is not supported by Nebula's virtual nodes yet")
+            refuse_plain_port_forward(route, registry)
         elif route.kind is routes.Kind.HEALTHZ:
             await respond(send, 200, b"ok")
         elif route.kind is routes.Kind.PODS:
@@ -84,6 +85,17 @@ async def serve_http(scope: Scope, receive: Receive, send: Send, registry: Handl
         if problem.code >= 500:
             logger.warning("kubelet %s %s: %s", scope["method"], scope["path"], problem.message, exc_info=exc)
         await respond_problem(send, problem)
+
+
+def refuse_plain_port_forward(route: routes.Route, registry: HandlerRegistry) -> None:
+    """portForward without an upgrade: 404 for a Pod not here, 400 naming the provider
+    that cannot forward, else the kubelet's 400 (an upgrade is required)."""
+    handler = registry.find(route.namespace, route.pod)
+    try:
+        handler.forwarding_instance(route.namespace, route.pod)
+    except errors.NotSupported as exc:
+        raise Problem(400, str(exc)) from exc
+    raise Problem(400, "Upgrade request required: port-forward needs SPDY/3.1 (portforward.k8s.io)")
 
 
 def pod_list(registry: HandlerRegistry, *, running_only: bool = False) -> dict[str, Any]:

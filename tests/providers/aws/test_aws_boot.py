@@ -160,3 +160,12 @@ def test_console_logs_refuse_timestamps_and_exec_needs_ssh(aws: AwsProvider) -> 
         aws.exec(instance, ["ls"], tty=False, stdin=False)
     with pytest.raises(errors.NotFound):
         aws.exec(InstanceId("us-east-1/i-0123456789abcdef0"), ["ls"], tty=False, stdin=False)
+
+
+def test_port_forward_needs_ssh_and_a_running_instance(aws: AwsProvider) -> None:
+    instance = provision(aws)
+    aws.get(instance)  # moto: pending -> running on describe
+    with pytest.raises(errors.NotSupported, match="no SSH endpoint"):
+        aws.port_forward(instance, 8080)
+    with pytest.raises(errors.NotFound):
+        aws.port_forward(InstanceId("us-east-1/i-0123456789abcdef0"), 8080)

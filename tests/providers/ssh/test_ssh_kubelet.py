@@ -1,5 +1,5 @@
 """End to end: kubectl -> the embedded API server's proxy -> the kubelet API -> a VM
-provider whose logs and exec go over SSH (`providers.ssh`) to a real sshd on loopback.
+provider whose logs, exec and port-forward go over SSH (`providers.ssh`) to a real sshd on loopback.
 
 The "VM" is a fake-cloud instance whose endpoint is that sshd: its workload log is a
 stamped file the test appends to, as the AWS user-data's `docker logs --timestamps` would.
@@ -8,6 +8,7 @@ stamped file the test appends to, as the AWS user-data's `docker logs --timestam
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import threading
 import uuid
@@ -18,9 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from providers.base import InstanceId, LogOptions, LogStream, Process
+from providers.base import InstanceId, LogOptions, LogStream, PortConnection, Process
 from providers.fake import FakeProvider
-from providers.ssh import FileLog, open_log_stream, start_process
+from providers.ssh import FileLog, open_forward, open_log_stream, start_process
+from tests.support import echoserver
 from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
@@ -50,6 +52,9 @@ class SshVmProvider(FakeProvider):
         self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
     ) -> Process:
         return start_process(self.sshd.target(), command, tty=tty, stdin=stdin)
+
+    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+        return open_forward(self.sshd.target(), port)
 
 
 @dataclass
@@ -152,3 +157,49 @@ def test_kubectl_logs_f_follows_the_vm_log_until_the_workload_exits(rig: Rig) ->
         if follower.poll() is None:
             follower.kill()
         follower.communicate(timeout=30)
+
+
+def send_then_half_close(conn: socket.socket, payload: bytes) -> None:
+    conn.sendall(payload)
+    conn.shutdown(socket.SHUT_WR)
+
+
+def test_kubectl_port_forward_reaches_the_vms_loopback_over_ssh(rig: Rig) -> None:
+    """The tunnel (kubectl 1.37's websocket), the kubelet's SPDY, then a direct-tcpip channel."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = int(server.getsockname()[1])
+
+    def serve() -> None:
+        with server:
+            conn, _ = server.accept()
+            echoserver.serve(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    args = [
+        KUBECTL_137,
+        "--kubeconfig",
+        rig.kubeconfig,
+        "port-forward",
+        "--address",
+        "127.0.0.1",
+        f"pod/{POD}",
+        f":{port}",
+    ]
+    forward = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rig.env())
+    try:
+        assert forward.stdout is not None
+        line = forward.stdout.readline()
+        assert line.startswith(b"Forwarding from 127.0.0.1:"), line
+        local = int(line.split(b":")[1].split(b" ")[0])
+        payload = os.urandom(1 << 20)
+        with socket.create_connection(("127.0.0.1", local), timeout=60) as conn:
+            sender = threading.Thread(target=send_then_half_close, args=(conn, payload))
+            sender.start()
+            received = b""
+            while data := conn.recv(1 << 16):
+                received += data
+            sender.join(60)
+        assert received == payload
+    finally:
+        forward.terminate()
+        forward.communicate(timeout=30)

@@ -126,7 +126,7 @@ def test_missing_pods_containers_instances_and_capabilities_are_404s_with_a_reas
 
     assert "not on a node served here" in reason("/containerLogs/default/absent/main")
     assert 'container "other" not found' in reason("/containerLogs/default/present/other")
-    assert "port forwarding is not supported" in reason("/portForward/default/present")
+    assert "not on a node served here" in reason("/portForward/default/absent")  # 400 for a present Pod: no upgrade
     pending = {"metadata": {"namespace": "default", "name": "pending", "uid": "u"}, "spec": {"containers": [{}]}}
     fake_handler._track(pending)  # tracked, but provision has not returned yet
     assert "has no instance yet" in reason("/containerLogs/default/pending/main")
