@@ -16,7 +16,7 @@ from typing import Any
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.protocols.policies import ProtocolWrapper
 
-from vnode.kubelet import execparams, resolve, routes
+from vnode.kubelet import execparams, limits, resolve, routes
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.spdyexec import SpdyExecProtocol
 
@@ -29,18 +29,36 @@ CONSOLE = "console"
 class ListenerFactory(HTTPFactory):  # type: ignore[misc]
     """Daphne's HTTP factory for one listener; requests are `KubeletRequest`s."""
 
-    def __init__(self, server: Any, listener: str) -> None:
+    def __init__(self, server: Any, listener: str, bounds: limits.Limits | None = None) -> None:
         super().__init__(server)
         self.listener = listener
+        self.limits = bounds or limits.Limits()
 
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = KubeletRequest
+        limits.arm(protocol._channel, self.limits, self.listener)  # I7: head, body, deadlines
         return protocol
 
 
 class KubeletRequest(WebRequest):  # type: ignore[misc]
     nebula_listener = CONSOLE
+
+    # -- I7: the body is bounded while it arrives (vnode/kubelet/limits.py) -----------------
+    def gotLength(self, length: int | None) -> None:
+        limits.admit_length(self, length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if limits.admit_chunk(self, data):
+            self.content.write(data)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        limits.request_received(self)
+        super().requestReceived(command, path, version)
+
+    def finish(self) -> Any:
+        limits.request_finished(self)  # before: finishing may start parsing the next request
+        return super().finish()
 
     def process(self) -> Any:
         self.nebula_listener = self.channel.factory.listener
@@ -97,7 +115,16 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         protocol = execparams.negotiate_spdy(versions)
         start = self.server.registry.starter(route, request)
         name = f"spdy-{route.kind.value}-{route.namespace}-{route.pod}"
-        session = SpdyExecProtocol(protocol=protocol, request=request, start_process=start, attach=attach, name=name)
+        bounds = self.channel.factory.limits
+        session = SpdyExecProtocol(
+            protocol=protocol,
+            request=request,
+            start_process=start,
+            attach=attach,
+            name=name,
+            creation_timeout=bounds.stream_creation_timeout,
+            idle_timeout=bounds.stream_idle_timeout,
+        )
         return protocol, session
 
     def _hand_over(self, protocol: str, spdy: SpdyExecProtocol) -> None:
@@ -110,6 +137,7 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
             b"X-Stream-Protocol-Version: " + protocol.encode("latin-1") + b"\r\n\r\n"
         )
         channel.setTimeout(None)
+        limits.release(channel)
         buffered = b"".join(channel._dataBuffer)
         channel._dataBuffer = []
         channel.rawDataReceived = spdy.dataReceived  # the rest of the chunk being parsed now

@@ -1,0 +1,259 @@
+"""I7 at the HTTP layer of both listeners: request heads, bodies, deadlines and connection caps.
+
+`Limits` is the configuration (`Listeners(limits=...)`, from runvnode flags and NEBULA
+settings). `ConnectionCaps` wraps a listener's outermost factory (outside TLS) and refuses a
+connection at accept when its client address or the listener holds too many. `arm` bounds
+one HTTP channel (head size and count, a deadline for the head and then the body, counted
+from the accept or the end of the previous response, never reset by a trickle);
+`KubeletRequest` calls `admit_length`, `admit_chunk`, `request_received` and
+`request_finished`. A refusal is a status with a text message, then the connection closes;
+nothing here reads a body it will refuse. Tests: tests/vnode/kubelet/test_listener_limits.py.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.protocols.policies import WrappingFactory
+
+from vnode.kubelet.loop import reactor
+
+logger = logging.getLogger(__name__)
+
+KIB, MIB = 1024, 1024 * 1024
+LINGER = 1.0  # seconds a refused request's remaining input is read and dropped before the close
+LOG_EVERY = 10.0  # seconds between two log lines about refused connections
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds for both listeners; the defaults fit a 1 GiB container (docs/kubelet-api.md)."""
+
+    kubelet_body: int = 16 * KIB  # the kubelet API takes no request bodies worth more
+    console_body: int = 4 * MIB  # an AdmissionReview of a large Pod; kube-apiserver caps at 3 MiB
+    head_bytes: int = 32 * KIB  # request line plus every header line
+    head_count: int = 100  # header lines
+    head_timeout: float = 30.0  # seconds from accept (or the previous response) to a complete head
+    body_timeout: float = 60.0  # seconds from the same start to the whole body
+    per_client: int = 512  # open connections per client address (kubectl through the API server: one address)
+    total: int = 2048  # open connections per listener
+    stream_creation_timeout: float = 30.0  # the kubelet's: upgrade to every stream set up
+    stream_idle_timeout: float = 4 * 3600.0  # the kubelet's --streaming-connection-idle-timeout
+
+    def __post_init__(self) -> None:
+        for name, value in vars(self).items():
+            if not value > 0:
+                raise ValueError(f"{name} must be greater than 0, got {value!r}")
+
+    def body_limit(self, listener: str) -> int:
+        return self.kubelet_body if listener == "kubelet" else self.console_body
+
+
+# -- refusing ------------------------------------------------------------------------------
+_REASONS = {
+    400: b"Bad Request",
+    408: b"Request Timeout",
+    413: b"Content Too Large",
+    431: b"Request Header Fields Too Large",
+}
+
+
+def refuse(channel: Any, code: int, message: str) -> None:
+    """Answer `code` with `message` (text), drop whatever else arrives, close after LINGER.
+
+    The input is read and dropped meanwhile, so the client reads the answer rather than a
+    reset; nothing of it is kept."""
+    if getattr(channel, "_nebula_refused", False) or channel.transport is None:
+        return
+    channel._nebula_refused = True
+    _cancel(channel)
+    body = message.encode("utf-8", "replace") + b"\n"
+    channel.transport.write(
+        b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n"
+        b"Connection: close\r\n\r\n%s" % (code, _REASONS.get(code, b"Error"), len(body), body)
+    )
+    channel.persistent = False
+    channel.dataReceived = channel.lineReceived = channel.rawDataReceived = _drop
+    if channel.requests:
+        channel.requests[-1].requestHeaders.removeHeader(b"expect")  # no 100 Continue after this
+    transport = channel.transport
+    channel._nebula_timer = reactor.callLater(LINGER, _abort, transport)
+
+
+def _drop(*_args: Any) -> None:
+    return None
+
+
+def _abort(transport: Any) -> None:
+    try:
+        transport.abortConnection()
+    except Exception:  # already gone
+        logger.debug("closing a refused connection failed", exc_info=True)
+
+
+# -- one channel ---------------------------------------------------------------------------
+def arm(channel: Any, limits: Limits, listener: str) -> None:
+    """Bound one HTTPChannel (called as the connection is accepted)."""
+    channel._nebula_limits = limits
+    channel._nebula_listener = listener
+    channel.maxHeaders = limits.head_count
+    channel.totalHeadersSize = limits.head_bytes
+    channel.MAX_LENGTH = limits.head_bytes
+    channel._respondToBadRequestAndDisconnect = lambda: _bad_request(channel)
+    channel.lineLengthExceeded = lambda _line: refuse(
+        channel, 431, f"a request line or header line is longer than {limits.head_bytes} bytes"
+    )
+    lost = channel.connectionLost
+
+    def connection_lost(reason: Any = None) -> None:
+        _cancel(channel)  # a pending deadline would keep the channel in memory
+        lost(reason)
+
+    channel.connectionLost = connection_lost
+    _start_head(channel)
+
+
+def _bad_request(channel: Any) -> None:
+    """Twisted's parse failures, with a status that says which and a message."""
+    limits: Limits = channel._nebula_limits
+    if channel._receivedHeaderSize > channel.totalHeadersSize:
+        refuse(channel, 431, f"the request head is larger than {limits.head_bytes} bytes")
+    elif channel._receivedHeaderCount > channel.maxHeaders:
+        refuse(channel, 431, f"the request has more than {limits.head_count} header lines")
+    else:
+        refuse(channel, 400, "malformed HTTP request (request line, header, Content-Length or chunk)")
+
+
+def _start_head(channel: Any) -> None:
+    limits: Limits = channel._nebula_limits
+    _cancel(channel)
+    channel._nebula_start = time.monotonic()
+    channel._nebula_timer = reactor.callLater(limits.head_timeout, _timed_out, channel, "head")
+
+
+def _timed_out(channel: Any, part: str) -> None:
+    channel._nebula_timer = None
+    limits: Limits = channel._nebula_limits
+    seconds = limits.head_timeout if part == "head" else limits.body_timeout
+    if part == "head" and not channel.requests and not channel._buffer:
+        _abort(channel.transport)  # nothing was asked: an idle connection just closes
+        return
+    refuse(channel, 408, f"the request {part} did not arrive within {seconds:g} s")
+
+
+def _cancel(channel: Any) -> None:
+    timer = getattr(channel, "_nebula_timer", None)
+    if timer is not None and timer.active():
+        timer.cancel()
+    channel._nebula_timer = None
+
+
+def admit_length(request: Any, length: int | None) -> bool:
+    """At the end of the head: False (and 413) when the declared body is too large."""
+    channel = request.channel
+    limits: Limits | None = getattr(channel, "_nebula_limits", None)
+    request.content = io.BytesIO()  # bounded below: never a temporary file
+    request._nebula_body = 0
+    if limits is None:
+        return True
+    limit = limits.body_limit(channel._nebula_listener)
+    if length is not None and length > limit:
+        refuse(channel, 413, f"request body of {length} bytes is over this listener's limit of {limit} bytes")
+        return False
+    _cancel(channel)
+    left = max(0.0, channel._nebula_start + limits.body_timeout - time.monotonic())
+    channel._nebula_timer = reactor.callLater(left, _timed_out, channel, "body")
+    return True
+
+
+def admit_chunk(request: Any, data: bytes) -> bool:
+    """For each piece of body: False (and 413) once the body runs past the limit."""
+    channel = request.channel
+    limits: Limits | None = getattr(channel, "_nebula_limits", None)
+    if getattr(channel, "_nebula_refused", False):
+        return False
+    request._nebula_body = getattr(request, "_nebula_body", 0) + len(data)
+    if limits is None:
+        return True
+    limit = limits.body_limit(channel._nebula_listener)
+    if request._nebula_body > limit:
+        refuse(channel, 413, f"request body is over this listener's limit of {limit} bytes")
+        return False
+    return True
+
+
+def request_received(request: Any) -> None:
+    """The whole request is in: no deadline while it is answered (`logs -f` may last days)."""
+    _cancel(request.channel)
+
+
+def request_finished(request: Any) -> None:
+    """The answer is complete: a kept-alive connection has a head deadline again (called
+    before the channel parses what the client sent meanwhile)."""
+    channel = request.channel
+    if (
+        getattr(channel, "_nebula_limits", None) is not None
+        and channel.persistent
+        and not getattr(channel, "_nebula_refused", False)
+        and channel.transport is not None
+    ):
+        _start_head(channel)
+
+
+def release(channel: Any) -> None:
+    """The connection was upgraded: its stream protocol bounds it from now on."""
+    _cancel(channel)
+
+
+# -- connections ---------------------------------------------------------------------------
+class ConnectionCaps(WrappingFactory):
+    """Refuses a connection at accept (closed at once, nothing read) past `per_client` from
+    its address or `total` in all; says so in the log at most every LOG_EVERY seconds."""
+
+    noisy = False  # no "Starting factory" lines
+
+    def __init__(self, wrapped: Any, *, per_client: int, total: int, name: str) -> None:
+        super().__init__(wrapped)  # type: ignore[no-untyped-call]
+        self.per_client = per_client
+        self.total = total
+        self.name = name
+        self.open: Counter[str] = Counter()
+        self.refused = 0
+        self._logged = 0.0
+        self._unlogged = 0
+
+    def buildProtocol(self, addr: Any) -> Any:
+        host = str(getattr(addr, "host", addr))
+        if self.open[host] >= self.per_client or sum(self.open.values()) >= self.total:
+            self._refused(host)
+            return None
+        return super().buildProtocol(addr)
+
+    def registerProtocol(self, p: Any) -> None:
+        self.open[str(getattr(p.getPeer(), "host", ""))] += 1
+
+    def unregisterProtocol(self, p: Any) -> None:
+        host = str(getattr(p.getPeer(), "host", ""))
+        self.open[host] -= 1
+        if self.open[host] <= 0:
+            del self.open[host]
+
+    def _refused(self, host: str) -> None:
+        self.refused += 1
+        self._unlogged += 1
+        now = time.monotonic()
+        if now - self._logged >= LOG_EVERY:
+            logger.warning(
+                "%s listener: refused %d connection(s) over the caps (%d per client, %d in all); last from %s",
+                self.name,
+                self._unlogged,
+                self.per_client,
+                self.total,
+                host,
+            )
+            self._logged, self._unlogged = now, 0
