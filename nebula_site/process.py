@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from console import kubeauth, leaderpeer, runtime
 from console import observer as console_observer
@@ -34,6 +35,7 @@ from placement.wiring import Placement, start_placement
 from providers.base import Provider
 from vnode import podcontroller
 from vnode.blocklister import Blocklister
+from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
@@ -84,6 +86,7 @@ def start_listeners(
     console_cert: tuple[str, str] | None,
     console_ca_path: str,
     console_optional: bool,
+    bounds: Limits | None = None,
 ) -> Listeners:
     """The kubelet listener (TLS) and the console listener, on one Daphne server, started.
     Raises what binding raises (OSError, ValueError for certificates, Twisted's errors)."""
@@ -100,6 +103,7 @@ def start_listeners(
         console_cert=console_cert,
         console_ca_path=console_ca_path,
         console_optional=console_optional,
+        bounds=bounds,
     )
     listeners.start()
     return listeners
@@ -312,3 +316,14 @@ def run(
         runtime.set_leading(False)
         kubeauth.uninstall()
         console_observer.uninstall()
+
+
+def listener_limits(configured: dict[str, Any], *, creation: float | None, idle: float | None) -> Limits:
+    """NEBULA['LISTENER_LIMITS'] over the defaults, then runvnode's timeout flags (when given).
+    ValueError names a bad key or value."""
+    values = dict(configured)
+    if creation is not None:
+        values["stream_creation_timeout"] = creation
+    if idle is not None:
+        values["stream_idle_timeout"] = idle
+    return Limits.from_mapping(values)

@@ -16,7 +16,8 @@ import io
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from twisted.protocols.policies import WrappingFactory
@@ -47,8 +48,17 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
-            if not value > 0:
-                raise ValueError(f"{name} must be greater than 0, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"listener limit {name} must be a number greater than 0, got {value!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Limits:
+        """The defaults with `values` (field name -> number) over them; ValueError names a bad key."""
+        known = {field.name for field in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown listener limit(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return cls(**values)
 
     def body_limit(self, listener: str) -> int:
         return self.kubelet_body if listener == "kubelet" else self.console_body

@@ -87,3 +87,34 @@ class StreamTimers:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
+
+
+def watch_websocket(protocol: Any, *, idle_timeout: float) -> StreamTimers:
+    """The idle clock on an upgraded websocket (Daphne's protocol over autobahn), installed
+    before its first byte: frames either way count as traffic. Its handshake has its own
+    bound (autobahn's openHandshakeTimeout, the creation timeout); exec over websocket sets
+    up no streams, so the idle clock runs from the start."""
+
+    def close(reason: str) -> None:
+        logger.info("websocket stream: %s; closing", reason)
+        if protocol.transport is not None:
+            protocol.transport.abortConnection()
+
+    clocks = StreamTimers(close, idle_timeout=idle_timeout)
+    received, sent, lost = protocol.dataReceived, protocol.sendData, protocol.connectionLost
+
+    def data_received(data: bytes) -> None:
+        clocks.activity()
+        received(data)
+
+    def send_data(data: bytes, sync: bool = False, chopsize: int | None = None) -> None:
+        clocks.activity()
+        sent(data, sync, chopsize)
+
+    def connection_lost(reason: Any = None) -> None:
+        clocks.stop()
+        lost(reason)
+
+    protocol.dataReceived, protocol.sendData, protocol.connectionLost = data_received, send_data, connection_lost
+    clocks.setup_complete()
+    return clocks

@@ -19,6 +19,7 @@ from twisted.protocols.policies import ProtocolWrapper
 from vnode.kubelet import execparams, limits, resolve, routes
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.spdyexec import SpdyExecProtocol
+from vnode.kubelet.streamtimers import watch_websocket
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         protocol = self.server.ws_factory.buildProtocol(transport.getPeer())
         protocol.nebula_listener = self.nebula_listener
         protocol._raw_query_string = self.query_string
+        if self.nebula_listener == KUBELET:
+            watch_websocket(protocol, idle_timeout=self.channel.factory.limits.stream_idle_timeout)
         setattr(self, "transport", None)  # noqa: B010  (the request no longer owns it)
         _swap_protocol(transport, protocol)
         protocol.makeConnection(transport)

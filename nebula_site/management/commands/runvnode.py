@@ -174,6 +174,8 @@ class Command(BaseCommand):
             metavar="PATH",
             help="PEM bundle; clients must present a cert it signed",
         )
+        for flag, default in (("--stream-creation-timeout", "30"), ("--streaming-connection-idle-timeout", "14400")):
+            parser.add_argument(flag, type=float, metavar="SECONDS", help=f"I7, as the kubelet's (default {default})")
         parser.add_argument("--console-addr", default=None, help="the console listener, default NEBULA['CONSOLE_ADDR']")
         parser.add_argument(
             "--console-tls", action="store_true", help=f"serve the console over TLS; its CA goes to {CONSOLE_CA}"
@@ -328,6 +330,11 @@ class Command(BaseCommand):
                 console_cert=console_cert_files(options),
                 console_ca_path=CONSOLE_CA,
                 console_optional=not options["console_addr"],
+                bounds=process.listener_limits(
+                    settings.NEBULA["LISTENER_LIMITS"],
+                    creation=options["stream_creation_timeout"],
+                    idle=options["streaming_connection_idle_timeout"],
+                ),
             )
         except Exception as exc:  # OSError, ValueError (certificates), Twisted's CannotListenError
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc

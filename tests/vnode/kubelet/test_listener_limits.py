@@ -6,6 +6,7 @@ Memory is read from /proc of a listener process of its own (tests/support/listen
 from __future__ import annotations
 
 import contextlib
+import json
 import select
 import selectors
 import socket
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import websocket
 
 from tests.support.handlers import adopt_new_pod
 from tests.support.listener_process import ListenerProcess, raise_open_files
@@ -233,3 +235,59 @@ def test_I7_a_set_up_stream_with_no_traffic_is_closed_after_the_idle_timeout(bou
         quiet = time.monotonic()
         client.wait_eof(timeout=SHORT.stream_idle_timeout + 10)
         assert time.monotonic() - quiet >= SHORT.stream_idle_timeout * 0.9  # the idle clock, not set-up's
+
+
+def test_I7_limits_come_from_settings_and_flags_and_bad_ones_are_named() -> None:
+    from nebula_site.process import listener_limits
+
+    chosen = listener_limits({"per_client": 8, "console_body": 1024}, creation=3.0, idle=None)
+    assert (chosen.per_client, chosen.console_body, chosen.stream_creation_timeout) == (8, 1024, 3.0)
+    assert chosen.stream_idle_timeout == Limits().stream_idle_timeout == 4 * 3600.0
+    with pytest.raises(ValueError, match="unknown listener limit.*per_host"):
+        listener_limits({"per_host": 8}, creation=None, idle=None)
+    with pytest.raises(ValueError, match="total must be a number greater than 0"):
+        listener_limits({"total": 0}, creation=None, idle=None)
+    with pytest.raises(ValueError, match="stream_idle_timeout must be"):
+        listener_limits({}, creation=None, idle=-1.0)
+
+
+def test_I7_an_idle_websocket_stream_is_closed_after_the_idle_timeout(bounded: Listeners, attached: str) -> None:
+    url = f"wss://127.0.0.1:{bounded.kubelet_port}{attached}"
+    conn = websocket.create_connection(
+        url,
+        subprotocols=["v4.channel.k8s.io"],
+        sslopt={"cert_reqs": ssl.CERT_NONE},
+        timeout=SHORT.stream_idle_timeout + 10,
+    )
+    try:
+        conn.send_binary(b"\x00hello\n")
+        echoed = b""
+        while b"hello" not in echoed:
+            echoed += conn.recv_data()[1]
+        quiet = time.monotonic()
+        with pytest.raises((websocket.WebSocketConnectionClosedException, ConnectionResetError, ssl.SSLError)):
+            while True:
+                conn.recv_data()  # until the server drops the connection
+        assert time.monotonic() - quiet >= SHORT.stream_idle_timeout * 0.9
+    finally:
+        conn.close()
+
+
+def review(size: int, nested: int = 0) -> bytes:
+    pod = {"metadata": {"name": "p", "annotations": {"pad": "x" * size}}, "spec": {"containers": []}}
+    request = {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE"}
+    body = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {**request, "object": pod}}
+    text = json.dumps(body).encode()
+    return text[:-1] + b', "deep": ' + b"[" * nested + b"]" * nested + b"}" if nested else text
+
+
+@pytest.mark.parametrize(("size", "nested", "status"), [(2_900_000, 0, 200), (10, 100_000, 400), (10, 101, 400)])
+def test_I7_the_webhook_reads_a_large_review_and_refuses_nested_json_with_400(
+    server: Listeners, size: int, nested: int, status: int
+) -> None:
+    body = review(size, nested)
+    head = b"POST /webhooks/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+    response = exchange(server.console_port or 0, head + b"Content-Length: %d\r\n\r\n" % len(body) + body, tls=False)
+    assert status_of(response) == status, response[:300]
+    if status == 400:
+        assert b"deeper than 100 levels" in response
