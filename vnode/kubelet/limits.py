@@ -27,7 +27,8 @@ from vnode.kubelet.loop import reactor
 logger = logging.getLogger(__name__)
 
 KIB, MIB = 1024, 1024 * 1024
-LINGER = 1.0  # seconds a refused request's remaining input is read and dropped before the close
+LINGER = 2.0  # seconds of quiet after which a refused connection closes (its input is dropped meanwhile)
+LINGER_MAX = 10.0  # seconds a refused connection may keep sending before it is closed anyway
 LOG_EVERY = 10.0  # seconds between two log lines about refused connections
 
 
@@ -74,10 +75,10 @@ _REASONS = {
 
 
 def refuse(channel: Any, code: int, message: str) -> None:
-    """Answer `code` with `message` (text), drop whatever else arrives, close after LINGER.
-
-    The input is read and dropped meanwhile, so the client reads the answer rather than a
-    reset; nothing of it is kept."""
+    """Answer `code` with `message` (text), then drop whatever else arrives and close once the
+    client has been quiet for LINGER seconds (LINGER_MAX at most). Reading on, rather than
+    closing on unread input, lets the client read the answer instead of a reset; nothing of
+    the input is kept."""
     if getattr(channel, "_nebula_refused", False) or channel.transport is None:
         return
     channel._nebula_refused = True
@@ -88,15 +89,34 @@ def refuse(channel: Any, code: int, message: str) -> None:
         b"Connection: close\r\n\r\n%s" % (code, _REASONS.get(code, b"Error"), len(body), body)
     )
     channel.persistent = False
-    channel.dataReceived = channel.lineReceived = channel.rawDataReceived = _drop
+    quiet = {"since": time.monotonic()}
+    ends = quiet["since"] + LINGER_MAX
+
+    def drop(*_args: Any) -> None:
+        quiet["since"] = time.monotonic()
+
+    def check() -> None:
+        now = time.monotonic()
+        if now >= ends or now - quiet["since"] >= LINGER:
+            _close(transport)
+        else:
+            channel._nebula_timer = reactor.callLater(LINGER - (now - quiet["since"]), check)
+
+    channel.dataReceived = channel.lineReceived = channel.rawDataReceived = drop
     if channel.requests:
         channel.requests[-1].requestHeaders.removeHeader(b"expect")  # no 100 Continue after this
     transport = channel.transport
-    channel._nebula_timer = reactor.callLater(LINGER, _abort, transport)
+    channel._nebula_timer = reactor.callLater(LINGER, check)
 
 
-def _drop(*_args: Any) -> None:
-    return None
+def _close(transport: Any) -> None:
+    """A clean close (TLS close_notify, FIN: the answer stays readable), forced after LINGER."""
+    try:
+        transport.unregisterProducer()  # TLS holds a close while a producer is registered
+        transport.loseConnection()
+    except Exception:  # already gone
+        logger.debug("closing a refused connection failed", exc_info=True)
+    reactor.callLater(LINGER, _abort, transport)
 
 
 def _abort(transport: Any) -> None:
