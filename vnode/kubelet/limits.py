@@ -46,6 +46,7 @@ class Limits:
     total: int = 2048  # open connections per listener
     stream_creation_timeout: float = 30.0  # the kubelet's: upgrade to every stream set up
     stream_idle_timeout: float = 4 * 3600.0  # the kubelet's --streaming-connection-idle-timeout
+    bodies_in_flight: int = 64 * MIB  # request bodies held at once per listener (503 past it)
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -71,7 +72,16 @@ _REASONS = {
     408: b"Request Timeout",
     413: b"Content Too Large",
     431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
 }
+
+
+class BodyBudget:
+    """The bytes of request body one listener holds right now, against `Limits.bodies_in_flight`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
 
 
 def refuse(channel: Any, code: int, message: str) -> None:
@@ -127,9 +137,10 @@ def _abort(transport: Any) -> None:
 
 
 # -- one channel ---------------------------------------------------------------------------
-def arm(channel: Any, limits: Limits, listener: str) -> None:
+def arm(channel: Any, limits: Limits, listener: str, budget: BodyBudget) -> None:
     """Bound one HTTPChannel (called as the connection is accepted)."""
     channel._nebula_limits = limits
+    channel._nebula_budget = budget
     channel._nebula_listener = listener
     channel.maxHeaders = limits.head_count
     channel.totalHeadersSize = limits.head_bytes
@@ -207,14 +218,29 @@ def admit_chunk(request: Any, data: bytes) -> bool:
     limits: Limits | None = getattr(channel, "_nebula_limits", None)
     if getattr(channel, "_nebula_refused", False):
         return False
-    request._nebula_body = getattr(request, "_nebula_body", 0) + len(data)
     if limits is None:
         return True
+    request._nebula_body = getattr(request, "_nebula_body", 0) + len(data)
+    budget: BodyBudget = channel._nebula_budget
+    budget.used += len(data)
     limit = limits.body_limit(channel._nebula_listener)
     if request._nebula_body > limit:
         refuse(channel, 413, f"request body is over this listener's limit of {limit} bytes")
         return False
+    if budget.used > budget.limit:
+        refuse(channel, 503, f"this listener holds {budget.limit} bytes of request bodies already; try again")
+        return False
     return True
+
+
+def release_body(request: Any, channel: Any = None) -> None:
+    """The request's body is no longer held (answered, lost or handed over): once only."""
+    channel = channel if channel is not None else getattr(request, "channel", None)
+    held = getattr(request, "_nebula_body", 0)
+    budget: BodyBudget | None = getattr(channel, "_nebula_budget", None)
+    if held and budget is not None:
+        budget.used -= held
+    request._nebula_body = 0
 
 
 def request_received(request: Any) -> None:
@@ -226,6 +252,7 @@ def request_finished(request: Any) -> None:
     """The answer is complete: a kept-alive connection has a head deadline again (called
     before the channel parses what the client sent meanwhile)."""
     channel = request.channel
+    release_body(request, channel)
     if (
         getattr(channel, "_nebula_limits", None) is not None
         and channel.persistent

@@ -34,11 +34,12 @@ class ListenerFactory(HTTPFactory):  # type: ignore[misc]
         super().__init__(server)
         self.listener = listener
         self.limits = bounds or limits.Limits()
+        self.budget = limits.BodyBudget(self.limits.bodies_in_flight)
 
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = KubeletRequest
-        limits.arm(protocol._channel, self.limits, self.listener)  # I7: head, body, deadlines
+        limits.arm(protocol._channel, self.limits, self.listener, self.budget)  # I7: head, body, deadlines
         return protocol
 
 
@@ -52,6 +53,10 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
     def handleContentChunk(self, data: bytes) -> None:
         if limits.admit_chunk(self, data):
             self.content.write(data)
+
+    def connectionLost(self, reason: Any) -> None:
+        limits.release_body(self)
+        super().connectionLost(reason)
 
     def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
         limits.request_received(self)
@@ -92,6 +97,7 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         for name, values in self.requestHeaders.getAllRawHeaders():
             data += name + b": " + b",".join(values) + b"\r\n"
         protocol.dataReceived(data + b"\r\n" + self.content.read())
+        limits.release_body(self, self.channel)
         self.server.protocol_disconnected(self)
         self.channel._networkProducer.resumeProducing()
 
@@ -141,6 +147,7 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         )
         channel.setTimeout(None)
         limits.release(channel)
+        limits.release_body(self, channel)
         buffered = b"".join(channel._dataBuffer)
         channel._dataBuffer = []
         channel.rawDataReceived = spdy.dataReceived  # the rest of the chunk being parsed now

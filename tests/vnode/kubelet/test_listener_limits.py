@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import select
 import selectors
 import socket
 import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import websocket
@@ -309,3 +311,49 @@ def test_I7_the_webhook_reads_a_large_review_and_refuses_nested_json_with_400(
     assert status_of(response) == status, response[:300]
     if status == 400:
         assert b"deeper than 100 levels" in response
+
+
+def open_files(pid: int) -> list[str]:
+    fds = Path(f"/proc/{pid}/fd")
+    return [
+        os.readlink(fd) for fd in fds.iterdir() if not os.readlink(fd).startswith(("socket:", "pipe:", "anon_inode:"))
+    ]
+
+
+def unread_by_server(server_port: int, client: socket.socket) -> int:
+    """Bytes the server has not read yet from `client` (its socket's receive queue, /proc/net/tcp)."""
+    client_port = client.getsockname()[1]
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, queues = fields[1], fields[2], fields[4]
+        if int(local.split(":")[1], 16) == server_port and int(remote.split(":")[1], 16) == client_port:
+            return int(queues.split(":")[1], 16)
+    raise AssertionError("no such connection")
+
+
+def test_I7_stalled_uploads_hold_no_temporary_file_and_share_a_bounded_budget() -> None:
+    process = ListenerProcess(bodies_in_flight=MIB)
+    head = b"POST /webhooks/pods HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+    stalled: list[socket.socket] = []
+    try:
+        files = open_files(process.process.pid)
+        for _ in range(2):
+            sock = connect(process.console_port, tls=False)
+            sock.sendall(head % MIB + b"x" * (MIB // 2 - 1))  # half a body each: the budget is just not full
+            stalled.append(sock)
+        wait_for(lambda: all(unread_by_server(process.console_port, s) == 0 for s in stalled), what="halves read")
+        assert not set(open_files(process.process.pid)) - set(files)  # Twisted would spool these to /tmp
+        third = connect(process.console_port, tls=False)
+        stalled.append(third)
+        third.sendall(head % 4096 + b"x" * 4096)
+        response = answer(third)
+        assert status_of(response) == 503 and b"request bodies already" in response
+        for sock in stalled[:2]:
+            sock.close()
+        fresh = head % 7 + b"not json"
+        wait_for(lambda: status_of(exchange(process.console_port, fresh, tls=False)) == 400, what="the budget back")
+        assert b"not JSON" in exchange(process.console_port, fresh, tls=False)
+    finally:
+        for sock in stalled:
+            sock.close()
+        process.stop()
