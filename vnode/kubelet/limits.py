@@ -40,8 +40,9 @@ class Limits:
     console_body: int = 4 * MIB  # an AdmissionReview of a large Pod; kube-apiserver caps at 3 MiB
     head_bytes: int = 32 * KIB  # request line plus every header line
     head_count: int = 100  # header lines
-    head_timeout: float = 30.0  # seconds from accept (or the previous response) to a complete head
+    head_timeout: float = 30.0  # seconds from accept (or a kept-alive connection's next byte) to a complete head
     body_timeout: float = 60.0  # seconds from the same start to the whole body
+    keepalive_timeout: float = 120.0  # an idle kept-alive connection; over Go's 90 s, so clients close first
     per_client: int = 512  # open connections per client address (kubectl through the API server: one address)
     total: int = 2048  # open connections per listener
     stream_creation_timeout: float = 30.0  # the kubelet's: upgrade to every stream set up
@@ -156,6 +157,16 @@ def arm(channel: Any, limits: Limits, listener: str, budget: BodyBudget) -> None
         lost(reason)
 
     channel.connectionLost = connection_lost
+    received = channel.dataReceived
+
+    def data_received(data: bytes) -> None:
+        if channel._nebula_idle:  # the next request's first byte: its deadlines start now
+            channel._nebula_idle = False
+            _start_head(channel)
+        received(data)
+
+    channel.dataReceived = data_received
+    channel._nebula_idle = False
     _start_head(channel)
 
 
@@ -181,8 +192,8 @@ def _timed_out(channel: Any, part: str) -> None:
     channel._nebula_timer = None
     limits: Limits = channel._nebula_limits
     seconds = limits.head_timeout if part == "head" else limits.body_timeout
-    if part == "head" and not channel.requests and not channel._buffer:
-        _abort(channel.transport)  # nothing was asked: an idle connection just closes
+    if part == "idle" or part == "head" and not channel.requests and not channel._buffer:
+        _close(channel.transport)  # nothing was asked: an idle connection just closes
         return
     refuse(channel, 408, f"the request {part} did not arrive within {seconds:g} s")
 
@@ -206,6 +217,9 @@ def admit_length(request: Any, length: int | None) -> bool:
     if length is not None and length > limit:
         refuse(channel, 413, f"request body of {length} bytes is over this listener's limit of {limit} bytes")
         return False
+    if channel._nebula_idle:  # a pipelined request, parsed from what was buffered
+        channel._nebula_idle = False
+        channel._nebula_start = time.monotonic()
     _cancel(channel)
     left = max(0.0, channel._nebula_start + limits.body_timeout - time.monotonic())
     channel._nebula_timer = reactor.callLater(left, _timed_out, channel, "body")
@@ -249,17 +263,21 @@ def request_received(request: Any) -> None:
 
 
 def request_finished(request: Any) -> None:
-    """The answer is complete: a kept-alive connection has a head deadline again (called
-    before the channel parses what the client sent meanwhile)."""
+    """The answer is complete: a kept-alive connection waits keepalive_timeout for its next
+    request, whose first byte starts the head deadline again (called before the channel
+    parses what the client sent meanwhile)."""
     channel = request.channel
     release_body(request, channel)
     if (
         getattr(channel, "_nebula_limits", None) is not None
         and channel.persistent
+        and not getattr(request, "_disconnected", False)
         and not getattr(channel, "_nebula_refused", False)
         and channel.transport is not None
     ):
-        _start_head(channel)
+        _cancel(channel)
+        channel._nebula_idle = True
+        channel._nebula_timer = reactor.callLater(channel._nebula_limits.keepalive_timeout, _timed_out, channel, "idle")
 
 
 def release(channel: Any) -> None:

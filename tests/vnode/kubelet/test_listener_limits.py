@@ -6,6 +6,7 @@ Memory is read from /proc of a listener process of its own (tests/support/listen
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import os
 import select
@@ -33,7 +34,7 @@ from vnode.kubelet.server import ListenerConfig, Listeners
 TLS = ssl._create_unverified_context()
 BODY = 800 * MIB
 PIECE = 64 * 1024
-SHORT = Limits(head_timeout=2, body_timeout=3, stream_creation_timeout=3, stream_idle_timeout=2)
+SHORT = Limits(head_timeout=2, body_timeout=3, keepalive_timeout=4, stream_creation_timeout=3, stream_idle_timeout=2)
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +358,20 @@ def test_I7_stalled_uploads_hold_no_temporary_file_and_share_a_bounded_budget() 
         for sock in stalled:
             sock.close()
         process.stop()
+
+
+def test_I7_a_kept_alive_connection_waits_its_keepalive_not_the_head_deadline(bounded: Listeners) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", bounded.console_port or 0, timeout=30)
+    try:
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().read() is not None
+        sock = connection.sock
+        began = time.monotonic()
+        while time.monotonic() - began < SHORT.head_timeout + 0.5:  # idle past the head deadline, on purpose
+            assert not select.select([sock], [], [], 0.1)[0], "closed during its keep-alive"
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().status == 200 and connection.sock is sock
+        assert sock.recv(1) == b""  # closed, silently, once keepalive_timeout passes
+        assert time.monotonic() - began < SHORT.head_timeout + SHORT.keepalive_timeout + 5
+    finally:
+        connection.close()
