@@ -6,6 +6,7 @@ nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
 nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
 nebula.E011 bad NODE_DNS_NAME           nebula.E012 bad PROBE_WORKERS
+nebula.E016 bad LISTENER_LIMITS
 Under nebula_site.production (its NEBULA_PRODUCTION marker), always, not only with --deploy:
 nebula.E013 the public development SECRET_KEY   nebula.E014 a weak SECRET_KEY (or fallback)
 nebula.E015 '*' in ALLOWED_HOSTS
@@ -27,6 +28,7 @@ from django.core.checks import CheckMessage, Error, register
 from nebula_site.config import DEV_SECRET_KEY, parse_address, validate_dns_name
 from providers import registry
 from providers.owner import Owner
+from vnode.kubelet.limits import Limits
 
 
 @register("nebula")
@@ -91,6 +93,13 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
         message = f"NEBULA['PROBE_WORKERS']={workers!r} must be a whole number from 1 to 1024"
         errors.append(Error(message, id="nebula.E012"))
+    limits = conf.get("LISTENER_LIMITS")
+    try:
+        if not isinstance(limits, Mapping):
+            raise ValueError("must map limit names to numbers")
+        Limits.from_mapping(limits)
+    except (ValueError, TypeError) as exc:
+        errors.append(Error(f"NEBULA['LISTENER_LIMITS']: {exc}", id="nebula.E017"))
     errors.extend(_check_kubelet_auth(conf))
     return errors
 

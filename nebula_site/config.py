@@ -76,6 +76,9 @@ DEFAULTS: dict[str, Any] = {
     # answer) or unreachable, before the cluster evicts them and their instances are
     # terminated. None: for as long as the outage lasts (the instances usually run on).
     "OUTAGE_TOLERATION_SECONDS": None,
+    # I7 bounds of the kubelet and console listeners, over vnode.kubelet.limits.Limits'
+    # defaults: field name -> number (docs/settings.md#listener-limits).
+    "LISTENER_LIMITS": {},
 }
 
 

@@ -1,5 +1,5 @@
 """`runvnode`'s flags for the kubelet listener (client CA, serving certificate, who may use
-the kubelet API), and the NEBULA settings of who may use it.
+the kubelet API, stream timeouts), and the NEBULA settings of who may use it.
 
 Called by `manage.py runvnode` (`add_arguments`, then `auth_options` and, with
 `--dev-cluster`, `write_dev_client_ca`); the process wiring builds the listener's
@@ -51,6 +51,8 @@ def add_arguments(parser: ArgumentParser) -> None:
         default=None,
         help="Webhook: SubjectAccessReview on nodes/<subresource>; default NEBULA['KUBELET_AUTHORIZATION_MODE']",
     )
+    for flag, default in (("--stream-creation-timeout", "30"), ("--streaming-connection-idle-timeout", "14400")):
+        parser.add_argument(flag, type=float, metavar="SECONDS", help=f"I7, as the kubelet's (default {default})")
 
 
 def auth_options(options: dict[str, Any]) -> process.KubeletAuthOptions:

@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from console import kubeauth, leaderpeer, runtime
 from console import observer as console_observer
@@ -37,6 +38,7 @@ from vnode import podcontroller
 from vnode.blocklister import Blocklister
 from vnode.kubelet import auth as kubeletauth
 from vnode.kubelet import certcsr
+from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
@@ -105,6 +107,7 @@ def start_listeners(
     console_cert: tuple[str, str] | None,
     console_ca_path: str,
     console_optional: bool,
+    bounds: Limits | None = None,
 ) -> Listeners:
     """The kubelet listener (TLS) and the console listener, on one Daphne server, started.
     Raises what binding raises (OSError, ValueError for certificates or an inconsistent
@@ -124,6 +127,7 @@ def start_listeners(
         console_cert=console_cert,
         console_ca_path=console_ca_path,
         console_optional=console_optional,
+        bounds=bounds,
     )
     listeners.start()
     return listeners
@@ -355,3 +359,14 @@ def run(
         runtime.set_leading(False)
         kubeauth.uninstall()
         console_observer.uninstall()
+
+
+def listener_limits(configured: dict[str, Any], *, creation: float | None, idle: float | None) -> Limits:
+    """NEBULA['LISTENER_LIMITS'] over the defaults, then runvnode's timeout flags (when given).
+    ValueError names a bad key or value."""
+    values = dict(configured)
+    if creation is not None:
+        values["stream_creation_timeout"] = creation
+    if idle is not None:
+        values["stream_idle_timeout"] = idle
+    return Limits.from_mapping(values)

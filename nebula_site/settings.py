@@ -54,6 +54,9 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "nebula_site.urls"
+# I7: the console listener bounds every body first (NEBULA LISTENER_LIMITS console_body, 4 MiB);
+# an AdmissionReview may carry a Pod up to kube-apiserver's 3 MiB request limit.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 ASGI_APPLICATION = "nebula_site.asgi.application"
 
 TEMPLATES = [

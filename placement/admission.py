@@ -32,6 +32,7 @@ from providers.shape import Shapes
 
 API_VERSION = "admission.k8s.io/v1"
 MAX_BODY = 3 * 1024 * 1024  # the API server's own request limit (I7)
+MAX_DEPTH = 100  # I7: a Pod nests about 12 levels; deeper is hostile
 # The node lifecycle controller's NoExecute taints for a NotReady and an unreachable node.
 OUTAGE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
@@ -89,6 +90,10 @@ def review(
         document = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         return 400, status_body(400, "the body is not JSON; expected an admission.k8s.io/v1 AdmissionReview")
+    except RecursionError:  # I7: nested deeper than the parser's stack
+        return 400, status_body(400, f"the body nests JSON deeper than {MAX_DEPTH} levels")
+    if _depth_over(document, MAX_DEPTH):
+        return 400, status_body(400, f"the body nests JSON deeper than {MAX_DEPTH} levels")
     if not isinstance(document, Mapping) or document.get("kind") != "AdmissionReview":
         return 400, status_body(400, "expected kind AdmissionReview")
     if document.get("apiVersion") != API_VERSION:
@@ -200,3 +205,21 @@ def _answer(
 
 def status_body(code: int, message: str) -> JsonDict:
     return {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message}
+
+
+def _depth_over(document: object, limit: int) -> bool:
+    """Whether `document` nests lists and objects more than `limit` deep (no recursion)."""
+    level: list[object] = [document]
+    for _ in range(limit):
+        level = [child for node in level for child in _children(node)]
+        if not level:
+            return False
+    return True
+
+
+def _children(node: object) -> list[object]:
+    if isinstance(node, dict):
+        return [v for v in node.values() if isinstance(v, dict | list)]
+    if isinstance(node, list):
+        return [v for v in node if isinstance(v, dict | list)]
+    return []

@@ -57,6 +57,9 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"RESTART_BACKOFF_INITIAL": 0}, "nebula.E010"),
         ({"RESTART_BACKOFF_INITIAL": 400.0}, "nebula.E010"),
         ({"RESTART_BACKOFF_RESET": "soon"}, "nebula.E010"),
+        ({"LISTENER_LIMITS": {"per_host": 8}}, "nebula.E017"),
+        ({"LISTENER_LIMITS": {"head_timeout": "soon"}}, "nebula.E017"),
+        ({"LISTENER_LIMITS": ["per_client"]}, "nebula.E017"),
     ],
 )
 def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected: str) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kube import names
-from placement.admission import OUTAGE_TAINTS, pod_patch, review
+from placement.admission import MAX_DEPTH, OUTAGE_TAINTS, pod_patch, review
 
 
 def make_review(obj: Any, *, operation: str = "CREATE", uid: str = "u-1") -> bytes:
@@ -139,3 +139,19 @@ def test_a_broken_pod_in_a_good_review_is_denied_cleanly(obj: Any) -> None:
 def test_an_oversized_body_is_413() -> None:
     status, answer = review(b" " * (3 * 1024 * 1024 + 1))
     assert status == 413 and "too large" not in answer["message"] and "over" in answer["message"]
+
+
+@pytest.mark.parametrize("depth", [MAX_DEPTH + 1, 200_000])
+def test_I7_json_nested_past_the_bound_is_400_not_a_crash(depth: int) -> None:
+    # 200,000 levels overflow the parser's stack (RecursionError); MAX_DEPTH + 1 parses but is refused.
+    nested = b'{"kind": "AdmissionReview", "request": ' + b"[" * depth + b"]" * depth + b"}"
+    status, answer = review(nested)
+    assert status == 400 and f"deeper than {MAX_DEPTH}" in answer["message"]
+
+
+def test_I7_a_review_nested_within_the_bound_is_read() -> None:
+    deep: Any = {}
+    for _ in range(MAX_DEPTH - 10):
+        deep = {"x": deep}
+    status, _answer = review(make_review({"metadata": {"annotations": {}}, "spec": {"containers": []}, "deep": deep}))
+    assert status == 200

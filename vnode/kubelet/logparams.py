@@ -87,7 +87,10 @@ def parse_log_options(query_string: str, *, now: datetime) -> LogOptions:
         seconds = parse_int("sinceSeconds", values["sinceSeconds"])
         if seconds < 1:
             raise InvalidParameter(f'"sinceSeconds" is {seconds}: must be 1 or more')
-        since = now - timedelta(seconds=seconds)
+        try:
+            since = now - timedelta(seconds=seconds)
+        except OverflowError:  # I7: past datetime's range (year 1); no log is that old
+            raise InvalidParameter(f'"sinceSeconds" is {seconds}: too large') from None
     if "sinceTime" in values:
         if since is not None:
             raise InvalidParameter('both "sinceSeconds" and "sinceTime" are set')

@@ -24,8 +24,9 @@ from cryptography.hazmat.primitives import hashes
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet import defer, endpoints
+from twisted.protocols.tls import TLSMemoryBIOFactory
 
-from vnode.kubelet import auth, certfiles, certs, loop
+from vnode.kubelet import auth, certfiles, certs, limits, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
 from vnode.kubelet.flow import ResponseFlow
 from vnode.kubelet.resolve import HandlerRegistry
@@ -70,6 +71,7 @@ class Listeners(Server):  # type: ignore[misc]
         console_optional: bool = False,
         kubelet_cert: tuple[str, str] | None = None,
         kubelet_cert_interval: float = certfiles.DEFAULT_INTERVAL,
+        bounds: limits.Limits | None = None,
     ) -> None:
         super().__init__(
             application=None,
@@ -80,6 +82,7 @@ class Listeners(Server):  # type: ignore[misc]
             application_close_timeout=5,
         )
         self.registry = registry
+        self.limits = bounds or limits.Limits()  # I7: bodies, heads, deadlines, connection caps
         self.kubelet_config = kubelet
         self.console_config = console
         self.node_ip = node_ip
@@ -160,7 +163,7 @@ class Listeners(Server):  # type: ignore[misc]
         self.ws_factory.setProtocolOptions(
             autoPingTimeout=self.ping_timeout,
             allowNullOrigin=True,
-            openHandshakeTimeout=self.websocket_handshake_timeout,
+            openHandshakeTimeout=self.limits.stream_creation_timeout,  # I7
             maxMessagePayloadSize=self.websocket_max_message_size,
             maxFramePayloadSize=self.websocket_max_frame_size,
         )
@@ -170,16 +173,15 @@ class Listeners(Server):  # type: ignore[misc]
 
     def _listen(self, name: str, config: ListenerConfig, tls: certs.ServerTLS | None) -> Any:
         interface = config.host or ("::" if self.node_ip and ":" in self.node_ip else "0.0.0.0")
-        factory = ListenerFactory(self, name)
+        factory: Any = ListenerFactory(self, name, self.limits)
         if tls is not None:
-            endpoint: Any = endpoints.SSL4ServerEndpoint(  # type: ignore[no-untyped-call]
-                loop.reactor, config.port, tls, interface=interface
-            )
-        else:
-            endpoint = endpoints.TCP4ServerEndpoint(  # type: ignore[no-untyped-call]
-                loop.reactor, config.port, interface=interface
-            )
-        return endpoint.listen(factory)
+            factory = TLSMemoryBIOFactory(tls, False, factory)  # type: ignore[arg-type]  # what SSL4ServerEndpoint does
+        # I7: counted outside TLS, so a refused connection costs no handshake
+        capped = limits.ConnectionCaps(factory, per_client=self.limits.per_client, total=self.limits.total, name=name)
+        endpoint = endpoints.TCP4ServerEndpoint(  # type: ignore[no-untyped-call]
+            loop.reactor, config.port, interface=interface
+        )
+        return endpoint.listen(capped)  # type: ignore[no-untyped-call]
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop listening and end every open connection (their commands are killed); waits

@@ -22,10 +22,10 @@ from vnode.kubelet import spdy
 from vnode.kubelet.execparams import StreamRequest, has_resize, json_status
 from vnode.kubelet.loop import reactor
 from vnode.kubelet.remote import RemoteSession
+from vnode.kubelet.streamtimers import CREATION_TIMEOUT, IDLE_TIMEOUT, StreamTimers
 
 logger = logging.getLogger(__name__)
 
-CREATION_TIMEOUT = 30.0  # seconds for the client to open every stream (the kubelet's default)
 CLOSE_LINGER = 5.0  # seconds we let the client close first, so the tail of stdout is not reset
 MAX_FRAME = 1 << 20  # I7: kubectl writes at most 32 KiB per frame
 MAX_HEADER_BLOCK = 64 << 10
@@ -57,6 +57,8 @@ class SpdyExecProtocol(Protocol):
         start_process: Callable[[], Process],
         attach: bool,
         name: str,
+        creation_timeout: float = CREATION_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
         self._session = spdy.ServerSession(
             max_frame_size=MAX_FRAME,
@@ -78,17 +80,19 @@ class SpdyExecProtocol(Protocol):
         self._writable.set()
         self._gone = threading.Event()
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
-        self._timer: Any = None
+        self._timer: Any = None  # CLOSE_LINGER
+        self._clocks = StreamTimers(self._timed_out, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
         self.on_closed: Callable[[], object] | None = None  # the server's bookkeeping
 
     # -- Twisted ------------------------------------------------------------------------------
     def connectionMade(self) -> None:
         self.transport.registerProducer(self, True)
-        self._timer = reactor.callLater(CREATION_TIMEOUT, self._creation_timed_out)
+        self._clocks.start()
 
     def dataReceived(self, data: bytes) -> None:
         if self._closed:
             return
+        self._clocks.activity()
         try:
             events = self._session.receive(data)
         except spdy.ProtocolError as exc:
@@ -105,6 +109,7 @@ class SpdyExecProtocol(Protocol):
         self._gone.set()
         self._writable.set()
         self._cancel_timer()
+        self._clocks.stop()
         self._remote.abort()
         if self.on_closed is not None:
             self.on_closed()
@@ -151,14 +156,13 @@ class SpdyExecProtocol(Protocol):
             self._remote.stdin_eof()
         if set(self._ids) == self._expected and not self._started:
             self._started = True
-            self._cancel_timer()
+            self._clocks.setup_complete()
             self._remote.start()
 
-    def _creation_timed_out(self) -> None:
-        self._timer = None
-        if not self._started:
-            logger.info("SPDY exec: streams %s never arrived; closing", sorted(self._expected - set(self._ids)))
-            self._close()
+    def _timed_out(self, reason: str) -> None:
+        missing = sorted(self._expected - set(self._ids))
+        logger.info("SPDY exec: %s%s; closing", reason, f" (missing {missing})" if missing else "")
+        self._close()
 
     # -- Outlet (called from session threads) ---------------------------------------------
     def write(self, stream: str, data: bytes) -> None:
@@ -222,12 +226,14 @@ class SpdyExecProtocol(Protocol):
 
     def _write(self, data: bytes) -> None:
         if data and not self._closed:
+            self._clocks.activity()
             self.transport.write(data)
 
     def _close(self) -> None:
         self._timer = None
         if not self._closed:
             self._closed = True
+            self.transport.unregisterProducer()  # TLS holds the close while a producer is registered
             self.transport.loseConnection()
 
     def _cancel_timer(self) -> None:

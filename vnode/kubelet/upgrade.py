@@ -19,10 +19,11 @@ from typing import Any
 from daphne.http_protocol import HTTPFactory, WebRequest
 from twisted.protocols.policies import ProtocolWrapper
 
-from vnode.kubelet import auth, execparams, portforward, resolve, routes
+from vnode.kubelet import auth, execparams, limits, portforward, resolve, routes
 from vnode.kubelet.portforward import SpdyPortForwardProtocol
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.spdyexec import SpdyExecProtocol
+from vnode.kubelet.streamtimers import watch_websocket
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +34,16 @@ CONSOLE = "console"
 class ListenerFactory(HTTPFactory):  # type: ignore[misc]
     """Daphne's HTTP factory for one listener; requests are `KubeletRequest`s."""
 
-    def __init__(self, server: Any, listener: str) -> None:
+    def __init__(self, server: Any, listener: str, bounds: limits.Limits | None = None) -> None:
         super().__init__(server)
         self.listener = listener
+        self.limits = bounds or limits.Limits()
+        self.budget = limits.BodyBudget(self.limits.bodies_in_flight)
 
     def buildProtocol(self, addr: Any) -> Any:
         protocol = super().buildProtocol(addr)
         protocol.requestFactory = KubeletRequest
+        limits.arm(protocol._channel, self.limits, self.listener, self.budget)  # I7: head, body, deadlines
         return protocol
 
 
@@ -47,6 +51,26 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
     nebula_listener = CONSOLE
     nebula_admitted = False  # set by `auth.admit` once the request is authorised
     _accepted: tuple[str, ...] = execparams.SPDY_PROTOCOLS  # for a 403's X-Accepted-Stream-Protocol-Versions
+
+    # -- I7: the body is bounded while it arrives (vnode/kubelet/limits.py) -----------------
+    def gotLength(self, length: int | None) -> None:
+        limits.admit_length(self, length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if limits.admit_chunk(self, data):
+            self.content.write(data)
+
+    def connectionLost(self, reason: Any) -> None:
+        limits.release_body(self)
+        super().connectionLost(reason)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        limits.request_received(self)
+        super().requestReceived(command, path, version)
+
+    def finish(self) -> Any:
+        limits.request_finished(self)  # before: finishing may start parsing the next request
+        return super().finish()
 
     def process(self) -> Any:
         self.nebula_listener = self.channel.factory.listener
@@ -73,6 +97,8 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         protocol = self.server.ws_factory.buildProtocol(transport.getPeer())
         protocol.nebula_listener = self.nebula_listener
         protocol._raw_query_string = self.query_string
+        if self.nebula_listener == KUBELET:
+            watch_websocket(protocol, idle_timeout=self.channel.factory.limits.stream_idle_timeout)
         setattr(self, "transport", None)  # noqa: B010  (the request no longer owns it)
         _swap_protocol(transport, protocol)
         protocol.makeConnection(transport)
@@ -80,6 +106,7 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         for name, values in self.requestHeaders.getAllRawHeaders():
             data += name + b": " + b",".join(values) + b"\r\n"
         protocol.dataReceived(data + b"\r\n" + self.content.read())
+        limits.release_body(self, self.channel)
         self.server.protocol_disconnected(self)
         self.channel._networkProducer.resumeProducing()
 
@@ -110,7 +137,16 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         protocol = execparams.negotiate_spdy(versions)
         start = self.server.registry.starter(route, request)
         name = f"spdy-{route.kind.value}-{route.namespace}-{route.pod}"
-        session = SpdyExecProtocol(protocol=protocol, request=request, start_process=start, attach=attach, name=name)
+        bounds = self.channel.factory.limits
+        session = SpdyExecProtocol(
+            protocol=protocol,
+            request=request,
+            start_process=start,
+            attach=attach,
+            name=name,
+            creation_timeout=bounds.stream_creation_timeout,
+            idle_timeout=bounds.stream_idle_timeout,
+        )
         return protocol, session
 
     def _port_forward(self, route: routes.Route) -> tuple[str, SpdyPortForwardProtocol]:
@@ -133,6 +169,8 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
             b"X-Stream-Protocol-Version: " + protocol.encode("latin-1") + b"\r\n\r\n"
         )
         channel.setTimeout(None)
+        limits.release(channel)
+        limits.release_body(self, channel)
         buffered = b"".join(channel._dataBuffer)
         channel._dataBuffer = []
         channel.rawDataReceived = spdy.dataReceived  # the rest of the chunk being parsed now

@@ -169,7 +169,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--kubelet-addr", default=None, help="the kubelet API listener, default NEBULA['KUBELET_ADDR']"
         )
-        kubeletflags.add_arguments(parser)  # --kubelet-client-ca, serving certificate, auth
+        kubeletflags.add_arguments(parser)  # --kubelet-client-ca, serving certificate, auth, stream timeouts
         parser.add_argument("--console-addr", default=None, help="the console listener, default NEBULA['CONSOLE_ADDR']")
         parser.add_argument(
             "--console-tls", action="store_true", help=f"serve the console over TLS; its CA goes to {CONSOLE_CA}"
@@ -336,6 +336,11 @@ class Command(BaseCommand):
                 console_cert=console_cert_files(options),
                 console_ca_path=CONSOLE_CA,
                 console_optional=not options["console_addr"],
+                bounds=process.listener_limits(
+                    settings.NEBULA["LISTENER_LIMITS"],
+                    creation=options["stream_creation_timeout"],
+                    idle=options["streaming_connection_idle_timeout"],
+                ),
             )
         except Exception as exc:  # OSError, ValueError (certificates), Twisted's CannotListenError
             raise CommandError(f"cannot start the kubelet and console listeners: {exc}") from exc

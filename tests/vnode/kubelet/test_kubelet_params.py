@@ -64,6 +64,7 @@ def test_log_options_are_parsed_like_the_kubelet() -> None:
         ("tailLines=x", 'could not parse "tailLines"'),
         ("limitBytes=0", '"limitBytes" is 0'),
         ("sinceSeconds=-10", '"sinceSeconds" is -10'),
+        ("sinceSeconds=99999999999999999999", "too large"),  # I7: past datetime's range, not a 500
         ("sinceSeconds=5&sinceTime=2024-01-02T03:04:05Z", 'both "sinceSeconds" and "sinceTime" are set'),
         ("sinceTime=yesterday", 'could not parse "sinceTime"'),
         ("follow=yes", 'could not parse "follow"'),

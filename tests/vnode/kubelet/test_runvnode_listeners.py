@@ -30,3 +30,10 @@ def test_a_kubelet_port_in_use_is_a_command_error(tmp_path: Path) -> None:
         with pytest.raises(CommandError, match="cannot start the kubelet and console listeners"):
             call_command("runvnode", "--kubelet-addr", f"127.0.0.1:{port}", "--console-addr", "127.0.0.1:0",
                          "--provider", "fake", "--kubeconfig", unserved_kubeconfig(tmp_path))  # fmt: skip
+
+
+def test_I7_a_bad_stream_timeout_flag_is_a_command_error(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="stream_creation_timeout must be a number greater than 0"):
+        call_command("runvnode", "--kubelet-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0",
+                     "--stream-creation-timeout", "0", "--provider", "fake",
+                     "--kubeconfig", unserved_kubeconfig(tmp_path))  # fmt: skip
