@@ -23,11 +23,12 @@ from vnode.kubelet import spdy, spdyframes
 from vnode.kubelet.loop import reactor
 from vnode.kubelet.portforward_pair import Dialer, StreamPair
 from vnode.kubelet.problems import Problem
+from vnode.kubelet.streamtimers import IDLE_TIMEOUT, StreamTimers
 
 logger = logging.getLogger(__name__)
 
 PROTOCOL = "portforward.k8s.io"
-CREATION_TIMEOUT = 30.0  # seconds for a pair's second stream (the kubelet's stream-creation timeout)
+CREATION_TIMEOUT = 30.0  # seconds: the first pair's set-up, and each pair's second stream (the kubelet's)
 MAX_FRAME = 1 << 20  # I7: kubectl writes at most 32 KiB per frame
 MAX_HEADER_BLOCK = 64 << 10
 MAX_PAIRS = 128  # I7: forwarded connections open at once on one session; more are refused
@@ -74,7 +75,15 @@ class SpdyPortForwardProtocol(Protocol):
 
     transport: Any
 
-    def __init__(self, *, dial: Dialer, pod: str, name: str) -> None:
+    def __init__(
+        self,
+        *,
+        dial: Dialer,
+        pod: str,
+        name: str,
+        creation_timeout: float = CREATION_TIMEOUT,
+        idle_timeout: float = IDLE_TIMEOUT,
+    ) -> None:
         self._session = spdy.ServerSession(
             max_frame_size=MAX_FRAME,
             max_header_block=MAX_HEADER_BLOCK,
@@ -94,15 +103,20 @@ class SpdyPortForwardProtocol(Protocol):
         self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
         self._queued = 0  # client bytes handed to pairs and not yet written (reactor only)
         self._paused = False
+        self._creation_timeout = creation_timeout
+        # I7: the session closes if no pair is set up in time, or after idle_timeout without traffic.
+        self._clocks = StreamTimers(self._timed_out, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
         self.on_closed: Callable[[], object] | None = None  # the server's bookkeeping
 
     # -- Twisted ------------------------------------------------------------------------------
     def connectionMade(self) -> None:
         self.transport.registerProducer(self, True)
+        self._clocks.start()
 
     def dataReceived(self, data: bytes) -> None:
         if self._closed:
             return
+        self._clocks.activity()
         try:
             events = self._session.receive(data)
         except spdy.ProtocolError as exc:
@@ -116,6 +130,7 @@ class SpdyPortForwardProtocol(Protocol):
 
     def connectionLost(self, reason: Any = None) -> None:
         self._closed = True
+        self._clocks.stop()
         self._gone.set()
         self._writable.set()
         for timer in self._timers.values():
@@ -170,7 +185,7 @@ class SpdyPortForwardProtocol(Protocol):
                 self._write(self._session.reset(event.stream_id, spdyframes.REFUSED_STREAM))
                 return
             pair = self._pairs[request_id] = StreamPair(request_id)
-            self._timers[request_id] = reactor.callLater(CREATION_TIMEOUT, self._pair_timed_out, pair)
+            self._timers[request_id] = reactor.callLater(self._creation_timeout, self._pair_timed_out, pair)
         port = parse_port(port_text)
         problem = pair.add(kind, event.stream_id, port or 0)
         if not problem and kind in ("error", "data"):
@@ -185,7 +200,12 @@ class SpdyPortForwardProtocol(Protocol):
             return
         if pair.complete() and not pair.started:
             self._cancel_timer(request_id)
+            self._clocks.setup_complete()
             pair.start(self._dial, self, pod=self._pod, name=f"{self._name}-{pair.port}-{request_id}")
+
+    def _timed_out(self, reason: str) -> None:
+        logger.info("SPDY port-forward %s: %s; closing", self._name, reason)
+        self._close()
 
     def _pair_timed_out(self, pair: StreamPair) -> None:
         self._timers.pop(pair.request_id, None)
@@ -255,9 +275,11 @@ class SpdyPortForwardProtocol(Protocol):
 
     def _write(self, data: bytes) -> None:
         if data and not self._closed:
+            self._clocks.activity()
             self.transport.write(data)
 
     def _close(self) -> None:
         if not self._closed:
             self._closed = True
+            self.transport.unregisterProducer()  # TLS holds the close while a producer is registered
             self.transport.loseConnection()

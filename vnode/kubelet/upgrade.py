@@ -157,7 +157,15 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
         versions = [v.decode("latin-1") for v in self.requestHeaders.getRawHeaders(b"x-stream-protocol-version") or []]
         protocol = portforward.negotiate(versions)
         name = f"spdy-portforward-{route.namespace}-{route.pod}"
-        return protocol, SpdyPortForwardProtocol(dial=dial, pod=f"{route.namespace}/{route.pod}", name=name)
+        bounds = self.channel.factory.limits
+        session = SpdyPortForwardProtocol(
+            dial=dial,
+            pod=f"{route.namespace}/{route.pod}",
+            name=name,
+            creation_timeout=bounds.stream_creation_timeout,
+            idle_timeout=bounds.stream_idle_timeout,
+        )
+        return protocol, session
 
     def _hand_over(self, protocol: str, spdy: SpdyExecProtocol | SpdyPortForwardProtocol) -> None:
         """101, then the connection belongs to `spdy`, with every byte already read."""

@@ -258,6 +258,41 @@ def test_I7_a_set_up_stream_with_no_traffic_is_closed_after_the_idle_timeout(bou
         assert time.monotonic() - quiet >= SHORT.stream_idle_timeout * 0.9  # the idle clock, not set-up's
 
 
+def test_I7_a_port_forward_session_without_a_complete_pair_is_closed_within_the_creation_timeout(
+    bounded: Listeners, attached: str
+) -> None:
+    path = "/portForward/default/bounded-streams"
+    with SpdyClient.connect(
+        ("127.0.0.1", bounded.kubelet_port), path, protocols=["portforward.k8s.io"], ssl_context=TLS
+    ) as client:
+        client.finish(client.open("error", headers=[("port", "80"), ("requestID", "0")]))  # no data stream
+        _, syn = spdy.ClientSession().open([("streamtype", "data")])
+        client.sock.setblocking(True)
+        client.sock.sendall(syn[:5])  # and half a frame, held open
+        client.sock.setblocking(False)
+        began = time.monotonic()
+        client.wait_eof(timeout=SHORT.stream_creation_timeout + 2)
+        assert time.monotonic() - began <= SHORT.stream_creation_timeout + 2
+
+
+def test_I7_a_port_forward_session_with_no_traffic_is_closed_after_the_idle_timeout(
+    bounded: Listeners, attached: str
+) -> None:
+    path = "/portForward/default/bounded-streams"
+    with SpdyClient.connect(
+        ("127.0.0.1", bounded.kubelet_port), path, protocols=["portforward.k8s.io"], ssl_context=TLS
+    ) as client:
+        headers = [("port", "1"), ("requestID", "0")]  # a port the fake refuses: the pair ends with its error
+        error = client.open("error", headers=headers)
+        client.finish(error)
+        data = client.open("data", headers=headers)
+        client.wait_closed([data, error])
+        assert client.received(error)  # the refusal, in words
+        quiet = time.monotonic()
+        client.wait_eof(timeout=SHORT.stream_idle_timeout + 10)
+        assert time.monotonic() - quiet >= SHORT.stream_idle_timeout * 0.9  # the idle clock, not set-up's
+
+
 def test_I7_limits_come_from_settings_and_flags_and_bad_ones_are_named() -> None:
     from nebula_site.process import listener_limits
 
