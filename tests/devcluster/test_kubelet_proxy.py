@@ -7,14 +7,14 @@ import os
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devcluster import DevCluster, tls
+from devcluster import DevCluster
+from tests.support import tlsserver
 from tests.support.factories import make_node, make_pod
 from tests.support.kubectl import KUBECTL_137
 from tests.support.raw import Raw
@@ -23,56 +23,38 @@ from tests.support.tls import read_head
 PODS = "/api/v1/namespaces/default/pods"
 
 
-class FakeKubelet:
+class FakeKubelet(tlsserver.Listener):
     """A one-thread TLS server: answers a chunked log, or 101 and then echoes every byte."""
 
     def __init__(self) -> None:
-        credentials = tls.make_credentials("127.0.0.1")
-        self.context = tls.server_context(credentials)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        super().__init__()
+        self.context = tlsserver.kubelet_context()
         self.requests: list[str] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
+    def handle(self, raw: socket.socket) -> None:
+        with self.context.wrap_socket(raw, server_side=True) as conn:
+            got = read_head(conn, 4096)
+            if got is None:
                 return
-            with self.context.wrap_socket(raw, server_side=True) as conn:
-                got = read_head(conn, 4096)
-                if got is None:
-                    continue
-                head, rest = got
-                self.requests.append(head.decode())
-                if b"upgrade: spdy/3.1" in head.lower():
-                    conn.sendall(
-                        b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n"
-                    )
-                    if rest:
-                        conn.sendall(rest)
-                    while data := conn.recv(4096):
-                        conn.sendall(data)
-                else:
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-                    for line in (b"line1\n", b"line2\n"):
-                        conn.sendall(b"%x\r\n%s\r\n" % (len(line), line))
-                    conn.sendall(b"0\r\n\r\n")
-
-    def close(self) -> None:
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept()
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(timeout=10)
+            head, rest = got
+            self.requests.append(head.decode())
+            if b"upgrade: spdy/3.1" in head.lower():
+                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
+                if rest:
+                    conn.sendall(rest)
+                while data := conn.recv(4096):
+                    conn.sendall(data)
+            else:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+                for line in (b"line1\n", b"line2\n"):
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(line), line))
+                conn.sendall(b"0\r\n\r\n")
 
 
 @pytest.fixture
 def kubelet() -> Iterator[FakeKubelet]:
     server = FakeKubelet()
-    server.thread.start()
+    server.start()
     try:
         yield server
     finally:

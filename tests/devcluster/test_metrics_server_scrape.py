@@ -6,45 +6,32 @@ from __future__ import annotations
 
 import socket
 import ssl
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from devcluster import tls
 from devcluster.metricsscrape import MAX_SCRAPE_BYTES, fetch_resource_metrics
+from tests.support import tlsserver
 
 BODY = b"node_cpu_usage_seconds_total 1 1000\n"
 
 
-class Kubelet:
+class Kubelet(tlsserver.Listener):
     """Answers every connection with `answer` (then closes), over TLS."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.answer = b""
-        self.context = tls.server_context(tls.make_credentials("127.0.0.1"))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.context = tlsserver.kubelet_context()
+        self.start()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            try:
-                with self.context.wrap_socket(raw, server_side=True) as conn:
-                    conn.recv(65536)
-                    conn.sendall(self.answer)
-            except (OSError, ssl.SSLError):
-                pass
-
-    def close(self) -> None:
-        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accept (close alone does not, on Linux)
-        self.listener.close()
-        self.thread.join(10)
+    def handle(self, raw: socket.socket) -> None:
+        try:
+            with self.context.wrap_socket(raw, server_side=True) as conn:
+                conn.recv(65536)
+                conn.sendall(self.answer)
+        except (OSError, ssl.SSLError):
+            pass
 
 
 @pytest.fixture

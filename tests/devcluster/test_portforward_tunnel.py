@@ -12,14 +12,14 @@ import os
 import socket
 import struct
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devcluster import DevCluster, tls, tunnel
+from devcluster import DevCluster, tunnel
+from tests.support import tlsserver
 from tests.support.factories import make_node, make_pod
 from tests.support.kubectl import KUBECTL_137, KUBECTL_IMAGE
 from tests.support.polling import wait_for
@@ -29,27 +29,18 @@ from tests.support.tls import read_head
 PODS = "/api/v1/namespaces/default/pods"
 
 
-class SpdyKubelet:
+class SpdyKubelet(tlsserver.Listener):
     """A TLS stand-in kubelet: records each request head; answers an upgrade with 101 (or
     with `refusal`, if set) and then echoes every byte."""
 
     def __init__(self) -> None:
-        self.context = tls.server_context(tls.make_credentials("127.0.0.1"))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
+        super().__init__(per_connection=True)
+        self.context = tlsserver.kubelet_context()
         self.heads: list[str] = []
         self.refusal: bytes | None = None
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.start()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(raw,), daemon=True).start()
-
-    def _one(self, raw: socket.socket) -> None:
+    def handle(self, raw: socket.socket) -> None:
         with self.context.wrap_socket(raw, server_side=True) as conn:
             got = read_head(conn, 4096)
             if got is None:
@@ -68,9 +59,6 @@ class SpdyKubelet:
                     conn.sendall(data)
             except OSError:
                 pass
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 @pytest.fixture
