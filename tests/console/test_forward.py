@@ -22,41 +22,34 @@ from console import leaderpeer
 from console.forward import FORWARDED_HEADER, Forwarder
 from console.leaderpeer import HeldHere, NoLeader, Peer
 from kube import names
+from tests.support import tlsserver
 from tests.support.polling import wait_for
 from tests.support.tls import read_head, self_signed_server_context
 
 Headers = list[tuple[bytes, bytes]]
 
 
-class Leader:
+class Leader(tlsserver.Listener):
     """A leader's console stand-in on 127.0.0.1: TLS (or plain) on a free port; records every
     connection's bytes and answers each request with its own head and body as JSON, and two
     cookies."""
 
+    join_timeout = 5.0
+
     def __init__(self, directory: Path, *, tls: bool = True) -> None:
+        super().__init__(per_connection=True)
         self.context = self_signed_server_context(directory, "leader") if tls else None
         self.cert_der = ssl.PEM_cert_to_DER_cert((directory / "cert.pem").read_text()) if tls else b""
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
         self.connections: list[bytes] = []  # what each connection sent, once it closed
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
+        self.start()
 
     def peer(self, fingerprint: str | None = None) -> Peer:
         if self.context is None:
             return Peer(f"http://127.0.0.1:{self.port}")
         return Peer(f"https://127.0.0.1:{self.port}", fingerprint or leaderpeer.fingerprint_of(self.cert_der))
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(raw,), daemon=True).start()
-
-    def _answer(self, raw: socket.socket) -> None:
+    def handle(self, raw: socket.socket) -> None:
         received = b""
         try:
             conn = self.context.wrap_socket(raw, server_side=True) if self.context else raw
@@ -83,11 +76,6 @@ class Leader:
             pass  # the forwarder hung up after the handshake: what it sent is what counts
         with self._lock:
             self.connections.append(received)
-
-    def close(self) -> None:
-        self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
-        self.listener.close()
-        self._thread.join(5)
 
 
 @pytest.fixture

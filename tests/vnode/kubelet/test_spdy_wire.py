@@ -10,7 +10,6 @@ import os
 import socket
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -19,6 +18,7 @@ import pytest
 
 from devcluster import DevCluster, tls
 from kube.client import Kube, load_api_client, path_for
+from tests.support import tlsserver
 from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from vnode.kubelet import spdy
 
@@ -46,32 +46,27 @@ def status_for(exit_code: int) -> bytes:
     ).encode()
 
 
-class ScriptedKubelet:
+class ScriptedKubelet(tlsserver.Listener):
     """Serves one connection at a time on its own thread: SPDY upgrade, then `cat`."""
 
+    join_timeout = 30.0
+
     def __init__(self, context: ssl.SSLContext | None) -> None:
+        super().__init__()
         self.context = context
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.listener.getsockname()[1]
         self.requests: list[str] = []
         self.errors: list[BaseException] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
+        self.start()
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                raw, _ = self.listener.accept()
-            except OSError:
-                return
-            raw.settimeout(20)
-            try:
-                conn = self.context.wrap_socket(raw, server_side=True) if self.context else raw
-                with conn:
-                    self._handle(conn)
-            except (OSError, spdy.ProtocolError) as exc:
-                self.errors.append(exc)
-                raw.close()
+    def handle(self, raw: socket.socket) -> None:
+        raw.settimeout(20)
+        try:
+            conn = self.context.wrap_socket(raw, server_side=True) if self.context else raw
+            with conn:
+                self._handle(conn)
+        except (OSError, spdy.ProtocolError) as exc:
+            self.errors.append(exc)
+            raw.close()
 
     def _handle(self, conn: socket.socket) -> None:
         buffer = b""
@@ -141,14 +136,6 @@ class ScriptedKubelet:
             if kind in streams:
                 out += session.finish(streams[kind])
         return out + session.goaway()
-
-    def close(self) -> None:
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.listener.close()
-        self.thread.join(timeout=30)
 
 
 @pytest.fixture(scope="module")
