@@ -18,37 +18,21 @@ from tests.support import tlsserver
 from tests.support.factories import make_node, make_pod
 from tests.support.kubectl import KUBECTL_137
 from tests.support.raw import Raw
-from tests.support.tls import read_head
 
 PODS = "/api/v1/namespaces/default/pods"
 
 
-class FakeKubelet(tlsserver.Listener):
+class FakeKubelet(tlsserver.StandInKubelet):
     """A one-thread TLS server: answers a chunked log, or 101 and then echoes every byte."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.context = tlsserver.kubelet_context()
-        self.requests: list[str] = []
-
-    def handle(self, raw: socket.socket) -> None:
-        with self.context.wrap_socket(raw, server_side=True) as conn:
-            got = read_head(conn, 4096)
-            if got is None:
-                return
-            head, rest = got
-            self.requests.append(head.decode())
-            if b"upgrade: spdy/3.1" in head.lower():
-                conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n\r\n")
-                if rest:
-                    conn.sendall(rest)
-                while data := conn.recv(4096):
-                    conn.sendall(data)
-            else:
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
-                for line in (b"line1\n", b"line2\n"):
-                    conn.sendall(b"%x\r\n%s\r\n" % (len(line), line))
-                conn.sendall(b"0\r\n\r\n")
+    def answer(self, conn: ssl.SSLSocket, head: bytes, rest: bytes) -> None:
+        if b"upgrade: spdy/3.1" in head.lower():
+            tlsserver.upgrade_and_echo(conn, rest)
+            return
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for line in (b"line1\n", b"line2\n"):
+            conn.sendall(b"%x\r\n%s\r\n" % (len(line), line))
+        conn.sendall(b"0\r\n\r\n")
 
 
 @pytest.fixture
@@ -74,7 +58,7 @@ def test_logs_are_proxied_to_the_rewritten_kubelet_path_and_streamed(raw: Raw, k
     _setup(raw, kubelet.port)
     status, headers, body = raw.request("GET", f"{PODS}/p1/log?tailLines=2&timestamps=true")
     assert (status, body) == (200, b"line1\nline2\n")
-    request_line = kubelet.requests[0].split("\r\n")[0]
+    request_line = kubelet.heads[0].split("\r\n")[0]
     assert request_line.startswith("GET /containerLogs/default/p1/main?")
     assert "tailLines=2" in request_line and "timestamps=true" in request_line
 
@@ -100,7 +84,7 @@ def test_an_exec_upgrade_is_pumped_byte_for_byte(raw: Raw, kubelet: FakeKubelet)
         while len(echoed) < len(payload):
             echoed += sock.recv(4096)
         assert echoed == payload
-    request_line = kubelet.requests[0].split("\r\n")[0]
+    request_line = kubelet.heads[0].split("\r\n")[0]
     assert request_line.startswith("POST /exec/default/p1/main?command=echo&command=hi")
     assert "output=1" in request_line
 
@@ -146,7 +130,7 @@ def test_logs_dial_the_hostname_first_and_fail_like_kube_apiserver_when_it_resol
     url = f"https://nebula-n1.invalid:{kubelet.port}/containerLogs/default/p1/main"
     assert (status, body["reason"]) == (500, "")
     assert body["message"] == f'Get "{url}": dial tcp: lookup nebula-n1.invalid: no such host'
-    assert kubelet.requests == []
+    assert kubelet.heads == []
 
 
 def test_logs_dial_the_internal_ip_when_it_is_the_best_type_the_node_has(raw: Raw, kubelet: FakeKubelet) -> None:

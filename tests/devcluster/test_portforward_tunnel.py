@@ -10,6 +10,7 @@ import base64
 import io
 import os
 import socket
+import ssl
 import struct
 import subprocess
 from collections.abc import Iterator
@@ -29,36 +30,20 @@ from tests.support.tls import read_head
 PODS = "/api/v1/namespaces/default/pods"
 
 
-class SpdyKubelet(tlsserver.Listener):
+class SpdyKubelet(tlsserver.StandInKubelet):
     """A TLS stand-in kubelet: records each request head; answers an upgrade with 101 (or
     with `refusal`, if set) and then echoes every byte."""
 
     def __init__(self) -> None:
         super().__init__(per_connection=True)
-        self.context = tlsserver.kubelet_context()
-        self.heads: list[str] = []
         self.refusal: bytes | None = None
         self.start()
 
-    def handle(self, raw: socket.socket) -> None:
-        with self.context.wrap_socket(raw, server_side=True) as conn:
-            got = read_head(conn, 4096)
-            if got is None:
-                return
-            head, rest = got
-            self.heads.append(head.decode())
-            if self.refusal is not None:
-                conn.sendall(self.refusal)
-                return
-            conn.sendall(
-                b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n"
-                b"X-Stream-Protocol-Version: portforward.k8s.io\r\n\r\n" + rest
-            )
-            try:
-                while data := conn.recv(65536):
-                    conn.sendall(data)
-            except OSError:
-                pass
+    def answer(self, conn: ssl.SSLSocket, head: bytes, rest: bytes) -> None:
+        if self.refusal is not None:
+            conn.sendall(self.refusal)
+            return
+        tlsserver.upgrade_and_echo(conn, rest, protocol="portforward.k8s.io")
 
 
 @pytest.fixture

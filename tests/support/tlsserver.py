@@ -1,8 +1,8 @@
-"""Throwaway raw listeners for tests: a TCP socket on 127.0.0.1 with a free port whose accept
-loop runs on a daemon thread and hands each connection to the subclass's `handle`, and the
-TLS context a stand-in kubelet serves with. Used by the devcluster kubelet-proxy, port-forward
-and metrics-server tests, the SPDY wire tests and the console forwarder tests. It never
-speaks a protocol itself: what a connection gets is the subclass's business.
+"""Throwaway raw listeners for tests: a TCP socket on 127.0.0.1 at a free port whose accept
+loop runs on a daemon thread and hands each connection to the subclass's `handle`; on it a
+stand-in kubelet (TLS, each request head recorded) and the SPDY upgrade that echoes. Used by
+the devcluster kubelet-proxy, port-forward and metrics-server tests, the SPDY wire tests and
+the console forwarder tests; what a request gets beyond that is each test's own business.
 
 Tests: tests/devcluster/test_kubelet_proxy.py, tests/devcluster/test_portforward_tunnel.py,
 tests/devcluster/test_metrics_server_scrape.py, tests/vnode/kubelet/test_spdy_wire.py,
@@ -16,6 +16,7 @@ import ssl
 import threading
 
 from devcluster import tls
+from tests.support.tls import read_head
 
 
 def kubelet_context() -> ssl.SSLContext:
@@ -62,3 +63,40 @@ class Listener:
         self.listener.close()
         if self.thread.is_alive():
             self.thread.join(self.join_timeout)
+
+
+class StandInKubelet(Listener):
+    """A kubelet stand-in over TLS (`kubelet_context`): reads each request's head, records it
+    in `heads` (decoded, without its blank line) and lets the subclass's `answer` reply; a
+    connection closed before a whole head gets no answer."""
+
+    def __init__(self, *, per_connection: bool = False) -> None:
+        super().__init__(per_connection=per_connection)
+        self.context = kubelet_context()
+        self.heads: list[str] = []
+
+    def handle(self, raw: socket.socket) -> None:
+        with self.context.wrap_socket(raw, server_side=True) as conn:
+            got = read_head(conn, 4096)
+            if got is None:
+                return
+            head, rest = got
+            self.heads.append(head.decode())
+            self.answer(conn, head, rest)
+
+    def answer(self, conn: ssl.SSLSocket, head: bytes, rest: bytes) -> None:
+        """Replies to one request; `rest` is what the client sent after the head."""
+        raise NotImplementedError
+
+
+def upgrade_and_echo(conn: ssl.SSLSocket, rest: bytes, *, protocol: str | None = None) -> None:
+    """Accepts a SPDY upgrade with 101 (naming `protocol` as X-Stream-Protocol-Version, if
+    given), then echoes `rest` and every byte after it until the client closes."""
+    chosen = f"X-Stream-Protocol-Version: {protocol}\r\n" if protocol else ""
+    head = f"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\n{chosen}\r\n"
+    conn.sendall(head.encode() + rest)
+    try:
+        while data := conn.recv(65536):
+            conn.sendall(data)
+    except OSError:
+        pass  # the client hung up mid-echo: nothing is left to answer
