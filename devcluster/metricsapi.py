@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from devcluster import selectors
-from devcluster.errors import ApiError
+from devcluster.errors import not_found
 from devcluster.metricsscrape import MetricsStore, Usage
 from devcluster.registry import ResourceType
 from devcluster.store import Store
@@ -50,9 +50,7 @@ def handle(
         item = build(found[0], metrics, now) if found else None
         if item is None:
             kind = "nodemetrics" if rt.plural == "nodes" else "podmetrics"
-            raise ApiError(
-                404, f'{kind}.{GROUP} "{name}" not found', reason="NotFound", name=name, kind=kind, group=GROUP
-            )
+            raise not_found(kind, name, group=GROUP)
         return item
     items = [item for o in objects if label.matches(o) and (item := build(o, metrics, now)) is not None]
     items.sort(key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"]))
@@ -73,14 +71,7 @@ def _node_metrics(node: Mapping[str, Any], metrics: MetricsStore, now: str) -> d
     usage = metrics.node(str(node["metadata"]["name"]))
     if usage is None:
         return None
-    return {
-        "kind": "NodeMetrics",
-        "apiVersion": API_VERSION,
-        "metadata": _metadata(node, now, namespaced=False),
-        "timestamp": _rfc3339(usage.timestamp),
-        "window": _duration(usage.window),
-        "usage": _resources(usage),
-    }
+    return {**_envelope("NodeMetrics", node, now, usage, namespaced=False), "usage": _resources(usage)}
 
 
 def _pod_metrics(pod: Mapping[str, Any], metrics: MetricsStore, now: str) -> dict[str, Any] | None:
@@ -90,12 +81,19 @@ def _pod_metrics(pod: Mapping[str, Any], metrics: MetricsStore, now: str) -> dic
         return None
     first = max(containers.values(), key=lambda u: u.timestamp)
     return {
-        "kind": "PodMetrics",
-        "apiVersion": API_VERSION,
-        "metadata": _metadata(pod, now, namespaced=True),
-        "timestamp": _rfc3339(first.timestamp),
-        "window": _duration(first.window),
+        **_envelope("PodMetrics", pod, now, first, namespaced=True),
         "containers": [{"name": name, "usage": _resources(u)} for name, u in sorted(containers.items())],
+    }
+
+
+def _envelope(kind: str, obj: Mapping[str, Any], now: str, usage: Usage, *, namespaced: bool) -> dict[str, Any]:
+    """What NodeMetrics and PodMetrics share: kind, apiVersion, metadata, and the sample's time and window."""
+    return {
+        "kind": kind,
+        "apiVersion": API_VERSION,
+        "metadata": _metadata(obj, now, namespaced=namespaced),
+        "timestamp": _rfc3339(usage.timestamp),
+        "window": _duration(usage.window),
     }
 
 

@@ -14,7 +14,7 @@ import socket
 import ssl
 import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
@@ -506,41 +506,63 @@ def _shutdown(sock: socket.socket, how: int) -> None:
 
 
 def _pump(client: ClientConnection, upstream: _Upstream, *, linger: float) -> None:
-    """Copy both directions until both have ended, each end's EOF passed on as a half-close.
-
-    Once one direction has ended the other gets `linger` seconds to finish before both
-    sockets are shut down, so a peer that never closes cannot hold the thread forever.
-    """
-    finished = threading.Semaphore(0)
+    """Copy both directions until both have ended, each end's EOF passed on as a half-close."""
 
     def client_to_upstream() -> None:
         try:
             while data := client.rfile.read1(_READ_SIZE):
                 upstream.stream.sendall(data)
-        except (OSError, ValueError):
-            pass
         finally:
             upstream.stream.close_write()
-            finished.release()
 
     def upstream_to_client() -> None:
         try:
-            data = upstream.take_buffered()
-            while True:
-                if data:
-                    _write(client, data)
-                data = upstream.stream.recv(_READ_SIZE)
-                if not data:
-                    break
+            _copy_down(upstream, lambda data: _write(client, data))
+        finally:
+            _shutdown(client.sock, socket.SHUT_WR)
+
+    _both_ways(client, upstream, client_to_upstream, upstream_to_client, linger=linger, name="kubelet-proxy")
+
+
+def _copy_down(upstream: _Upstream, send: Callable[[bytes], None]) -> None:
+    """Hand the kubelet's bytes (what the head parser buffered first) to `send` until its EOF."""
+    data = upstream.take_buffered()
+    while True:
+        if data:
+            send(data)
+        data = upstream.stream.recv(_READ_SIZE)
+        if not data:
+            return
+
+
+def _both_ways(
+    client: ClientConnection,
+    upstream: _Upstream,
+    up: Callable[[], None],
+    down: Callable[[], None],
+    *,
+    linger: float,
+    name: str,
+) -> None:
+    """Run the `up` and `down` copiers in threads `{name}-up`/`{name}-down` until both end.
+
+    A copier ends on EOF or on an OSError/ValueError (swallowed: the connection is gone).
+    Once one has ended the other gets `linger` seconds to finish before both sockets are
+    shut down, so a peer that never closes cannot hold the thread forever.
+    """
+    finished = threading.Semaphore(0)
+
+    def run(copy: Callable[[], None]) -> None:
+        try:
+            copy()
         except (OSError, ValueError):
             pass
         finally:
-            _shutdown(client.sock, socket.SHUT_WR)
             finished.release()
 
     threads = [
-        threading.Thread(target=client_to_upstream, name="kubelet-proxy-up", daemon=True),
-        threading.Thread(target=upstream_to_client, name="kubelet-proxy-down", daemon=True),
+        threading.Thread(target=run, args=(up,), name=f"{name}-up", daemon=True),
+        threading.Thread(target=run, args=(down,), name=f"{name}-down", daemon=True),
     ]
     for thread in threads:
         thread.start()

@@ -155,7 +155,6 @@ def _relay(client: proxy.ClientConnection, upstream: proxy._Upstream, *, linger:
     directions end: the client's Close half-closes the kubelet connection, the kubelet's
     EOF becomes our Close. Pings are answered; a text message is a protocol error (1003)."""
     lock = threading.Lock()
-    finished = threading.Semaphore(0)
     closed = threading.Event()  # we sent our Close frame
 
     def send(opcode: int, payload: bytes) -> None:
@@ -180,37 +179,12 @@ def _relay(client: proxy.ClientConnection, upstream: proxy._Upstream, *, linger:
                     raise FrameError(1003, "the tunnel carries binary messages only")
         except FrameError as exc:
             send(CLOSE, struct.pack("!H", exc.code) + str(exc).encode()[:120])
-        except (OSError, ValueError):
-            pass
         finally:
             upstream.stream.close_write()
-            finished.release()
 
     def upstream_to_client() -> None:
-        try:
-            data = upstream.take_buffered()
-            while True:
-                if data:
-                    send(BINARY, data)
-                data = upstream.stream.recv(proxy._READ_SIZE)
-                if not data:
-                    break
-            send(CLOSE, struct.pack("!H", 1000))
-        except (OSError, ValueError):
-            pass
-        finally:
-            finished.release()
+        proxy._copy_down(upstream, lambda data: send(BINARY, data))
+        send(CLOSE, struct.pack("!H", 1000))
 
-    threads = [
-        threading.Thread(target=client_to_upstream, name="kubelet-tunnel-up", daemon=True),
-        threading.Thread(target=upstream_to_client, name="kubelet-tunnel-down", daemon=True),
-    ]
-    for thread in threads:
-        thread.start()
-    finished.acquire()
-    if not finished.acquire(timeout=linger):
-        proxy._shutdown(client.sock, socket.SHUT_RDWR)
-        proxy._shutdown(upstream.stream.raw, socket.SHUT_RDWR)
+    proxy._both_ways(client, upstream, client_to_upstream, upstream_to_client, linger=linger, name="kubelet-tunnel")
     proxy._shutdown(client.sock, socket.SHUT_WR)
-    for thread in threads:
-        thread.join()

@@ -54,6 +54,7 @@ from providers.base import (
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.owner import Owner
 from providers.shape import VOLUME_KINDS, Shapes
+from providers.ssh import SshTarget
 from providers.ssh import usage as ssh_usage
 from providers.usage import Reading, UsageSampler, instance_usage
 
@@ -309,14 +310,7 @@ class AwsProvider:
             raise NotSupported("exec needs a command")
         _, data = self._owned(instance_id)
         where = remote.reach(data, container)
-        if status.state_of(data) != "running":
-            raise NotFound(f"instance {instance_id} is not running")
-        endpoint = status.endpoint_of(data)
-        if not self._options.ssh or not endpoint:
-            raise NotSupported(
-                f"instance {instance_id} has no SSH endpoint (the aws option 'ssh' is off, or no address)"
-            )
-        target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
+        target = self._running_target(instance_id, data)
         argv = remote.exec_argv(command, tty=tty, stdin=stdin, docker_name=where.docker_name)
         return ssh.start_process(target, argv, tty=tty, stdin=stdin)
 
@@ -324,6 +318,11 @@ class AwsProvider:
         """A `direct-tcpip` channel over SSH to 127.0.0.1:port on the VM, where the Pod's
         containers listen (they share the host's network)."""
         _, data = self._owned(instance_id)
+        return ssh.open_forward(self._running_target(instance_id, data), port)
+
+    def _running_target(self, instance_id: InstanceId, data: dict[str, Any]) -> SshTarget:
+        """Where to log in to a running instance, for exec and port-forward. NotFound: not
+        running; NotSupported: no SSH endpoint (the `ssh` option off, or no address)."""
         if status.state_of(data) != "running":
             raise NotFound(f"instance {instance_id} is not running")
         endpoint = status.endpoint_of(data)
@@ -331,7 +330,7 @@ class AwsProvider:
             raise NotSupported(
                 f"instance {instance_id} has no SSH endpoint (the aws option 'ssh' is off, or no address)"
             )
-        return ssh.open_forward(remote.ssh_target(data, endpoint, self._options, self._operator.get()), port)
+        return remote.ssh_target(data, endpoint, self._options, self._operator.get())
 
     def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
         """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
