@@ -16,6 +16,7 @@ The only part of vnode that may import Daphne, Twisted and Channels. Map of the 
 - `spdyexec`   that session over SPDY/3.1 (`spdy` sessions and `spdyframes` codec underneath)
 - `wsexec`     that session over websocket: a Channels consumer
 - `portforward` port-forward over SPDY/3.1; `portforward_pair` one forwarded connection's threads
+- `spdyconn`   the SPDY connection plumbing `spdyexec` and `portforward` share (producer, clocks, close)
 
 Provider calls block, so they run on threads, never on the reactor. Nothing here imports
 Django: the console application is handed in by the caller.

@@ -1,4 +1,4 @@
-"""Port-forward over SPDY/3.1 (`portforward.k8s.io`): a Twisted protocol around `spdy.ServerSession`.
+"""Port-forward over SPDY/3.1 (`portforward.k8s.io`): a `spdyconn.SpdyConnection` around the session.
 
 Installed on the connection by `upgrade.KubeletRequest` after the 101. Per forwarded
 connection the client opens an error and a data stream with headers `streamType`, `port`
@@ -13,27 +13,20 @@ Tests: tests/vnode/kubelet/test_port_forward.py.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable
 from typing import Any
-
-from twisted.internet.protocol import Protocol
 
 from vnode.kubelet import spdy, spdyframes
 from vnode.kubelet.loop import reactor
 from vnode.kubelet.portforward_pair import Dialer, StreamPair
 from vnode.kubelet.problems import Problem
-from vnode.kubelet.streamtimers import IDLE_TIMEOUT, StreamTimers
+from vnode.kubelet.spdyconn import SpdyConnection
+from vnode.kubelet.streamtimers import IDLE_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
 PROTOCOL = "portforward.k8s.io"
 CREATION_TIMEOUT = 30.0  # seconds: the first pair's set-up, and each pair's second stream (the kubelet's)
-MAX_FRAME = 1 << 20  # I7: kubectl writes at most 32 KiB per frame
-MAX_HEADER_BLOCK = 64 << 10
 MAX_PAIRS = 128  # I7: forwarded connections open at once on one session; more are refused
-IN_FLIGHT = 16  # output chunks (each up to 128 KiB) handed to the reactor and not yet written
-DATA_FRAME = 32 * 1024
 INPUT_HIGH = 4 << 20  # client bytes queued for providers: above this, stop reading the client
 INPUT_LOW = 1 << 20
 
@@ -70,10 +63,12 @@ def parse_port(text: str) -> int | None:
     return int(text)
 
 
-class SpdyPortForwardProtocol(Protocol):
-    """One upgraded connection: any number of forwarded connections to one Pod."""
+class SpdyPortForwardProtocol(SpdyConnection):
+    """One upgraded connection: any number of forwarded connections to one Pod. Output
+    chunks in flight (`spdyconn.IN_FLIGHT`) are each up to `portforward_pair.READ_SIZE`."""
 
-    transport: Any
+    log = logger
+    log_label = "SPDY port-forward"
 
     def __init__(
         self,
@@ -84,55 +79,19 @@ class SpdyPortForwardProtocol(Protocol):
         creation_timeout: float = CREATION_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
-        self._session = spdy.ServerSession(
-            max_frame_size=MAX_FRAME,
-            max_header_block=MAX_HEADER_BLOCK,
-            max_streams=2 * MAX_PAIRS,
-            max_data_payload=DATA_FRAME,
-        )
+        # I7: the session closes if no pair is set up in time, or after idle_timeout without traffic.
+        super().__init__(max_streams=2 * MAX_PAIRS, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
         self._dial = dial
         self._pod = pod
         self._name = name
         self._pairs: dict[str, StreamPair] = {}
         self._by_stream: dict[int, StreamPair] = {}
         self._timers: dict[str, Any] = {}
-        self._closed = False
-        self._writable = threading.Event()
-        self._writable.set()
-        self._gone = threading.Event()
-        self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
         self._queued = 0  # client bytes handed to pairs and not yet written (reactor only)
         self._paused = False
         self._creation_timeout = creation_timeout
-        # I7: the session closes if no pair is set up in time, or after idle_timeout without traffic.
-        self._clocks = StreamTimers(self._timed_out, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
-        self.on_closed: Callable[[], object] | None = None  # the server's bookkeeping
 
-    # -- Twisted ------------------------------------------------------------------------------
-    def connectionMade(self) -> None:
-        self.transport.registerProducer(self, True)
-        self._clocks.start()
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._closed:
-            return
-        self._clocks.activity()
-        try:
-            events = self._session.receive(data)
-        except spdy.ProtocolError as exc:
-            logger.info("SPDY port-forward session ended: %s", exc)
-            self._write(self._session.goaway(1))
-            self._close()
-            return
-        for event in events:
-            self._on_event(event)
-        self._write(self._session.data_to_send())
-
-    def connectionLost(self, reason: Any = None) -> None:
-        self._closed = True
-        self._clocks.stop()
-        self._gone.set()
-        self._writable.set()
+    def _release(self) -> None:
         for timer in self._timers.values():
             if timer.active():
                 timer.cancel()
@@ -141,40 +100,24 @@ class SpdyPortForwardProtocol(Protocol):
             pair.client_reset()
         self._pairs.clear()
         self._by_stream.clear()
-        if self.on_closed is not None:
-            self.on_closed()
-
-    def pauseProducing(self) -> None:
-        self._writable.clear()
-
-    def resumeProducing(self) -> None:
-        self._writable.set()
-
-    def stopProducing(self) -> None:
-        self._gone.set()
-        self._writable.set()
 
     # -- SPDY events (on the reactor) ---------------------------------------------------------
-    def _on_event(self, event: spdy.Event) -> None:
-        if isinstance(event, spdy.StreamOpened):
-            self._on_stream(event)
-        elif isinstance(event, spdy.DataReceived):
-            pair = self._by_stream.get(event.stream_id)
-            if pair is None or pair.ended or event.stream_id != pair.data_id:
-                return  # the error stream carries nothing from the client
-            if event.data:
-                self._queued += len(event.data)
-                pair.client_data(event.data)
-                self._pause_input_if_full()
-            if event.fin:
-                pair.client_finished()
-        elif isinstance(event, spdy.StreamReset):
-            pair = self._by_stream.get(event.stream_id)
-            if pair is not None:
-                pair.client_reset()
-                self._end(pair, "")
-        elif isinstance(event, spdy.PingReceived):
-            self._write(self._session.ping(event.ping_id))
+    def _on_data(self, event: spdy.DataReceived) -> None:
+        pair = self._by_stream.get(event.stream_id)
+        if pair is None or pair.ended or event.stream_id != pair.data_id:
+            return  # the error stream carries nothing from the client
+        if event.data:
+            self._queued += len(event.data)
+            pair.client_data(event.data)
+            self._pause_input_if_full()
+        if event.fin:
+            pair.client_finished()
+
+    def _on_reset(self, event: spdy.StreamReset) -> None:
+        pair = self._by_stream.get(event.stream_id)
+        if pair is not None:
+            pair.client_reset()
+            self._end(pair, "")
 
     def _on_stream(self, event: spdy.StreamOpened) -> None:
         self._write(self._session.reply(event.stream_id))  # at once: the client waits for it
@@ -214,14 +157,7 @@ class SpdyPortForwardProtocol(Protocol):
 
     # -- PairOutlet (from pair threads) -------------------------------------------------------
     def send(self, stream_id: int, data: bytes) -> bool:
-        while not self._gone.is_set():
-            if self._writable.wait(0.5) and self._in_flight.acquire(timeout=0.5):
-                if self._gone.is_set():
-                    self._in_flight.release()
-                    return False
-                reactor.callFromThread(self._send_data, stream_id, data)
-                return True
-        return False
+        return self._queue_data(stream_id, data)
 
     def end_pair(self, pair: StreamPair, error: str) -> None:
         if not self._gone.is_set():
@@ -232,11 +168,6 @@ class SpdyPortForwardProtocol(Protocol):
             reactor.callFromThread(self._taken, size)
 
     # -- on the reactor -------------------------------------------------------------------
-    def _send_data(self, stream_id: int, data: bytes) -> None:
-        self._in_flight.release()
-        if not self._closed:
-            self._write(self._session.send_data(stream_id, data))
-
     def _taken(self, size: int) -> None:
         self._queued -= size
         if self._paused and self._queued <= INPUT_LOW and not self._closed:
@@ -272,14 +203,3 @@ class SpdyPortForwardProtocol(Protocol):
         timer = self._timers.pop(request_id, None)
         if timer is not None and timer.active():
             timer.cancel()
-
-    def _write(self, data: bytes) -> None:
-        if data and not self._closed:
-            self._clocks.activity()
-            self.transport.write(data)
-
-    def _close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.transport.unregisterProducer()  # TLS holds the close while a producer is registered
-            self.transport.loseConnection()

@@ -30,7 +30,7 @@ from vnode.kubelet import auth, certfiles, certs, limits, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
 from vnode.kubelet.flow import ResponseFlow
 from vnode.kubelet.resolve import HandlerRegistry
-from vnode.kubelet.spdyexec import SpdyExecProtocol
+from vnode.kubelet.spdyconn import SpdyConnection
 from vnode.kubelet.upgrade import CONSOLE, KUBELET, ListenerFactory
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class Listeners(Server):  # type: ignore[misc]
         self.console_optional = console_optional  # a default address in use: warn, serve no console
         self._apps: dict[str, Any] = {KUBELET: KubeletApp(registry), CONSOLE: console_app}
         self._ports: dict[str, Any] = {}
-        self._upgraded: set[SpdyExecProtocol] = set()
+        self._upgraded: set[SpdyConnection] = set()
         self._running = False
         self.kubelet_ca: certs.KeyPair | None = None
         self.console_ca: certs.KeyPair | None = None
@@ -229,7 +229,7 @@ class Listeners(Server):  # type: ignore[misc]
             return None
         return x509.load_pem_x509_certificate(self.console_cert_pem).fingerprint(hashes.SHA256()).hex()
 
-    def track_upgraded(self, protocol: SpdyExecProtocol) -> None:
+    def track_upgraded(self, protocol: SpdyConnection) -> None:
         """Called on the reactor by the request hook: an open SPDY session, ended by `stop`."""
         self._upgraded.add(protocol)
         protocol.on_closed = partial(self._upgraded.discard, protocol)

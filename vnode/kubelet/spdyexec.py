@@ -1,4 +1,4 @@
-"""The exec/attach session over SPDY/3.1: a Twisted protocol around `spdy.ServerSession`.
+"""The exec/attach session over SPDY/3.1: a `spdyconn.SpdyConnection` around `spdy.ServerSession`.
 
 Installed on the connection by `upgrade.KubeletRequest` right after the 101. Runs on the
 reactor: it replies to every SYN_STREAM at once, echoes pings, and starts the
@@ -11,27 +11,21 @@ Tests: tests/vnode/kubelet/test_spdy_wire.py.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
-
-from twisted.internet.protocol import Protocol
 
 from providers.base import Process
 from vnode.kubelet import spdy
 from vnode.kubelet.execparams import StreamRequest, has_resize, json_status
 from vnode.kubelet.loop import reactor
 from vnode.kubelet.remote import RemoteSession
-from vnode.kubelet.streamtimers import CREATION_TIMEOUT, IDLE_TIMEOUT, StreamTimers
+from vnode.kubelet.spdyconn import SpdyConnection
+from vnode.kubelet.streamtimers import CREATION_TIMEOUT, IDLE_TIMEOUT
 
 logger = logging.getLogger(__name__)
 
 CLOSE_LINGER = 5.0  # seconds we let the client close first, so the tail of stdout is not reset
-MAX_FRAME = 1 << 20  # I7: kubectl writes at most 32 KiB per frame
-MAX_HEADER_BLOCK = 64 << 10
 MAX_STREAMS = 8  # error, stdin, stdout, stderr, resize, and slack for races
-IN_FLIGHT = 16  # output chunks handed to the reactor and not yet written
-DATA_FRAME = 32 * 1024
 
 
 def expected_streams(request: StreamRequest, protocol: str) -> set[str]:
@@ -44,10 +38,10 @@ def expected_streams(request: StreamRequest, protocol: str) -> set[str]:
     return wanted
 
 
-class SpdyExecProtocol(Protocol):
+class SpdyExecProtocol(SpdyConnection):
     """One upgraded connection: one exec or attach."""
 
-    transport: Any  # a TCP or TLS transport (Twisted types it loosely as ITransport | None)
+    log = logger
 
     def __init__(
         self,
@@ -60,12 +54,7 @@ class SpdyExecProtocol(Protocol):
         creation_timeout: float = CREATION_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
     ) -> None:
-        self._session = spdy.ServerSession(
-            max_frame_size=MAX_FRAME,
-            max_header_block=MAX_HEADER_BLOCK,
-            max_streams=MAX_STREAMS,
-            max_data_payload=DATA_FRAME,  # kubectl's own frame size: safe for every client
-        )
+        super().__init__(max_streams=MAX_STREAMS, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
         self._request = request
         self._expected = expected_streams(request, protocol)
         self._ids: dict[str, int] = {}
@@ -74,75 +63,26 @@ class SpdyExecProtocol(Protocol):
             start_process, request, self, json_status=json_status(protocol), attach=attach, name=name
         )
         self._started = False
-        self._closed = False
         self._finished = False
-        self._writable = threading.Event()
-        self._writable.set()
-        self._gone = threading.Event()
-        self._in_flight = threading.BoundedSemaphore(IN_FLIGHT)
         self._timer: Any = None  # CLOSE_LINGER
-        self._clocks = StreamTimers(self._timed_out, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
-        self.on_closed: Callable[[], object] | None = None  # the server's bookkeeping
 
-    # -- Twisted ------------------------------------------------------------------------------
-    def connectionMade(self) -> None:
-        self.transport.registerProducer(self, True)
-        self._clocks.start()
-
-    def dataReceived(self, data: bytes) -> None:
-        if self._closed:
-            return
-        self._clocks.activity()
-        try:
-            events = self._session.receive(data)
-        except spdy.ProtocolError as exc:
-            logger.info("SPDY session ended: %s", exc)
-            self._write(self._session.goaway(1))
-            self._close()
-            return
-        for event in events:
-            self._on_event(event)
-        self._write(self._session.data_to_send())
-
-    def connectionLost(self, reason: Any = None) -> None:
-        self._closed = True
-        self._gone.set()
-        self._writable.set()
+    def _release(self) -> None:
         self._cancel_timer()
-        self._clocks.stop()
         self._remote.abort()
-        if self.on_closed is not None:
-            self.on_closed()
-
-    # IPushProducer: the transport's buffer filled up (pause) or drained (resume).
-    def pauseProducing(self) -> None:
-        self._writable.clear()
-
-    def resumeProducing(self) -> None:
-        self._writable.set()
-
-    def stopProducing(self) -> None:
-        self._gone.set()
-        self._writable.set()
 
     # -- SPDY events --------------------------------------------------------------------------
-    def _on_event(self, event: spdy.Event) -> None:
-        if isinstance(event, spdy.StreamOpened):
-            self._on_stream(event)
-        elif isinstance(event, spdy.DataReceived):
-            kind = self._types.get(event.stream_id)
-            if kind == "stdin":
-                self._remote.stdin(event.data)
-                if event.fin:
-                    self._remote.stdin_eof()
-            elif kind == "resize":
-                self._remote.resize(event.data)
-        elif isinstance(event, spdy.StreamReset):
-            if self._types.get(event.stream_id) == "stdin":
+    def _on_data(self, event: spdy.DataReceived) -> None:
+        kind = self._types.get(event.stream_id)
+        if kind == "stdin":
+            self._remote.stdin(event.data)
+            if event.fin:
                 self._remote.stdin_eof()
-        elif isinstance(event, spdy.PingReceived):
-            self._write(self._session.ping(event.ping_id))
-        # GoAwayReceived: the client opens nothing more; the session runs on until it ends.
+        elif kind == "resize":
+            self._remote.resize(event.data)
+
+    def _on_reset(self, event: spdy.StreamReset) -> None:
+        if self._types.get(event.stream_id) == "stdin":
+            self._remote.stdin_eof()
 
     def _on_stream(self, event: spdy.StreamOpened) -> None:
         kind = dict(event.headers).get("streamtype", "")
@@ -167,12 +107,8 @@ class SpdyExecProtocol(Protocol):
     # -- Outlet (called from session threads) ---------------------------------------------
     def write(self, stream: str, data: bytes) -> None:
         stream_id = self._ids.get(stream)
-        if stream_id is None:
-            return
-        while not self._gone.is_set():
-            if self._writable.wait(0.5) and self._in_flight.acquire(timeout=0.5):
-                reactor.callFromThread(self._send_data, stream_id, data)
-                return
+        if stream_id is not None:
+            self._queue_data(stream_id, data)
 
     def close_stream(self, stream: str) -> None:
         stream_id = self._ids.get(stream)
@@ -188,10 +124,6 @@ class SpdyExecProtocol(Protocol):
             reactor.callFromThread(self._pause_input, paused)
 
     # -- on the reactor -------------------------------------------------------------------
-    def _send_data(self, stream_id: int, data: bytes) -> None:
-        self._in_flight.release()
-        self._call(self._session.send_data, stream_id, data)
-
     def _call(self, method: Callable[..., bytes], *args: Any) -> None:
         if not self._closed:
             self._write(method(*args))
@@ -224,17 +156,9 @@ class SpdyExecProtocol(Protocol):
         self._write(self._session.goaway())
         self._timer = reactor.callLater(CLOSE_LINGER, self._close)
 
-    def _write(self, data: bytes) -> None:
-        if data and not self._closed:
-            self._clocks.activity()
-            self.transport.write(data)
-
     def _close(self) -> None:
         self._timer = None
-        if not self._closed:
-            self._closed = True
-            self.transport.unregisterProducer()  # TLS holds the close while a producer is registered
-            self.transport.loseConnection()
+        super()._close()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None and self._timer.active():
