@@ -120,6 +120,10 @@ class SpdyPortForwardProtocol(SpdyConnection):
             self._end(pair, "")
 
     def _on_stream(self, event: spdy.StreamOpened) -> None:
+        # Set up once a whole stream frame has come (a truncated one held open never is); from
+        # then on each pair has its own creation timeout and only idleness ends the session,
+        # as the kubelet's port-forward (its httpstream.go) keeps a connection whose pair timed out.
+        self._clocks.setup_complete()
         self._write(self._session.reply(event.stream_id))  # at once: the client waits for it
         kind, port_text, request_id = stream_fields(event.headers, event.stream_id)
         pair = self._pairs.get(request_id)
@@ -143,7 +147,6 @@ class SpdyPortForwardProtocol(SpdyConnection):
             return
         if pair.complete() and not pair.started:
             self._cancel_timer(request_id)
-            self._clocks.setup_complete()
             pair.start(self._dial, self, pod=self._pod, name=f"{self._name}-{pair.port}-{request_id}")
 
     def _timed_out(self, reason: str) -> None:

@@ -258,17 +258,16 @@ def test_I7_a_set_up_stream_with_no_traffic_is_closed_after_the_idle_timeout(bou
         assert time.monotonic() - quiet >= SHORT.stream_idle_timeout * 0.9  # the idle clock, not set-up's
 
 
-def test_I7_a_port_forward_session_without_a_complete_pair_is_closed_within_the_creation_timeout(
+def test_I7_a_port_forward_session_whose_first_frame_never_completes_is_closed_within_the_creation_timeout(
     bounded: Listeners, attached: str
 ) -> None:
     path = "/portForward/default/bounded-streams"
     with SpdyClient.connect(
         ("127.0.0.1", bounded.kubelet_port), path, protocols=["portforward.k8s.io"], ssl_context=TLS
     ) as client:
-        client.finish(client.open("error", headers=[("port", "80"), ("requestID", "0")]))  # no data stream
-        _, syn = spdy.ClientSession().open([("streamtype", "data")])
+        _, syn = spdy.ClientSession().open([("streamtype", "error"), ("port", "80"), ("requestid", "0")])
         client.sock.setblocking(True)
-        client.sock.sendall(syn[:5])  # and half a frame, held open
+        client.sock.sendall(syn[:5])  # eight bytes make a frame head: this never completes
         client.sock.setblocking(False)
         began = time.monotonic()
         client.wait_eof(timeout=SHORT.stream_creation_timeout + 2)

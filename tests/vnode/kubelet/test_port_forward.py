@@ -31,8 +31,9 @@ from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from tests.support.tls import https_get
 from vnode.handler import Handler
 from vnode.kubelet import portforward, spdyframes
+from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
-from vnode.kubelet.server import Listeners
+from vnode.kubelet.server import ListenerConfig, Listeners
 
 TLS = ssl._create_unverified_context()
 PROTOCOLS = ("portforward.k8s.io",)
@@ -222,12 +223,25 @@ def test_a_dropped_session_closes_every_remote_connection(server: Listeners, ech
         wait_for(lambda m=marker: f"eof after {len(m)}".encode() in logs(handler), 30, what="every remote's EOF")  # type: ignore[misc]
 
 
+@pytest.fixture(scope="module")
+def quick(registry: HandlerRegistry) -> Iterator[Listeners]:
+    """A kubelet listener whose stream-creation timeout is half a second."""
+    running = Listeners(
+        registry,
+        kubelet=ListenerConfig("127.0.0.1", 0),
+        node_ip="127.0.0.1",
+        bounds=Limits(stream_creation_timeout=0.5),
+    )
+    running.start()
+    yield running
+    running.stop()
+
+
 def test_a_pair_missing_its_data_stream_times_out_on_its_error_stream(
-    server: Listeners, echo: tuple[Handler, int], monkeypatch: pytest.MonkeyPatch
+    quick: Listeners, echo: tuple[Handler, int]
 ) -> None:
     _, port = echo
-    monkeypatch.setattr(portforward, "CREATION_TIMEOUT", 0.5)
-    with connect(server, protocols=PROTOCOLS) as client:
+    with connect(quick, protocols=PROTOCOLS) as client:
         error = client.open("error", headers=[("port", str(port)), ("requestID", "lonely")])
         client.finish(error)
         client.wait_closed([error], 30)
