@@ -11,12 +11,14 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 
-def check_exec_tty_resize(argv: Sequence[str], env: Mapping[str, str]) -> None:
-    """Run `argv` (a `kubectl exec -it ... -- sh`) on a 24x80 terminal: `stty size` must say
-    so, then say 40 120 after the terminal is resized; `exit` ends it with 0."""
+@contextmanager
+def on_a_terminal(argv: Sequence[str], env: Mapping[str, str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`argv` running on a new 24x80 pseudo-terminal: the master end and the process; on exit
+    a process still running is killed and the master is closed."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     session = subprocess.Popen(
@@ -24,17 +26,24 @@ def check_exec_tty_resize(argv: Sequence[str], env: Mapping[str, str]) -> None:
     )
     os.close(slave)
     try:
+        yield master, session
+    finally:
+        if session.poll() is None:
+            session.kill()
+            session.wait(timeout=30)
+        os.close(master)
+
+
+def check_exec_tty_resize(argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Run `argv` (a `kubectl exec -it ... -- sh`) on a 24x80 terminal: `stty size` must say
+    so, then say 40 120 after the terminal is resized; `exit` ends it with 0."""
+    with on_a_terminal(argv, env) as (master, session):
         assert b"24 80" in type_until(master, b"stty size\r", b"24 80", retry=True)
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         session.send_signal(signal.SIGWINCH)  # kubectl watches SIGWINCH and sends the new size
         assert b"40 120" in type_until(master, b"stty size\r", b"40 120", retry=True)
         os.write(master, b"exit 0\r")
         assert session.wait(timeout=30) == 0
-    finally:
-        if session.poll() is None:
-            session.kill()
-            session.wait(timeout=30)
-        os.close(master)
 
 
 def type_until(master: int, keys: bytes, expected: bytes, *, retry: bool = False, timeout: float = 30) -> bytes:

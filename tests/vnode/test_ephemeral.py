@@ -94,6 +94,17 @@ def state_of(ephemerals: Ephemerals, entry: Tracked, name: str = "dbg") -> str:
 SHELL = {"name": "dbg", "image": "busybox", "command": ["sh"], "stdin": True, "targetContainerName": "side"}
 
 
+def start_running(container: dict[str, Any]) -> tuple[ExecDouble, Ephemerals, Tracked]:
+    """A released executor double, its manager, and a Pod whose one ephemeral container is running."""
+    double = ExecDouble()
+    double.release.set()
+    ephemerals, _ = make_ephemerals(double)
+    entry = make_entry(container)
+    ephemerals.sync(entry)
+    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    return double, ephemerals, entry
+
+
 def test_status_goes_waiting_running_terminated_and_is_never_restarted() -> None:
     double = ExecDouble()
     ephemerals, changed = make_ephemerals(double)
@@ -192,12 +203,7 @@ def test_a_finished_pod_starts_no_ephemeral_container() -> None:
 
 
 def test_two_attachments_see_the_output_and_detaching_keeps_it_running() -> None:
-    double = ExecDouble()
-    double.release.set()
-    ephemerals, _ = make_ephemerals(double)
-    entry = make_entry(SHELL)
-    ephemerals.sync(entry)
-    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    _, ephemerals, entry = start_running(SHELL)
     first, second = ephemerals.attach(entry.key, "dbg"), ephemerals.attach(entry.key, "dbg")
     first.write_stdin(b"echo one\n")
     assert first.read_stdout() == b"one\n" and second.read_stdout() == b"one\n"
@@ -216,12 +222,7 @@ def test_two_attachments_see_the_output_and_detaching_keeps_it_running() -> None
 
 
 def test_the_pods_deletion_closes_its_ephemeral_processes() -> None:
-    double = ExecDouble()
-    double.release.set()
-    ephemerals, _ = make_ephemerals(double)
-    entry = make_entry(SHELL)
-    ephemerals.sync(entry)
-    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    double, ephemerals, entry = start_running(SHELL)
     [process] = double.started
     ephemerals.forget(entry.key)
     assert process.wait(10) is not None
@@ -229,12 +230,7 @@ def test_the_pods_deletion_closes_its_ephemeral_processes() -> None:
 
 
 def test_I10_a_terminal_pods_ephemeral_processes_are_killed() -> None:
-    double = ExecDouble()
-    double.release.set()
-    ephemerals, _ = make_ephemerals(double)
-    entry = make_entry(SHELL)
-    ephemerals.sync(entry)
-    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    double, ephemerals, entry = start_running(SHELL)
     [process] = double.started
     ephemerals.stop(entry.key)
     assert process.wait(10) is not None
@@ -254,12 +250,9 @@ def test_I9_fields_an_exec_cannot_honour_are_named_in_a_warning() -> None:
 
 
 def test_stdin_once_closes_the_containers_stdin_when_the_client_is_done() -> None:
-    double = ExecDouble()
-    double.release.set()
-    ephemerals, _ = make_ephemerals(double)
-    entry = make_entry({"name": "dbg", "image": "b", "command": ["cat"], "stdin": True, "stdinOnce": True})
-    ephemerals.sync(entry)
-    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    _, ephemerals, entry = start_running(
+        {"name": "dbg", "image": "b", "command": ["cat"], "stdin": True, "stdinOnce": True}
+    )
     attached = ephemerals.attach(entry.key, "dbg")
     attached.write_stdin(b"once\n")
     attached.close_stdin()
@@ -346,12 +339,7 @@ def test_a_pod_deleted_while_its_exec_starts_leaves_no_process() -> None:
     ],
 )
 def test_a_one_shot_log_read_is_the_kept_output_as_it_is_now(options: LogOptions, expected: bytes) -> None:
-    double = ExecDouble()
-    double.release.set()
-    ephemerals, _ = make_ephemerals(double)
-    entry = make_entry({"name": "dbg", "image": "b", "command": ["cat"], "stdin": True})
-    ephemerals.sync(entry)
-    wait_for(lambda: state_of(ephemerals, entry) == "running")
+    _, ephemerals, entry = start_running({"name": "dbg", "image": "b", "command": ["cat"], "stdin": True})
     attached = ephemerals.attach(entry.key, "dbg")
     attached.write_stdin(b"a\nb\nc")
     wait_for(lambda: ephemerals.logs(entry.key, "dbg", LogOptions()).read() == b"a\nb\nc")

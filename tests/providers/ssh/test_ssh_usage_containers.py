@@ -7,16 +7,15 @@ runs under bash in a temporary root with the fake `docker`, whose containers are
 
 from __future__ import annotations
 
-import signal
-import subprocess
 from pathlib import Path
 
 from providers.aws import containers, remote
 from providers.aws.userdata import CONTAINER
 from providers.ssh.usage import read_usage
-from tests.providers.aws.vm_script import pod_of, render, sh, temporary_vm
+from tests.providers.aws.vm_script import pod_of, sh, temporary_vm
 from tests.support.polling import wait_for
 from tests.support.sshd import Sshd
+from tests.support.vnode_rigs import user_data_running
 
 WAIT_FOR_STOP = 'until [ -e "$ORDER.stop" ]; do sleep 0.05; done'
 BURN = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo burned >> "$ORDER"; '
@@ -25,23 +24,13 @@ POD = pod_of(init=(), apps=(sh(BURN + WAIT_FOR_STOP, name="main"), sh(WAIT_FOR_S
 
 def test_each_container_of_a_vm_is_measured_by_its_docker_pid_over_ssh(sshd: Sshd, tmp_path: Path) -> None:
     with temporary_vm(tmp_path) as vm:
-        script = vm.start(render(vm, POD))
         data = {"Tags": [{"Key": k, "Value": v} for k, v in containers.roster_tags(containers.roster(POD)).items()]}
         roots = remote.usage_roots(data, docker=vm.docker_command())
-        try:
+        with user_data_running(vm, POD):
             wait_for(lambda: b"burned" in (vm.order.read_bytes() if vm.order.exists() else b""), 60)
             readings = wait_for(lambda: (r := read_usage(sshd.target(), roots)) and len(r) == 2 and r, 30)
             assert readings["main"].cpu_core_nanoseconds > 0  # the loop's CPU
             assert readings["main"].working_set_bytes > 0 and readings["side"].working_set_bytes > 0
-        finally:
-            Path(f"{vm.order}.stop").touch()
-            try:
-                script.wait(60)
-            except subprocess.TimeoutExpired:
-                script.send_signal(signal.SIGKILL)
-                script.wait(10)
-            assert script.stderr is not None
-            script.stderr.close()
         assert read_usage(sshd.target(), roots) == {}  # ended: docker inspect says 0
 
 

@@ -10,19 +10,16 @@ from collections.abc import Iterator
 import pytest
 
 from devcluster import DevCluster
-from kube.client import path_for
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
-from tests.support.fixtures import kube_for
 from tests.support.handlers import offline_handler
 from tests.support.kubectl import Rig
-from tests.support.pods import phase_of
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
 from tests.support.tls import https_get
+from tests.support.vnode_rigs import loopback_listeners, runner_with_pod
 from vnode.handler import Handler
 from vnode.kubelet.resolve import HandlerRegistry
-from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.kubelet.server import Listeners
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +29,8 @@ def registry() -> HandlerRegistry:
 
 @pytest.fixture(scope="module")
 def server(registry: HandlerRegistry) -> Iterator[Listeners]:
-    from nebula_site.asgi import application
-
-    running = Listeners(
-        registry,
-        kubelet=ListenerConfig("127.0.0.1", 0),
-        node_ip="127.0.0.1",
-        console=ListenerConfig("127.0.0.1", 0),
-        console_app=application,
-    )
-    running.start()
-    yield running
-    running.stop()
+    with loopback_listeners(registry) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +56,9 @@ def rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry, ser
     kubeconfig = str(folder / "kubeconfig")
     provider = LocalProvider("local", {"state_dir": str(folder / "state"), "grace_period": 1})
     with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05) as cluster:
-        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port, lease_renew_interval=0.5)
-        runner.start()
-        registry.add(runner.handler)
-        kube = kube_for(cluster)
         script = "i=0; while true; do i=$((i+1)); echo line $i; sleep 0.2; done"
-        kube.create(path_for("pods", namespace="default"), make_pod("talker", "local", command=("sh", "-c", script)))
-        wait_for(lambda: phase_of(kube, "talker") == "Running", 60)
-        logs = "/containerLogs/default/talker/main"
-        wait_for(lambda: https_get(server.kubelet_port, logs)[2].count(b"\n") >= 15, 60, 0.2)  # 3 s of backlog
-        try:
+        pod = make_pod("talker", "local", command=("sh", "-c", script))
+        with runner_with_pod(cluster, provider, registry, server.kubelet_port, pod) as (runner, _):
+            logs = "/containerLogs/default/talker/main"
+            wait_for(lambda: https_get(server.kubelet_port, logs)[2].count(b"\n") >= 15, 60, 0.2)  # 3 s of backlog
             yield Rig(cluster, server, runner, kubeconfig, "talker")
-        finally:
-            registry.remove(runner.handler)
-            runner.stop(timeout=10)
-            for instance in provider.list():
-                provider.terminate(instance.id)

@@ -5,13 +5,8 @@ and the kubelet listener; kubectl 1.20 gets the error a modern API server gives 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import struct
-import subprocess
-import termios
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +14,7 @@ import pytest
 
 from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
 from tests.support.polling import wait_for
-from tests.support.terminal import type_until
+from tests.support.terminal import on_a_terminal, type_until
 
 MODERN = {"kubectl-1.37": KUBECTL_137, "kubectl-image": KUBECTL_IMAGE}
 
@@ -81,22 +76,13 @@ def test_debug_i_runs_a_shell_whose_output_comes_back(client: str, websockets: b
 @pytest.mark.parametrize("client", list(MODERN))
 def test_debug_it_with_target_opens_a_shell_on_a_terminal(client: str, rig: Rig) -> None:
     name = f"tty-{client.replace('.', '')}"
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     env = dict(os.environ, KUBECONFIG=rig.kubeconfig, HOME=str(Path(rig.kubeconfig).parent))
     argv = [binary_for(client), "debug", "-it", rig.pod, "--image=busybox", "--target=main", f"-c={name}", "--", "sh"]
-    session = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True)
-    os.close(slave)
-    try:
+    with on_a_terminal(argv, env) as (master, session):
         assert b"77-ok" in type_until(master, b"echo $((7*11))-ok\r", b"77-ok", retry=True)
         assert b"24 80" in type_until(master, b"stty size\r", b"24 80", retry=True)
         os.write(master, b"exit 0\r")
         assert session.wait(timeout=30) == 0
-    finally:
-        if session.poll() is None:
-            session.kill()
-            session.wait(timeout=30)
-        os.close(master)
     ended = wait_for(lambda: terminated(rig, name), 30, 0.2)
     assert ended["exitCode"] == 0
     spec = next(c for c in pod_json(rig)["spec"]["ephemeralContainers"] if c["name"] == name)

@@ -24,14 +24,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from devcluster import DevCluster, csrsigner
-from kube.client import Kube, path_for
+from kube.client import Kube
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod
-from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
-from tests.support.pods import phase_of
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
+from tests.support.vnode_rigs import runner_with_pod
 from vnode.kubelet import certcsr
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
@@ -65,20 +63,12 @@ def csr_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CsrRig]:
         kubelet_signing_ca=(str(folder / "ca.crt"), str(folder / "ca.key")),
         kubelet_certificate_authority=str(folder / "ca.crt"),
     ) as cluster:
-        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port, lease_renew_interval=0.5)
-        runner.start()
-        registry.add(runner.handler)
-        kube = kube_for(cluster)
         script = "while true; do echo tick; sleep 0.2; done"
-        kube.create(path_for("pods", namespace="default"), make_pod("ticker", "local", command=("sh", "-c", script)))
-        wait_for(lambda: phase_of(kube, "ticker") == "Running", 60)
+        pod = make_pod("ticker", "local", command=("sh", "-c", script))
         try:
-            yield CsrRig(cluster, server, kube, kubeconfig, x509.load_pem_x509_certificate(signing.cert_pem))
+            with runner_with_pod(cluster, provider, registry, server.kubelet_port, pod) as (_, kube):
+                yield CsrRig(cluster, server, kube, kubeconfig, x509.load_pem_x509_certificate(signing.cert_pem))
         finally:
-            registry.remove(runner.handler)
-            runner.stop(timeout=10)
-            for instance in provider.list():
-                provider.terminate(instance.id)
             server.stop()
 
 

@@ -25,11 +25,12 @@ from tests.support.listener_process import ListenerProcess, raise_open_files
 from tests.support.polling import wait_for
 from tests.support.spdyclient import SpdyClient
 from tests.support.tls import https_get
+from tests.support.vnode_rigs import loopback_listeners
 from vnode.handler import Handler
 from vnode.kubelet import spdy
 from vnode.kubelet.limits import MIB, Limits
 from vnode.kubelet.resolve import HandlerRegistry
-from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.kubelet.server import Listeners
 
 TLS = ssl._create_unverified_context()
 BODY = 800 * MIB
@@ -46,19 +47,8 @@ def process() -> Iterator[ListenerProcess]:
 
 @pytest.fixture(scope="module")
 def bounded(registry: HandlerRegistry) -> Iterator[Listeners]:
-    from nebula_site.asgi import application
-
-    running = Listeners(
-        registry,
-        kubelet=ListenerConfig("127.0.0.1", 0),
-        node_ip="127.0.0.1",
-        console=ListenerConfig("127.0.0.1", 0),
-        console_app=application,
-        bounds=SHORT,
-    )
-    running.start()
-    yield running
-    running.stop()
+    with loopback_listeners(registry, SHORT) as running:
+        yield running
 
 
 def connect(port: int, *, tls: bool) -> socket.socket:
@@ -258,13 +248,18 @@ def test_I7_a_set_up_stream_with_no_traffic_is_closed_after_the_idle_timeout(bou
         assert time.monotonic() - quiet >= SHORT.stream_idle_timeout * 0.9  # the idle clock, not set-up's
 
 
+def port_forward(bounded: Listeners) -> SpdyClient:
+    """A port-forward session to the bounded listener's Pod, not yet carrying a stream pair."""
+    path = "/portForward/default/bounded-streams"
+    return SpdyClient.connect(
+        ("127.0.0.1", bounded.kubelet_port), path, protocols=["portforward.k8s.io"], ssl_context=TLS
+    )
+
+
 def test_I7_a_port_forward_session_whose_first_frame_never_completes_is_closed_within_the_creation_timeout(
     bounded: Listeners, attached: str
 ) -> None:
-    path = "/portForward/default/bounded-streams"
-    with SpdyClient.connect(
-        ("127.0.0.1", bounded.kubelet_port), path, protocols=["portforward.k8s.io"], ssl_context=TLS
-    ) as client:
+    with port_forward(bounded) as client:
         _, syn = spdy.ClientSession().open([("streamtype", "error"), ("port", "80"), ("requestid", "0")])
         client.sock.setblocking(True)
         client.sock.sendall(syn[:5])  # eight bytes make a frame head: this never completes
@@ -277,10 +272,7 @@ def test_I7_a_port_forward_session_whose_first_frame_never_completes_is_closed_w
 def test_I7_a_port_forward_session_with_no_traffic_is_closed_after_the_idle_timeout(
     bounded: Listeners, attached: str
 ) -> None:
-    path = "/portForward/default/bounded-streams"
-    with SpdyClient.connect(
-        ("127.0.0.1", bounded.kubelet_port), path, protocols=["portforward.k8s.io"], ssl_context=TLS
-    ) as client:
+    with port_forward(bounded) as client:
         headers = [("port", "1"), ("requestID", "0")]  # a port the fake refuses: the pair ends with its error
         error = client.open("error", headers=headers)
         client.finish(error)

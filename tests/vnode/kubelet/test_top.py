@@ -11,14 +11,11 @@ from collections.abc import Iterator
 import pytest
 
 from devcluster import DevCluster
-from kube.client import path_for
 from providers.local import LocalProvider
 from tests.support.factories import make_pod
-from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
-from tests.support.pods import phase_of
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
+from tests.support.vnode_rigs import runner_with_pod
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
 
@@ -39,20 +36,9 @@ def top_rig(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry,
     kubeconfig = str(folder / "kubeconfig")
     provider = LocalProvider("local", {"state_dir": str(folder / "state"), "grace_period": 1, "usage_interval": 0.5})
     with DevCluster(kubeconfig_path=kubeconfig, scheduler_interval=0.05, metrics_interval=1.0) as cluster:
-        runner = make_runner(cluster, provider, kubelet_port=server.kubelet_port, lease_renew_interval=0.5)
-        runner.start()
-        registry.add(runner.handler)
-        kube = kube_for(cluster)
         pod = make_pod("busy", "local", command=(sys.executable, "-c", BUSY), labels={"app": "busy"})
-        kube.create(path_for("pods", namespace="default"), pod)
-        wait_for(lambda: phase_of(kube, "busy") == "Running", 60)
-        try:
+        with runner_with_pod(cluster, provider, registry, server.kubelet_port, pod) as (runner, _):
             yield Rig(cluster, server, runner, kubeconfig, "busy")
-        finally:
-            registry.remove(runner.handler)
-            runner.stop(timeout=10)
-            for instance in provider.list():
-                provider.terminate(instance.id)
 
 
 def _numbers(rig: Rig, binary: str, *args: str) -> tuple[int, int] | None:
