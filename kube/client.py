@@ -3,7 +3,7 @@
 Built on the official client's ApiClient (kubeconfig, in-cluster auth, TLS, pooling) but
 skips its model classes: the controllers work on plain dicts, which is what they compare
 and patch. Every urllib3/ApiException failure becomes a `KubeError` subclass here.
-Tests: tests/vnode/test_controllers.py.
+Tests: tests/vnode/test_controllers.py, tests/kube/test_reviews.py (close).
 """
 
 from __future__ import annotations
@@ -116,6 +116,11 @@ class Kube:
         self._api = api_client
         self._timeout = timeout
         self._host = api_client.configuration.host.rstrip("/")
+
+    def close(self) -> None:
+        """Close the pooled connections (a later call opens new ones). The ApiClient closes
+        nothing when it is collected, so an owner that is done with a client calls this."""
+        self._api.close()
 
     def _send(
         self,

@@ -1,7 +1,8 @@
 """kube.reviews against the embedded API server over real HTTPS: a ServiceAccount token is
 reviewed into its user, RBAC decides `allowed` (resource and non-resource), the Reviewer
 caches both answers for its TTL (counted in the request log) and re-asks after it, and a
-review that cannot be made raises KubeError instead of answering no."""
+review that cannot be made raises KubeError instead of answering no; a closed client
+reconnects when used again."""
 
 from __future__ import annotations
 
@@ -111,3 +112,13 @@ def test_a_review_that_cannot_be_made_raises(
         unreachable = kube_for(gone)
     with pytest.raises(UnreachableError):
         Reviewer(unreachable).user(token)
+
+
+def test_a_closed_client_drops_its_pooled_connections_and_reconnects_when_used_again(cluster: DevCluster) -> None:
+    client = kube_for(cluster, pool_size=2)
+    assert client.get(path_for("namespaces", name="default"))["metadata"]["name"] == "default"
+    pools = client._api.rest_client.pool_manager.pools
+    assert len(pools) == 1
+    client.close()
+    assert len(pools) == 0  # the pool and its sockets are closed, not left for the collector
+    assert client.get(path_for("namespaces", name="default"))["metadata"]["name"] == "default"

@@ -28,10 +28,24 @@ class ClusterOptions:
     bookmark_interval: float = 1.0
 
 
+_MADE: list[Kube] = []  # every kube_for client, closed at the session's end (`close_kube_clients`)
+
+
 def kube_for(cluster: DevCluster, *, user_agent: str = USER_AGENT, pool_size: int = 32) -> Kube:
-    """A fresh client on `cluster`'s kubeconfig (its own connection pool)."""
+    """A fresh client on `cluster`'s kubeconfig (its own connection pool). Kept until the
+    session ends and closed then: a client the garbage collector found first would drop its
+    pooled TLS sockets unclosed, and their ResourceWarning fails whichever test is running."""
     assert cluster.kubeconfig_path is not None
-    return Kube(load_api_client(cluster.kubeconfig_path, user_agent=user_agent, pool_size=pool_size))
+    client = Kube(load_api_client(cluster.kubeconfig_path, user_agent=user_agent, pool_size=pool_size))
+    _MADE.append(client)
+    return client
+
+
+@pytest.fixture(scope="session", autouse=True)
+def close_kube_clients() -> Iterator[None]:
+    yield
+    while _MADE:
+        _MADE.pop().close()
 
 
 @pytest.fixture

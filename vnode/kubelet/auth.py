@@ -217,10 +217,14 @@ class Gate:
             return self._pool.submit(self.decide, credentials, method, raw_path)
 
     def close(self) -> None:
+        """Stop the review threads and close the API client's pooled connections (a client
+        shared with others reconnects when next used)."""
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        if self.config.kube is not None:
+            self.config.kube.close()
 
     def decide(self, credentials: Credentials, method: str, raw_path: str) -> Decision:
         user = self.authenticate(credentials)
