@@ -7,7 +7,7 @@ its request implies exist (exec: all of them; port-forward: one data and error p
 never completes set-up (a truncated frame held open counts) is closed when the creation
 timeout passes; a set-up connection with no traffic for the idle timeout is closed too
 (the kubelet's --streaming-connection-idle-timeout). Runs on the reactor; never blocks.
-Tests: tests/vnode/kubelet/test_listener_limits.py.
+Tests: tests/vnode/kubelet/test_listener_limits.py, tests/vnode/kubelet/test_exec_sessions.py.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def watch_websocket(protocol: Any, *, idle_timeout: float) -> StreamTimers:
     """The idle clock on an upgraded websocket (Daphne's protocol over autobahn), installed
     before its first byte: frames either way count as traffic. Its handshake has its own
     bound (autobahn's openHandshakeTimeout, the creation timeout); exec over websocket sets
-    up no streams, so the idle clock runs from the start."""
+    up no streams, so the idle clock runs from the start. A close that times out ends the
+    connection with a FIN, not autobahn's reset."""
 
     def close(reason: str) -> None:
         logger.info("websocket stream: %s; closing", reason)
@@ -115,6 +116,15 @@ def watch_websocket(protocol: Any, *, idle_timeout: float) -> StreamTimers:
         clocks.stop()
         lost(reason)
 
+    drop = protocol.dropConnection
+
+    def drop_connection(abort: bool = False) -> None:
+        # autobahn aborts (a TCP reset) when the client is slow to answer our Close: the reset
+        # throws away what the client has not read yet, the exit status included, so kubectl
+        # sees close 1006. A kubelet closes with a FIN; so do we.
+        drop(abort=False)
+
     protocol.dataReceived, protocol.sendData, protocol.connectionLost = data_received, send_data, connection_lost
+    protocol.dropConnection = drop_connection
     clocks.setup_complete()
     return clocks

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import ssl
 from typing import Any
 
@@ -175,3 +176,24 @@ def test_a_websocket_for_an_unknown_pod_is_refused_so_kubectl_falls_back(server:
     finally:
         conn.close()
     assert refused.value.status_code == 403
+
+
+def test_a_websocket_client_slow_to_answer_the_close_still_reads_the_status(server: Listeners, fake_pod: str) -> None:
+    """The server's Close waits 1 s for the client's; past that the connection ends with a
+    FIN, as a kubelet's does, never a reset, which would throw away the status frame still
+    unread in the client's (or a proxy's) receive buffer: kubectl then sees close 1006."""
+    url = f"wss://127.0.0.1:{server.kubelet_port}/exec/default/{fake_pod}/main?command=both&output=1&error=1"
+    conn = websocket.create_connection(
+        url, subprotocols=["v4.channel.k8s.io"], sslopt={"cert_reqs": ssl.CERT_NONE}, timeout=30
+    )
+    frames: list[bytes] = []
+    try:
+        time.sleep(2.5)  # a client too busy to read, past the server's close handshake timeout
+        while True:
+            opcode, data = conn.recv_data(control_frame=True)
+            if opcode == websocket.ABNF.OPCODE_CLOSE:
+                break
+            frames.append(data)
+    finally:
+        conn.shutdown()
+    assert any(f.startswith(b"\x03") and b"NonZeroExitCode" in f for f in frames), frames
