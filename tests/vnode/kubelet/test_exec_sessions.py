@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 import ssl
+import time
 from typing import Any
 
 import pytest
@@ -195,5 +195,5 @@ def test_a_websocket_client_slow_to_answer_the_close_still_reads_the_status(serv
                 break
             frames.append(data)
     finally:
-        conn.shutdown()
+        conn.shutdown()  # type: ignore[no-untyped-call]
     assert any(f.startswith(b"\x03") and b"NonZeroExitCode" in f for f in frames), frames
