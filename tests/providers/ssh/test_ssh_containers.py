@@ -9,8 +9,6 @@ tags a launch carries), and `docker exec` goes, over SSH, into the container it 
 
 from __future__ import annotations
 
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +20,10 @@ from providers import errors
 from providers.aws import containers, remote
 from providers.base import LogOptions
 from providers.ssh import open_log_stream, start_process
-from tests.providers.aws.vm_script import Vm, pod_of, render, sh, temporary_vm
+from tests.providers.aws.vm_script import Vm, pod_of, sh, temporary_vm
 from tests.support.polling import read_to_end, wait_for
 from tests.support.sshd import Sshd
+from tests.support.vnode_rigs import user_data_running
 
 NOT_ENDED = containers.ContainerEvent("side")
 WAIT_FOR_STOP = 'until [ -e "$ORDER.stop" ]; do sleep 0.05; done'
@@ -61,22 +60,11 @@ class Running:
 
 @pytest.fixture
 def running(sshd: Sshd, tmp_path: Path) -> Iterator[Running]:
-    with temporary_vm(tmp_path) as vm:
-        script = vm.start(render(vm, POD))
+    with temporary_vm(tmp_path) as vm, user_data_running(vm, POD):
         tags = containers.roster_tags(containers.roster(POD))
-        try:
-            wait_for(lambda: b"side ready" in _read(vm.file("/var/log/nebula/side.log")), 60)
-            wait_for(lambda: b"main line 2" in _read(vm.file("/var/log/nebula/main.log")), 60)
-            yield Running(vm, sshd, {"Tags": [{"Key": key, "Value": value} for key, value in tags.items()]})
-        finally:
-            Path(f"{vm.order}.stop").touch()
-            try:
-                script.wait(60)
-            except subprocess.TimeoutExpired:
-                script.send_signal(signal.SIGKILL)
-                script.wait(10)
-            assert script.stderr is not None
-            script.stderr.close()
+        wait_for(lambda: b"side ready" in _read(vm.file("/var/log/nebula/side.log")), 60)
+        wait_for(lambda: b"main line 2" in _read(vm.file("/var/log/nebula/main.log")), 60)
+        yield Running(vm, sshd, {"Tags": [{"Key": key, "Value": value} for key, value in tags.items()]})
 
 
 def _read(path: Path) -> bytes:

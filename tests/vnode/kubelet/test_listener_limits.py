@@ -225,17 +225,23 @@ def attached(fake_handler: Handler) -> str:
     return "/attach/default/bounded-streams/main?input=1&output=1"
 
 
+def held_half_frame_is_closed_in_time(client: SpdyClient, headers: list[tuple[str, str]]) -> None:
+    """Send the first bytes of a SYN_STREAM with `headers` and hold: the server must close
+    the connection within the creation timeout (+2 s)."""
+    _, syn = spdy.ClientSession().open(headers)
+    client.sock.setblocking(True)
+    client.sock.sendall(syn[:5])  # eight bytes make a frame head: this never completes
+    client.sock.setblocking(False)
+    began = time.monotonic()
+    client.wait_eof(timeout=SHORT.stream_creation_timeout + 2)
+    assert time.monotonic() - began <= SHORT.stream_creation_timeout + 2
+
+
 def test_I7_a_half_sent_spdy_frame_held_open_is_closed_within_the_creation_timeout(
     bounded: Listeners, attached: str
 ) -> None:
     with SpdyClient.connect(("127.0.0.1", bounded.kubelet_port), attached, ssl_context=TLS) as client:
-        _, syn = spdy.ClientSession().open([("streamtype", "error")])
-        client.sock.setblocking(True)
-        client.sock.sendall(syn[:5])  # eight bytes make a frame head: this never completes
-        client.sock.setblocking(False)
-        began = time.monotonic()
-        client.wait_eof(timeout=SHORT.stream_creation_timeout + 2)
-        assert time.monotonic() - began <= SHORT.stream_creation_timeout + 2
+        held_half_frame_is_closed_in_time(client, [("streamtype", "error")])
 
 
 def test_I7_a_set_up_stream_with_no_traffic_is_closed_after_the_idle_timeout(bounded: Listeners, attached: str) -> None:
@@ -260,13 +266,7 @@ def test_I7_a_port_forward_session_whose_first_frame_never_completes_is_closed_w
     bounded: Listeners, attached: str
 ) -> None:
     with port_forward(bounded) as client:
-        _, syn = spdy.ClientSession().open([("streamtype", "error"), ("port", "80"), ("requestid", "0")])
-        client.sock.setblocking(True)
-        client.sock.sendall(syn[:5])  # eight bytes make a frame head: this never completes
-        client.sock.setblocking(False)
-        began = time.monotonic()
-        client.wait_eof(timeout=SHORT.stream_creation_timeout + 2)
-        assert time.monotonic() - began <= SHORT.stream_creation_timeout + 2
+        held_half_frame_is_closed_in_time(client, [("streamtype", "error"), ("port", "80"), ("requestid", "0")])
 
 
 def test_I7_a_port_forward_session_with_no_traffic_is_closed_after_the_idle_timeout(
