@@ -208,4 +208,7 @@ class Kube:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise UnreachableError(0, "Unreachable", f"watch {path}: {type(exc).__name__}") from exc
         finally:
+            # Closed, not only released: a watch left mid-stream (the caller stopped reading,
+            # or the server went) would otherwise leave its TLS socket to the collector.
+            raw.close()
             raw.release_conn()

@@ -165,3 +165,5 @@ def test_csr_issued_certificate_is_served_verified_by_the_api_server_and_renewed
         assert _kubectl(csr_rig, "logs", "ticker", "--tail=1").returncode == 0
     finally:
         manager.stop()
+        if manager._thread is not None:
+            manager._thread.join(10)  # its watch ends within watch_timeout: none outlives the cluster
