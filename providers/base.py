@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NewType, Protocol, runtime_checkable
 
+from providers.egress import OPEN as OPEN_EGRESS
+from providers.egress import Egress, EgressMode
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
 from providers.owner import Owner
 from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
@@ -136,6 +138,7 @@ class ProvisionRequest(_Redacted):
     env: Mapping[str, str] = field(default_factory=dict)  # the first app container's; secret values: never log
     container_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every container's, by name
     volumes: tuple[Volume, ...] = ()  # the Pod's volumes, contents resolved (Secret bytes: never log)
+    egress: Egress = OPEN_EGRESS  # the pool's policy; a mode not in `Capabilities.egress` is NotSupported
 
     def env_for(self, container: str) -> Mapping[str, str]:
         """The resolved env of `container` (`env` when it has no entry of its own)."""
@@ -145,7 +148,7 @@ class ProvisionRequest(_Redacted):
         return (
             f"ProvisionRequest(claim={self.claim!r}, capacity_type={self.capacity_type!r}, "
             f"region={self.region!r}, env={self._redacted_keys()}, containers={sorted(self.container_env)}, "
-            f"volumes={[v.name for v in self.volumes]})"
+            f"volumes={[v.name for v in self.volumes]}, egress={self.egress.describe()!r})"
         )
 
 
@@ -227,6 +230,9 @@ class Capabilities:
     # as TERMINATED for a while; False: terminate discards the output.
     keeps_output_after_terminate: bool = False
     shapes: Shapes = field(default_factory=Shapes)  # the Pod shapes served (providers.shapecheck)
+    # The NodePool egress modes the provider enforces (`providers.egress`); placement skips it
+    # for a pool asking for another, and `provision` raises NotSupported for one.
+    egress: frozenset[EgressMode] = frozenset({EgressMode.OPEN})
 
 
 @dataclass(frozen=True)
