@@ -295,11 +295,5 @@ class Handler:
     def port_forward(self, namespace: str, name: str, port: int) -> PortConnection:
         return self.serving.port_forward(namespace, name, port)
 
-    def get_stats_summary(self) -> JsonDict:
-        return self.serving.get_stats_summary()
-
-    def get_metrics_resource(self) -> str:
-        return self.serving.get_metrics_resource()
-
     def pod_usage(self) -> NodeUsage:
         return self.serving.pod_usage()

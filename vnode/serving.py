@@ -30,7 +30,7 @@ from providers.base import (
     Process,
     Provider,
 )
-from vnode import resourcemetrics, usage
+from vnode import usage
 from vnode.ephemeral import Ephemerals
 from vnode.tracking import Tracked, TrackedMap
 
@@ -38,7 +38,6 @@ JsonDict = dict[str, Any]
 # What a provider must implement for each kubelet streaming capability (`kubelet_instance`
 # checks it, so the methods below may cast).
 _CAPABILITIES: dict[str, type] = {"logs": LogStreamer, "exec": Executor, "attach": Attacher}
-PORT_FORWARD = "portforward"
 
 
 class Serving:
@@ -166,14 +165,6 @@ class Serving:
         """One connection to `port` in the Pod's instance (the Pod's containers share it)."""
         instance_id = self.forwarding_instance(namespace, name)
         return cast(PortForwarder, self._provider).port_forward(instance_id, port)
-
-    def get_stats_summary(self) -> JsonDict:
-        """A kubelet stats/v1alpha1 Summary of this node (`vnode.usage.summary`)."""
-        return usage.summary(self.pod_usage(), now=self._now())
-
-    def get_metrics_resource(self) -> str:
-        """This node's /metrics/resource in the Prometheus text format (`vnode.resourcemetrics`)."""
-        return resourcemetrics.resource_text(self.pod_usage())
 
 
 def _restarts(entry: Tracked, container: str) -> int:

@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from devcluster import DevCluster
 from kube.client import Kube, KubeError, path_for
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE
+from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, run_kubectl
 from tests.support.polling import wait_for
 
 CSRS = path_for("certificatesigningrequests", group="certificates.k8s.io")
@@ -55,14 +55,7 @@ def _csr(name: str, **spec: Any) -> dict[str, Any]:
 
 def _kubectl(cluster: DevCluster, binary: str, *args: str) -> subprocess.CompletedProcess[str]:
     assert cluster.kubeconfig_path is not None
-    home = str(Path(cluster.kubeconfig_path).parent)
-    return subprocess.run(
-        [binary, "--kubeconfig", cluster.kubeconfig_path, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"HOME": home, "PATH": "/usr/bin:/bin"},
-    )
+    return run_kubectl(cluster.kubeconfig_path, *args, binary=binary)
 
 
 def _issued(kube: Kube, name: str) -> x509.Certificate:

@@ -42,3 +42,16 @@ class Rig:
         return subprocess.run(
             [binary, "--kubeconfig", self.kubeconfig, *args], input=input, capture_output=True, timeout=timeout, env=env
         )
+
+
+def run_kubectl(kubeconfig: str, *args: str, binary: str = KUBECTL_137) -> subprocess.CompletedProcess[str]:
+    """`binary --kubeconfig <kubeconfig> args...` with text output, a 60 s bound and a bare
+    environment (HOME beside the kubeconfig, so kubectl's cache stays in the test's folder)."""
+    home = str(Path(kubeconfig).parent)
+    return subprocess.run(
+        [binary, "--kubeconfig", kubeconfig, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"HOME": home, "PATH": "/usr/bin:/bin"},
+    )

@@ -72,7 +72,12 @@ def test_a_handler_over_the_fake_reports_its_scripted_usage() -> None:
     )
     handler = offline_handler(provider)
     adopt_new_pod(handler, "measured")
-    doc = wait_for(lambda: (d := handler.get_stats_summary()) and "cpu" in _pods_by_name(d)["measured"] and d, 30)
+
+    def measured() -> dict[str, Any] | None:
+        doc = summary(handler.pod_usage(), now=datetime.now(UTC))
+        return doc if "cpu" in _pods_by_name(doc)["measured"] else None
+
+    doc = wait_for(measured, 30)
     pod = _pods_by_name(doc)["measured"]
     assert pod["containers"][0]["name"] == "main"
     assert pod["cpu"]["usageNanoCores"] == 50_000_000 and pod["memory"]["workingSetBytes"] == 8192

@@ -15,7 +15,6 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from cryptography import x509
@@ -27,7 +26,7 @@ from devcluster import DevCluster, csrsigner
 from kube.client import Kube
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_137
+from tests.support.kubectl import run_kubectl
 from tests.support.polling import wait_for
 from tests.support.vnode_rigs import runner_with_pod
 from vnode.kubelet import certcsr
@@ -73,14 +72,7 @@ def csr_rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CsrRig]:
 
 
 def _kubectl(rig: CsrRig, *args: str) -> subprocess.CompletedProcess[str]:
-    home = str(Path(rig.kubeconfig).parent)
-    return subprocess.run(
-        [KUBECTL_137, "--kubeconfig", rig.kubeconfig, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"HOME": home, "PATH": "/usr/bin:/bin"},
-    )
+    return run_kubectl(rig.kubeconfig, *args)
 
 
 def _served(port: int) -> x509.Certificate:
