@@ -38,6 +38,7 @@ from vnode.ephemeral import Ephemerals
 from vnode.inventory import Inventory
 from vnode.lifecycle import Lifecycle
 from vnode.podwriter import PodWriter
+from vnode.poolpolicy import PoolPolicies
 from vnode.prober import DEFAULT_WORKERS, Prober
 from vnode.provision import Provisioner
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
@@ -60,6 +61,7 @@ class Handler:
         kube: Kube,
         events: EventRecorder,
         blocklister: Blocklister | None = None,
+        pools: PoolPolicies | None = None,
         poll_interval: float | None = None,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         snapshot_ttl: float = 2.0,
@@ -68,6 +70,7 @@ class Handler:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.provider = provider
+        self.pools = pools  # the NodePools' egress and provisioning timeout (None: no placement)
         self.writer = PodWriter(kube, events)
         self._poll_interval = poll_interval
         self._backoff = backoff

@@ -16,6 +16,7 @@ from vnode.blocklister import Blocklister
 from vnode.handler import Handler
 from vnode.nodecontroller import NodeController
 from vnode.podcontroller import PodController
+from vnode.poolpolicy import PoolPolicies
 from vnode.prober import DEFAULT_WORKERS
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 
@@ -32,6 +33,7 @@ class Runner:
         node_dns_name: str | None = None,
         poll_interval: float | None = None,
         blocklister: Blocklister | None = None,
+        pools: PoolPolicies | None = None,
         workers: int = 8,
         lease_renew_interval: float = 10.0,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
@@ -44,6 +46,7 @@ class Runner:
             kube=kube,
             events=events,
             blocklister=blocklister,
+            pools=pools,
             poll_interval=poll_interval,
             backoff=backoff,
             probe_workers=probe_workers,
