@@ -32,7 +32,7 @@ from kube.leader import LeaderElector
 from kube.reviews import Reviewer
 from kube.worker import describe
 from placement.blocklist import Blocklist
-from placement.wiring import Placement, start_placement
+from placement.wiring import Placement
 from providers.base import Provider
 from vnode import podcontroller
 from vnode.blocklister import Blocklister
@@ -41,6 +41,7 @@ from vnode.kubelet import certcsr
 from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.poolpolicy import PoolPolicies
 from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
 from vnode.runner import Runner
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
@@ -212,6 +213,10 @@ class Leading:
         # The one place the two siblings meet: placement's Blocklist is what the vnode reports
         # refusals to, by structure alone (vnode never imports placement); mypy checks it here.
         blocklister: Blocklister = self.blocklist
+        # Likewise its pool cache is what the Handlers read a pool's egress and provisioning
+        # timeout from; it is built now and started after the Runners.
+        placement = Placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
+        pools: PoolPolicies = placement.pools
         self.runners = [
             Runner(
                 provider,
@@ -223,6 +228,7 @@ class Leading:
                 poll_interval=self.poll_interval,
                 lease_renew_interval=self.lease_renew_interval,
                 blocklister=blocklister,
+                pools=pools,
                 backoff=self.backoff,
                 probe_workers=self.probe_workers,
             )
@@ -233,7 +239,8 @@ class Leading:
             logger.info("virtual node %s started", runner.handler.node_name)
         handlers = [r.handler for r in self.runners]
         self.registry.add_all(handlers)
-        self.placement = start_placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
+        placement.start()
+        self.placement = placement
         runtime.install(handlers=handlers, placement=self.placement)
         runtime.set_leading(True)  # the console serves from here on, and standbys forward here
         self.mirror = Mirror()

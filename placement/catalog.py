@@ -85,7 +85,8 @@ class Catalog:
                 listeners = list(self._listeners)
             for listener in listeners:
                 listener(name)
-        return ProviderView(name, offerings, provider.expand_regions, provider.capabilities().shapes)
+        capabilities = provider.capabilities()
+        return ProviderView(name, offerings, provider.expand_regions, capabilities.shapes, capabilities.egress)
 
 
 def became_available(before: Sequence[Offering] | None, after: Sequence[Offering] | None) -> bool:

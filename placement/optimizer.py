@@ -15,18 +15,21 @@ from placement.pools import NodePool, Strategy
 from placement.request import WorkloadRequest
 from providers import shapecheck
 from providers.base import Offering, Tier
+from providers.egress import EgressMode
 from providers.shape import Shapes
 
 
 @dataclass(frozen=True)
 class ProviderView:
     """What placement knows of one registered provider. `offerings` None: could not ask.
-    `shapes`: the Pod shapes it serves (a Pod needing more skips it, providers.shapecheck)."""
+    `shapes`: the Pod shapes it serves (a Pod needing more skips it, providers.shapecheck).
+    `egress`: the NodePool egress modes it enforces (a pool asking for another skips it)."""
 
     name: str
     offerings: tuple[Offering, ...] | None
     expand_regions: Callable[[Sequence[str]], list[str]] = field(compare=False, default=lambda regions: list(regions))
     shapes: Shapes = field(default_factory=Shapes)
+    egress: frozenset[EgressMode] = frozenset({EgressMode.OPEN})
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class Obstacle(Enum):
 
     NOT_REGISTERED = "not registered"
     UNSERVED_SHAPE = "cannot serve the Pod's shape"
+    UNENFORCED_EGRESS = "cannot enforce the pool's egress"
     UNKNOWN = "offerings unknown"
     NOT_OFFERED = "not offered"
     SOLD_OUT = "sold out"
@@ -118,6 +122,11 @@ def candidates(
             if view is None:
                 if tier == pool.capacity_types[0]:
                     skips.append(Skip(entry.name, Obstacle.NOT_REGISTERED, "not registered on this manager"))
+                continue
+            if pool.egress.mode not in view.egress:
+                if tier == pool.capacity_types[0]:
+                    why = f"cannot enforce egress {pool.egress.mode.value}"
+                    skips.append(Skip(entry.name, Obstacle.UNENFORCED_EGRESS, why))
                 continue
             unserved = shapecheck.refusals(shapecheck.not_served(request.needs, view.shapes))
             if unserved:
@@ -194,12 +203,12 @@ def _why(pool: NodePool, candidate: Candidate, position: int, total: int) -> str
 
 def count_candidates(pool: NodePool, views: Mapping[str, ProviderView]) -> int:
     """How many (tier, provider, region) candidates the pool has with an available offering of
-    any shape: the `candidateCount` in the NodePool's status."""
+    any shape, from providers that enforce its egress: the `candidateCount` in the NodePool's status."""
     seen: set[tuple[Tier, str, str]] = set()
     for tier in pool.capacity_types:
         for entry in pool.providers:
             view = views.get(entry.name)
-            if view is None or view.offerings is None:
+            if view is None or view.offerings is None or pool.egress.mode not in view.egress:
                 continue
             declared = set(view.expand_regions(entry.regions)) if entry.regions else None
             for offering in view.offerings:

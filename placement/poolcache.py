@@ -1,7 +1,9 @@
 """The NodePool cache: list-and-watch of `nodepools.nebula.io`, each parsed once per change.
 
 Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
-(`ttl_of`) and the REST API (`pools`). Its one write is a NodePool's status subresource,
+(`ttl_of`), the vnode Handlers (`egress_of`, `provisioning_timeout_of`: it is a
+`vnode.poolpolicy.PoolPolicies` by structure, tests/placement/test_pool_policy.py) and the
+REST API (`pools`). Its one write is a NodePool's status subresource,
 asked for by the controller, and only when the status would change. Tested over the
 devcluster in tests/console/api/test_api_e2e.py::test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods
 and tests/placement/test_e2e_pool_status.py (placedCount, providerNames).
@@ -20,10 +22,12 @@ from kube import names
 from kube.client import Kube, KubeError, NotFoundError, path_for
 from kube.reflector import Reflector
 from placement.pools import NodePool, PoolError, parse_pool
+from providers.egress import OPEN, Egress
 
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
+POLICY_SYNC_WAIT = 30.0  # seconds a vnode's egress_of / provisioning_timeout_of waits for the first list
 NODEPOOLS = path_for(names.NODEPOOL_PLURAL, group=names.NODEPOOL_GROUP, version=names.NODEPOOL_VERSION)
 
 
@@ -41,8 +45,16 @@ class PoolCache:
     """Thread-safe. `on_change(name)` runs on the watch thread when a pool appears, goes, or
     its spec changes (generation), never for a status-only change."""
 
-    def __init__(self, kube: Kube, watch_kube: Kube, *, on_change: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        watch_kube: Kube,
+        *,
+        on_change: Callable[[str], None] | None = None,
+        policy_sync_wait: float = POLICY_SYNC_WAIT,
+    ) -> None:
         self._kube = kube
+        self._policy_sync_wait = policy_sync_wait
         self._on_change = on_change
         self._states: dict[str, PoolState] = {}
         self._lock = threading.Lock()
@@ -70,6 +82,30 @@ class PoolCache:
         """The pool's blocklist TTL in seconds, or None for a missing or invalid pool."""
         state = self.get(name)
         return None if state is None or state.pool is None else state.pool.blocklist_ttl
+
+    def egress_of(self, pool: str | None) -> Egress:
+        """The pool's egress policy; Open for None, a missing or an invalid pool (placement places
+        no Pod of an invalid pool, so this is only read for Pods placed before it broke). Waits
+        (up to `policy_sync_wait`) for the first list, so a Pod provisioned right after a start
+        is not sent Open for a pool not read yet."""
+        state = self._policy_state(pool)
+        return OPEN if state is None or state.pool is None else state.pool.egress
+
+    def provisioning_timeout_of(self, pool: str | None) -> float | None:
+        """Seconds an instance of a Pod of `pool` may stay PROVISIONING; None for no pool, a
+        missing or an invalid one (nothing would place its replacement elsewhere)."""
+        state = self._policy_state(pool)
+        return None if state is None or state.pool is None else state.pool.provisioning_timeout
+
+    def _policy_state(self, pool: str | None) -> PoolState | None:
+        if not pool:
+            return None
+        if not self.synced.wait(self._policy_sync_wait):
+            with self._lock:
+                first, self._policy_sync_wait = self._policy_sync_wait > 0, 0.0  # wait once, not per Pod
+            if first:
+                logger.warning("NodePools not listed yet; reading pool %s (and others until listed) as absent", pool)
+        return self.get(pool)
 
     def _changed(self, key: str, obj: JsonDict | None) -> None:
         with self._lock:

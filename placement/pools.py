@@ -15,10 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement import blocklist
+from providers import egress as egress_policy
 from providers.base import Tier
+from providers.egress import OPEN, Egress, EgressMode
 
 DEFAULT_BLOCKLIST_TTL = blocklist.DEFAULT_TTL  # a pool without failover.blocklistTTL: 5m
 MIN_TTL, MAX_TTL = 1.0, 86_400.0
+DEFAULT_PROVISIONING_TIMEOUT = 600.0  # a pool without spec.provisioningTimeout: 10m
+MIN_PROVISIONING_TIMEOUT, MAX_PROVISIONING_TIMEOUT = 1.0, 86_400.0
 MAX_PROVIDERS = 16
 MAX_REGIONS = 64
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
@@ -47,6 +51,8 @@ class NodePool:
     capacity_types: tuple[Tier, ...] = (Tier.ON_DEMAND, Tier.SPOT)
     strategy: Strategy = Strategy.ORDERED
     blocklist_ttl: float = DEFAULT_BLOCKLIST_TTL
+    egress: Egress = OPEN
+    provisioning_timeout: float = DEFAULT_PROVISIONING_TIMEOUT  # seconds an instance may stay PROVISIONING
     generation: int = 0
     resource_version: str = ""
 
@@ -82,6 +88,8 @@ def parse_pool(obj: Mapping[str, Any]) -> NodePool:
         capacity_types=_capacity_types(spec.get("capacityTypes")),
         strategy=_strategy(spec.get("strategy")),
         blocklist_ttl=_ttl(spec.get("failover")),
+        egress=_egress(spec.get("egress")),
+        provisioning_timeout=_provisioning_timeout(spec.get("provisioningTimeout")),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
     )
@@ -154,4 +162,45 @@ def _ttl(failover: Any) -> float:
         raise PoolError(f"spec.failover.blocklistTTL: {exc}") from None
     if not MIN_TTL <= seconds <= MAX_TTL:
         raise PoolError(f"spec.failover.blocklistTTL: {raw!r} is out of range; use between 1s and 24h")
+    return seconds
+
+
+def _egress(raw: Any) -> Egress:
+    if raw is None:
+        return OPEN
+    if not isinstance(raw, Mapping):
+        raise PoolError("spec.egress: must be an object such as {mode: Allowlist, targets: [10.0.0.0/8, pypi.org]}")
+    unknown = set(raw) - {"mode", "targets"}
+    if unknown:
+        raise PoolError(f"spec.egress: unknown fields {sorted(unknown)}; allowed: mode, targets")
+    value = raw.get("mode", EgressMode.OPEN.value)
+    mode = next((m for m in EgressMode if m.value == value), None)
+    if mode is None:
+        text = value.casefold() if isinstance(value, str) else None
+        folded = next((m for m in EgressMode if m.value.casefold() == text), None)
+        hint = f"; did you mean {folded.value}?" if folded is not None else ""
+        raise PoolError(f"spec.egress.mode: {value!r} is not one of Open, Blocked, Allowlist (case matters){hint}")
+    targets = raw.get("targets")
+    if mode is not EgressMode.ALLOWLIST:
+        if targets:
+            raise PoolError(f"spec.egress.targets: only with mode Allowlist (mode is {mode.value}); remove them")
+        return Egress(mode)
+    if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+        raise PoolError("spec.egress.targets: Allowlist needs a list of CIDRs or domains, e.g. [10.0.0.0/8, pypi.org]")
+    try:
+        return egress_policy.allowlist(targets)
+    except ValueError as exc:
+        where = "spec.egress." if str(exc).startswith("targets[") else "spec.egress.targets: "
+        raise PoolError(f"{where}{exc}") from None
+
+
+def _provisioning_timeout(raw: Any) -> float:
+    if raw is None:
+        return DEFAULT_PROVISIONING_TIMEOUT
+    try:
+        seconds = parse_duration(raw)
+    except PoolError as exc:
+        raise PoolError(f"spec.provisioningTimeout: {exc}") from None
+    if not MIN_PROVISIONING_TIMEOUT <= seconds <= MAX_PROVISIONING_TIMEOUT:
+        raise PoolError(f"spec.provisioningTimeout: {raw!r} is out of range; use between 1s and 24h")
     return seconds

@@ -57,6 +57,8 @@ def wait_for(decision: Decision, request: WorkloadRequest, *, now: float, rechec
         lead = "waiting for capacity"
     elif obstacles and all(s.obstacle is Obstacle.UNSERVED_SHAPE for s in obstacles):
         lead = "no provider in the pool can serve this Pod's shape"
+    elif obstacles and all(s.obstacle is Obstacle.UNENFORCED_EGRESS for s in obstacles):
+        lead = "no provider in the pool can enforce its spec.egress"
     else:
         lead = f"no provider in the pool sells {request.describe()}"
     return Wait(
@@ -75,7 +77,7 @@ def describe(skip: Skip, request: WorkloadRequest) -> str:
         return f"{skip.provider} not registered on this manager"
     if skip.obstacle is Obstacle.UNKNOWN:
         return f"{skip.provider} offerings unknown (it could not be asked)"
-    if skip.obstacle is Obstacle.UNSERVED_SHAPE:
+    if skip.obstacle in (Obstacle.UNSERVED_SHAPE, Obstacle.UNENFORCED_EGRESS):
         return f"{skip.provider} {skip.why}"
     where = f"{skip.provider}/{request.describe()}"
     if skip.tier is not None:

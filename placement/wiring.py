@@ -1,7 +1,9 @@
 """Placement assembled: the pool cache, the offerings catalog and the placement controller.
 
-`runvnode` calls `start_placement` under leader election, after building the Blocklist it
-hands to every Runner (the Handlers write it, placement reads it). Returns a `Placement`
+`runvnode` builds a `Placement` under leader election, after the Blocklist it hands to every
+Runner (the Handlers write it, placement reads it), hands its `pools` (the NodePools' egress
+and provisioning timeout) to every Runner too, and starts it after them (`start_placement`
+builds and starts one at once). Returns a `Placement`
 whose `stop()` stops intake and joins the workers. The console reads `Placement` through
 `console.runtime` (pools, the blocklist, `gated_pods`); its one write is `clear_block`, an
 operator's action. Assembled end to end in

@@ -90,6 +90,7 @@ class Handler:
             capabilities=self.capabilities,
             rules=self.rules,
             blocklister=blocklister,
+            pools=pools,
             monotonic=monotonic,
             now=now,
         )

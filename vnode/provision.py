@@ -29,11 +29,13 @@ from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors, shapecheck
 from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
+from providers.egress import OPEN as OPEN_EGRESS
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import containerstatus, status
 from vnode.blocklister import Blocklister
 from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
+from vnode.poolpolicy import PoolPolicies
 from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
@@ -60,10 +62,12 @@ class Provisioner:
         capabilities: Callable[[], Capabilities],
         rules: Callable[[], Rules],
         blocklister: Blocklister | None = None,
+        pools: PoolPolicies | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
     ) -> None:
         self._provider = provider
+        self._pools = pools
         self._tracked = tracked
         self._writer = writer
         self._events = events
@@ -135,7 +139,8 @@ class Provisioner:
 
     def _request(self, pod: JsonDict) -> ProvisionRequest:
         """What the provider needs beyond the Pod: the claim, tier, region, every container's
-        resolved env and the volumes' contents. Volumes first, as the kubelet mounts them
+        resolved env, the volumes' contents and the egress policy of the Pod's pool (its
+        `nebula.io/pool` label; Open without pools). Volumes first, as the kubelet mounts them
         before it starts a container. Raises WaitingForSource for a missing Secret/ConfigMap,
         Retry for another unresolvable source, InvalidVolume for a volume field to refuse."""
         try:
@@ -152,7 +157,10 @@ class Provisioner:
             raise Retry(str(exc)) from exc
         for reason, message in env.warnings:
             self._events.pod(pod, "Warning", reason, message)
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        meta = pod.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        pool = (meta.get("labels") or {}).get(names.POOL_LABEL) or None
+        egress = self._pools.egress_of(pool) if self._pools is not None else OPEN_EGRESS
         return ProvisionRequest(
             claim=pod_claim(pod),
             capacity_type=requested_tier(pod),
@@ -160,6 +168,7 @@ class Provisioner:
             env=env.containers.get(env.first, {}),
             container_env=env.containers,
             volumes=volumes,
+            egress=egress,
         )
 
     def _record_instance(self, pod: JsonDict, result: ProvisionResult, *, took: float) -> None:

@@ -51,6 +51,7 @@ from providers.base import (
     Tier,
     UsageReporter,
 )
+from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.owner import Owner
 from providers.shape import VOLUME_KINDS, Shapes
@@ -140,6 +141,9 @@ class AwsProvider:
         named in the ClientToken), render user-data with fresh keys, RunInstances on each
         type in turn while EC2 says it has no capacity for it, return the private key once.
         """
+        if request.egress.mode is not EgressMode.OPEN:  # no security group or firewall of ours yet
+            mode = request.egress.mode.value
+            raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         region = self._region_for(request)
         tier = request.capacity_type or Tier.ON_DEMAND
         if not pod.image:

@@ -81,7 +81,8 @@ class FakeCloud(Controls):
         summary = (
             f"owner={owner} claim={request.claim} accelerator={pod.accelerator or 'cpu'} gpus={pod.gpu_count} "
             f"tier={tier} region={request.region or '-'} env_keys={len(request.env)} "
-            f"containers={len(pod.init_containers) + len(pod.app_containers())} volumes={len(request.volumes)}"
+            f"containers={len(pod.init_containers) + len(pod.app_containers())} volumes={len(request.volumes)} "
+            f"egress={request.egress.describe().replace(' ', '')}"
         )
         with self._call("provision", summary, owner=owner) as call:
             if not request.claim:

@@ -43,6 +43,7 @@ from providers.base import (
     UsageReporter,
     default_block_scope,
 )
+from providers.egress import EgressMode
 from providers.errors import ProviderError
 from providers.fake import forward, usage
 from providers.fake.client import FakeCloudClient
@@ -53,7 +54,7 @@ from providers.fake.scenario import Scenario, load_scenario
 from providers.owner import Owner
 from providers.shape import Shapes
 
-OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place"})
+OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place", "egress"})
 # It runs every container of the Pod in the order a kubelet does and records every kind of
 # volume (materialised by path: each container sees its mounted files, contents not kept).
 # Exec probes: its scripted `cat PATH` / `test -e PATH` answer from the container's files,
@@ -98,7 +99,9 @@ class FakeProvider:
     YAML path or an inline mapping; the first provider naming a cloud decides it), `url`
     (use the HTTP service instead), `timeout` (seconds per HTTP call, default 10),
     `restarts_in_place` (default true; false: `restart` is NotSupported and the
-    capabilities say so, so the vnode replaces the instance instead).
+    capabilities say so, so the vnode replaces the instance instead), `egress` (the NodePool
+    egress modes it declares it enforces, e.g. [Open, Blocked]; default [Open]: it stands for a
+    cloud that enforces them, and records each request's policy in the call log).
     """
 
     def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
@@ -125,6 +128,7 @@ class FakeProvider:
         if not isinstance(restarts, bool):
             raise ValueError("fake provider: 'restarts_in_place' is true or false")
         self._restarts_in_place = restarts
+        self._egress = _egress_modes(opts.get("egress", [EgressMode.OPEN.value]))
 
     # -- Provider ---------------------------------------------------------------------
     @property
@@ -166,9 +170,15 @@ class FakeProvider:
             bills_after_exit=True,
             keeps_output_after_terminate=True,
             shapes=SHAPES,
+            egress=self._egress,
         )
 
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        if request.egress.mode not in self._egress:
+            modes = ", ".join(sorted(m.value for m in self._egress))
+            raise errors.NotSupported(
+                f"spec.egress: {self._name} cannot enforce egress {request.egress.mode.value}; only {modes}"
+            )
         return self._backend().provision(pod, request, owner=self._owner.key)
 
     def terminate(self, instance_id: InstanceId) -> None:
@@ -296,3 +306,14 @@ _check_restart: type[Restarter] = FakeProvider
 _check_stop: type[ContainerStopper] = FakeProvider
 _check_usage: type[UsageReporter] = FakeProvider
 _check_forward: type[PortForwarder] = FakeProvider
+
+
+def _egress_modes(raw: Any) -> frozenset[EgressMode]:
+    """The `egress` option: a list of mode names (Open, Blocked, Allowlist)."""
+    if not isinstance(raw, (list, tuple)) or not raw:
+        raise ValueError("fake provider: 'egress' is a list of modes such as [Open, Blocked]")
+    modes = {m.value: m for m in EgressMode}
+    unknown = [m for m in raw if m not in modes]
+    if unknown:
+        raise ValueError(f"fake provider: 'egress' modes {unknown} unknown (known: Open, Blocked, Allowlist)")
+    return frozenset(modes[m] for m in raw)

@@ -28,6 +28,7 @@ from providers.base import (
     ProvisionResult,
     Tier,
 )
+from providers.egress import Egress, EgressMode
 from providers.fake.console import LogChunk, LogLine
 from providers.fake.shell import FinishedProcess
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
@@ -134,6 +135,11 @@ def request_to_json(request: ProvisionRequest) -> dict[str, Any]:
             }
             for v in request.volumes
         ],
+        "egress": {
+            "mode": request.egress.mode.value,
+            "cidrs": list(request.egress.cidrs),
+            "domains": list(request.egress.domains),
+        },  # fmt: skip
     }
 
 
@@ -156,7 +162,14 @@ def request_from_json(data: Mapping[str, Any]) -> ProvisionRequest:
             )
             for v in data.get("volumes") or ()
         ),
+        egress=_egress_from_json(data.get("egress") or {}),
     )
+
+
+def _egress_from_json(data: Mapping[str, Any]) -> Egress:
+    mode = EgressMode(str(data.get("mode") or EgressMode.OPEN.value))
+    cidrs = tuple(str(c) for c in data.get("cidrs") or ())
+    return Egress(mode, cidrs, tuple(str(d) for d in data.get("domains") or ()))
 
 
 def result_to_json(result: ProvisionResult) -> dict[str, Any]:

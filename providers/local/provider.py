@@ -52,6 +52,7 @@ from providers.base import (
     UsageReporter,
     default_block_scope,
 )
+from providers.egress import EgressMode
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
 from providers.local import (
     attach,
@@ -137,6 +138,9 @@ class LocalProvider:
         )
 
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        if request.egress.mode is not EgressMode.OPEN:  # processes here reach whatever this host reaches
+            mode = request.egress.mode.value
+            raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         launch.check_request(pod, request)
         instance_id = InstanceId(folder.instance_id_for(self._owner.key, request.claim))
         path = self._root / request.claim

@@ -21,11 +21,12 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from placement.blocklist import Blocklist
-from placement.wiring import Placement, start_placement
+from placement.wiring import Placement
 from providers.fake import FakeProvider
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.runners import make_runner
 from tests.support.tls import TlsWsgiServer
+from vnode.poolpolicy import PoolPolicies
 from vnode.runner import Runner
 
 
@@ -173,12 +174,14 @@ def stack(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Stack]:
         for name in ("gpu-a", "gpu-b")
     }
     blocklist = Blocklist()
-    runners = [make_runner(cluster, provider, blocklister=blocklist) for provider in providers.values()]
-    for runner in runners:
-        runner.start()
-    placement = start_placement(
+    placement = Placement(
         providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=blocklist, requeue_spread=0.1
     )
+    pools: PoolPolicies = placement.pools
+    runners = [make_runner(cluster, provider, blocklister=blocklist, pools=pools) for provider in providers.values()]
+    for runner in runners:
+        runner.start()
+    placement.start()
     yield Stack(providers, blocklist, runners, placement)
     placement.stop(timeout=5)
     for runner in runners:
