@@ -42,6 +42,7 @@ from providers.base import (
     Tier,
     UsageReporter,
 )
+from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unauthorized
 from providers.owner import Owner
 from providers.runpod import gpus, identity, remote, status
@@ -111,6 +112,9 @@ class RunPodProvider:
 
     # -- provision ----------------------------------------------------------------------
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        if request.egress.mode is not EgressMode.OPEN:  # RunPod offers no outbound firewall
+            mode = request.egress.mode.value
+            raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
         tier = request.capacity_type or Tier.ON_DEMAND

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from providers import errors
 from providers.base import InstanceState, PodSpec, ProvisionRequest, Tier
 from providers.claim import claim_name
+from providers.egress import Egress, EgressMode, allowlist
 from providers.owner import Owner
 from providers.runpod import RunPodProvider
 from tests.providers.runpod.fake_runpod import FakeRunPod, start_fake_runpod
@@ -159,3 +161,17 @@ def test_a_container_restart_after_the_exit_does_not_run_the_workload_again(fake
     fresh = make(fake, tmp_path)  # no cached verdict: read over SSH again
     wait_for(lambda: state(fresh, result.instance_id) is InstanceState.SUCCEEDED, 30, what="succeeded again")
     assert fake.box(result.instance_id).file("/root/runs").read_text() == "ran\n"
+
+
+@pytest.mark.parametrize("egress", [Egress(EgressMode.BLOCKED), allowlist(["10.0.0.0/8"])])
+def test_an_egress_policy_runpod_cannot_enforce_is_refused_before_any_pod(
+    fake: FakeRunPod, tmp_path: Path, egress: Egress
+) -> None:
+    """RunPod has no outbound firewall: a pool's Blocked or Allowlist is NotSupported, naming
+    spec.egress, and nothing is deployed."""
+    provider = make(fake, tmp_path)
+    assert provider.capabilities().egress == frozenset({EgressMode.OPEN})
+    pod = pod_of("sleep 60")
+    with pytest.raises(errors.NotSupported, match=r"spec\.egress: runpod cannot enforce egress"):
+        provider.provision(pod, request_of(pod, egress=egress))
+    assert fake.pods() == [] and provider.list() == []
