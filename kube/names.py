@@ -38,6 +38,8 @@ REASON_PROVISION_FAILED = "ProvisionFailed"
 REASON_CONFIG_ERROR = "ConfigError"
 REASON_UNSUPPORTED_POD_SPEC = "UnsupportedPodSpec"  # a Pod field the provider cannot serve (design I9)
 REASON_CRASH_LOOP = "CrashLoopBackOff"  # a container's waiting reason during its restart back-off
+REASON_PREEMPTED = "Preempted"  # the provider took the capacity back (a spot reclaim): given up
+REASON_QUEUED_TOO_LONG = "QueuedTooLong"  # the instance stayed PROVISIONING past its pool's timeout
 
 # Event reasons.
 EVENT_PROVISIONED = "Provisioned"
@@ -61,6 +63,7 @@ EVENT_UNHEALTHY = "Unhealthy"  # a probe failed (the kubelet's words)
 EVENT_FAILED_KILL_POD = "FailedKillPod"  # a container could not be stopped
 EVENT_BACKOFF = "BackOff"
 EVENT_PREEMPTED = "Preempted"
+EVENT_QUEUED_TOO_LONG = "QueuedTooLong"  # an instance given up: still provisioning past the pool's timeout
 EVENT_RESTARTING = "Restarting"  # a restart by a new instance (the provider cannot restart in place)
 
 # Node condition saying whether the provider answers.

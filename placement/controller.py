@@ -44,6 +44,7 @@ from placement.request import (
     is_replaceable_failure,
     labels,
     placed_pool,
+    replacement_cause,
     workload_request,
 )
 from placement.ungate import JSON_PATCH, placement_annotations, ungate_patch
@@ -333,7 +334,7 @@ class PlacementController:
 
     # -- refused Pods ----------------------------------------------------------------------------
     def _replace(self, pod: JsonDict) -> None:
-        """Delete a refused Pod its controller owns, so the owner makes a fresh gated one."""
+        """Delete a given-up Pod its controller owns so the owner makes a fresh gated one."""
         meta = pod["metadata"]
         path = path_for("pods", namespace=meta["namespace"], name=meta["name"])
         try:
@@ -341,11 +342,10 @@ class PlacementController:
         except (NotFoundError, ConflictError):
             return  # gone already, or the name now belongs to a new Pod
         except KubeError as exc:
-            logger.warning("could not delete refused Pod %s/%s: %s", meta["namespace"], meta["name"], exc)
+            logger.warning("could not delete given-up Pod %s/%s: %s", meta["namespace"], meta["name"], exc)
             return
-        logger.info("deleted refused Pod %s/%s so its owner replaces it", meta["namespace"], meta["name"])
-        message = "deleted after the provider refused it; its owner creates a replacement that skips the refusal"
-        self._event(pod, "Normal", names.EVENT_REPLACING, message)
+        logger.info("deleted given-up Pod %s/%s so its owner replaces it", meta["namespace"], meta["name"])
+        self._event(pod, "Normal", names.EVENT_REPLACING, f"deleted after {replacement_cause(pod)}")
 
     # -- offerings and pools -------------------------------------------------------------------
     def _sync_catalog(self) -> Requeue | None:

@@ -56,16 +56,35 @@ def placed_pool(pod: Mapping[str, Any]) -> str:
     return "" if (pod.get("status") or {}).get("phase") in ("Succeeded", FAILED_PHASE) else pool
 
 
+# A Failed Pod's reasons that mean "its candidate gave it up", each recording a block first:
+# refused (ProvisionFailed), reclaimed (Preempted), or still queued past the pool's timeout.
+REPLACEABLE_REASONS = frozenset({names.REASON_PROVISION_FAILED, names.REASON_PREEMPTED, names.REASON_QUEUED_TOO_LONG})
+
+
 def is_replaceable_failure(pod: Mapping[str, Any]) -> bool:
-    """A refused (Failed/ProvisionFailed) opted-in Pod that a controller owns: deleting it lets
-    the owner create a fresh gated Pod, which skips the blocked candidate."""
+    """An opted-in Pod its candidate gave up (Failed with a reason of REPLACEABLE_REASONS) that
+    a controller owns: deleting it lets the owner create a fresh gated Pod, which skips the
+    blocked candidate."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     if meta.get("deletionTimestamp") or labels(pod).get(names.ENABLED_LABEL) != "true":
         return False
-    if status.get("phase") != FAILED_PHASE or status.get("reason") != names.REASON_PROVISION_FAILED:
+    if status.get("phase") != FAILED_PHASE or status.get("reason") not in REPLACEABLE_REASONS:
         return False
     return any(ref.get("controller") is True for ref in meta.get("ownerReferences") or [])
+
+
+def replacement_cause(pod: Mapping[str, Any]) -> str:
+    """Why a replaceable Pod is deleted, for its `Replacing` Event (after "deleted after")."""
+    reason = (pod.get("status") or {}).get("reason")
+    if reason == names.REASON_PREEMPTED:
+        return "the provider reclaimed its instance (Preempted); its owner creates a replacement that skips the tier"
+    if reason == names.REASON_QUEUED_TOO_LONG:
+        return (
+            "its instance stayed queued past the pool's provisioning timeout (QueuedTooLong); its owner creates"
+            " a replacement that skips that offering"
+        )
+    return "the provider refused it; its owner creates a replacement that skips the refusal"
 
 
 def workload_request(pod: Mapping[str, Any]) -> WorkloadRequest:

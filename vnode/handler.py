@@ -35,6 +35,7 @@ from providers.base import (
 )
 from vnode.blocklister import Blocklister
 from vnode.ephemeral import Ephemerals
+from vnode.giveup import GiveUp
 from vnode.inventory import Inventory
 from vnode.lifecycle import Lifecycle
 from vnode.podwriter import PodWriter
@@ -95,6 +96,7 @@ class Handler:
             now=now,
         )
         self.sweep = OrphanSweep(provider, events=events)
+        self.give_up = GiveUp(provider, blocklister=blocklister, pools=pools, monotonic=monotonic, now=now)
         self.status_sync = StatusSync(
             provider,
             tracked=self._tracked,
@@ -105,6 +107,7 @@ class Handler:
             rules=self.rules,
             monotonic=monotonic,
             now=now,
+            give_up=self.give_up,
         )
         self.teardown = Teardown(
             provider,
@@ -123,6 +126,7 @@ class Handler:
             recheck_cap=lambda: self.poll_interval,
             monotonic=monotonic,
             now=now,
+            give_up=self.give_up,
         )
         # The pod controller's queue (set by the Runner): a key put there is flushed soon.
         self.queue_flush: Callable[[str], None] = lambda key: None

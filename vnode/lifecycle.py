@@ -5,7 +5,9 @@ Pod's `runs.due` time (or one of its containers') has come. A restart in place c
 provider's `restart` (with the container, for an instance that reports container facts); a
 provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
 look until it is gone, provision the same claim again, counted as a restart. A finished
-Pod's instance that still bills is terminated once (`Teardown.release`). Never deletes Pods.
+Pod's instance that still bills is terminated once (`Teardown.release`). Before any of it,
+`vnode.giveup` reports a preemption's block and gives up an instance queued too long (and
+says when to look again for one still queued). Never deletes Pods.
 Tests: tests/vnode/test_lifecycle.py.
 """
 
@@ -21,6 +23,7 @@ from kube import names
 from kube.worker import Retry
 from providers import errors
 from providers.base import Instance, Provider, Restarter
+from vnode.giveup import GiveUp
 from vnode.provision import Provisioner
 from vnode.runs import Step
 from vnode.teardown import RECHECK_FIRST, STOPPED, Teardown
@@ -41,8 +44,10 @@ class Lifecycle:
         recheck_cap: Callable[[], float],
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
+        give_up: GiveUp | None = None,
     ) -> None:
         self._provider = provider
+        self._give_up = give_up
         self._provisioner = provisioner
         self._teardown = teardown
         self._rules = rules
@@ -53,13 +58,15 @@ class Lifecycle:
     def carry_out(self, entry: Tracked, pod: JsonDict) -> float | None:
         """Do the entry's due step if its time has come. Returns seconds until the entry
         wants another look (its step not yet due, or an instance still going away), or None.
-        Raises Retry when the provider could not be asked."""
+        Raises Retry when the provider could not be asked. First, a preemption's block is
+        reported and an instance queued too long is given up (vnode.giveup)."""
+        queued = self._give_up.settle(entry) if self._give_up is not None else None
         first = entry.next_due()
         if first is None:
-            return None
+            return queued  # the seconds until a queued instance's deadline, or None
         wait = first - self._monotonic()
         if wait > 0:
-            return wait
+            return wait if queued is None else min(wait, queued)
         due = entry.runs.due
         if due is None or due.at > first:
             return self._restart_containers(entry)

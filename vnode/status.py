@@ -1,9 +1,10 @@
 """Instance facts -> Pod status: the one pure mapping every provider's Pods go through.
 
-Called through `Tracked.observe` (provisioning, adoption, the poll tick) and by
-`vnode.provision` for refusals. Takes the Pod as the API returned it (for its containers
-and the times already stamped) and never does I/O. An instance that reports per-container
-facts goes through `vnode.containerstatus` instead, which shares the helpers below.
+Called through `Tracked.observe` (provisioning, adoption, the poll tick), by
+`vnode.provision` for refusals and by `vnode.giveup` for a given-up instance. Takes the
+Pod as the API returned it (for its containers and the times already stamped) and never
+does I/O. An instance that reports per-container facts goes through
+`vnode.containerstatus` instead, which shares the helpers below.
 Tested in tests/vnode/test_status.py.
 """
 
@@ -264,6 +265,34 @@ def replacing_status(pod: Mapping[str, Any], *, now: datetime, run: RunView) -> 
     return _compose(
         pod, phase="Running", reason="", message="", state=state, ready=False, container_id="", now=now, run=run
     )
+
+
+def given_up_status(
+    pod: Mapping[str, Any],
+    *,
+    reason: str,
+    message: str,
+    terminated: Mapping[str, Any],
+    now: datetime,
+    run: RunView = NO_HISTORY,
+) -> JsonDict:
+    """`Failed/<reason>` for a Pod whose instance the provider took back (vnode.giveup): its
+    container `terminated` as the kubelet reports one it killed, the run history kept."""
+    state = {"terminated": dict(terminated)}
+    status = _compose(
+        pod,
+        phase="Failed",
+        reason=reason,
+        message=message,
+        state=state,
+        ready=False,
+        container_id=str(terminated.get("containerID") or ""),
+        now=now,
+        run=run,
+    )
+    if "startTime" not in status and terminated.get("startedAt"):
+        status["startTime"] = terminated["startedAt"]
+    return status
 
 
 def failed_status(pod: Mapping[str, Any], *, reason: str, message: str, now: datetime) -> JsonDict:

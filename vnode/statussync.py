@@ -2,8 +2,9 @@
 
 The pod controller starts `StatusSync.run` on its poll thread; `Handler.poll_once` is one
 tick. A tick recomputes every tracked Pod's desired metadata and status from the list,
-sweeps orphans, and hands back the keys due for a write (the pod controller's workers
-write them through `PodWriter.flush`). Never writes to the API itself.
+sweeps orphans, and hands back the keys due for a write or a step (the pod controller's
+workers write them through `PodWriter.flush`), among them a Pod whose instance is still queued
+past its pool's timeout (`vnode.giveup` gives it up). Never writes to the API itself.
 
 Invariant (I3): a failed list changes nothing, and one list that misses an instance changes
 nothing either; see
@@ -21,6 +22,7 @@ from datetime import datetime
 
 from providers import errors
 from providers.base import Capabilities, ClaimName, Instance, Provider
+from vnode.giveup import GiveUp
 from vnode.inventory import Inventory
 from vnode.podwriter import PodWriter
 from vnode.runs import Step
@@ -44,8 +46,10 @@ class StatusSync:
         rules: Callable[[], Rules],
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime],
+        give_up: GiveUp | None = None,
     ) -> None:
         self._provider = provider
+        self._give_up = give_up
         self._tracked = tracked
         self._inventory = inventory
         self._writer = writer
@@ -79,8 +83,10 @@ class StatusSync:
             with entry.lock:
                 moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
             due = entry.next_due()
-            if moved or self._writer.needs_flush(entry) or (due is not None and due <= self._monotonic()):
-                changed.append(entry.key)
+            queued = self._give_up.deadline(entry) if self._give_up is not None else None
+            late = any(at is not None and at <= self._monotonic() for at in (due, queued))
+            if moved or self._writer.needs_flush(entry) or late:
+                changed.append(entry.key)  # a queued instance past its deadline: given up (vnode.giveup)
         if live_claims is not None:
             self._sweep.sweep(snapshot, set(live_claims) | self._tracked.claims())
         return changed

@@ -20,7 +20,7 @@ from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.claim import claim_name
 from providers.shape import ContainerFacts, ContainerState
-from vnode import containerstatus, status
+from vnode import containerstatus, giveup, status
 from vnode.probestate import run_of
 from vnode.runs import (
     DEFAULT_RULES,
@@ -72,6 +72,7 @@ class Tracked:
     missing_since: float | None = None  # monotonic: when the first of them began
     events: list[PodEvent] = field(default_factory=list)  # written by the next flush
     credential: dict[str, bytes] | None = None  # a minted credential not yet in its Secret
+    preemption: str = ""  # a preemption's block reason, not yet reported (vnode.giveup)
     terminate_asked: bool = False  # teardown: terminate was called once for this instance
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
     # The prober's verdicts, each for the container run it probed; replaced whole, never changed.
@@ -140,12 +141,8 @@ class Tracked:
             self.runs.end(ending_of(instance, now=now), seen_at=at, in_place=rules.in_place, bills=rules.bills,
                           policy=rules.backoff)  # fmt: skip
         elif instance.state is InstanceState.TERMINATED:
-            if instance.preempted:
-                self.say(
-                    "Warning",
-                    names.EVENT_PREEMPTED,
-                    f"the provider reclaimed instance {instance.id}: {instance.message}",
-                )
+            if instance.preempted:  # the capacity is gone: the Pod fails, placement replaces it
+                return giveup.preempted(self, instance, now=now)
             ending = ending_of(instance, now=now, reason=names.REASON_TERMINATED)
             self.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
             if not self.runs.finished:

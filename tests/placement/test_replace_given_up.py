@@ -1,0 +1,193 @@
+"""End to end on the devcluster: placement replaces a controller-owned Pod its candidate gave
+up (Preempted: a spot reclaim; QueuedTooLong: still provisioning past the pool's timeout) and
+leaves an unowned one Failed. The `stack` rig's shape (tests/support/placement.py), with the
+vnodes given a PoolPolicies (every pool's provisioning timeout 0.5 s) and, for the queue case,
+a gpu-a whose H100 Spot offering never finds capacity."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, path_for
+from placement.blocklist import Blocklist
+from placement.request import is_replaceable_failure
+from placement.wiring import start_placement
+from providers.base import BlockBreadth, Tier
+from providers.egress import OPEN, Egress
+from providers.fake import FakeProvider
+from tests.support.fixtures import ROOT, kube_for
+from tests.support.placement import (
+    Stack,
+    deployment,
+    events_for,
+    h100_pod_template,
+    h100_scenario,
+    nodepool,
+    pods_of,
+    provider_of,
+    tier_of,
+)
+from tests.support.polling import wait_for
+from tests.support.runners import make_runner
+from tests.support.tls import TlsWsgiServer
+
+DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
+PODS = path_for("pods", namespace="default")
+
+
+class HalfSecond:
+    """The PoolPolicies protocol: every pool's instances may queue 0.5 s."""
+
+    def egress_of(self, pool: str | None) -> Egress:
+        return OPEN
+
+    def provisioning_timeout_of(self, pool: str | None) -> float | None:
+        return None if pool is None else 0.5
+
+
+def queued_scenario(provider: str) -> dict[str, Any]:
+    """`h100_scenario`, its H100 Spot offering queued for an hour (no capacity)."""
+    scenario = copy.deepcopy(h100_scenario(provider))
+    h100 = scenario["offerings"].pop()
+    prices = h100.pop("hourly_price")
+    del h100["tiers"]
+    scenario["offerings"] += [
+        {**h100, "tier": "Spot", "hourly_price": prices["Spot"], "provisioning_delay": 3600},
+        {**h100, "tier": "OnDemand", "hourly_price": prices["OnDemand"]},
+    ]
+    return scenario
+
+
+@contextmanager
+def stack_of(cluster: DevCluster, *, queued: bool) -> Iterator[Stack]:
+    cluster.load_manifests((ROOT / "deploy/crds/nodepool.yaml").read_text())
+    suffix = uuid.uuid4().hex[:8]
+    scenario = {
+        "gpu-a": queued_scenario("gpu-a") if queued else h100_scenario("gpu-a"),
+        "gpu-b": h100_scenario("gpu-b"),
+    }
+    providers = {
+        name: FakeProvider(name, {"cloud": f"{name}-{suffix}", "scenario": scenario[name]}) for name in scenario
+    }
+    blocklist = Blocklist()
+    runners = [make_runner(cluster, p, blocklister=blocklist, pools=HalfSecond()) for p in providers.values()]
+    for runner in runners:
+        runner.start()
+    placement = start_placement(
+        providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=blocklist, requeue_spread=0.1
+    )
+    try:
+        yield Stack(providers, blocklist, runners, placement)
+    finally:
+        placement.stop(timeout=5)
+        for runner in runners:
+            runner.stop(timeout=5)
+
+
+def bare_pod(name: str, pool: str) -> dict[str, Any]:
+    """An opted-in Pod of `pool` that no controller owns."""
+    template = h100_pod_template(pool, name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {**template["metadata"], "name": name},
+        "spec": template["spec"],
+    }
+
+
+def get(kube: Kube, name: str) -> dict[str, Any] | None:
+    items = pods_of(kube, name)
+    return items[0] if items else None
+
+
+def status_of(pod: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    status = (pod or {}).get("status") or {}
+    return status.get("phase"), status.get("reason")
+
+
+def running(kube: Kube, app: str) -> list[dict[str, Any]]:
+    return [p for p in pods_of(kube, app) if status_of(p)[0] == "Running"]
+
+
+def replaced_for(kube: Kube, reason: str) -> list[str]:
+    return [e["message"] for e in events_for(kube, names.EVENT_REPLACING) if reason in e["message"]]
+
+
+def test_a_preempted_owned_pod_is_replaced_off_the_spot_tier_and_an_unowned_one_stays_failed(
+    cluster: DevCluster, kube: Kube, webhook: TlsWsgiServer
+) -> None:
+    with stack_of(cluster, queued=False) as stack:
+        cluster.apply_manifest(nodepool("reclaim", providers=["gpu-a", "gpu-b"], capacity_types=["Spot", "OnDemand"],
+                                        ttl="1m"))  # fmt: skip
+        kube.create(DEPLOYMENTS, deployment("owned", replicas=1, pool="reclaim"))
+        kube.create(PODS, bare_pod("bare", "reclaim"))
+        for app in ("owned", "bare"):
+            (pod,) = wait_for(lambda app=app: running(kube, app), what=f"{app} runs")  # type: ignore[misc]
+            assert (provider_of(pod), tier_of(pod)) == ("gpu-a", "Spot")
+        cloud = stack.providers["gpu-a"].cloud
+
+        def reclaim(pod: dict[str, Any]) -> None:
+            cloud.lose(pod["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION])
+
+        reclaim(running(kube, "bare")[0])
+        wait_for(lambda: status_of(get(kube, "bare")) == ("Failed", names.REASON_PREEMPTED), what="bare fails")
+        (entry,) = wait_for(lambda: stack.blocklist.entries(), what="the Spot tier is blocked")
+        assert (entry.provider, entry.scope.breadth, entry.scope.tier, entry.pool) == (
+            "gpu-a",
+            BlockBreadth.TIER,
+            Tier.SPOT,
+            "reclaim",
+        )
+        (first,) = running(kube, "owned")
+        reclaim(first)
+        replacement = wait_for(
+            lambda: [p for p in running(kube, "owned") if p["metadata"]["uid"] != first["metadata"]["uid"]],
+            timeout=15,
+            what="the owned Pod's replacement runs",
+        )
+        assert (provider_of(replacement[0]), tier_of(replacement[0])) != ("gpu-a", "Spot")
+        assert [p["metadata"]["uid"] for p in pods_of(kube, "owned")] == [replacement[0]["metadata"]["uid"]]
+        assert wait_for(lambda: replaced_for(kube, "Preempted"), what="the Replacing Event says why")
+        assert status_of(get(kube, "bare")) == ("Failed", names.REASON_PREEMPTED)  # no controller: it stays
+        assert not is_replaceable_failure(get(kube, "bare") or {})
+
+
+def test_an_owned_pod_queued_too_long_is_replaced_elsewhere_and_an_unowned_one_stays_failed(
+    cluster: DevCluster, kube: Kube, webhook: TlsWsgiServer
+) -> None:
+    with stack_of(cluster, queued=True) as stack:
+        cluster.apply_manifest(nodepool("queue", providers=["gpu-a", "gpu-b"], capacity_types=["Spot", "OnDemand"],
+                                        ttl="1m"))  # fmt: skip
+        kube.create(DEPLOYMENTS, deployment("patient", replicas=1, pool="queue"))
+        kube.create(PODS, bare_pod("lonely", "queue"))
+        wait_for(lambda: status_of(get(kube, "lonely")) == ("Failed", names.REASON_QUEUED_TOO_LONG), timeout=15,
+                 what="the unowned queued Pod fails")  # fmt: skip
+        (pod,) = wait_for(lambda: running(kube, "patient"), timeout=15, what="the owned Pod's replacement runs")
+        assert (provider_of(pod), tier_of(pod)) != ("gpu-a", "Spot")
+        assert wait_for(lambda: replaced_for(kube, "QueuedTooLong"), what="the Replacing Event says why")
+        entries = stack.blocklist.entries()
+        assert entries and all(e.scope.breadth is BlockBreadth.OFFERING for e in entries)
+        assert {(e.provider, e.scope.tier, e.pool) for e in entries} == {("gpu-a", Tier.SPOT, "queue")}
+        assert all(e.scope.reason.startswith("QueuedTooLong: ") for e in entries)
+        lonely = get(kube, "lonely") or {}
+        assert "0.5s" in lonely["status"]["message"]
+        assert not is_replaceable_failure(lonely)
+
+
+def test_only_given_up_reasons_of_owned_opted_in_pods_are_replaceable() -> None:
+    def pod(reason: str, *, owned: bool = True) -> dict[str, Any]:
+        refs = [{"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}] if owned else []
+        meta = {"name": "p", "labels": {names.ENABLED_LABEL: "true"}, "ownerReferences": refs}
+        return {"metadata": meta, "status": {"phase": "Failed", "reason": reason}}
+
+    for reason in (names.REASON_PROVISION_FAILED, names.REASON_PREEMPTED, names.REASON_QUEUED_TOO_LONG):
+        assert is_replaceable_failure(pod(reason))
+        assert not is_replaceable_failure(pod(reason, owned=False))
+    for reason in (names.REASON_INSTANCE_LOST, names.REASON_FAILED, names.REASON_UNSUPPORTED_POD_SPEC):
+        assert not is_replaceable_failure(pod(reason))
