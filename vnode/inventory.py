@@ -45,6 +45,7 @@ class Inventory:
         self.last_list_ok: bool | None = None  # None until the first list
         self.last_list_error = ""
         self.last_list_seconds = 0.0
+        self.lists_ok = 0  # successful lists so far (a test waits for polls by it)
 
     def list(self) -> dict[ClaimName, Instance]:
         """One provider.list(), by claim; raises errors.ProviderError. Feeds the snapshot."""
@@ -60,6 +61,7 @@ class Inventory:
             raise
         self.last_list_seconds = self._monotonic() - started
         self.last_list_ok, self.last_list_error = True, ""
+        self.lists_ok += 1
         self._failed_at = None
         observe.current().listed(name, self.last_list_seconds, ok=True)
         snapshot: dict[ClaimName, Instance] = {}
