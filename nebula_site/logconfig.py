@@ -155,6 +155,9 @@ class TextFormatter(logging.Formatter):
         return f"{text} [{' '.join(named)}]" if named else text
 
 
+QUIET_LIBRARIES = ("hpack",)
+
+
 def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
     """The LOGGING dict for settings: one stream handler, the repeat limiter and the redaction
     filter on it (on the handler, not a logger, so every logger's records pass through them)."""
@@ -174,4 +177,8 @@ def logging_config(fmt: str = "text", level: str = "INFO") -> dict[str, Any]:
             "console": {"class": "logging.StreamHandler", "formatter": formatter, "filters": ["repeats", "redact"]},
         },
         "root": {"handlers": ["console"], "level": level},
+        # Libraries that log credentials at DEBUG: hpack (under grpclib, the Modal SDK's gRPC)
+        # logs every header it encodes, the Modal token among them. Kept above DEBUG whatever
+        # the level, so NEBULA_LOG_LEVEL=DEBUG never prints a token.
+        "loggers": {name: {"level": "INFO"} for name in QUIET_LIBRARIES},
     }

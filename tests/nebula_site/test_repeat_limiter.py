@@ -73,6 +73,13 @@ def test_below_warning_nothing_is_limited_and_the_logging_config_installs_the_li
     assert config["filters"]["repeats"]["()"] == "nebula_site.logconfig.RepeatLimiter"
 
 
+def test_hpack_which_logs_every_grpc_header_and_so_the_modal_token_never_logs_at_debug() -> None:
+    """Whatever NEBULA_LOG_LEVEL says: the settings' LOGGING (installed in this process by
+    Django) keeps hpack above DEBUG."""
+    assert logconfig.logging_config("json", "DEBUG")["loggers"]["hpack"]["level"] == "INFO"
+    assert not logging.getLogger("hpack").isEnabledFor(logging.DEBUG)
+
+
 class Counting(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
