@@ -161,23 +161,31 @@ def test_a_preempted_owned_pod_is_replaced_off_the_spot_tier_and_an_unowned_one_
 def test_an_owned_pod_queued_too_long_is_replaced_elsewhere_and_an_unowned_one_stays_failed(
     cluster: DevCluster, kube: Kube, webhook: TlsWsgiServer
 ) -> None:
+    """One Pod at a time: the first to queue blocks gpu-a's Spot H100, which would send a Pod
+    placed after it straight elsewhere, so the unowned Pod is created only once the owned one's
+    story is told and the block cleared."""
     with stack_of(cluster, queued=True) as stack:
         cluster.apply_manifest(nodepool("queue", providers=["gpu-a", "gpu-b"], capacity_types=["Spot", "OnDemand"],
                                         ttl="1m"))  # fmt: skip
         kube.create(DEPLOYMENTS, deployment("patient", replicas=1, pool="queue"))
-        kube.create(PODS, bare_pod("lonely", "queue"))
-        wait_for(lambda: status_of(get(kube, "lonely")) == ("Failed", names.REASON_QUEUED_TOO_LONG), timeout=15,
-                 what="the unowned queued Pod fails")  # fmt: skip
+        assert wait_for(lambda: replaced_for(kube, "QueuedTooLong"), what="the Replacing Event says why")
         (pod,) = wait_for(lambda: running(kube, "patient"), timeout=15, what="the owned Pod's replacement runs")
         assert (provider_of(pod), tier_of(pod)) != ("gpu-a", "Spot")
-        assert wait_for(lambda: replaced_for(kube, "QueuedTooLong"), what="the Replacing Event says why")
         entries = stack.blocklist.entries()
         assert entries and all(e.scope.breadth is BlockBreadth.OFFERING for e in entries)
         assert {(e.provider, e.scope.tier, e.pool) for e in entries} == {("gpu-a", Tier.SPOT, "queue")}
         assert all(e.scope.reason.startswith("QueuedTooLong: ") for e in entries)
+        for entry in entries:
+            stack.blocklist.clear(entry.id)
+
+        kube.create(PODS, bare_pod("lonely", "queue"))
+        wait_for(lambda: status_of(get(kube, "lonely")) == ("Failed", names.REASON_QUEUED_TOO_LONG), timeout=15,
+                 what="the unowned queued Pod fails")  # fmt: skip
         lonely = get(kube, "lonely") or {}
         assert "0.5s" in lonely["status"]["message"]
         assert not is_replaceable_failure(lonely)
+        assert {(e.provider, e.scope.tier) for e in stack.blocklist.entries()} == {("gpu-a", Tier.SPOT)}
+        assert len(running(kube, "patient")) == 1
 
 
 def test_only_given_up_reasons_of_owned_opted_in_pods_are_replaceable() -> None:
