@@ -81,9 +81,8 @@ class Router(_Base):  # type: ignore[misc]
         pty = req.pty_info.enabled
         if pty and req.pty_info.env_term:
             env.setdefault("TERM", req.pty_info.env_term)
-        process = Process(list(req.command_args), env, timeout=req.timeout_secs or None, pty=pty, cwd=cwd)
-        if pty:
-            process.resize(req.pty_info.winsz_rows, req.pty_info.winsz_cols)
+        size = (req.pty_info.winsz_rows, req.pty_info.winsz_cols) if pty else None
+        process = Process(list(req.command_args), env, timeout=req.timeout_secs or None, pty=pty, cwd=cwd, size=size)
         with self.state.lock:
             self.state.execs[req.exec_id] = ExecRecord(id=req.exec_id, task_id=req.task_id, process=process)
         await stream.send_message(sr_pb2.TaskExecStartResponse())

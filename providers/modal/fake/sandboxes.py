@@ -51,8 +51,16 @@ class Process:
     "timeout", "killed")."""
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], *, timeout: float | None, pty: bool = False, cwd: str | None = None
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        *,
+        timeout: float | None,
+        pty: bool = False,
+        cwd: str | None = None,
+        size: tuple[int, int] | None = None,
     ) -> None:
+        """`size` (rows, columns) is the PTY's window size when the command starts."""
         self._owns_dir = cwd is None
         self.workdir = cwd or tempfile.mkdtemp(prefix="fake-modal-")
         self.output = Output()
@@ -63,11 +71,14 @@ class Process:
         self._lock = threading.Lock()
         full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": self.workdir, **env}
         self._master: int | None = None
+        self._pty = pty
         if pty:
             import pty as ptymod
 
             master, slave = ptymod.openpty()
             self._master = master
+            if size is not None and all(size):
+                _set_size(master, *size)
             self.popen = subprocess.Popen(
                 argv, cwd=self.workdir, env=full_env, start_new_session=True, stdin=slave, stdout=slave, stderr=slave
             )
@@ -109,7 +120,9 @@ class Process:
                     break
                 self.output.add(fd, data)
         finally:
-            os.close(master)
+            with self._lock:  # no write or resize may reach the number once it is reused
+                self._master = None
+                os.close(master)
             self.output.close_one()
 
     def _wait(self) -> None:
@@ -139,16 +152,20 @@ class Process:
             pass
 
     def write_stdin(self, data: bytes, eof: bool) -> None:
-        if self._master is not None:
-            if self.done.is_set():
-                return
+        if self._pty:
+            with self._lock:  # a duplicate, so the write never blocks the lock or hits a reused number
+                if self._master is None or self.done.is_set():
+                    return
+                master = os.dup(self._master)
             try:
                 if data:
-                    os.write(self._master, data)
+                    os.write(master, data)
                 if eof:
-                    os.write(self._master, b"\x04")
+                    os.write(master, b"\x04")
             except OSError:
                 pass
+            finally:
+                os.close(master)
             return
         stdin = self.popen.stdin
         if stdin is None or stdin.closed:
@@ -163,9 +180,17 @@ class Process:
             pass
 
     def resize(self, rows: int, cols: int) -> None:
-        if self._master is not None and rows and cols:
-            import fcntl
-            import struct
-            import termios
+        with self._lock:
+            if self._master is not None and rows and cols:
+                _set_size(self._master, rows, cols)
 
-            fcntl.ioctl(self._master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+def _set_size(master: int, rows: int, cols: int) -> None:
+    import fcntl
+    import struct
+    import termios
+
+    try:
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    except OSError:  # the terminal is gone: the command has ended
+        pass

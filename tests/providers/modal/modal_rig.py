@@ -1,5 +1,5 @@
-"""Shared pieces of the Modal provider's tests: the fake Modal server (H1's
-`providers.modal.fake`, reached only through the real SDK), providers built on it, Pods."""
+"""Shared pieces of the Modal provider's tests: the fake Modal server (`providers.modal.fake`,
+reached only through the real SDK), providers built on it, Pods."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from providers.base import PodSpec, ProvisionRequest
 from providers.claim import claim_name
 from providers.modal import ModalProvider
+from providers.modal.fake import start_fake_modal
 from providers.owner import Owner
 
 
@@ -20,11 +21,7 @@ def fake_modal(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A running fake Modal API (it serves V1 sandboxes: MODAL_SANDBOX_V2=0, as the deploy
     component sets it); every sandbox is killed after the test."""
     monkeypatch.setenv("MODAL_SANDBOX_V2", "0")
-    fake_module = pytest.importorskip("providers.modal.fake", reason="the fake Modal server is not there yet")
-    start = getattr(fake_module, "start_fake_modal", None)
-    if start is None:
-        pytest.skip("providers.modal.fake has no start_fake_modal yet")
-    fake = start()
+    fake = start_fake_modal()
     try:
         yield fake
     finally:
