@@ -20,7 +20,7 @@ from tests.support.polling import wait_for
 ProviderFactory = Callable[[], Provider]
 
 
-@pytest.fixture(params=["local", "fake", "fake-http", "aws", "runpod"])
+@pytest.fixture(params=["local", "fake", "fake-http", "aws", "runpod", "modal"])
 def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ProviderFactory]:
     """A factory of provider objects on one shared state; every instance is terminated after."""
     made: list[Provider] = []
@@ -81,6 +81,22 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
             return provider
 
         close = fake.close
+    elif request.param == "modal":
+        from providers.modal import ModalProvider
+        from providers.modal.fake import start_fake_modal
+
+        request.getfixturevalue("monkeypatch").setenv("MODAL_SANDBOX_V2", "0")  # the fake serves V1 sandboxes
+        fake_modal = start_fake_modal()
+        (tmp_path / "MODAL_TOKEN_ID").write_text(fake_modal.token_id)
+        (tmp_path / "MODAL_TOKEN_SECRET").write_text(fake_modal.token_secret)
+        modal_options = {"server_url": fake_modal.url, "credentials_dir": str(tmp_path)}
+
+        def factory() -> Provider:
+            provider = ModalProvider("modal", modal_options)  # a new object: the manager restarted
+            made.append(provider)
+            return provider
+
+        close = fake_modal.close
     else:
         from providers.fake import FakeProvider
         from providers.fake.server import start_server

@@ -1,0 +1,66 @@
+"""Modal sandbox facts to `Instance`, and the tags that mark a sandbox as this owner's.
+
+Called by `ModalProvider` for list and get. Pure: reads the `SandboxInfo` message Modal's
+`SandboxList` answers with (its task's start and end times, its result, its tags).
+A sandbox Modal has not started yet (queued for capacity) is PROVISIONING; real exit
+codes are reported (no 0/137/124 folding).
+Tests: tests/providers/modal/test_modal_provider_provision.py.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
+
+TAG_OWNER = "nebula-owner"
+TAG_CLAIM = "nebula-claim"
+TAG_PROVIDER = "nebula-provider"
+
+# GenericResult.GenericStatus values (modal_proto.api_pb2), spelled out to keep this pure.
+SUCCESS, FAILURE, TERMINATED, TIMEOUT, INIT_FAILURE, INTERNAL_FAILURE, IDLE_TIMEOUT = 1, 2, 3, 4, 5, 6, 7
+OOM_STATUSES = frozenset({8, 9, 10})  # memory-manager eviction, thrashing eviction, kernel OOM kill
+
+
+def _time(value: float) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value else None
+
+
+def tags_of(info: Any) -> dict[str, str]:
+    return {str(tag.tag_name): str(tag.tag_value) for tag in info.tags}
+
+
+def instance_from(info: Any) -> Instance:
+    """The facts of one `SandboxInfo`."""
+    task = info.task_info
+    result = task.result
+    started, finished = _time(task.started_at), _time(task.finished_at)
+    common: dict[str, Any] = {
+        "id": InstanceId(str(info.id)), "claim": ClaimName(tags_of(info).get(TAG_CLAIM, "")),
+        "created_at": _time(info.created_at) or datetime.fromtimestamp(0, UTC), "started_at": started,
+        "region": (list(info.regions) or [None])[0], "capacity_type": Tier.ON_DEMAND,
+    }  # fmt: skip
+    status = int(result.status)
+    if not status:
+        state = InstanceState.RUNNING if started else InstanceState.PROVISIONING
+        return Instance(state=state, **common)
+    finished = finished or started
+    if status == TERMINATED:
+        return Instance(state=InstanceState.TERMINATED, finished_at=finished, message="terminated", **common)
+    if status in (TIMEOUT, IDLE_TIMEOUT):
+        return Instance(state=InstanceState.FAILED, finished_at=finished, exit_code=int(result.exitcode) or None,
+                        exit_reason="DeadlineExceeded", message="the sandbox timed out", **common)  # fmt: skip
+    if status in OOM_STATUSES:
+        return Instance(state=InstanceState.FAILED, finished_at=finished, exit_code=int(result.exitcode) or 137,
+                        exit_reason="OOMKilled", message="the sandbox ran out of memory", **common)  # fmt: skip
+    if status in (SUCCESS, FAILURE):
+        code = int(result.exitcode)
+        if code == 0 and status == SUCCESS:
+            return Instance(state=InstanceState.SUCCEEDED, finished_at=finished, exit_code=0, **common)
+        message = "" if code else (str(result.exception)[:500] or "failed with no exit code")
+        return Instance(state=InstanceState.FAILED, finished_at=finished, exit_code=code or None, message=message,
+                        **common)  # fmt: skip
+    reason = "init failure" if status == INIT_FAILURE else "internal failure"
+    return Instance(state=InstanceState.FAILED, finished_at=finished,
+                    message=f"modal: {reason}: {str(result.exception)[:500]}", **common)  # fmt: skip
