@@ -62,6 +62,7 @@ class ModalProcess:
         self._started = threading.Event()
         self._start_lock = threading.Lock()
         self._closed = False
+        self._pending: list[bytes | None] = []  # stdin sent before a TTY command started (None: EOF)
         self._stdout, self._stderr = _Pipe(), _Pipe()
         self._exit: int | None = None
         self._exited = threading.Event()
@@ -92,6 +93,12 @@ class ModalProcess:
                 self._started.set()
                 return
             self._started.set()
+            pending, self._pending = self._pending, []
+            try:
+                for item in pending:  # under the lock: nothing sent later can overtake it
+                    self._send(self._process, item)
+            except ProviderError as exc:
+                logger.info("modal exec stdin failed: %s", exc)
         process = self._process
         streams = [(process.stdout, self._stdout)] + ([] if self._tty else [(process.stderr, self._stderr)])
         for stream, pipe in streams:
@@ -129,15 +136,27 @@ class ModalProcess:
             self._exited.set()
 
     def write_stdin(self, data: bytes) -> None:
-        process = self._running()
-        with sdk_errors():
-            process.stdin.write(data)
-            process.stdin.drain()
+        self._stdin(data)
 
     def close_stdin(self) -> None:
-        process = self._running()
+        self._stdin(None)
+
+    def _stdin(self, item: bytes | None) -> None:
+        """Send stdin (None: EOF); a TTY command not started yet (no size) keeps it until then,
+        since kubectl may send keystrokes before the terminal's size."""
+        with self._start_lock:
+            if not self._started.is_set():
+                self._pending.append(item)
+                return
+        self._send(self._running(), item)
+
+    @staticmethod
+    def _send(process: Any, item: bytes | None) -> None:
         with sdk_errors():
-            process.stdin.write_eof()
+            if item is None:
+                process.stdin.write_eof()
+            else:
+                process.stdin.write(item)
             process.stdin.drain()
 
     def read_stdout(self, max_bytes: int = 65536) -> bytes:

@@ -16,11 +16,13 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def on_a_terminal(argv: Sequence[str], env: Mapping[str, str]) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
-    """`argv` running on a new 24x80 pseudo-terminal: the master end and the process; on exit
-    a process still running is killed and the master is closed."""
+def on_a_terminal(
+    argv: Sequence[str], env: Mapping[str, str], *, rows: int = 24, cols: int = 80
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`argv` running on a new pseudo-terminal (24x80 unless told): the master end and the
+    process; on exit a process still running is killed and the master is closed."""
     master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
     session = subprocess.Popen(
         list(argv), stdin=slave, stdout=slave, stderr=slave, env=dict(env), start_new_session=True
     )

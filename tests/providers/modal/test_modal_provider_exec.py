@@ -1,5 +1,6 @@
 """`kubectl exec` through `ModalProvider.exec` (the SDK's Sandbox.exec, against the fake):
-real output, stdin, a TTY, exit codes; and exec in a sandbox not running is NotFound."""
+real output, stdin, a TTY (started at the client's first size, as Modal has no resize), exit
+codes; and exec in a sandbox not running is NotFound."""
 
 from __future__ import annotations
 
@@ -56,6 +57,23 @@ def test_exec_with_a_tty_merges_stderr(fake_modal: Any, tmp_path: Path) -> None:
     process = provider.exec(_running(provider), ["sh", "-c", "echo err >&2"], tty=True, stdin=False)
     assert b"err" in _drain(process.read_stdout) and process.read_stderr() == b""
     assert process.wait(20) == 0
+
+
+def test_a_tty_starts_at_the_first_size_and_keeps_stdin_sent_before_it(fake_modal: Any, tmp_path: Path) -> None:
+    provider = provider_on(fake_modal, tmp_path)
+    process = provider.exec(_running(provider), ["sh", "-c", "read line; stty size; echo got $line"], tty=True,
+                            stdin=True)  # fmt: skip
+    process.write_stdin(b"early\n")  # typed before kubectl sent the terminal's size
+    process.resize(111, 33)  # the first size starts the command: cols, rows
+    process.resize(40, 10)  # Modal has no window-size call: dropped
+    out = _drain(process.read_stdout)
+    assert b"33 111" in out and b"got early" in out and process.wait(20) == 0
+
+
+def test_a_tty_with_no_size_in_time_starts_at_24x80(fake_modal: Any, tmp_path: Path) -> None:
+    provider = provider_on(fake_modal, tmp_path)
+    process = provider.exec(_running(provider), ["stty", "size"], tty=True, stdin=False)
+    assert _drain(process.read_stdout) == b"24 80\r\n" and process.wait(20) == 0
 
 
 def test_exec_where_nothing_runs_is_not_found(fake_modal: Any, tmp_path: Path) -> None:
