@@ -3,9 +3,11 @@
 
 Called by `ModalProvider.exec`. One reader thread per output stream fills a buffer the
 blocking reads take from; a waiter thread learns the exit code. Modal's exec has no
-window-size call: a TTY starts at the client's first size and later resizes are dropped.
-`close` stops reading (Modal ends the command when its session is dropped or its timeout
-passes).
+window-size call: a TTY starts at the client's first size, and a later size is applied by
+the provider's `resize` callable (a helper exec that sets the terminal's size, see
+`providers.modal.provider`) on a thread of its own, the newest size only, so stdin never
+waits for it. `close` stops reading (Modal ends the command when its session is dropped or
+its timeout passes).
 Tests: tests/providers/modal/test_modal_provider_exec.py.
 """
 
@@ -52,11 +54,15 @@ class ModalProcess:
     """`start(rows, cols)` runs the SDK's `Sandbox.exec` and returns its `ContainerProcess`.
     Modal takes a TTY's size only when the command starts (its `PTYInfo`) and has no resize
     call, so a TTY exec starts on the client's first size (kubectl sends it at once), or at
-    24x80 after FIRST_SIZE_WAIT; later resizes are not passed on (docs/providers/modal.md)."""
+    24x80 after FIRST_SIZE_WAIT; a later size goes to `resize(rows, cols)` if given
+    (docs/providers/modal.md)."""
 
-    def __init__(self, start: Callable[[int, int], Any], *, tty: bool) -> None:
+    def __init__(
+        self, start: Callable[[int, int], Any], *, tty: bool, resize: Callable[[int, int], bool] | None = None
+    ) -> None:
         self._start = start
         self._tty = tty
+        self._resizer = _Resizer(resize) if tty and resize is not None else None
         self._process: Any = None
         self._failure: ProviderError | None = None
         self._started = threading.Event()
@@ -75,11 +81,12 @@ class ModalProcess:
             self._begin(*DEFAULT_SIZE)
             self._raise_if_failed()
 
-    def _begin(self, rows: int, cols: int) -> None:
-        """Start the command once (the first size wins); a failure ends the streams."""
+    def _begin(self, rows: int, cols: int) -> bool:
+        """Start the command once, at the first size; False if it had started already. A
+        failure ends the streams."""
         with self._start_lock:
             if self._started.is_set():
-                return
+                return False
             try:
                 with sdk_errors():
                     self._process = self._start(rows, cols)
@@ -91,8 +98,10 @@ class ModalProcess:
                     pipe.feed(None)
                 self._exited.set()
                 self._started.set()
-                return
+                return True
             self._started.set()
+            if self._resizer is not None:
+                self._resizer.started_at(rows, cols)
             pending, self._pending = self._pending, []
             try:
                 for item in pending:  # under the lock: nothing sent later can overtake it
@@ -104,6 +113,7 @@ class ModalProcess:
         for stream, pipe in streams:
             threading.Thread(target=self._pump, args=(stream, pipe), daemon=True, name="modal-exec-read").start()
         threading.Thread(target=self._wait, daemon=True, name="modal-exec-wait").start()
+        return True
 
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
@@ -166,9 +176,11 @@ class ModalProcess:
         return self._stderr.read(max_bytes)
 
     def resize(self, cols: int, rows: int) -> None:
-        """The first size starts a TTY command at it; Modal cannot change it afterwards."""
-        if self._tty and not self._started.is_set():
-            self._begin(rows, cols)
+        """The first size starts a TTY command at it; a later one goes to the resizer."""
+        if not self._tty or self._begin(rows, cols):
+            return
+        if self._resizer is not None and self._failure is None:
+            self._resizer.want(rows, cols)
 
     def wait(self, timeout: float | None = None) -> int | None:
         return self._exit if self._exited.wait(timeout) else None
@@ -179,5 +191,63 @@ class ModalProcess:
 
     def close(self) -> None:
         self._closed = True
+        if self._resizer is not None:
+            self._resizer.close()
         self._stdout.feed(None)
         self._stderr.feed(None)
+
+
+class _Resizer:
+    """Applies the newest wanted size with `apply(rows, cols)` (True when it took) on its own
+    thread, one at a time; a size already in place is not applied again. The first failure is
+    logged at info (the image may lack `sh` or `stty`), later ones at debug."""
+
+    def __init__(self, apply: Callable[[int, int], bool]) -> None:
+        self._apply = apply
+        self._cond = threading.Condition()
+        self._wanted: tuple[int, int] | None = None
+        self._applied: tuple[int, int] | None = None
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._failed = False
+
+    def started_at(self, rows: int, cols: int) -> None:
+        with self._cond:
+            self._applied = self._applied or (rows, cols)
+
+    def want(self, rows: int, cols: int) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._wanted = (rows, cols)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True, name="modal-exec-resize")
+                self._thread.start()
+            self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _pending(self) -> bool:
+        return self._closed or (self._wanted is not None and self._wanted != self._applied)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(self._pending)
+                if self._closed or self._wanted is None:
+                    return
+                size = self._wanted
+            try:
+                took = self._apply(*size)
+            except Exception as exc:  # a broken session: the size stays, the exec goes on
+                logger.debug("modal exec resize raised %s", type(exc).__name__)
+                took = False
+            with self._cond:
+                self._applied = size  # applied or not, do not retry the same size
+            if not took:
+                level = logging.DEBUG if self._failed else logging.INFO
+                logger.log(level, "modal exec: the terminal could not be resized to %dx%d", *size)
+                self._failed = True

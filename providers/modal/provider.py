@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,14 @@ NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/
 ALL_REGIONS = frozenset({"*", "any", "all"})
 _SANDBOX_ID = re.compile(r"^sb-[A-Za-z0-9_-]{1,128}$")
 MIB = 2**20
+EXEC_MARKER = "NEBULA_EXEC_ID"  # in a TTY exec's environment, so a resize can find its terminal
+# $1 the marker (NAME=value), $2 rows, $3 columns: set the size of the terminal on the stdin of
+# the first process whose environment holds the marker. POSIX sh, tr, grep and stty.
+RESIZE_SCRIPT = (
+    'for d in /proc/[0-9]*; do tr "\\000" "\\n" < "$d/environ" 2>/dev/null | grep -qxF "$1" || continue; '
+    't=$(readlink "$d/fd/0") || continue; case "$t" in /dev/pts/*) stty rows "$2" cols "$3" < "$t"; exit $?;; esac; '
+    "done; exit 1"
+)
 QUEUE_LIST_BOUND = 60.0  # seconds after create_wait to see a queued sandbox listed before Unavailable
 LIST_POLL_SECONDS = 0.2
 
@@ -305,14 +314,24 @@ class ModalProvider:
             raise NotFound(f"modal sandbox {instance_id} is not running ({instance.state.value})")
         sandbox = self._session.sandbox(instance_id)
 
+        marker = f"{EXEC_MARKER}={secrets.token_hex(8)}"
+
         def start(rows: int, cols: int) -> Any:
             if not tty:
                 return sandbox.exec(*command, text=False)
             # `_exec` takes the terminal's PTYInfo (the public `pty=True` reads this process's
             # own terminal size, which is not the kubectl user's).
-            return sandbox._exec(*command, pty_info=terminal(rows, cols), text=False)
+            name, value = marker.split("=", 1)
+            return sandbox._exec(*command, pty_info=terminal(rows, cols), env={name: value}, text=False)
 
-        return ModalProcess(start, tty=tty)
+        def resize(rows: int, cols: int) -> bool:
+            """Modal has no window-size call: a helper exec sets the size of the terminal of
+            the process carrying `marker` (the kernel then signals SIGWINCH to it)."""
+            with sdk_errors():
+                helper = sandbox.exec("sh", "-c", RESIZE_SCRIPT, "sh", marker, str(rows), str(cols), text=False)
+                return int(helper.wait()) == 0
+
+        return ModalProcess(start, tty=tty, resize=resize)
 
     def _owned(self, instance_id: InstanceId) -> Any:
         info = self._info(instance_id) if _SANDBOX_ID.match(instance_id) else None

@@ -1,10 +1,11 @@
 """End to end on the devcluster: a pool of [modal, runpod], each provider spoken to only by
 its vendor's SDK against a fake of the vendor's API (tests/support/cloudstack.py). An
-opted-in Pod runs on Modal and kubectl's logs -f and exec (TTY, resize, exit codes) reach
-it; Modal queueing past the pool's provisioningTimeout sends the replacement to RunPod; a
-RunPod spot interruption fails the Pod `Preempted`, blocks the Spot tier and replaces it; a
-restarted manager adopts on both without duplicates; a second cluster on the same Modal app
-and RunPod account touches nothing of the first's; no secret reaches a log or an Event."""
+opted-in Pod runs on Modal and kubectl's logs -f and exec (stdin, TTY size and resize, exit
+codes) reach it; Modal queueing past the pool's provisioningTimeout sends the replacement
+to RunPod; a RunPod spot interruption fails the Pod `Preempted`, blocks the Spot tier and
+replaces it; a restarted manager adopts on both without duplicates; a second cluster on the
+same Modal app and RunPod account touches nothing of the first's; no secret reaches a log
+or an Event."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
 from tests.support.placement import events_for, pods_of, provider_of, tier_of
 from tests.support.polling import wait_for
-from tests.support.terminal import on_a_terminal, type_until
+from tests.support.terminal import check_exec_tty_resize, on_a_terminal, type_until
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 SECRET_VALUE = "hf_e2e-secret-value-9f3a"  # must reach the workload and nothing else
@@ -122,11 +123,12 @@ def test_a_pod_of_a_modal_runpod_pool_runs_on_modal_and_kubectl_logs_and_exec_re
     assert result.stdout == f"out\n{SECRET_VALUE}\n".encode() and result.stderr.startswith(b"err\n")
     piped = clouds.kubectl("exec", "-i", name, "--", "sh", "-c", "tr a-z A-Z", input=b"to modal\n")
     assert piped.returncode == 0 and piped.stdout == b"TO MODAL\n", piped.stderr[-500:]
-    # Modal takes a TTY's size when the command starts and has no resize call: the shell sees
-    # the user's terminal (33x111 here, not 24x80), and a later resize is not passed on.
+    # Modal takes a TTY's size when the command starts (33x111 here, not a default 24x80);
+    # with no resize call in Modal, a later size goes by a helper exec (providers.modal).
     argv = [KUBECTL_137, "--kubeconfig", clouds.kubeconfig, "exec", "-it", name, "--", "sh"]
-    with on_a_terminal(argv, clouds.env(), rows=33, cols=111) as (master, session):
-        assert b"33 111" in type_until(master, b"stty size\r", b"33 111", retry=True)
+    check_exec_tty_resize(argv, clouds.env(), rows=33, cols=111)
+    with on_a_terminal(argv, clouds.env()) as (master, session):
+        assert b"24 80" in type_until(master, b"stty size\r", b"24 80", retry=True)
         os.write(master, b"exit 3\r")
         assert session.wait(timeout=30) == 3
     connect = clouds.kube.get(path_for("secrets", namespace="default", name=f"{name}-connect"))

@@ -36,11 +36,12 @@ def on_a_terminal(
         os.close(master)
 
 
-def check_exec_tty_resize(argv: Sequence[str], env: Mapping[str, str]) -> None:
-    """Run `argv` (a `kubectl exec -it ... -- sh`) on a 24x80 terminal: `stty size` must say
-    so, then say 40 120 after the terminal is resized; `exit` ends it with 0."""
-    with on_a_terminal(argv, env) as (master, session):
-        assert b"24 80" in type_until(master, b"stty size\r", b"24 80", retry=True)
+def check_exec_tty_resize(argv: Sequence[str], env: Mapping[str, str], *, rows: int = 24, cols: int = 80) -> None:
+    """Run `argv` (a `kubectl exec -it ... -- sh`) on a `rows`x`cols` terminal: `stty size`
+    must say so, then say 40 120 after the terminal is resized; `exit` ends it with 0."""
+    with on_a_terminal(argv, env, rows=rows, cols=cols) as (master, session):
+        first = f"{rows} {cols}".encode()
+        assert first in type_until(master, b"stty size\r", first, retry=True)
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         session.send_signal(signal.SIGWINCH)  # kubectl watches SIGWINCH and sends the new size
         assert b"40 120" in type_until(master, b"stty size\r", b"40 120", retry=True)

@@ -65,9 +65,29 @@ def test_a_tty_starts_at_the_first_size_and_keeps_stdin_sent_before_it(fake_moda
                             stdin=True)  # fmt: skip
     process.write_stdin(b"early\n")  # typed before kubectl sent the terminal's size
     process.resize(111, 33)  # the first size starts the command: cols, rows
-    process.resize(40, 10)  # Modal has no window-size call: dropped
     out = _drain(process.read_stdout)
     assert b"33 111" in out and b"got early" in out and process.wait(20) == 0
+
+
+def test_a_later_size_reaches_the_running_tty_through_a_helper_exec(fake_modal: Any, tmp_path: Path) -> None:
+    provider = provider_on(fake_modal, tmp_path)
+    process = provider.exec(_running(provider), ["sh"], tty=True, stdin=True)
+    process.resize(80, 24)
+    seen = b""
+
+    def shows(size: bytes) -> bool:
+        nonlocal seen
+        process.write_stdin(b"stty size\n")
+        seen += process.read_stdout()
+        return size in seen
+
+    wait_for(lambda: shows(b"24 80"), 20)
+    for cols, rows in ((100, 30), (120, 40)):  # the newest size wins
+        process.resize(cols, rows)
+    wait_for(lambda: shows(b"40 120"), 20)
+    process.write_stdin(b"exit 4\n")
+    assert process.wait(20) == 4
+    process.close()
 
 
 def test_a_tty_with_no_size_in_time_starts_at_24x80(fake_modal: Any, tmp_path: Path) -> None:
