@@ -5,10 +5,11 @@ codes) reach it; Modal queueing past the pool's provisioningTimeout sends the re
 to RunPod; a RunPod spot interruption fails the Pod `Preempted`, blocks the Spot tier and
 replaces it; a restarted manager adopts on both without duplicates; a second cluster on the
 same Modal app and RunPod account touches nothing of the first's; no secret reaches a log
-or an Event."""
+or an Event or a console page."""
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import subprocess
@@ -18,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
 
+from console import models, runtime
+from console import observer as console_observer
+from console.mirror import Mirror
+from console.observer import ConsoleObserver
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
@@ -36,7 +43,19 @@ TICKER = "echo started; i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.5;
 
 
 @pytest.fixture
-def clouds(cluster: DevCluster, webhook: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudStack]:
+def observed() -> Iterator[ConsoleObserver]:
+    """The console's observer, installed before the manager starts (it sees every Event)."""
+    observer = console_observer.install()
+    try:
+        yield observer
+    finally:
+        console_observer.uninstall()
+
+
+@pytest.fixture
+def clouds(
+    cluster: DevCluster, webhook: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, observed: ConsoleObserver
+) -> Iterator[CloudStack]:
     monkeypatch.setenv("MODAL_SANDBOX_V2", "0")  # the fake serves V1 sandboxes, as deploy/components/modal asks
     with start_cloudstack(cluster, tmp_path) as stack:
         yield stack
@@ -78,23 +97,50 @@ def running(kube: Kube, app: str) -> dict[str, Any] | None:
 
 
 def wait_running(clouds: CloudStack, app: str, timeout: float = 120) -> dict[str, Any]:
-    return wait_for(lambda: running(clouds.kube, app), timeout)
+    pod: dict[str, Any] = wait_for(lambda: running(clouds.kube, app), timeout)
+    return pod
 
 
 def instance_of(pod: dict[str, Any]) -> str:
     return str(pod["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION])
 
 
-def assert_no_secret(clouds: CloudStack, caplog: pytest.LogCaptureFixture) -> None:
-    assert SECRET_VALUE not in caplog.text
-    events, _ = clouds.kube.list(path_for("events", namespace="default"))
-    assert SECRET_VALUE not in repr(events)
-    pods, _ = clouds.kube.list(path_for("pods", namespace="default"))
-    assert SECRET_VALUE not in repr([p["metadata"] for p in pods] + [p.get("status") for p in pods])
+def assert_no_secret(clouds: CloudStack, caplog: pytest.LogCaptureFixture, *, also: tuple[str, ...] = ()) -> None:
+    for secret in (SECRET_VALUE, clouds.modal.token_secret, clouds.runpod.api_key, *also):
+        assert secret not in caplog.text
+        events, _ = clouds.kube.list(path_for("events", namespace="default"))
+        assert secret not in repr(events)
+        pods, _ = clouds.kube.list(path_for("pods", namespace="default"))
+        assert secret not in repr([p["metadata"] for p in pods] + [p.get("status") for p in pods])
+
+
+def console_pages(clouds: CloudStack, observer: ConsoleObserver) -> dict[str, str]:
+    """Every console page and API list, as an operator logged in sees them, once the mirror
+    has this manager's Pods and claims."""
+    runtime.install(handlers=clouds.handlers(), placement=clouds.placement)
+    mirror = Mirror(observer=lambda: observer, interval=0.3)
+    mirror.start()
+    try:
+        wait_for(lambda: models.TrackedPod.objects.filter(phase="Running").exists(), 30)
+        wait_for(lambda: models.InstanceClaim.objects.exists(), 30)
+        staff = User.objects.create_user("operator", password="pw-operator-12345", is_staff=True, is_superuser=True)
+        client = Client()
+        client.force_login(staff)
+        pages = ["/", "/dashboard/panels", "/readyz"]
+        pages += [f"/admin/console/{m}/" for m in ("trackedpod", "instanceclaim", "virtualnode", "recentevent")]
+        pages += [f"/admin/console/trackedpod/{p.pk}/change/" for p in models.TrackedPod.objects.all()]
+        pages += [f"/admin/console/instanceclaim/{c.pk}/change/" for c in models.InstanceClaim.objects.all()]
+        pages += ["/api/pods/", "/api/claims/", "/api/nodes/", "/api/blocklist/", "/api/pools/"]
+        bodies = {path: client.get(path).content.decode() for path in pages}
+    finally:
+        mirror.stop()
+        runtime.clear()
+    assert "modal" in bodies["/api/claims/"]  # the pages do show this manager's work
+    return bodies
 
 
 def test_a_pod_of_a_modal_runpod_pool_runs_on_modal_and_kubectl_logs_and_exec_reach_it(
-    clouds: CloudStack, caplog: pytest.LogCaptureFixture
+    clouds: CloudStack, caplog: pytest.LogCaptureFixture, observed: ConsoleObserver, transactional_db: Any
 ) -> None:
     caplog.set_level(logging.DEBUG)
     clouds.cluster.apply_manifest(pool("clouds", ["modal", "runpod"], ["OnDemand"]))
@@ -133,7 +179,11 @@ def test_a_pod_of_a_modal_runpod_pool_runs_on_modal_and_kubectl_logs_and_exec_re
         assert session.wait(timeout=30) == 3
     connect = clouds.kube.get(path_for("secrets", namespace="default", name=f"{name}-connect"))
     assert set(connect["data"]) >= {"url", "token"}
-    assert_no_secret(clouds, caplog)
+    token = base64.b64decode(connect["data"]["token"]).decode()
+    assert_no_secret(clouds, caplog, also=(token,))
+    for path, body in console_pages(clouds, observed).items():
+        for secret in (SECRET_VALUE, token, clouds.modal.token_secret, clouds.runpod.api_key):
+            assert secret not in body, f"a secret appears in the console's {path}"
 
 
 def test_modal_queueing_past_the_provisioning_timeout_sends_the_replacement_to_runpod(
@@ -199,9 +249,7 @@ def test_a_second_cluster_on_the_same_modal_app_and_runpod_account_touches_nothi
     clouds.cluster.apply_manifest(pool("pods", ["runpod"], ["OnDemand"]))
     start(clouds, "on-modal", "clouds")
     start(clouds, "on-runpod", "pods")
-    ours = {
-        app: instance_of(wait_for(lambda app=app: running(clouds.kube, app), 120)) for app in ("on-modal", "on-runpod")
-    }  # type: ignore[misc]
+    ours = {app: instance_of(wait_running(clouds, app)) for app in ("on-modal", "on-runpod")}
     with DevCluster(kubeconfig_path=str(tmp_path / "other.kubeconfig"), scheduler_interval=0.05) as other:
         with clouds.second_manager(other, cluster_name="cluster-b") as theirs:
             kube_b = kube_for(other)

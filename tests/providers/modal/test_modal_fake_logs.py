@@ -71,7 +71,8 @@ def test_logs_resume_from_the_last_entry_id(client: Any) -> None:
     everything = read("")
     text = "".join(item.data for batch in everything for item in batch.items)
     assert text == "a\nb\n" and everything[-1].eof
-    first_entry = everything[0].entry_id
+    first_entry = everything[0].entry_id  # a batch's id: a resume starts after the whole batch
     rest = read(first_entry)
-    assert "".join(item.data for batch in rest for item in batch.items) == text[len(everything[0].items[0].data) :]
+    first_batch = "".join(item.data for item in everything[0].items)
+    assert "".join(item.data for batch in rest for item in batch.items) == text[len(first_batch) :]
     assert all(item.timestamp > 0 for batch in everything for item in batch.items)
