@@ -7,8 +7,11 @@ from pathlib import Path
 
 from providers.aws import AwsProvider
 from providers.base import Capabilities
+from providers.egress import EgressMode
 from providers.fake import FakeProvider
 from providers.local import LocalProvider
+from providers.modal import ModalProvider
+from providers.runpod import RunPodProvider
 from providers.shape import VOLUME_KINDS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "providers.md"
@@ -26,6 +29,10 @@ def shape_rows(capabilities: dict[str, Capabilities]) -> list[tuple[str, list[bo
     ]
     rows += [(f"`{kind}` volumes", [kind in s.volumes for s in shapes.values()]) for kind in VOLUME_KINDS]
     rows.append(("restart in place", [c.restarts_in_place for c in capabilities.values()]))
+    rows += [
+        (f"NodePool egress `{mode.value}`", [mode in c.egress for c in capabilities.values()])
+        for mode in (EgressMode.BLOCKED, EgressMode.ALLOWLIST)
+    ]
     return rows
 
 
@@ -42,6 +49,8 @@ def test_the_docs_shape_table_is_what_the_providers_declare(tmp_path: Path) -> N
         "local": LocalProvider("local", {"state_dir": str(tmp_path)}).capabilities(),
         "fake": FakeProvider("fake", {}).capabilities(),
         "aws": AwsProvider("aws", {"regions": ["us-east-1"], "ami": "ami-12345678", "ssh": False}).capabilities(),
+        "modal": ModalProvider("modal", {}).capabilities(),
+        "runpod": RunPodProvider("runpod", {}).capabilities(),
     }
     table = render(capabilities)
     assert table in DOC.read_text(), f"docs/providers.md must carry this table:\n{table}"
