@@ -23,6 +23,7 @@ from providers.egress import OPEN as OPEN_EGRESS
 from providers.egress import Egress, EgressMode
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
 from providers.owner import Owner
+from providers.pullauth import RegistryAuth
 from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
 from providers.streams import Attacher as Attacher
 from providers.streams import ContainerStopper as ContainerStopper
@@ -110,6 +111,7 @@ class PodSpec:
     containers: tuple[ContainerSpec, ...] = ()
     init_containers: tuple[ContainerSpec, ...] = ()
     restart_policy: str = "Always"  # the Pod's: Always, OnFailure or Never
+    active_deadline_seconds: int | None = None  # the Pod's spec.activeDeadlineSeconds (a positive integer)
 
     def app_containers(self) -> tuple[ContainerSpec, ...]:
         """Every app container; the first-container fields as one when none were listed."""
@@ -139,6 +141,8 @@ class ProvisionRequest(_Redacted):
     container_env: Mapping[str, Mapping[str, str]] = field(default_factory=dict)  # every container's, by name
     volumes: tuple[Volume, ...] = ()  # the Pod's volumes, contents resolved (Secret bytes: never log)
     egress: Egress = OPEN_EGRESS  # the pool's policy; a mode not in `Capabilities.egress` is NotSupported
+    # The Pod's imagePullSecrets, by registry host (`providers.pullauth`); passwords: never log
+    registry_auth: Mapping[str, RegistryAuth] = field(default_factory=dict)
 
     def env_for(self, container: str) -> Mapping[str, str]:
         """The resolved env of `container` (`env` when it has no entry of its own)."""
@@ -148,7 +152,8 @@ class ProvisionRequest(_Redacted):
         return (
             f"ProvisionRequest(claim={self.claim!r}, capacity_type={self.capacity_type!r}, "
             f"region={self.region!r}, env={self._redacted_keys()}, containers={sorted(self.container_env)}, "
-            f"volumes={[v.name for v in self.volumes]}, egress={self.egress.describe()!r})"
+            f"volumes={[v.name for v in self.volumes]}, egress={self.egress.describe()!r}, "
+            f"registries={sorted(self.registry_auth)})"
         )
 
 
@@ -217,6 +222,8 @@ class Capabilities:
     regions: tuple[str, ...] = ()
     capacity: Mapping[str, str] = field(default_factory=dict)  # node capacity, e.g. {"cpu": "64"}
     pulls_images: bool = True  # False: the container image is not used (say so to the user)
+    uses_pull_secrets: bool = False  # True: `ProvisionRequest.registry_auth` reaches the image pull
+    enforces_deadline: bool = False  # True: the instance ends at `PodSpec.active_deadline_seconds`
     log_timestamps: bool = False  # True: log lines are stamped at the source (timestamps, since*)
     # True: the provider implements `Restarter` (the workload runs again in the same instance,
     # the last run's output kept for `--previous`). False: the vnode replaces the instance.

@@ -203,4 +203,16 @@ def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
         containers=tuple(container_spec(container) for container in containers),
         init_containers=tuple(container_spec(init, init=True) for init in spec.get("initContainers") or ()),
         restart_policy=str(spec.get("restartPolicy") or "Always"),
+        active_deadline_seconds=deadline_of(spec),
     )
+
+
+def deadline_of(spec: Mapping[str, Any]) -> int | None:
+    """`spec.activeDeadlineSeconds`, or None; ValueError naming it unless a positive integer
+    (as the API server validates it)."""
+    value = spec.get("activeDeadlineSeconds")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"spec.activeDeadlineSeconds: must be a positive integer, not {value!r}")
+    return int(value)

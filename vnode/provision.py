@@ -36,6 +36,7 @@ from vnode.blocklister import Blocklister
 from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
 from vnode.poolpolicy import PoolPolicies
+from vnode.pullsecrets import PullAuth, resolve_pull_auth
 from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
@@ -157,6 +158,11 @@ class Provisioner:
             raise Retry(str(exc)) from exc
         for reason, message in env.warnings:
             self._events.pod(pod, "Warning", reason, message)
+        pull = self._pull_auth(pod)
+        if (pod.get("spec") or {}).get("activeDeadlineSeconds") and not self._capabilities().enforces_deadline:
+            message = (f"{self._provider.name} does not enforce spec.activeDeadlineSeconds; "
+                       "the Pod runs until it exits or is deleted")  # fmt: skip
+            self._events.pod(pod, "Warning", names.EVENT_DEADLINE_NOT_ENFORCED, message)
         meta = pod.get("metadata") or {}
         annotations = meta.get("annotations") or {}
         pool = (meta.get("labels") or {}).get(names.POOL_LABEL) or None
@@ -169,7 +175,27 @@ class Provisioner:
             container_env=env.containers,
             volumes=volumes,
             egress=egress,
+            registry_auth=pull.auths,
         )
+
+    def _pull_auth(self, pod: JsonDict) -> PullAuth:
+        """The Pod's imagePullSecrets as registry credentials, when the provider uses them;
+        a Warning for a Secret it could not read (the kubelet's), or for credentials the
+        provider's image pull does not take."""
+        if not (pod.get("spec") or {}).get("imagePullSecrets"):
+            return PullAuth()
+        capabilities = self._capabilities()
+        if not capabilities.pulls_images:
+            return PullAuth()  # ImageNotUsed says the image is not pulled at all
+        if not capabilities.uses_pull_secrets:
+            message = (f"{self._provider.name} pulls images without the Pod's imagePullSecrets; "
+                       "a private image may fail to pull")  # fmt: skip
+            self._events.pod(pod, "Warning", names.EVENT_PULL_SECRETS_NOT_USED, message)
+            return PullAuth()
+        pull = resolve_pull_auth(pod, self._writer.read_secret_bytes)
+        if (warning := pull.warning()) is not None:
+            self._events.pod(pod, "Warning", names.EVENT_PULL_SECRET_UNREAD, warning)
+        return pull
 
     def _record_instance(self, pod: JsonDict, result: ProvisionResult, *, took: float) -> None:
         entry = self._tracked.track(pod)

@@ -33,7 +33,7 @@ class ModalOptions:
     credentials_dir: str | None = None
     poll_interval: float = 10.0
     regions: tuple[str, ...] = ()  # empty: Modal places sandboxes anywhere
-    max_lifetime: int = MAX_LIFETIME  # the sandbox's timeout: the Pod has no activeDeadlineSeconds here
+    max_lifetime: int = MAX_LIFETIME  # the longest sandbox timeout; a Pod's activeDeadlineSeconds may shorten it
     log_poll_interval: float = 1.0  # seconds between log fetches while following
     connect_timeout: float = 10.0  # seconds for the first connection to the API
     create_wait: float = 15.0  # seconds provision waits for Modal to schedule before it reports a queued sandbox

@@ -54,6 +54,7 @@ from providers.modal.options import ModalOptions, parse_options
 from providers.modal.process import ModalProcess
 from providers.modal.sdk import Session
 from providers.owner import Owner
+from providers.pullauth import auth_for
 from providers.shape import SINGLE_CONTAINER
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,8 @@ class ModalProvider:
             regions=self._options.regions,
             capacity=dict(NODE_CAPACITY),
             pulls_images=True,
+            uses_pull_secrets=True,
+            enforces_deadline=True,
             log_timestamps=True,  # Modal stamps each log entry
             restarts_in_place=False,
             bills_after_exit=False,  # a sandbox stops billing when its command exits
@@ -138,7 +141,13 @@ class ModalProvider:
             def create() -> Any:
                 import modal
 
-                image = modal.Image.from_registry(pod.image)
+                pull = auth_for(pod.image, request.registry_auth)
+                registry = (
+                    modal.Secret.from_dict({"REGISTRY_USERNAME": pull.username, "REGISTRY_PASSWORD": pull.password})
+                    if pull is not None
+                    else None
+                )
+                image = modal.Image.from_registry(pod.image, secret=registry)
                 secrets = [modal.Secret.from_dict(dict(request.env))] if request.env else []
                 return modal.Sandbox.create(
                     *arguments.pop("argv"), app=app, client=client, image=image, secrets=secrets,
@@ -197,6 +206,11 @@ class ModalProvider:
         logger.info("created modal sandbox %s for claim %s; modal queues it", sandbox_id, claim)
         return ProvisionResult(sandbox_id, reserved=False, credential=credential)
 
+    def _lifetime(self, pod: PodSpec) -> int:
+        """The sandbox's timeout: the Pod's activeDeadlineSeconds, at most `max_lifetime`."""
+        deadline = pod.active_deadline_seconds
+        return min(deadline, self._options.max_lifetime) if deadline else self._options.max_lifetime
+
     def _create_arguments(self, pod: PodSpec, request: ProvisionRequest) -> dict[str, Any]:
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
@@ -209,7 +223,7 @@ class ModalProvider:
         except ValueError as exc:
             raise InvalidRequest(f"metadata.labels[nebula.io/accelerator]: {exc}") from None
         arguments: dict[str, Any] = {
-            "argv": [*pod.command, *pod.args], "timeout": self._options.max_lifetime, "gpu": gpu,
+            "argv": [*pod.command, *pod.args], "timeout": self._lifetime(pod), "gpu": gpu,
             "workdir": pod.working_dir, "cpu": pod.cpu, "memory": -(-pod.memory // MIB) if pod.memory else None,
         }  # fmt: skip
         if request.region:

@@ -143,6 +143,7 @@ class ControlPlane(_Base):  # type: ignore[misc]
         info = {
             "tag": tag,
             "registry_secret": bool(image.image_registry_config.secret_id),
+            "registry_username": self._secret_value(image.image_registry_config.secret_id, "REGISTRY_USERNAME"),
             "dockerfile_commands": list(image.dockerfile_commands),
         }
         image_id = new_id("im")
@@ -150,6 +151,10 @@ class ControlPlane(_Base):  # type: ignore[misc]
             self.state.images[image_id] = info
         ok = api_pb2.GenericResult(status=OK.GENERIC_STATUS_SUCCESS)
         await stream.send_message(api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=ok))
+
+    def _secret_value(self, secret_id: str, key: str) -> str | None:
+        with self.state.lock:
+            return self.state.secrets.get(secret_id, {}).get(key) if secret_id else None
 
     async def ImageJoinStreaming(self, stream: Any) -> None:
         await self._recv(stream, "ImageJoinStreaming")

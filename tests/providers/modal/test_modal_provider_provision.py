@@ -14,6 +14,7 @@ from providers import errors
 from providers.base import InstanceId, InstanceState
 from providers.egress import Egress, EgressMode, allowlist
 from providers.modal import status
+from providers.pullauth import RegistryAuth
 from tests.providers.modal.modal_rig import fake_modal, make_pod, provider_on, request_for
 from tests.support.polling import wait_for
 
@@ -111,3 +112,22 @@ def test_a_refused_create_is_classified(fake_modal: Any, tmp_path: Path) -> None
             provider.provision(pod, request_for(pod))
     with pytest.raises(errors.InvalidRequest, match="mi300x"):
         provider.provision(make_pod(accelerator="mi300x"), request_for(pod))
+
+
+def test_I4_the_pods_pull_credentials_and_deadline_reach_the_sandbox(
+    fake_modal: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    provider = provider_on(fake_modal, tmp_path)
+    auths = {"ghcr.io": RegistryAuth("bot", "pull-pw-42")}
+    pod = make_pod(image="ghcr.io/acme/trainer:1", active_deadline_seconds=1)
+    instance_id = provider.provision(pod, request_for(pod, registry_auth=auths)).instance_id
+    record = _record(fake_modal, instance_id)
+    assert record["image"]["registry_username"] == "bot" and record["timeout"] == 1
+    ended = wait_for(lambda: (i := provider.get(instance_id)) is not None and i.state is InstanceState.FAILED and i, 20)
+    assert ended.exit_reason == "DeadlineExceeded"
+    public = make_pod("public", image="busybox:1.36", active_deadline_seconds=10**6)
+    other = _record(fake_modal, provider.provision(public, request_for(public, registry_auth=auths)).instance_id)
+    assert other["image"]["registry_secret"] is False  # ghcr.io's credentials are not Docker Hub's
+    assert other["timeout"] == 86400  # a deadline past Modal's longest timeout gets max_lifetime
+    assert "pull-pw-42" not in caplog.text
