@@ -1,5 +1,6 @@
 """The GPU catalog (`catalog.csv`, shipped with the package): Nebula accelerator names to
-Modal's GPU strings, with Modal's published per-GPU-hour prices (OnDemand only).
+Modal's GPU strings, with Modal's published per-GPU-hour prices (OnDemand only) and the most
+GPUs of the type one sandbox may have (`max_count`: 4 for the A10G, 8 for the rest).
 
 Called by `ModalProvider` for offerings and provision. Pure once loaded.
 Tests: tests/providers/modal/test_modal_provider_options.py.
@@ -23,6 +24,11 @@ class GpuEntry:
     modal_gpu: str  # Modal's spelling: H100! (pinned), A100-80GB, ...
     gpu_memory_gib: int
     hourly_price: float  # USD per GPU-hour
+    max_count: int = 1  # the most GPUs of this type in one sandbox
+
+    def counts(self) -> tuple[int, ...]:
+        """The GPU counts offered: 1, 2, 4 and 8, up to `max_count`."""
+        return tuple(n for n in (1, 2, 4, 8) if n <= self.max_count)
 
 
 def canonical(name: str | None) -> str | None:
@@ -41,7 +47,7 @@ def load_catalog() -> tuple[GpuEntry, ...]:
     for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         try:
             entries.append(GpuEntry(row["accelerator"], row["modal_gpu"], int(row["gpu_memory_gib"]),
-                                    float(row["usd_per_gpu_hour"])))  # fmt: skip
+                                    float(row["usd_per_gpu_hour"]), int(row["max_count"])))  # fmt: skip
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{CATALOG_FILE} line {number}: {exc}") from exc
     return tuple(entries)
@@ -62,4 +68,6 @@ def gpu_string(accelerator: str | None, count: int) -> str | None:
         known = ", ".join(e.accelerator for e in load_catalog())
         raise ValueError(f"Modal offers no accelerator {accelerator!r} (known: {known})")
     count = max(count, 1)
+    if count > entry.max_count:
+        raise ValueError(f"Modal gives at most {entry.max_count} {entry.accelerator} GPUs to a sandbox, not {count}")
     return entry.modal_gpu if count == 1 else f"{entry.modal_gpu}:{count}"

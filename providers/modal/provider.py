@@ -275,9 +275,11 @@ class ModalProvider:
         regions = self._options.regions or ("any",)
         result = [Offering(None, 0, Tier.ON_DEMAND, region, None, True, "cpu") for region in regions]
         for entry in catalog.load_catalog():
-            for region in regions:
-                result.append(Offering(entry.accelerator, 1, Tier.ON_DEMAND, region, entry.hourly_price, True,
-                                       entry.modal_gpu))  # fmt: skip
+            for count in entry.counts():
+                gpu = entry.modal_gpu if count == 1 else f"{entry.modal_gpu}:{count}"
+                for region in regions:
+                    result.append(Offering(entry.accelerator, count, Tier.ON_DEMAND, region,
+                                           round(entry.hourly_price * count, 4), True, gpu))  # fmt: skip
         return result
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:

@@ -60,14 +60,20 @@ def test_the_pods_accelerator_becomes_modals_gpu_string(accelerator: str | None,
 def test_an_accelerator_modal_lacks_is_named() -> None:
     with pytest.raises(ValueError, match="mi300x"):
         catalog.gpu_string("mi300x", 1)
+    with pytest.raises(ValueError, match="at most 4 a10g GPUs"):
+        catalog.gpu_string("a10g", 8)
 
 
 def test_offerings_are_the_catalog_on_demand_with_prices() -> None:
     provider = ModalProvider("modal", {"regions": ["us-east", "eu-west"]})
     offerings = provider.offerings()
-    prices = {o.accelerator: o.hourly_price for o in offerings if o.region == "us-east"}
+    prices = {o.accelerator: o.hourly_price for o in offerings if o.region == "us-east" and o.gpu_count <= 1}
     assert prices == {None: None, "t4": 0.59, "l4": 0.80, "a10g": 1.10, "a100-40gb": 2.10, "a100-80gb": 2.50,
                       "l40s": 1.95, "h100": 3.95, "h200": 4.55}  # fmt: skip
+    h100 = {o.gpu_count: (o.hourly_price, o.instance_type) for o in offerings
+            if o.accelerator == "h100" and o.region == "us-east"}  # fmt: skip
+    assert h100 == {1: (3.95, "H100!"), 2: (7.9, "H100!:2"), 4: (15.8, "H100!:4"), 8: (31.6, "H100!:8")}
+    assert max(o.gpu_count for o in offerings if o.accelerator == "a10g") == 4
     assert {o.tier for o in offerings} == {Tier.ON_DEMAND}
     assert provider.expand_regions(["us", "*", "eu-west", "ap"]) == ["us-east", "eu-west"]
 
