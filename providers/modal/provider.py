@@ -33,6 +33,7 @@ from providers.base import (
     Instance,
     InstanceId,
     InstanceState,
+    InstanceUsage,
     LogOptions,
     LogStream,
     LogStreamer,
@@ -43,6 +44,7 @@ from providers.base import (
     ProvisionRequest,
     ProvisionResult,
     Tier,
+    UsageReporter,
 )
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
@@ -53,6 +55,7 @@ from providers.modal.logs import ModalLogStream
 from providers.modal.options import ModalOptions, parse_options
 from providers.modal.process import ModalProcess
 from providers.modal.sdk import Session
+from providers.modal.usage import UsageCache
 from providers.owner import Owner
 from providers.pullauth import auth_for
 from providers.shape import SINGLE_CONTAINER
@@ -83,6 +86,7 @@ class ModalProvider:
         self._owner = owner or Owner.standalone(name)
         self._options: ModalOptions = parse_options(options or {})
         self._session = Session(self._options)
+        self._usage = UsageCache()
         self._locks_guard = threading.Lock()
         self._claim_locks: dict[str, threading.Lock] = {}
 
@@ -349,6 +353,20 @@ class ModalProvider:
 
         return ModalProcess(start, tty=tty, resize=resize)
 
+    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+        """The sandbox's median CPU and memory over the last minutes (`providers.modal.usage`);
+        None unless it runs."""
+        instance = status.instance_from(self._owned(instance_id))
+        if instance.state is not InstanceState.RUNNING:
+            return None
+        sandbox = self._session.sandbox(instance_id)
+
+        def read(since: datetime) -> Any:
+            with sdk_errors():
+                return sandbox._experimental_stats(since=since)
+
+        return self._usage.get(instance_id, read)
+
     def _owned(self, instance_id: InstanceId) -> Any:
         info = self._info(instance_id) if _SANDBOX_ID.match(instance_id) else None
         if info is None:
@@ -372,6 +390,6 @@ def _credential(token: Any) -> ConnectCredential:
     return ConnectCredential({"url": str(token.url).encode(), "token": str(token.token).encode()})
 
 
-def _conforms(provider: ModalProvider) -> tuple[Provider, LogStreamer, Executor]:
+def _conforms(provider: ModalProvider) -> tuple[Provider, LogStreamer, Executor, UsageReporter]:
     """mypy proves here, once, that ModalProvider satisfies the seam's protocols."""
-    return provider, provider, provider
+    return provider, provider, provider, provider

@@ -25,6 +25,7 @@ from providers.modal.fake import jwt
 from providers.modal.fake.applogs import count_response, fetch_response
 from providers.modal.fake.logs import stream_logs
 from providers.modal.fake.state import SandboxRecord, State, new_id
+from providers.modal.fake.stats import stats_response
 
 OK = api_pb2.GenericResult
 
@@ -264,6 +265,11 @@ class ControlPlane(_Base):  # type: ignore[misc]
             if record.process is not None:
                 record.process.end("terminated", 137)
         await stream.send_message(api_pb2.SandboxTerminateResponse(existing_result=existing))
+
+    async def SandboxGetStats(self, stream: Any) -> None:
+        req = await self._recv(stream, "SandboxGetStats")
+        record = self._sandbox(req.sandbox_id)
+        await stream.send_message(stats_response(record.sampler, record.created_at, req))
 
     async def SandboxGetLogs(self, stream: Any) -> None:
         req = await self._recv(stream, "SandboxGetLogs")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers.modal.fake.sandboxes import Process
+from providers.modal.fake.stats import Sampler
 
 _ALPHABET = string.digits + string.ascii_uppercase + string.ascii_lowercase
 
@@ -45,6 +46,7 @@ class SandboxRecord:
     created_at: float = field(default_factory=time.time)
     started_at: float = 0.0
     process: Process | None = None
+    sampler: Sampler | None = None
     terminated: bool = False
 
     @property
@@ -103,6 +105,7 @@ class State:
                 return
             record.started_at = time.time()
             record.process = Process(record.command, record.env, timeout=record.timeout or None)
+            record.sampler = Sampler(record.process.pid, record.process.done)
 
     def take_failure(self, method: str) -> tuple[int, str] | None:
         with self.lock:

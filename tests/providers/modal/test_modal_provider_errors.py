@@ -112,7 +112,7 @@ def test_injected_faults_in_every_public_method_are_provider_errors(
     calls: list[Callable[[], object]] = [
         provider.list, lambda: provider.get(instance_id), lambda: provider.terminate(instance_id),
         lambda: provider.provision(pod, request_for(pod)), lambda: provider.logs(instance_id, LogOptions()),
-        lambda: provider.exec(instance_id, ["true"], tty=False, stdin=False),
+        lambda: provider.exec(instance_id, ["true"], tty=False, stdin=False), lambda: provider.usage(instance_id),
     ]  # fmt: skip
     for call in calls:
         fake_modal.fail_next(method, code, message, times=5 if code == 14 else 1)  # the SDK retries UNAVAILABLE
@@ -123,4 +123,7 @@ def test_injected_faults_in_every_public_method_are_provider_errors(
         with pytest.raises(errors.Unavailable):
             call()
     fake_modal.outage(False)
+    fake_modal.fail_next("SandboxGetStats", code, message, times=5 if code == 14 else 1)
+    with pytest.raises(errors.ProviderError):  # the stats call itself refused
+        provider.usage(instance_id)
     provider.close()
