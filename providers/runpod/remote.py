@@ -9,20 +9,16 @@ Tests: tests/providers/runpod/test_runpod_provider_ssh.py.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
-from providers import ssh
-from providers.errors import Unavailable
 from providers.runpod.identity import KeyPair
 from providers.runpod.status import Verdict, parse_probe, ssh_address
 from providers.runpod.workload import EXIT_FILE, LOG_FILE, PID_FILE, PROBE
-from providers.ssh import FileLog, SshTarget
+from providers.ssh import FileLog, SshTarget, run_to_end
 
 WORKLOAD_LOG = FileLog(LOG_FILE, EXIT_FILE, stamped=True)
 USAGE_ROOTS = {"": f"cat {PID_FILE}"}
 PROBE_TIMEOUT = 20.0
-MAX_ANSWER = 64 * 1024
 
 
 def target_for(pod: dict[str, Any], key: KeyPair, *, connect_timeout: float) -> SshTarget | None:
@@ -35,27 +31,7 @@ def target_for(pod: dict[str, Any], key: KeyPair, *, connect_timeout: float) -> 
 
 def run(target: SshTarget, command: str, *, timeout: float = PROBE_TIMEOUT) -> str:
     """The stdout of `command`; Unavailable when it could not be run to its end in time."""
-    process = ssh.start_process(target, command, tty=False, stdin=False)
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        process.close()
-
-    timer = threading.Timer(timeout, expire)
-    timer.daemon = True
-    timer.start()
-    answer = bytearray()
-    try:
-        while len(answer) < MAX_ANSWER and (chunk := process.read_stdout(MAX_ANSWER)):
-            answer += chunk
-        finished = process.wait(timeout) is not None
-    finally:
-        timer.cancel()
-        process.close()
-    if expired.is_set() or not finished:
-        raise Unavailable(f"ssh to {target.address}: no answer in {timeout:g} s")
-    return answer.decode("utf-8", "replace")
+    return run_to_end(target, command, timeout=timeout)
 
 
 def probe(target: SshTarget) -> Verdict:

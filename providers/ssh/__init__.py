@@ -14,7 +14,16 @@ Tests: tests/providers/ssh/test_ssh.py.
 
 from providers.ssh.forward import SshForward, open_forward
 from providers.ssh.logs import FileLog, open_log_stream
-from providers.ssh.process import SshProcess, start_process
+from providers.ssh.process import SshProcess, run_to_end, start_process
 from providers.ssh.target import SshTarget
 
-__all__ = ["FileLog", "SshForward", "SshProcess", "SshTarget", "open_forward", "open_log_stream", "start_process"]
+__all__ = [
+    "FileLog",
+    "SshForward",
+    "SshProcess",
+    "SshTarget",
+    "open_forward",
+    "open_log_stream",
+    "run_to_end",
+    "start_process",
+]

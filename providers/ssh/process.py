@@ -226,3 +226,35 @@ def start_process(
         return runner.run(start(), target.connect_timeout + 30)
     except TimeoutError as exc:
         raise Unavailable(f"ssh to {target.address}: no answer in time") from exc
+
+
+MAX_ANSWER = 64 * 1024  # bytes kept of a short command's output
+
+
+def run_to_end(
+    target: SshTarget, command: str, *, timeout: float, what: str = "the command", loop: LoopThread | None = None
+) -> str:
+    """The stdout (at most MAX_ANSWER bytes) of a short `command`, read to its end.
+    `Unavailable` naming `what` when it does not finish within `timeout` seconds: the process
+    is closed then, which ends the reads, so a host that stops answering holds no thread."""
+    process = start_process(target, command, tty=False, stdin=False, loop=loop)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        process.close()
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    answer = bytearray()
+    try:
+        while len(answer) < MAX_ANSWER and (chunk := process.read_stdout(MAX_ANSWER)):
+            answer += chunk
+        finished = process.wait(timeout) is not None
+    finally:
+        timer.cancel()
+        process.close()
+    if expired.is_set() or not finished:
+        raise Unavailable(f"ssh to {target.address}: {what} did not finish in {timeout:g} s")
+    return answer.decode("utf-8", "replace")

@@ -11,16 +11,13 @@ Tests: tests/providers/ssh/test_ssh_usage.py.
 from __future__ import annotations
 
 import shlex
-import threading
 from collections.abc import Mapping
 
-from providers.errors import Unavailable
 from providers.ssh.loop import LoopThread
-from providers.ssh.process import start_process
+from providers.ssh.process import run_to_end
 from providers.ssh.target import SshTarget
 from providers.usage import NANO, Reading
 
-MAX_ANSWER = 64 * 1024  # one line per container: far below this
 # Args: pairs of (name, pid command). Prints `name ticks clk_tck rss_kb anon_kb` per root that runs.
 SCRIPT = r"""
 tck=$(getconf CLK_TCK 2>/dev/null || echo 100)
@@ -73,24 +70,5 @@ def read_usage(
     whose process is gone, is left out). `Unavailable` when the host cannot be asked."""
     if not roots:
         return {}
-    process = start_process(target, usage_command(roots), tty=False, stdin=False, loop=loop)
-    expired = threading.Event()
-
-    def expire() -> None:
-        expired.set()
-        process.close()  # ends the reads below: a host that stops answering holds no thread
-
-    timer = threading.Timer(timeout, expire)
-    timer.daemon = True
-    timer.start()
-    answer = bytearray()
-    try:
-        while len(answer) < MAX_ANSWER and (chunk := process.read_stdout(MAX_ANSWER)):
-            answer += chunk
-        finished = process.wait(timeout) is not None
-    finally:
-        timer.cancel()
-        process.close()
-    if expired.is_set() or not finished:
-        raise Unavailable(f"ssh to {target.address}: the usage script did not finish in {timeout:g} s")
-    return parse_answer(answer.decode("utf-8", "replace"))
+    answer = run_to_end(target, usage_command(roots), timeout=timeout, what="the usage script", loop=loop)
+    return parse_answer(answer)

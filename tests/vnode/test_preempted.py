@@ -4,45 +4,17 @@ HTTP) and the fake cloud, whose `lose` control is a spot interruption (TERMINATE
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from kube import names
 from kube.client import Kube, path_for
-from providers.base import BlockBreadth, BlockScope, Tier
+from providers.base import BlockBreadth, Tier
 from providers.fake import FakeProvider
-from tests.support.factories import make_pod
+from tests.support.giveup import RecordingBlocklister, events_for, spot_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
 from vnode.runner import Runner
-
-
-class RecordingBlocklister:
-    """Keeps every block the vnode records (the Blocklister protocol)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, BlockScope, str | None]] = []
-
-    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
-        self.records.append((provider, scope, pool))
-
-
-def spot_pod(name: str, **spec: Any) -> dict[str, Any]:
-    """An H100 Pod placed on the Spot tier from pool `train`."""
-    return make_pod(
-        name,
-        "gpu",
-        labels={names.POOL_LABEL: "train", names.ACCELERATOR_LABEL: "h100"},
-        annotations={names.CAPACITY_TYPE_ANNOTATION: "Spot", names.REGION_ANNOTATION: "us-east-1"},
-        container={"resources": {"limits": {"nvidia.com/gpu": "8"}}},
-        **spec,
-    )
-
-
-def events_for(kube: Kube, name: str) -> list[dict[str, Any]]:
-    items, _ = kube.list(path_for("events", namespace="default"), fieldSelector=f"involvedObject.name={name}")
-    return items
 
 
 def instance_of(kube: Kube, name: str) -> str:

@@ -13,13 +13,14 @@ import pytest
 
 from kube import names
 from kube.client import Kube, path_for
-from providers.base import BlockBreadth, BlockScope, InstanceId, InstanceState, ProvisionRequest, Tier
+from providers.base import BlockBreadth, InstanceId, InstanceState, ProvisionRequest, Tier
 from providers.claim import claim_name
 from providers.egress import OPEN, Egress
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod
+from tests.support.giveup import RecordingBlocklister, events_for, spot_pod
 from tests.support.handlers import KeptEvents, offline_handler
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
@@ -39,33 +40,6 @@ QUEUED = {
         },
     ],
 }
-
-
-class RecordingBlocklister:
-    """Keeps every block the vnode records (the Blocklister protocol)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, BlockScope, str | None]] = []
-
-    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
-        self.records.append((provider, scope, pool))
-
-
-def spot_pod(name: str, **spec: Any) -> dict[str, Any]:
-    """An H100 Pod placed on the Spot tier from pool `train`."""
-    return make_pod(
-        name,
-        "gpu",
-        labels={names.POOL_LABEL: "train", names.ACCELERATOR_LABEL: "h100"},
-        annotations={names.CAPACITY_TYPE_ANNOTATION: "Spot", names.REGION_ANNOTATION: "us-east-1"},
-        container={"resources": {"limits": {"nvidia.com/gpu": "8"}}},
-        **spec,
-    )
-
-
-def events_for(kube: Kube, name: str) -> list[dict[str, Any]]:
-    items, _ = kube.list(path_for("events", namespace="default"), fieldSelector=f"involvedObject.name={name}")
-    return items
 
 
 def instance_of(kube: Kube, name: str) -> str:

@@ -5,28 +5,16 @@ limit filters the SDK sends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import modal
-import pytest
 
 from providers.modal.fake import FakeModal
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal
+from tests.providers.modal.modal_fake_rig import app_for
 from tests.support.polling import wait_for
 
 HOUR = timedelta(hours=1)
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
 
 
 def _since_an_hour() -> datetime:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import modal
@@ -14,18 +13,8 @@ import pytest
 from grpclib.const import Status
 
 from providers.modal.fake import FakeModal, start_fake_modal
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal, open_client
+from tests.providers.modal.modal_fake_rig import app_for, open_client
 from tests.support.polling import wait_for
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
 
 
 def test_a_queued_sandbox_stays_pending_until_released(client: Any, fake: FakeModal) -> None:

@@ -11,17 +11,7 @@ import modal
 import pytest
 
 from providers.modal.fake import FakeModal
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
+from tests.providers.modal.modal_fake_rig import app_for
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ timeout, each sandbox a real local process."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import modal
@@ -13,17 +12,7 @@ import modal.exception
 import pytest
 
 from providers.modal.fake import FakeModal
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal, open_client
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
+from tests.providers.modal.modal_fake_rig import app_for, open_client
 
 
 def test_a_wrong_token_is_an_auth_error(fake: FakeModal) -> None:

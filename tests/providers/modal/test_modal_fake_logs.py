@@ -5,25 +5,13 @@ resumption from an entry id."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import modal
-import pytest
 
 from providers.modal.fake import FakeModal
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal
+from tests.providers.modal.modal_fake_rig import app_for
 from tests.support.polling import wait_for
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
 
 
 def test_stdout_and_stderr_are_kept_apart(client: Any) -> None:

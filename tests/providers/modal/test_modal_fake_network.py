@@ -3,24 +3,12 @@ BLOCKED, or ALLOWLIST with CIDRs and domains; OPEN by default), driven by the re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import modal
-import pytest
 
 from providers.modal.fake import FakeModal
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
+from tests.providers.modal.modal_fake_rig import app_for
 
 
 def _policy(fake: FakeModal, sandbox_id: str) -> tuple[bool, list[str], list[str]]:

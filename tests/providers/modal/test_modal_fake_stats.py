@@ -5,29 +5,15 @@ gives them (tests/providers/modal/modal_fake_rig.py's client)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import modal
-import pytest
 
 from providers.modal.fake import FakeModal
 from providers.modal.fake.stats import CPU_KEY, MEMORY_KEY, _percentile
-from tests.providers.modal.modal_fake_rig import app_for, client_for, fake_modal
+from tests.providers.modal.modal_fake_rig import app_for
 from tests.support.polling import wait_for
-
-__all__ = ["fake_modal"]
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeModal]:
-    yield from fake_modal(monkeypatch)
-
-
-@pytest.fixture
-def client(fake: FakeModal) -> Iterator[Any]:
-    yield from client_for(fake)
 
 
 def test_stats_measure_the_sandboxes_processes_within_the_range(client: Any, fake: FakeModal) -> None:
