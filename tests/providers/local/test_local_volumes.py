@@ -68,6 +68,8 @@ def test_an_exec_into_a_container_sees_its_mount_paths(provider: LocalProvider) 
     main = ContainerSpec("main", args=("echo hi > /data/note; sleep 30",), mounts=(Mount("scratch", "/data"),))
     instance_id = start(provider, pod_of(main), SCRATCH)
     wait_for(lambda: (provider.root / CLAIM / "volumes" / "scratch" / "note").exists(), what="the note")
+    # The workload can write before its supervisor records the run; exec needs the record.
+    wait_for(lambda: provider.get(instance_id).state is InstanceState.RUNNING, what="running")  # type: ignore[union-attr]
     process = provider.exec(instance_id, ["cat", "/data/note"], tty=False, stdin=False, container="main")
     try:
         assert read_to_end(process, 10, read=process.read_stdout) == b"hi\n"
