@@ -191,6 +191,11 @@ class ModalProcess:
 
     def close(self) -> None:
         self._closed = True
+        with self._start_lock:  # a TTY closed before its first size is never started (no stray exec)
+            if not self._started.is_set():
+                self._failure = ProviderError("modal exec: the session ended before the command started")
+                self._started.set()
+                self._exited.set()
         if self._resizer is not None:
             self._resizer.close()
         self._stdout.feed(None)

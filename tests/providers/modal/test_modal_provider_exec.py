@@ -4,6 +4,7 @@ codes; and exec in a sandbox not running is NotFound."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from providers import errors
 from providers.base import InstanceState, Process
 from providers.modal import ModalProvider
+from providers.modal.process import FIRST_SIZE_WAIT
 from tests.providers.modal.modal_rig import fake_modal, make_pod, provider_on, request_for
 from tests.support.polling import wait_for
 
@@ -94,6 +96,14 @@ def test_a_tty_with_no_size_in_time_starts_at_24x80(fake_modal: Any, tmp_path: P
     provider = provider_on(fake_modal, tmp_path)
     process = provider.exec(_running(provider), ["stty", "size"], tty=True, stdin=False)
     assert _drain(process.read_stdout) == b"24 80\r\n" and process.wait(20) == 0
+
+
+def test_a_tty_closed_before_its_first_size_never_starts(fake_modal: Any, tmp_path: Path) -> None:
+    provider = provider_on(fake_modal, tmp_path)
+    process = provider.exec(_running(provider), ["sh"], tty=True, stdin=True)
+    process.close()  # the client left before it sent a size
+    time.sleep(FIRST_SIZE_WAIT + 0.5)  # past the moment a default size would have started it
+    assert "TaskExecStart" not in fake_modal.calls() and process.wait(0) is None
 
 
 def test_exec_where_nothing_runs_is_not_found(fake_modal: Any, tmp_path: Path) -> None:
