@@ -182,7 +182,8 @@ class PodBox:
         uptime = max(time.monotonic() - self.started_at, 0.001)
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         cpu = 100.0 * ticks / os.sysconf("SC_CLK_TCK") / uptime
-        return round(cpu, 1), round(100.0 * pages * os.sysconf("SC_PAGE_SIZE") / total, 2)
+        # Four places: a shell of a few MiB is 0.01 % of a 24 GiB machine, and two places rounded it to 0.
+        return round(cpu, 1), round(100.0 * pages * os.sysconf("SC_PAGE_SIZE") / total, 4)
 
     def _members(self, main: int) -> list[int]:
         """Every live process of the pod: the main one's group and its mount namespace's members."""
