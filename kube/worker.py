@@ -5,7 +5,11 @@ threads take keys from a `WorkQueue`, never two at once for one key. A sync says
 comes next in one of two ways, and only these: it *raises* `Retry(delay)` when the work
 failed and must be tried again (with the queue's backoff, or after `delay`), or it
 *returns* `Requeue(after)` when it succeeded but wants another look later. Returning None
-means done. Any other exception is logged and retried with backoff.
+means done. Any other exception is logged and retried with backoff. A sync whose next
+step is slow (a cloud's provision or terminate) returns `Handoff(work)` instead: `work`
+runs on the pool's `operations` (`kube.operations.OperationPool`), the worker goes on with
+other keys, and the key stays in progress (so never synced twice at once) until `work`
+returns or raises, which is then handled as the sync's own outcome.
 
 Shutdown waits for in-flight work, but never longer than the caller's deadline: a thread
 still inside a provider or API call by then is abandoned (every thread here is a daemon,
@@ -21,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from kube.workqueue import WorkQueue
 
@@ -43,13 +48,28 @@ class Requeue:
     after: float
 
 
-Sync = Callable[[str], "Requeue | None"]
+@dataclass(frozen=True)
+class Handoff:
+    """The rest of this key's work is slow: run `work` on the operations pool; what it
+    returns or raises is the sync's outcome."""
+
+    work: Callable[[], Requeue | None]
+
+
+class Operations(Protocol):
+    """Where handed-off work runs (kube.operations.OperationPool): False once stopping."""
+
+    def submit(self, work: Callable[[], None]) -> bool: ...
+
+
+Sync = Callable[[str], "Requeue | Handoff | None"]
 OnRetry = Callable[[str, Retry, int], None]
 
 
 class WorkerPool:
     """`workers` threads running `sync` over `queue`. Constructing it starts nothing;
-    `start()` does. `on_retry(key, error, failures_in_a_row)` hears every Retry."""
+    `start()` does. `on_retry(key, error, failures_in_a_row)` hears every Retry. Without
+    `operations`, handed-off work runs on the worker itself."""
 
     def __init__(
         self,
@@ -59,8 +79,10 @@ class WorkerPool:
         name: str,
         workers: int = 8,
         on_retry: OnRetry | None = None,
+        operations: Operations | None = None,
     ) -> None:
         self.queue = queue
+        self._operations = operations
         self._sync = sync
         self._name = name
         self._workers = workers
@@ -88,8 +110,11 @@ class WorkerPool:
 
     def process(self, key: str) -> None:
         """Run `sync` for one key taken from the queue, and tell the queue how it went."""
+        self._settle(key, lambda: self._sync(key))
+
+    def _settle(self, key: str, step: Callable[[], Requeue | Handoff | None]) -> None:
         try:
-            outcome = self._sync(key)
+            outcome = step()
         except Retry as exc:
             failures = self.queue.done(key, failed=True, retry_in=exc.delay)
             logger.info("%s %s: retrying (%d in a row): %s", self._name, key, failures, exc)
@@ -99,6 +124,13 @@ class WorkerPool:
         except Exception:
             logger.exception("%s %s: unexpected error; retrying with backoff", self._name, key)
             self.queue.done(key, failed=True)
+            return
+        if isinstance(outcome, Handoff):
+            work = outcome.work
+            if self._operations is None:
+                return self._settle(key, work)
+            if not self._operations.submit(lambda: self._settle(key, work)):
+                self.queue.done(key)  # stopping: the work is left for the next start
             return
         self.queue.done(key)
         if outcome is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
-from kube.worker import Requeue, Retry, WorkerPool, describe, join_within
+from kube.worker import Handoff, OnRetry, Requeue, Retry, WorkerPool, describe, join_within
 from kube.workqueue import WorkQueue
 from tests.support.clock import ManualClock
 from tests.support.polling import wait_for
@@ -123,3 +124,116 @@ def test_stop_closes_the_queue_and_names_the_workers_still_busy() -> None:
     finally:
         release.set()
     assert join_within(pool.threads, 10) == []
+
+
+class _Operations:
+    """Handed-off work, held until the test runs it (the pool's threads, by hand)."""
+
+    def __init__(self) -> None:
+        self.pending: list[Callable[[], None]] = []
+        self.refuse = False
+
+    def submit(self, work: Callable[[], None]) -> bool:
+        if self.refuse:
+            return False
+        self.pending.append(work)
+        return True
+
+    def run_next(self) -> None:
+        self.pending.pop(0)()
+
+
+def _handoff_pool(
+    steps: list[object], operations: _Operations, on_retry: OnRetry | None = None
+) -> tuple[WorkerPool, WorkQueue, ManualClock, list[str]]:
+    """A pool whose sync for key "a" hands off each of `steps` in turn (raised if an
+    exception, else returned by the handed-off work); `seen` records syncs and work."""
+    clock = ManualClock()
+    queue = WorkQueue(base_delay=1.0, max_delay=8.0, clock=clock)
+    seen: list[str] = []
+
+    def work() -> Requeue | None:
+        seen.append("work")
+        outcome = steps.pop(0)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert outcome is None or isinstance(outcome, Requeue)
+        return outcome
+
+    def sync(key: str) -> Handoff:
+        seen.append(f"sync {key}")
+        return Handoff(work)
+
+    return WorkerPool(queue, sync, name="test", operations=operations, on_retry=on_retry), queue, clock, seen
+
+
+def test_a_handed_off_key_stays_in_progress_until_its_work_ends() -> None:
+    operations = _Operations()
+    pool, queue, _, seen = _handoff_pool([None, None], operations)
+    queue.add("a")
+    assert _run_due(pool, queue) == "a"
+    assert seen == ["sync a"] and len(operations.pending) == 1
+    queue.add("a")  # a change while the work runs: never a second sync at once
+    assert _run_due(pool, queue) is None
+    operations.run_next()
+    assert seen == ["sync a", "work"]
+    assert _run_due(pool, queue) == "a"  # the change is looked at once the work is done
+    operations.run_next()
+    assert seen == ["sync a", "work", "sync a", "work"]
+    assert _run_due(pool, queue) is None
+
+
+def test_a_retry_raised_by_handed_off_work_backs_off_like_a_syncs() -> None:
+    operations = _Operations()
+    heard: list[int] = []
+    pool, queue, clock, seen = _handoff_pool(
+        [Retry("cloud busy"), RuntimeError("bug"), None], operations, lambda _k, _e, failures: heard.append(failures)
+    )
+    queue.add("a")
+    _run_due(pool, queue)
+    operations.run_next()
+    assert heard == [1] and queue.failures("a") == 1
+    clock.now = 0.9
+    assert _run_due(pool, queue) is None
+    clock.now = 1.0
+    assert _run_due(pool, queue) == "a"
+    operations.run_next()
+    assert queue.failures("a") == 2
+    clock.now = 3.0
+    assert _run_due(pool, queue) == "a"
+    operations.run_next()
+    assert queue.failures("a") == 0
+    assert seen.count("work") == 3
+
+
+def test_a_requeue_returned_by_handed_off_work_looks_again_later() -> None:
+    operations = _Operations()
+    pool, queue, clock, _ = _handoff_pool([Requeue(after=5.0), None], operations)
+    queue.add("a")
+    _run_due(pool, queue)
+    operations.run_next()
+    clock.now = 4.9
+    assert _run_due(pool, queue) is None
+    clock.now = 5.0
+    assert _run_due(pool, queue) == "a"
+
+
+def test_a_handoff_refused_at_shutdown_releases_the_key() -> None:
+    operations = _Operations()
+    operations.refuse = True
+    pool, queue, _, seen = _handoff_pool([None], operations)
+    queue.add("a")
+    assert _run_due(pool, queue) == "a"
+    assert seen == ["sync a"] and queue.failures("a") == 0
+    queue.add("a")
+    assert _run_due(pool, queue) == "a"  # not stuck in progress
+
+
+def test_without_operations_handed_off_work_runs_on_the_worker() -> None:
+    clock = ManualClock()
+    queue = WorkQueue(clock=clock)
+    seen: list[str] = []
+    pool = WorkerPool(queue, lambda key: Handoff(lambda: seen.append(key) or None), name="test")
+    queue.add("a")
+    _run_due(pool, queue)
+    assert seen == ["a"]
