@@ -6,7 +6,7 @@ nebula.E003 bad listen address / IP     nebula.E007 bad LOG_FORMAT
 nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECONDS
 nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
 nebula.E011 bad NODE_DNS_NAME           nebula.E012 bad PROBE_WORKERS
-nebula.E016 bad LISTENER_LIMITS
+nebula.E017 bad LISTENER_LIMITS          nebula.E018 bad PROVIDER_OPERATIONS (or a provider's OPERATIONS)
 Under nebula_site.production (its NEBULA_PRODUCTION marker), always, not only with --deploy:
 nebula.E013 the public development SECRET_KEY   nebula.E014 a weak SECRET_KEY (or fallback)
 nebula.E015 '*' in ALLOWED_HOSTS
@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
-from nebula_site.config import DEV_SECRET_KEY, parse_address, validate_dns_name
+from nebula_site.config import DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from providers import registry
 from providers.owner import Owner
 from vnode.kubelet.limits import Limits
@@ -100,6 +100,10 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
         Limits.from_mapping(limits)
     except (ValueError, TypeError) as exc:
         errors.append(Error(f"NEBULA['LISTENER_LIMITS']: {exc}", id="nebula.E017"))
+    try:
+        operation_limits(conf, providers if isinstance(providers, Mapping) else [])
+    except ValueError as exc:
+        errors.append(Error(str(exc), hint="Keys: concurrency, rate, burst (docs/settings.md).", id="nebula.E018"))
     errors.extend(_check_kubelet_auth(conf))
     return errors
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from kube.operations import OperationLimits
 
 DEFAULT_STATE_DIR = ".nebula/state"
 
@@ -79,6 +81,11 @@ DEFAULTS: dict[str, Any] = {
     # I7 bounds of the kubelet and console listeners, over vnode.kubelet.limits.Limits'
     # defaults: field name -> number (docs/settings.md#listener-limits).
     "LISTENER_LIMITS": {},
+    # Slow provider calls (provision, terminate, a restart or replacement), per provider: how
+    # many run at once and how fast they may start, as a cloud's API quota is published
+    # (docs/settings.md#provider-operations). Keys: concurrency, rate (per second), burst.
+    # A provider's own entry may override them with an "OPERATIONS" mapping.
+    "PROVIDER_OPERATIONS": {},
 }
 
 
@@ -144,6 +151,30 @@ def load(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
             merged.update(value)
             value = merged
         result[key] = value
+    return result
+
+
+def operation_limits(conf: Mapping[str, Any], aliases: Iterable[str]) -> dict[str, OperationLimits]:
+    """Each alias's limits: its PROVIDERS entry's OPERATIONS over PROVIDER_OPERATIONS over the
+    defaults. ValueError names the setting (and the alias) at fault."""
+    shared = conf.get("PROVIDER_OPERATIONS", {})
+    if not isinstance(shared, Mapping):
+        raise ValueError("NEBULA['PROVIDER_OPERATIONS'] must map concurrency, rate and burst to numbers")
+    try:
+        base = OperationLimits.from_mapping(shared)
+    except ValueError as exc:
+        raise ValueError(f"NEBULA['PROVIDER_OPERATIONS']: {exc}") from None
+    result: dict[str, OperationLimits] = {}
+    providers = conf.get("PROVIDERS", {})
+    for alias in aliases:
+        entry = providers.get(alias) if isinstance(providers, Mapping) else None
+        own = entry.get("OPERATIONS", {}) if isinstance(entry, Mapping) else {}
+        if not isinstance(own, Mapping):
+            raise ValueError(f"NEBULA['PROVIDERS'][{alias!r}]['OPERATIONS'] must map concurrency, rate and burst")
+        try:
+            result[alias] = OperationLimits.from_mapping(own, base)
+        except ValueError as exc:
+            raise ValueError(f"NEBULA['PROVIDERS'][{alias!r}]['OPERATIONS']: {exc}") from None
     return result
 
 

@@ -29,6 +29,7 @@ from console.exporter import MetricsListener
 from console.mirror import Mirror
 from kube.client import Kube, KubeError, load_api_client, path_for
 from kube.leader import LeaderElector
+from kube.operations import OperationLimits
 from kube.reviews import Reviewer
 from kube.worker import describe
 from placement.blocklist import Blocklist
@@ -204,6 +205,7 @@ class Leading:
     backoff: BackoffPolicy = DEFAULT_BACKOFF
     node_dns_name: str | None = None
     probe_workers: int = DEFAULT_PROBE_WORKERS
+    operations: Mapping[str, OperationLimits] = field(default_factory=dict)  # alias -> limits
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -231,8 +233,9 @@ class Leading:
                 pools=pools,
                 backoff=self.backoff,
                 probe_workers=self.probe_workers,
+                operations=self.operations.get(alias),
             )
-            for provider in self.providers.values()
+            for alias, provider in self.providers.items()
         ]
         for runner in self.runners:
             runner.start()
@@ -287,6 +290,7 @@ def run(
     backoff: BackoffPolicy = DEFAULT_BACKOFF,
     node_dns_name: str | None = None,
     probe_workers: int = DEFAULT_PROBE_WORKERS,
+    operations: Mapping[str, OperationLimits] | None = None,
     console: leaderpeer.Peer | None = None,
     lease_duration: float = LEASE_DURATION,
     on_leading: Callable[[], None] | None = None,
@@ -345,6 +349,7 @@ def run(
             backoff=backoff,
             node_dns_name=node_dns_name,
             probe_workers=probe_workers,
+            operations=operations or {},
         )
         leading.start(kube, watch_kube)
         if on_leading is not None:

@@ -241,6 +241,11 @@ class Handler:
             return None
         return self.lifecycle.carry_out(entry, pod)
 
+    def step_due(self, key: str) -> bool:
+        """See Lifecycle.step_due: would `carry_out` call the provider now?"""
+        entry = self._tracked.get(key)
+        return entry is not None and self.lifecycle.step_due(entry)
+
     def create_pod(self, pod: JsonDict) -> None:
         """See Provisioner.create_pod: the instance id is on the Pod when this returns (I2)."""
         self.provisioner.create_pod(pod)

@@ -55,6 +55,16 @@ class Lifecycle:
         self._monotonic = monotonic
         self._now = now
 
+    def step_due(self, entry: Tracked) -> bool:
+        """Whether `carry_out` would call the provider now: a restart, replacement or release
+        is due, or a queued instance's deadline has passed."""
+        now = self._monotonic()
+        first = entry.next_due()
+        if first is not None and first <= now:
+            return True
+        deadline = self._give_up.deadline(entry) if self._give_up is not None else None
+        return deadline is not None and deadline <= now
+
     def carry_out(self, entry: Tracked, pod: JsonDict) -> float | None:
         """Do the entry's due step if its time has come. Returns seconds until the entry
         wants another look (its step not yet due, or an instance still going away), or None.

@@ -21,8 +21,9 @@ from typing import Any
 from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
+from kube.operations import OperationLimits, OperationPool
 from kube.reflector import Reflector
-from kube.worker import Requeue, Retry, WorkerPool, join_within
+from kube.worker import Handoff, Requeue, Retry, WorkerPool, join_within
 from kube.workqueue import WorkQueue
 from providers.base import ClaimName, Instance, InstanceId
 from vnode.decisions import Action, Decision, decide
@@ -51,14 +52,21 @@ class PodController:
         events: EventRecorder,
         workers: int = 8,
         queue: WorkQueue | None = None,
+        operations: OperationLimits | None = None,
     ) -> None:
         self.handler = handler
         self._kube = kube
         self._watch_kube = watch_kube
         self._events = events
         self.queue = queue if queue is not None else WorkQueue()
+        self.operations = OperationPool(operations or OperationLimits(), name=handler.node_name)
         self.workers = WorkerPool(
-            self.queue, self.sync, name=f"{handler.node_name} pod", workers=workers, on_retry=self._on_retry
+            self.queue,
+            self.sync,
+            name=f"{handler.node_name} pod",
+            workers=workers,
+            on_retry=self._on_retry,
+            operations=self.operations,
         )
         self._tombstones: dict[str, JsonDict] = {}
         self._waiting: dict[Source, set[str]] = {}  # missing source -> Pod keys
@@ -102,13 +110,15 @@ class PodController:
 
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         """Stop intake, let in-flight work finish (up to `timeout` in all); returns the
-        threads still busy then."""
+        threads still busy then. Operations not yet started are dropped: the next start
+        finds their Pods again."""
         self._stop.set()
         self.pods.stop()
         for reflector in list(self._source_reflectors.values()):
             reflector.stop()
         self.queue.close()
-        return join_within([*self._threads, *self.workers.threads], timeout)
+        self.operations.stop(0.0)  # nothing new starts; those running finish below
+        return join_within([*self._threads, *self.workers.threads, *self.operations.threads], timeout)
 
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
@@ -182,8 +192,11 @@ class PodController:
                 message = f"failed {STILL_RETRYING_AFTER} times in a row; still retrying with capped backoff: {error}"
                 self._events.pod(pod, "Warning", names.EVENT_STILL_RETRYING, message)
 
-    def sync(self, key: str) -> Requeue | None:
-        """Process one Pod key: decide, then perform. Requeue: look again after a while."""
+    def sync(self, key: str) -> Requeue | Handoff | None:
+        """Process one Pod key: decide, then perform. Requeue: look again after a while.
+        Steps that call the provider to change something (provision, terminate, a restart
+        or replacement, a get of an instance the list missed) are handed off to the
+        provider's operation pool; the rest (adopting, status writes) run here."""
         with self.pods.lock:
             pod = self.pods.cache.get(key)
         with self._lock:
@@ -191,19 +204,24 @@ class PodController:
         decision = decide(pod, self.handler.tracked(key), tombstone)
         logger.debug("pod %s: %s (%s)", key, decision.action.name, decision.why)
         if decision.action is Action.TERMINATE_GONE:
-            return self._terminate_gone(key, decision)
+            return Handoff(lambda: self._terminate_gone(key, decision))
         if decision.action is Action.TERMINATE_TOMBSTONE:
-            return self._terminate_tombstone(key, decision)
+            return Handoff(lambda: self._terminate_tombstone(key, decision))
         if decision.pod is None or decision.action is Action.NOTHING:
             return None
         pod = dict(decision.pod)
         if decision.action is Action.TERMINATE_THEN_DELETE:
-            return self._terminate_then_delete(pod)
+            return Handoff(lambda: self._terminate_then_delete(pod))
         if decision.action is Action.ADOPT_FINISHED:
             return self._adopt_finished(key, pod)
-        if decision.action is Action.CREATE_OR_ADOPT:
-            self._create_or_adopt(pod)
+        if decision.action is Action.CREATE_OR_ADOPT and not self._adopted(pod):
+            return Handoff(lambda: self._create(key, pod))
         self.handler.update_pod(pod)
+        if self.handler.step_due(key):
+            return Handoff(lambda: self._carry_out(key, pod))
+        return self._carry_out(key, pod)
+
+    def _carry_out(self, key: str, pod: JsonDict) -> Requeue | None:
         after = self.handler.carry_out(key, pod)
         self.handler.flush(key, pod)
         return None if after is None else Requeue(after)
@@ -219,33 +237,43 @@ class PodController:
             )
         return instance
 
-    def _create_or_adopt(self, pod: JsonDict) -> None:
-        """A live Pod the Handler does not track (new, or a cold map after a restart)."""
-        instance = self._lookup(pod)
-        if instance is not None:
-            return self.handler.adopt(pod, instance)
-        recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.INSTANCE_ID_ANNOTATION)
-        if not recorded:
-            return self.handler.create_pod(pod)
-        # The Pod had an instance that the list does not show: a list may be late, so ask for
-        # it by id. Gone: never run a `Never` Pod again; under Always/OnFailure a new
-        # instance is a restart, counted and told, never a silent replacement.
-        found = self.handler.confirm_gone(InstanceId(recorded))
-        if found is not None and found.claim == pod_claim(pod):
-            return self.handler.adopt(pod, found)
-        why = f"instance {recorded} recorded on the Pod is gone (found so when the node started tracking the Pod)"
-        self.handler.lost_before_tracking(pod, InstanceId(recorded), why=why)
-
-    def _adopt_finished(self, key: str, pod: JsonDict) -> Requeue | None:
-        """A terminal Pod this Handler does not track (after a restart): track its instance, if
-        the provider still has one, so its logs are served and one that bills is released."""
+    def _adopted(self, pod: JsonDict) -> bool:
+        """A live Pod the Handler does not track (new, or a cold map after a restart): True if
+        the last list shows its instance, which is then tracked (no provider call)."""
         instance = self._lookup(pod)
         if instance is None:
-            return None
+            return False
         self.handler.adopt(pod, instance)
-        after = self.handler.carry_out(key, pod)
-        self.handler.flush(key, pod)
-        return None if after is None else Requeue(after)
+        return True
+
+    def _create(self, key: str, pod: JsonDict) -> Requeue | None:
+        """On the operation pool: provision the Pod's instance, unless the Pod records one,
+        in which case a list may be late: ask for it by id. Gone: never run a `Never` Pod
+        again; under Always/OnFailure a new instance is a restart, counted and told, never
+        a silent replacement."""
+        recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.INSTANCE_ID_ANNOTATION)
+        if not recorded:
+            self.handler.create_pod(pod)
+        else:
+            found = self.handler.confirm_gone(InstanceId(recorded))
+            if found is not None and found.claim == pod_claim(pod):
+                self.handler.adopt(pod, found)
+            else:
+                why = (
+                    f"instance {recorded} recorded on the Pod is gone (found so when the node started tracking the Pod)"
+                )
+                self.handler.lost_before_tracking(pod, InstanceId(recorded), why=why)
+        self.handler.update_pod(pod)
+        return self._carry_out(key, pod)
+
+    def _adopt_finished(self, key: str, pod: JsonDict) -> Requeue | Handoff | None:
+        """A terminal Pod this Handler does not track (after a restart): track its instance, if
+        the provider still has one, so its logs are served and one that bills is released."""
+        if not self._adopted(pod):
+            return None
+        if self.handler.step_due(key):
+            return Handoff(lambda: self._carry_out(key, pod))
+        return self._carry_out(key, pod)
 
     def _terminate_gone(self, key: str, decision: Decision) -> Requeue | None:
         after = self.handler.delete_pod(key, uid=decision.uid)

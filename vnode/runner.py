@@ -11,6 +11,7 @@ import time
 
 from kube.client import Kube
 from kube.events import EventRecorder
+from kube.operations import OperationLimits
 from providers.base import Provider
 from vnode.blocklister import Blocklister
 from vnode.handler import Handler
@@ -38,6 +39,7 @@ class Runner:
         lease_renew_interval: float = 10.0,
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         probe_workers: int = DEFAULT_WORKERS,
+        operations: OperationLimits | None = None,
     ) -> None:
         self.provider = provider
         events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
@@ -51,7 +53,9 @@ class Runner:
             backoff=backoff,
             probe_workers=probe_workers,
         )
-        self.pods = PodController(self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers)
+        self.pods = PodController(
+            self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers, operations=operations
+        )
         self.handler.queue_flush = self.pods.queue.add  # a probe verdict changed: flush that Pod
         self.node = NodeController(
             self.handler,

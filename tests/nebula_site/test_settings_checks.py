@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
+from kube.operations import OperationLimits
 from nebula_site import config
 from nebula_site.checks import check_nebula_settings
 
@@ -60,12 +61,33 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"LISTENER_LIMITS": {"per_host": 8}}, "nebula.E017"),
         ({"LISTENER_LIMITS": {"head_timeout": "soon"}}, "nebula.E017"),
         ({"LISTENER_LIMITS": ["per_client"]}, "nebula.E017"),
+        ({"PROVIDER_OPERATIONS": {"concurrency": 0}}, "nebula.E018"),
+        ({"PROVIDER_OPERATIONS": {"parallel": 4}}, "nebula.E018"),
+        ({"PROVIDER_OPERATIONS": [8]}, "nebula.E018"),
+        ({"PROVIDERS": {"x": {"BACKEND": "providers.fake.FakeProvider", "OPERATIONS": {"rate": -1}}}}, "nebula.E018"),
     ],
 )
 def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected: str) -> None:
     conf = config.load({})
     conf.update(overrides)
     assert expected in ids(conf)
+
+
+def test_provider_operations_layer_a_providers_own_over_the_shared_over_the_defaults() -> None:
+    conf = config.load({"NEBULA_PROVIDER_OPERATIONS": '{"concurrency": 20, "rate": 5}'})
+    conf["PROVIDERS"]["fake"] = {**conf["PROVIDERS"]["fake"], "OPERATIONS": {"rate": 1.5}}
+    assert ids(conf) == []
+    limits = config.operation_limits(conf, ["local", "fake"])
+    assert limits["local"] == OperationLimits(concurrency=20, rate=5, burst=100)
+    assert limits["fake"] == OperationLimits(concurrency=20, rate=1.5, burst=100)
+    assert config.operation_limits(config.load({}), ["local"]) == {"local": OperationLimits()}
+
+
+def test_a_bad_providers_operations_are_named_with_its_alias() -> None:
+    conf = config.load({})
+    conf["PROVIDERS"]["fake"] = {**conf["PROVIDERS"]["fake"], "OPERATIONS": {"burst": 0}}
+    with pytest.raises(ValueError, match=re.escape("NEBULA['PROVIDERS']['fake']['OPERATIONS']: burst=0 must be")):
+        config.operation_limits(conf, ["fake"])
 
 
 def test_the_metrics_listener_is_loopback_by_default_and_an_empty_address_turns_it_off() -> None:

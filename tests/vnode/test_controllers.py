@@ -10,7 +10,16 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, NotFoundError, path_for
 from kube.events import EventRecorder
-from providers.base import BlockBreadth, BlockScope, Instance, InstanceState
+from kube.operations import OperationLimits
+from providers.base import (
+    BlockBreadth,
+    BlockScope,
+    Instance,
+    InstanceState,
+    PodSpec,
+    ProvisionRequest,
+    ProvisionResult,
+)
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
@@ -321,3 +330,46 @@ def test_I7_missing_sources_watched_at_once_are_bounded(
         runner.pods._wait_for(MissingSource("Secret", "default", f"s{index}"), "default/greedy")
     assert len(runner.pods._source_reflectors) == MAX_SOURCE_WATCHES
     assert len(runner.pods._waiting) == MAX_SOURCE_WATCHES + 3  # every wait is remembered
+
+
+class GatedProvision(FakeProvider):
+    """A fake whose provision for the claim of Pod `slow` waits until `release` is set."""
+
+    def __init__(self, name: str, options: dict[str, Any]) -> None:
+        super().__init__(name, options)
+        self.release = threading.Event()
+        self.entered = threading.Event()
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        if "slow" in request.claim:
+            self.entered.set()
+            self.release.wait(60)
+        return super().provision(pod, request)
+
+
+def test_a_slow_provision_holds_only_its_own_pod_and_each_pod_gets_one_instance(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    provider = GatedProvision("gpu", {"cloud": cloud_name})
+    runner = start_runner(provider, workers=1, operations=OperationLimits(concurrency=4))
+    try:
+        kube.create(path_for("pods", namespace="default"), make_pod("slow", "gpu"))
+        assert provider.entered.wait(30)
+        # A change to the Pod while its provision runs queues it again: never a second provision.
+        kube.patch(path_for("pods", namespace="default", name="slow"), {"metadata": {"labels": {"touched": "1"}}})
+        kube.create(path_for("pods", namespace="default"), make_pod("quick", "gpu"))
+        # The one worker is free: the other Pod is provisioned, Running, deleted and gone
+        # while the first provision still waits on the cloud.
+        wait_for(lambda: phase_of(kube, "quick") == "Running", what="quick Running beside a stuck provision")
+        kube.delete(path_for("pods", namespace="default", name="quick"))
+        wait_for(lambda: get_pod(kube, "quick") is None, what="quick deleted beside a stuck provision")
+        assert runner.pods.operations.running == 1
+        assert phase_of(kube, "slow") == "Pending"
+    finally:
+        provider.release.set()
+    wait_for(lambda: phase_of(kube, "slow") == "Running", what="slow Running once its provision returns")
+    slow = get_pod(kube, "slow")
+    assert slow is not None
+    live = [i for i in provider.list() if i.state is InstanceState.RUNNING]
+    assert [i.id for i in live] == [slow["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION]]  # I1, I2
+    assert len([c for c in provider.cloud.call_log("provision") if "slow" in c.args]) == 1

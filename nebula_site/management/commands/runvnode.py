@@ -28,7 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from kube.client import load_api_client
 from nebula_site import demo, kubeletflags, process, servingcert
-from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, parse_address, validate_dns_name
+from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
@@ -303,6 +303,7 @@ class Command(BaseCommand):
                     shutdown_grace=options["shutdown_grace"],
                     backoff=restart_backoff(),
                     probe_workers=int(settings.NEBULA["PROBE_WORKERS"]),
+                    operations=operation_limits(settings.NEBULA, list(providers)),
                     console=process.advertised_console(listeners, bind_host=console_addr[0], node_ip=node_ip),
                     lease_duration=float(options["lease_duration"]),
                     on_leading=self._print_dev_login if options["demo"] and options["dev_cluster"] else None,
