@@ -41,6 +41,7 @@ from providers.fake.records import GOING_STATES, InstanceRecord
 from providers.fake.scenario import Scenario
 from providers.fake.shell import ScriptedProcess
 from providers.fake.state import decode_snapshot, encode_snapshot
+from providers.fake.store import Records
 from providers.fake.workload import ContainerRecord
 
 
@@ -67,7 +68,7 @@ class FakeCloud(Controls):
         self._sleep = sleep
         self._on_change = on_change
         self._lock = threading.RLock()
-        self._instances: dict[str, InstanceRecord] = {}
+        self._instances = Records()
         self._faults: dict[str, Fault] = {}
         self._counter = 0
         self._fault_counter = 0
@@ -87,11 +88,13 @@ class FakeCloud(Controls):
         with self._call("provision", summary, owner=owner) as call:
             if not request.claim:
                 raise errors.InvalidRequest("fake: the request has no claim name")
-            existing = ownership.claim_holder(self._instances.values(), request.claim, owner)
+            existing = ownership.claim_holder(
+                self._instances.with_claim(request.claim, call.now, self.scenario), request.claim, owner
+            )
             if existing is not None:
                 call.outcome = f"ok adopted {existing.id}"
                 return ProvisionResult(InstanceId(existing.id), reserved=True, endpoint=existing.endpoint)
-            choice = choose_offering(pod, request, self.scenario, self._faults, self._instances.values())
+            choice = choose_offering(pod, request, self.scenario, self._faults, self._counted(call.now))
             if isinstance(choice, Refusal):
                 if choice.fault is not None:
                     self._spend(choice.fault)
@@ -116,7 +119,7 @@ class FakeCloud(Controls):
                 volumes=[(v.name, v.kind) for v in request.volumes],
             )
             record.advance(call.now, self.scenario)
-            self._instances[record.id] = record
+            self._instances.add(record)
             self._dirty = True
             call.outcome = f"ok created {record.id} ({choice.tier.value} {choice.region})"
             credential = ConnectCredential({"token": secrets.token_urlsafe(24).encode()})
@@ -134,6 +137,7 @@ class FakeCloud(Controls):
                 return
             record.terminate(call.now, self.scenario.termination_delay, self.scenario.retention_seconds)
             record.advance(call.now, self.scenario)
+            self._instances.going(record)
             self._sweep(call.now)
             self._dirty = True
 
@@ -149,10 +153,10 @@ class FakeCloud(Controls):
         with self._call("list", f"owner={owner}", owner=owner) as call:
             lag = self.scenario.list_lag
             shown = [
-                r
-                for r in self._instances.values()
-                if ownership.owned(r, owner) is not None and call.now - r.created_at >= lag
+                r for r in self._instances if ownership.owned(r, owner) is not None and call.now - r.created_at >= lag
             ]
+            for record in shown:
+                record.advance(call.now, self.scenario)
             hiding = [f for f in self._faults.values() if any(f.hides(r.id, r.claim) for r in shown)]
             for fault in hiding:
                 self._spend(fault)
@@ -179,8 +183,8 @@ class FakeCloud(Controls):
             self._dirty = True
 
     def offerings(self) -> builtins.list[Offering]:
-        with self._call("offerings", ""):
-            records = builtins.list(self._instances.values())
+        with self._call("offerings", "") as call:
+            records = self._counted(call.now)
             return [
                 spec.offering(available=admits(spec, self._faults, records) is None) for spec in self.scenario.offerings
             ]
@@ -268,7 +272,7 @@ class FakeCloud(Controls):
         with self._lock:
             now = self._clock()
             self._advance(now)
-            return [r.to_dict() for r in self._instances.values()]
+            return [r.to_dict() for r in self._instances]
 
     def call_log(self, method: str | None = None) -> builtins.list[CallRecord]:
         with self._lock:
@@ -289,10 +293,11 @@ class FakeCloud(Controls):
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
+            self._advance(self._clock())
             return encode_snapshot(
                 counter=self._counter,
                 fault_counter=self._fault_counter,
-                records=self._instances.values(),
+                records=builtins.list(self._instances),
                 faults=self._faults.values(),
             )
 
@@ -300,7 +305,9 @@ class FakeCloud(Controls):
         """Load a snapshot (from the state file); ValueError if it is not one."""
         snapshot = decode_snapshot(state)
         with self._lock:
-            self._instances = {r.id: r for r in snapshot.records}
+            self._instances.clear()
+            for record in snapshot.records:
+                self._instances.add(record)
             self._faults = {f.id: f for f in snapshot.faults}
             self._counter, self._fault_counter = snapshot.counter, snapshot.fault_counter
 
@@ -310,7 +317,9 @@ class FakeCloud(Controls):
         """Every cloud call: slow faults sleep (outside the lock), outages refuse to answer,
         a provider call without owner is refused, time-driven transitions are applied, the
         outcome is logged, changes are saved."""
-        delay = sum(f.delay for f in self.faults() if f.kind == "slow")
+        delay = self.scenario.api_latency.get(method, 0.0)
+        if self._faults:  # unlocked peek: most calls meet no fault at all
+            delay += sum(f.delay for f in self.faults() if f.kind == "slow")
         if delay:
             self._sleep(delay)
         with self._lock:
@@ -323,7 +332,7 @@ class FakeCloud(Controls):
                     raise errors.Unavailable(f"fake: the cloud is unreachable (fault {outage.id})", retry_after=retry)
                 if owner is not None:
                     ownership.check_owner(owner)
-                self._advance(call.now)
+                self._sweep(call.now)
                 yield call
             except errors.ProviderError as exc:
                 if record:
@@ -337,19 +346,7 @@ class FakeCloud(Controls):
 
     def _apply(self, action: Action, now: float) -> dict[str, Any]:
         self._advance(now)
-        record = ownership.control_target(self._instances.values(), action.instance, action.claim)
-        if record is None:
-            raise errors.NotFound(f"fake: no instance {action.instance or action.claim}")
-        if action.kind == "lose" and action.vanish:
-            del self._instances[record.id]
-        elif action.kind == "lose":
-            record.lose(now, self.scenario.retention_seconds)
-        elif action.kind == "file":
-            record.require(action.container or "").set_file(action.path, present=action.present)
-        elif action.container is not None:
-            record.exit_container(now, action.container, action.code, self.scenario)
-        else:
-            record.finish(now, action.code, self.scenario)
+        record = self._instances.apply(action, now, self.scenario)
         self._calls.add(now, "inject", f"{action.kind} {record.id}", "ok")
         self._save()
         return {"kind": action.kind, "instance": record.id, "applied": True}
@@ -361,13 +358,10 @@ class FakeCloud(Controls):
             self._dirty = True
 
     def _owned(self, instance_id: str, owner: str) -> InstanceRecord | None:
-        return ownership.owned(self._instances.get(instance_id), owner)
+        return self._instances.owned(instance_id, owner, self._clock(), self.scenario)
 
     def _require(self, instance_id: str, owner: str) -> InstanceRecord:
-        record = self._owned(instance_id, owner)
-        if record is None:
-            raise errors.NotFound(f"fake: no instance {instance_id}")
-        return record
+        return self._instances.require(instance_id, owner, self._clock(), self.scenario)
 
     def _require_running(self, instance_id: str, owner: str, container: str) -> ContainerRecord:
         """The running container (empty: the first app container); NotFound otherwise."""
@@ -378,13 +372,20 @@ class FakeCloud(Controls):
         return found
 
     def _advance(self, now: float) -> None:
-        for record in self._instances.values():
-            record.advance(now, self.scenario)
+        """Every record brought up to now: for the calls that read them all."""
+        self._instances.advance_all(now, self.scenario)
         self._sweep(now)
 
+    def _counted(self, now: float) -> builtins.list[InstanceRecord]:
+        """The records capacity is counted over: none unless an offering has a capacity
+        (then every record, advanced to now, since time frees capacity)."""
+        if all(o.capacity is None for o in self.scenario.offerings):
+            return []
+        self._advance(now)
+        return builtins.list(self._instances)
+
     def _sweep(self, now: float) -> None:
-        for gone in [r.id for r in self._instances.values() if r.gone_at is not None and r.gone_at <= now]:
-            del self._instances[gone]
+        if self._instances.sweep(now):
             self._dirty = True
 
     def _expire(self, now: float) -> None:

@@ -122,6 +122,8 @@ class Scenario:
     commands: Mapping[str, CannedCommand] = field(default_factory=dict)
     usage: UsageScript = field(default_factory=UsageScript)  # what running containers use (providers.fake.usage)
     echo_ports: tuple[int, ...] = ()  # `ports: {echo: [...]}`: port-forward echoes bytes back there
+    # seconds each call of a method takes before it is served (a slow cloud API), by method
+    api_latency: Mapping[str, float] = field(default_factory=dict)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written, for GET /v1/scenario
 
     def script_for(self, name: str, *, init: bool, sidecar: bool) -> ContainerScript:
@@ -205,6 +207,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         commands={str(name): _parse_command(spec) for name, spec in commands.items()},
         usage=parse_usage(data.get("usage")),
         echo_ports=_parse_echo_ports(data.get("ports") or {}),
+        api_latency=_parse_latency(data.get("api_latency") or {}),
         raw=copy.deepcopy(dict(data)),
     )
 
@@ -218,10 +221,23 @@ def _parse_echo_ports(ports: Any) -> tuple[int, ...]:
     return tuple(echo or [])
 
 
+# The cloud's calls, as its call log names them (what `api_latency` may slow).
+CALLS = ("provision", "terminate", "get", "list", "restart", "stop_container", "offerings", "logs", "exec", "attach")
+
+
+def _parse_latency(data: Any) -> dict[str, float]:
+    if not isinstance(data, Mapping):
+        raise ValueError("fake scenario: 'api_latency' maps a call (e.g. provision) to seconds")
+    unknown = sorted(set(data) - set(CALLS))
+    if unknown:
+        raise ValueError(f"fake scenario: api_latency.{unknown[0]} is not a call (calls: {', '.join(CALLS)})")
+    return {str(call): _number(seconds, f"api_latency.{call}") for call, seconds in data.items()}
+
+
 _ENDLESS = ContainerScript()
 _TOP_KEYS = {
     "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
-    "capacity", "log", "exec", "usage", "ports",
+    "capacity", "log", "exec", "usage", "ports", "api_latency",
 }  # fmt: skip
 
 
