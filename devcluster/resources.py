@@ -333,18 +333,19 @@ class Resources:
             for key, item in self.store.all_objects():
                 if item["metadata"].get("namespace") == meta["name"]:
                     self.store.remove(key, meta["name"], item["metadata"]["name"])
-        if not orphan:
-            self._collect_garbage()
+        if not orphan and meta.get("uid"):
+            self._collect_garbage(meta["uid"])
         return gone
 
-    def _collect_garbage(self) -> None:
-        """Background propagation: delete every object whose owners are all gone."""
-        objects = self.store.all_objects()
-        live = {obj["metadata"].get("uid") for _, obj in objects}
-        for key, obj in objects:
+    def _collect_garbage(self, removed: str) -> None:
+        """Background propagation: delete each dependent of the removed uid whose owners are
+        now all gone (each such delete collects its own dependents in turn)."""
+        if self.store.uid_exists(removed):
+            return
+        for key, obj in self.store.dependents(removed):
             owners = obj["metadata"].get("ownerReferences") or []
-            uids = [o.get("uid") for o in owners if isinstance(o, dict)]
-            if not uids or any(uid in live for uid in uids) or obj["metadata"].get("deletionTimestamp"):
+            uids = [o["uid"] for o in owners if isinstance(o, dict) and isinstance(o.get("uid"), str)]
+            if any(self.store.uid_exists(uid) for uid in uids) or obj["metadata"].get("deletionTimestamp"):
                 continue
             rt = self.registry.by_storage_key(key)
             meta = obj["metadata"]

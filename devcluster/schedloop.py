@@ -1,8 +1,10 @@
 """The scheduler loop: binds schedulable Pods using the pure decisions of `scheduler.py`.
 
 `DevCluster` runs one `SchedulerLoop` thread. It wakes on Pod or Node changes (or every
-`interval`), binds what fits, and records why the rest does not (PodScheduled=False and a
-FailedScheduling Event only when the reason changes). It writes only through `Resources`.
+`interval`), binds what fits among the Pods it knows to be unbound (kept from the store's
+changes, so a pass over a cluster of bound Pods costs nothing), and records why the rest
+does not (PodScheduled=False and a FailedScheduling Event only when the reason changes).
+It writes only through `Resources`.
 """
 
 from __future__ import annotations
@@ -30,9 +32,28 @@ class SchedulerLoop(ControlLoop):
     def __init__(self, resources: Resources, *, interval: float = 0.5) -> None:
         super().__init__(resources, interval=interval)
         self._last_message: dict[str, str] = {}
+        self._unbound: set[tuple[str, str]] = set()  # (namespace, name); changed under the store's lock
+
+    def start(self) -> None:
+        store = self.resources.store
+        with store.lock:  # seeded and listening in one step: no change falls between
+            pods, _ = store.list_objects(PODS)
+            self._unbound = {(p["metadata"]["namespace"], p["metadata"]["name"]) for p in pods if _ours(p)}
+            super().start()
 
     def wants(self, change: Change) -> bool:
-        return change.storage_key in (PODS, NODES)
+        """Track the unbound Pods; wake for one, or for what may make room for one (a Node
+        change, a Pod leaving)."""
+        if change.storage_key == NODES:
+            return bool(self._unbound)
+        if change.storage_key != PODS:
+            return False
+        ident = (change.namespace, change.name)
+        if change.type != "DELETED" and _ours(change.obj):
+            self._unbound.add(ident)
+            return True
+        self._unbound.discard(ident)
+        return bool(self._unbound)
 
     def run_once(self) -> None:
         self.schedule_once()
@@ -40,20 +61,24 @@ class SchedulerLoop(ControlLoop):
     def schedule_once(self) -> None:
         """One pass over every unbound Pod: bind, or record why it cannot be bound."""
         store = self.resources.store
-        pods, _ = store.list_objects(PODS)
-        nodes, _ = store.list_objects(NODES)
+        with store.lock:
+            found = [store.get(PODS, namespace, name) for namespace, name in sorted(self._unbound)]
+        pods = [p for p in found if p is not None and _ours(p)]
         live = {str(p["metadata"].get("uid")) for p in pods}
         self._last_message = {uid: m for uid, m in self._last_message.items() if uid in live}
-        counts = Counter(str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName"))
+        if not pods:
+            return
+        nodes, _ = store.list_objects(NODES)
+        counts: Counter[str] | None = None  # Pods per node, counted once a Pod may be placed
         for pod in pods:
             spec = pod.get("spec") or {}
-            if spec.get("nodeName") or spec.get("schedulerName", "default-scheduler") != "default-scheduler":
-                continue
             if spec.get("schedulingGates"):
                 self._condition(pod, "SchedulingGated", "Scheduling is blocked due to non-empty scheduling gates")
                 continue
             if not scheduler.schedulable(pod):
                 continue
+            if counts is None:
+                counts = _pods_per_node(store.list_objects(PODS)[0])
             node = scheduler.pick_node(pod, nodes, pod_counts=counts)
             if node is not None:
                 self._bind(pod, node)
@@ -133,3 +158,13 @@ class SchedulerLoop(ControlLoop):
             self.resources.create(events, meta["namespace"], event)
         except ApiError as err:  # e.g. the namespace went away meanwhile
             log.debug("could not record scheduler event: %s", err.message)
+
+
+def _ours(pod: dict[str, Any]) -> bool:
+    """Unbound, and for the default scheduler."""
+    spec = pod.get("spec") or {}
+    return not spec.get("nodeName") and spec.get("schedulerName", "default-scheduler") == "default-scheduler"
+
+
+def _pods_per_node(pods: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName"))

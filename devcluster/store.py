@@ -37,6 +37,9 @@ class Store:
         self._rv = 0
         self._compacted = 0
         self._watcher_queue = watcher_queue
+        # The garbage collector's graph: which uids exist, and who names each as an owner.
+        self._uids: dict[str, int] = {}  # uid -> objects stored with it (one, barring bugs)
+        self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> (key, ns, name)
 
     @property
     def resource_version(self) -> int:
@@ -73,6 +76,9 @@ class Store:
             rv = self.next_rv()
             meta["resourceVersion"] = str(rv)
             bucket[ident] = obj
+            if old is not None:
+                self._unindex(storage_key, ident, old)
+            self._index(storage_key, ident, obj)
             self._record(Change("MODIFIED" if old else "ADDED", storage_key, ident[0], ident[1], rv, obj, old))
             return obj
 
@@ -83,10 +89,45 @@ class Store:
             old = bucket.pop((namespace, name), None)
             if old is None:
                 return None
+            self._unindex(storage_key, (namespace, name), old)
             rv = self.next_rv()
             gone = {**old, "metadata": {**old["metadata"], "resourceVersion": str(rv)}}
             self._record(Change("DELETED", storage_key, namespace, name, rv, gone, old))
             return gone
+
+    def uid_exists(self, uid: str) -> bool:
+        with self.lock:
+            return uid in self._uids
+
+    def dependents(self, uid: str) -> list[tuple[str, dict[str, Any]]]:
+        """The objects whose ownerReferences name `uid`, as (storage key, object)."""
+        with self.lock:
+            found = []
+            for key, namespace, name in sorted(self._dependents.get(uid, ())):
+                obj = self._objects.get(key, {}).get((namespace, name))
+                if obj is not None:
+                    found.append((key, obj))
+            return found
+
+    def _index(self, storage_key: str, ident: tuple[str, str], obj: dict[str, Any]) -> None:
+        uid = obj["metadata"].get("uid")
+        if uid:
+            self._uids[uid] = self._uids.get(uid, 0) + 1
+        for owner in _owner_uids(obj):
+            self._dependents.setdefault(owner, set()).add((storage_key, *ident))
+
+    def _unindex(self, storage_key: str, ident: tuple[str, str], obj: dict[str, Any]) -> None:
+        uid = obj["metadata"].get("uid")
+        if uid and uid in self._uids:
+            self._uids[uid] -= 1
+            if not self._uids[uid]:
+                del self._uids[uid]
+        for owner in _owner_uids(obj):
+            named = self._dependents.get(owner)
+            if named is not None:
+                named.discard((storage_key, *ident))
+                if not named:
+                    del self._dependents[owner]
 
     def _record(self, change: Change) -> None:
         if len(self._history) == self._history.maxlen:
@@ -155,3 +196,8 @@ class Store:
             self._watchers.clear()
         for watcher in watchers:
             watcher.close()
+
+
+def _owner_uids(obj: dict[str, Any]) -> list[str]:
+    owners = obj["metadata"].get("ownerReferences") or []
+    return [o["uid"] for o in owners if isinstance(o, dict) and isinstance(o.get("uid"), str)]
