@@ -10,6 +10,10 @@ told apart by user agent). Usage: python bench/sync.py [--pods 500] [--poll 1.0]
 --gated: the opted-in path instead. Pods carry `nebula.io/enabled` and a pool; the
 devcluster calls the console's admission webhook (the Django app over real TLS in this
 process), placement ungates them, the scheduler binds them. Adds "placed" timings.
+
+--provision-latency S / --terminate-latency S: every provision (terminate) call of the fake
+cloud takes S seconds, as a GPU cloud's API does. --operations-concurrency, --operations-rate
+and --operations-burst set the provider's operation pool (NEBULA['PROVIDER_OPERATIONS']).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kube.client import USER_AGENT, Kube, KubeError, load_api_client, path_for  # noqa: E402
+from kube.operations import OperationLimits  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,6 +166,12 @@ def main() -> None:
     parser.add_argument("--retention", type=float, default=0.0, help="the fake's retention of terminated instances, s")
     parser.add_argument("--poll", type=float, default=1.0, help="provider poll interval, seconds")
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--provision-latency", type=float, default=0.0, help="seconds each provision call takes")
+    parser.add_argument("--terminate-latency", type=float, default=0.0, help="seconds each terminate call takes")
+    defaults = OperationLimits()
+    parser.add_argument("--operations-concurrency", type=int, default=defaults.concurrency)
+    parser.add_argument("--operations-rate", type=float, default=defaults.rate, help="operations started per second")
+    parser.add_argument("--operations-burst", type=int, default=defaults.burst)
     parser.add_argument("--gated", action="store_true", help="webhook -> placement -> Running -> drained")
     parser.add_argument(
         "--clients",
@@ -282,7 +293,9 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
     bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
     # No retention of terminated instances: the fake cloud keeps them (as EC2 does for an hour)
     # in the records every one of its calls walks, a cost of the fake, not of Nebula.
-    scenario = {"retention_seconds": args.retention}
+    latency = {"provision": args.provision_latency, "terminate": args.terminate_latency}
+    scenario = {"retention_seconds": args.retention, "api_latency": {k: v for k, v in latency.items() if v}}
+    operations = OperationLimits(args.operations_concurrency, args.operations_rate, args.operations_burst)
     provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": scenario})
     runner = Runner(
         provider,
@@ -293,6 +306,7 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
         poll_interval=args.poll,
         workers=args.workers,
         blocklister=gated.blocklist if gated is not None else None,
+        operations=operations,
     )
     runner.start()
     wait(lambda: runner.handler.last_list_ok, 30)
@@ -330,7 +344,8 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
     mode = "gated (webhook -> placement -> Running)" if gated is not None else "bound (spec.nodeName)"
     print(
         f"pods: {args.pods}, poll interval: {args.poll}s, workers: {args.workers}, "
-        f"clients: {args.clients}, mode: {mode}"
+        f"clients: {args.clients}, mode: {mode}, provision/terminate latency: "
+        f"{args.provision_latency}/{args.terminate_latency}s, operations: {operations}"
     )
     print(f"create requests sent in {created_all - start:.2f}s")
     if gated is not None:
