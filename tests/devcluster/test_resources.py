@@ -291,3 +291,16 @@ def test_table_output_when_the_accept_header_asks_for_it(raw: Raw) -> None:
     assert table["rows"][0]["cells"][0] == "p1"
     assert table["rows"][0]["object"]["kind"] == "PartialObjectMetadata"
     assert table["rows"][0]["object"]["metadata"]["labels"] == {"app": "demo"}
+
+
+def test_collection_cascades_through_dependents_of_dependents(cluster: DevCluster, core: Any) -> None:
+    pod = core.create_namespaced_pod("default", make_pod("root", spec={"schedulerName": "none"}))
+    by_pod = {"apiVersion": "v1", "kind": "Pod", "name": "root", "uid": pod.metadata.uid}
+    secret = core.create_namespaced_secret("default", {"metadata": {"name": "child", "ownerReferences": [by_pod]}})
+    by_secret = {"apiVersion": "v1", "kind": "Secret", "name": "child", "uid": secret.metadata.uid}
+    core.create_namespaced_config_map("default", {"metadata": {"name": "grandchild", "ownerReferences": [by_secret]}})
+    core.create_namespaced_config_map("default", {"metadata": {"name": "bystander"}})
+    core.delete_namespaced_pod("root", "default")
+    deleted = [c.name for c in cluster.store.history() if c.type == "DELETED"]
+    assert deleted == ["root", "child", "grandchild"]
+    assert core.read_namespaced_config_map("bystander", "default").metadata.name == "bystander"

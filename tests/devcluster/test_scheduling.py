@@ -68,3 +68,10 @@ def test_taints_keep_untolerating_pods_off_and_the_failure_is_reported_once(clus
     core.create_namespaced_pod("default", make_pod("tolerant", spec={"tolerations": tolerations}))
     wait_for(lambda: _scheduled(core, "tolerant")["node"] == "tainted", what="the tolerant pod bound")
     assert _scheduled(core, "plain")["node"] is None
+
+
+def test_a_pod_pending_for_want_of_nodes_is_bound_when_one_registers(cluster: DevCluster, core: Any) -> None:
+    core.create_namespaced_pod("default", make_pod("early"))
+    wait_for(lambda: _events(core, "early", "FailedScheduling"), what="FailedScheduling with no nodes")
+    _node(core, cluster, "late")
+    wait_for(lambda: _scheduled(core, "early")["node"] == "late", what="binding once a node registered")
