@@ -131,7 +131,7 @@ class FakeCloud(Controls):
         """TERMINATING for the scenario's termination_delay, then TERMINATED (listed, output
         readable) for its retention_seconds, then gone. Idempotent."""
         with self._call("terminate", f"owner={owner} id={instance_id}", owner=owner) as call:
-            record = self._owned(instance_id, owner)
+            record = self._owned(instance_id, owner, call.now)
             if record is None:
                 call.outcome = "ok already gone"
                 return
@@ -143,7 +143,7 @@ class FakeCloud(Controls):
 
     def get(self, instance_id: str, *, owner: str) -> Instance | None:
         with self._call("get", f"owner={owner} id={instance_id}", owner=owner) as call:
-            record = self._owned(instance_id, owner)
+            record = self._owned(instance_id, owner, call.now)
             call.outcome = "ok gone" if record is None else f"ok {record.state.value}"
             return None if record is None else record.to_instance()
 
@@ -169,7 +169,7 @@ class FakeCloud(Controls):
         again in the same instance (runs + 1, new started_at); InvalidRequest while it has not
         ended, NotFound for no such container or once the instance is gone or going."""
         with self._call("restart", f"owner={owner} id={instance_id} container={container}", owner=owner) as call:
-            record = self._require(instance_id, owner)
+            record = self._require(instance_id, owner, call.now)
             record.restart(call.now, container, self.scenario)
             self._dirty = True
             call.outcome = f"ok run {record.runs}"
@@ -178,7 +178,7 @@ class FakeCloud(Controls):
         """Kill one container at once (exit 137; `grace` is not waited for: nothing here
         handles SIGTERM). A container that is not running is success; NotFound for none."""
         with self._call("stop_container", f"owner={owner} id={instance_id} container={container}", owner=owner) as call:
-            record = self._require(instance_id, owner)
+            record = self._require(instance_id, owner, call.now)
             record.stop_container(call.now, record.require(container), self.scenario)
             self._dirty = True
 
@@ -203,12 +203,12 @@ class FakeCloud(Controls):
         """Output lines of a container's current run (or the previous one). Only a stream's
         opening fetch is logged, as `logs`: a followed stream polls many times per call."""
         summary = f"owner={owner} id={instance_id} container={container} previous={previous}"
-        with self._call("logs", summary, owner=owner, record=opening):
-            record = self._require(instance_id, owner)
+        with self._call("logs", summary, owner=owner, record=opening) as call:
+            record = self._require(instance_id, owner, call.now)
             return log_chunk(
                 record,
                 self.scenario.log,
-                self._clock(),
+                call.now,
                 after=after,
                 limit=limit,
                 previous=previous,
@@ -220,15 +220,16 @@ class FakeCloud(Controls):
     ) -> ScriptedProcess:
         program = command[0] if command else ""
         summary = f"owner={owner} id={instance_id} container={container} program={program} tty={tty}"
-        with self._call("exec", summary, owner=owner):
-            found = self._require_running(instance_id, owner, container)
+        with self._call("exec", summary, owner=owner) as call:
+            found = self._require_running(instance_id, owner, container, call.now)
             files = frozenset(path for path, _ in found.files)
             return ScriptedProcess(command, tty=tty, stdin=stdin, canned=self.scenario.commands, files=files)
 
     def attach(self, instance_id: str, *, owner: str, tty: bool, stdin: bool, container: str = "") -> ScriptedProcess:
         """The scripted container's console: each stdin line echoed back, ending with stdin."""
-        with self._call("attach", f"owner={owner} id={instance_id} container={container} tty={tty}", owner=owner):
-            self._require_running(instance_id, owner, container)
+        summary = f"owner={owner} id={instance_id} container={container} tty={tty}"
+        with self._call("attach", summary, owner=owner) as call:
+            self._require_running(instance_id, owner, container, call.now)
             return ScriptedProcess(["cat"], tty=tty, stdin=stdin, canned=self.scenario.commands)
 
     # -- control: faults, inspection, reset (any owner's instances) ------------------------
@@ -357,15 +358,15 @@ class FakeCloud(Controls):
             self._faults[fault.id] = replace(fault, remaining=fault.remaining - 1)
             self._dirty = True
 
-    def _owned(self, instance_id: str, owner: str) -> InstanceRecord | None:
-        return self._instances.owned(instance_id, owner, self._clock(), self.scenario)
+    def _owned(self, instance_id: str, owner: str, now: float) -> InstanceRecord | None:
+        return self._instances.owned(instance_id, owner, now, self.scenario)
 
-    def _require(self, instance_id: str, owner: str) -> InstanceRecord:
-        return self._instances.require(instance_id, owner, self._clock(), self.scenario)
+    def _require(self, instance_id: str, owner: str, now: float) -> InstanceRecord:
+        return self._instances.require(instance_id, owner, now, self.scenario)
 
-    def _require_running(self, instance_id: str, owner: str, container: str) -> ContainerRecord:
+    def _require_running(self, instance_id: str, owner: str, container: str, now: float) -> ContainerRecord:
         """The running container (empty: the first app container); NotFound otherwise."""
-        record = self._require(instance_id, owner)
+        record = self._require(instance_id, owner, now)
         found = record.require(container)
         if record.state in GOING_STATES or not found.running:
             raise errors.NotFound(f"fake: container {container or found.name!r} of {instance_id} is not running")
