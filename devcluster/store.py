@@ -38,7 +38,7 @@ class Store:
         self._compacted = 0
         self._watcher_queue = watcher_queue
         # The garbage collector's graph: which uids exist, and who names each as an owner.
-        self._uids: dict[str, int] = {}  # uid -> objects stored with it (one, barring bugs)
+        self._uids: set[str] = set()  # the uid of every stored object
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}  # owner uid -> (key, ns, name)
 
     @property
@@ -112,16 +112,14 @@ class Store:
     def _index(self, storage_key: str, ident: tuple[str, str], obj: dict[str, Any]) -> None:
         uid = obj["metadata"].get("uid")
         if uid:
-            self._uids[uid] = self._uids.get(uid, 0) + 1
+            self._uids.add(uid)
         for owner in _owner_uids(obj):
             self._dependents.setdefault(owner, set()).add((storage_key, *ident))
 
     def _unindex(self, storage_key: str, ident: tuple[str, str], obj: dict[str, Any]) -> None:
         uid = obj["metadata"].get("uid")
-        if uid and uid in self._uids:
-            self._uids[uid] -= 1
-            if not self._uids[uid]:
-                del self._uids[uid]
+        if uid:
+            self._uids.discard(uid)
         for owner in _owner_uids(obj):
             named = self._dependents.get(owner)
             if named is not None:
