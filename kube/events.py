@@ -65,6 +65,7 @@ class _Series:
 
     namespace: str
     body: JsonDict
+    key: _Key
     count: int = 0
     message: str = ""
     last_seen: str = ""
@@ -116,6 +117,9 @@ class EventRecorder:
         self._now = now
         self._series: OrderedDict[_Key, _Series] = OrderedDict()
         self._unsettled: dict[int, _Series] = {}  # pending or being written: what the flusher looks at
+        # The settled series (everything written), oldest settled first: what may be forgotten.
+        # Kept apart so that forgetting never walks a backlog of unsettled ones.
+        self._forgettable: OrderedDict[int, _Key] = OrderedDict()
         self._similar: OrderedDict[_Similar, _Messages] = OrderedDict()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)  # notified whenever a write ends
@@ -139,11 +143,12 @@ class EventRecorder:
             key, message = self._correlate(similar, message)
             series = self._series.get(key)
             if series is None:
-                series = _Series(namespace, self._new_event(involved, namespace, event_type, reason, stamp))
+                series = _Series(namespace, self._new_event(involved, namespace, event_type, reason, stamp), key)
                 self._series[key] = series
                 self._forget_old()
             else:
                 self._series.move_to_end(key)
+                self._forgettable.pop(id(series), None)
             series.count += 1
             series.message, series.last_seen = message, stamp
             self._unsettled[id(series)] = series
@@ -159,6 +164,11 @@ class EventRecorder:
 
     def node(self, node: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         self.record(node, "Node", event_type, reason, message)
+
+    def backlog(self) -> int:
+        """The Events with occurrences not yet written (the flusher paces them at `qps`)."""
+        with self._lock:
+            return sum(1 for series in self._unsettled.values() if series.pending)
 
     def flush(self) -> None:
         """Write every accumulated count now, whatever the interval (for shutdown and tests);
@@ -190,17 +200,11 @@ class EventRecorder:
         return (similar, None), COMBINED_PREFIX + message
 
     def _forget_old(self) -> None:
-        """Keep at most MAX_REMEMBERED series, forgetting the least recently seen settled ones."""
-        excess = len(self._series) - MAX_REMEMBERED
-        if excess <= 0:
-            return
-        settled = []
-        for key, series in self._series.items():  # oldest first: usually settled long ago
-            if id(series) not in self._unsettled:
-                settled.append(key)
-                if len(settled) == excess:
-                    break
-        for key in settled:
+        """Keep at most MAX_REMEMBERED series while some are settled, forgetting those settled
+        longest ago (one seen again is unsettled until written). Unsettled ones are never
+        forgotten, so a backlog of them costs nothing here."""
+        while len(self._series) > MAX_REMEMBERED and self._forgettable:
+            _, key = self._forgettable.popitem(last=False)
             del self._series[key]
 
     def _new_event(self, involved: JsonDict, namespace: str, event_type: str, reason: str, stamp: str) -> JsonDict:
@@ -255,8 +259,8 @@ class EventRecorder:
                 series.failures += 1
             if series.pending:
                 self._start_flusher()
-            else:
-                self._unsettled.pop(id(series), None)
+            elif self._unsettled.pop(id(series), None) is not None:
+                self._forgettable[id(series)] = series.key
             self._settled.notify_all()
 
     def _start_flusher(self) -> None:

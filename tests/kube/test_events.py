@@ -209,3 +209,24 @@ def test_a_create_whose_answer_was_lost_counts_on_the_event_it_made(kube: Kube, 
     recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity")
     (event,) = events_about(kube, "p-lost")
     assert event["count"] == 2
+
+
+def test_past_its_memory_a_recorder_forgets_settled_series_first_and_never_a_pending_one(
+    kube: Kube, recorder: EventRecorder, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("kube.events.MAX_REMEMBERED", 2)
+    held = make_pod("p-held", namespace="later", metadata={"uid": "uid-held"})
+    recorder.pod(held, "Warning", "ProvisionRetrying", "no capacity")  # namespace missing: stays pending
+    pods = [make_pod(f"p{i}", namespace="default", metadata={"uid": f"uid-{i}"}) for i in range(4)]
+    for pod in pods:
+        recorder.pod(pod, "Normal", "Started", "started")  # each written at once, then settled
+    clocks.advance(60)
+    recorder.pod(pods[3], "Normal", "Started", "started")  # the newest settled one: still remembered
+    recorder.pod(pods[0], "Normal", "Started", "started")  # the oldest: forgotten, so a new Event
+    recorder.pod(held, "Warning", "ProvisionRetrying", "no capacity")
+    kube.create(path_for("namespaces"), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "later"}})
+    clocks.advance(10 * INTERVAL)
+    recorder.flush()
+    assert [e["count"] for e in events_about(kube, "p3")] == [2]
+    assert sorted(e["count"] for e in events_about(kube, "p0")) == [1, 1]
+    assert [e["count"] for e in events_about(kube, "p-held", namespace="later")] == [2]
