@@ -166,6 +166,7 @@ def main() -> None:
     parser.add_argument("--retention", type=float, default=0.0, help="the fake's retention of terminated instances, s")
     parser.add_argument("--poll", type=float, default=1.0, help="provider poll interval, seconds")
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds each phase may take")
     parser.add_argument("--provision-latency", type=float, default=0.0, help="seconds each provision call takes")
     parser.add_argument("--terminate-latency", type=float, default=0.0, help="seconds each terminate call takes")
     defaults = OperationLimits()
@@ -322,13 +323,14 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
     start = time.monotonic()
     create_all(bench, names, created, threads=args.clients, gated=gated is not None)
     created_all = time.monotonic()
-    wait(lambda: len(watcher.running) >= args.pods, 300)
+    wait(lambda: len(watcher.running) >= args.pods, args.timeout)
     running_all = time.monotonic()
     deleted: dict[str, float] = {}
     delete_start = time.monotonic()
     delete_all(bench, names, deleted)
-    wait(lambda: len(watcher.gone) >= args.pods, 300)
+    wait(lambda: len(watcher.gone) >= args.pods, args.timeout)
     gone_all = time.monotonic()
+    backlog = runner.events.backlog()
     watcher.stop = True
     runner.stop(timeout=5)
     watcher.join(1)
@@ -366,7 +368,12 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
     )
     print("manager API requests per Pod by verb:", {v: round(c / args.pods, 2) for v, c in sorted(by_verb.items())})
     total_writes = sum(c for (v, _), c in writes_on_pods.items())
-    print(f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}")
+    events = sum(c for (_, resource), c in writes_on_pods.items() if resource == "events")
+    print(
+        f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}, "
+        f"of which Events {events / args.pods:.2f}; without Events {(total_writes - events) / args.pods:.2f}"
+    )
+    print(f"Events still to write when the last Pod was gone: {backlog} (the recorder paces them, as a kubelet does)")
     for (verb, resource), count in sorted(writes_on_pods.items()):
         print(f"  {verb:7s} {resource:14s} {count / args.pods:.2f}/Pod")
 

@@ -42,7 +42,7 @@ class Runner:
         operations: OperationLimits | None = None,
     ) -> None:
         self.provider = provider
-        events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
+        self.events = events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
         self.handler = Handler(
             provider,
             kube=kube,
