@@ -58,17 +58,12 @@ class Lifecycle:
     def step_due(self, entry: Tracked) -> bool:
         """Whether `carry_out` would call the provider now: a restart, replacement or release
         is due, or a queued instance's deadline has passed."""
-        due_in = self._due_in(entry)
-        if due_in is not None and due_in[1] <= 0:
+        now = self._monotonic()
+        first = entry.next_due()
+        if first is not None and first <= now:
             return True
         deadline = self._give_up.deadline(entry) if self._give_up is not None else None
-        return deadline is not None and deadline <= self._monotonic()
-
-    def _due_in(self, entry: Tracked) -> tuple[float, float] | None:
-        """When the entry's first step is due, and the seconds until then (zero or less: due
-        now); None when no step is pending."""
-        first = entry.next_due()
-        return None if first is None else (first, first - self._monotonic())
+        return deadline is not None and deadline <= now
 
     def carry_out(self, entry: Tracked, pod: JsonDict) -> float | None:
         """Do the entry's due step if its time has come. Returns seconds until the entry
@@ -76,10 +71,10 @@ class Lifecycle:
         Raises Retry when the provider could not be asked. First, a preemption's block is
         reported and an instance queued too long is given up (vnode.giveup)."""
         queued = self._give_up.settle(entry) if self._give_up is not None else None
-        due_in = self._due_in(entry)
-        if due_in is None:
+        first = entry.next_due()
+        if first is None:
             return queued  # the seconds until a queued instance's deadline, or None
-        first, wait = due_in
+        wait = first - self._monotonic()
         if wait > 0:
             return wait if queued is None else min(wait, queued)
         due = entry.runs.due
