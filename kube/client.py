@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -117,6 +117,11 @@ class Kube:
         self._timeout = timeout
         self._host = api_client.configuration.host.rstrip("/")
 
+    def fenced(self, check: Callable[[], None]) -> Kube:
+        """A client on the same connections that calls `check` before every write (any method
+        but GET) and lets what it raises propagate: a replica whose Lease ran out writes nothing."""
+        return FencedKube(self._api, check, timeout=self._timeout)
+
     def close(self) -> None:
         """Close the pooled connections (a later call opens new ones). The ApiClient closes
         nothing when it is collected, so an owner that is done with a client calls this."""
@@ -212,3 +217,24 @@ class Kube:
             # or the server went) would otherwise leave its TLS socket to the collector.
             raw.close()
             raw.release_conn()
+
+
+class FencedKube(Kube):
+    """See `Kube.fenced`. Watches and reads pass; every write asks `check` first."""
+
+    def __init__(self, api_client: k8s_client.ApiClient, check: Callable[[], None], *, timeout: float = 30.0) -> None:
+        super().__init__(api_client, timeout=timeout)
+        self._check = check
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JsonDict:
+        if method != "GET":
+            self._check()
+        return super().request(method, path, query=query, body=body, content_type=content_type)
