@@ -39,6 +39,7 @@ from typing import Any
 
 from kube import observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.leases import FencedError
 from kube.times import rfc3339
 
 logger = logging.getLogger(__name__)
@@ -245,6 +246,9 @@ class EventRecorder:
                     self._kube.create(path_for("events", namespace=series.namespace), {**body, **fields})
                 except ConflictError:  # a create whose answer was lost (and retried) made it
                     self._kube.patch(path_for("events", namespace=series.namespace, name=name), fields)
+            ok = True
+        except FencedError as exc:  # this replica may no longer write for the node: never retried
+            logger.info("not recording event %s on %s/%s: %s", body["reason"], series.namespace, involved["name"], exc)
             ok = True
         except KubeError as exc:
             logger.warning(

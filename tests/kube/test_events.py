@@ -15,6 +15,7 @@ import pytest
 from devcluster import DevCluster
 from kube.client import ConflictError, Kube, path_for
 from kube.events import COMBINED_PREFIX, EventRecorder
+from kube.leases import FencedError
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
 
@@ -230,3 +231,17 @@ def test_past_its_memory_a_recorder_forgets_settled_series_first_and_never_a_pen
     assert [e["count"] for e in events_about(kube, "p3")] == [2]
     assert sorted(e["count"] for e in events_about(kube, "p0")) == [1, 1]
     assert [e["count"] for e in events_about(kube, "p-held", namespace="later")] == [2]
+
+
+def test_an_event_a_fenced_client_refuses_is_dropped_never_retried(kube: Kube) -> None:
+    """A Runner whose node Lease ran out writes no more Events; its recorder must not retry
+    them for ever in the background (kube.leases)."""
+
+    def refuse() -> None:
+        raise FencedError("nebula-node-x")
+
+    recorder = EventRecorder(kube.fenced(refuse), component="t")
+    pod = make_pod("p-fenced", namespace="default", metadata={"uid": "uid-fenced"})
+    recorder.pod(pod, "Normal", "Started", "Started now")
+    wait_for(lambda: recorder.backlog() == 0, 10, what="the refused Event settled")
+    assert events_about(kube, "p-fenced") == []
