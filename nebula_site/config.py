@@ -86,6 +86,9 @@ DEFAULTS: dict[str, Any] = {
     # (docs/settings.md#provider-operations). Keys: concurrency, rate (per second), burst.
     # A provider's own entry may override them with an "OPERATIONS" mapping.
     "PROVIDER_OPERATIONS": {},
+    # Share the providers out across the replicas, one node Lease each (docs/operations.md
+    # "Sharing providers across replicas"); off: the leader runs every provider.
+    "SHARE_PROVIDERS": False,
 }
 
 

@@ -4,7 +4,8 @@ Called by `manage.py runvnode` (`start_listeners`, `start_serving_csr`, `start_m
 then `run`):
 leader election (the leader
 publishing its console's address on the Lease, a standby forwarding console requests to it),
-one Runner per provider, the kubelet registry, placement, the console's runtime and mirror,
+one Runner per provider (the leader's, or with shared providers each replica's share of them,
+`nebula_site.sharing`), the kubelet registry, placement, the console's runtime and mirror,
 and the ordered shutdown within one grace. Never parses arguments or reads settings.
 
 Invariant: shutdown takes at most one grace, each step getting what the earlier ones left; see
@@ -29,14 +30,18 @@ from console.exporter import MetricsListener
 from console.mirror import Mirror
 from kube.client import Kube, KubeError, load_api_client, path_for
 from kube.leader import LeaderElector
+from kube.leases import SharedLeases, node_lease
 from kube.operations import OperationLimits
 from kube.reviews import Reviewer
 from kube.worker import describe
+from nebula_site.sharing import Sharing, Term
 from placement.blocklist import Blocklist
+from placement.poolcache import PoolCache
 from placement.wiring import Placement
 from providers.base import Provider
 from vnode import podcontroller
 from vnode.blocklister import Blocklister
+from vnode.fencing import fenced
 from vnode.kubelet import auth as kubeletauth
 from vnode.kubelet import certcsr
 from vnode.kubelet.limits import Limits
@@ -209,45 +214,69 @@ class Leading:
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _publishing: bool = False  # the console reads this process's Runners (it leads)
 
-    def start(self, kube: Kube, watch_kube: Kube) -> None:
-        """Runners first (the nodes appear), then what serves and reads their Handlers."""
+    def build_runner(
+        self, alias: str, *, kube: Kube, watch_kube: Kube, pools: PoolPolicies | None, term: Term | None = None
+    ) -> Runner:
+        """The Runner of provider `alias`; with a `term` (providers shared out), its API writes
+        and its provider's mutations pass only while the term is valid."""
+        provider = self.providers[alias]
+        if term is not None:
+            kube = kube.fenced(term.check)
+            provider = fenced(provider, term.valid, node_lease(alias))
         # The one place the two siblings meet: placement's Blocklist is what the vnode reports
         # refusals to, by structure alone (vnode never imports placement); mypy checks it here.
         blocklister: Blocklister = self.blocklist
-        # Likewise its pool cache is what the Handlers read a pool's egress and provisioning
+        return Runner(
+            provider,
+            kube=kube,
+            watch_kube=watch_kube,
+            node_ip=self.node_ip,
+            node_dns_name=self.node_dns_name,
+            kubelet_port=self.kubelet_port,
+            poll_interval=self.poll_interval,
+            lease_renew_interval=self.lease_renew_interval,
+            blocklister=blocklister,
+            pools=pools,
+            backoff=self.backoff,
+            probe_workers=self.probe_workers,
+            operations=self.operations.get(alias),
+        )
+
+    def start(self, kube: Kube, watch_kube: Kube, *, shared: Sharing | None = None) -> None:
+        """Runners first (the nodes appear), then what serves and reads their Handlers. With
+        `shared`, the Runners are the sharing loop's: placement, the mirror and the console only."""
+        # Placement's pool cache is what the Handlers read a pool's egress and provisioning
         # timeout from; it is built now and started after the Runners.
         placement = Placement(self.providers, kube=kube, watch_kube=watch_kube, blocklist=self.blocklist)
         pools: PoolPolicies = placement.pools
-        self.runners = [
-            Runner(
-                provider,
-                kube=kube,
-                watch_kube=watch_kube,
-                node_ip=self.node_ip,
-                node_dns_name=self.node_dns_name,
-                kubelet_port=self.kubelet_port,
-                poll_interval=self.poll_interval,
-                lease_renew_interval=self.lease_renew_interval,
-                blocklister=blocklister,
-                pools=pools,
-                backoff=self.backoff,
-                probe_workers=self.probe_workers,
-                operations=self.operations.get(alias),
-            )
-            for alias, provider in self.providers.items()
-        ]
-        for runner in self.runners:
-            runner.start()
-            logger.info("virtual node %s started", runner.handler.node_name)
-        handlers = [r.handler for r in self.runners]
-        self.registry.add_all(handlers)
+        if shared is None:
+            self.runners = [
+                self.build_runner(alias, kube=kube, watch_kube=watch_kube, pools=pools) for alias in self.providers
+            ]
+            for runner in self.runners:
+                runner.start()
+                logger.info("virtual node %s started", runner.handler.node_name)
+            self.registry.add_all([r.handler for r in self.runners])
         placement.start()
         self.placement = placement
-        runtime.install(handlers=handlers, placement=self.placement)
+        self._publishing = True
+        self.runners_changed(self.runners if shared is None else shared.runners())
         runtime.set_leading(True)  # the console serves from here on, and standbys forward here
         self.mirror = Mirror()
         self.mirror.start()
+
+    def runners_changed(self, runners: Sequence[Runner]) -> None:
+        """The Runners serving here now: the kubelet registry follows, and the console while leading."""
+        handlers = [r.handler for r in runners]
+        with self._lock:
+            for gone in set(self.registry.handlers()) - set(handlers):
+                self.registry.remove(gone)
+            self.registry.add_all(handlers)
+            if self._publishing and self.placement is not None:
+                runtime.install(handlers=handlers, placement=self.placement)
 
     def stop_steps(self) -> list[Stopper]:
         """Placement first (no new placements), then the mirror and the console's registry,
@@ -260,7 +289,9 @@ class Leading:
     def _stop_mirror(self, timeout: float) -> list[threading.Thread]:
         busy = self.mirror.stop(timeout) if self.mirror is not None else []
         runtime.set_leading(False)
-        runtime.clear()
+        with self._lock:
+            self._publishing = False
+            runtime.clear()
         return busy
 
 
@@ -294,6 +325,7 @@ def run(
     console: leaderpeer.Peer | None = None,
     lease_duration: float = LEASE_DURATION,
     on_leading: Callable[[], None] | None = None,
+    share_providers: bool = False,
 ) -> bool:
     """Run until `stop`. Returns False if leadership was lost (the caller should exit
     non-zero so the Deployment restarts it as a standby). Steps:
@@ -311,6 +343,10 @@ def run(
        is abandoned and named in the log; a provider call cut short is redone safely by the
        next leader, as claims make provisioning idempotent;
     6. release the Lease and uninstall the observer and the locator.
+
+    With `share_providers` (and leader election), the Runners are not the leader's: from
+    before step 2 every replica serves its share of the providers (`nebula_site.sharing`, on
+    node Leases), and leading adds placement, the mirror and the console.
     """
     console_observer.install()
     try:
@@ -331,27 +367,62 @@ def run(
         if leader_election:
             locator = leaderpeer.LeaseLocator(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
             runtime.install_locator(locator)
+        sharing: Sharing | None = None
+        pools: PoolCache | None = None
+        blocklist = Blocklist()
+
+        def make_leading(providers: Mapping[str, Provider]) -> Leading:
+            return Leading(
+                providers,
+                registry,
+                blocklist,
+                node_ip=node_ip,
+                kubelet_port=kubelet_port,
+                poll_interval=poll_interval,
+                lease_renew_interval=lease_renew_interval,
+                backoff=backoff,
+                node_dns_name=node_dns_name,
+                probe_workers=probe_workers,
+                operations=operations or {},
+            )
+
+        if share_providers and leader_election:
+            cluster = cluster_identity(kube, cluster_name, stop)
+            if cluster is None:
+                return True
+            providers = build_providers(cluster)
+            pools = PoolCache(kube, watch_kube)  # the Runners' own: placement's runs only while leading
+            pools.start()
+            leading = make_leading(providers)
+            leases = SharedLeases(
+                kube, namespace=namespace, identity=identity, duration=lease_duration, margin=lease_duration / 3
+            )
+
+            def build(alias: str, term: Term) -> Runner:
+                return leading.build_runner(alias, kube=kube, watch_kube=watch_kube, pools=pools, term=term)
+
+            sharing = Sharing(
+                leases,
+                list(providers),
+                build,
+                retry=lease_duration * 2 / 15,
+                stop_timeout=shutdown_grace,
+                on_change=leading.runners_changed,
+            )
+            sharing.start()
+            logger.info("cluster identity %s; serving a share of the providers (lease %s)", cluster, identity)
         if leader_election and not elector.acquire(stop):
+            if sharing is not None:
+                _stop_shared(sharing, pools, [], shutdown_grace)
             return True
-        cluster = cluster_identity(kube, cluster_name, stop)
-        if cluster is None:
-            elector.release()
-            return True
-        logger.info("cluster identity %s: only instances owned by it are listed, adopted or swept", cluster)
-        leading = Leading(
-            build_providers(cluster),
-            registry,
-            Blocklist(),
-            node_ip=node_ip,
-            kubelet_port=kubelet_port,
-            poll_interval=poll_interval,
-            lease_renew_interval=lease_renew_interval,
-            backoff=backoff,
-            node_dns_name=node_dns_name,
-            probe_workers=probe_workers,
-            operations=operations or {},
-        )
-        leading.start(kube, watch_kube)
+        if sharing is None:
+            cluster = cluster_identity(kube, cluster_name, stop)
+            if cluster is None:
+                elector.release()
+                return True
+            logger.info("cluster identity %s: only instances owned by it are listed, adopted or swept", cluster)
+            leading = make_leading(build_providers(cluster))
+        leading.start(kube, watch_kube, shared=sharing)
         if on_leading is not None:
             on_leading()
         kept = True
@@ -361,9 +432,12 @@ def run(
         else:
             stop.wait()
         logger.info("stopping: no new work; letting in-flight calls finish (at most %.0fs)", shutdown_grace)
-        busy = stop_in_order(leading.stop_steps(), shutdown_grace)
-        if busy:
-            logger.warning("stopped with work still in flight after %.0fs: %s", shutdown_grace, describe(busy))
+        if sharing is not None:
+            _stop_shared(sharing, pools, leading.stop_steps(), shutdown_grace)
+        else:
+            busy = stop_in_order(leading.stop_steps(), shutdown_grace)
+            if busy:
+                logger.warning("stopped with work still in flight after %.0fs: %s", shutdown_grace, describe(busy))
         elector.release()
         return kept
     finally:
@@ -371,6 +445,20 @@ def run(
         runtime.set_leading(False)
         kubeauth.uninstall()
         console_observer.uninstall()
+
+
+def _stop_shared(sharing: Sharing, pools: PoolCache | None, steps: Sequence[Stopper], grace: float) -> None:
+    """Stop what leads (`steps`), then the shared Runners (their Leases released as each
+    stops), then the Runners' pool cache; all within `grace`."""
+
+    def stop_pools(timeout: float) -> list[threading.Thread]:
+        if pools is not None:
+            pools.stop()
+        return []
+
+    busy = stop_in_order([*steps, sharing.stop, stop_pools], grace)
+    if busy:
+        logger.warning("stopped with work still in flight after %.0fs: %s", grace, describe(busy))
 
 
 def listener_limits(configured: dict[str, Any], *, creation: float | None, idle: float | None) -> Limits:

@@ -203,6 +203,11 @@ class Command(BaseCommand):
         parser.add_argument("--poll-interval", type=float, default=None, help="seconds; default: the provider's")
         parser.add_argument("--no-leader-election", action="store_true", help="run controllers without a Lease")
         parser.add_argument(
+            "--share-providers",
+            action="store_true",
+            help="share the providers out across the replicas, one node Lease each (default NEBULA['SHARE_PROVIDERS'])",
+        )
+        parser.add_argument(
             "--lease-duration",
             type=int,
             default=int(process.LEASE_DURATION),
@@ -240,6 +245,9 @@ class Command(BaseCommand):
             raise CommandError("--shutdown-grace must be between 0 and 3600 seconds")
         if not 2 <= options["lease_duration"] <= 3600:
             raise CommandError("--lease-duration must be between 2 and 3600 seconds")
+        share = options["share_providers"] or bool(settings.NEBULA["SHARE_PROVIDERS"])
+        if share and options["no_leader_election"]:
+            raise CommandError("--share-providers needs leader election (drop --no-leader-election)")
         default_kubelet = DEV_KUBELET_ADDR if options["dev_cluster"] else settings.NEBULA["KUBELET_ADDR"]
         kubelet_addr = listen_address("--kubelet-addr", options["kubelet_addr"] or default_kubelet)
         console_addr = listen_address("--console-addr", options["console_addr"] or settings.NEBULA["CONSOLE_ADDR"])
@@ -307,6 +315,7 @@ class Command(BaseCommand):
                     console=process.advertised_console(listeners, bind_host=console_addr[0], node_ip=node_ip),
                     lease_duration=float(options["lease_duration"]),
                     on_leading=self._print_dev_login if options["demo"] and options["dev_cluster"] else None,
+                    share_providers=share,
                 )
             finally:
                 if serving is not None:

@@ -1,0 +1,148 @@
+"""Providers shared out across real `manage.py runvnode --share-providers` processes on the
+embedded cluster, one fake cloud behind them all (`tests.support.managers`), with the
+invariants of tests/vnode/test_invariants.py checked every 0.2 s throughout:
+
+- three managers split six providers two each; the one SIGKILLed has its two taken over by
+  the others within one lease duration plus a poll (and the start-up of a Runner), each Node
+  then naming its new holder's kubelet port, the Pods on the same instances and new Pods on
+  the orphaned nodes served;
+- of two managers, one paused (SIGSTOP) past its lease: the other takes its provider over and
+  serves Pods created and deleted meanwhile; resumed, the paused one writes nothing for the
+  provider it lost (its fence), stops that Runner, and the two share again, one each.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devcluster import DevCluster
+from kube.client import Kube, path_for
+from providers.fake.server import FakeCloudServer, start_server
+from tests.support.factories import make_pod
+from tests.support.managers import InvariantWatch, Rig, delete_pod, kubelet_port, node_holders, running, shares
+from tests.support.polling import wait_for
+
+pytestmark = pytest.mark.slow
+
+LEASE = 4  # seconds
+POLL = 0.5
+START = 15.0  # seconds a taken-over Runner may need to register, list the cloud and sync its Pods
+
+
+@pytest.fixture
+def cloud() -> Iterator[FakeCloudServer]:
+    server = start_server()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def rig_for(cluster: DevCluster, cloud: FakeCloudServer, tmp_path: Path) -> Iterator[type[Rig]]:
+    rigs: list[Rig] = []
+
+    def make(aliases: list[str]) -> Rig:
+        assert cluster.kubeconfig_path is not None
+        rig = Rig(cluster.kubeconfig_path, cloud, tmp_path, aliases, lease=LEASE, poll=POLL)
+        rigs.append(rig)
+        return rig
+
+    yield make  # type: ignore[misc]
+    for rig in rigs:
+        rig.close()
+
+
+def create(kube: Kube, name: str, alias: str) -> str:
+    kube.create(path_for("pods", namespace="default"), make_pod(name, alias))
+    return name
+
+
+def test_three_managers_share_six_providers_and_the_survivors_take_over_a_killed_ones(
+    kube: Kube, cloud: FakeCloudServer, rig_for: type[Rig]
+) -> None:
+    aliases = [f"p{i}" for i in range(6)]
+    rig = rig_for(aliases)
+    managers = [rig.manager(name) for name in ("a", "b", "c")]
+    for manager in managers:
+        wait_for(manager.learn_identity, 60, 0.2, what=f"{manager.name} shares")
+    identities = {m.identity for m in managers}
+    wait_for(lambda: shares(kube, aliases) == dict.fromkeys(identities, 2), 60, 0.2, what="two providers each")
+    pods = {create(kube, f"job-{alias}-{i}", alias) for alias in aliases for i in range(3)}
+    with InvariantWatch(kube, cloud) as watch:
+        wait_for(lambda: running(kube, pods), 90, 0.2, what="every Pod Running")
+        before = {i["claim"]: i["id"] for i in cloud.cloud.instances()}
+        victim = managers[0]
+        orphaned = [a for a, holder in node_holders(kube, aliases).items() if holder == victim.identity]
+        victim.kill()
+        killed_at = time.monotonic()
+        survivors = {m.identity for m in managers[1:]}
+        wait_for(
+            lambda: shares(kube, aliases) == dict.fromkeys(survivors, 3),
+            LEASE + POLL + START,
+            0.1,
+            what="the killed manager's providers taken over",
+        )
+        took = time.monotonic() - killed_at
+        holders = node_holders(kube, aliases)
+        port_of = {m.identity: m.kubelet_port for m in managers}
+        for alias in orphaned:  # the Node now sends kubectl logs/exec to its new holder
+            wait_for(lambda a=alias: kubelet_port(kube, a) == port_of[holders[a]], 10, 0.1, what=f"{alias}'s address")
+        late = {create(kube, f"late-{alias}", alias) for alias in orphaned}
+        wait_for(lambda: running(kube, pods | late), 60, 0.2, what="the orphaned nodes serve new Pods")
+        for name in sorted(pods)[:3]:
+            delete_pod(kube, name)
+        kept = pods - set(sorted(pods)[:3])
+        wait_for(lambda: watch.settled(kept | late), 60, 0.2, what="one instance per live Pod, none for the deleted")
+    assert watch.samples > 20
+    assert watch.violations == []
+    assert took <= LEASE + POLL + START
+    after = {i["claim"]: i["id"] for i in cloud.cloud.instances()}
+    assert {c: after[c] for c in before} == before  # the Pods kept their instances
+
+
+def test_a_paused_manager_past_its_lease_is_fenced_and_the_two_share_again_once_it_resumes(
+    kube: Kube, cloud: FakeCloudServer, rig_for: type[Rig]
+) -> None:
+    aliases = ["left", "right"]
+    rig = rig_for(aliases)
+    first, second = rig.manager("first"), rig.manager("second")
+    for manager in (first, second):
+        wait_for(manager.learn_identity, 60, 0.2, what=f"{manager.name} shares")
+    wait_for(lambda: shares(kube, aliases) == {first.identity: 1, second.identity: 1}, 60, 0.2, what="one each")
+    (paused_alias,) = [a for a, h in node_holders(kube, aliases).items() if h == first.identity]
+    pods = {create(kube, f"job-{alias}-{i}", alias) for alias in aliases for i in range(4)}
+    with InvariantWatch(kube, cloud) as watch:
+        wait_for(lambda: running(kube, pods), 90, 0.2, what="every Pod Running")
+        first.signal(signal.SIGSTOP)
+        wait_for(
+            lambda: shares(kube, aliases) == {second.identity: 2}, 2 * LEASE + POLL + 10, 0.1, what="second holds both"
+        )
+        # While the first is paused: new Pods on its old node, and some deleted.
+        late = {create(kube, f"late-{i}", paused_alias) for i in range(3)}
+        gone = {f"job-{paused_alias}-0", f"job-{paused_alias}-1"}
+        for name in gone:
+            delete_pod(kube, name)
+        wait_for(lambda: running(kube, (pods - gone) | late), 60, 0.2, what="the second serves the new Pods")
+        wait_for(lambda: watch.settled((pods - gone) | late), 60, 0.2, what="the deleted Pods' instances gone")
+        first.signal(signal.SIGCONT)
+        wait_for(
+            lambda: "lost; stopping its Runner" in first.log.read_text(errors="replace"),
+            30,
+            0.1,
+            what="the resumed manager stops the Runner it lost",
+        )
+        wait_for(
+            lambda: shares(kube, aliases) == {first.identity: 1, second.identity: 1},
+            6 * LEASE + START,
+            0.2,
+            what="one each again",
+        )
+        final = (pods - gone) | late | {create(kube, f"last-{alias}", alias) for alias in aliases}
+        wait_for(lambda: running(kube, final), 60, 0.2, what="both nodes serve")
+        wait_for(lambda: watch.settled(final), 60, 0.2, what="one instance per live Pod")
+    assert watch.samples > 20
+    assert watch.violations == []
