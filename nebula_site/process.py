@@ -284,10 +284,12 @@ class Leading:
         return [self._stop_placement, self._stop_mirror, *(runner.stop for runner in self.runners)]
 
     def _stop_placement(self, timeout: float) -> list[threading.Thread]:
-        return self.placement.stop(timeout) if self.placement is not None else []
+        placement, self.placement = self.placement, None  # once: a later start builds a new one
+        return placement.stop(timeout) if placement is not None else []
 
     def _stop_mirror(self, timeout: float) -> list[threading.Thread]:
-        busy = self.mirror.stop(timeout) if self.mirror is not None else []
+        mirror, self.mirror = self.mirror, None
+        busy = mirror.stop(timeout) if mirror is not None else []
         runtime.set_leading(False)
         with self._lock:
             self._publishing = False
@@ -346,7 +348,9 @@ def run(
 
     With `share_providers` (and leader election), the Runners are not the leader's: from
     before step 2 every replica serves its share of the providers (`nebula_site.sharing`, on
-    node Leases), and leading adds placement, the mirror and the console.
+    node Leases), and leading adds placement, the mirror and the console; a replica that loses
+    the leader Lease stands by again instead of exiting (`_lead_while_sharing`), and `run`
+    returns True.
     """
     console_observer.install()
     try:
@@ -367,8 +371,6 @@ def run(
         if leader_election:
             locator = leaderpeer.LeaseLocator(kube, namespace=namespace, name=LEADER_LEASE, identity=identity)
             runtime.install_locator(locator)
-        sharing: Sharing | None = None
-        pools: PoolCache | None = None
         blocklist = Blocklist()
 
         def make_leading(providers: Mapping[str, Provider]) -> Leading:
@@ -411,18 +413,20 @@ def run(
             )
             sharing.start()
             logger.info("cluster identity %s; serving a share of the providers (lease %s)", cluster, identity)
-        if leader_election and not elector.acquire(stop):
-            if sharing is not None:
-                _stop_shared(sharing, pools, [], shutdown_grace)
+            _lead_while_sharing(elector, leading, sharing, kube, watch_kube, stop, shutdown_grace, on_leading)
+            logger.info("stopping: no new work; letting in-flight calls finish (at most %.0fs)", shutdown_grace)
+            _stop_shared(sharing, pools, leading.stop_steps(), shutdown_grace)
+            elector.release()
             return True
-        if sharing is None:
-            cluster = cluster_identity(kube, cluster_name, stop)
-            if cluster is None:
-                elector.release()
-                return True
-            logger.info("cluster identity %s: only instances owned by it are listed, adopted or swept", cluster)
-            leading = make_leading(build_providers(cluster))
-        leading.start(kube, watch_kube, shared=sharing)
+        if leader_election and not elector.acquire(stop):
+            return True
+        cluster = cluster_identity(kube, cluster_name, stop)
+        if cluster is None:
+            elector.release()
+            return True
+        logger.info("cluster identity %s: only instances owned by it are listed, adopted or swept", cluster)
+        leading = make_leading(build_providers(cluster))
+        leading.start(kube, watch_kube)
         if on_leading is not None:
             on_leading()
         kept = True
@@ -432,12 +436,9 @@ def run(
         else:
             stop.wait()
         logger.info("stopping: no new work; letting in-flight calls finish (at most %.0fs)", shutdown_grace)
-        if sharing is not None:
-            _stop_shared(sharing, pools, leading.stop_steps(), shutdown_grace)
-        else:
-            busy = stop_in_order(leading.stop_steps(), shutdown_grace)
-            if busy:
-                logger.warning("stopped with work still in flight after %.0fs: %s", shutdown_grace, describe(busy))
+        busy = stop_in_order(leading.stop_steps(), shutdown_grace)
+        if busy:
+            logger.warning("stopped with work still in flight after %.0fs: %s", shutdown_grace, describe(busy))
         elector.release()
         return kept
     finally:
@@ -447,13 +448,38 @@ def run(
         console_observer.uninstall()
 
 
-def _stop_shared(sharing: Sharing, pools: PoolCache | None, steps: Sequence[Stopper], grace: float) -> None:
+def _lead_while_sharing(
+    elector: LeaderElector,
+    leading: Leading,
+    sharing: Sharing,
+    kube: Kube,
+    watch_kube: Kube,
+    stop: threading.Event,
+    grace: float,
+    on_leading: Callable[[], None] | None,
+) -> None:
+    """Lead whenever this replica holds the leader Lease, until `stop`. Losing it stops
+    placement, the mirror and the console here, and this replica stands by again: its share of
+    the providers is served on its node Leases all along, so nothing exits."""
+    while elector.acquire(stop):
+        leading.start(kube, watch_kube, shared=sharing)
+        if on_leading is not None:
+            on_leading()
+        elector.keep(stop)
+        if stop.is_set():
+            return
+        logger.error("lost the leader lease: placement, the mirror and the console stop here; standing by")
+        busy = stop_in_order(leading.stop_steps(), grace)
+        if busy:
+            logger.warning("placement and the mirror stopped with work in flight: %s", describe(busy))
+
+
+def _stop_shared(sharing: Sharing, pools: PoolCache, steps: Sequence[Stopper], grace: float) -> None:
     """Stop what leads (`steps`), then the shared Runners (their Leases released as each
     stops), then the Runners' pool cache; all within `grace`."""
 
     def stop_pools(timeout: float) -> list[threading.Thread]:
-        if pools is not None:
-            pools.stop()
+        pools.stop()
         return []
 
     busy = stop_in_order([*steps, sharing.stop, stop_pools], grace)

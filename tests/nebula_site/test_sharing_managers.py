@@ -6,9 +6,10 @@ invariants of tests/vnode/test_invariants.py checked every 0.2 s throughout:
   the others within one lease duration plus a poll (and the start-up of a Runner), each Node
   then naming its new holder's kubelet port, the Pods on the same instances and new Pods on
   the orphaned nodes served;
-- of two managers, one paused (SIGSTOP) past its lease: the other takes its provider over and
-  serves Pods created and deleted meanwhile; resumed, the paused one writes nothing for the
-  provider it lost (its fence), stops that Runner, and the two share again, one each.
+- of two managers, the leader paused (SIGSTOP) past its leases: the other takes its provider
+  over (and the leader Lease) and serves Pods created and deleted meanwhile; resumed, the
+  paused one writes nothing for the provider it lost (its fence), stops that Runner, stands by
+  instead of exiting, and the two share again, one each.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ def rig_for(cluster: DevCluster, cloud: FakeCloudServer, tmp_path: Path) -> Iter
     yield make  # type: ignore[misc]
     for rig in rigs:
         rig.close()
+
+
+def leader(kube: Kube) -> str:
+    lease = kube.get(path_for("leases", namespace="default", name="nebula-manager", group="coordination.k8s.io"))
+    return str(lease["spec"].get("holderIdentity") or "")
 
 
 def create(kube: Kube, name: str, alias: str) -> str:
@@ -113,6 +119,8 @@ def test_a_paused_manager_past_its_lease_is_fenced_and_the_two_share_again_once_
     for manager in (first, second):
         wait_for(manager.learn_identity, 60, 0.2, what=f"{manager.name} shares")
     wait_for(lambda: shares(kube, aliases) == {first.identity: 1, second.identity: 1}, 60, 0.2, what="one each")
+    if leader(kube) != first.identity:  # pause the leader: it loses the leader Lease as well
+        first, second = second, first
     (paused_alias,) = [a for a, h in node_holders(kube, aliases).items() if h == first.identity]
     pods = {create(kube, f"job-{alias}-{i}", alias) for alias in aliases for i in range(4)}
     with InvariantWatch(kube, cloud) as watch:
@@ -140,6 +148,11 @@ def test_a_paused_manager_past_its_lease_is_fenced_and_the_two_share_again_once_
             6 * LEASE + START,
             0.2,
             what="one each again",
+        )
+        assert leader(kube) == second.identity
+        assert first.process is not None and first.process.poll() is None  # it stood by, and did not exit
+        assert "lost the leader lease: placement, the mirror and the console stop here; standing by" in (
+            first.log.read_text(errors="replace")
         )
         final = (pods - gone) | late | {create(kube, f"last-{alias}", alias) for alias in aliases}
         wait_for(lambda: running(kube, final), 60, 0.2, what="both nodes serve")
