@@ -2,7 +2,8 @@
 
 Started by `nebula_site.process.run` when providers are shared (`--share-providers`). Every
 `retry` seconds one loop (`Sharing.tick`):
-1. lists the shared Leases (`kube.leases`) and renews this replica's member Lease;
+1. lists the shared Leases (`kube.leases`) and renews this replica's member Lease (the first
+   round does only this, so replicas that start together count each other before they take);
 2. stops at once any Runner whose node Lease ran out or was taken (its fence already refuses
    its writes; a fresh Runner is built if the Lease is held again, as its memory may be stale);
 3. renews every node Lease it holds;
@@ -100,6 +101,7 @@ class Sharing:
         self._on_change = on_change
         self._member = member_lease(leases.identity)
         self._served: dict[str, Served] = {}
+        self._rounds = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._drained = threading.Event()
@@ -156,6 +158,9 @@ class Sharing:
             leases.hold(self._member, MEMBER)
         except KubeError as exc:
             logger.warning("provider sharing: cannot renew the member lease: %s", exc)
+        self._rounds += 1
+        if self._rounds < 2:  # the first round only says this replica is here: replicas starting
+            return  # together see each other before any takes, so none takes all and gives most back
         share = quota(len(self._aliases), len(leases.view.members(leases.clock())))
         held = len(self._served)
         if held > share and not any(s.give_back for s in self._served.values()):

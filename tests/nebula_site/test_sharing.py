@@ -1,6 +1,7 @@
 """The sharing loop's decisions, one `tick` at a time on the embedded API server with a fake
 monotonic clock and stand-in Runners (the real ones run in tests/nebula_site/test_sharing_managers.py):
-a share is ceil(M/N); preferences differ per replica; a replica over its share gives one
+a share is ceil(M/N); preferences differ per replica; a replica's first round takes nothing
+(replicas starting together count each other first); a replica over its share gives one
 provider back per round, its Runner stopped before the Lease is released; a Runner whose
 Lease ran out is stopped and its term ended for good, and a later take builds a new one; a
 stop releases every Lease and deletes the member Lease; sharing without leader election is refused."""
@@ -99,9 +100,12 @@ def test_a_replica_over_its_share_gives_one_back_per_round_stopping_its_runner_b
     aliases = ["a", "b", "c", "d"]
     clock = Clock()
     first = Replica(kube, "first", aliases, clock)
+    first.tick()  # the first round only registers the member
+    assert first.sharing.serving() == []
     first.tick()
     assert sorted(first.sharing.serving()) == aliases
     second = Replica(kube, "second", aliases, clock)
+    second.tick()
     second.tick()  # counts two members: wants two, none free yet
     assert second.sharing.serving() == []
     first.tick()  # sees two members: begins giving one back (one at a time)
@@ -123,6 +127,7 @@ def test_a_runner_whose_lease_ran_out_is_stopped_for_good_and_a_later_take_build
     clock = Clock()
     alone = Replica(kube, "alone", ["gpu"], clock)
     alone.tick()
+    alone.tick()
     (old,) = alone.built
     assert old.term.valid()
     clock.at += DURATION  # no round for a whole duration (a pause): the fence ran out
@@ -137,6 +142,7 @@ def test_a_runner_whose_lease_ran_out_is_stopped_for_good_and_a_later_take_build
 def test_stop_releases_every_lease_and_deletes_the_member_lease(kube: Kube) -> None:
     clock = Clock()
     replica = Replica(kube, "leaving", ["x", "y"], clock)
+    replica.tick()
     replica.tick()
     assert holders(kube) == {"x": "leaving", "y": "leaving"}
     assert replica.sharing.stop(5.0) == []
