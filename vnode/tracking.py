@@ -148,10 +148,15 @@ class Tracked:
             if not self.runs.finished:
                 return self._wait_for_replacement(now, at)
         self.desired_status = status.status_from_instance(
-            self.pod, instance, now=now, run=self._view(at), verdicts=self._judge()
+            self._latest(), instance, now=now, run=self._view(at), verdicts=self._judge()
         )
         self._note_backoff(at)
         return True
+
+    def _latest(self) -> Mapping[str, Any]:
+        """The Pod with the status last decided for it: rebuilt before the watch brings our write
+        back, a status keeps its transition times and startTime (not now's)."""
+        return self.pod if self.desired_status is None else {**self.pod, "status": self.desired_status}
 
     def reassess(self, *, now: datetime, at: float, rules: Rules) -> bool:
         """Recompute the desired status from the last facts and the probes' current verdicts
@@ -170,7 +175,8 @@ class Tracked:
             and self.runs.due.step is Step.REPLACE
         ):
             return False  # waiting for a replacement: no container to be ready
-        desired = status.status_from_instance(self.pod, instance, now=now, run=self._view(at), verdicts=self._judge())
+        run, verdicts = self._view(at), self._judge()
+        desired = status.status_from_instance(self._latest(), instance, now=now, run=run, verdicts=verdicts)
         changed, self.desired_status = desired != self.desired_status, desired
         return changed
 
@@ -236,7 +242,7 @@ class Tracked:
     def _recompute_containers(self, instance: Instance, *, now: datetime, at: float, rules: Rules) -> bool:
         """The status from the container facts; a terminal phase finishes the Pod."""
         views = {name: self._view(at, runs, name) for name, runs in self.containers.items()}
-        desired = containerstatus.status_from_containers(self.pod, instance, now=now, views=views,
+        desired = containerstatus.status_from_containers(self._latest(), instance, now=now, views=views,
                                                          verdicts=self._judge())  # fmt: skip
         changed, self.desired_status = desired != self.desired_status, desired
         if desired["phase"] in ("Succeeded", "Failed"):
@@ -295,10 +301,10 @@ class Tracked:
             return
         self.say("Warning", names.EVENT_INSTANCE_LOST, gone)
         self.runs.finished, self.runs.ended = True, ending
-        self.desired_status = status.lost_status(self.pod, now=now, message=gone, run=self._view(at))
+        self.desired_status = status.lost_status(self._latest(), now=now, message=gone, run=self._view(at))
 
     def _wait_for_replacement(self, now: datetime, at: float) -> bool:
-        self.desired_status = status.replacing_status(self.pod, now=now, run=self._view(at))
+        self.desired_status = status.replacing_status(self._latest(), now=now, run=self._view(at))
         self._note_backoff(at)
         return True
 
