@@ -181,9 +181,21 @@ def main() -> None:
         help="concurrent creating clients (default 4; 16 with --gated: each create waits for the webhook, "
         "and a ReplicaSet controller creates in parallel bursts too)",
     )
+    parser.add_argument(
+        "--clients-in-process",
+        action="store_true",
+        help="run the creating clients and the watch in the manager's process (before 2026-12-04, the only way)",
+    )
+    parser.add_argument("--drive", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the child of drive_in_a_child
     args = parser.parse_args()
     if args.clients is None:
         args.clients = 16 if args.gated else 4
+    args.driver_cpu = 0.0
+    if args.drive:
+        phases = drive_pods(args.drive, args.pods, args.clients, gated=args.gated, timeout=args.timeout)
+        times = os.times()
+        print(json.dumps(dict(phases, cpu=times.user + times.system)))
+        return
     with tempfile.TemporaryDirectory() as folder:
         crds = (os.path.join(ROOT, "deploy/crds/nodepool.yaml"),) if args.gated else ()
         server, kubeconfig = start_devcluster(folder, crds=crds)
@@ -198,8 +210,9 @@ def main() -> None:
             server.wait(30)
             times = os.times()
             print(
-                f"CPU seconds: bench+manager process {times.user + times.system:.1f}, "
-                f"devcluster process {times.children_user + times.children_system:.1f}"
+                f"CPU seconds: bench+manager process {times.user + times.system:.1f}, devcluster process "
+                f"{times.children_user + times.children_system - args.driver_cpu:.1f}"
+                + ("" if args.clients_in_process else f", driving clients' process {args.driver_cpu:.1f}")
             )
 
 
@@ -290,8 +303,51 @@ class GatedPath:
         self._server.server_close()
 
 
-def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = None) -> None:
+Phases = dict[str, Any]  # start, created_all, running_all, delete_start, gone_all (monotonic), names, per-Pod times
+
+
+def drive_pods(kubeconfig: str, pods: int, clients: int, *, gated: bool, timeout: float) -> Phases:
+    """The clients' side: create `pods` Pods from `clients` threads, watch them to Running,
+    delete them and watch them go. Times are CLOCK_MONOTONIC, comparable across processes."""
     bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
+    watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
+    watcher.start()
+    time.sleep(0.3)
+    names = [f"bench-{i}" for i in range(pods)]
+    created: dict[str, float] = {}
+    start = time.monotonic()
+    create_all(bench, names, created, threads=clients, gated=gated)
+    created_all = time.monotonic()
+    wait(lambda: len(watcher.running) >= pods, timeout)
+    running_all = time.monotonic()
+    deleted: dict[str, float] = {}
+    delete_start = time.monotonic()
+    delete_all(bench, names, deleted)
+    wait(lambda: len(watcher.gone) >= pods, timeout)
+    gone_all = time.monotonic()
+    watcher.stop = True
+    watcher.join(1)
+    return {
+        "names": names, "created": created, "deleted": deleted, "start": start, "created_all": created_all,
+        "running_all": running_all, "delete_start": delete_start, "gone_all": gone_all,
+        "running": watcher.running, "gone": watcher.gone, "placed": watcher.placed,
+    }  # fmt: skip
+
+
+def drive_in_a_child(kubeconfig: str, args: argparse.Namespace) -> Phases:
+    """`drive_pods` in its own process (`--drive`), so the clients and their watch do not share
+    the manager's GIL: a real cluster's clients are other processes. Its CPU is printed apart."""
+    command = [sys.executable, os.path.abspath(__file__), "--drive", kubeconfig, "--pods", str(args.pods)]
+    command += ["--clients", str(args.clients), "--timeout", str(args.timeout)] + (["--gated"] if args.gated else [])
+    answer = subprocess.run(command, capture_output=True, text=True, check=False)
+    if answer.returncode != 0:
+        raise SystemExit(f"the driving process failed: {answer.stderr[-3000:]}")
+    phases: Phases = json.loads(answer.stdout.splitlines()[-1])
+    args.driver_cpu = phases["cpu"]
+    return phases
+
+
+def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = None) -> None:
     # No retention of terminated instances: the fake cloud keeps them (as EC2 does for an hour)
     # in the records every one of its calls walks, a cost of the fake, not of Nebula.
     latency = {"provision": args.provision_latency, "terminate": args.terminate_latency}
@@ -314,26 +370,17 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
     wait(lambda: runner.pods.live_claims() is not None, 30)
     if gated is not None:
         gated.start_placement(provider, args.workers)
-    watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
-    watcher.start()
-    time.sleep(0.3)
     skip = len(request_log(kubeconfig))
-    names = [f"bench-{i}" for i in range(args.pods)]
-    created: dict[str, float] = {}
-    start = time.monotonic()
-    create_all(bench, names, created, threads=args.clients, gated=gated is not None)
-    created_all = time.monotonic()
-    wait(lambda: len(watcher.running) >= args.pods, args.timeout)
-    running_all = time.monotonic()
-    deleted: dict[str, float] = {}
-    delete_start = time.monotonic()
-    delete_all(bench, names, deleted)
-    wait(lambda: len(watcher.gone) >= args.pods, args.timeout)
-    gone_all = time.monotonic()
+    if args.clients_in_process:
+        phases = drive_pods(kubeconfig, args.pods, args.clients, gated=gated is not None, timeout=args.timeout)
+    else:
+        phases = drive_in_a_child(kubeconfig, args)
     backlog = runner.events.backlog()
-    watcher.stop = True
     runner.stop(timeout=5)
-    watcher.join(1)
+    names, created, deleted = phases["names"], phases["created"], phases["deleted"]
+    start, created_all, running_all = phases["start"], phases["created_all"], phases["running_all"]
+    delete_start, gone_all = phases["delete_start"], phases["gone_all"]
+    watcher = argparse.Namespace(running=phases["running"], gone=phases["gone"], placed=phases["placed"])
     to_running = [watcher.running[n] - created[n] for n in names]
     to_gone = [watcher.gone[n] - deleted[n] for n in names]
     ours = [r for r in request_log(kubeconfig)[skip:] if r["user_agent"].startswith(USER_AGENT)]
