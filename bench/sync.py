@@ -5,7 +5,9 @@ delay) against the devcluster in its own process (`manage.py devcluster`, as a r
 server would be) over real HTTPS. Pods are bound straight to the virtual node
 (spec.nodeName), so the scheduler is not measured. Prints pods/s per phase, p50/p99
 latency, and the manager's API requests per Pod by verb (the bench's own requests are
-told apart by user agent). Usage: python bench/sync.py [--pods 500] [--poll 1.0] [--gated]
+told apart by user agent). The creating clients and their watch run in a child process of
+their own (`--clients-in-process`: in the manager's, as before 2026-12-04).
+Usage: python bench/sync.py [--pods 500] [--poll 1.0] [--gated]
 
 --gated: the opted-in path instead. Pods carry `nebula.io/enabled` and a pool; the
 devcluster calls the console's admission webhook (the Django app over real TLS in this
