@@ -193,9 +193,6 @@ class SharedLeases:
                 logger.error("lease %s is now held by %s: this replica stops writing for it", name, seen.holder)
                 fence.revoke()
 
-    def holds(self, name: str) -> bool:
-        return self.fence(name).valid()
-
     def hold(self, name: str, kind: str) -> bool:
         """Take or renew `name` (one write); True if this replica holds it now, its fence
         extended. Never writes a Lease someone alive holds. Raises KubeError but for a conflict
@@ -240,7 +237,7 @@ class SharedLeases:
             logger.warning("could not release lease %s (it runs out by itself): %s", name, exc)
 
     def forget(self, seen: Seen) -> None:
-        """Delete a dead replica's member Lease (only that version of it)."""
+        """Delete a dead replica's member Lease (that object only: one created again since stays)."""
         uid = str((seen.lease.get("metadata") or {}).get("uid") or "") or None
         name = str((seen.lease.get("metadata") or {}).get("name", ""))
         try:
