@@ -90,9 +90,16 @@ class Vm:
         except ProcessLookupError:
             pass
         self.script.wait(30)
-        for pid_file in (self.folder / "sshd.pid", *self.file("/var/lib/docker").glob("*.pid")):
+        # Only processes that are still this VM's: a container that ended was reaped (its pid
+        # may be another process's by now, another test's included), and an sshd is this VM's
+        # only if its command line names this VM's folder.
+        containers = [p for p in self.file("/var/lib/docker").glob("*.pid") if not p.with_suffix(".code").exists()]
+        for pid_file in (self.folder / "sshd.pid", *containers):
             try:
-                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+                pid = int(pid_file.read_text())
+                if pid_file.name == "sshd.pid" and str(self.folder) not in Path(f"/proc/{pid}/cmdline").read_text():
+                    continue
+                os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, ValueError, FileNotFoundError):
                 pass
 

@@ -115,7 +115,10 @@ def _stop(argv: list[str]) -> int:
     while not (_state() / f"{name}.pid").exists():
         time.sleep(_POLL)
     pid = int((_state() / f"{name}.pid").read_text())
-    os.kill(pid, signal.SIGTERM)
+    # Signalled only while its supervisor has not reaped it (no `.code` yet): once it has, the
+    # pid may already be another process's.
+    if not (_state() / f"{name}.code").exists():
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while not (_state() / f"{name}.code").exists():
         if time.monotonic() > deadline:

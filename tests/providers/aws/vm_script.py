@@ -85,6 +85,8 @@ def temporary_vm(folder: Path) -> Iterator[Vm]:
         yield Vm(root, docker, system_log, folder / "order", env)
     finally:
         for pid_file in docker.glob("*.pid"):
+            if pid_file.with_suffix(".code").exists():
+                continue  # ended and reaped: the pid may be another process's by now
             try:
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
             except ProcessLookupError:
