@@ -27,6 +27,7 @@ import re
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,16 +179,20 @@ class Container:
 
     def stop(self, grace: float = 20.0) -> None:
         """SIGTERM, as the kubelet sends it, then SIGKILL to the group after `grace`."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+        pid = self.process.pid
+        if self.process.returncode is None:  # not reaped: its pid and group id are still ours
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            # Waited for without reaping (WNOWAIT): its zombie keeps the group id from being reused,
+            # so the SIGKILL below reaches what is left of this group and never another's.
+            while (
+                time.monotonic() < deadline and os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            ):
+                time.sleep(0.05)
             try:
-                self.process.wait(grace)
-            except subprocess.TimeoutExpired:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.process.wait(10)
 
 
