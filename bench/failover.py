@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nebula_site.settings")
 
-from bench.sync import start_devcluster  # noqa: E402
+from bench.sync import create_all, start_devcluster  # noqa: E402
 from kube.client import Kube, load_api_client, path_for  # noqa: E402
 from providers.fake.server import start_server  # noqa: E402
 from tests.support.factories import make_pod  # noqa: E402
@@ -50,18 +49,10 @@ def phase(kube: Kube, name: str) -> str:
     return str((kube.get(path_for("pods", namespace="default", name=name)).get("status") or {}).get("phase", ""))
 
 
-def create_pods(kube: Kube, names: list[tuple[str, str]], clients: int = 4) -> None:
-    """Create (name, alias) Pods from `clients` threads."""
-
-    def work(part: list[tuple[str, str]]) -> None:
-        for name, alias in part:
-            kube.create(path_for("pods", namespace="default"), make_pod(name, alias))
-
-    threads = [threading.Thread(target=work, args=(names[i::clients],)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+def create_pods(kube: Kube, pods: list[tuple[str, str]], clients: int = 4) -> None:
+    """Create the (name, alias) Pods, each on its provider's node, from `clients` threads."""
+    alias_of = dict(pods)
+    create_all(kube, list(alias_of), {}, threads=clients, make=lambda name: make_pod(name, alias_of[name]))
 
 
 def main() -> None:

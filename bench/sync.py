@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -136,11 +137,20 @@ def request_log(kubeconfig: str) -> list[dict[str, Any]]:
     return records
 
 
-def create_all(kube: Kube, names: list[str], created: dict[str, float], threads: int = 4, gated: bool = False) -> None:
+def create_all(
+    kube: Kube,
+    names: list[str],
+    created: dict[str, float],
+    threads: int = 4,
+    gated: bool = False,
+    make: Callable[[str], dict[str, Any]] | None = None,
+) -> None:
+    """Create the Pods `names` from `threads` clients (`make(name)` builds each, default `pod`)."""
+
     def work(part: list[str]) -> None:
         for name in part:
             created[name] = time.monotonic()
-            kube.create(path_for("pods", namespace="default"), pod(name, gated))
+            kube.create(path_for("pods", namespace="default"), make(name) if make else pod(name, gated))
 
     workers = [threading.Thread(target=work, args=(names[i::threads],)) for i in range(threads)]
     for worker in workers:
