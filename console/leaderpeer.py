@@ -2,24 +2,24 @@
 
 The process wiring (`nebula_site.process`) gives the leader elector `lease_annotations(peer)` to
 write, and installs `LeaseLocator` in `console.runtime` so a standby's forwarder
-(`console.forward`) finds the leader. The fingerprint is a SHA-256 of the certificate the
-leader's console serves: the API server is the trusted channel for it, since the replicas'
-certificates do not name the Pod IPs. Never a secret here: a URL and a certificate hash.
-Tests: tests/console/test_forward.py.
+(`console.forward`) finds the leader, judged as the elector judges it (`kube.leases`: by this
+process's monotonic clock, never the holder's wall clock). The fingerprint is a SHA-256 of the
+certificate the leader's console serves: the API server is the trusted channel for it, since the
+replicas' certificates do not name the Pod IPs. Never a secret here: a URL and a certificate hash.
+Tests: tests/console/test_forward.py, tests/kube/test_leader.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from kube import names
+from kube import leases, names
 from kube.client import Kube, KubeError
-from kube.leader import current_holder
 
 FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
@@ -91,8 +91,9 @@ def peer_from(published: Mapping[str, str]) -> Peer:
 
 
 class LeaseLocator:
-    """Reads the leader Lease on each call: the console of whoever holds it, unless that is
-    this process (`identity`), which serves its own requests once it leads."""
+    """Reads the leader Lease on each call (into one `kube.leases` view, so a holder that stops
+    renewing is gone a duration after this process last saw it renew): the console of whoever
+    holds it, unless that is this process (`identity`), which serves its own requests once it leads."""
 
     def __init__(
         self,
@@ -101,17 +102,15 @@ class LeaseLocator:
         namespace: str,
         name: str,
         identity: str,
-        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._kube = kube
-        self._namespace = namespace
+        self._reader = leases.LeaseReader(kube, namespace=namespace, clock=clock)
         self._name = name
         self._identity = identity
-        self._now = now
 
     def __call__(self) -> Peer:
         try:
-            holder = current_holder(self._kube, namespace=self._namespace, name=self._name, now=self._now)
+            holder = self._reader.holder(self._name)
         except KubeError as exc:
             raise NoLeader(f"cannot read the leader Lease: {exc}") from exc
         if holder is None:

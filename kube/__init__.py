@@ -5,7 +5,8 @@
 - `workqueue`  a rate-limited queue of keys, never two workers on one key
 - `worker`     the worker pool over a queue: one retry vocabulary, stop within a deadline
 - `events`     the Event recorder (aggregated, rate-limited)
-- `leader`     leader election on a Lease
+- `leases`     every Lease replicas hold: one alive rule (this process's monotonic clock), fences
+- `leader`     leader election: a thin holder of one Lease over `leases`
 - `names`      every label, annotation, taint and Event reason Nebula writes
 - `observe`    the facts the loops report, for whoever listens (the console)
 - `times`      the API server's timestamp forms

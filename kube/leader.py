@@ -1,11 +1,11 @@
-"""Leader election on a coordination.k8s.io Lease: only the leader runs controllers.
+"""Leader election on one Lease: only the leader runs controllers.
 
-Used by `nebula_site.process`. The same rules as client-go's leaderelection: a holder keeps the
-Lease by renewing it before `lease_duration` passes; another candidate takes it only after
-it expired; writes carry the resourceVersion, so two candidates never both win. Released
-on a clean shutdown so a standby takes over at once. The holder may publish facts about
-itself as the Lease's annotations (written with every acquisition and renewal, removed on
-release); `current_holder` reads who holds a Lease and what it published.
+Used by `nebula_site.process`. A thin holder over `kube.leases`, so the leader Lease follows the
+same rules as every other: another's Lease is alive until it stayed unchanged for its duration
+by this process's monotonic clock, writes carry the resourceVersion, and `fence` (valid until
+`renew_deadline` after the start of the last successful renewal) is what the leader's own
+writers check. Released on a clean shutdown so a standby takes over at once; the holder's
+`annotations` are written with every acquisition and renewal, and removed on release.
 Tests: tests/kube/test_leader.py.
 """
 
@@ -13,66 +13,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 from kube import observe
-from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
-from kube.times import micro_time
+from kube.client import Kube, KubeError
+from kube.leases import Fence, Holder, SharedLeases
 
 logger = logging.getLogger(__name__)
 
-JsonDict = dict[str, Any]
-
-
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    for pattern in ("%Y-%m-%dT%H:%M:%S.%fZ", "%Y-%m-%dT%H:%M:%SZ"):
-        try:
-            return datetime.strptime(text, pattern).replace(tzinfo=UTC)
-        except ValueError:
-            continue
-    return None
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a Lease now, and the annotations it published."""
-
-    identity: str
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-
-def holder_of(lease: JsonDict, now: datetime) -> Holder | None:
-    """Pure: the Lease's holder if it is held and not expired at `now`, else None."""
-    spec = lease.get("spec") or {}
-    identity = spec.get("holderIdentity") or ""
-    renewed = _parse_time(spec.get("renewTime"))
-    duration = float(spec.get("leaseDurationSeconds") or 0)
-    if not identity or renewed is None or now >= renewed + timedelta(seconds=duration):
-        return None
-    annotations = (lease.get("metadata") or {}).get("annotations") or {}
-    return Holder(str(identity), {str(k): str(v) for k, v in annotations.items()})
-
-
-def current_holder(
-    kube: Kube, *, namespace: str, name: str, now: Callable[[], datetime] = lambda: datetime.now(UTC)
-) -> Holder | None:
-    """Who holds the Lease `namespace/name` now (None: nobody, or it expired, or it does not
-    exist). Raises KubeError when the API server does not answer."""
-    try:
-        lease = kube.get(path_for("leases", namespace=namespace, name=name, group="coordination.k8s.io"))
-    except NotFoundError:
-        return None
-    return holder_of(lease, now())
-
 
 class LeaderElector:
-    """Acquire (`acquire`), keep (`keep`) and give up (`release`) one Lease. `annotations`
-    are written on the Lease with every acquisition and renewal, and removed on release."""
+    """Acquire (`acquire`), keep (`keep`) and give up (`release`) one Lease. `now` is the wall
+    clock written as renewTime (for people and other tools); `clock` is what judges."""
 
     def __init__(
         self,
@@ -84,74 +38,42 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         annotations: Mapping[str, str] | None = None,
     ) -> None:
-        self._kube = kube
+        if not 0 < renew_deadline < lease_duration:
+            raise ValueError(f"renew_deadline ({renew_deadline}s) must be between 0 and the lease duration")
+        self._leases = SharedLeases(
+            kube,
+            namespace=namespace,
+            identity=identity,
+            duration=lease_duration,
+            margin=lease_duration - renew_deadline,
+            clock=clock,
+            now=now,
+        )
         self._namespace = namespace
         self._name = name
         self.identity = identity
-        self._duration = lease_duration
-        self._renew_deadline = renew_deadline
         self._retry = retry_period
-        self._now = now
         self._annotations = dict(annotations or {})
-        self._lease: JsonDict | None = None
         self.is_leader = False
 
     @property
-    def _path(self) -> str:
-        return path_for("leases", namespace=self._namespace, name=self._name, group="coordination.k8s.io")
+    def fence(self) -> Fence:
+        """Valid while this process may still write as the leader (see the module docstring)."""
+        return self._leases.fence(self._name)
+
+    def holder(self) -> Holder | None:
+        """Read the Lease: who holds it now, by the one alive rule. Raises KubeError."""
+        return self._leases.holder(self._name)
 
     def try_acquire_or_renew(self) -> bool:
-        """One attempt; True if we hold the Lease afterwards."""
-        now = self._now()
-        spec = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(self._duration),
-            "renewTime": micro_time(now),
-        }
-        try:
-            current = self._kube.get(self._path)
-        except NotFoundError:
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {"name": self._name, "namespace": self._namespace, "annotations": self._annotations},
-                "spec": dict(spec, acquireTime=micro_time(now), leaseTransitions=0),
-            }
-            try:
-                self._lease = self._kube.create(
-                    path_for("leases", namespace=self._namespace, group="coordination.k8s.io"), body
-                )
-            except ConflictError:
-                return False
-            return True
-        held = current.get("spec") or {}
-        holder = held.get("holderIdentity") or ""
-        renewed = _parse_time(held.get("renewTime"))
-        duration = float(held.get("leaseDurationSeconds") or self._duration)
-        if holder and holder != self.identity and renewed and now < renewed + timedelta(seconds=duration):
-            return False
-        new_spec = dict(held, **spec)
-        if holder != self.identity:
-            new_spec["acquireTime"] = micro_time(now)
-            new_spec["leaseTransitions"] = int(held.get("leaseTransitions") or 0) + 1
-        try:
-            lease = dict(current, metadata=self._annotated(current), spec=new_spec)
-            self._lease = self._kube.replace(self._path, lease)
-        except ConflictError:
-            return False
-        return True
-
-    def _annotated(self, lease: JsonDict, *, ours: bool = True) -> JsonDict:
-        """The Lease's metadata with our annotations set (`ours`) or removed."""
-        metadata = dict(lease.get("metadata") or {})
-        annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in self._annotations}
-        if ours:
-            annotations.update(self._annotations)
-        metadata["annotations"] = annotations
-        return metadata
+        """One attempt (a read, then a write unless someone alive holds it); True if we hold the
+        Lease afterwards. Raises KubeError but for a conflict (False)."""
+        self._leases.observe(self._name)
+        return self._leases.hold(self._name, annotations=self._annotations)
 
     def acquire(self, stop: threading.Event) -> bool:
         """Block until we lead (True) or `stop` is set (False)."""
@@ -170,32 +92,25 @@ class LeaderElector:
         return False
 
     def keep(self, stop: threading.Event) -> None:
-        """Renew until `stop` is set; return early (leadership lost) if renewals keep failing
-        for `renew_deadline`."""
-        last_renewal = self._now()
+        """Renew until `stop` is set; return early (leadership lost) once the fence ran out:
+        renewals kept failing for `renew_deadline`, or another holder was seen."""
         while not stop.wait(self._retry):
             try:
                 if self.try_acquire_or_renew():
-                    last_renewal = self._now()
                     observe.current().leadership(True)
                     continue
                 observe.current().leadership(False)
             except KubeError as exc:
                 observe.current().leadership(None)
                 logger.warning("leader election: renew failed: %s", exc)
-            if self._now() - last_renewal > timedelta(seconds=self._renew_deadline):
+            if not self.fence.valid():
                 self.is_leader = False
                 logger.error("%s lost the leader lease", self.identity)
                 return
 
     def release(self) -> None:
         """Give the Lease up so a standby does not wait for it to expire."""
-        if not self.is_leader or self._lease is None:
+        if not self.is_leader:
             return
-        lease = dict(self._lease, metadata=self._annotated(self._lease, ours=False))
-        lease["spec"] = dict(lease.get("spec") or {}, holderIdentity="", leaseDurationSeconds=1)
-        try:
-            self._kube.replace(self._path, lease)
-        except KubeError as exc:
-            logger.warning("could not release the leader lease: %s", exc)
+        self._leases.release(self._name, annotations=self._annotations)
         self.is_leader = False

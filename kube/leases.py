@@ -1,21 +1,22 @@
-"""Leases shared by replicas, with fencing: who is alive, and who serves which virtual node.
+"""Leases held by replicas, judged by one rule and fenced: who leads, who is alive, who serves which node.
 
-Used by `nebula_site.sharing`. Two kinds of coordination.k8s.io Lease in the manager's
+Used by `kube.leader` (the leader Lease), `kube.sharing` (the shared Leases) and the console's
+leader peer (reading who holds the leader Lease). The shared Leases live in the manager's
 namespace, labelled `nebula.io/lease`:
 - `member`: `nebula-member-<identity>`, renewed by each replica while it runs; the live ones
   say how many replicas share the providers;
 - `node`: `nebula-node-<alias>`, held by the one replica that serves that provider.
 
-The rules (client-go's leaderelection, plus a fence):
-- A Lease is alive while its (holder, renewTime) changed less than its leaseDurationSeconds
-  ago *by this replica's monotonic clock* (`LeaseView`): no replica trusts another's wall
-  clock, so a taker waits a full duration after it last saw a renewal.
+The rules, for every Lease here (client-go's leaderelection, plus a fence):
+- A Lease is alive while it names a holder and its (holder, renewTime) changed less than its
+  leaseDurationSeconds ago *by this replica's monotonic clock* (`LeaseView`): no replica trusts
+  another's wall clock, so a taker waits a full duration after it last saw a renewal.
 - A Lease held by someone alive is never written; a free, released or dead one is taken by
   a write carrying the resourceVersion this replica read, so two takers never both win.
 - A holder's `Fence` is valid until the start of its last successful renewal + the duration
-  − `margin` (monotonic): it stops writing for that node `margin` seconds before any taker can
+  − `margin` (monotonic): it stops writing for that Lease `margin` seconds before any taker can
   have begun, even when its renewals hang or the process was paused.
-Tests: tests/kube/test_leases.py.
+Tests: tests/kube/test_leases.py, tests/kube/test_leader.py.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,9 +36,10 @@ from kube.times import micro_time
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
+GROUP = "coordination.k8s.io"  # the Lease's API group: the one place product code spells it
+API_VERSION = f"{GROUP}/v1"
 KIND_LABEL = f"{names.PREFIX}/lease"
 MEMBER, NODE = "member", "node"
-GROUP = "coordination.k8s.io"
 
 
 def member_lease(identity: str) -> str:
@@ -46,6 +48,11 @@ def member_lease(identity: str) -> str:
 
 def node_lease(alias: str) -> str:
     return f"nebula-node-{alias}"
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    """The API path of the Lease `namespace/name` (of the namespace's Leases without a name)."""
+    return path_for("leases", namespace=namespace, name=name, group=GROUP)
 
 
 class FencedError(KubeError):
@@ -78,14 +85,31 @@ class Fence:
 
 
 @dataclass(frozen=True)
+class Holder:
+    """Who holds a Lease now, and the annotations it published."""
+
+    identity: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Seen:
-    """One Lease as last listed, and when (this replica's clock) its holder or renewTime last changed."""
+    """One Lease as last read, and when (this replica's clock) its holder or renewTime last changed."""
 
     lease: JsonDict
     holder: str
     renew_time: str
     duration: float
     changed_at: float
+
+    @classmethod
+    def of(cls, lease: JsonDict, at: float, before: Seen | None = None) -> Seen:
+        """Pure: `lease` read at `at`; unchanged since `before`, it keeps `before`'s change time."""
+        spec = lease.get("spec") or {}
+        holder, renew = str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or "")
+        same = before is not None and (before.holder, before.renew_time) == (holder, renew)
+        changed = before.changed_at if before is not None and same else at
+        return cls(lease, holder, renew, float(spec.get("leaseDurationSeconds") or 0), changed)
 
     @property
     def resource_version(self) -> str:
@@ -96,11 +120,19 @@ class Seen:
         return str(((self.lease.get("metadata") or {}).get("labels") or {}).get(KIND_LABEL, ""))
 
     def alive(self, at: float) -> bool:
-        return bool(self.holder) and at - self.changed_at < self.duration
+        """The one alive rule: held, renewed, and changed less than a duration ago here."""
+        return bool(self.holder) and bool(self.renew_time) and at - self.changed_at < self.duration
+
+    def holder_at(self, at: float) -> Holder | None:
+        """Pure: the Lease's holder and what it published, if alive at `at`, else None."""
+        if not self.alive(at):
+            return None
+        annotations = (self.lease.get("metadata") or {}).get("annotations") or {}
+        return Holder(self.holder, {str(k): str(v) for k, v in annotations.items()})
 
 
 class LeaseView:
-    """Pure but for its memory: the Leases this replica listed, each with when it last changed."""
+    """Pure but for its memory: the Leases this replica read, each with when it last changed."""
 
     def __init__(self) -> None:
         self._seen: dict[str, Seen] = {}
@@ -110,25 +142,21 @@ class LeaseView:
         seen: dict[str, Seen] = {}
         for lease in leases:
             name = str((lease.get("metadata") or {}).get("name", ""))
-            spec = lease.get("spec") or {}
-            holder, renew = str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or "")
-            before = self._seen.get(name)
-            same = before is not None and (before.holder, before.renew_time) == (holder, renew)
-            changed = before.changed_at if same and before is not None else at
-            seen[name] = Seen(lease, holder, renew, float(spec.get("leaseDurationSeconds") or 0), changed)
+            seen[name] = Seen.of(lease, at, self._seen.get(name))
         self._seen = seen
+
+    def saw(self, name: str, lease: JsonDict | None, at: float) -> Seen | None:
+        """One Lease read at `at` (None: it does not exist, so it is forgotten)."""
+        if lease is None:
+            self._seen.pop(name, None)
+            return None
+        self._seen[name] = seen = Seen.of(lease, at, self._seen.get(name))
+        return seen
 
     def wrote(self, lease: JsonDict, at: float) -> None:
         """This replica wrote `lease` (the API server's answer)."""
         name = str((lease.get("metadata") or {}).get("name", ""))
-        spec = lease.get("spec") or {}
-        self._seen[name] = Seen(
-            lease,
-            str(spec.get("holderIdentity") or ""),
-            str(spec.get("renewTime") or ""),
-            float(spec.get("leaseDurationSeconds") or 0),
-            at,
-        )
+        self._seen[name] = Seen.of(lease, at)
 
     def get(self, name: str) -> Seen | None:
         return self._seen.get(name)
@@ -147,9 +175,49 @@ class LeaseView:
         return seen is None or seen.holder in ("", identity) or not seen.alive(at)
 
 
-class SharedLeases:
-    """One replica's reads and writes of the shared Leases in `namespace`. Not thread-safe:
-    one loop (`nebula_site.sharing`) drives it; the fences it hands out are read anywhere."""
+def annotated(metadata: JsonDict, ours: Mapping[str, str], *, keep: bool) -> JsonDict:
+    """Pure: `metadata` with the annotations `ours` set (`keep`) or removed; others' stay."""
+    annotations = {k: v for k, v in (metadata.get("annotations") or {}).items() if k not in ours}
+    if keep:
+        annotations.update(ours)
+    return dict(metadata, annotations=annotations)
+
+
+class LeaseReader:
+    """Reads Leases of `namespace` into a `LeaseView` on this process's monotonic clock: who
+    holds one is judged by the one alive rule. Safe to call from any thread."""
+
+    def __init__(self, kube: Kube, *, namespace: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self.clock = clock
+        self.view = LeaseView()
+        self._reading = threading.Lock()
+
+    def _path(self, name: str | None = None) -> str:
+        return lease_path(self._namespace, name)
+
+    def observe(self, name: str) -> Seen | None:
+        """Read the Lease `name` (None: it does not exist). Raises KubeError."""
+        at = self.clock()
+        try:
+            lease: JsonDict | None = self._kube.get(self._path(name))
+        except NotFoundError:
+            lease = None
+        with self._reading:
+            return self.view.saw(name, lease, at)
+
+    def holder(self, name: str) -> Holder | None:
+        """Who holds the Lease `name` now (None: nobody, it ran out, or it does not exist).
+        A holder first seen now is alive for a full duration from now. Raises KubeError."""
+        seen = self.observe(name)
+        return None if seen is None else seen.holder_at(self.clock())
+
+
+class SharedLeases(LeaseReader):
+    """One replica's reads and writes of the Leases in `namespace`, each write fenced. Not
+    thread-safe but for `fence`: one loop drives it (the sharing loop, or the leader elector);
+    the fences it hands out are read anywhere."""
 
     def __init__(
         self,
@@ -164,75 +232,84 @@ class SharedLeases:
     ) -> None:
         if not 0 < margin < duration:
             raise ValueError(f"the fencing margin ({margin}s) must be between 0 and the lease duration ({duration}s)")
-        self._kube = kube
-        self._namespace = namespace
+        super().__init__(kube, namespace=namespace, clock=clock)
         self.identity = identity
         self.duration = duration
         self._margin = margin
-        self.clock = clock
         self._now = now
-        self.view = LeaseView()
         self._fences: dict[str, Fence] = {}
         self._lock = threading.Lock()
-
-    def _path(self, name: str | None = None) -> str:
-        return path_for("leases", namespace=self._namespace, name=name, group=GROUP)
 
     def fence(self, name: str) -> Fence:
         with self._lock:
             return self._fences.setdefault(name, Fence(name, clock=self.clock))
 
     def refresh(self) -> None:
-        """List the shared Leases. Raises KubeError."""
+        """List the shared Leases (labelled with their kind). Raises KubeError."""
         at = self.clock()
         items, _ = self._kube.list(self._path(), labelSelector=KIND_LABEL)
         self.view.update(items, at)
-        for name, fence in list(self._fences.items()):
-            seen = self.view.get(name)
-            if seen is not None and seen.holder != self.identity and fence.valid():
-                logger.error("lease %s is now held by %s: this replica stops writing for it", name, seen.holder)
-                fence.revoke()
+        for name in list(self._fences):
+            self._revoke_if_taken(name)
 
-    def hold(self, name: str, kind: str) -> bool:
-        """Take or renew `name` (one write); True if this replica holds it now, its fence
-        extended. Never writes a Lease someone alive holds. Raises KubeError but for a conflict
-        (someone else wrote first: False)."""
+    def observe(self, name: str) -> Seen | None:
+        """Read one Lease (see `LeaseReader.observe`); its fence ends if someone else holds it."""
+        seen = super().observe(name)
+        self._revoke_if_taken(name)
+        return seen
+
+    def _revoke_if_taken(self, name: str) -> None:
+        seen, fence = self.view.get(name), self._fences.get(name)
+        if seen is not None and fence is not None and seen.holder != self.identity and fence.valid():
+            logger.error("lease %s is now held by %s: this replica stops writing for it", name, seen.holder)
+            fence.revoke()
+
+    def hold(self, name: str, kind: str | None = None, *, annotations: Mapping[str, str] | None = None) -> bool:
+        """Take or renew `name` (one write), labelled with `kind` when created and carrying
+        `annotations` (others' kept); True if this replica holds it now, its fence extended.
+        Never writes a Lease someone alive holds. Raises KubeError but for a conflict (someone
+        else wrote first: False)."""
         at = self.clock()
         if not self.view.takeable(name, self.identity, at):
             return False
         seen = self.view.get(name)
+        ours = annotations or {}
         renew = micro_time(self._now())
         spec: JsonDict = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration)}
         spec["renewTime"] = renew
         try:
             if seen is None:
-                body = {
-                    "apiVersion": f"{GROUP}/v1",
-                    "kind": "Lease",
-                    "metadata": {"name": name, "namespace": self._namespace, "labels": {KIND_LABEL: kind}},
-                    "spec": dict(spec, acquireTime=renew, leaseTransitions=0),
-                }
+                metadata: JsonDict = {"name": name, "namespace": self._namespace, "annotations": dict(ours)}
+                if kind is not None:
+                    metadata["labels"] = {KIND_LABEL: kind}
+                body = {"apiVersion": API_VERSION, "kind": "Lease", "metadata": metadata}
+                body["spec"] = dict(spec, acquireTime=renew, leaseTransitions=0)
                 written = self._kube.create(self._path(), body)
             else:
                 held = dict(seen.lease.get("spec") or {})
                 if seen.holder != self.identity:
                     spec.update(acquireTime=renew, leaseTransitions=int(held.get("leaseTransitions") or 0) + 1)
-                written = self._kube.replace(self._path(name), dict(seen.lease, spec=dict(held, **spec)))
+                metadata = annotated(seen.lease.get("metadata") or {}, ours, keep=True)
+                lease = dict(seen.lease, metadata=metadata, spec=dict(held, **spec))
+                written = self._kube.replace(self._path(name), lease)
         except (ConflictError, NotFoundError):
             return False
         self.view.wrote(written, at)
         self.fence(name).extend(at + self.duration - self._margin)
         return True
 
-    def release(self, name: str) -> None:
-        """Stop writing for `name`, then give it up so another replica takes it at once."""
+    def release(self, name: str, *, annotations: Mapping[str, str] | None = None) -> None:
+        """Stop writing for `name`, then give it up (its `annotations` removed) so another
+        replica takes it at once."""
         self.fence(name).revoke()
         seen = self.view.get(name)
         if seen is None or seen.holder != self.identity:
             return
         spec = dict(seen.lease.get("spec") or {}, holderIdentity="", leaseDurationSeconds=1)
+        metadata = annotated(seen.lease.get("metadata") or {}, annotations or {}, keep=False)
         try:
-            self.view.wrote(self._kube.replace(self._path(name), dict(seen.lease, spec=spec)), self.clock())
+            released = self._kube.replace(self._path(name), dict(seen.lease, metadata=metadata, spec=spec))
+            self.view.wrote(released, self.clock())
         except KubeError as exc:
             logger.warning("could not release lease %s (it runs out by itself): %s", name, exc)
 
