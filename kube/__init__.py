@@ -7,6 +7,7 @@
 - `events`     the Event recorder (aggregated, rate-limited)
 - `leases`     every Lease replicas hold: one alive rule (this process's monotonic clock), fences
 - `leader`     leader election: a thin holder of one Lease over `leases`
+- `sharing`    the loop that shares providers out across replicas on node Leases (any `Shareable` Runner)
 - `names`      every label, annotation, taint and Event reason Nebula writes
 - `observe`    the facts the loops report, for whoever listens (the console)
 - `times`      the API server's timestamp forms

@@ -33,8 +33,8 @@ from kube.leader import LeaderElector
 from kube.leases import SharedLeases, node_lease
 from kube.operations import OperationLimits
 from kube.reviews import Reviewer
+from kube.sharing import Sharing, Term
 from kube.worker import describe
-from nebula_site.sharing import Sharing, Term
 from placement.blocklist import Blocklist
 from placement.poolcache import PoolCache
 from placement.wiring import Placement

@@ -11,15 +11,14 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from kube.client import Kube, path_for
-from kube.leases import KIND_LABEL, SharedLeases, node_lease
-from nebula_site.sharing import Sharing, Term, preference, quota
-from vnode.runner import Runner
+from kube.client import Kube
+from kube.leases import KIND_LABEL, SharedLeases, lease_path, node_lease
+from kube.sharing import Sharing, Term, preference, quota
 
 DURATION = 15.0
 
@@ -58,7 +57,7 @@ class StandIn:
 
 
 def holders(kube: Kube) -> dict[str, str]:
-    items, _ = kube.list(path_for("leases", namespace="default", group="coordination.k8s.io"), labelSelector=KIND_LABEL)
+    items, _ = kube.list(lease_path("default"), labelSelector=KIND_LABEL)
     return {
         i["metadata"]["name"].removeprefix("nebula-node-"): i["spec"].get("holderIdentity") or ""
         for i in items
@@ -70,10 +69,10 @@ class Replica:
     def __init__(self, kube: Kube, identity: str, aliases: list[str], clock: Clock) -> None:
         self.built: list[StandIn] = []
 
-        def build(alias: str, term: Term) -> Runner:
+        def build(alias: str, term: Term) -> StandIn:
             runner = StandIn(alias, term, kube=kube)
             self.built.append(runner)
-            return cast(Runner, runner)
+            return runner
 
         leases = SharedLeases(
             kube, namespace="default", identity=identity, duration=DURATION, margin=DURATION / 3, clock=clock
@@ -148,7 +147,7 @@ def test_stop_releases_every_lease_and_deletes_the_member_lease(kube: Kube) -> N
     assert replica.sharing.stop(5.0) == []
     assert all(r.stopped for r in replica.built)
     assert holders(kube) == {"x": "", "y": ""}
-    items, _ = kube.list(path_for("leases", namespace="default", group="coordination.k8s.io"), labelSelector=KIND_LABEL)
+    items, _ = kube.list(lease_path("default"), labelSelector=KIND_LABEL)
     assert [i["metadata"]["name"] for i in items if i["metadata"]["labels"][KIND_LABEL] == "member"] == []
     assert node_lease("x") in {i["metadata"]["name"] for i in items}
 

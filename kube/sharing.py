@@ -1,7 +1,8 @@
 """Providers shared out across replicas: each replica serves the virtual nodes whose Lease it holds.
 
-Started by `nebula_site.process.run` when providers are shared (`--share-providers`). Every
-`retry` seconds one loop (`Sharing.tick`):
+Started by the manager's process wiring (`nebula_site`) when providers are shared
+(`--share-providers`), over any Runner that fits `Shareable` (kube knows no Nebula Runner).
+Every `retry` seconds one loop (`Sharing.tick`):
 1. lists the shared Leases (`kube.leases`) and renews this replica's member Lease (the first
    round does only this, so replicas that start together count each other before they take);
 2. stops at once any Runner whose node Lease ran out or was taken (its fence already refuses
@@ -14,7 +15,7 @@ Started by `nebula_site.process.run` when providers are shared (`--share-provide
 A Runner's writes (the API server and its provider's provision / terminate / restart /
 stop_container) pass only while its own `Term` is valid: the node Lease's fence, and not
 ended. Placement, the mirror and the console stay with the leader Lease.
-Tests: tests/nebula_site/test_sharing.py, tests/nebula_site/test_sharing_managers.py.
+Tests: tests/kube/test_sharing.py, tests/nebula_site/test_sharing_managers.py.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
 from kube.client import KubeError
 from kube.leases import MEMBER, NODE, Fence, FencedError, SharedLeases, member_lease, node_lease
 from kube.worker import describe, join_within
-from vnode.runner import Runner
 
 logger = logging.getLogger(__name__)
 
@@ -66,19 +67,37 @@ class Term:
             raise FencedError(self._fence.lease)
 
 
-RunnerFactory = Callable[[str, Term], Runner]  # alias, term -> a Runner whose writes pass only while the term is valid
+class NodeNamed(Protocol):
+    @property
+    def node_name(self) -> str: ...
+
+
+class Shareable(Protocol):
+    """What the loop needs of a Runner: start it, stop it within a timeout (returning the
+    threads still busy), and its virtual node's name for the log."""
+
+    @property
+    def handler(self) -> NodeNamed: ...
+
+    def start(self) -> None: ...
+
+    def stop(self, timeout: float) -> list[threading.Thread]: ...
+
+
+R = TypeVar("R", bound=Shareable)
+RunnerFactory = Callable[[str, Term], R]  # alias, term -> a Runner whose writes pass only while the term is valid
 
 
 @dataclass
-class Served:
-    runner: Runner
+class Served(Generic[R]):
+    runner: R
     term: Term
     stopping: threading.Thread | None = None  # set once the Runner is stopping (given back, or lapsed)
     give_back: bool = False  # release the Lease once stopped
     busy: list[threading.Thread] = field(default_factory=list)  # what the Runner's stop left in flight
 
 
-class Sharing:
+class Sharing(Generic[R]):
     """This replica's share of the providers. `on_change` gets the Runners served after every
     change (the process keeps the kubelet registry and the console in step)."""
 
@@ -86,11 +105,11 @@ class Sharing:
         self,
         leases: SharedLeases,
         aliases: Sequence[str],
-        build: RunnerFactory,
+        build: RunnerFactory[R],
         *,
         retry: float,
         stop_timeout: float,
-        on_change: Callable[[list[Runner]], None] = lambda runners: None,
+        on_change: Callable[[list[R]], None] = lambda runners: None,
     ) -> None:
         self._leases = leases
         self._aliases = list(aliases)
@@ -100,14 +119,14 @@ class Sharing:
         self._stop_timeout = stop_timeout
         self._on_change = on_change
         self._member = member_lease(leases.identity)
-        self._served: dict[str, Served] = {}
+        self._served: dict[str, Served[R]] = {}
         self._rounds = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._drained = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def runners(self) -> list[Runner]:
+    def runners(self) -> list[R]:
         with self._lock:
             return [s.runner for s in self._served.values() if s.stopping is None]
 
@@ -179,8 +198,8 @@ class Sharing:
         """A Runner whose Lease ran out (or was taken) stops now; its writes are refused already."""
         for alias, served in list(self._served.items()):
             if served.stopping is None and not served.term.valid():
-                logger.error("virtual node %s: lease %s lost; stopping its Runner", served.runner.handler.node_name,
-                             node_lease(alias))  # fmt: skip
+                node = served.runner.handler.node_name
+                logger.error("virtual node %s: lease %s lost; stopping its Runner", node, node_lease(alias))
                 served.term.end()  # nothing more from this Runner, even if the Lease comes back
                 self._begin_stop(alias, served)
 
@@ -192,7 +211,7 @@ class Sharing:
             self._served[served[0]].give_back = True
             self._begin_stop(served[0], self._served[served[0]])
 
-    def _begin_stop(self, alias: str, served: Served) -> None:
+    def _begin_stop(self, alias: str, served: Served[R]) -> None:
         def stop_runner() -> None:
             served.busy = served.runner.stop(self._stop_timeout)
 
@@ -209,10 +228,10 @@ class Sharing:
         if not self._served:
             self._drained.set()
 
-    def _end(self, alias: str, served: Served) -> None:
+    def _end(self, alias: str, served: Served[R]) -> None:
         if served.busy:
-            logger.warning("virtual node %s stopped with work in flight: %s", served.runner.handler.node_name,
-                           describe(served.busy))  # fmt: skip
+            node = served.runner.handler.node_name
+            logger.warning("virtual node %s stopped with work in flight: %s", node, describe(served.busy))
         served.term.end()
         if served.give_back:
             self._leases.release(node_lease(alias))
