@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from kube import names, observe
+from kube import leases, names, observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.times import micro_time, rfc3339
@@ -276,7 +276,7 @@ class NodeController:
 
     # -- the Lease ---------------------------------------------------------------------------
     def renew_lease(self) -> None:
-        path = path_for("leases", namespace=names.LEASE_NAMESPACE, name=self.name, group="coordination.k8s.io")
+        path = leases.lease_path(names.LEASE_NAMESPACE, self.name)
         renew = micro_time(self._now())
         for _ in range(5):
             if self._lease is None:
@@ -284,7 +284,7 @@ class NodeController:
                     self._lease = self._kube.get(path)
                 except NotFoundError:
                     self._lease = self._kube.create(
-                        path_for("leases", namespace=names.LEASE_NAMESPACE, group="coordination.k8s.io"),
+                        leases.lease_path(names.LEASE_NAMESPACE),
                         self._new_lease(renew),
                     )
                     return
@@ -298,7 +298,7 @@ class NodeController:
 
     def _new_lease(self, renew: str) -> JsonDict:
         return {
-            "apiVersion": "coordination.k8s.io/v1",
+            "apiVersion": leases.API_VERSION,
             "kind": "Lease",
             "metadata": {
                 "name": self.name,
