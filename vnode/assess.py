@@ -15,7 +15,7 @@ from typing import Any
 from kube import names
 from providers.base import Instance, InstanceState
 from providers.shape import ContainerState
-from vnode import containerstatus, giveup, status
+from vnode import containerstatus, status
 from vnode.runs import DEFAULT_RULES, ENDED, Due, Ending, Rules, Runs, Step, ending_of, ending_of_container, runs_again
 from vnode.tracking import Tracked, TrackedMap
 
@@ -56,7 +56,7 @@ def observe(
                        policy=rules.backoff)  # fmt: skip
     elif instance.state is InstanceState.TERMINATED:
         if instance.preempted:  # the capacity is gone: the Pod fails, placement replaces it
-            return giveup.preempted(entry, instance, now=now)
+            return preempted(entry, instance, now=now)
         ending = ending_of(instance, now=now, reason=names.REASON_TERMINATED)
         entry.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
         if not entry.runs.finished:
@@ -124,6 +124,29 @@ def lose(entry: Tracked, *, now: datetime, at: float = 0.0, rules: Rules = DEFAU
     entry.say("Warning", names.EVENT_INSTANCE_LOST, gone)
     entry.runs.finished, entry.runs.ended = True, ending
     entry.desired_status = status.lost_status(_latest(entry), now=now, message=gone, run=_view(entry, at))
+
+
+def preempted(entry: Tracked, instance: Instance, *, now: datetime) -> bool:
+    """The provider took `instance` back: the Pod fails `Preempted` whatever its restartPolicy
+    (see vnode.giveup, which reports the Spot block left in `entry.preemption`). Returns True
+    (the desired status changed)."""
+    told = instance.message or "the provider took the capacity back"
+    message = f"the provider reclaimed instance {instance.id}: {told}"
+    entry.say("Warning", names.EVENT_PREEMPTED, message)
+    ending = ending_of(instance, now=now)  # 137 and `Error` unless the provider said otherwise
+    entry.runs.finished, entry.runs.ended, entry.runs.due = True, ending, None
+    for runs in entry.containers.values():
+        runs.stop()
+    entry.preemption = f"{names.REASON_PREEMPTED}: {message}"
+    entry.desired_status = status.given_up_status(
+        entry.pod,
+        reason=names.REASON_PREEMPTED,
+        message=message,
+        terminated=ending.terminated(container_id=f"nebula://{instance.id}"),
+        now=now,
+        run=status.RunView(restarts=entry.runs.restarts, last=entry.runs.last),
+    )
+    return True
 
 
 def _latest(entry: Tracked) -> Mapping[str, Any]:
