@@ -16,7 +16,20 @@ from kube import names
 from providers.base import Instance, InstanceState
 from providers.shape import ContainerState
 from vnode import containerstatus, status
-from vnode.runs import DEFAULT_RULES, ENDED, Due, Ending, Rules, Runs, Step, ending_of, ending_of_container, runs_again
+from vnode.runs import (
+    DEFAULT_RULES,
+    ENDED,
+    BackoffPolicy,
+    Due,
+    Ending,
+    Rules,
+    Runs,
+    Step,
+    ending_of,
+    ending_of_container,
+    replace_all,
+    runs_again,
+)
 from vnode.tracking import Tracked, TrackedMap
 
 JsonDict = dict[str, Any]
@@ -108,6 +121,12 @@ def adopted(entry: Tracked, instance: Instance) -> None:
         if runs is not None:
             runs.awaiting_run = fact.runs
             runs.started_runs.add(fact.runs)
+
+
+def replaced(entry: Tracked, *, policy: BackoffPolicy, cause: Ending | None) -> None:
+    """A new instance replaced the old one (`cause`: the Pod's run that ended): every
+    container that ran there has restarted (`runs.replace_all`), its run count afresh."""
+    replace_all(entry.containers, cause, policy=policy)
 
 
 def lose(entry: Tracked, *, now: datetime, at: float = 0.0, rules: Rules = DEFAULT_RULES, why: str = "") -> None:

@@ -188,7 +188,7 @@ class Lifecycle:
             return None  # refused this time: Failed, with the provider's reason
         cause = entry.runs.ended
         entry.runs.restarted(new_run=1, policy=self._rules().backoff)
-        entry.replaced(policy=self._rules().backoff, cause=cause)
+        assess.replaced(entry, policy=self._rules().backoff, cause=cause)
         fresh, entry.last_instance = entry.last_instance, None
         if fresh is not None:  # its status again, now with the restart counted
             assess.observe(entry, fresh, now=self._now(), at=self._monotonic(), rules=self._rules())

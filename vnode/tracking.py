@@ -20,8 +20,8 @@ from providers.claim import claim_name
 from providers.shape import ContainerFacts
 from vnode import containerstatus, status
 from vnode.probestate import run_of
-from vnode.runs import BackoffPolicy, Ending, Runs, container_policy, replace_all
 from vnode.runs import Rules as Rules
+from vnode.runs import Runs, container_policy
 
 JsonDict = dict[str, Any]
 
@@ -104,11 +104,6 @@ class Tracked:
             runs = self.containers[name] = Runs.from_status(old, policy=policy)
             return runs
         return None
-
-    def replaced(self, *, policy: BackoffPolicy, cause: Ending | None) -> None:
-        """A new instance replaced the old one (`cause`: the Pod's run that ended): every
-        container that ran there has restarted (`runs.replace_all`), its run count afresh."""
-        replace_all(self.containers, cause, policy=policy)
 
     def next_due(self) -> float | None:
         """The monotonic time of the next due step: the Pod's, or a container's restart."""

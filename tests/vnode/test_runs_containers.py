@@ -210,7 +210,7 @@ def test_without_restarts_in_place_a_crashed_container_replaces_the_instance() -
     assert entry.runs.due is not None and entry.runs.due.step is Step.REPLACE
     cause = entry.runs.ended
     entry.runs.restarted(new_run=1, policy=replacing.backoff)
-    entry.replaced(policy=replacing.backoff, cause=cause)
+    assess.replaced(entry, policy=replacing.backoff, cause=cause)
     assert entry.containers["setup"].restarts == 1 and entry.containers["setup"].awaiting_run == 0
 
 
@@ -320,7 +320,7 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     own (no restart in place) keeps its own end, and a sibling the replacement killed reads 137."""
     lost = Ending(137, names.REASON_INSTANCE_LOST, None, NOW, "instance i-1 is gone")
     entry, script = running(make_pod("Always"))
-    entry.replaced(policy=RULES.backoff, cause=lost)
+    assess.replaced(entry, policy=RULES.backoff, cause=lost)
     assert [entry.containers[name].restarts for name in ("setup", "web", "worker")] == [1, 1, 1]
     assert entry.containers["web"].last == lost.terminated()
     setup = entry.containers["setup"]
@@ -329,7 +329,7 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
     entry, script = running(make_pod("Always"), rules=replacing)
     assess.observe(entry, script.end("worker", 3), now=NOW, at=1.0, rules=replacing)
-    entry.replaced(policy=replacing.backoff, cause=entry.runs.ended)
+    assess.replaced(entry, policy=replacing.backoff, cause=entry.runs.ended)
     assert entry.containers["worker"].last is not None and entry.containers["worker"].last["exitCode"] == 3
     assert entry.containers["web"].last is not None and entry.containers["web"].last["exitCode"] == 137
 
