@@ -1,8 +1,9 @@
 """The assessment of one tracked Pod: its instance's facts and probe verdicts turned into runs, Events, a status.
 
-Pure functions over a `vnode.tracking.Tracked` record, called by the phases (provisioning,
-adoption, the poll tick, a replacement, the flush) under the entry's lock; the record holds
-the state, this module decides how it moves. Never does I/O. Tests: tests/vnode/test_runs_containers.py,
+Functions that move a `vnode.tracking.Tracked` record, called by the phases (provisioning,
+adoption, the poll tick, a replacement, the flush), under the entry's lock where threads meet;
+the record holds the state, this module decides how it moves. Never does I/O, imports no phase.
+Tests: tests/vnode/test_runs_containers.py,
 tests/vnode/test_status.py::test_a_status_rebuilt_before_the_watch_returns_our_write_keeps_its_transition_times.
 """
 
