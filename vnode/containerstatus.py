@@ -2,7 +2,7 @@
 phase and conditions derived from them as the kubelet derives them (`getPhase`, and the
 conditions of `pkg/kubelet/status/generate.go`).
 
-Called by `Tracked.observe` and `Tracked.reassess` (vnode.tracking) in place of
+Called by `assess.observe` and `assess.reassess` (vnode.assess) in place of
 `status.status_from_instance` when the provider reports `Instance.containers` (or while a Pod
 with init containers waits for its instance, so `Initialized` never says True too early).
 Pure; never does I/O. Tests: tests/vnode/test_status_containers.py.

@@ -4,7 +4,7 @@ Both fail the Pod whatever its restartPolicy, and block the candidate through th
 Blocklister, so placement's replacement (it deletes a controller-owned Failed Pod with one
 of these reasons, `placement.request.is_replaceable_failure`) goes elsewhere:
 
-- `preempted` (pure; called by `Tracked.observe` on the poll thread, under the entry's lock)
+- `assess.preempted` (pure, in the model; called by `assess.observe` on the poll thread, under the entry's lock)
   turns a TERMINATED instance the provider reports `preempted` into `Failed/Preempted`, its
   container terminated as the kubelet reports one it killed (137, `Error`), with a Warning
   `Preempted` Event. The capacity is gone: placement's replacement is the restart. The Spot
@@ -35,7 +35,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kube import names
 from kube.worker import Retry
@@ -45,10 +45,8 @@ from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import status
 from vnode.blocklister import Blocklister
 from vnode.poolpolicy import PoolPolicies
-from vnode.runs import Due, Step, ending_of
-
-if TYPE_CHECKING:
-    from vnode.tracking import Tracked
+from vnode.runs import Due, Step
+from vnode.tracking import Tracked
 
 logger = logging.getLogger(__name__)
 
@@ -56,28 +54,6 @@ logger = logging.getLogger(__name__)
 def pool_of(pod: Mapping[str, Any]) -> str | None:
     """The Pod's `nebula.io/pool` label (None: placed from no pool)."""
     return ((pod.get("metadata") or {}).get("labels") or {}).get(names.POOL_LABEL) or None
-
-
-def preempted(entry: Tracked, instance: Instance, *, now: datetime) -> bool:
-    """The provider took `instance` back: the Pod fails `Preempted` (see the module). Returns
-    True (the desired status changed)."""
-    told = instance.message or "the provider took the capacity back"
-    message = f"the provider reclaimed instance {instance.id}: {told}"
-    entry.say("Warning", names.EVENT_PREEMPTED, message)
-    ending = ending_of(instance, now=now)  # 137 and `Error` unless the provider said otherwise
-    entry.runs.finished, entry.runs.ended, entry.runs.due = True, ending, None
-    for runs in entry.containers.values():
-        runs.stop()
-    entry.preemption = f"{names.REASON_PREEMPTED}: {message}"
-    entry.desired_status = status.given_up_status(
-        entry.pod,
-        reason=names.REASON_PREEMPTED,
-        message=message,
-        terminated=ending.terminated(container_id=f"nebula://{instance.id}"),
-        now=now,
-        run=status.RunView(restarts=entry.runs.restarts, last=entry.runs.last),
-    )
-    return True
 
 
 class GiveUp:

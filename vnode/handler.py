@@ -33,6 +33,7 @@ from providers.base import (
     Provider,
     Restarter,
 )
+from vnode import assess
 from vnode.blocklister import Blocklister
 from vnode.ephemeral import Ephemerals
 from vnode.giveup import GiveUp
@@ -216,7 +217,7 @@ class Handler:
 
     def adopt(self, pod: JsonDict, instance: Instance) -> None:
         """Track an instance found again after a restart (no provider call)."""
-        self._tracked.adopt(pod, instance, at=self._monotonic(), now=self._now(), rules=self.rules())
+        assess.adopt(self._tracked, pod, instance, at=self._monotonic(), now=self._now(), rules=self.rules())
 
     def confirm_gone(self, instance_id: InstanceId) -> Instance | None:
         """`get` of an instance a cold lookup did not find (a list may be late): its facts, or
@@ -232,7 +233,7 @@ class Handler:
         entry = self._tracked.track(pod)
         entry.instance_id = instance_id
         entry.provisioned_at = self._monotonic()
-        entry.lose(now=self._now(), at=self._monotonic(), rules=self.rules(), why=why)
+        assess.lose(entry, now=self._now(), at=self._monotonic(), rules=self.rules(), why=why)
 
     def carry_out(self, key: str, pod: JsonDict) -> float | None:
         """See Lifecycle.carry_out: the tracked Pod's due restart, replacement or release."""
@@ -268,11 +269,11 @@ class Handler:
 
     def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
         """Write the Pod's pending metadata, then its status (see PodWriter.flush), the status
-        first recomputed with the probes' current verdicts (`Tracked.reassess`)."""
+        first recomputed with the probes' current verdicts (`assess.reassess`)."""
         entry = self._tracked.get(key)
         if entry is not None:
             with entry.lock:
-                entry.reassess(now=self._now(), at=self._monotonic(), rules=self.rules())
+                assess.reassess(entry, now=self._now(), at=self._monotonic(), rules=self.rules())
                 if (entry.desired_status or {}).get("phase") in ("Succeeded", "Failed"):
                     self.ephemerals.stop(key)  # I10: nothing of a terminal Pod keeps running
                 self.ephemerals.overlay(entry)

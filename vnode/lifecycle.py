@@ -23,6 +23,7 @@ from kube import names
 from kube.worker import Retry
 from providers import errors
 from providers.base import Instance, Provider, Restarter
+from vnode import assess
 from vnode.giveup import GiveUp
 from vnode.provision import Provisioner
 from vnode.runs import Step
@@ -187,10 +188,10 @@ class Lifecycle:
             return None  # refused this time: Failed, with the provider's reason
         cause = entry.runs.ended
         entry.runs.restarted(new_run=1, policy=self._rules().backoff)
-        entry.replaced(policy=self._rules().backoff, cause=cause)
+        assess.replaced(entry, policy=self._rules().backoff, cause=cause)
         fresh, entry.last_instance = entry.last_instance, None
         if fresh is not None:  # its status again, now with the restart counted
-            entry.observe(fresh, now=self._now(), at=self._monotonic(), rules=self._rules())
+            assess.observe(entry, fresh, now=self._now(), at=self._monotonic(), rules=self._rules())
         message = f"instance {old} replaced by {entry.instance_id} (restart {entry.runs.restarts})"
         if old is None:
             message = f"started instance {entry.instance_id} (restart {entry.runs.restarts})"

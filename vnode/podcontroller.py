@@ -1,7 +1,8 @@
 """The pod controller: Pods bound to one virtual node, kept in step with the provider.
 
 Started by the Runner. Lists and watches Pods with `spec.nodeName=<node>` (re-listing
-after 410), queues their keys, and performs `decisions.decide` for each on a
+after 410), queues their keys, and performs `decisions.decide` for each (and
+`decisions.take_up` for one the Handler does not track yet) on a
 `kube.worker.WorkerPool`, never two at once for one key. Its poll thread runs
 `StatusSync.run` and queues the Pods whose status changed. It writes nothing itself but
 the final grace-0 delete of a Pod whose instance is gone. Tested in tests/vnode/test_controllers.py.
@@ -12,6 +13,7 @@ tests/vnode/test_controllers.py::test_I7_missing_sources_watched_at_once_are_bou
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -25,12 +27,13 @@ from kube.operations import OperationLimits, OperationPool
 from kube.reflector import Reflector
 from kube.worker import Handoff, Requeue, Retry, WorkerPool, join_within
 from kube.workqueue import WorkQueue
-from providers.base import ClaimName, Instance, InstanceId
-from vnode.decisions import Action, Decision, decide
+from providers.base import ClaimName
+from vnode import decisions
+from vnode.decisions import Action, Decision, TakeUp
 from vnode.env import MissingSource
 from vnode.handler import Handler
 from vnode.provision import WaitingForSource
-from vnode.tracking import Lookup, pod_claim
+from vnode.tracking import pod_claim
 
 logger = logging.getLogger(__name__)
 
@@ -201,7 +204,7 @@ class PodController:
             pod = self.pods.cache.get(key)
         with self._lock:
             tombstone = self._tombstones.get(key)
-        decision = decide(pod, self.handler.tracked(key), tombstone)
+        decision = decisions.decide(pod, self.handler.tracked(key), tombstone)
         logger.debug("pod %s: %s (%s)", key, decision.action.name, decision.why)
         if decision.action is Action.TERMINATE_GONE:
             return Handoff(lambda: self._terminate_gone(key, decision))
@@ -212,11 +215,16 @@ class PodController:
         pod = dict(decision.pod)
         if decision.action is Action.TERMINATE_THEN_DELETE:
             return Handoff(lambda: self._terminate_then_delete(pod))
-        if decision.action is Action.ADOPT_FINISHED:
-            return self._adopt_finished(key, pod)
-        if decision.action is Action.CREATE_OR_ADOPT and not self._adopted(pod):
-            return Handoff(lambda: self._create(key, pod))
-        self.handler.update_pod(pod)
+        if decision.action is Action.UPDATE:
+            self.handler.update_pod(pod)
+        else:  # CREATE_OR_ADOPT, ADOPT_FINISHED: the Handler does not track the Pod
+            seen = decisions.Seen(*self.handler.lookup(pod))
+            step = decisions.take_up(pod, seen, retry_after=self.handler.poll_interval)
+            logger.debug("pod %s: %s (%s)", key, step.step.name, step.why)
+            if step.slow:
+                return Handoff(lambda: self._take_up_slowly(key, pod, seen, step))
+            if not self._take_up(pod, step):
+                return None
         if self.handler.step_due(key):
             return Handoff(lambda: self._carry_out(key, pod))
         return self._carry_out(key, pod)
@@ -226,53 +234,37 @@ class PodController:
         self.handler.flush(key, pod)
         return None if after is None else Requeue(after)
 
-    def _lookup(self, pod: JsonDict) -> Instance | None:
-        found, instance = self.handler.lookup(pod)
-        if found is Lookup.UNKNOWN:
-            # One list per poll interval is shared by every waiting Pod; the poll tick queues
-            # this key again as soon as a list succeeds (Inventory.take_waiting).
-            raise Retry(
-                "provider unreachable: cannot tell whether this Pod already has an instance",
-                delay=self.handler.poll_interval,
-            )
-        return instance
-
-    def _adopted(self, pod: JsonDict) -> bool:
-        """A live Pod the Handler does not track (new, or a cold map after a restart): True if
-        the last list shows its instance, which is then tracked (no provider call)."""
-        instance = self._lookup(pod)
-        if instance is None:
+    def _take_up(self, pod: JsonDict, step: decisions.Untracked) -> bool:
+        """Perform `decisions.take_up`'s step for a Pod the Handler does not track: the Pod is
+        tracked when this returns True. Raises Retry to wait (the poll tick queues the key
+        again as soon as a list succeeds: Inventory.take_waiting)."""
+        if step.step is TakeUp.WAIT:
+            raise Retry(step.why, delay=step.delay)
+        if step.step is TakeUp.NOTHING:
             return False
-        self.handler.adopt(pod, instance)
-        return True
-
-    def _create(self, key: str, pod: JsonDict) -> Requeue | None:
-        """On the operation pool: provision the Pod's instance, unless the Pod records one,
-        in which case a list may be late: ask for it by id. Gone: never run a `Never` Pod
-        again; under Always/OnFailure a new instance is a restart, counted and told, never
-        a silent replacement."""
-        recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.INSTANCE_ID_ANNOTATION)
-        if not recorded:
+        if step.step is TakeUp.ADOPT:
+            assert step.instance is not None
+            self.handler.adopt(pod, step.instance)
+        elif step.step is TakeUp.PROVISION:
             self.handler.create_pod(pod)
         else:
-            found = self.handler.confirm_gone(InstanceId(recorded))
-            if found is not None and found.claim == pod_claim(pod):
-                self.handler.adopt(pod, found)
-            else:
-                why = (
-                    f"instance {recorded} recorded on the Pod is gone (found so when the node started tracking the Pod)"
-                )
-                self.handler.lost_before_tracking(pod, InstanceId(recorded), why=why)
-        self.handler.update_pod(pod)
-        return self._carry_out(key, pod)
+            assert step.step is TakeUp.LOSE and step.instance_id is not None
+            self.handler.lost_before_tracking(pod, step.instance_id, why=step.why)
+        if not step.finished:
+            self.handler.update_pod(pod)
+        return True
 
-    def _adopt_finished(self, key: str, pod: JsonDict) -> Requeue | Handoff | None:
-        """A terminal Pod this Handler does not track (after a restart): track its instance, if
-        the provider still has one, so its logs are served and one that bills is released."""
-        if not self._adopted(pod):
-            return None
-        if self.handler.step_due(key):
-            return Handoff(lambda: self._carry_out(key, pod))
+    def _take_up_slowly(
+        self, key: str, pod: JsonDict, seen: decisions.Seen, step: decisions.Untracked
+    ) -> Requeue | None:
+        """On the operation pool: provision, or `get` the instance recorded on the Pod (a list
+        may be late) and take the step that answer decides; then the due step, if any."""
+        if step.step is TakeUp.CONFIRM_GONE:
+            assert step.instance_id is not None
+            got = self.handler.confirm_gone(step.instance_id)
+            seen = dataclasses.replace(seen, confirmed=True, got=got)
+            step = decisions.take_up(pod, seen, retry_after=self.handler.poll_interval)
+        self._take_up(pod, step)
         return self._carry_out(key, pod)
 
     def _terminate_gone(self, key: str, decision: Decision) -> Requeue | None:

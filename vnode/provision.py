@@ -31,7 +31,7 @@ from providers import errors, shapecheck
 from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.podspec import pod_spec_from_dict, requested_tier
-from vnode import containerstatus, status
+from vnode import assess, containerstatus, status
 from vnode.blocklister import Blocklister
 from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
@@ -221,7 +221,7 @@ class Provisioner:
         if instance is None:
             state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
             instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
-        entry.observe(instance, now=self._now(), at=self._monotonic(), rules=self._rules())
+        assess.observe(entry, instance, now=self._now(), at=self._monotonic(), rules=self._rules())
 
     def _refuse(self, pod: JsonDict, reason: str, message: str) -> None:
         """The provider will not serve this Pod: Failed, with an Event saying why."""

@@ -1,6 +1,6 @@
 """A Pod's runs: what an ended workload means under its `restartPolicy`, and the crash back-off.
 
-Pure. `Tracked.observe` (vnode.tracking) feeds it each instance's facts; it answers what the
+Pure. `assess.observe` (vnode.assess) feeds it each instance's facts; it answers what the
 Pod's container looks like (running, waiting in `CrashLoopBackOff`, terminated), whether the
 Pod is now terminal, and what is due next (a restart in place, a replacement instance, or a
 release of a finished instance that still bills), with the time it is due. Where the

@@ -1,6 +1,6 @@
 """Instance facts -> Pod status: the one pure mapping every provider's Pods go through.
 
-Called through `Tracked.observe` (provisioning, adoption, the poll tick), by
+Called through `assess.observe` (provisioning, adoption, the poll tick), by
 `vnode.provision` for refusals and by `vnode.giveup` for a given-up instance. Takes the
 Pod as the API returned it (for its containers and the times already stamped) and never
 does I/O. An instance that reports per-container facts goes through

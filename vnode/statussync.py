@@ -22,6 +22,7 @@ from datetime import datetime
 
 from providers import errors
 from providers.base import Capabilities, ClaimName, Instance, Provider
+from vnode import assess
 from vnode.giveup import GiveUp
 from vnode.inventory import Inventory
 from vnode.podwriter import PodWriter
@@ -97,7 +98,7 @@ class StatusSync:
         now, at = self._now(), self._monotonic()
         if instance is not None and instance.id == entry.instance_id:
             entry.misses, entry.missing_since = 0, None
-            return entry.observe(instance, now=now, at=at, rules=rules)
+            return assess.observe(entry, instance, now=now, at=at, rules=rules)
         if entry.runs.finished or entry.runs.due is not None and entry.runs.due.step is Step.REPLACE:
             return False
         # Only a list begun `lag` after the instance was recorded can say it is gone: one
@@ -117,8 +118,8 @@ class StatusSync:
             return False
         if found is not None:  # the list was late or partial: the instance lives
             entry.misses, entry.missing_since = 0, None
-            return entry.observe(found, now=now, at=at, rules=rules)
-        entry.lose(now=now, at=at, rules=rules)
+            return assess.observe(entry, found, now=now, at=at, rules=rules)
+        assess.lose(entry, now=now, at=at, rules=rules)
         return True
 
     def run(

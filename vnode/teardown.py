@@ -25,6 +25,7 @@ from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, Provider
+from vnode import assess
 from vnode.inventory import Inventory
 from vnode.tracking import Lookup, Tracked, TrackedMap, pod_key
 
@@ -125,7 +126,7 @@ class Teardown:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
             if instance is None:
                 return None
-            self._tracked.adopt(dict(pod), instance, at=self._monotonic(), now=self._now())
+            assess.adopt(self._tracked, dict(pod), instance, at=self._monotonic(), now=self._now())
         return self.delete_pod(key)
 
 

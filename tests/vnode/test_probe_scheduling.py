@@ -20,6 +20,7 @@ from providers.fake.shell import ScriptedProcess
 from providers.shape import ContainerFacts, ContainerState
 from tests.support.factories import make_pod
 from tests.support.handlers import KeptEvents
+from vnode import assess
 from vnode.prober import Prober
 from vnode.tracking import Tracked, TrackedMap
 
@@ -87,7 +88,7 @@ class Rig:
         """The poll loop sees new facts for the instance."""
         assert self.entry.last_instance is not None
         instance = dataclasses.replace(self.entry.last_instance, **changes)
-        self.entry.observe(instance, now=self.clock.now(), at=self.clock.monotonic())
+        assess.observe(self.entry, instance, now=self.clock.now(), at=self.clock.monotonic())
 
     def told(self, reason: str) -> list[str]:
         return [message for _, _, told_reason, message in self.events.told if told_reason == reason]
@@ -121,7 +122,7 @@ def rig(
         started_at=clock.now() - timedelta(seconds=started_ago),
         endpoint="127.0.0.1",
     )
-    entry = tracked.adopt(pod, instance, at=clock.monotonic(), now=clock.now())
+    entry = assess.adopt(tracked, pod, instance, at=clock.monotonic(), now=clock.now())
     changes: list[dict[str, bool]] = []
     prober = Prober(
         executor,  # type: ignore[arg-type]

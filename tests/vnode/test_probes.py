@@ -26,6 +26,7 @@ from tests.support.handlers import KeptEvents, offline_handler
 from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
 from tests.support.tls import TlsWsgiServer
+from vnode import assess
 from vnode.prober import Prober
 from vnode.probes import Outcome, Target, host_of, run_exec, run_http, run_probe, run_tcp
 from vnode.probespec import HttpAction, probes_of
@@ -273,7 +274,7 @@ def tracked_pods(count: int, *, period: int) -> tuple[TrackedMap, list[Tracked]]
         pod = make_pod(f"p{index}", namespace="default", uid=f"u{index}", container={"readinessProbe": probe})
         instance = Instance(InstanceId(f"i{index}"), ClaimName(f"c{index}"), InstanceState.RUNNING,
                             created_at=datetime.now(UTC), started_at=datetime.now(UTC))  # fmt: skip
-        entries.append(tracked.adopt(pod, instance, at=time.monotonic(), now=datetime.now(UTC)))
+        entries.append(assess.adopt(tracked, pod, instance, at=time.monotonic(), now=datetime.now(UTC)))
     return tracked, entries
 
 

@@ -1,5 +1,5 @@
-"""Each container's own runs (vnode.runs through Tracked.observe): its restart policy, its
-back-off, its restartCount, the kubelet's Started/BackOff Events, and Tracked.reassess."""
+"""Each container's own runs (vnode.runs through assess.observe): its restart policy, its
+back-off, its restartCount, the kubelet's Started/BackOff Events, and assess.reassess."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
+from vnode import assess
 from vnode.probestate import run_of
 from vnode.runs import BackoffPolicy, Ending, Rules, Step, container_policy
 from vnode.status import Verdicts
@@ -75,7 +76,7 @@ def running(pod: dict[str, Any], *, rules: Rules = RULES) -> tuple[Tracked, Scri
     script.start("setup")
     script.end("setup", 0)
     script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=rules)
+    assess.observe(entry, script.start("worker"), now=NOW, at=0.0, rules=rules)
     return entry, script
 
 
@@ -113,15 +114,15 @@ def test_each_container_lives_by_its_own_restart_policy(
 
 def test_a_failed_init_container_restarts_at_once_then_waits_its_back_off_in_crash_loop() -> None:
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
-    entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, script.end("setup", 1), now=NOW, at=1.0, rules=RULES)
     runs = entry.containers["setup"]
     assert runs.due is not None and (runs.due.step, runs.due.at) == (Step.RESTART, 1.0)
     assert entry.due_containers(1.0) == ["setup"] and entry.next_due() == 1.0
     assert container(entry, "setup")["state"]["terminated"]["exitCode"] == 1  # restarts at once: shows its exit
     runs.restarted(new_run=2, policy=RULES.backoff)  # what vnode.lifecycle does after restart(container="setup")
-    entry.observe(script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
-    entry.observe(script.end("setup", 1, 3), now=NOW, at=3.0, rules=RULES)
+    assess.observe(entry, script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
+    assess.observe(entry, script.end("setup", 1, 3), now=NOW, at=3.0, rules=RULES)
     setup = container(entry, "setup")
     assert setup["state"]["waiting"] == {
         "reason": "CrashLoopBackOff",
@@ -136,19 +137,19 @@ def test_a_failed_init_container_restarts_at_once_then_waits_its_back_off_in_cra
 
 def test_a_failed_init_container_under_never_fails_the_pod_and_nothing_runs_again() -> None:
     entry, script = tracked(make_pod("Never")), Script("setup", "web", "worker")
-    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
-    entry.observe(script.end("setup", 2), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, script.end("setup", 2), now=NOW, at=1.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["phase"] == "Failed"
     assert entry.runs.finished and entry.next_due() is None
-    assert not entry.observe(script.instance(), now=NOW, at=2.0, rules=RULES), "a finished Pod is frozen"
+    assert not assess.observe(entry, script.instance(), now=NOW, at=2.0, rules=RULES), "a finished Pod is frozen"
 
 
 def test_each_app_container_counts_its_own_restarts() -> None:
     entry, script = running(make_pod("Always"))
-    entry.observe(script.end("worker", 3), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.end("worker", 3), now=NOW, at=1.0, rules=RULES)
     assert entry.due_containers(1.0) == ["worker"]
     entry.containers["worker"].restarted(new_run=2, policy=RULES.backoff)
-    entry.observe(script.start("worker", 2), now=NOW, at=2.0, rules=RULES)
+    assess.observe(entry, script.start("worker", 2), now=NOW, at=2.0, rules=RULES)
     assert (container(entry, "worker")["restartCount"], container(entry, "web")["restartCount"]) == (1, 0)
     assert container(entry, "worker")["lastState"]["terminated"]["exitCode"] == 3
     assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"
@@ -158,14 +159,14 @@ def test_each_app_container_counts_its_own_restarts() -> None:
 
 def test_facts_read_before_a_container_restart_are_ignored() -> None:
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, script.start("setup"), now=NOW, at=0.0, rules=RULES)
     before = script.end("setup", 1)
-    entry.observe(before, now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, before, now=NOW, at=1.0, rules=RULES)
     entry.containers["setup"].restarted(new_run=2, policy=RULES.backoff)
     late = Instance(before.id, before.claim, before.state, NOW, runs=before.runs, containers=before.containers,
                     message="a list read before the restart")  # fmt: skip
-    assert not entry.observe(late, now=NOW, at=1.5, rules=RULES)
-    assert entry.observe(script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
+    assert not assess.observe(entry, late, now=NOW, at=1.5, rules=RULES)
+    assert assess.observe(entry, script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
 
 
 def test_a_sidecar_restarts_while_the_apps_run_and_stops_for_good_once_they_finished() -> None:
@@ -174,15 +175,15 @@ def test_a_sidecar_restarts_while_the_apps_run_and_stops_for_good_once_they_fini
     script.end("setup", 0)
     script.start("proxy")
     script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=RULES)
-    entry.observe(script.end("proxy", 1), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.start("worker"), now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, script.end("proxy", 1), now=NOW, at=1.0, rules=RULES)
     assert entry.due_containers(1.0) == ["proxy"], "a sidecar always restarts, even under Never"
     entry.containers["proxy"].restarted(new_run=2, policy=RULES.backoff)
-    entry.observe(script.start("proxy", 2), now=NOW, at=2.0, rules=RULES)
+    assess.observe(entry, script.start("proxy", 2), now=NOW, at=2.0, rules=RULES)
     script.end("web", 0)
-    entry.observe(script.end("worker", 0), now=NOW, at=3.0, rules=RULES)
+    assess.observe(entry, script.end("worker", 0), now=NOW, at=3.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"  # the sidecar still runs
-    entry.observe(script.end("proxy", 143, 4), now=NOW, at=4.0, rules=RULES)  # the provider stopped it
+    assess.observe(entry, script.end("proxy", 143, 4), now=NOW, at=4.0, rules=RULES)  # the provider stopped it
     assert entry.desired_status["phase"] == "Succeeded" and entry.next_due() is None
     assert container(entry, "proxy")["restartCount"] == 1
 
@@ -195,7 +196,7 @@ def test_a_finished_pod_whose_instance_bills_is_released() -> None:
     script.start("web")
     script.start("worker")
     script.end("web", 0)
-    entry.observe(script.end("worker", 0), now=NOW, at=5.0, rules=billing)
+    assess.observe(entry, script.end("worker", 0), now=NOW, at=5.0, rules=billing)
     assert entry.desired_status is not None and entry.desired_status["phase"] == "Succeeded"
     assert entry.runs.due is not None and (entry.runs.due.step, entry.runs.due.at) == (Step.RELEASE, 5.0)
 
@@ -203,13 +204,13 @@ def test_a_finished_pod_whose_instance_bills_is_released() -> None:
 def test_without_restarts_in_place_a_crashed_container_replaces_the_instance() -> None:
     replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=replacing)
-    entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=replacing)
+    assess.observe(entry, script.start("setup"), now=NOW, at=0.0, rules=replacing)
+    assess.observe(entry, script.end("setup", 1), now=NOW, at=1.0, rules=replacing)
     assert entry.due_containers(1.0) == []
     assert entry.runs.due is not None and entry.runs.due.step is Step.REPLACE
     cause = entry.runs.ended
     entry.runs.restarted(new_run=1, policy=replacing.backoff)
-    entry.replaced(policy=replacing.backoff, cause=cause)
+    assess.replaced(entry, policy=replacing.backoff, cause=cause)
     assert entry.containers["setup"].restarts == 1 and entry.containers["setup"].awaiting_run == 0
 
 
@@ -220,8 +221,8 @@ def test_without_restarts_in_place_a_crashed_sidecar_replaces_the_instance_even_
     script.end("setup", 0)
     script.start("proxy")
     script.start("web")
-    entry.observe(script.start("worker"), now=NOW, at=0.0, rules=replacing)
-    entry.observe(script.end("proxy", 0), now=NOW, at=1.0, rules=replacing)
+    assess.observe(entry, script.start("worker"), now=NOW, at=0.0, rules=replacing)
+    assess.observe(entry, script.end("proxy", 0), now=NOW, at=1.0, rules=replacing)
     assert not entry.runs.finished
     assert entry.runs.due is not None and (entry.runs.due.step, entry.runs.due.at) == (Step.REPLACE, 1.0)
 
@@ -229,14 +230,14 @@ def test_without_restarts_in_place_a_crashed_sidecar_replaces_the_instance_even_
 def test_reassess_follows_a_readiness_verdict_and_says_whether_the_status_changed() -> None:
     entry, script = probed_web()
     assert container(entry, "web")["ready"] is False
-    assert not entry.reassess(now=NOW, at=1.0, rules=RULES), "no verdict changed"
+    assert not assess.reassess(entry, now=NOW, at=1.0, rules=RULES), "no verdict changed"
     judge(entry, "web", True)
-    assert entry.reassess(now=NOW, at=1.0, rules=RULES)
+    assert assess.reassess(entry, now=NOW, at=1.0, rules=RULES)
     assert container(entry, "web")["ready"] is True
     assert entry.desired_status is not None
     assert {c["type"]: c["status"] for c in entry.desired_status["conditions"]}["Ready"] == "True"
     judge(entry, "web", False)
-    assert entry.reassess(now=NOW, at=2.0, rules=RULES) and container(entry, "web")["ready"] is False
+    assert assess.reassess(entry, now=NOW, at=2.0, rules=RULES) and container(entry, "web")["ready"] is False
 
 
 def test_reassess_gates_a_single_container_pod_on_its_readiness_verdict() -> None:
@@ -244,12 +245,12 @@ def test_reassess_gates_a_single_container_pod_on_its_readiness_verdict() -> Non
            "spec": {"containers": [{"name": "main", "readinessProbe": {"exec": {"command": ["true"]}}}]}}  # fmt: skip
     entry = tracked(pod)
     running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
-    entry.observe(running, now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, running, now=NOW, at=0.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is False
     judge(entry, "main", True)
-    assert entry.reassess(now=NOW, at=1.0, rules=RULES)
+    assert assess.reassess(entry, now=NOW, at=1.0, rules=RULES)
     assert entry.desired_status["containerStatuses"][0]["ready"] is True
-    assert not entry.reassess(now=NOW, at=2.0, rules=RULES)
+    assert not assess.reassess(entry, now=NOW, at=2.0, rules=RULES)
 
 
 def test_a_readiness_verdict_holds_for_the_run_it_was_made_for_only() -> None:
@@ -258,15 +259,15 @@ def test_a_readiness_verdict_holds_for_the_run_it_was_made_for_only() -> None:
     run before is not carried over, even before the prober has looked (design I9)."""
     entry, script = probed_web()
     judge(entry, "web", True)
-    assert entry.reassess(now=NOW, at=1.0, rules=RULES) and container(entry, "web")["ready"] is True
-    entry.observe(script.end("web", 1), now=NOW, at=2.0, rules=RULES)
+    assert assess.reassess(entry, now=NOW, at=1.0, rules=RULES) and container(entry, "web")["ready"] is True
+    assess.observe(entry, script.end("web", 1), now=NOW, at=2.0, rules=RULES)
     assert container(entry, "web")["ready"] is False
-    entry.observe(script.start("web"), now=NOW, at=20.0, rules=RULES)  # its restart: run 2
+    assess.observe(entry, script.start("web"), now=NOW, at=20.0, rules=RULES)  # its restart: run 2
     assert entry.probe_verdicts.ready == {"web": True}  # the prober has not looked at run 2 yet
     assert container(entry, "web")["ready"] is False
     assert {c["type"]: c["status"] for c in (entry.desired_status or {})["conditions"]}["Ready"] == "False"
     judge(entry, "web", True)  # the prober probed run 2
-    assert entry.reassess(now=NOW, at=21.0, rules=RULES) and container(entry, "web")["ready"] is True
+    assert assess.reassess(entry, now=NOW, at=21.0, rules=RULES) and container(entry, "web")["ready"] is True
 
 
 def test_a_restarted_manager_counts_on_from_each_containers_status() -> None:
@@ -290,25 +291,25 @@ def test_unchanged_facts_still_move_the_status_when_a_probe_verdict_changed() ->
            "spec": {"containers": [{"name": "main", "readinessProbe": {"exec": {"command": ["true"]}}}]}}  # fmt: skip
     entry = tracked(pod)
     running = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, started_at=NOW)
-    assert entry.observe(running, now=NOW, at=0.0, rules=RULES)
-    assert not entry.observe(running, now=NOW, at=1.0, rules=RULES)
+    assert assess.observe(entry, running, now=NOW, at=0.0, rules=RULES)
+    assert not assess.observe(entry, running, now=NOW, at=1.0, rules=RULES)
     judge(entry, "main", True)
-    assert entry.observe(running, now=NOW, at=2.0, rules=RULES)
+    assert assess.observe(entry, running, now=NOW, at=2.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["containerStatuses"][0]["ready"] is True
-    assert not entry.observe(running, now=NOW, at=3.0, rules=RULES)
+    assert not assess.observe(entry, running, now=NOW, at=3.0, rules=RULES)
 
 
 def test_a_reassess_after_a_restart_was_asked_never_reads_the_old_run_as_the_end() -> None:
     """The prober's flush may reassess between the restart call and the next list: the last
     facts still show the ended run, which must not finish the Pod (it would stay Failed)."""
     entry, script = running(make_pod("Always"))
-    entry.observe(script.end("web", 143), now=NOW, at=1.0, rules=RULES)
-    entry.observe(script.end("worker", 137), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.end("web", 143), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.end("worker", 137), now=NOW, at=1.0, rules=RULES)
     for name in ("web", "worker"):
         entry.containers[name].restarted(new_run=2, policy=RULES.backoff)
-    assert not entry.reassess(now=NOW, at=1.5, rules=RULES)
+    assert not assess.reassess(entry, now=NOW, at=1.5, rules=RULES)
     assert not entry.runs.finished
-    entry.observe(script.start("web", 2), now=NOW, at=2.0, rules=RULES)
+    assess.observe(entry, script.start("web", 2), now=NOW, at=2.0, rules=RULES)
     assert entry.desired_status is not None and entry.desired_status["phase"] == "Running"
 
 
@@ -319,7 +320,7 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
     own (no restart in place) keeps its own end, and a sibling the replacement killed reads 137."""
     lost = Ending(137, names.REASON_INSTANCE_LOST, None, NOW, "instance i-1 is gone")
     entry, script = running(make_pod("Always"))
-    entry.replaced(policy=RULES.backoff, cause=lost)
+    assess.replaced(entry, policy=RULES.backoff, cause=lost)
     assert [entry.containers[name].restarts for name in ("setup", "web", "worker")] == [1, 1, 1]
     assert entry.containers["web"].last == lost.terminated()
     setup = entry.containers["setup"]
@@ -327,8 +328,8 @@ def test_a_replacement_counts_a_restart_of_every_container_that_ran_in_the_old_i
 
     replacing = Rules(in_place=False, bills=True, backoff=RULES.backoff)
     entry, script = running(make_pod("Always"), rules=replacing)
-    entry.observe(script.end("worker", 3), now=NOW, at=1.0, rules=replacing)
-    entry.replaced(policy=replacing.backoff, cause=entry.runs.ended)
+    assess.observe(entry, script.end("worker", 3), now=NOW, at=1.0, rules=replacing)
+    assess.replaced(entry, policy=replacing.backoff, cause=entry.runs.ended)
     assert entry.containers["worker"].last is not None and entry.containers["worker"].last["exitCode"] == 3
     assert entry.containers["web"].last is not None and entry.containers["web"].last["exitCode"] == 137
 
@@ -337,13 +338,13 @@ def test_a_restart_recorded_after_a_poll_saw_the_new_run_end_keeps_both_ends() -
     """An init container fails, is restarted, and its new run succeeds before the restart is
     recorded: lastState is the failure, the state the success, and nothing runs it again."""
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
-    entry.observe(script.end("setup", 1), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, script.end("setup", 1), now=NOW, at=1.0, rules=RULES)
     runs = entry.containers["setup"]
     assert runs.ended is not None
     of = (runs.ended, runs.ended_seen_at)  # what the lifecycle takes before calling restart
     script.start("setup", 2)
-    entry.observe(script.end("setup", 0, 3), now=NOW, at=2.0, rules=RULES)  # the poll, inside the call
+    assess.observe(entry, script.end("setup", 0, 3), now=NOW, at=2.0, rules=RULES)  # the poll, inside the call
     runs.restarted(new_run=2, policy=RULES.backoff, of=of)
     assert runs.restarts == 1 and runs.last is not None and runs.last["exitCode"] == 1
     assert runs.finished and runs.due is None
@@ -354,12 +355,12 @@ def test_a_poll_that_tells_the_restarted_runs_end_again_does_not_restart_the_new
     while the restart is being carried out, is that run's end, not the new run's: the
     restart is counted once and nothing else is due."""
     entry, script = tracked(make_pod("Always")), Script("setup", "web", "worker")
-    entry.observe(script.start("setup"), now=NOW, at=0.0, rules=RULES)
-    entry.observe(script.end("setup", 137), now=NOW, at=1.0, rules=RULES)
+    assess.observe(entry, script.start("setup"), now=NOW, at=0.0, rules=RULES)
+    assess.observe(entry, script.end("setup", 137), now=NOW, at=1.0, rules=RULES)
     runs = entry.containers["setup"]
     assert runs.ended is not None and runs.ended.run == 1
     of = (runs.ended, runs.ended_seen_at)
-    entry.observe(script.end("setup", 1), now=NOW, at=1.5, rules=RULES)  # the poll, inside the call
+    assess.observe(entry, script.end("setup", 1), now=NOW, at=1.5, rules=RULES)  # the poll, inside the call
     assert runs.ended is not None and runs.ended.exit_code == 1
     runs.restarted(new_run=2, policy=RULES.backoff, of=of)
     assert runs.restarts == 1 and runs.ended is None and runs.due is None and entry.next_due() is None

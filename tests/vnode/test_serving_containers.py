@@ -21,6 +21,7 @@ from providers.base import (
     Provider,
 )
 from providers.shape import ContainerFacts, ContainerState, Shapes
+from vnode import assess
 from vnode.runs import Rules
 from vnode.serving import Serving
 from vnode.tracking import TrackedMap
@@ -71,7 +72,7 @@ def serving_for(recorder: Recorder, *facts: ContainerFacts, restarts: dict[str, 
         assert runs is not None
         runs.restarts = count
     instance = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, containers=facts)
-    entry.observe(instance, now=NOW, at=0.0, rules=Rules(in_place=True, bills=False))
+    assess.observe(entry, instance, now=NOW, at=0.0, rules=Rules(in_place=True, bills=False))
     return Serving(cast(Provider, recorder), tracked=tracked, now=lambda: NOW)
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from kube.times import rfc3339
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
+from vnode import assess
 from vnode.status import RunView, failed_status, lost_status, status_from_instance
 from vnode.tracking import Tracked
 
@@ -134,11 +135,11 @@ def test_a_status_rebuilt_before_the_watch_returns_our_write_keeps_its_transitio
     pod["metadata"]["uid"] = "u1"
     entry = Tracked("default", "p", "u1", ClaimName("c"), pod, instance_id=InstanceId("i-1"))
     running = make_instance(InstanceState.RUNNING)
-    assert entry.observe(running, now=NOW)
+    assert assess.observe(entry, running, now=NOW)
     first = entry.desired_status
     assert first is not None
     entry.written_status = first  # written; the watch has not brought it back (entry.pod has no status)
-    entry.observe(dataclasses.replace(running, message="a later poll"), now=NOW + timedelta(seconds=3))
+    assess.observe(entry, dataclasses.replace(running, message="a later poll"), now=NOW + timedelta(seconds=3))
     assert entry.desired_status is not None
     times = [c["lastTransitionTime"] for c in entry.desired_status["conditions"]]
     assert times == [c["lastTransitionTime"] for c in first["conditions"]] == [rfc3339(NOW)] * 4
