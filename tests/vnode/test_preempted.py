@@ -48,7 +48,11 @@ def test_a_preempted_spot_pod_fails_preempted_and_blocks_the_spot_tier_once(
     terminated = container["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"]) == (137, "Error")  # as a kubelet reports a killed one
     assert terminated["finishedAt"] and container["ready"] is False
-    warnings = [e for e in events_for(kube, "spot") if e["reason"] == names.EVENT_PREEMPTED]
+    # The recorder writes Events on its own thread, after the status write the wait above saw.
+    warnings = wait_for(
+        lambda: [e for e in events_for(kube, "spot") if e["reason"] == names.EVENT_PREEMPTED],
+        what="the Preempted Event",
+    )
     assert warnings and warnings[0]["type"] == "Warning" and instance in warnings[0]["message"]
 
     lists = len(provider.cloud.call_log("list"))
