@@ -42,6 +42,7 @@ from vnode.podwriter import PodWriter
 from vnode.poolpolicy import PoolPolicies
 from vnode.prober import DEFAULT_WORKERS, Prober
 from vnode.provision import Provisioner
+from vnode.reader import PodReader
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.serving import Serving
 from vnode.statussync import StatusSync
@@ -73,6 +74,7 @@ class Handler:
         self.provider = provider
         self.pools = pools  # the NodePools' egress and provisioning timeout (None: no placement)
         self.writer = PodWriter(kube, events)
+        self.reader = PodReader(kube)
         self._poll_interval = poll_interval
         self._backoff = backoff
         self._monotonic = monotonic
@@ -87,6 +89,7 @@ class Handler:
             provider,
             tracked=self._tracked,
             writer=self.writer,
+            reader=self.reader,
             events=events,
             capabilities=self.capabilities,
             rules=self.rules,

@@ -37,6 +37,7 @@ from vnode.env import EnvError, MissingSource, resolve_pod_env
 from vnode.podwriter import PodWriter
 from vnode.poolpolicy import PoolPolicies
 from vnode.pullsecrets import PullAuth, resolve_pull_auth
+from vnode.reader import PodReader
 from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
@@ -59,6 +60,7 @@ class Provisioner:
         *,
         tracked: TrackedMap,
         writer: PodWriter,
+        reader: PodReader,
         events: EventRecorder,
         capabilities: Callable[[], Capabilities],
         rules: Callable[[], Rules],
@@ -71,6 +73,7 @@ class Provisioner:
         self._pools = pools
         self._tracked = tracked
         self._writer = writer
+        self._reader = reader
         self._events = events
         self._capabilities = capabilities
         self._rules = rules
@@ -146,9 +149,9 @@ class Provisioner:
         Retry for another unresolvable source, InvalidVolume for a volume field to refuse."""
         try:
             volumes = resolve_volumes(
-                pod, read_secret=self._writer.read_secret_bytes, read_configmap=self._writer.read_configmap_bytes
+                pod, read_secret=self._reader.read_secret_bytes, read_configmap=self._reader.read_configmap_bytes
             )
-            env = resolve_pod_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
+            env = resolve_pod_env(pod, read_secret=self._reader.read_secret, read_configmap=self._reader.read_configmap)
         except (MountError, EnvError) as exc:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             if isinstance(exc, MountError) and not (pod.get("status") or {}).get("containerStatuses"):
@@ -192,7 +195,7 @@ class Provisioner:
                        "a private image may fail to pull")  # fmt: skip
             self._events.pod(pod, "Warning", names.EVENT_PULL_SECRETS_NOT_USED, message)
             return PullAuth()
-        pull = resolve_pull_auth(pod, self._writer.read_secret_bytes)
+        pull = resolve_pull_auth(pod, self._reader.read_secret_bytes)
         if (warning := pull.warning()) is not None:
             self._events.pod(pod, "Warning", names.EVENT_PULL_SECRET_UNREAD, warning)
         return pull
