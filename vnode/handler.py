@@ -31,9 +31,9 @@ from providers.base import (
     PortConnection,
     Process,
     Provider,
-    Restarter,
 )
 from vnode.blocklister import Blocklister
+from vnode.context import PhaseContext, Traits
 from vnode.ephemeral import Ephemerals
 from vnode.giveup import GiveUp
 from vnode.inventory import Inventory
@@ -73,74 +73,43 @@ class Handler:
     ) -> None:
         self.provider = provider
         self.pools = pools  # the NodePools' egress and provisioning timeout (None: no placement)
-        self.writer = PodWriter(kube, events)
-        self.reader = PodReader(kube)
-        self._poll_interval = poll_interval
-        self._backoff = backoff
+        self.traits = traits = Traits(provider, poll_interval=poll_interval, backoff=backoff)
         self._monotonic = monotonic
         self._now = now
-        self._capabilities: Capabilities | None = None
-        self._rules: Rules | None = None
         self._tracked = TrackedMap()
-        self.inventory = Inventory(
-            provider, snapshot_ttl=snapshot_ttl, failure_ttl=lambda: self.poll_interval, monotonic=monotonic
-        )
-        self.provisioner = Provisioner(
-            provider,
-            tracked=self._tracked,
-            writer=self.writer,
-            reader=self.reader,
-            events=events,
-            capabilities=self.capabilities,
-            rules=self.rules,
-            blocklister=blocklister,
-            pools=pools,
-            monotonic=monotonic,
-            now=now,
-        )
-        self.sweep = OrphanSweep(provider, events=events)
-        self.give_up = GiveUp(provider, blocklister=blocklister, pools=pools, monotonic=monotonic, now=now)
-        self.status_sync = StatusSync(
-            provider,
-            tracked=self._tracked,
-            inventory=self.inventory,
-            writer=self.writer,
-            sweep=self.sweep,
-            capabilities=self.capabilities,
-            rules=self.rules,
-            monotonic=monotonic,
-            now=now,
-            give_up=self.give_up,
-        )
-        self.teardown = Teardown(
-            provider,
-            tracked=self._tracked,
-            inventory=self.inventory,
-            events=events,
-            recheck_cap=lambda: self.poll_interval,
-            monotonic=monotonic,
-            now=now,
-        )
-        self.lifecycle = Lifecycle(
-            provider,
-            provisioner=self.provisioner,
-            teardown=self.teardown,
-            rules=self.rules,
-            recheck_cap=lambda: self.poll_interval,
-            monotonic=monotonic,
-            now=now,
-            give_up=self.give_up,
-        )
         # The pod controller's queue (set by the Runner): a key put there is flushed soon.
         self.queue_flush: Callable[[str], None] = lambda key: None
         self.ephemerals = Ephemerals(
             provider,
             now=now,
             changed=lambda key: self.queue_flush(key),
-            pulls_images=lambda: self.capabilities().pulls_images,
-            several_containers=lambda: self.capabilities().shapes.several_containers,
+            pulls_images=lambda: traits.capabilities().pulls_images,
+            several_containers=lambda: traits.capabilities().shapes.several_containers,
         )
-        self.serving = Serving(provider, tracked=self._tracked, now=now, ephemerals=self.ephemerals)
+        self.context = context = PhaseContext(
+            provider,
+            tracked=self._tracked,
+            inventory=Inventory(
+                provider, snapshot_ttl=snapshot_ttl, failure_ttl=traits.poll_interval, monotonic=monotonic
+            ),
+            writer=PodWriter(kube, events),
+            reader=PodReader(kube),
+            events=events,
+            traits=traits,
+            ephemerals=self.ephemerals,
+            blocklister=blocklister,
+            pools=pools,
+            monotonic=monotonic,
+            now=now,
+        )
+        self.writer, self.inventory = context.writer, context.inventory
+        self.provisioner = Provisioner(context)
+        self.sweep = OrphanSweep(context)
+        self.give_up = GiveUp(context)
+        self.status_sync = StatusSync(context, sweep=self.sweep, give_up=self.give_up)
+        self.teardown = Teardown(context)
+        self.lifecycle = Lifecycle(context, provisioner=self.provisioner, teardown=self.teardown, give_up=self.give_up)
+        self.serving = Serving(context)
         self.prober = Prober(
             provider,
             tracked=self._tracked,
@@ -157,21 +126,15 @@ class Handler:
         return names.node_name(self.provider.name)
 
     def capabilities(self) -> Capabilities:
-        if self._capabilities is None:
-            self._capabilities = self.provider.capabilities()
-        return self._capabilities
+        return self.traits.capabilities()
 
     @property
     def poll_interval(self) -> float:
-        return self._poll_interval or self.capabilities().poll_interval
+        return self.traits.poll_interval()
 
     def rules(self) -> Rules:
         """What runs mean on this provider: restarts in place? does a finished instance bill?"""
-        if self._rules is None:
-            caps = self.capabilities()
-            in_place = caps.restarts_in_place and isinstance(self.provider, Restarter)
-            self._rules = Rules(in_place=in_place, bills=caps.bills_after_exit, backoff=self._backoff)
-        return self._rules
+        return self.traits.rules()
 
     # -- the tracked map and the last list (readers: controllers, kubelet API, console) ----
     def tracks(self, namespace: str, name: str) -> bool:

@@ -14,20 +14,18 @@ Tests: tests/vnode/test_lifecycle.py.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any, cast
 
 from kube import names
 from kube.worker import Retry
 from providers import errors
-from providers.base import Instance, Provider, Restarter
+from providers.base import Instance, Restarter
+from vnode.context import PhaseContext
 from vnode.giveup import GiveUp
 from vnode.provision import Provisioner
 from vnode.runs import Step
 from vnode.teardown import RECHECK_FIRST, STOPPED, Teardown
-from vnode.tracking import Rules, Tracked
+from vnode.tracking import Tracked
 
 logger = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
@@ -35,25 +33,16 @@ JsonDict = dict[str, Any]
 
 class Lifecycle:
     def __init__(
-        self,
-        provider: Provider,
-        *,
-        provisioner: Provisioner,
-        teardown: Teardown,
-        rules: Callable[[], Rules],
-        recheck_cap: Callable[[], float],
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-        give_up: GiveUp | None = None,
+        self, context: PhaseContext, *, provisioner: Provisioner, teardown: Teardown, give_up: GiveUp | None = None
     ) -> None:
-        self._provider = provider
+        self._provider = context.provider
         self._give_up = give_up
         self._provisioner = provisioner
         self._teardown = teardown
-        self._rules = rules
-        self._recheck_cap = recheck_cap
-        self._monotonic = monotonic
-        self._now = now
+        self._rules = context.rules
+        self._recheck_cap = context.poll_interval  # a replaced instance's looks back off up to it
+        self._monotonic = context.monotonic
+        self._now = context.now
 
     def step_due(self, entry: Tracked) -> bool:
         """Whether `carry_out` would call the provider now: a restart, replacement or release

@@ -19,26 +19,19 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from kube import names, observe
-from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors, shapecheck
-from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
+from providers.base import Instance, InstanceState, ProvisionRequest, ProvisionResult
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import containerstatus, status
-from vnode.blocklister import Blocklister
+from vnode.context import PhaseContext
 from vnode.env import EnvError, MissingSource, resolve_pod_env
-from vnode.podwriter import PodWriter
-from vnode.poolpolicy import PoolPolicies
 from vnode.pullsecrets import PullAuth, resolve_pull_auth
-from vnode.reader import PodReader
-from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
+from vnode.tracking import pod_claim, pod_key
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
 JsonDict = dict[str, Any]
@@ -54,32 +47,18 @@ class WaitingForSource(Retry):
 
 
 class Provisioner:
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tracked: TrackedMap,
-        writer: PodWriter,
-        reader: PodReader,
-        events: EventRecorder,
-        capabilities: Callable[[], Capabilities],
-        rules: Callable[[], Rules],
-        blocklister: Blocklister | None = None,
-        pools: PoolPolicies | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-    ) -> None:
-        self._provider = provider
-        self._pools = pools
-        self._tracked = tracked
-        self._writer = writer
-        self._reader = reader
-        self._events = events
-        self._capabilities = capabilities
-        self._rules = rules
-        self._blocklister = blocklister
-        self._monotonic = monotonic
-        self._now = now
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._pools = context.pools
+        self._tracked = context.tracked
+        self._writer = context.writer
+        self._reader = context.reader
+        self._events = context.events
+        self._capabilities = context.capabilities
+        self._rules = context.rules
+        self._blocklister = context.blocklister
+        self._monotonic = context.monotonic
+        self._now = context.now
 
     def create_pod(self, pod: JsonDict) -> None:
         """Provision the Pod's instance. Returns once the instance id is recorded in memory

@@ -15,18 +15,15 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from kube import names, observe
-from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Provider
-from vnode.inventory import Inventory
-from vnode.tracking import Lookup, Tracked, TrackedMap, pod_key
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
+from vnode.context import PhaseContext
+from vnode.tracking import Lookup, Tracked, pod_key
 
 logger = logging.getLogger(__name__)
 RECHECK_FIRST = 0.5  # seconds before the first look at an instance asked to terminate
@@ -37,24 +34,14 @@ STOPPED = frozenset({InstanceState.TERMINATED, InstanceState.SUCCEEDED, Instance
 
 
 class Teardown:
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tracked: TrackedMap,
-        inventory: Inventory,
-        events: EventRecorder,
-        recheck_cap: Callable[[], float] = lambda: 15.0,
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-    ) -> None:
-        self._provider = provider
-        self._tracked = tracked
-        self._inventory = inventory
-        self._events = events
-        self._recheck_cap = recheck_cap
-        self._monotonic = monotonic
-        self._now = now
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._tracked = context.tracked
+        self._inventory = context.inventory
+        self._events = context.events
+        self._recheck_cap = context.poll_interval  # the looks back off up to the poll interval
+        self._monotonic = context.monotonic
+        self._now = context.now
 
     def delete_pod(self, key: str, *, uid: str | None = None) -> float | None:
         """Terminate the Pod's instance: None once the instance is gone (or released) and the
@@ -134,9 +121,9 @@ class OrphanSweep:
     row, each once: one already going (TERMINATING/TERMINATED), or one this sweep already
     terminated and the provider still shows, is not asked again."""
 
-    def __init__(self, provider: Provider, *, events: EventRecorder) -> None:
-        self._provider = provider
-        self._events = events
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._events = context.events
         self._suspects: set[InstanceId] = set()
         self._terminated: set[InstanceId] = set()
         self.swept = 0  # instances terminated by this sweep (also counted in metrics)
