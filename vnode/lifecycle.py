@@ -1,6 +1,6 @@
 """Carrying out a Pod's due step (vnode.runs): a restart in place, a replacement instance, or a release.
 
-Called by the Handler's `carry_out`, from the pod controller's workers, when a tracked
+Called by the pod controller's workers (`carry_out`, `step_due`), when a tracked
 Pod's `runs.due` time (or one of its containers') has come. A restart in place calls the
 provider's `restart` (with the container, for an instance that reports container facts); a
 provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
@@ -36,6 +36,7 @@ class Lifecycle:
         self, context: PhaseContext, *, provisioner: Provisioner, teardown: Teardown, give_up: GiveUp | None = None
     ) -> None:
         self._provider = context.provider
+        self._tracked = context.tracked
         self._give_up = give_up
         self._provisioner = provisioner
         self._teardown = teardown
@@ -44,9 +45,12 @@ class Lifecycle:
         self._monotonic = context.monotonic
         self._now = context.now
 
-    def step_due(self, entry: Tracked) -> bool:
-        """Whether `carry_out` would call the provider now: a restart, replacement or release
-        is due, or a queued instance's deadline has passed."""
+    def step_due(self, key: str) -> bool:
+        """Whether `carry_out` would call the provider now for the tracked Pod `key`: a
+        restart, replacement or release is due, or a queued instance's deadline has passed."""
+        entry = self._tracked.get(key)
+        if entry is None:
+            return False
         now = self._monotonic()
         first = entry.next_due()
         if first is not None and first <= now:
@@ -54,11 +58,15 @@ class Lifecycle:
         deadline = self._give_up.deadline(entry) if self._give_up is not None else None
         return deadline is not None and deadline <= now
 
-    def carry_out(self, entry: Tracked, pod: JsonDict) -> float | None:
-        """Do the entry's due step if its time has come. Returns seconds until the entry
-        wants another look (its step not yet due, or an instance still going away), or None.
-        Raises Retry when the provider could not be asked. First, a preemption's block is
-        reported and an instance queued too long is given up (vnode.giveup)."""
+    def carry_out(self, key: str, pod: JsonDict) -> float | None:
+        """Do the due step of the tracked Pod `key` (of `pod`'s UID; else nothing) if its time
+        has come. Returns seconds until the entry wants another look (its step not yet due, or
+        an instance still going away), or None. Raises Retry when the provider could not be
+        asked. First, a preemption's block is reported and an instance queued too long is given
+        up (vnode.giveup)."""
+        entry = self._tracked.get(key)
+        if entry is None or entry.uid != (pod.get("metadata") or {}).get("uid"):
+            return None
         queued = self._give_up.settle(entry) if self._give_up is not None else None
         first = entry.next_due()
         if first is None:

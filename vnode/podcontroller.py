@@ -30,6 +30,7 @@ from vnode.decisions import Action, Decision, decide
 from vnode.env import MissingSource
 from vnode.handler import Handler
 from vnode.provision import WaitingForSource
+from vnode.teardown import Tombstone
 from vnode.tracking import Lookup, pod_claim
 
 logger = logging.getLogger(__name__)
@@ -217,17 +218,17 @@ class PodController:
         if decision.action is Action.CREATE_OR_ADOPT and not self._adopted(pod):
             return Handoff(lambda: self._create(key, pod))
         self.handler.update_pod(pod)
-        if self.handler.step_due(key):
+        if self.handler.lifecycle.step_due(key):
             return Handoff(lambda: self._carry_out(key, pod))
         return self._carry_out(key, pod)
 
     def _carry_out(self, key: str, pod: JsonDict) -> Requeue | None:
-        after = self.handler.carry_out(key, pod)
+        after = self.handler.lifecycle.carry_out(key, pod)
         self.handler.flush(key, pod)
         return None if after is None else Requeue(after)
 
     def _lookup(self, pod: JsonDict) -> Instance | None:
-        found, instance = self.handler.lookup(pod)
+        found, instance = self.handler.inventory.lookup(pod)
         if found is Lookup.UNKNOWN:
             # One list per poll interval is shared by every waiting Pod; the poll tick queues
             # this key again as soon as a list succeeds (Inventory.take_waiting).
@@ -253,7 +254,7 @@ class PodController:
         a silent replacement."""
         recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.INSTANCE_ID_ANNOTATION)
         if not recorded:
-            self.handler.create_pod(pod)
+            self.handler.provisioner.create_pod(pod)
         else:
             found = self.handler.confirm_gone(InstanceId(recorded))
             if found is not None and found.claim == pod_claim(pod):
@@ -271,12 +272,12 @@ class PodController:
         the provider still has one, so its logs are served and one that bills is released."""
         if not self._adopted(pod):
             return None
-        if self.handler.step_due(key):
+        if self.handler.lifecycle.step_due(key):
             return Handoff(lambda: self._carry_out(key, pod))
         return self._carry_out(key, pod)
 
     def _terminate_gone(self, key: str, decision: Decision) -> Requeue | None:
-        after = self.handler.delete_pod(key, uid=decision.uid)
+        after = self.handler.teardown.terminate(Tombstone(key, decision.uid))
         if after is not None:
             return Requeue(after)
         with self._lock:
@@ -286,7 +287,7 @@ class PodController:
 
     def _terminate_tombstone(self, key: str, decision: Decision) -> Requeue | None:
         assert decision.pod is not None
-        after = self.handler.terminate_for_pod(decision.pod)
+        after = self.handler.teardown.terminate(decision.pod)
         if after is not None:
             return Requeue(after)
         with self._lock:
@@ -297,7 +298,7 @@ class PodController:
     def _terminate_then_delete(self, pod: JsonDict) -> Requeue | None:
         """Graceful deletion: terminate, and delete the object with grace 0 once the
         provider reports the instance gone."""
-        after = self.handler.terminate_for_pod(pod)
+        after = self.handler.teardown.terminate(pod)
         if after is not None:
             return Requeue(after)
         meta = pod["metadata"]

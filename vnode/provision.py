@@ -1,6 +1,7 @@
 """Provisioning one Pod: resolve its volumes and env, call `provider.provision`, record the instance, or refuse.
 
-Called by the Handler's `create_pod` (from the pod controller's workers). Writes the
+`Provisioner.create_pod` is called by the pod controller's workers (and by a replacement in
+`vnode.lifecycle`). Writes the
 instance id to the Pod through `PodWriter.flush` before returning, the connect Secret,
 and Events; reports refusals to the Blocklister. Never logs or puts into an Event a
 resolved env value, a volume's contents or a credential (I4).

@@ -1,6 +1,6 @@
 """Status sync from the provider: the poll loop and its tick, one `provider.list()` per poll interval.
 
-The pod controller starts `StatusSync.run` on its poll thread; `Handler.poll_once` is one
+The pod controller starts `StatusSync.run` on its poll thread; `StatusSync.poll_once` is one
 tick. A tick recomputes every tracked Pod's desired metadata and status from the list,
 sweeps orphans, and hands back the keys due for a write or a step (the pod controller's
 workers write them through `PodWriter.flush`), among them a Pod whose instance is still queued

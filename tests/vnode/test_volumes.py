@@ -375,10 +375,10 @@ def test_I4_a_secret_volume_reaches_the_provider_and_no_log_event_or_status(
     ]
     pod = kube.create(path_for("pods", namespace="default"), make_pod("vol-keeper", "gpu", volumes=volumes))
     with pytest.raises(Retry) as raised:
-        handler.create_pod(pod)  # the second volume names a key the Secret lacks: FailedMount
+        handler.provisioner.create_pod(pod)  # the second volume names a key the Secret lacks: FailedMount
     assert "references non-existent secret key: absent" in str(raised.value)
     pod["spec"]["volumes"] = volumes[:1]
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     handler.flush("default/vol-keeper", pod)
     (request,) = provider.requests
     assert [f.data for f in request.volumes[0].files] == [value.encode()]
@@ -405,7 +405,7 @@ def test_the_provision_request_carries_every_containers_env_the_first_app_contai
             "fieldPath": "metadata.name"}}]}}, {"name": "scratch", "emptyDir": {}}],
     }  # fmt: skip
     pod = kube.create(path_for("pods", namespace="default"), make_pod("several", "gpu", spec=spec))
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     (request,) = provider.requests
     assert dict(request.container_env) == {"fetch": {"STEP": "fetch"}, "main": {"STEP": "serve"},
                                            "metrics": {"POD": "several"}}  # fmt: skip
@@ -419,7 +419,7 @@ def test_a_pod_with_a_volume_path_the_api_server_rejects_fails_naming_the_field(
     handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))
     volume = {"name": "conf", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "../../etc/passwd"}]}}
     pod = kube.create(path_for("pods", namespace="default"), make_pod("escaper", "gpu", volumes=[volume]))
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     handler.flush("default/escaper", pod)
     status = (get_pod(kube, "escaper") or {}).get("status") or {}
     assert status.get("phase") == "Failed" and status.get("reason") == "ConfigError"
