@@ -21,7 +21,7 @@ from providers.shape import Volume
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from vnode.env import MissingSource
+from vnode.env import MissingSource, PodFields
 from vnode.handler import Handler
 from vnode.runner import Runner
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
@@ -61,7 +61,7 @@ def pod_with(*volumes: dict[str, Any], **container: Any) -> dict[str, Any]:
 
 
 def resolve(*volumes: dict[str, Any]) -> tuple[Volume, ...]:
-    return resolve_volumes(pod_with(*volumes), read_secret=read_secret, read_configmap=read_configmap)
+    return resolve_volumes(PodFields.of(pod_with(*volumes)), read_secret=read_secret, read_configmap=read_configmap)
 
 
 def files_of(volume: Volume) -> dict[str, tuple[bytes, int]]:
@@ -285,7 +285,7 @@ def test_every_volume_is_validated_before_any_object_is_read() -> None:
         {"name": "bad", "secret": {"secretName": "db", "items": [{"key": "user", "path": "../x"}]}},
     )
     with pytest.raises(InvalidVolume, match=r"spec\.volumes\[1\]\.secret"):
-        resolve_volumes(pod, read_secret=counting, read_configmap=counting)
+        resolve_volumes(PodFields.of(pod), read_secret=counting, read_configmap=counting)
     assert reads == []
 
 
@@ -294,7 +294,7 @@ def test_a_source_that_cannot_be_read_fails_the_mount_naming_only_the_object() -
         raise ConnectionError(f"boom {SECRET_VALUE!r}")
 
     with pytest.raises(MountError) as raised:
-        resolve_volumes(pod_with({"name": "v", "secret": {"secretName": "db"}}), read_secret=broken,
+        resolve_volumes(PodFields.of(pod_with({"name": "v", "secret": {"secretName": "db"}})), read_secret=broken,
                         read_configmap=broken)  # fmt: skip
     assert str(raised.value) == 'MountVolume.SetUp failed for volume "v" : could not read secret "db": ConnectionError'
     assert raised.value.missing is None
