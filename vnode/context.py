@@ -4,7 +4,8 @@ writer and reader, Events, the provider's traits, the pools and the clocks).
 
 Built once per provider by the Handler; frozen, so no phase swaps a piece another phase sees.
 Does no I/O: the provider's capabilities are asked on first use (`Traits`). Never imports the
-writer's module: phases write through the `Writer` protocol. Tests: tests/vnode/test_controllers.py.
+writer's module: phases write through the `Writer` protocol.
+Tests: tests/vnode/test_context.py, tests/vnode/test_controllers.py.
 """
 
 from __future__ import annotations

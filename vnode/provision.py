@@ -55,7 +55,7 @@ class IncomingPod:
     where it always was, after the shape check and its sources), what the sources read
     (`PodFields`), and the request's claim, tier, region and pool. `pod` (the JSON) stays for
     what is written back about the Pod (its status, Events, annotations) and for the shape
-    check, which is a check of the JSON's fields."""
+    check, which is a check of the JSON's fields. Tests: tests/vnode/test_provision.py."""
 
     pod: JsonDict
     key: str

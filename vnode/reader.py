@@ -4,6 +4,7 @@ Called by the provisioning phase (`vnode.provision`) through the resolvers of `v
 `vnode.volumes` and `vnode.pullsecrets`. Reads only; never writes to the API, and never logs
 an object's content (I4; see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret).
+Tests: tests/vnode/test_reader.py.
 """
 
 from __future__ import annotations

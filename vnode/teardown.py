@@ -6,6 +6,8 @@ by the status sync's poll tick. Calls only `provider.terminate` and `provider.ge
 deletes a Pod object (the pod controller does, once the instance is gone) and never terminates
 an instance a live Pod claims.
 
+Tests: tests/vnode/test_teardown.py.
+
 Invariant (I2): an instance no Pod claims (a Pod force-deleted while the manager was down)
 is terminated after two successful lists in a row; see
 tests/vnode/test_invariants.py::test_I2_instance_of_a_pod_force_deleted_while_the_manager_was_down_is_swept.
