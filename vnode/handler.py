@@ -22,12 +22,7 @@ from kube.client import Kube
 from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors
-from providers.base import (
-    Capabilities,
-    Instance,
-    InstanceId,
-    Provider,
-)
+from providers.base import Capabilities, Instance, InstanceId, Provider
 from vnode.blocklister import Blocklister
 from vnode.context import PhaseContext, Traits
 from vnode.ephemeral import Ephemerals
