@@ -2,7 +2,7 @@
 
 Builds a Handler over the in-process fake provider holding N running instances, tracks N
 realistic Pods (as the pod controller would after a restart: adopted, statuses written),
-then times `Handler.poll_once()` (one provider.list() and the comparison of every Pod)
+then times `StatusSync.poll_once()` (one provider.list() and the comparison of every Pod)
 and reports the process's resident memory growth per tracked Pod. No API server is
 involved: a tick where nothing changed makes no API call (tests/vnode prove that).
 Usage: python bench/poll.py [--pods 10000] [--ticks 20]
@@ -111,11 +111,11 @@ def main() -> None:
         entry.written_annotations.update(entry.desired_annotations)
     gc.collect()
     after = rss_bytes()
-    handler.poll_once(None)  # warm up
+    handler.status_sync.poll_once(None)  # warm up
     timings = []
     for _ in range(args.ticks):
         started = time.perf_counter()
-        changed = handler.poll_once(None)
+        changed = handler.status_sync.poll_once(None)
         timings.append(time.perf_counter() - started)
         assert changed == [], "nothing changed, so nothing is due for a write"
     list_timings = []

@@ -378,7 +378,7 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
         operations=operations,
     )
     runner.start()
-    wait(lambda: runner.handler.last_list_ok, 30)
+    wait(lambda: runner.handler.inventory.last_list_ok, 30)
     wait(lambda: runner.pods.live_claims() is not None, 30)
     if gated is not None:
         gated.start_placement(provider, args.workers)

@@ -62,7 +62,7 @@ def billing_of(handler: Handler) -> Billing:
     rules, owners = handler.rules(), {entry.claim: entry for entry in handler.tracked_entries()}
     orphans = behind = unpriced = 0
     spend = 0.0
-    for claim, instance in handler.last_instances().items():
+    for claim, instance in handler.inventory.last_instances().items():
         entry = owners.get(claim)
         if entry is None:
             orphans += instance.state not in GONE
@@ -153,9 +153,9 @@ def _handlers(handlers: tuple[Handler, ...]) -> Iterator[GaugeMetricFamily]:
     for handler in handlers:
         provider = handler.provider.name
         pods.add_metric([provider], len(handler.tracked_entries()))
-        ready.add_metric([handler.node_name], 1.0 if handler.last_list_ok else 0.0)
-        if handler.last_list_ok is not None:  # before the first list: unknown, not down
-            up.add_metric([provider, handler.node_name], 1.0 if handler.last_list_ok else 0.0)
+        ready.add_metric([handler.node_name], 1.0 if handler.inventory.last_list_ok else 0.0)
+        if handler.inventory.last_list_ok is not None:  # before the first list: unknown, not down
+            up.add_metric([provider, handler.node_name], 1.0 if handler.inventory.last_list_ok else 0.0)
         billing = billing_of(handler)
         orphans.add_metric([provider], billing.orphans)
         behind.add_metric([provider], billing.behind_finished)

@@ -91,7 +91,7 @@ def claim_rows(handler: Handler, entries: Iterable[Tracked]) -> list[Row]:
     owners = {entry.claim: entry.key for entry in entries}
     provider = handler.provider.name
     rows: list[Row] = []
-    for claim, instance in handler.last_instances().items():
+    for claim, instance in handler.inventory.last_instances().items():
         owner = owners.get(claim)
         rows.append(
             {
@@ -114,14 +114,14 @@ def node_row(handler: Handler, pods: int, observer: ConsoleObserver | None) -> R
     return {
         "name": handler.node_name,
         "provider": handler.provider.name,
-        "ready": handler.last_list_ok,
+        "ready": handler.inventory.last_list_ok,
         "last_lease_renewal": observer.node_synced_at(handler.node_name) if observer is not None else None,
         "capacity": dict(handler.capabilities().capacity),
         "pods": pods,
         "poll_interval": handler.poll_interval,
         # Milliseconds are what an operator reads; finer digits would rewrite the row every poll.
-        "last_list_seconds": round(handler.last_list_seconds, 3),
-        "last_list_error": handler.last_list_error,
+        "last_list_seconds": round(handler.inventory.last_list_seconds, 3),
+        "last_list_error": handler.inventory.last_list_error,
     }
 
 

@@ -1,9 +1,11 @@
 """Resolve every container's environment the way the kubelet does, before `provision`.
 
-Called by `vnode.provision` with a reader for Secrets and ConfigMaps; `vnode.volumes` shares
-its `fieldRef`/`resourceFieldRef` readers. Per container, order: every `envFrom` source in
-listed order (with its prefix), then `env` entries, which win; `$(VAR)` references expand
-against what that container defined so far; `resourceFieldRef` reads its own resources.
+Called by `vnode.provision` with the Pod's `PodFields` (read once from its JSON at the door,
+shared with `vnode.volumes` and `vnode.pullsecrets`) and a reader for Secrets and ConfigMaps;
+`vnode.volumes` shares its `fieldRef`/`resourceFieldRef` readers. Per container, order:
+every `envFrom` source in listed order (with its prefix), then `env` entries, which win;
+`$(VAR)` references expand against what that container defined so far; `resourceFieldRef`
+reads its own resources.
 Values are secrets (I4): never logged; errors name keys and objects, never values
 (tests/vnode/test_env.py::test_I4_env_errors_and_reprs_never_carry_values).
 """
@@ -25,6 +27,49 @@ Reader = Callable[[str, str], Mapping[str, str] | None]
 
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _FIELD_SUBSCRIPT = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+@dataclass(frozen=True)
+class PodFields:
+    """What the sources (env, volumes, image pull secrets) read of a Pod, taken from its JSON
+    once (`of`): its identity, labels and annotations (the downward API), the containers'
+    specs (their env, envFrom and resources), its volumes and its image pull Secrets' names.
+    `namespace` is as written ("" if none): `source_namespace` is where its objects are read."""
+
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+    node_name: str = ""
+    service_account: str = ""
+    labels: Mapping[str, Any] = field(default_factory=dict)
+    annotations: Mapping[str, Any] = field(default_factory=dict)
+    containers: tuple[Mapping[str, Any], ...] = ()
+    init_containers: tuple[Mapping[str, Any], ...] = ()
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    pull_secrets: tuple[str, ...] = ()  # as listed ("" for an entry with no name)
+
+    @classmethod
+    def of(cls, pod: Mapping[str, Any]) -> PodFields:
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        return cls(
+            namespace=str(meta.get("namespace") or ""),
+            name=str(meta.get("name") or ""),
+            uid=str(meta.get("uid") or ""),
+            node_name=str(spec.get("nodeName") or ""),
+            service_account=str(spec.get("serviceAccountName") or ""),
+            labels=dict(meta.get("labels") or {}),
+            annotations=dict(meta.get("annotations") or {}),
+            containers=tuple(spec.get("containers") or ()),
+            init_containers=tuple(spec.get("initContainers") or ()),
+            volumes=tuple(spec.get("volumes") or ()),
+            pull_secrets=tuple(str((ref or {}).get("name") or "") for ref in spec.get("imagePullSecrets") or ()),
+        )
+
+    @property
+    def source_namespace(self) -> str:
+        """Where the Pod's Secrets and ConfigMaps are read (`default` for a Pod naming none)."""
+        return self.namespace or "default"
 
 
 @dataclass(frozen=True)
@@ -132,31 +177,29 @@ def go_quote(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def field_value(pod: Mapping[str, Any], path: str) -> str:
+def field_value(pod: PodFields, path: str) -> str:
     """The Pod field a `fieldRef` names (ValueError: a path the kubelet does not serve)."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
     simple = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "metadata.uid": meta.get("uid"),
-        "spec.nodeName": spec.get("nodeName"),
-        "spec.serviceAccountName": spec.get("serviceAccountName"),
+        "metadata.name": pod.name,
+        "metadata.namespace": pod.namespace,
+        "metadata.uid": pod.uid,
+        "spec.nodeName": pod.node_name,
+        "spec.serviceAccountName": pod.service_account,
     }
     if path in simple:
-        return str(simple[path] or "")
+        return simple[path]
+    maps = {"labels": pod.labels, "annotations": pod.annotations}
     if path in ("metadata.labels", "metadata.annotations"):
-        return format_map(meta.get(path.split(".")[1]) or {})
+        return format_map(maps[path.split(".")[1]])
     match = _FIELD_SUBSCRIPT.match(path)
     if match:
-        return str((meta.get(match.group(1)) or {}).get(match.group(2), ""))
+        return str(maps[match.group(1)].get(match.group(2), ""))
     raise ValueError(f"unsupported fieldPath {path!r}")
 
 
-def find_container(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def find_container(pod: PodFields, name: str) -> Mapping[str, Any]:
     """The app or init container called `name` (ValueError: the Pod has none)."""
-    spec = pod.get("spec") or {}
-    for container in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+    for container in [*pod.containers, *pod.init_containers]:
         if container.get("name") == name:
             return dict(container)
     raise ValueError(f"container {name!r} not found")
@@ -214,12 +257,11 @@ def _from_key_ref(sources: _Sources, kind: str, ref: Mapping[str, Any], result: 
     return data[key]
 
 
-def resolve_env(pod: Mapping[str, Any], *, read_secret: Reader, read_configmap: Reader) -> ResolvedEnv:
+def resolve_env(pod: PodFields, *, read_secret: Reader, read_configmap: Reader) -> ResolvedEnv:
     """The first app container's environment, fully resolved. Raises EnvError."""
-    containers = (pod.get("spec") or {}).get("containers") or []
-    if not containers:
+    if not pod.containers:
         return ResolvedEnv()
-    return _resolve_container(pod, containers[0], _sources_for(pod, read_secret, read_configmap))
+    return _resolve_container(pod, pod.containers[0], _Sources(pod.source_namespace, read_secret, read_configmap))
 
 
 @dataclass
@@ -236,25 +278,19 @@ class PodEnv:
         return f"PodEnv(containers={keys}, first={self.first!r}, warnings={self.warnings})"
 
 
-def resolve_pod_env(pod: Mapping[str, Any], *, read_secret: Reader, read_configmap: Reader) -> PodEnv:
+def resolve_pod_env(pod: PodFields, *, read_secret: Reader, read_configmap: Reader) -> PodEnv:
     """The environment of every container (init and app), each resolved against its own
     `env`, `envFrom` and resources; each Secret or ConfigMap is read once. Raises EnvError."""
-    spec = pod.get("spec") or {}
-    sources = _sources_for(pod, read_secret, read_configmap)
-    result = PodEnv(first=str(((spec.get("containers") or [{}])[0]).get("name", "")))
-    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+    sources = _Sources(pod.source_namespace, read_secret, read_configmap)
+    result = PodEnv(first=str(pod.containers[0].get("name", "")) if pod.containers else "")
+    for container in [*pod.init_containers, *pod.containers]:
         resolved = _resolve_container(pod, container, sources)
         result.containers[str(container.get("name", ""))] = resolved.values
         result.warnings.extend(w for w in resolved.warnings if w not in result.warnings)
     return result
 
 
-def _sources_for(pod: Mapping[str, Any], read_secret: Reader, read_configmap: Reader) -> _Sources:
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
-    return _Sources(namespace, read_secret, read_configmap)
-
-
-def _resolve_container(pod: Mapping[str, Any], container: Mapping[str, Any], sources: _Sources) -> ResolvedEnv:
+def _resolve_container(pod: PodFields, container: Mapping[str, Any], sources: _Sources) -> ResolvedEnv:
     result = ResolvedEnv()
     values: dict[str, str] = {}
     for source in container.get("envFrom") or []:
@@ -273,7 +309,7 @@ def _resolve_container(pod: Mapping[str, Any], container: Mapping[str, Any], sou
 
 
 def _value_from(
-    pod: Mapping[str, Any],
+    pod: PodFields,
     container: Mapping[str, Any],
     sources: _Sources,
     name: str,

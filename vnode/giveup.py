@@ -32,19 +32,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
 from typing import Any
 
 from kube import names
 from kube.worker import Retry
 from providers import errors
-from providers.base import BlockBreadth, BlockScope, Instance, InstanceState, Provider, Tier
+from providers.base import BlockBreadth, BlockScope, Instance, InstanceState, Tier
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import status
-from vnode.blocklister import Blocklister
-from vnode.poolpolicy import PoolPolicies
+from vnode.context import PhaseContext
 from vnode.runs import Due, Step
 from vnode.tracking import Tracked
 
@@ -59,20 +56,12 @@ def pool_of(pod: Mapping[str, Any]) -> str | None:
 class GiveUp:
     """One per Handler: reports preemptions' blocks and gives up instances queued too long."""
 
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        blocklister: Blocklister | None,
-        pools: PoolPolicies | None,
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-    ) -> None:
-        self._provider = provider
-        self._blocklister = blocklister
-        self._pools = pools
-        self._monotonic = monotonic
-        self._now = now
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._blocklister = context.blocklister
+        self._pools = context.pools
+        self._monotonic = context.monotonic
+        self._now = context.now
 
     def settle(self, entry: Tracked) -> float | None:
         """Report a preemption's block (once); give up an instance queued past its deadline.

@@ -1,18 +1,19 @@
-"""The Handler: one per provider, the facade the controllers, the kubelet API and the console call.
+"""The Handler: one per provider, what the controllers, the kubelet API and the console hold.
 
-Wires the phases over one tracked map (`vnode.tracking`) and one inventory of the
-provider's instances (`vnode.inventory`): provisioning (`vnode.provision`), status sync
-and its poll loop (`vnode.statussync`), teardown and the orphan sweep (`vnode.teardown`),
-and the kubelet API's reads (`vnode.serving`). Holds no logic of its own beyond
-delegation; never deletes Pods. Constructing it does no I/O. It builds the prober
-(`vnode.prober`), which the Runner starts and stops.
+Builds the one `PhaseContext` (`vnode.context`: the tracked map, the inventory, the writer and
+reader, ...) and the phases over it, which its callers call directly: `provisioner`
+(`vnode.provision`), `status_sync` (`vnode.statussync`), `teardown` (`vnode.teardown`),
+`lifecycle`, `serving` (the kubelet API's reads) and `inventory`. Itself it keeps the
+provider's identity, the readers' view of the tracked map, and the pod controller's steps that
+span phases (adopt, update, flush); never deletes Pods. Constructing it does no I/O. It builds
+the prober (`vnode.prober`), which the Runner starts and stops.
 Tests: tests/vnode/test_controllers.py.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,18 +24,13 @@ from kube.worker import Retry
 from providers import errors
 from providers.base import (
     Capabilities,
-    ClaimName,
     Instance,
     InstanceId,
-    LogOptions,
-    LogStream,
-    PortConnection,
-    Process,
     Provider,
-    Restarter,
 )
 from vnode import assess
 from vnode.blocklister import Blocklister
+from vnode.context import PhaseContext, Traits
 from vnode.ephemeral import Ephemerals
 from vnode.giveup import GiveUp
 from vnode.inventory import Inventory
@@ -43,12 +39,12 @@ from vnode.podwriter import PodWriter
 from vnode.poolpolicy import PoolPolicies
 from vnode.prober import DEFAULT_WORKERS, Prober
 from vnode.provision import Provisioner
+from vnode.reader import PodReader
 from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.serving import Serving
 from vnode.statussync import StatusSync
 from vnode.teardown import OrphanSweep, Teardown
-from vnode.tracking import Lookup, Rules, Tracked, TrackedMap, pod_key
-from vnode.usage import NodeUsage
+from vnode.tracking import Rules, Tracked, TrackedMap, pod_key
 
 JsonDict = dict[str, Any]
 
@@ -72,73 +68,43 @@ class Handler:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.provider = provider
-        self.pools = pools  # the NodePools' egress and provisioning timeout (None: no placement)
-        self.writer = PodWriter(kube, events)
-        self._poll_interval = poll_interval
-        self._backoff = backoff
+        self.traits = traits = Traits(provider, poll_interval=poll_interval, backoff=backoff)
         self._monotonic = monotonic
         self._now = now
-        self._capabilities: Capabilities | None = None
-        self._rules: Rules | None = None
         self._tracked = TrackedMap()
-        self.inventory = Inventory(
-            provider, snapshot_ttl=snapshot_ttl, failure_ttl=lambda: self.poll_interval, monotonic=monotonic
-        )
-        self.provisioner = Provisioner(
-            provider,
-            tracked=self._tracked,
-            writer=self.writer,
-            events=events,
-            capabilities=self.capabilities,
-            rules=self.rules,
-            blocklister=blocklister,
-            pools=pools,
-            monotonic=monotonic,
-            now=now,
-        )
-        self.sweep = OrphanSweep(provider, events=events)
-        self.give_up = GiveUp(provider, blocklister=blocklister, pools=pools, monotonic=monotonic, now=now)
-        self.status_sync = StatusSync(
-            provider,
-            tracked=self._tracked,
-            inventory=self.inventory,
-            writer=self.writer,
-            sweep=self.sweep,
-            capabilities=self.capabilities,
-            rules=self.rules,
-            monotonic=monotonic,
-            now=now,
-            give_up=self.give_up,
-        )
-        self.teardown = Teardown(
-            provider,
-            tracked=self._tracked,
-            inventory=self.inventory,
-            events=events,
-            recheck_cap=lambda: self.poll_interval,
-            monotonic=monotonic,
-            now=now,
-        )
-        self.lifecycle = Lifecycle(
-            provider,
-            provisioner=self.provisioner,
-            teardown=self.teardown,
-            rules=self.rules,
-            recheck_cap=lambda: self.poll_interval,
-            monotonic=monotonic,
-            now=now,
-            give_up=self.give_up,
-        )
         # The pod controller's queue (set by the Runner): a key put there is flushed soon.
         self.queue_flush: Callable[[str], None] = lambda key: None
         self.ephemerals = Ephemerals(
             provider,
             now=now,
             changed=lambda key: self.queue_flush(key),
-            pulls_images=lambda: self.capabilities().pulls_images,
-            several_containers=lambda: self.capabilities().shapes.several_containers,
+            pulls_images=lambda: traits.capabilities().pulls_images,
+            several_containers=lambda: traits.capabilities().shapes.several_containers,
         )
-        self.serving = Serving(provider, tracked=self._tracked, now=now, ephemerals=self.ephemerals)
+        self.context = context = PhaseContext(
+            provider,
+            tracked=self._tracked,
+            inventory=Inventory(
+                provider, snapshot_ttl=snapshot_ttl, failure_ttl=traits.poll_interval, monotonic=monotonic
+            ),
+            writer=PodWriter(kube, events),
+            reader=PodReader(kube),
+            events=events,
+            traits=traits,
+            ephemerals=self.ephemerals,
+            blocklister=blocklister,
+            pools=pools,
+            monotonic=monotonic,
+            now=now,
+        )
+        self.writer, self.inventory = context.writer, context.inventory
+        self.provisioner = Provisioner(context)
+        self.sweep = OrphanSweep(context)
+        self.give_up = GiveUp(context)
+        self.status_sync = StatusSync(context, sweep=self.sweep, give_up=self.give_up)
+        self.teardown = Teardown(context)
+        self.lifecycle = Lifecycle(context, provisioner=self.provisioner, teardown=self.teardown, give_up=self.give_up)
+        self.serving = Serving(context)
         self.prober = Prober(
             provider,
             tracked=self._tracked,
@@ -155,23 +121,17 @@ class Handler:
         return names.node_name(self.provider.name)
 
     def capabilities(self) -> Capabilities:
-        if self._capabilities is None:
-            self._capabilities = self.provider.capabilities()
-        return self._capabilities
+        return self.traits.capabilities()
 
     @property
     def poll_interval(self) -> float:
-        return self._poll_interval or self.capabilities().poll_interval
+        return self.traits.poll_interval()
 
     def rules(self) -> Rules:
         """What runs mean on this provider: restarts in place? does a finished instance bill?"""
-        if self._rules is None:
-            caps = self.capabilities()
-            in_place = caps.restarts_in_place and isinstance(self.provider, Restarter)
-            self._rules = Rules(in_place=in_place, bills=caps.bills_after_exit, backoff=self._backoff)
-        return self._rules
+        return self.traits.rules()
 
-    # -- the tracked map and the last list (readers: controllers, kubelet API, console) ----
+    # -- the tracked map (readers: controllers, kubelet API, console) ----------------------
     def tracks(self, namespace: str, name: str) -> bool:
         return f"{namespace}/{name}" in self._tracked
 
@@ -182,39 +142,11 @@ class Handler:
         """Every tracked Pod's record, for readers (the console's mirror); never mutate them."""
         return self._tracked.entries()
 
-    def _track(self, pod: JsonDict) -> Tracked:
-        return self._tracked.track(pod)
-
     def get_pods(self) -> list[JsonDict]:
         """The Pods this node serves, with the status Nebula computed for them."""
         return [dict(t.pod, status=t.desired_status or t.pod.get("status") or {}) for t in self._tracked.entries()]
 
-    def get_pod_status(self, namespace: str, name: str) -> JsonDict | None:
-        entry = self._tracked.get(f"{namespace}/{name}")
-        return None if entry is None else entry.desired_status
-
-    def last_instances(self) -> dict[ClaimName, Instance]:
-        """What the last successful provider.list() returned, by claim (orphans included)."""
-        return self.inventory.last_instances()
-
-    @property
-    def last_list_ok(self) -> bool | None:
-        """None until the first list; then whether the last one succeeded."""
-        return self.inventory.last_list_ok
-
-    @property
-    def last_list_error(self) -> str:
-        return self.inventory.last_list_error
-
-    @property
-    def last_list_seconds(self) -> float:
-        return self.inventory.last_list_seconds
-
     # -- the pod controller's operations ----------------------------------------------------
-    def lookup(self, pod: Mapping[str, Any]) -> tuple[Lookup, Instance | None]:
-        """See Inventory.lookup: found, not found, or could not ask (I3)."""
-        return self.inventory.lookup(pod)
-
     def adopt(self, pod: JsonDict, instance: Instance) -> None:
         """Track an instance found again after a restart (no provider call)."""
         assess.adopt(self._tracked, pod, instance, at=self._monotonic(), now=self._now(), rules=self.rules())
@@ -235,37 +167,12 @@ class Handler:
         entry.provisioned_at = self._monotonic()
         assess.lose(entry, now=self._now(), at=self._monotonic(), rules=self.rules(), why=why)
 
-    def carry_out(self, key: str, pod: JsonDict) -> float | None:
-        """See Lifecycle.carry_out: the tracked Pod's due restart, replacement or release."""
-        entry = self._tracked.get(key)
-        if entry is None or entry.uid != (pod.get("metadata") or {}).get("uid"):
-            return None
-        return self.lifecycle.carry_out(entry, pod)
-
-    def step_due(self, key: str) -> bool:
-        """See Lifecycle.step_due: would `carry_out` call the provider now?"""
-        entry = self._tracked.get(key)
-        return entry is not None and self.lifecycle.step_due(entry)
-
-    def create_pod(self, pod: JsonDict) -> None:
-        """See Provisioner.create_pod: the instance id is on the Pod when this returns (I2)."""
-        self.provisioner.create_pod(pod)
-
     def update_pod(self, pod: JsonDict) -> None:
         """A Pod's spec or metadata changed: nothing changes at the provider."""
         entry = self._tracked.get(pod_key(pod))
         if entry is not None and entry.uid == (pod.get("metadata") or {}).get("uid"):
             self._tracked.track(pod)  # the same entry; a Pod now terminal in the API is finished
             self.ephemerals.sync(entry)  # `kubectl debug` added one: a new process (vnode.ephemeral)
-
-    def delete_pod(self, key: str, *, uid: str | None = None) -> float | None:
-        """See Teardown.delete_pod: None once the instance is gone, else when to look again."""
-        self.ephemerals.forget(key)  # the Pod's deletion ends its ephemeral containers
-        return self.teardown.delete_pod(key, uid=uid)
-
-    def terminate_for_pod(self, pod: Mapping[str, Any]) -> float | None:
-        """See Teardown.terminate_for_pod: for a Pod this Handler may not track."""
-        return self.teardown.terminate_for_pod(pod)
 
     def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
         """Write the Pod's pending metadata, then its status (see PodWriter.flush), the status
@@ -279,35 +186,7 @@ class Handler:
                 self.ephemerals.overlay(entry)
             self.writer.flush(entry, current)
 
-    def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
-        """See StatusSync.poll_once: one provider.list(); returns the keys due for a write."""
-        return self.status_sync.poll_once(live_claims)
-
     def _probe_changed(self, entry: Tracked) -> None:
         """The prober's `on_change` (on a probe worker): a readiness or startup verdict of
         `entry` changed, so its Pod is queued for a flush (`flush` writes what is new)."""
         self.queue_flush(entry.key)
-
-    # -- the kubelet API (vnode.kubelet calls these on worker threads, never the reactor) ----
-    def kubelet_instance(self, namespace: str, name: str, container: str, *, capability: str) -> InstanceId:
-        return self.serving.kubelet_instance(namespace, name, container, capability=capability)
-
-    def get_container_logs(self, namespace: str, name: str, container: str, options: LogOptions) -> LogStream:
-        return self.serving.get_container_logs(namespace, name, container, options)
-
-    def run_in_container(
-        self, namespace: str, name: str, container: str, command: Sequence[str], *, tty: bool, stdin: bool
-    ) -> Process:
-        return self.serving.run_in_container(namespace, name, container, command, tty=tty, stdin=stdin)
-
-    def attach_to_container(self, namespace: str, name: str, container: str, *, tty: bool, stdin: bool) -> Process:
-        return self.serving.attach_to_container(namespace, name, container, tty=tty, stdin=stdin)
-
-    def forwarding_instance(self, namespace: str, name: str) -> InstanceId:
-        return self.serving.forwarding_instance(namespace, name)
-
-    def port_forward(self, namespace: str, name: str, port: int) -> PortConnection:
-        return self.serving.port_forward(namespace, name, port)
-
-    def pod_usage(self) -> NodeUsage:
-        return self.serving.pod_usage()

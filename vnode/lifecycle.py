@@ -1,6 +1,6 @@
 """Carrying out a Pod's due step (vnode.runs): a restart in place, a replacement instance, or a release.
 
-Called by the Handler's `carry_out`, from the pod controller's workers, when a tracked
+Called by the pod controller's workers (`carry_out`, `step_due`), when a tracked
 Pod's `runs.due` time (or one of its containers') has come. A restart in place calls the
 provider's `restart` (with the container, for an instance that reports container facts); a
 provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
@@ -14,21 +14,19 @@ Tests: tests/vnode/test_lifecycle.py.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any, cast
 
 from kube import names
 from kube.worker import Retry
 from providers import errors
-from providers.base import Instance, Provider, Restarter
+from providers.base import Instance, Restarter
 from vnode import assess
+from vnode.context import PhaseContext
 from vnode.giveup import GiveUp
 from vnode.provision import Provisioner
 from vnode.runs import Step
 from vnode.teardown import RECHECK_FIRST, STOPPED, Teardown
-from vnode.tracking import Rules, Tracked
+from vnode.tracking import Tracked
 
 logger = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
@@ -36,29 +34,24 @@ JsonDict = dict[str, Any]
 
 class Lifecycle:
     def __init__(
-        self,
-        provider: Provider,
-        *,
-        provisioner: Provisioner,
-        teardown: Teardown,
-        rules: Callable[[], Rules],
-        recheck_cap: Callable[[], float],
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-        give_up: GiveUp | None = None,
+        self, context: PhaseContext, *, provisioner: Provisioner, teardown: Teardown, give_up: GiveUp | None = None
     ) -> None:
-        self._provider = provider
+        self._provider = context.provider
+        self._tracked = context.tracked
         self._give_up = give_up
         self._provisioner = provisioner
         self._teardown = teardown
-        self._rules = rules
-        self._recheck_cap = recheck_cap
-        self._monotonic = monotonic
-        self._now = now
+        self._rules = context.rules
+        self._recheck_cap = context.poll_interval  # a replaced instance's looks back off up to it
+        self._monotonic = context.monotonic
+        self._now = context.now
 
-    def step_due(self, entry: Tracked) -> bool:
-        """Whether `carry_out` would call the provider now: a restart, replacement or release
-        is due, or a queued instance's deadline has passed."""
+    def step_due(self, key: str) -> bool:
+        """Whether `carry_out` would call the provider now for the tracked Pod `key`: a
+        restart, replacement or release is due, or a queued instance's deadline has passed."""
+        entry = self._tracked.get(key)
+        if entry is None:
+            return False
         now = self._monotonic()
         first = entry.next_due()
         if first is not None and first <= now:
@@ -66,11 +59,15 @@ class Lifecycle:
         deadline = self._give_up.deadline(entry) if self._give_up is not None else None
         return deadline is not None and deadline <= now
 
-    def carry_out(self, entry: Tracked, pod: JsonDict) -> float | None:
-        """Do the entry's due step if its time has come. Returns seconds until the entry
-        wants another look (its step not yet due, or an instance still going away), or None.
-        Raises Retry when the provider could not be asked. First, a preemption's block is
-        reported and an instance queued too long is given up (vnode.giveup)."""
+    def carry_out(self, key: str, pod: JsonDict) -> float | None:
+        """Do the due step of the tracked Pod `key` (of `pod`'s UID; else nothing) if its time
+        has come. Returns seconds until the entry wants another look (its step not yet due, or
+        an instance still going away), or None. Raises Retry when the provider could not be
+        asked. First, a preemption's block is reported and an instance queued too long is given
+        up (vnode.giveup)."""
+        entry = self._tracked.get(key)
+        if entry is None or entry.uid != (pod.get("metadata") or {}).get("uid"):
+            return None
         queued = self._give_up.settle(entry) if self._give_up is not None else None
         first = entry.next_due()
         if first is None:

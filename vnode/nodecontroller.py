@@ -111,7 +111,7 @@ class NodeController:
         last_sync = float("-inf")
         written: bool | None | str = "never"
         while not self._stop.is_set():
-            reachable = self.handler.last_list_ok
+            reachable = self.handler.inventory.last_list_ok
             now = time.monotonic()
             if reachable != written or now - last_sync >= self._renew_interval:
                 try:
@@ -195,11 +195,11 @@ class NodeController:
         only when a status changes. Before the first list a node found registered keeps the
         conditions it has (a restart or a new leader is no news about the provider, and a
         NotReady flap would taint the node), while a new node is not Ready yet."""
-        ok = self.handler.last_list_ok
+        ok = self.handler.inventory.last_list_ok
         now = self._now()
         if ok is True:
             ready = ("True", "KubeletReady", "provider answers; virtual node ready")
-            reachable = ("True", "ProviderAnswered", f"last list took {self.handler.last_list_seconds:.3f}s")
+            reachable = ("True", "ProviderAnswered", f"last list took {self.handler.inventory.last_list_seconds:.3f}s")
         elif ok is None:
             ready = self._kept("Ready") or ("False", "ProviderNotListedYet", "waiting for the first provider list")
             reachable = self._kept(names.CONDITION_PROVIDER_REACHABLE) or (
@@ -208,7 +208,7 @@ class NodeController:
                 "waiting for the first provider list",
             )
         else:
-            error = self.handler.last_list_error
+            error = self.handler.inventory.last_list_error
             ready = ("False", "ProviderUnreachable", f"provider does not answer: {error}")
             reachable = ("False", "ProviderUnreachable", error)
         result = []

@@ -33,6 +33,7 @@ from vnode.decisions import Action, Decision, TakeUp
 from vnode.env import MissingSource
 from vnode.handler import Handler
 from vnode.provision import WaitingForSource
+from vnode.teardown import Tombstone
 from vnode.tracking import pod_claim
 
 logger = logging.getLogger(__name__)
@@ -218,19 +219,19 @@ class PodController:
         if decision.action is Action.UPDATE:
             self.handler.update_pod(pod)
         else:  # CREATE_OR_ADOPT, ADOPT_FINISHED: the Handler does not track the Pod
-            seen = decisions.Seen(*self.handler.lookup(pod))
+            seen = decisions.Seen(*self.handler.inventory.lookup(pod))
             step = decisions.take_up(pod, seen, retry_after=self.handler.poll_interval)
             logger.debug("pod %s: %s (%s)", key, step.step.name, step.why)
             if step.slow:
                 return Handoff(lambda: self._take_up_slowly(key, pod, seen, step))
             if not self._take_up(pod, step):
                 return None
-        if self.handler.step_due(key):
+        if self.handler.lifecycle.step_due(key):
             return Handoff(lambda: self._carry_out(key, pod))
         return self._carry_out(key, pod)
 
     def _carry_out(self, key: str, pod: JsonDict) -> Requeue | None:
-        after = self.handler.carry_out(key, pod)
+        after = self.handler.lifecycle.carry_out(key, pod)
         self.handler.flush(key, pod)
         return None if after is None else Requeue(after)
 
@@ -246,7 +247,7 @@ class PodController:
             assert step.instance is not None
             self.handler.adopt(pod, step.instance)
         elif step.step is TakeUp.PROVISION:
-            self.handler.create_pod(pod)
+            self.handler.provisioner.create_pod(pod)
         else:
             assert step.step is TakeUp.LOSE and step.instance_id is not None
             self.handler.lost_before_tracking(pod, step.instance_id, why=step.why)
@@ -268,7 +269,7 @@ class PodController:
         return self._carry_out(key, pod)
 
     def _terminate_gone(self, key: str, decision: Decision) -> Requeue | None:
-        after = self.handler.delete_pod(key, uid=decision.uid)
+        after = self.handler.teardown.terminate(Tombstone(key, decision.uid))
         if after is not None:
             return Requeue(after)
         with self._lock:
@@ -278,7 +279,7 @@ class PodController:
 
     def _terminate_tombstone(self, key: str, decision: Decision) -> Requeue | None:
         assert decision.pod is not None
-        after = self.handler.terminate_for_pod(decision.pod)
+        after = self.handler.teardown.terminate(decision.pod)
         if after is not None:
             return Requeue(after)
         with self._lock:
@@ -289,7 +290,7 @@ class PodController:
     def _terminate_then_delete(self, pod: JsonDict) -> Requeue | None:
         """Graceful deletion: terminate, and delete the object with grace 0 once the
         provider reports the instance gone."""
-        after = self.handler.terminate_for_pod(pod)
+        after = self.handler.teardown.terminate(pod)
         if after is not None:
             return Requeue(after)
         meta = pod["metadata"]

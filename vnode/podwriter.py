@@ -2,8 +2,8 @@
 
 Called by the Handler's phases. `flush` is the one path Pod metadata takes: annotations
 first, so whoever reads a status can also find the instance (design §1.6); a status the
-API already shows as terminal is frozen. Reads Secrets and ConfigMaps for env and volume contents.
-Never logs a Secret's content (I4; see
+API already shows as terminal is frozen. Writes only: what a Pod reads (its Secrets and
+ConfigMaps) is `vnode.reader`'s. Never logs a Secret's content (I4; see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret).
 """
 
@@ -18,7 +18,6 @@ from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.worker import Retry
-from vnode.env import decode_secret_data
 from vnode.tracking import Tracked, pod_key
 
 logger = logging.getLogger(__name__)
@@ -122,34 +121,3 @@ class PodWriter:
             logger.warning("could not write the connect Secret for %s (will retry): %s", pod_key(pod), exc.reason)
             self._events.pod(pod, "Warning", "ConnectSecretFailed", f"could not write the connect Secret: {exc.reason}")
             raise Retry(f"connect Secret write failed: {exc.reason}") from exc
-
-    def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        try:
-            secret = self._kube.get(path_for("secrets", namespace=namespace, name=name))
-        except NotFoundError:
-            return None
-        return decode_secret_data(secret.get("data"))
-
-    def read_configmap(self, namespace: str, name: str) -> Mapping[str, str] | None:
-        try:
-            configmap = self._kube.get(path_for("configmaps", namespace=namespace, name=name))
-        except NotFoundError:
-            return None
-        return dict(configmap.get("data") or {})
-
-    def read_secret_bytes(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
-        """A Secret's data as bytes, for volume contents; None: NotFound."""
-        try:
-            secret = self._kube.get(path_for("secrets", namespace=namespace, name=name))
-        except NotFoundError:
-            return None
-        return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
-
-    def read_configmap_bytes(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
-        """A ConfigMap's `data` (UTF-8) and `binaryData` as bytes, for volume contents; None: NotFound."""
-        try:
-            configmap = self._kube.get(path_for("configmaps", namespace=namespace, name=name))
-        except NotFoundError:
-            return None
-        data = {key: str(value).encode() for key, value in (configmap.get("data") or {}).items()}
-        return data | {key: base64.b64decode(value) for key, value in (configmap.get("binaryData") or {}).items()}

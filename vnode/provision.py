@@ -1,6 +1,7 @@
 """Provisioning one Pod: resolve its volumes and env, call `provider.provision`, record the instance, or refuse.
 
-Called by the Handler's `create_pod` (from the pod controller's workers). Writes the
+`Provisioner.create_pod` is called by the pod controller's workers (and by a replacement in
+`vnode.lifecycle`). Writes the
 instance id to the Pod through `PodWriter.flush` before returning, the connect Secret,
 and Events; reports refusals to the Blocklister. Never logs or puts into an Event a
 resolved env value, a volume's contents or a credential (I4).
@@ -19,25 +20,20 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
 from kube import names, observe
-from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors, shapecheck
-from providers.base import Capabilities, Instance, InstanceState, Provider, ProvisionRequest, ProvisionResult
+from providers.base import ClaimName, Instance, InstanceState, PodSpec, ProvisionRequest, ProvisionResult, Tier
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode import assess, containerstatus, status
-from vnode.blocklister import Blocklister
-from vnode.env import EnvError, MissingSource, resolve_pod_env
-from vnode.podwriter import PodWriter
-from vnode.poolpolicy import PoolPolicies
+from vnode.context import PhaseContext
+from vnode.env import EnvError, MissingSource, PodFields, resolve_pod_env
 from vnode.pullsecrets import PullAuth, resolve_pull_auth
-from vnode.tracking import Rules, TrackedMap, pod_claim, pod_key
+from vnode.tracking import pod_claim, pod_key
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
 
 JsonDict = dict[str, Any]
@@ -52,37 +48,68 @@ class WaitingForSource(Retry):
         self.missing = missing
 
 
+@dataclass(frozen=True)
+class IncomingPod:
+    """A Pod as provisioning reads it, parsed once at the door (`of`): the typed `PodSpec` the
+    provider gets (None when it cannot be read: `invalid` says why, and the Pod is refused
+    where it always was, after the shape check and its sources), what the sources read
+    (`PodFields`), and the request's claim, tier, region and pool. `pod` (the JSON) stays for
+    what is written back about the Pod (its status, Events, annotations) and for the shape
+    check, which is a check of the JSON's fields. Tests: tests/vnode/test_provision.py."""
+
+    pod: JsonDict
+    key: str
+    claim: ClaimName
+    spec: PodSpec | None
+    invalid: str
+    fields: PodFields
+    tier: Tier | None
+    region: str | None
+    pool: str | None  # its `nebula.io/pool` label (None: placed from no pool)
+    deadline: bool  # spec.activeDeadlineSeconds is set
+
+    @classmethod
+    def of(cls, pod: JsonDict) -> IncomingPod:
+        try:
+            spec, invalid = pod_spec_from_dict(pod), ""
+        except ValueError as exc:
+            spec, invalid = None, str(exc)
+        fields = PodFields.of(pod)
+        return cls(
+            pod,
+            key=pod_key(pod),
+            claim=pod_claim(pod),
+            spec=spec,
+            invalid=invalid,
+            fields=fields,
+            tier=requested_tier(pod),
+            region=fields.annotations.get(names.REGION_ANNOTATION) or None,
+            pool=fields.labels.get(names.POOL_LABEL) or None,
+            deadline=bool((pod.get("spec") or {}).get("activeDeadlineSeconds")),
+        )
+
+
 class Provisioner:
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tracked: TrackedMap,
-        writer: PodWriter,
-        events: EventRecorder,
-        capabilities: Callable[[], Capabilities],
-        rules: Callable[[], Rules],
-        blocklister: Blocklister | None = None,
-        pools: PoolPolicies | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-    ) -> None:
-        self._provider = provider
-        self._pools = pools
-        self._tracked = tracked
-        self._writer = writer
-        self._events = events
-        self._capabilities = capabilities
-        self._rules = rules
-        self._blocklister = blocklister
-        self._monotonic = monotonic
-        self._now = now
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._pools = context.pools
+        self._tracked = context.tracked
+        self._writer = context.writer
+        self._reader = context.reader
+        self._events = context.events
+        self._capabilities = context.capabilities
+        self._rules = context.rules
+        self._blocklister = context.blocklister
+        self._monotonic = context.monotonic
+        self._now = context.now
 
     def create_pod(self, pod: JsonDict) -> None:
         """Provision the Pod's instance. Returns once the instance id is recorded in memory
         and on the Pod (I2), or once the Pod is refused (Failed, with an Event); raises
         Retry (WaitingForSource for a missing Secret/ConfigMap) when it must be tried again.
-        A Pod whose shape the provider cannot serve fails first, naming the fields (I9)."""
+        A Pod whose shape the provider cannot serve fails first, naming the fields (I9).
+        The Pod is read once, here (`IncomingPod`); what follows takes what was read."""
+        incoming = IncomingPod.of(pod)
         unserved = shapecheck.unserved(pod, self._capabilities().shapes)
         for need in unserved:
             if need.warn_only:
@@ -91,10 +118,10 @@ class Provisioner:
             message = shapecheck.refusal_message(self._provider.name, unserved)
             return self._refuse(pod, names.REASON_UNSUPPORTED_POD_SPEC, message)
         try:
-            request = self._request(pod)
+            request = self._request(incoming)
         except InvalidVolume as exc:  # the API server would have rejected the Pod
             return self._refuse(pod, names.REASON_CONFIG_ERROR, str(exc))
-        started, who = self._monotonic(), observe.Subject(pod_key(pod), request.claim)
+        started, who = self._monotonic(), observe.Subject(incoming.key, request.claim)
 
         def outcome(label: str, subject: observe.Subject = who) -> None:
             observe.current().provisioned(self._provider.name, label, self._monotonic() - started, subject)
@@ -107,8 +134,11 @@ class Provisioner:
             pod, "Normal", names.EVENT_PROVISIONING, f"provisioning an instance on {self._provider.name}"
             + (f" ({where})" if where else "")
         )  # fmt: skip
+        spec = incoming.spec
+        if spec is None:
+            outcome("invalid")
+            return self._refuse(pod, names.REASON_CONFIG_ERROR, incoming.invalid)
         try:
-            spec = pod_spec_from_dict(pod)
             result = self._provider.provision(spec, request)
         except ValueError as exc:
             outcome("invalid")
@@ -125,8 +155,7 @@ class Provisioner:
                 exc, accelerator=spec.accelerator, tier=request.capacity_type, region=request.region
             )
             if self._blocklister is not None:
-                pool = ((pod.get("metadata") or {}).get("labels") or {}).get(names.POOL_LABEL)
-                self._blocklister.record(self._provider.name, scope, pool=pool)
+                self._blocklister.record(self._provider.name, scope, pool=incoming.pool)
             return self._refuse(pod, names.REASON_PROVISION_FAILED, f"{type(exc).__name__}: {exc}")
         except errors.NotFound as exc:
             outcome("invalid")
@@ -136,19 +165,22 @@ class Provisioner:
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
         outcome("ok", who.on(result.instance_id))
         took = self._monotonic() - started
-        self._record_instance(pod, result, took=took)
+        self._record_instance(incoming, spec, result, took=took)
 
-    def _request(self, pod: JsonDict) -> ProvisionRequest:
+    def _request(self, incoming: IncomingPod) -> ProvisionRequest:
         """What the provider needs beyond the Pod: the claim, tier, region, every container's
         resolved env, the volumes' contents and the egress policy of the Pod's pool (its
         `nebula.io/pool` label; Open without pools). Volumes first, as the kubelet mounts them
         before it starts a container. Raises WaitingForSource for a missing Secret/ConfigMap,
         Retry for another unresolvable source, InvalidVolume for a volume field to refuse."""
+        pod, fields = incoming.pod, incoming.fields
         try:
             volumes = resolve_volumes(
-                pod, read_secret=self._writer.read_secret_bytes, read_configmap=self._writer.read_configmap_bytes
+                fields, read_secret=self._reader.read_secret_bytes, read_configmap=self._reader.read_configmap_bytes
             )
-            env = resolve_pod_env(pod, read_secret=self._writer.read_secret, read_configmap=self._writer.read_configmap)
+            env = resolve_pod_env(
+                fields, read_secret=self._reader.read_secret, read_configmap=self._reader.read_configmap
+            )
         except (MountError, EnvError) as exc:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             if isinstance(exc, MountError) and not (pod.get("status") or {}).get("containerStatuses"):
@@ -158,19 +190,16 @@ class Provisioner:
             raise Retry(str(exc)) from exc
         for reason, message in env.warnings:
             self._events.pod(pod, "Warning", reason, message)
-        pull = self._pull_auth(pod)
-        if (pod.get("spec") or {}).get("activeDeadlineSeconds") and not self._capabilities().enforces_deadline:
+        pull = self._pull_auth(incoming)
+        if incoming.deadline and not self._capabilities().enforces_deadline:
             message = (f"{self._provider.name} does not enforce spec.activeDeadlineSeconds; "
                        "the Pod runs until it exits or is deleted")  # fmt: skip
             self._events.pod(pod, "Warning", names.EVENT_DEADLINE_NOT_ENFORCED, message)
-        meta = pod.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        pool = (meta.get("labels") or {}).get(names.POOL_LABEL) or None
-        egress = self._pools.egress_of(pool) if self._pools is not None else OPEN_EGRESS
+        egress = self._pools.egress_of(incoming.pool) if self._pools is not None else OPEN_EGRESS
         return ProvisionRequest(
-            claim=pod_claim(pod),
-            capacity_type=requested_tier(pod),
-            region=annotations.get(names.REGION_ANNOTATION) or None,
+            claim=incoming.claim,
+            capacity_type=incoming.tier,
+            region=incoming.region,
             env=env.containers.get(env.first, {}),
             container_env=env.containers,
             volumes=volumes,
@@ -178,11 +207,12 @@ class Provisioner:
             registry_auth=pull.auths,
         )
 
-    def _pull_auth(self, pod: JsonDict) -> PullAuth:
+    def _pull_auth(self, incoming: IncomingPod) -> PullAuth:
         """The Pod's imagePullSecrets as registry credentials, when the provider uses them;
         a Warning for a Secret it could not read (the kubelet's), or for credentials the
         provider's image pull does not take."""
-        if not (pod.get("spec") or {}).get("imagePullSecrets"):
+        pod = incoming.pod
+        if not incoming.fields.pull_secrets:
             return PullAuth()
         capabilities = self._capabilities()
         if not capabilities.pulls_images:
@@ -192,12 +222,13 @@ class Provisioner:
                        "a private image may fail to pull")  # fmt: skip
             self._events.pod(pod, "Warning", names.EVENT_PULL_SECRETS_NOT_USED, message)
             return PullAuth()
-        pull = resolve_pull_auth(pod, self._writer.read_secret_bytes)
+        pull = resolve_pull_auth(incoming.fields, self._reader.read_secret_bytes)
         if (warning := pull.warning()) is not None:
             self._events.pod(pod, "Warning", names.EVENT_PULL_SECRET_UNREAD, warning)
         return pull
 
-    def _record_instance(self, pod: JsonDict, result: ProvisionResult, *, took: float) -> None:
+    def _record_instance(self, incoming: IncomingPod, spec: PodSpec, result: ProvisionResult, *, took: float) -> None:
+        pod = incoming.pod
         entry = self._tracked.track(pod)
         entry.instance_id = result.instance_id
         entry.provisioned_at = self._monotonic()
@@ -211,8 +242,7 @@ class Provisioner:
         entry.say("Normal", names.EVENT_PROVISIONED, f"instance {result.instance_id} provisioned in {took:.1f}s")
         self._writer.flush(entry, pod)  # I2: on the Pod before we report success
         if not self._capabilities().pulls_images:
-            image = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("image", "")
-            message = f"{self._provider.name} does not pull container images; image {image!r} is not used"
+            message = f"{self._provider.name} does not pull container images; image {spec.image!r} is not used"
             self._events.pod(pod, "Normal", names.EVENT_IMAGE_NOT_USED, message)
         try:
             instance = self._provider.get(result.instance_id)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers.pullauth import RegistryAuth, normalise_host
+from vnode.env import PodFields
 
 ReadSecretBytes = Callable[[str, str], Mapping[str, bytes] | None]
 CONFIG_KEYS = (".dockerconfigjson", ".dockercfg")
@@ -40,15 +41,13 @@ class PullAuth:
         return f"Unable to retrieve some image pull secrets ({names}); attempting to pull the image may not succeed."
 
 
-def resolve_pull_auth(pod: Mapping[str, Any], read_secret_bytes: ReadSecretBytes) -> PullAuth:
+def resolve_pull_auth(pod: PodFields, read_secret_bytes: ReadSecretBytes) -> PullAuth:
     """The credentials of every registry the Pod's imagePullSecrets name (module doc)."""
-    namespace = (pod.get("metadata") or {}).get("namespace") or "default"
     result = PullAuth()
-    for ref in (pod.get("spec") or {}).get("imagePullSecrets") or ():
-        name = str((ref or {}).get("name") or "")
+    for name in pod.pull_secrets:
         if not name:
             continue
-        data = read_secret_bytes(namespace, name)
+        data = read_secret_bytes(pod.source_namespace, name)
         entries = _entries(data) if data is not None else None
         if entries is None:
             result.missing.append(name)

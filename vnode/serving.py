@@ -12,8 +12,7 @@ tests/vnode/kubelet/test_port_forward.py.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from kube import names
@@ -28,11 +27,11 @@ from providers.base import (
     PortConnection,
     PortForwarder,
     Process,
-    Provider,
 )
 from vnode import usage
+from vnode.context import PhaseContext
 from vnode.ephemeral import Ephemerals
-from vnode.tracking import Tracked, TrackedMap
+from vnode.tracking import Tracked
 
 JsonDict = dict[str, Any]
 # What a provider must implement for each kubelet streaming capability (`kubelet_instance`
@@ -41,18 +40,11 @@ _CAPABILITIES: dict[str, type] = {"logs": LogStreamer, "exec": Executor, "attach
 
 
 class Serving:
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tracked: TrackedMap,
-        now: Callable[[], datetime],
-        ephemerals: Ephemerals | None = None,
-    ) -> None:
-        self._provider = provider
-        self._tracked = tracked
-        self._now = now
-        self._ephemerals = ephemerals
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._tracked = context.tracked
+        self._now = context.now
+        self._ephemerals = context.ephemerals
 
     def _ephemeral(self, entry: Tracked, container: str) -> Ephemerals | None:
         """The Ephemerals running `container`, if it names an ephemeral container of the Pod."""

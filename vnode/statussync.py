@@ -1,6 +1,6 @@
 """Status sync from the provider: the poll loop and its tick, one `provider.list()` per poll interval.
 
-The pod controller starts `StatusSync.run` on its poll thread; `Handler.poll_once` is one
+The pod controller starts `StatusSync.run` on its poll thread; `StatusSync.poll_once` is one
 tick. A tick recomputes every tracked Pod's desired metadata and status from the list,
 sweeps orphans, and hands back the keys due for a write or a step (the pod controller's
 workers write them through `PodWriter.flush`), among them a Pod whose instance is still queued
@@ -16,49 +16,33 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
-from datetime import datetime
 
 from providers import errors
-from providers.base import Capabilities, ClaimName, Instance, Provider
+from providers.base import ClaimName, Instance
 from vnode import assess
+from vnode.context import PhaseContext
 from vnode.giveup import GiveUp
-from vnode.inventory import Inventory
-from vnode.podwriter import PodWriter
 from vnode.runs import Step
 from vnode.teardown import OrphanSweep
-from vnode.tracking import Rules, Tracked, TrackedMap
+from vnode.tracking import Rules, Tracked
 
 logger = logging.getLogger(__name__)
 MISSES_BEFORE_GET = 2  # successful lists in a row without the instance before `get` is asked
 
 
 class StatusSync:
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tracked: TrackedMap,
-        inventory: Inventory,
-        writer: PodWriter,
-        sweep: OrphanSweep,
-        capabilities: Callable[[], Capabilities],
-        rules: Callable[[], Rules],
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-        give_up: GiveUp | None = None,
-    ) -> None:
-        self._provider = provider
+    def __init__(self, context: PhaseContext, *, sweep: OrphanSweep, give_up: GiveUp | None = None) -> None:
+        self._provider = context.provider
         self._give_up = give_up
-        self._tracked = tracked
-        self._inventory = inventory
-        self._writer = writer
+        self._tracked = context.tracked
+        self._inventory = context.inventory
+        self._writer = context.writer
         self._sweep = sweep
-        self._capabilities = capabilities
-        self._rules = rules
-        self._monotonic = monotonic
-        self._now = now
+        self._capabilities = context.capabilities
+        self._rules = context.rules
+        self._monotonic = context.monotonic
+        self._now = context.now
 
     def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
         """One tick: one provider.list(), statuses recomputed, orphans swept.

@@ -1,9 +1,12 @@
 """Teardown: terminating the instance of a deleted Pod, and sweeping orphans.
 
-Called by the Handler's `delete_pod` / `terminate_for_pod` (from the pod controller's
-workers) and by the status sync's poll tick (`OrphanSweep.sweep`). Calls only
-`provider.terminate` and `provider.get`; never deletes a Pod object (the pod controller
-does, once the instance is gone) and never terminates an instance a live Pod claims.
+`Teardown.terminate` (one entry point: a Pod, or the `Tombstone` of a tracked one) is called by
+the pod controller's workers, `Teardown.release` by the lifecycle phase, and `OrphanSweep.sweep`
+by the status sync's poll tick. Calls only `provider.terminate` and `provider.get`; never
+deletes a Pod object (the pod controller does, once the instance is gone) and never terminates
+an instance a live Pod claims.
+
+Tests: tests/vnode/test_teardown.py.
 
 Invariant (I2): an instance no Pod claims (a Pod force-deleted while the manager was down)
 is terminated after two successful lists in a row; see
@@ -15,19 +18,17 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from kube import names, observe
-from kube.events import EventRecorder
 from kube.worker import Retry
 from providers import errors
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Provider
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from vnode import assess
-from vnode.inventory import Inventory
-from vnode.tracking import Lookup, Tracked, TrackedMap, pod_key
+from vnode.context import PhaseContext
+from vnode.tracking import Lookup, Tracked, pod_key
 
 logger = logging.getLogger(__name__)
 RECHECK_FIRST = 0.5  # seconds before the first look at an instance asked to terminate
@@ -37,34 +38,55 @@ _GOING = frozenset({InstanceState.TERMINATING, InstanceState.TERMINATED})
 STOPPED = frozenset({InstanceState.TERMINATED, InstanceState.SUCCEEDED, InstanceState.FAILED})
 
 
-class Teardown:
-    def __init__(
-        self,
-        provider: Provider,
-        *,
-        tracked: TrackedMap,
-        inventory: Inventory,
-        events: EventRecorder,
-        recheck_cap: Callable[[], float] = lambda: 15.0,
-        monotonic: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime],
-    ) -> None:
-        self._provider = provider
-        self._tracked = tracked
-        self._inventory = inventory
-        self._events = events
-        self._recheck_cap = recheck_cap
-        self._monotonic = monotonic
-        self._now = now
+@dataclass(frozen=True)
+class Tombstone:
+    """What is left of a tracked Pod deleted from the API: its key, and the UID of the entry
+    to terminate (a Pod that took the name since is another Pod, with its own entry)."""
 
-    def delete_pod(self, key: str, *, uid: str | None = None) -> float | None:
-        """Terminate the Pod's instance: None once the instance is gone (or released) and the
-        Pod dropped from tracking; else the seconds until the next look. Retry if we could not
-        ask (I3: the Pod object stays until the provider answers).
+    key: str
+    uid: str | None = None
+
+
+class Teardown:
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._tracked = context.tracked
+        self._inventory = context.inventory
+        self._events = context.events
+        self._ephemerals = context.ephemerals
+        self._recheck_cap = context.poll_interval  # the looks back off up to the poll interval
+        self._monotonic = context.monotonic
+        self._now = context.now
+
+    def terminate(self, target: Mapping[str, Any] | Tombstone) -> float | None:
+        """Terminate the instance of a Pod: None once the instance is gone (or released) and
+        the Pod dropped from tracking; else the seconds until the next look. Retry if we could
+        not ask (I3: the Pod object stays until the provider answers).
+
+        `target` is a Pod (one being deleted, or a deleted Pod's last state), tracked or not:
+        an untracked one (cold map, or its object already gone) has its claim looked up and
+        its instance adopted first. Or it is the `Tombstone` of a tracked Pod deleted from the
+        API: only the entry of that UID is terminated, and its ephemeral containers end.
 
         Bounded calls: terminate is asked once (again only if a look shows it did not take),
         and the looks back off from RECHECK_FIRST doubling to the poll interval, so an
         instance that takes minutes to stop costs a few calls, not one per half second."""
+        if isinstance(target, Tombstone):
+            if self._ephemerals is not None:
+                self._ephemerals.forget(target.key)  # the Pod's deletion ends its ephemeral containers
+            return self._terminate_tracked(target.key, uid=target.uid)
+        key = pod_key(target)
+        if key not in self._tracked:
+            found, instance = self._inventory.lookup(target)
+            if found is Lookup.UNKNOWN:
+                raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
+            if instance is None:
+                return None
+            assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
+        return self._terminate_tracked(key)
+
+    def _terminate_tracked(self, key: str, *, uid: str | None = None) -> float | None:
+        """`terminate` of the tracked entry `key` (of UID `uid`, when given)."""
         entry = self._tracked.get(key)
         if entry is None or (uid is not None and entry.uid != uid):
             return None
@@ -115,29 +137,15 @@ class Teardown:
             f"terminated instance {entry.instance_id}: the Pod has finished",
         )
 
-    def terminate_for_pod(self, pod: Mapping[str, Any]) -> float | None:
-        """Terminate the instance of a Pod this Handler may not track (cold map, or the Pod
-        object is already gone). None once gone, else seconds until the next look; Retry if
-        we could not ask."""
-        key = pod_key(pod)
-        if key not in self._tracked:
-            found, instance = self._inventory.lookup(pod)
-            if found is Lookup.UNKNOWN:
-                raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
-            if instance is None:
-                return None
-            assess.adopt(self._tracked, dict(pod), instance, at=self._monotonic(), now=self._now())
-        return self.delete_pod(key)
-
 
 class OrphanSweep:
     """Terminates instances whose claim matched no live Pod on two successful lists in a
     row, each once: one already going (TERMINATING/TERMINATED), or one this sweep already
     terminated and the provider still shows, is not asked again."""
 
-    def __init__(self, provider: Provider, *, events: EventRecorder) -> None:
-        self._provider = provider
-        self._events = events
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._events = context.events
         self._suspects: set[InstanceId] = set()
         self._terminated: set[InstanceId] = set()
         self.swept = 0  # instances terminated by this sweep (also counted in metrics)

@@ -19,7 +19,7 @@ from typing import Any
 
 from kube import names
 from providers.shape import VOLUME_KINDS, Volume, VolumeFile
-from vnode.env import MissingSource, field_value, find_container, resource_value
+from vnode.env import MissingSource, PodFields, field_value, find_container, resource_value
 
 # Reads an object's data as bytes (a Secret's decoded; a ConfigMap's `data` and `binaryData`);
 # None means NotFound. Any other failure raises, and the mount is retried.
@@ -84,14 +84,13 @@ class _Objects:
         raise MountError(volume, f'{kind.lower()} "{name}" not found', missing=missing)
 
 
-def resolve_volumes(pod: JsonDict, *, read_secret: BytesReader, read_configmap: BytesReader) -> tuple[Volume, ...]:
+def resolve_volumes(pod: PodFields, *, read_secret: BytesReader, read_configmap: BytesReader) -> tuple[Volume, ...]:
     """Every served volume of the Pod with its files (relative paths, modes), in the Pod's
     order. Validates every volume before reading any object. Raises InvalidVolume, MountError."""
     check_volumes(pod)
-    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
-    objects = _Objects(namespace, read_secret=read_secret, read_configmap=read_configmap)
+    objects = _Objects(pod.source_namespace, read_secret=read_secret, read_configmap=read_configmap)
     resolved = []
-    for volume in (pod.get("spec") or {}).get("volumes") or []:
+    for volume in pod.volumes:
         kind = volume_kind(volume)
         if kind is None:
             continue
@@ -104,7 +103,7 @@ def resolve_volumes(pod: JsonDict, *, read_secret: BytesReader, read_configmap: 
 
 
 def _payload(
-    pod: JsonDict, kind: str, source: JsonDict, objects: _Objects, *, volume: str, default_mode: int
+    pod: PodFields, kind: str, source: JsonDict, objects: _Objects, *, volume: str, default_mode: int
 ) -> Payload:
     if kind == "configMap":
         return _keyed(objects, "ConfigMap", source, name_key="name", volume=volume, default_mode=default_mode)
@@ -136,7 +135,7 @@ def _keyed(objects: _Objects, kind: str, source: JsonDict, *, name_key: str, vol
     return payload
 
 
-def _downward(pod: JsonDict, items: Iterable[JsonDict], *, default_mode: int) -> Payload:
+def _downward(pod: PodFields, items: Iterable[JsonDict], *, default_mode: int) -> Payload:
     """Pod fields and container resources as files (paths and fields already validated)."""
     payload: Payload = {}
     for item in items:
@@ -151,7 +150,7 @@ def _downward(pod: JsonDict, items: Iterable[JsonDict], *, default_mode: int) ->
 
 
 def _projected(
-    pod: JsonDict, sources: Iterable[JsonDict], objects: _Objects, *, volume: str, default_mode: int
+    pod: PodFields, sources: Iterable[JsonDict], objects: _Objects, *, volume: str, default_mode: int
 ) -> Payload:
     """Every source's files in one folder, later sources over earlier ones on a clash; the
     failures of all sources told together, as the kubelet aggregates them."""
@@ -202,11 +201,11 @@ def volume_kind(volume: JsonDict) -> str | None:
     return next((kind for kind in VOLUME_KINDS if volume.get(kind) is not None), None)
 
 
-def check_volumes(pod: JsonDict) -> None:
+def check_volumes(pod: PodFields) -> None:
     """Raise InvalidVolume for the first served volume field the API server would reject:
     paths (relative, no `..`, not starting with `..`), modes, downwardAPI fields and
     resources, projected sources and their paths (unique across sources)."""
-    for index, volume in enumerate((pod.get("spec") or {}).get("volumes") or []):
+    for index, volume in enumerate(pod.volumes):
         kind = volume_kind(volume)
         if kind is None:
             continue
@@ -234,7 +233,7 @@ def _check_object(where: str, source: JsonDict, *, name_key: str) -> list[str]:
     return paths
 
 
-def _check_downward(pod: JsonDict, where: str, items: Iterable[JsonDict]) -> list[str]:
+def _check_downward(pod: PodFields, where: str, items: Iterable[JsonDict]) -> list[str]:
     paths = []
     for index, item in enumerate(items):
         at = f"{where}.items[{index}]"
@@ -250,7 +249,7 @@ def _check_downward(pod: JsonDict, where: str, items: Iterable[JsonDict]) -> lis
     return paths
 
 
-def _check_projected(pod: JsonDict, where: str, sources: Iterable[JsonDict]) -> None:
+def _check_projected(pod: PodFields, where: str, sources: Iterable[JsonDict]) -> None:
     seen: set[str] = set()
     for index, source in enumerate(sources):
         at = f"{where}.sources[{index}]"
@@ -297,7 +296,7 @@ def _check_field_path(at: str, path: str) -> None:
         return
     if subscript and base in DOWNWARD_SUBSCRIPTED:
         try:
-            field_value({}, path)  # parses `metadata.labels['key']`
+            field_value(PodFields(), path)  # parses `metadata.labels['key']`
         except ValueError:
             pass
         else:
@@ -306,7 +305,7 @@ def _check_field_path(at: str, path: str) -> None:
     raise InvalidVolume(f'{at}: Unsupported value: "{path}": supported values: {supported}')
 
 
-def _check_resource(pod: JsonDict, at: str, ref: JsonDict) -> None:
+def _check_resource(pod: PodFields, at: str, ref: JsonDict) -> None:
     container = str(ref.get("containerName") or "")
     if not container:
         raise InvalidVolume(f"{at}.containerName: Required value")

@@ -35,7 +35,7 @@ def mirrored(
     handler = offline_handler(fake_provider("alpha"))
     pods = [adopt_new_pod(handler, "train-0", **{"nebula.io/hourly-price": "2.5"}), adopt_new_pod(handler, "train-1")]
     orphan = adopt_new_pod(offline_handler(handler.provider), "ghost")  # provisioned, tracked by no Handler of ours
-    handler.poll_once()
+    handler.status_sync.poll_once()
     blocklist = Blocklist()
     scope = BlockScope("alpha", BlockBreadth.OFFERING, tier=Tier.SPOT, accelerator="h100", region="us-east-1")
     blocklist.record("alpha", BlockScope(**{**scope.__dict__, "reason": "NoCapacity: sold out"}))

@@ -23,6 +23,7 @@ from console.observer import ConsoleObserver
 from tests.support.handlers import KeptEvents, adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
 from vnode.handler import Handler
+from vnode.teardown import Tombstone
 
 PODS = 1000
 REPLACEMENTS = 300  # the churn runs until this many Pods were replaced...
@@ -78,7 +79,7 @@ def churn(handlers: list[Handler], history: History, stop: threading.Event) -> N
         entries = handler.tracked_entries()
         if entries:
             victim = rng.choice(entries)
-            assert handler.delete_pod(victim.key) is None  # gone at once: the fake stops instantly
+            assert handler.teardown.terminate(Tombstone(victim.key)) is None  # gone at once: the fake stops instantly
             with history.lock:
                 history.removed[victim.uid] = time.monotonic()
         pod = adopt_new_pod(handler, f"churn-{serial}")
@@ -87,7 +88,7 @@ def churn(handlers: list[Handler], history: History, stop: threading.Event) -> N
             history.added[pod["metadata"]["uid"]] = time.monotonic()
         if time.monotonic() >= next_poll:
             for each in handlers:
-                each.poll_once()
+                each.status_sync.poll_once()
             next_poll += 1.0
         stop.wait(0.04)
 

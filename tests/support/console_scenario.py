@@ -136,9 +136,9 @@ def populate(scenario: Scenario) -> None:
     )
     scenario.orphan_id = orphan.instance_id
     handler_b = scenario.runners["gpu-b"].handler
-    wait_for(lambda: any(i.id == orphan.instance_id for i in handler_b.last_instances().values()), timeout=10)
+    wait_for(lambda: any(i.id == orphan.instance_id for i in handler_b.inventory.last_instances().values()), timeout=10)
     cloud_b.outage()
-    wait_for(lambda: handler_b.last_list_ok is False, timeout=10)
+    wait_for(lambda: handler_b.inventory.last_list_ok is False, timeout=10)
 
 
 def stop(scenario: Scenario) -> None:

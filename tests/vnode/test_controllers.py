@@ -268,21 +268,21 @@ def test_a_list_begun_before_a_provision_completed_does_not_call_its_instance_lo
     handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
     pod = kube.create(path_for("pods", namespace="default"), make_pod("fresh", "gpu", restartPolicy="Never"))
     polled: list[list[str]] = []
-    poll = threading.Thread(target=lambda: polled.append(handler.poll_once()))
+    poll = threading.Thread(target=lambda: polled.append(handler.status_sync.poll_once()))
     poll.start()
     assert provider.entered.wait(30)
-    handler.create_pod(pod)  # completes while the list is out
+    handler.provisioner.create_pod(pod)  # completes while the list is out
     provider.release.set()
     poll.join(30)
     entry = handler.tracked("default/fresh")
     assert entry is not None and entry.desired_status is not None
     assert entry.desired_status["phase"] in ("Pending", "Running") and len(polled) == 1
-    handler.poll_once()  # a list begun after the provision sees the instance
+    handler.status_sync.poll_once()  # a list begun after the provision sees the instance
     assert entry.last_instance is not None and entry.desired_status["phase"] in ("Pending", "Running")
     provider.inner.cloud.lose(entry.instance_id, vanish=True)
-    handler.poll_once()  # one list that misses it is not proof it is gone
+    handler.status_sync.poll_once()  # one list that misses it is not proof it is gone
     assert entry.desired_status["phase"] in ("Pending", "Running")
-    handler.poll_once()  # a second one is, once `get` agrees
+    handler.status_sync.poll_once()  # a second one is, once `get` agrees
     assert entry.desired_status["reason"] == names.REASON_INSTANCE_LOST
 
 
@@ -308,7 +308,7 @@ def test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns(kube: Kube, 
     provider = WatchingProvision(FakeProvider("gpu", {"cloud": cloud_name}), kube)
     handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
     pod = kube.create(path_for("pods", namespace="default"), make_pod("recorded", "gpu"))
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     entry = handler.tracked("default/recorded")
     assert entry is not None and entry.instance_id is not None  # in memory
     on_pod = (get_pod(kube, "recorded") or {})["metadata"]["annotations"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnode.env import EnvError, MissingSource, expand, format_map, resolve_env, resolve_pod_env
+from vnode.env import EnvError, MissingSource, PodFields, expand, format_map, resolve_env, resolve_pod_env
 
 SECRETS = {"db": {"PASSWORD": "hunter2", "USER": "app"}}
 CONFIGMAPS = {"cfg": {"MODE": "fast", "USER": "from-cm", "bad name": "x"}}
@@ -31,7 +31,7 @@ def make_pod(env: list[dict[str, Any]] | None = None, env_from: list[dict[str, A
 
 
 def resolve(pod: dict[str, Any]) -> dict[str, str]:
-    return resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap).values
+    return resolve_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap).values
 
 
 def test_env_wins_over_env_from_and_sources_apply_in_order() -> None:
@@ -80,7 +80,7 @@ def test_missing_optional_sources_are_skipped_with_a_warning() -> None:
         env=[{"name": "X", "valueFrom": {"secretKeyRef": {"name": "later", "key": "k", "optional": True}}}],
         env_from=[{"configMapRef": {"name": "nope", "optional": True}}],
     )
-    result = resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    result = resolve_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap)
     assert result.values == {}
     assert {w[0] for w in result.warnings} == {"OptionalSecretNotFound", "OptionalConfigMapNotFound"}
 
@@ -93,7 +93,7 @@ def test_unsupported_field_path_is_a_config_error() -> None:
 
 def test_I4_env_errors_and_reprs_never_carry_values() -> None:
     pod = make_pod(env_from=[{"secretRef": {"name": "db"}}])
-    result = resolve_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    result = resolve_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap)
     assert "hunter2" not in repr(result)
 
 
@@ -124,7 +124,7 @@ def test_every_container_resolves_its_own_env_and_resources_init_containers_incl
             "envFrom": [{"configMapRef": {"name": "cfg"}}],
         },
     ]  # fmt: skip
-    result = resolve_pod_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    result = resolve_pod_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap)
     assert list(result.containers) == ["fetch", "main", "side"] and result.first == "main"
     assert result.containers["fetch"] == {"PW": "hunter2"}
     assert result.containers["main"] == {"A": "main-a", "B": "main-a/b"}
@@ -143,7 +143,7 @@ def test_a_warning_shared_by_several_containers_is_told_once() -> None:
     pod["spec"]["containers"].append(
         {"name": "second", "envFrom": [{"configMapRef": {"name": "nope", "optional": True}}]}
     )
-    result = resolve_pod_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+    result = resolve_pod_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap)
     assert result.warnings == [("OptionalConfigMapNotFound", "ConfigMap ns/nope not found")]
 
 
@@ -153,7 +153,7 @@ def test_a_missing_source_of_any_container_names_the_object_to_wait_for() -> Non
         {"name": "fetch", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}}]}
     ]
     with pytest.raises(EnvError) as caught:
-        resolve_pod_env(pod, read_secret=read_secret, read_configmap=read_configmap)
+        resolve_pod_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap)
     assert caught.value.missing == MissingSource("ConfigMap", "ns", "later")
 
 

@@ -305,7 +305,7 @@ def test_on_the_cluster_it_runs_then_the_pods_deletion_closes_it(
         return next((dict(s["state"]) for s in statuses if s["name"] == "cat"), {})
 
     assert wait_for(lambda: state().get("running"), 30)["startedAt"]
-    attached = runner.handler.attach_to_container("default", "dbg", "cat", tty=False, stdin=True)
+    attached = runner.handler.serving.attach_to_container("default", "dbg", "cat", tty=False, stdin=True)
     attached.write_stdin(b"echoed\n")
     assert attached.read_stdout() == b"echoed\n"
     kube.delete(path_for("pods", namespace="default", name="dbg"))

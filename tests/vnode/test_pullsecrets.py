@@ -24,6 +24,7 @@ from providers.pullauth import RegistryAuth
 from tests.support.factories import make_pod
 from tests.support.pods import phase_of
 from tests.support.polling import wait_for
+from vnode.env import PodFields
 from vnode.pullsecrets import resolve_pull_auth
 from vnode.runner import Runner
 
@@ -58,7 +59,7 @@ def test_dockerconfigjson_and_dockercfg_secrets_give_each_registry_its_credentia
         },
         "old": {".dockercfg": json.dumps({"registry.example.com": {"auth": basic("legacy", "x")}}).encode()},
     }
-    pull = resolve_pull_auth(pod_with("ghcr", "hub", "old"), reader(secrets))
+    pull = resolve_pull_auth(PodFields.of(pod_with("ghcr", "hub", "old")), reader(secrets))
     assert pull.auths == {
         "ghcr.io": RegistryAuth("bot", PASSWORD),
         "docker.io": RegistryAuth("me", "p"),
@@ -73,7 +74,9 @@ def test_the_first_secret_naming_a_registry_wins() -> None:
         "a": {".dockerconfigjson": docker_config({"ghcr.io": {"auth": basic("first", "1")}})},
         "b": {".dockerconfigjson": docker_config({"ghcr.io": {"auth": basic("second", "2")}})},
     }
-    assert resolve_pull_auth(pod_with("a", "b"), reader(secrets)).auths == {"ghcr.io": RegistryAuth("first", "1")}
+    assert resolve_pull_auth(PodFields.of(pod_with("a", "b")), reader(secrets)).auths == {
+        "ghcr.io": RegistryAuth("first", "1")
+    }
 
 
 @pytest.mark.parametrize(
@@ -86,7 +89,7 @@ def test_a_missing_or_unreadable_secret_is_named_and_the_rest_still_count(data: 
     secrets: dict[str, Mapping[str, bytes]] = {"good": good}
     if data is not None:
         secrets["bad"] = data
-    pull = resolve_pull_auth(pod_with("bad", "good"), reader(secrets))
+    pull = resolve_pull_auth(PodFields.of(pod_with("bad", "good")), reader(secrets))
     assert pull.auths == {"quay.io": RegistryAuth("u", "p")} and pull.missing == ["bad"]
     assert pull.warning() == (
         "Unable to retrieve some image pull secrets (bad); attempting to pull the image may not succeed."

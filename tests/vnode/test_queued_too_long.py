@@ -151,12 +151,12 @@ def test_a_ten_minute_timeout_is_rechecked_at_its_deadline_on_the_handlers_clock
     key = "default/slow"
     entry = handler.tracked(key)
     assert entry is not None and entry.instance_id is not None
-    assert handler.carry_out(key, pod) == pytest.approx(600.0)  # the pod controller looks again then
+    assert handler.lifecycle.carry_out(key, pod) == pytest.approx(600.0)  # the pod controller looks again then
     clock.advance(599.0)
-    assert handler.carry_out(key, pod) == pytest.approx(1.0)
+    assert handler.lifecycle.carry_out(key, pod) == pytest.approx(1.0)
     assert handler.give_up.deadline(entry) == pytest.approx(1600.0)  # the poll tick queues it from then on too
     clock.advance(1.0)
-    assert handler.carry_out(key, pod) is None
+    assert handler.lifecycle.carry_out(key, pod) is None
     assert entry.desired_status is not None and entry.desired_status["reason"] == names.REASON_QUEUED_TOO_LONG
     assert "600s" in entry.desired_status["message"]
     assert [c.args.split()[-1] for c in provider.cloud.call_log("terminate")] == [f"id={entry.instance_id}"]

@@ -38,7 +38,7 @@ def reasons_for(kube: Kube, name: str) -> list[str]:
 
 
 def read_logs(runner: Runner, name: str, *, previous: bool = False) -> bytes:
-    stream = runner.handler.get_container_logs("default", name, "main", LogOptions(previous=previous))
+    stream = runner.handler.serving.get_container_logs("default", name, "main", LogOptions(previous=previous))
     chunks = []
     while chunk := stream.read():
         chunks.append(chunk)
@@ -160,7 +160,7 @@ class PollingDuringRestart(FakeProvider):
     def restart(self, instance_id: InstanceId, container: str = "") -> None:
         super().restart(instance_id, container)
         if self.runner is not None:
-            self.runner.handler.poll_once()
+            self.runner.handler.status_sync.poll_once()
 
 
 def test_a_run_that_ends_before_its_restart_is_recorded_is_restarted_all_the_same(

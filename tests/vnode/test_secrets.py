@@ -60,7 +60,7 @@ def test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secre
 ) -> None:
     handler, provider = secret_and_handler(kube, cloud_name, caplog, key="token")
     pod = kube.create(path_for("pods", namespace="default"), make_pod("keeper", "gpu", container={"env": secret_env()}))
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     handler.flush("default/keeper", pod)
     connect = kube.get(path_for("secrets", namespace="default", name=names.connect_secret_name("keeper")))
     credential = base64.b64decode(connect["data"]["token"]).decode()
@@ -78,7 +78,7 @@ def test_I4_an_unresolvable_env_names_the_key_and_object_never_a_value(
         path_for("pods", namespace="default"), make_pod("lacking", "gpu", container={"env": secret_env()})
     )
     with pytest.raises(Retry) as raised:
-        handler.create_pod(pod)
+        handler.provisioner.create_pod(pod)
     assert "creds" in str(raised.value) and "'token'" in str(raised.value)
     assert VALUE not in str(raised.value) and VALUE not in repr(raised.value)
     assert VALUE not in everything_written(kube, "lacking", caplog)
@@ -92,6 +92,6 @@ def test_I4_a_provider_outage_during_provision_leaks_no_env_value(
     provider.cloud.outage()
     pod = kube.create(path_for("pods", namespace="default"), make_pod("outage", "gpu", container={"env": secret_env()}))
     with pytest.raises(Retry) as raised:
-        handler.create_pod(pod)
+        handler.provisioner.create_pod(pod)
     assert VALUE not in str(raised.value)
     assert VALUE not in everything_written(kube, "outage", caplog)

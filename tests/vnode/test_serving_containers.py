@@ -21,7 +21,10 @@ from providers.base import (
     Provider,
 )
 from providers.shape import ContainerFacts, ContainerState, Shapes
+from tests.support.handlers import NoApi
 from vnode import assess
+from vnode.context import PhaseContext, Traits
+from vnode.inventory import Inventory
 from vnode.runs import Rules
 from vnode.serving import Serving
 from vnode.tracking import TrackedMap
@@ -73,7 +76,19 @@ def serving_for(recorder: Recorder, *facts: ContainerFacts, restarts: dict[str, 
         runs.restarts = count
     instance = Instance(InstanceId("i-1"), ClaimName("c"), InstanceState.RUNNING, NOW, containers=facts)
     assess.observe(entry, instance, now=NOW, at=0.0, rules=Rules(in_place=True, bills=False))
-    return Serving(cast(Provider, recorder), tracked=tracked, now=lambda: NOW)
+    provider = cast(Provider, recorder)
+    offline: Any = NoApi()  # serving never writes, reads the cluster, nor tells an Event
+    context = PhaseContext(
+        provider,
+        tracked=tracked,
+        inventory=Inventory(provider),
+        writer=offline,
+        reader=offline,
+        events=offline,
+        traits=Traits(provider),
+        now=lambda: NOW,
+    )
+    return Serving(context)
 
 
 SETUP_DONE = ContainerFacts("setup", ContainerState.TERMINATED, init=True, exit_code=0, runs=1)

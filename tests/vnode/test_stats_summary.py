@@ -74,7 +74,7 @@ def test_a_handler_over_the_fake_reports_its_scripted_usage() -> None:
     adopt_new_pod(handler, "measured")
 
     def measured() -> dict[str, Any] | None:
-        doc = summary(handler.pod_usage(), now=datetime.now(UTC))
+        doc = summary(handler.serving.pod_usage(), now=datetime.now(UTC))
         return doc if "cpu" in _pods_by_name(doc)["measured"] else None
 
     doc = wait_for(measured, 30)

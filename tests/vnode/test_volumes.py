@@ -21,7 +21,7 @@ from providers.shape import Volume
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from vnode.env import MissingSource
+from vnode.env import MissingSource, PodFields
 from vnode.handler import Handler
 from vnode.runner import Runner
 from vnode.volumes import InvalidVolume, MountError, resolve_volumes
@@ -61,7 +61,7 @@ def pod_with(*volumes: dict[str, Any], **container: Any) -> dict[str, Any]:
 
 
 def resolve(*volumes: dict[str, Any]) -> tuple[Volume, ...]:
-    return resolve_volumes(pod_with(*volumes), read_secret=read_secret, read_configmap=read_configmap)
+    return resolve_volumes(PodFields.of(pod_with(*volumes)), read_secret=read_secret, read_configmap=read_configmap)
 
 
 def files_of(volume: Volume) -> dict[str, tuple[bytes, int]]:
@@ -285,7 +285,7 @@ def test_every_volume_is_validated_before_any_object_is_read() -> None:
         {"name": "bad", "secret": {"secretName": "db", "items": [{"key": "user", "path": "../x"}]}},
     )
     with pytest.raises(InvalidVolume, match=r"spec\.volumes\[1\]\.secret"):
-        resolve_volumes(pod, read_secret=counting, read_configmap=counting)
+        resolve_volumes(PodFields.of(pod), read_secret=counting, read_configmap=counting)
     assert reads == []
 
 
@@ -294,7 +294,7 @@ def test_a_source_that_cannot_be_read_fails_the_mount_naming_only_the_object() -
         raise ConnectionError(f"boom {SECRET_VALUE!r}")
 
     with pytest.raises(MountError) as raised:
-        resolve_volumes(pod_with({"name": "v", "secret": {"secretName": "db"}}), read_secret=broken,
+        resolve_volumes(PodFields.of(pod_with({"name": "v", "secret": {"secretName": "db"}})), read_secret=broken,
                         read_configmap=broken)  # fmt: skip
     assert str(raised.value) == 'MountVolume.SetUp failed for volume "v" : could not read secret "db": ConnectionError'
     assert raised.value.missing is None
@@ -375,10 +375,10 @@ def test_I4_a_secret_volume_reaches_the_provider_and_no_log_event_or_status(
     ]
     pod = kube.create(path_for("pods", namespace="default"), make_pod("vol-keeper", "gpu", volumes=volumes))
     with pytest.raises(Retry) as raised:
-        handler.create_pod(pod)  # the second volume names a key the Secret lacks: FailedMount
+        handler.provisioner.create_pod(pod)  # the second volume names a key the Secret lacks: FailedMount
     assert "references non-existent secret key: absent" in str(raised.value)
     pod["spec"]["volumes"] = volumes[:1]
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     handler.flush("default/vol-keeper", pod)
     (request,) = provider.requests
     assert [f.data for f in request.volumes[0].files] == [value.encode()]
@@ -405,7 +405,7 @@ def test_the_provision_request_carries_every_containers_env_the_first_app_contai
             "fieldPath": "metadata.name"}}]}}, {"name": "scratch", "emptyDir": {}}],
     }  # fmt: skip
     pod = kube.create(path_for("pods", namespace="default"), make_pod("several", "gpu", spec=spec))
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     (request,) = provider.requests
     assert dict(request.container_env) == {"fetch": {"STEP": "fetch"}, "main": {"STEP": "serve"},
                                            "metrics": {"POD": "several"}}  # fmt: skip
@@ -419,7 +419,7 @@ def test_a_pod_with_a_volume_path_the_api_server_rejects_fails_naming_the_field(
     handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))
     volume = {"name": "conf", "configMap": {"name": "cfg", "items": [{"key": "k", "path": "../../etc/passwd"}]}}
     pod = kube.create(path_for("pods", namespace="default"), make_pod("escaper", "gpu", volumes=[volume]))
-    handler.create_pod(pod)
+    handler.provisioner.create_pod(pod)
     handler.flush("default/escaper", pod)
     status = (get_pod(kube, "escaper") or {}).get("status") or {}
     assert status.get("phase") == "Failed" and status.get("reason") == "ConfigError"

@@ -59,7 +59,7 @@ class HandlerRegistry:
         capability (`logs`, `exec` or `attach`)."""
         handler = self.find(namespace, pod)
         try:
-            handler.kubelet_instance(namespace, pod, container, capability=capability)
+            handler.serving.kubelet_instance(namespace, pod, container, capability=capability)
         except (errors.NotFound, errors.NotSupported) as exc:
             raise Problem(404, str(exc)) from exc
         return handler
@@ -75,14 +75,14 @@ class HandlerRegistry:
         fails every connection with the reason, which goes on its error stream."""
         handler = self.find(namespace, pod)
         try:
-            handler.forwarding_instance(namespace, pod)
+            handler.serving.forwarding_instance(namespace, pod)
         except errors.NotFound as exc:
             raise Problem(404, str(exc)) from exc
         except errors.NotSupported:
             pass  # the upgrade goes ahead; every connection's error stream says why
 
         def dial(port: int) -> PortConnection:
-            return handler.port_forward(namespace, pod, port)
+            return handler.serving.port_forward(namespace, pod, port)
 
         return dial
 
@@ -108,10 +108,10 @@ def process_starter(handler: Handler, route: Route, request: StreamRequest) -> C
 
     def start() -> Process:
         if route.kind is Kind.ATTACH:
-            return handler.attach_to_container(
+            return handler.serving.attach_to_container(
                 route.namespace, route.pod, route.container, tty=request.tty, stdin=request.stdin
             )
-        return handler.run_in_container(
+        return handler.serving.run_in_container(
             route.namespace, route.pod, route.container, request.command, tty=request.tty, stdin=request.stdin
         )
 

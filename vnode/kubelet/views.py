@@ -92,7 +92,7 @@ def refuse_plain_port_forward(route: routes.Route, registry: HandlerRegistry) ->
     that cannot forward, else the kubelet's 400 (an upgrade is required)."""
     handler = registry.find(route.namespace, route.pod)
     try:
-        handler.forwarding_instance(route.namespace, route.pod)
+        handler.serving.forwarding_instance(route.namespace, route.pod)
     except errors.NotSupported as exc:
         raise Problem(400, str(exc)) from exc
     raise Problem(400, "Upgrade request required: port-forward needs SPDY/3.1 (portforward.k8s.io)")
@@ -107,7 +107,7 @@ def pod_list(registry: HandlerRegistry, *, running_only: bool = False) -> dict[s
 
 def node_usage(registry: HandlerRegistry) -> usage.NodeUsage:
     """Every node's Pods as one: the nodes share this listener's address (docs/kubelet-api.md#metrics)."""
-    return usage.merged(h.pod_usage() for h in registry.handlers())
+    return usage.merged(h.serving.pod_usage() for h in registry.handlers())
 
 
 def stats_summary(registry: HandlerRegistry) -> dict[str, Any]:
@@ -123,7 +123,9 @@ async def serve_logs(route: routes.Route, query: str, receive: Receive, send: Se
         raise Problem(400, str(exc)) from exc
     handler = registry.target(route.namespace, route.pod, route.container, capability="logs")
     options, ignored = logparams.honoured_by(options, stamps_at_source=handler.capabilities().log_timestamps)
-    stream = await asyncio.to_thread(handler.get_container_logs, route.namespace, route.pod, route.container, options)
+    stream = await asyncio.to_thread(
+        handler.serving.get_container_logs, route.namespace, route.pod, route.container, options
+    )
     headers = [(b"content-type", b"text/plain; charset=utf-8")]
     if ignored:
         headers.append((IGNORED_HEADER, ", ".join(ignored).encode()))

@@ -128,7 +128,7 @@ def test_missing_pods_containers_instances_and_capabilities_are_404s_with_a_reas
     assert 'container "other" not found' in reason("/containerLogs/default/present/other")
     assert "not on a node served here" in reason("/portForward/default/absent")  # 400 for a present Pod: no upgrade
     pending = {"metadata": {"namespace": "default", "name": "pending", "uid": "u"}, "spec": {"containers": [{}]}}
-    fake_handler._track(pending)  # tracked, but provision has not returned yet
+    fake_handler.context.tracked.track(pending)  # tracked, but provision has not returned yet
     assert "has no instance yet" in reason("/containerLogs/default/pending/main")
     bare = offline_handler(BareProvider(f"bare-{uuid.uuid4().hex}"))
     registry.add(bare)

@@ -78,7 +78,7 @@ def unforwardable(registry: HandlerRegistry) -> Iterator[str]:
 def logs(handler: Handler) -> bytes:
     provider = handler.provider
     assert isinstance(provider, LogStreamer)
-    stream = provider.logs(handler.kubelet_instance("default", "echo", "main", capability="logs"), LogOptions())
+    stream = provider.logs(handler.serving.kubelet_instance("default", "echo", "main", capability="logs"), LogOptions())
     try:
         out = b""
         while data := stream.read():
