@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from console import runtime
@@ -70,12 +70,13 @@ class Leading:
             term=term,
         )
 
-    def start(self, kube: Kube, watch_kube: Kube, *, runners: Sequence[Runner] | None = None) -> None:
+    def start(self, kube: Kube, watch_kube: Kube, *, runners: Callable[[], Sequence[Runner]] | None = None) -> None:
         """Runners first (the nodes appear), then what serves and reads their Handlers. With
-        `runners` (providers shared out: the sharing loop's), placement, the mirror and the console only."""
+        `runners` (providers shared out: the sharing loop's, read once publishing), placement,
+        the mirror and the console only."""
         self.start_nodes(kube, watch_kube, own_runners=runners is None)
         self._publishing = True
-        self.runners_changed(self.runners if runners is None else runners)
+        self.runners_changed(self.runners if runners is None else runners())
         runtime.set_leading(True)  # the console serves from here on, and standbys forward here
         self.mirror = Mirror()
         self.mirror.start()

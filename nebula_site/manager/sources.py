@@ -156,7 +156,7 @@ class SharedRunners:
 
     def lead(self, stop: threading.Event) -> manager_leading.Leading | None:
         assert self._leading is not None and self._sharing is not None, "prepared"
-        self._leading.start(self._wiring.kube, self._wiring.watch_kube, runners=self._sharing.runners())
+        self._leading.start(self._wiring.kube, self._wiring.watch_kube, runners=self._sharing.runners)
         return self._leading
 
     def stop_steps(self) -> list[manager_shutdown.Stopper]:
