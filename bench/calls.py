@@ -24,6 +24,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "nebula_site.settings")
 
 from devcluster import DevCluster  # noqa: E402
 from kube.client import Kube, load_api_client, path_for  # noqa: E402
+from nebula_site.manager import config as manager_config  # noqa: E402
+from nebula_site.manager import runners as manager_runners  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from vnode.runner import Runner  # noqa: E402
 
@@ -50,14 +52,11 @@ def pod(name: str) -> dict[str, Any]:
 
 
 def runner_for(provider: FakeProvider, kubeconfig: str, poll: float) -> Runner:
-    return Runner(
+    return manager_runners.build_runner(
         provider,
+        manager_config.RunnerOptions(node_ip="127.0.0.1", kubelet_port=10250, poll_interval=poll, workers=8),
         kube=Kube(load_api_client(kubeconfig)),
         watch_kube=Kube(load_api_client(kubeconfig)),
-        node_ip="127.0.0.1",
-        kubelet_port=10250,
-        poll_interval=poll,
-        workers=8,
     )
 
 

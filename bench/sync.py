@@ -42,7 +42,8 @@ from kube.operations import OperationLimits  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-from vnode.runner import Runner  # noqa: E402
+from nebula_site.manager import config as manager_config  # noqa: E402
+from nebula_site.manager import runners as manager_runners  # noqa: E402
 
 WRITE_VERBS = {"create", "update", "patch", "delete"}
 
@@ -366,14 +367,13 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
     scenario = {"retention_seconds": args.retention, "api_latency": {k: v for k, v in latency.items() if v}}
     operations = OperationLimits(args.operations_concurrency, args.operations_rate, args.operations_burst)
     provider = FakeProvider("bench", {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": scenario})
-    runner = Runner(
+    runner = manager_runners.build_runner(
         provider,
+        manager_config.RunnerOptions(
+            node_ip="127.0.0.1", kubelet_port=10250, poll_interval=args.poll, workers=args.workers
+        ),
         kube=Kube(load_api_client(kubeconfig)),
         watch_kube=Kube(load_api_client(kubeconfig)),
-        node_ip="127.0.0.1",
-        kubelet_port=10250,
-        poll_interval=args.poll,
-        workers=args.workers,
         blocklister=gated.blocklist if gated is not None else None,
         operations=operations,
     )

@@ -6,7 +6,7 @@ controller-runtime do it: a bearer token is authenticated by TokenReview and aut
 SubjectAccessReview for the non-resource URL `/metrics`, verb `get` (401 without a token or
 with one the API server does not know, 403 when RBAC says no). A WSGI server in a thread of
 its own: light, and independent of the Twisted reactor the kubelet and console share.
-Started by `nebula_site.process.start_metrics_listener`. Never logs a token.
+Started by `nebula_site.manager.listeners.start_metrics_listener`. Never logs a token.
 Tests: tests/console/test_metrics_listener.py.
 """
 

@@ -2,7 +2,7 @@
 it do on the `nebula.io` console resources (SubjectAccessReview), through the process's
 `kube.reviews.Reviewer`.
 
-`nebula_site.process.run` installs the Reviewer (`install`/`uninstall`); the REST API
+`nebula_site.manager.main.lead` installs the Reviewer (`install`/`uninstall`); the REST API
 authenticates `Authorization: Bearer <token>` with `BearerTokenAuthentication` and authorizes
 with `allows`; the admin login (`console.kubelogin`) uses the same. The token is never stored,
 logged or echoed; a review that cannot be made is `ReviewFailed` (503), never a "no".

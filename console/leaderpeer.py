@@ -1,6 +1,6 @@
 """Where the leader's console answers: published by the leader on its Lease, read by standbys.
 
-The process wiring (`nebula_site.process`) gives the leader elector `lease_annotations(peer)` to
+The process wiring (`nebula_site.manager`) gives the leader elector `lease_annotations(peer)` to
 write, and installs `LeaseLocator` in `console.runtime` so a standby's forwarder
 (`console.forward`) finds the leader, judged as the elector judges it (`kube.leases`: by this
 process's monotonic clock, never the holder's wall clock). The fingerprint is a SHA-256 of the

@@ -1,6 +1,6 @@
 """The mirror: the single writer that copies the manager's memory into the console's tables.
 
-Started by the process wiring (`nebula_site.process`), stopped on the way out. At most once
+Started by the process wiring (`nebula_site.manager`), stopped on the way out. At most once
 per `interval` it takes a `console.snapshot`, diffs it against what it last wrote, and writes
 only the rows that changed, in ONE transaction. Its first sync empties the tables and writes
 everything: a restart rebuilds the mirror from memory, and nothing is ever read back (I6).

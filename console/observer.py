@@ -3,7 +3,7 @@
 little memory the mirror needs that no Handler holds: lease renewals, leadership, the latest
 Events, open streams.
 
-Installed by the process wiring (`nebula_site.process`); called on the core's threads, so
+Installed by the process wiring (`nebula_site.manager`); called on the core's threads, so
 every method is cheap, thread-safe and never raises.
 Tests: tests/console/test_console_units.py.
 """

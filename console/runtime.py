@@ -2,7 +2,7 @@
 placement (pool cache included), and this replica's role: whether it leads, and how a
 standby finds the leader (`forwards`, `locate_leader`, read by `console.forward`).
 
-The process wiring (`nebula_site.process`) fills it (`install`) once Runners and placement
+The process wiring (`nebula_site.manager`) fills it (`install`) once Runners and placement
 run, and empties it (`clear`) on the way out; it marks the role
 (`set_leading`, `install_locator`); the REST API and the admin read it (`current`).
 Read-only views of memory, but for the one operator action both offer,

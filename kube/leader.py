@@ -1,6 +1,6 @@
 """Leader election on one Lease: only the leader runs controllers.
 
-Used by `nebula_site.process`. A thin holder over `kube.leases`, so the leader Lease follows the
+Used by `nebula_site.manager`. A thin holder over `kube.leases`, so the leader Lease follows the
 same rules as every other: another's Lease is alive until it stayed unchanged for its duration
 by this process's monotonic clock, writes carry the resourceVersion, and `fence` (valid until
 `renew_deadline` after the start of the last successful renewal) is what the leader's own

@@ -1,6 +1,6 @@
 """ASGI entry point for the console listener: Django's application behind the standby's forwarder.
 
-The process wiring (`nebula_site.process`) hands `application` to
+The process wiring (`nebula_site.manager`) hands `application` to
 `vnode.kubelet.server.Listeners`, which serves it on the console listener only (I5); the
 kubelet listener has its own app. Static files are served here on every replica; everything
 else goes through `console.forward.Forwarder`, which relays it to the leader while this

@@ -1,21 +1,22 @@
 """`runvnode`'s flags for the kubelet listener (client CA, serving certificate, who may use
 the kubelet API, stream timeouts), and the NEBULA settings of who may use it.
 
-Called by `manage.py runvnode` (`add_arguments`, then `auth_options` and, with
-`--dev-cluster`, `write_dev_client_ca`); the process wiring builds the listener's
-`vnode.kubelet.auth.KubeletAuth` from what `auth_options` returns. Parses, never wires.
+Called by `manage.py runvnode` (`add_arguments`, then `auth_options`; with `--dev-cluster`
+the embedded cluster's client CA goes to `DEV_KUBELET_CLIENT_CA`); the manager
+(`nebula_site.manager`) builds the listener's `vnode.kubelet.auth.KubeletAuth` from what
+`auth_options` returns. Parses, never wires.
 Tests: tests/vnode/kubelet/test_kubelet_auth_runvnode.py, tests/nebula_site/test_servingcert.py.
 """
 
 from __future__ import annotations
 
 from argparse import ArgumentParser, BooleanOptionalAction
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from nebula_site import process, servingcert
+from nebula_site import servingcert
+from nebula_site.manager import config as manager_config
 from vnode.kubelet import auth
 
 DEV_KUBELET_CLIENT_CA = ".nebula/kubelet-client-ca.pem"  # --dev-cluster: the CA of its kubelet client certificate
@@ -55,7 +56,7 @@ def add_arguments(parser: ArgumentParser) -> None:
         parser.add_argument(flag, type=float, metavar="SECONDS", help=f"I7, as the kubelet's (default {default})")
 
 
-def auth_options(options: dict[str, Any]) -> process.KubeletAuthOptions:
+def auth_options(options: dict[str, Any]) -> manager_config.KubeletAuthOptions:
     """The flags over NEBULA settings (by default: anonymous requests refused, tokens
     reviewed, access reviewed with Webhook), reviews asked of `options['kubeconfig']`."""
     conf = settings.NEBULA
@@ -63,18 +64,9 @@ def auth_options(options: dict[str, Any]) -> process.KubeletAuthOptions:
     def pick(flag: str, key: str) -> Any:
         return conf[key] if options.get(flag) is None else options[flag]
 
-    return process.KubeletAuthOptions(
+    return manager_config.KubeletAuthOptions(
         anonymous=bool(pick("kubelet_anonymous_auth", "KUBELET_ANONYMOUS_AUTH")),
         token_auth=bool(pick("kubelet_token_auth", "KUBELET_TOKEN_AUTH")),
         authorization=str(pick("kubelet_authorization_mode", "KUBELET_AUTHORIZATION_MODE")),
         kubeconfig=options.get("kubeconfig"),
     )
-
-
-def write_dev_client_ca(pem: bytes) -> str:
-    """The embedded cluster's kubelet client CA (public), written where the kubelet listener
-    loads it as its client CA; returns the path."""
-    path = Path(DEV_KUBELET_CLIENT_CA)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pem)
-    return str(path)

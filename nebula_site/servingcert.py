@@ -2,7 +2,7 @@
 settings, checked once, before anything starts (bad combinations are a CommandError).
 
 Called by `manage.py runvnode`; the sources themselves are vnode.kubelet's `certfiles`
-(files) and `certcsr` (the CSR API), wired by `nebula_site.process`.
+(files) and `certcsr` (the CSR API), wired by `nebula_site.manager`.
 Tests: tests/nebula_site/test_servingcert.py.
 """
 

@@ -59,10 +59,17 @@ ROOT_URLCONF = "nebula_site.urls"
 DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
 ASGI_APPLICATION = "nebula_site.asgi.application"
 
+# The templates (admin pages, the dashboard) live at the top of the checkout and of the image,
+# in templates/. An installed package carries them as nebula_site/templates, which in the
+# checkout is a symbolic link to ../templates that the build copies (pyproject.toml;
+# tests/nebula_site/test_install.py); there is no manage.py beside an installed package.
+TEMPLATES_DIR = (
+    BASE_DIR / "templates" if (BASE_DIR / "manage.py").is_file() else Path(__file__).resolve().parent / "templates"
+)
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [Path(__file__).resolve().parent / "templates"],
+        "DIRS": [TEMPLATES_DIR],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

@@ -3,7 +3,7 @@
 (the callers' retry path: a Pod is never failed for it), so a replica whose node Lease ran
 out changes no instance; reads, logs and streams pass. Every other attribute is the provider's own, so
 the optional capabilities (`isinstance(provider, Executor)` and the rest) are exactly the
-wrapped provider's. Built by `nebula_site.sharing` for each Runner it starts.
+wrapped provider's. Built by `nebula_site.manager.runners.build_runner` for each Runner `kube.sharing` starts.
 Tests: tests/kube/test_leases.py.
 """
 

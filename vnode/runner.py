@@ -1,5 +1,5 @@
 """One Runner per provider: its Handler, pod controller and node controller, started and
-stopped together (and the Handler's prober). Built by `nebula_site.process`; holds no
+stopped together (and the Handler's prober). Built by `nebula_site.manager.runners.build_runner`; holds no
 state of its own.
 Tests: tests/vnode/test_restart.py.
 """

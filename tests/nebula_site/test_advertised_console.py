@@ -1,5 +1,5 @@
-"""What a leader publishes about its console (`process.advertised_console`): the address other
-replicas can dial (the bound host, else the node IP) and, over TLS, the fingerprint of the very
+"""What a leader publishes about its console (`nebula_site.manager.listeners.advertised_console`):
+the address other replicas can dial (the bound host, else the node IP) and, over TLS, the fingerprint of the very
 certificate the listener serves, as a client sees it on the wire."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import ssl
 import pytest
 
 from console import leaderpeer
-from nebula_site import process
+from nebula_site.manager import listeners as manager_listeners
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
 
@@ -38,9 +38,9 @@ def test_the_published_console_is_the_bound_address_pinned_to_the_served_certifi
     try:
         port = listeners.console_port
         assert port is not None
-        peer = process.advertised_console(listeners, bind_host="127.0.0.1", node_ip="10.0.0.7")
-        wildcard = process.advertised_console(listeners, bind_host="", node_ip="10.0.0.7")
-        nowhere = process.advertised_console(listeners, bind_host="", node_ip=None)
+        peer = manager_listeners.advertised_console(listeners, bind_host="127.0.0.1", node_ip="10.0.0.7")
+        wildcard = manager_listeners.advertised_console(listeners, bind_host="", node_ip="10.0.0.7")
+        nowhere = manager_listeners.advertised_console(listeners, bind_host="", node_ip=None)
         on_the_wire = served_fingerprint(port) if tls else None
     finally:
         listeners.stop()

@@ -1,8 +1,9 @@
 """`pip install .` gives a working `nebula` command: the wheel built from a copy of the
 checkout, installed (without its dependencies) into a fresh virtualenv that sees this one's
 packages through a `.pth` file, then `nebula --version` and `nebula run --dev-cluster` from an
-empty folder: the console answers, the node is there, SIGTERM exits 0. Nothing of the checkout
-is on the installed command's path, and nothing is built inside the checkout."""
+empty folder: the console answers and renders its pages from the installed package's templates
+(top-level templates/ in the checkout), the node is there, SIGTERM exits 0. Nothing of the
+checkout is on the installed command's path, and nothing is built inside the checkout."""
 
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("nebula_site", "console", "vnode", "placement", "providers", "kube", "devcluster")
-# What the build reads: the packages, the metadata, and the CRD the package links to.
-SOURCES = (*PACKAGES, "pyproject.toml", "requirements.txt", "README.md", "deploy/crds")
+# What the build reads: the packages, the metadata, and the templates and CRD the package links to.
+SOURCES = (*PACKAGES, "pyproject.toml", "requirements.txt", "README.md", "templates", "deploy/crds")
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,27 @@ def test_the_installed_crd_is_deploys_file_and_templates_ship(installed: Install
     assert (installed.site_packages / "console" / "migrations" / "0001_initial.py").is_file()
 
 
+RENDER = """
+import django
+from django.template.loader import get_template
+django.setup()
+template = get_template("console/dashboard.html")
+print(template.origin.name)
+print(template.render({"refresh_seconds": 5}))
+"""
+
+
+@pytest.mark.slow
+def test_the_installed_package_renders_the_dashboard_from_its_own_templates(
+    installed: Installed, tmp_path: Path
+) -> None:
+    env = {**clean_env(tmp_path), "DJANGO_SETTINGS_MODULE": "nebula_site.settings"}
+    origin, _, page = run(installed.venv / "bin" / "python", "-c", RENDER, cwd=tmp_path, env=env).partition("\n")
+    assert Path(origin).is_relative_to(installed.site_packages / "nebula_site" / "templates")
+    assert not Path(origin).is_relative_to(ROOT)
+    assert "<title>Nebula console</title>" in page
+
+
 @pytest.fixture
 def nebula_run(installed: Installed, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     log = tmp_path / "run.log"
@@ -130,6 +152,8 @@ def test_nebula_run_from_an_empty_folder_serves_the_console_and_the_node_and_sto
     console = started.group(1)
     with urllib.request.urlopen(f"{console}/healthz", timeout=30) as answer:
         assert answer.status == 200
+    with urllib.request.urlopen(f"{console}/", timeout=30) as answer:  # to the login page, our own template
+        assert answer.status == 200 and 'id="kube-token-row"' in answer.read().decode()
     kubeconfig = folder / ".nebula" / "kubeconfig"
     env = {**os.environ, "HOME": str(folder.parent)}
 

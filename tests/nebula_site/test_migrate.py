@@ -18,8 +18,7 @@ from tests.support.mirror_db import interrupt_after_commit
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATE_MIRROR = (
-    "import django; django.setup(); "
-    "from nebula_site.management.commands.runvnode import migrate_mirror; migrate_mirror()"
+    "import django; django.setup(); from nebula_site.manager.startup import migrate_mirror; migrate_mirror()"
 )
 
 

@@ -16,14 +16,19 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from placement.blocklist import Blocklist
-from placement.wiring import Placement
 from providers.fake import FakeProvider
-from tests.support.fixtures import ROOT, kube_for
-from tests.support.placement import events_for, h100_pod_template, h100_scenario, nodepool, provider_of
+from tests.support.fixtures import ROOT
+from tests.support.placement import (
+    events_for,
+    h100_pod_template,
+    h100_scenario,
+    nodepool,
+    provider_of,
+    start_nodes,
+    stop_nodes,
+)
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
 from tests.support.tls import TlsWsgiServer
-from vnode.poolpolicy import PoolPolicies
 
 PODS = path_for("pods", namespace="default")
 
@@ -45,19 +50,9 @@ def rig(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Rig]:
             "gpu-b", {"cloud": f"gpu-b-{suffix}", "scenario": h100_scenario("gpu-b"), "egress": ["Open", "Blocked"]}
         ),
     }
-    blocklist = Blocklist()
-    placement = Placement(
-        providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=blocklist, requeue_spread=0.1
-    )
-    pools: PoolPolicies = placement.pools
-    runners = [make_runner(cluster, p, blocklister=blocklist, pools=pools) for p in providers.values()]
-    for runner in runners:
-        runner.start()
-    placement.start()
+    nodes = start_nodes(cluster, providers, Blocklist())
     yield Rig(providers["gpu-a"], providers["gpu-b"])
-    placement.stop(timeout=5)
-    for runner in runners:
-        runner.stop(timeout=5)
+    stop_nodes(nodes)
 
 
 def pool_with(name: str, egress: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +20,16 @@ from django.core.wsgi import get_wsgi_application
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
+from nebula_site.manager import leading
+from nebula_site.manager import runners as manager_runners
 from placement.blocklist import Blocklist
 from placement.wiring import Placement
+from providers.base import Provider
 from providers.fake import FakeProvider
 from tests.support.fixtures import ROOT, kube_for
-from tests.support.runners import make_runner
+from tests.support.runners import RUNNER_OPTIONS
 from tests.support.tls import TlsWsgiServer
-from vnode.poolpolicy import PoolPolicies
+from vnode.kubelet.resolve import HandlerRegistry
 from vnode.runner import Runner
 
 
@@ -163,6 +166,20 @@ def webhook(cluster: DevCluster, console: TlsWsgiServer) -> TlsWsgiServer:
     return console
 
 
+def start_nodes(cluster: DevCluster, providers: Mapping[str, Provider], blocklist: Blocklist) -> leading.Leading:
+    """The manager's `Leading` without the console: placement and one Runner per provider
+    (RUNNER_OPTIONS), sharing `blocklist`, started; stop it with `stop_nodes`."""
+    nodes = leading.Leading(providers, HandlerRegistry(), blocklist, RUNNER_OPTIONS, requeue_spread=0.1)
+    watch = kube_for(cluster, pool_size=manager_runners.watch_pool_size(len(providers)))
+    nodes.start_nodes(kube_for(cluster), watch)
+    return nodes
+
+
+def stop_nodes(nodes: leading.Leading) -> None:
+    for step in nodes.stop_nodes_steps():
+        step(5.0)
+
+
 @pytest.fixture
 def stack(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Stack]:
     """gpu-a and gpu-b virtual nodes plus placement, sharing one Blocklist, once the cluster
@@ -173,16 +190,7 @@ def stack(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Stack]:
         name: FakeProvider(name, {"cloud": f"{name}-{suffix}", "scenario": h100_scenario(name)})
         for name in ("gpu-a", "gpu-b")
     }
-    blocklist = Blocklist()
-    placement = Placement(
-        providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=blocklist, requeue_spread=0.1
-    )
-    pools: PoolPolicies = placement.pools
-    runners = [make_runner(cluster, provider, blocklister=blocklist, pools=pools) for provider in providers.values()]
-    for runner in runners:
-        runner.start()
-    placement.start()
-    yield Stack(providers, blocklist, runners, placement)
-    placement.stop(timeout=5)
-    for runner in runners:
-        runner.stop(timeout=5)
+    nodes = start_nodes(cluster, providers, Blocklist())
+    assert nodes.placement is not None
+    yield Stack(providers, nodes.blocklist, nodes.runners, nodes.placement)
+    stop_nodes(nodes)

@@ -1,7 +1,7 @@
 """`CsrCertificates`: the kubelet serving certificate from the certificates.k8s.io/v1 CSR API,
 renewed before expiry, as the kubelet's certificate manager does it.
 
-Started by the process wiring (`nebula_site.process.start_serving_csr`) once the listener is
+Started by the process wiring (`nebula_site.manager.listeners.start_serving_csr`) once the listener is
 up. Steps: make an EC P-256 key in memory (never written, never logged); create a CSR for
 signer `kubernetes.io/kubelet-serving` (CN `system:node:<node>`, O `system:nodes`, SANs the
 node IPs and DNS names, usages digital signature and server auth: key encipherment is for

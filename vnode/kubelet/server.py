@@ -1,6 +1,6 @@
 """`Listeners`: the process's one Daphne server, serving both the kubelet API and the console.
 
-Started by the process wiring (`nebula_site.process.start_listeners`), tests and the bench.
+Started by the process wiring (`nebula_site.manager.listeners.start_listeners`), tests and the bench.
 The kubelet listener is TLS with a serving certificate made in memory (SAN: the node IP)
 or read from files and reloaded on change (`certfiles`; the CSR source swaps `kubelet_tls`),
 every request authenticated and authorised first (`auth`, as a kubelet: client certificate

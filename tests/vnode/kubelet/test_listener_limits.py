@@ -285,7 +285,7 @@ def test_I7_a_port_forward_session_with_no_traffic_is_closed_after_the_idle_time
 
 
 def test_I7_limits_come_from_settings_and_flags_and_bad_ones_are_named() -> None:
-    from nebula_site.process import listener_limits
+    from nebula_site.manager.listeners import listener_limits
 
     chosen = listener_limits({"per_client": 8, "console_body": 1024}, creation=3.0, idle=None)
     assert (chosen.per_client, chosen.console_body, chosen.stream_creation_timeout) == (8, 1024, 3.0)

@@ -1,6 +1,6 @@
-"""The process wiring (`nebula_site.process`): the ordered shutdown shares one grace, and `run`
-leads, publishes Runners, placement and the mirror to the console, and on stop clears it all
-and gives the Lease up."""
+"""The composition root (`nebula_site.manager`): the ordered shutdown shares one grace, and the
+leading loop (`main.lead`) leads, publishes Runners, placement and the mirror to the console,
+and on stop clears it all and gives the Lease up."""
 
 from __future__ import annotations
 
@@ -14,14 +14,15 @@ from console import leaderpeer, runtime
 from console import observer as console_observer
 from devcluster import DevCluster
 from kube.client import Kube, path_for
-from nebula_site import process
+from nebula_site.manager import config as manager_config
+from nebula_site.manager import main, shutdown
 from providers.fake import FakeProvider
 from tests.support.clock import ManualClock
 from tests.support.polling import wait_for
 from vnode.kubelet.resolve import HandlerRegistry
 
 
-def step(clock: ManualClock, takes: float, given: list[float], busy: list[threading.Thread]) -> process.Stopper:
+def step(clock: ManualClock, takes: float, given: list[float], busy: list[threading.Thread]) -> shutdown.Stopper:
     def run(timeout: float) -> list[threading.Thread]:
         given.append(timeout)
         clock.now += min(takes, timeout)
@@ -42,7 +43,7 @@ def test_stop_in_order_shares_one_grace_and_names_what_is_left(takes: list[float
     given: list[float] = []
     left = threading.Thread(name="stuck")
     steps = [step(clock, t, given, [left] if i == 1 else []) for i, t in enumerate(takes)]
-    assert process.stop_in_order(steps, 10.0, monotonic=clock) == [left]
+    assert shutdown.stop_in_order(steps, 10.0, monotonic=clock) == [left]
     assert given == expected
     assert clock.now - 100.0 <= 10.0
 
@@ -50,7 +51,7 @@ def test_stop_in_order_shares_one_grace_and_names_what_is_left(takes: list[float
 CONSOLE = leaderpeer.Peer("https://127.0.0.1:8443", "ab" * 32)
 
 
-def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, cluster: DevCluster, kube: Kube) -> None:
+def test_lead_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, cluster: DevCluster, kube: Kube) -> None:
     assert cluster.kubeconfig_path is not None
     provider = FakeProvider("wired", {"cloud": f"process-{uuid.uuid4().hex[:8]}"})
     registry = HandlerRegistry()
@@ -62,23 +63,35 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
         seen.append(cluster)
         return {"wired": provider}
 
-    thread = threading.Thread(
-        target=lambda: result.append(
-            process.run(
-                build,
-                aliases=["wired"],
-                cluster_name=None,
-                registry=registry,
-                kubeconfig=cluster.kubeconfig_path,
-                node_ip="127.0.0.1",
-                kubelet_port=10250,
-                namespace="default",
-                stop=stop,
-                shutdown_grace=5.0,
-                console=CONSOLE,
-            )
-        )
+    config = manager_config.ManagerConfig(
+        providers={},
+        aliases=("wired",),
+        runner=manager_config.RunnerOptions(node_ip="127.0.0.1", kubelet_port=0),
+        kubelet_addr=("127.0.0.1", 0),
+        console_addr=("127.0.0.1", 0),
+        kubeconfig=cluster.kubeconfig_path,
+        namespace="default",
+        shutdown_grace=5.0,
     )
+
+    def run() -> None:
+        stops = shutdown.Shutdown(config.shutdown_grace)
+        try:
+            result.append(
+                main.lead(
+                    config,
+                    stop,
+                    stops,
+                    registry=registry,
+                    kubelet_port=10250,
+                    console=CONSOLE,
+                    build_providers=build,
+                )
+            )
+        finally:
+            stops.run()
+
+    thread = threading.Thread(target=run)
     thread.start()
     try:
         current = wait_for(lambda: runtime.current() if runtime.current().handlers else None)
@@ -88,9 +101,7 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
         assert current.placement is not None and current.blocklist is current.placement.blocklist
         assert registry.handlers() == list(current.handlers)
         assert console_observer.installed() is not None
-        lease = kube.get(
-            path_for("leases", namespace="default", name=process.LEADER_LEASE, group="coordination.k8s.io")
-        )
+        lease = kube.get(path_for("leases", namespace="default", name=main.LEADER_LEASE, group="coordination.k8s.io"))
         assert lease["spec"]["holderIdentity"]
         assert leaderpeer.peer_from(lease["metadata"]["annotations"]) == CONSOLE  # where standbys forward
         assert not runtime.forwards()  # the leader answers its console itself
@@ -100,7 +111,7 @@ def test_run_leads_publishes_to_the_console_and_clears_it_all_on_stop(db: Any, c
     assert result == [True]
     assert runtime.current().handlers == () and runtime.current().placement is None
     assert console_observer.installed() is None
-    lease = kube.get(path_for("leases", namespace="default", name=process.LEADER_LEASE, group="coordination.k8s.io"))
+    lease = kube.get(path_for("leases", namespace="default", name=main.LEADER_LEASE, group="coordination.k8s.io"))
     assert lease["spec"]["holderIdentity"] == ""
     assert lease["metadata"].get("annotations") in (None, {})  # released: it names no console any more
     assert not runtime.forwards()  # nothing of the process is left to forward through
