@@ -212,6 +212,11 @@ class Instance:
     containers: tuple[ContainerFacts, ...] = ()
 
 
+# The node capacity of a provider whose cloud sells as much as is asked for (a VM or a
+# sandbox per Pod): large enough that the scheduler never holds a Pod back for it.
+UNBOUNDED_CAPACITY: Mapping[str, str] = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a provider declares about itself; read once when its node is built."""

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import builtins
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import ssh
+from providers import claimlocks, ssh
 from providers.aws import catalog, console, launch, remote, status
 from providers.aws.classify import classify
 from providers.aws.ec2 import Ec2
@@ -29,6 +28,7 @@ from providers.aws.options import AwsOptions, parse_options
 from providers.aws.pricing import SpotPrices
 from providers.aws.userdata import Boot, render_user_data
 from providers.base import (
+    UNBOUNDED_CAPACITY,
     BlockScope,
     Capabilities,
     ConnectCredential,
@@ -63,7 +63,6 @@ logger = logging.getLogger(__name__)
 
 REGION_GROUPS = ("us", "eu", "ap", "ca", "sa", "me", "af", "il", "mx")
 ALL_REGIONS = frozenset({"*", "any", "all"})
-NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 # Served with restarts by replacement (docs/providers/aws.md): a container's restart is a new
 # instance, which runs every container again. Probes: exec over SSH, TCP and HTTP against
 # the instance's address (its containers share the host's network).
@@ -97,8 +96,7 @@ class AwsProvider:
         self._now = now
         self._ec2 = Ec2(self._options)
         self._operator = OperatorKey(self._options.ssh_key_file)
-        self._locks_guard = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks = claimlocks.ClaimLocks()
         self._spot = SpotPrices(self._ec2, ttl=self._options.spot_price_ttl)
         self._exits = ExitReader(self._ec2, now=now)
         self._inventory = Inventory(self._ec2, self._options, self._owner, self._exits, name=name)
@@ -122,7 +120,7 @@ class AwsProvider:
             list_lag=10.0,  # DescribeInstances is eventually consistent after RunInstances
             tiers=(Tier.ON_DEMAND, Tier.SPOT),
             regions=self._options.regions,
-            capacity=dict(NODE_CAPACITY),
+            capacity=dict(UNBOUNDED_CAPACITY),
             pulls_images=True,
             log_timestamps=True,
             restarts_in_place=False,  # the VM is the container's sandbox: a restart is a new instance
@@ -152,7 +150,7 @@ class AwsProvider:
         ami = self._options.for_region(self._options.ami, region)
         if not ami:
             raise InvalidRequest(f"the aws provider has no AMI configured for {region}")
-        with self._claim_lock(request.claim):
+        with self._claim_locks.held(request.claim):
             found = self._inventory.claim_instances(region, request.claim)
             live = [data for data in found if status.state_of(data) in status.ADOPTABLE_STATES]
             if live:
@@ -199,10 +197,6 @@ class AwsProvider:
         if not expanded:
             raise InvalidRequest(f"the aws provider does not serve region {request.region!r}")
         return expanded[0]
-
-    def _claim_lock(self, claim: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._claim_locks.setdefault(claim, threading.Lock())
 
     # -- observe and terminate ------------------------------------------------------------
     def get(self, instance_id: InstanceId) -> Instance | None:

@@ -19,13 +19,14 @@ import builtins
 import logging
 import re
 import secrets
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from providers import claimlocks
 from providers.base import (
+    UNBOUNDED_CAPACITY,
     BlockScope,
     Capabilities,
     ConnectCredential,
@@ -62,7 +63,6 @@ from providers.shape import SINGLE_CONTAINER
 
 logger = logging.getLogger(__name__)
 
-NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 ALL_REGIONS = frozenset({"*", "any", "all"})
 _SANDBOX_ID = re.compile(r"^sb-[A-Za-z0-9_-]{1,128}$")
 MIB = 2**20
@@ -87,8 +87,7 @@ class ModalProvider:
         self._options: ModalOptions = parse_options(options or {})
         self._session = Session(self._options)
         self._usage = UsageCache()
-        self._locks_guard = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks = claimlocks.ClaimLocks()
 
     def __repr__(self) -> str:
         return f"ModalProvider(name={self._name!r}, owner={self._owner.key!r}, app={self._options.app!r})"
@@ -110,7 +109,7 @@ class ModalProvider:
             poll_interval=self._options.poll_interval,
             tiers=(Tier.ON_DEMAND,),
             regions=self._options.regions,
-            capacity=dict(NODE_CAPACITY),
+            capacity=dict(UNBOUNDED_CAPACITY),
             pulls_images=True,
             uses_pull_secrets=True,
             enforces_deadline=True,
@@ -125,16 +124,12 @@ class ModalProvider:
     def _owner_tags(self) -> dict[str, str]:
         return {status.TAG_OWNER: self._owner.key}
 
-    def _claim_lock(self, claim: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._claim_locks.setdefault(claim, threading.Lock())
-
     # -- provision ----------------------------------------------------------------------
     def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
         """Adopt the claim's live sandbox if there is one, else create one; return once Modal
         scheduled it (reserved, with the connect token) or once it is seen queued (module doc)."""
         arguments = self._create_arguments(pod, request)
-        with self._claim_lock(request.claim):
+        with self._claim_locks.held(request.claim):
             tags = {**self._owner_tags(), status.TAG_CLAIM: request.claim}
             found = self._live(tags)
             if found is not None:

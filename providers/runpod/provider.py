@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from providers import ssh
+from providers import claimlocks, ssh
 from providers.base import (
+    UNBOUNDED_CAPACITY,
     BlockScope,
     Capabilities,
     ConnectCredential,
@@ -57,7 +58,6 @@ from providers.usage import Reading, UsageSampler, instance_usage
 logger = logging.getLogger(__name__)
 
 KEY_NAME = "RUNPOD_API_KEY"
-NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 _POD_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
 _PARALLEL_PROBES = 8
 
@@ -73,7 +73,7 @@ class RunPodProvider:
         secret = identity.file_secret(self._options.ssh_secret_file) if self._options.ssh_secret_file else None
         self._keys = identity.KeySource(secret or (lambda: self._api_key().encode()))
         self._lock = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks = claimlocks.ClaimLocks()
         self._verdicts: dict[str, status.Verdict] = {}  # final (exit seen) verdicts by pod id
         self._first_seen: dict[str, datetime] = {}
         self._usage = UsageSampler()
@@ -105,7 +105,7 @@ class RunPodProvider:
     def capabilities(self) -> Capabilities:
         return Capabilities(
             poll_interval=self._options.poll_interval, tiers=(Tier.ON_DEMAND, Tier.SPOT),
-            regions=self._options.regions, capacity=dict(NODE_CAPACITY), pulls_images=True,
+            regions=self._options.regions, capacity=dict(UNBOUNDED_CAPACITY), pulls_images=True,
             log_timestamps=self._options.ssh, restarts_in_place=False, bills_after_exit=True,
             keeps_output_after_terminate=False,
         )  # fmt: skip
@@ -124,7 +124,7 @@ class RunPodProvider:
             raise NotSupported(
                 "runpod sells spot (interruptible) capacity for GPU pods only: set nebula.io/accelerator"
             )
-        with self._claim_lock(request.claim):
+        with self._claim_locks.held(request.claim):
             for data in self._owned_pods():
                 if identity.claim_of(data, self._owner) == request.claim and self._live(data):
                     return ProvisionResult(
@@ -190,10 +190,6 @@ class RunPodProvider:
         if not expanded:
             raise InvalidRequest(f"the runpod provider does not serve data centre {request.region!r}")
         return expanded[0]
-
-    def _claim_lock(self, claim: str) -> threading.Lock:
-        with self._lock:
-            return self._claim_locks.setdefault(claim, threading.Lock())
 
     def _live(self, data: dict[str, Any]) -> bool:
         with self._lock:
