@@ -17,17 +17,20 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NewType, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.egress import Egress, EgressMode
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
+from providers.ids import ClaimName as ClaimName
+from providers.ids import InstanceId as InstanceId
 from providers.owner import Owner
 from providers.pullauth import RegistryAuth
 from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
 from providers.streams import Attacher as Attacher
 from providers.streams import ContainerStopper as ContainerStopper
 from providers.streams import Executor as Executor
+from providers.streams import LogOptions as LogOptions
 from providers.streams import LogStream as LogStream
 from providers.streams import LogStreamer as LogStreamer
 from providers.streams import PortConnection as PortConnection
@@ -36,9 +39,6 @@ from providers.streams import Process as Process
 from providers.streams import Restarter as Restarter
 from providers.usage import InstanceUsage as InstanceUsage
 from providers.usage import ResourceUsage as ResourceUsage
-
-InstanceId = NewType("InstanceId", str)
-ClaimName = NewType("ClaimName", str)
 
 
 class Tier(str, enum.Enum):
@@ -276,19 +276,6 @@ class BlockScope:
     accelerator: str | None = None
     region: str | None = None
     reason: str = ""
-
-
-@dataclass(frozen=True)
-class LogOptions:
-    """The kubelet's containerLogs parameters, already validated."""
-
-    follow: bool = False
-    tail_lines: int | None = None
-    limit_bytes: int | None = None
-    timestamps: bool = False
-    since: datetime | None = None
-    previous: bool = False
-    container: str = ""  # the Pod's container (empty: the first app container)
 
 
 class Provider(Protocol):
