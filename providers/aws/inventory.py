@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from providers import base
 from providers.aws import status
 from providers.aws.ec2 import Ec2
 from providers.aws.exits import ExitReader
 from providers.aws.options import AwsOptions
-from providers.base import Instance
 from providers.errors import NotFound
 from providers.owner import Owner
 
@@ -67,7 +67,7 @@ class Inventory:
                     return region, data
         return None
 
-    def facts(self, region: str, data: dict[str, Any]) -> Instance:
+    def facts(self, region: str, data: dict[str, Any]) -> base.Instance:
         """The `Instance` for one owned DescribeInstances entry (its console read if due)."""
         verdicts = self._exits.verdicts(region, [data])
         return status.instance_from(data, region, verdicts.get(status.instance_id(region, str(data["InstanceId"]))))
@@ -77,7 +77,7 @@ class Inventory:
         pages = self._ec2.pages(region, "describe_instances", Filters=self.filters(claim=claim))
         return [data for data in _entries(pages) if status.is_owned(data, self._owner.key)]
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         """One paginated DescribeInstances per region, all regions at once; any failure fails
         the list. Oldest first, so a claim's replacement comes after the instance it replaced."""
         regions = self._options.regions
@@ -85,7 +85,7 @@ class Inventory:
             found = [instance for listed in pool.map(self._list_region, regions) for instance in listed]
         return sorted(found, key=lambda instance: instance.created_at)
 
-    def _list_region(self, region: str) -> builtins.list[Instance]:
+    def _list_region(self, region: str) -> builtins.list[base.Instance]:
         pages = self._ec2.pages(
             region, "describe_instances", Filters=self.filters(), PaginationConfig={"PageSize": _PAGE_SIZE}
         )

@@ -14,15 +14,15 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from providers import base
 from providers.aws import catalog, containers, status
 from providers.aws.ec2 import SPOT_PRICE_CODES, CapacityRefusal, Ec2, error_code
 from providers.aws.options import AwsOptions
-from providers.base import PodSpec, ProvisionRequest, Tier
 from providers.errors import InvalidRequest, NoCapacity
 from providers.owner import Owner
 
 
-def instance_types(pod: PodSpec, region: str) -> list[catalog.CatalogEntry]:
+def instance_types(pod: base.PodSpec, region: str) -> list[catalog.CatalogEntry]:
     """The catalog entries that serve the Pod in `region`, the primary first."""
     entries = catalog.load_catalog()
     found = catalog.candidates(
@@ -39,7 +39,7 @@ def instance_types(pod: PodSpec, region: str) -> list[catalog.CatalogEntry]:
 
 
 def tags(
-    pod: PodSpec, request: ProvisionRequest, *, provider: str, owner: Owner, host_key: str
+    pod: base.PodSpec, request: base.ProvisionRequest, *, provider: str, owner: Owner, host_key: str
 ) -> list[dict[str, str]]:
     """The instance's tags: how list, get and the claim lookup find it, whose it is, and (for
     a Pod of several containers) which containers it runs."""
@@ -74,7 +74,7 @@ def client_token(claim: str, instance_type: str, *, earlier: Sequence[str], at: 
 
 
 def run_params(
-    options: AwsOptions, region: str, entry: catalog.CatalogEntry, tier: Tier, ami: str, user_data: bytes,
+    options: AwsOptions, region: str, entry: catalog.CatalogEntry, tier: base.Tier, ami: str, user_data: bytes,
     instance_tags: list[dict[str, str]], *, token: str,
 ) -> dict[str, Any]:  # fmt: skip
     """RunInstances parameters for one instance of `entry`'s type."""
@@ -93,7 +93,7 @@ def run_params(
     }
     if options.terminate_on_exit:
         params["InstanceInitiatedShutdownBehavior"] = "terminate"
-    if tier is Tier.SPOT:
+    if tier is base.Tier.SPOT:
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
@@ -116,7 +116,7 @@ def run_params(
 
 
 def launch(
-    ec2: Ec2, options: AwsOptions, region: str, choices: Sequence[catalog.CatalogEntry], tier: Tier, ami: str,
+    ec2: Ec2, options: AwsOptions, region: str, choices: Sequence[catalog.CatalogEntry], tier: base.Tier, ami: str,
     user_data: bytes, instance_tags: list[dict[str, str]], *, claim: str, earlier: Sequence[str], at: datetime,
     secrets: Sequence[str],
 ) -> dict[str, Any]:  # fmt: skip

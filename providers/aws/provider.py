@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import claimlocks, ssh
+from providers import base, claimlocks, ssh
 from providers.aws import catalog, console, launch, remote, status
 from providers.aws.classify import classify
 from providers.aws.ec2 import Ec2
@@ -27,30 +27,6 @@ from providers.aws.keys import OperatorKey, generate_key_pair
 from providers.aws.options import AwsOptions, parse_options
 from providers.aws.pricing import SpotPrices
 from providers.aws.userdata import Boot, render_user_data
-from providers.base import (
-    UNBOUNDED_CAPACITY,
-    BlockScope,
-    Capabilities,
-    ConnectCredential,
-    ContainerStopper,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    PortConnection,
-    PortForwarder,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-    UsageReporter,
-)
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.owner import Owner
@@ -114,13 +90,13 @@ class AwsProvider:
     def options(self) -> AwsOptions:
         return self._options
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
+    def capabilities(self) -> base.Capabilities:
+        return base.Capabilities(
             poll_interval=self._options.poll_interval,
             list_lag=10.0,  # DescribeInstances is eventually consistent after RunInstances
-            tiers=(Tier.ON_DEMAND, Tier.SPOT),
+            tiers=(base.Tier.ON_DEMAND, base.Tier.SPOT),
             regions=self._options.regions,
-            capacity=dict(UNBOUNDED_CAPACITY),
+            capacity=dict(base.UNBOUNDED_CAPACITY),
             pulls_images=True,
             log_timestamps=True,
             restarts_in_place=False,  # the VM is the container's sandbox: a restart is a new instance
@@ -131,7 +107,7 @@ class AwsProvider:
         )
 
     # -- provision --------------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         """Adopt the claim's live instance if there is one, else launch one (see the module doc).
 
         Steps: pick the region and instance types (primary first), describe this owner's
@@ -143,7 +119,7 @@ class AwsProvider:
             mode = request.egress.mode.value
             raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         region = self._region_for(request)
-        tier = request.capacity_type or Tier.ON_DEMAND
+        tier = request.capacity_type or base.Tier.ON_DEMAND
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image")
         choices = launch.instance_types(pod, region)
@@ -155,7 +131,7 @@ class AwsProvider:
             live = [data for data in found if status.state_of(data) in status.ADOPTABLE_STATES]
             if live:
                 adopted = status.instance_from(live[0], region)
-                return ProvisionResult(adopted.id, reserved=True, credential=None, endpoint=adopted.endpoint)
+                return base.ProvisionResult(adopted.id, reserved=True, credential=None, endpoint=adopted.endpoint)
             user_key = generate_key_pair(f"nebula-{request.claim}")
             host_key = generate_key_pair()
             boot = Boot(
@@ -178,19 +154,19 @@ class AwsProvider:
             )  # fmt: skip
         logger.info("launched %s for claim %s in %s (%s, %s)", data["InstanceId"], request.claim, region,
                     data.get("InstanceType"), tier.value)  # fmt: skip
-        credential = ConnectCredential(
+        credential = base.ConnectCredential(
             {
                 "ssh-privatekey": user_key.private_openssh,
                 "username": self._options.ssh_user.encode(),
                 "ssh-host-key": host_key.public_line.encode(),
             }
         )
-        return ProvisionResult(
+        return base.ProvisionResult(
             status.instance_id(region, str(data["InstanceId"])), reserved=True, credential=credential,
             endpoint=status.endpoint_of(data),
         )  # fmt: skip
 
-    def _region_for(self, request: ProvisionRequest) -> str:
+    def _region_for(self, request: base.ProvisionRequest) -> str:
         if not request.region:
             return self._options.regions[0]
         expanded = self.expand_regions([request.region])
@@ -199,12 +175,12 @@ class AwsProvider:
         return expanded[0]
 
     # -- observe and terminate ------------------------------------------------------------
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         """One DescribeInstances (and, once for a finished instance, GetConsoleOutput)."""
         found = self._inventory.describe(instance_id)
         return self._inventory.facts(*found) if found else None
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         """TerminateInstances only for this owner's instance, and only if it is not already
         going: the one DescribeInstances checks the owner tag and the state."""
         found = self._inventory.describe(instance_id)
@@ -217,12 +193,12 @@ class AwsProvider:
             return
         logger.info("terminating %s (claim %s)", instance_id, status.tags_of(data).get(status.TAG_CLAIM))
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         """This owner's instances in every region, terminated ones included while EC2 shows them."""
         return self._inventory.list()
 
     # -- offerings and regions ----------------------------------------------------------------
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         entries = catalog.load_catalog()
         regions = self._options.regions
         with ThreadPoolExecutor(max_workers=len(regions), thread_name_prefix=f"aws-spot-{self._name}") as pool:
@@ -230,9 +206,9 @@ class AwsProvider:
         result = []
         for region in regions:
             for entry in catalog.primaries(entries, region):
-                result.append(Offering(entry.accelerator, entry.gpu_count, Tier.ON_DEMAND, region,
+                result.append(base.Offering(entry.accelerator, entry.gpu_count, base.Tier.ON_DEMAND, region,
                                        entry.on_demand_price, True, entry.instance_type))  # fmt: skip
-                result.append(Offering(entry.accelerator, entry.gpu_count, Tier.SPOT, region,
+                result.append(base.Offering(entry.accelerator, entry.gpu_count, base.Tier.SPOT, region,
                                        spot[region].get(entry.instance_type), True, entry.instance_type))  # fmt: skip
         return result
 
@@ -255,12 +231,12 @@ class AwsProvider:
         return result
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
         return classify(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- logs and exec ----------------------------------------------------------------------
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         """Over SSH while the instance runs (and SSH reaches it), else from the serial console,
         which EC2 keeps while it shows the instance, terminated ones included."""
         if options.previous:
@@ -287,7 +263,9 @@ class AwsProvider:
             poll_seconds=self._options.poll_interval,
         )  # fmt: skip
 
-    def _console(self, instance_id: InstanceId, region: str, ec2_id: str, prefix: bytes) -> console.Snapshot | None:
+    def _console(
+        self, instance_id: base.InstanceId, region: str, ec2_id: str, prefix: bytes
+    ) -> console.Snapshot | None:
         """The console now (only the lines of the container whose `prefix` is given), and
         whether more may come (the instance still runs); None once EC2 no longer shows it."""
         found = self._inventory.describe(instance_id)
@@ -302,8 +280,8 @@ class AwsProvider:
         return console.Snapshot(console.lines_of(output, prefix) if prefix else output, live=live)
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         if not command:
             raise NotSupported("exec needs a command")
         _, data = self._owned(instance_id)
@@ -312,13 +290,13 @@ class AwsProvider:
         argv = remote.exec_argv(command, tty=tty, stdin=stdin, docker_name=where.docker_name)
         return ssh.start_process(target, argv, tty=tty, stdin=stdin)
 
-    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+    def port_forward(self, instance_id: base.InstanceId, port: int) -> base.PortConnection:
         """A `direct-tcpip` channel over SSH to 127.0.0.1:port on the VM, where the Pod's
         containers listen (they share the host's network)."""
         _, data = self._owned(instance_id)
         return ssh.open_forward(self._running_target(instance_id, data), port)
 
-    def _running_target(self, instance_id: InstanceId, data: dict[str, Any]) -> SshTarget:
+    def _running_target(self, instance_id: base.InstanceId, data: dict[str, Any]) -> SshTarget:
         """Where to log in to a running instance, for exec and port-forward. NotFound: not
         running; NotSupported: no SSH endpoint (the `ssh` option off, or no address)."""
         if status.state_of(data) != "running":
@@ -330,7 +308,7 @@ class AwsProvider:
             )
         return remote.ssh_target(data, endpoint, self._options, self._operator.get())
 
-    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+    def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
         """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
         its marker, and the vnode replaces the instance to run it again. Not running: success."""
         _, data = self._owned(instance_id)
@@ -348,12 +326,12 @@ class AwsProvider:
         finally:
             process.close()
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """Each container's process tree on the VM, from its /proc over SSH, at most once per
         `providers.usage.DEFAULT_SAMPLE_INTERVAL` per instance (`providers.ssh.usage`)."""
         return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
 
-    def _read_usage(self, instance_id: InstanceId) -> dict[str, Reading]:
+    def _read_usage(self, instance_id: base.InstanceId) -> dict[str, Reading]:
         _, data = self._owned(instance_id)
         endpoint = status.endpoint_of(data)
         if status.state_of(data) != "running":
@@ -363,14 +341,14 @@ class AwsProvider:
         target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
         return ssh_usage.read_usage(target, remote.usage_roots(data))
 
-    def _owned(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
+    def _owned(self, instance_id: base.InstanceId) -> tuple[str, dict[str, Any]]:
         found = self._inventory.describe(instance_id)
         if found is None:
             raise NotFound(f"no aws instance {instance_id}")
         return found
 
 
-def _secrets(request: ProvisionRequest) -> builtins.list[str]:
+def _secrets(request: base.ProvisionRequest) -> builtins.list[str]:
     """Every env value of every container: scrubbed from EC2's error messages."""
     values = {*request.env.values(), *(v for env in request.container_env.values() for v in env.values())}
     return sorted(value for value in values if value)
@@ -378,6 +356,8 @@ def _secrets(request: ProvisionRequest) -> builtins.list[str]:
 
 def _conforms(
     provider: AwsProvider,
-) -> tuple[Provider, LogStreamer, Executor, ContainerStopper, UsageReporter, PortForwarder]:
+) -> tuple[
+    base.Provider, base.LogStreamer, base.Executor, base.ContainerStopper, base.UsageReporter, base.PortForwarder
+]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider, provider, provider

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from providers import errors
-from providers.base import Tier
+from providers import base, errors
 from providers.fake.scenario import OfferingSpec, parse_tier
 
 # Held until cleared or expired (or, counted, used up), applied to every matching call.
@@ -37,7 +36,7 @@ class Fault:
     kind: str
     reason: str | None = None  # refuse: one of REFUSE_REASONS
     accelerator: str | None = None  # refuse: match; None = any
-    tier: Tier | None = None
+    tier: base.Tier | None = None
     region: str | None = None
     remaining: int | None = None
     until: float | None = None

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import BinaryIO
 
-from providers.base import PodSpec, ProvisionRequest, Tier
+from providers import base
 from providers.errors import InvalidRequest, Unavailable
 from providers.local import folder, sequence, stamp, volumes
 from providers.shape import ContainerSpec
@@ -40,19 +40,19 @@ def workload_argv(container: ContainerSpec) -> list[str]:
     )
 
 
-def containers_in_order(pod: PodSpec) -> list[tuple[ContainerSpec, str]]:
+def containers_in_order(pod: base.PodSpec) -> list[tuple[ContainerSpec, str]]:
     """Every container of the Pod with its kind (`sequence.INIT`, `SIDECAR`, `APP`), in Pod order."""
     inits = [(c, sequence.SIDECAR if c.sidecar else sequence.INIT) for c in pod.init_containers]
     return [*inits, *((c, sequence.APP) for c in pod.app_containers())]
 
 
-def check_request(pod: PodSpec, request: ProvisionRequest) -> None:
+def check_request(pod: base.PodSpec, request: base.ProvisionRequest) -> None:
     """InvalidRequest for what this machine can never serve."""
     if not folder.is_claim(request.claim):
         raise InvalidRequest(f"claim {request.claim!r} is not a DNS label")
     if pod.gpu_count or pod.accelerator:
         raise InvalidRequest("the local provider has no accelerators")
-    if request.capacity_type not in (None, Tier.ON_DEMAND):
+    if request.capacity_type not in (None, base.Tier.ON_DEMAND):
         raise InvalidRequest("the local provider serves only the OnDemand tier")
     if request.region not in (None, "local"):
         raise InvalidRequest(f"the local provider has no region {request.region!r} (only 'local')")
@@ -78,7 +78,9 @@ def workload_env(env: Mapping[str, str], home: Path) -> dict[str, str]:
     return values
 
 
-def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grace_period: float) -> Path | None:
+def create_instance(
+    root: Path, pod: base.PodSpec, request: base.ProvisionRequest, *, grace_period: float
+) -> Path | None:
     """The new instance folder, or None if one already exists for the claim."""
     final = root / request.claim
     if final.exists():
@@ -100,7 +102,9 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
     return final
 
 
-def _prepare(temp: Path, final: Path, pod: PodSpec, request: ProvisionRequest, *, grace_period: float) -> None:
+def _prepare(
+    temp: Path, final: Path, pod: base.PodSpec, request: base.ProvisionRequest, *, grace_period: float
+) -> None:
     """Fill the instance folder `temp` (renamed to `final` once ready): the volumes, then each
     container's folder with its record, its 0600 env and its empty log."""
     ordered = containers_in_order(pod)

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from grpclib import GRPCError, Status
 from grpclib.exceptions import ProtocolError, StreamTerminatedError
 
-from providers.base import BlockBreadth, BlockScope, Tier, default_block_scope
+from providers import base
 from providers.errors import (
     InvalidRequest,
     NoCapacity,
@@ -99,15 +99,21 @@ def sdk_errors(*, creating: bool = False) -> Iterator[None]:
 
 
 def classify(
-    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-) -> BlockScope:
+    provider: str, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+) -> base.BlockScope:
     """Credentials block the provider, a quota the tier, no capacity the one offering."""
     reason = f"{type(err).__name__}: {err}"
     if isinstance(err, Unauthorized):
-        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.PROVIDER, reason=reason)
     if isinstance(err, QuotaExceeded):
-        return BlockScope(provider, BlockBreadth.TIER, tier=tier or Tier.ON_DEMAND, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.TIER, tier=tier or base.Tier.ON_DEMAND, reason=reason)
     if isinstance(err, NoCapacity):
-        return BlockScope(provider, BlockBreadth.OFFERING, tier=tier or Tier.ON_DEMAND, accelerator=accelerator,
-                          region=region, reason=reason)  # fmt: skip
-    return default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)
+        return base.BlockScope(
+            provider,
+            base.BlockBreadth.OFFERING,
+            tier=tier or base.Tier.ON_DEMAND,
+            accelerator=accelerator,
+            region=region,
+            reason=reason,
+        )
+    return base.default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

@@ -24,29 +24,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from providers import claimlocks
-from providers.base import (
-    UNBOUNDED_CAPACITY,
-    BlockScope,
-    Capabilities,
-    ConnectCredential,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceState,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-    UsageReporter,
-)
+from providers import base, claimlocks
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.modal import catalog, status
@@ -104,12 +82,12 @@ class ModalProvider:
     def options(self) -> ModalOptions:
         return self._options
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
+    def capabilities(self) -> base.Capabilities:
+        return base.Capabilities(
             poll_interval=self._options.poll_interval,
-            tiers=(Tier.ON_DEMAND,),
+            tiers=(base.Tier.ON_DEMAND,),
             regions=self._options.regions,
-            capacity=dict(UNBOUNDED_CAPACITY),
+            capacity=dict(base.UNBOUNDED_CAPACITY),
             pulls_images=True,
             uses_pull_secrets=True,
             enforces_deadline=True,
@@ -125,7 +103,7 @@ class ModalProvider:
         return {status.TAG_OWNER: self._owner.key}
 
     # -- provision ----------------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         """Adopt the claim's live sandbox if there is one, else create one; return once Modal
         scheduled it (reserved, with the connect token) or once it is seen queued (module doc)."""
         arguments = self._create_arguments(pod, request)
@@ -133,7 +111,7 @@ class ModalProvider:
             tags = {**self._owner_tags(), status.TAG_CLAIM: request.claim}
             found = self._live(tags)
             if found is not None:
-                return ProvisionResult(found.id, reserved=found.state is InstanceState.RUNNING)
+                return base.ProvisionResult(found.id, reserved=found.state is base.InstanceState.RUNNING)
             app = self._session.app()
             client = self._session.client()
 
@@ -155,14 +133,14 @@ class ModalProvider:
 
             return self._await_create(BackgroundCreate(create, request.claim).start(), tags, request.claim)
 
-    def _live(self, tags: dict[str, str]) -> Instance | None:
+    def _live(self, tags: dict[str, str]) -> base.Instance | None:
         for info in self._session.list_sandboxes(tags):
             found = status.instance_from(info)
-            if found.state in (InstanceState.PROVISIONING, InstanceState.RUNNING):
+            if found.state in (base.InstanceState.PROVISIONING, base.InstanceState.RUNNING):
                 return found
         return None
 
-    def _await_create(self, create: BackgroundCreate, tags: dict[str, str], claim: str) -> ProvisionResult:
+    def _await_create(self, create: BackgroundCreate, tags: dict[str, str], claim: str) -> base.ProvisionResult:
         """The create's outcome if it ends within `create_wait`, else the queued sandbox once
         listed; Unavailable if it is not listed within `QUEUE_LIST_BOUND` more seconds."""
         wait = self._options.create_wait
@@ -187,15 +165,15 @@ class ModalProvider:
         if create.error is not None:
             raise translate(create.error, creating=True) from create.error
         sandbox = create.sandbox
-        sandbox_id = InstanceId(str(sandbox.object_id))
+        sandbox_id = base.InstanceId(str(sandbox.object_id))
         with sdk_errors():
             token = sandbox.create_connect_token()
         logger.info("created modal sandbox %s for claim %s", sandbox_id, claim)
-        return ProvisionResult(sandbox_id, reserved=True, credential=_credential(token))
+        return base.ProvisionResult(sandbox_id, reserved=True, credential=_credential(token))
 
-    def _queued(self, sandbox_id: InstanceId, claim: str) -> ProvisionResult:
+    def _queued(self, sandbox_id: base.InstanceId, claim: str) -> base.ProvisionResult:
         """A sandbox Modal still queues: not reserved; its connect token if Modal mints one now."""
-        credential: ConnectCredential | None = None
+        credential: base.ConnectCredential | None = None
         try:
             sandbox = self._session.sandbox(sandbox_id)
             with sdk_errors():
@@ -203,19 +181,19 @@ class ModalProvider:
         except ProviderError as exc:
             logger.info("no connect token for the queued modal sandbox %s (%s)", sandbox_id, type(exc).__name__)
         logger.info("created modal sandbox %s for claim %s; modal queues it", sandbox_id, claim)
-        return ProvisionResult(sandbox_id, reserved=False, credential=credential)
+        return base.ProvisionResult(sandbox_id, reserved=False, credential=credential)
 
-    def _lifetime(self, pod: PodSpec) -> int:
+    def _lifetime(self, pod: base.PodSpec) -> int:
         """The sandbox's timeout: the Pod's activeDeadlineSeconds, at most `max_lifetime`."""
         deadline = pod.active_deadline_seconds
         return min(deadline, self._options.max_lifetime) if deadline else self._options.max_lifetime
 
-    def _create_arguments(self, pod: PodSpec, request: ProvisionRequest) -> dict[str, Any]:
+    def _create_arguments(self, pod: base.PodSpec, request: base.ProvisionRequest) -> dict[str, Any]:
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
         if len(pod.app_containers()) > 1 or pod.init_containers:
             raise NotSupported("the modal provider runs one container per Pod (no init or extra containers)")
-        if (request.capacity_type or Tier.ON_DEMAND) is not Tier.ON_DEMAND:
+        if (request.capacity_type or base.Tier.ON_DEMAND) is not base.Tier.ON_DEMAND:
             raise NotSupported("the modal provider sells OnDemand capacity only")
         try:
             gpu = catalog.gpu_string(pod.accelerator, pod.gpu_count)
@@ -239,27 +217,27 @@ class ModalProvider:
         return arguments
 
     # -- observe and terminate --------------------------------------------------------------
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         """This owner's sandboxes in the app, ended ones included (one SandboxList walk)."""
         return [status.instance_from(info) for info in self._session.list_sandboxes(self._owner_tags())]
 
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         if not _SANDBOX_ID.match(instance_id):
             return None
         info = self._info(instance_id)
         return status.instance_from(info) if info is not None else None
 
-    def _info(self, instance_id: InstanceId) -> Any | None:
+    def _info(self, instance_id: base.InstanceId) -> Any | None:
         for info in self._session.list_sandboxes(self._owner_tags()):
             if info.id == instance_id:
                 return info
         return None
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         """Only this owner's sandbox, only if it has not ended; gone is success."""
         instance = self.get(instance_id)
-        if instance is None or instance.state in (InstanceState.TERMINATED, InstanceState.SUCCEEDED,
-                                                  InstanceState.FAILED):  # fmt: skip
+        if instance is None or instance.state in (base.InstanceState.TERMINATED, base.InstanceState.SUCCEEDED,
+                                                  base.InstanceState.FAILED):  # fmt: skip
             return
         try:
             sandbox = self._session.sandbox(instance_id)
@@ -270,14 +248,14 @@ class ModalProvider:
         logger.info("terminated modal sandbox %s (claim %s)", instance_id, instance.claim)
 
     # -- offerings and regions ----------------------------------------------------------------
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         regions = self._options.regions or ("any",)
-        result = [Offering(None, 0, Tier.ON_DEMAND, region, None, True, "cpu") for region in regions]
+        result = [base.Offering(None, 0, base.Tier.ON_DEMAND, region, None, True, "cpu") for region in regions]
         for entry in catalog.load_catalog():
             for count in entry.counts():
                 gpu = entry.modal_gpu if count == 1 else f"{entry.modal_gpu}:{count}"
                 for region in regions:
-                    result.append(Offering(entry.accelerator, count, Tier.ON_DEMAND, region,
+                    result.append(base.Offering(entry.accelerator, count, base.Tier.ON_DEMAND, region,
                                            round(entry.hourly_price * count, 4), True, gpu))  # fmt: skip
         return result
 
@@ -295,12 +273,12 @@ class ModalProvider:
         return result
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
         return classify(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- logs and exec --------------------------------------------------------------------------
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         if options.previous:
             raise NotSupported("a Modal Pod is never restarted in place: there is no previous run")
         info = self._owned(instance_id)
@@ -313,19 +291,19 @@ class ModalProvider:
 
         def ended() -> bool:
             current = self.get(instance_id)
-            return current is None or current.state in (InstanceState.SUCCEEDED, InstanceState.FAILED,
-                                                        InstanceState.TERMINATED)  # fmt: skip
+            return current is None or current.state in (base.InstanceState.SUCCEEDED, base.InstanceState.FAILED,
+                                                        base.InstanceState.TERMINATED)  # fmt: skip
 
         return ModalLogStream(fetch, ended, options, start=instance.created_at,
                               poll_seconds=self._options.log_poll_interval)  # fmt: skip
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         if not command:
             raise InvalidRequest("exec needs a command")
         instance = status.instance_from(self._owned(instance_id))
-        if instance.state is not InstanceState.RUNNING:
+        if instance.state is not base.InstanceState.RUNNING:
             raise NotFound(f"modal sandbox {instance_id} is not running ({instance.state.value})")
         sandbox = self._session.sandbox(instance_id)
 
@@ -348,11 +326,11 @@ class ModalProvider:
 
         return ModalProcess(start, tty=tty, resize=resize)
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """The sandbox's median CPU and memory over the last minutes (`providers.modal.usage`);
         None unless it runs."""
         instance = status.instance_from(self._owned(instance_id))
-        if instance.state is not InstanceState.RUNNING:
+        if instance.state is not base.InstanceState.RUNNING:
             return None
         sandbox = self._session.sandbox(instance_id)
 
@@ -362,7 +340,7 @@ class ModalProvider:
 
         return self._usage.get(instance_id, read)
 
-    def _owned(self, instance_id: InstanceId) -> Any:
+    def _owned(self, instance_id: base.InstanceId) -> Any:
         info = self._info(instance_id) if _SANDBOX_ID.match(instance_id) else None
         if info is None:
             raise NotFound(f"no modal sandbox {instance_id}")
@@ -381,10 +359,10 @@ def terminal(rows: int, cols: int) -> Any:
                            pty_type=api_pb2.PTYInfo.PTY_TYPE_SHELL, no_terminate_on_idle_stdin=True)  # fmt: skip
 
 
-def _credential(token: Any) -> ConnectCredential:
-    return ConnectCredential({"url": str(token.url).encode(), "token": str(token.token).encode()})
+def _credential(token: Any) -> base.ConnectCredential:
+    return base.ConnectCredential({"url": str(token.url).encode(), "token": str(token.token).encode()})
 
 
-def _conforms(provider: ModalProvider) -> tuple[Provider, LogStreamer, Executor, UsageReporter]:
+def _conforms(provider: ModalProvider) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.UsageReporter]:
     """mypy proves here, once, that ModalProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider

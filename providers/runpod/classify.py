@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import requests
 
-from providers.base import BlockBreadth, BlockScope, Tier, default_block_scope
+from providers import base
 from providers.errors import (
     InvalidRequest,
     NoCapacity,
@@ -89,14 +89,20 @@ def _query_error(message: str) -> ProviderError:
 
 
 def classify(
-    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-) -> BlockScope:
+    provider: str, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+) -> base.BlockScope:
     reason = f"{type(err).__name__}: {err}"
     if isinstance(err, Unauthorized | QuotaExceeded):
-        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.PROVIDER, reason=reason)
     if isinstance(err, LowBid):
-        return BlockScope(provider, BlockBreadth.TIER, tier=Tier.SPOT, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.TIER, tier=base.Tier.SPOT, reason=reason)
     if isinstance(err, NoCapacity):
-        return BlockScope(provider, BlockBreadth.OFFERING, tier=tier or Tier.ON_DEMAND, accelerator=accelerator,
-                          region=region, reason=reason)  # fmt: skip
-    return default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)
+        return base.BlockScope(
+            provider,
+            base.BlockBreadth.OFFERING,
+            tier=tier or base.Tier.ON_DEMAND,
+            accelerator=accelerator,
+            region=region,
+            reason=reason,
+        )
+    return base.default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from providers.base import PodSpec
+from providers import base
 from providers.errors import InvalidRequest
 
 GPU_TYPES: dict[str, str] = {
@@ -62,7 +62,7 @@ def accelerator_for(gpu_type: str) -> str:
     return ACCELERATORS.get(gpu_type, gpu_type.lower())
 
 
-def cpu_instance_for(pod: PodSpec, flavor: str) -> str:
+def cpu_instance_for(pod: base.PodSpec, flavor: str) -> str:
     """RunPod's CPU instance id (`cpu3g-4-16`) of the smallest size that holds the Pod's
     requests; InvalidRequest when none does."""
     per_vcpu = MEMORY_PER_VCPU[flavor[-1]]

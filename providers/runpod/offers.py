@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from providers.base import Offering, Tier
+from providers import base
 from providers.runpod.gpus import GPU_COUNTS, accelerator_for
 from providers.runpod.options import RunPodOptions
 
@@ -31,7 +31,7 @@ def on_demand_price(entry: dict[str, Any], cloud: str) -> float | None:
     return min(known) if known else None
 
 
-def offerings_from(types: Iterable[Any], options: RunPodOptions) -> list[Offering]:
+def offerings_from(types: Iterable[Any], options: RunPodOptions) -> list[base.Offering]:
     result = []
     for entry in types:
         if not isinstance(entry, dict) or not entry.get("id"):
@@ -43,8 +43,8 @@ def offerings_from(types: Iterable[Any], options: RunPodOptions) -> list[Offerin
         most = most_value if isinstance(most_value, int) and most_value > 0 else max(GPU_COUNTS)
         for count in (c for c in GPU_COUNTS if c <= most):
             for region in options.regions:
-                for tier, price in ((Tier.ON_DEMAND, on_demand), (Tier.SPOT, spot)):
-                    result.append(Offering(accelerator_for(gpu_type), count, tier, region,
+                for tier, price in ((base.Tier.ON_DEMAND, on_demand), (base.Tier.SPOT, spot)):
+                    result.append(base.Offering(accelerator_for(gpu_type), count, tier, region,
                                            None if price is None else round(price * count, 4),
                                            price is not None, gpu_type))  # fmt: skip
     return result

@@ -21,28 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from providers import claimlocks, ssh
-from providers.base import (
-    UNBOUNDED_CAPACITY,
-    BlockScope,
-    Capabilities,
-    ConnectCredential,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-    UsageReporter,
-)
+from providers import base, claimlocks, ssh
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unauthorized
 from providers.owner import Owner
@@ -102,33 +81,33 @@ class RunPodProvider:
             raise Unauthorized(f"runpod: no API key ({KEY_NAME} is empty)")
         return key
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            poll_interval=self._options.poll_interval, tiers=(Tier.ON_DEMAND, Tier.SPOT),
-            regions=self._options.regions, capacity=dict(UNBOUNDED_CAPACITY), pulls_images=True,
+    def capabilities(self) -> base.Capabilities:
+        return base.Capabilities(
+            poll_interval=self._options.poll_interval, tiers=(base.Tier.ON_DEMAND, base.Tier.SPOT),
+            regions=self._options.regions, capacity=dict(base.UNBOUNDED_CAPACITY), pulls_images=True,
             log_timestamps=self._options.ssh, restarts_in_place=False, bills_after_exit=True,
             keeps_output_after_terminate=False,
         )  # fmt: skip
 
     # -- provision ----------------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         if request.egress.mode is not EgressMode.OPEN:  # RunPod offers no outbound firewall
             mode = request.egress.mode.value
             raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
-        tier = request.capacity_type or Tier.ON_DEMAND
+        tier = request.capacity_type or base.Tier.ON_DEMAND
         region = self._region_for(request)
         gpu_type = gpus.gpu_type_for(pod.accelerator) if pod.accelerator else None
-        if gpu_type is None and tier is Tier.SPOT:
+        if gpu_type is None and tier is base.Tier.SPOT:
             raise NotSupported(
                 "runpod sells spot (interruptible) capacity for GPU pods only: set nebula.io/accelerator"
             )
         with self._claim_locks.held(request.claim):
             for data in self._owned_pods():
                 if identity.claim_of(data, self._owner) == request.claim and self._live(data):
-                    return ProvisionResult(
-                        InstanceId(str(data["id"])), reserved=True, endpoint=status.endpoint_of(data)
+                    return base.ProvisionResult(
+                        base.InstanceId(str(data["id"])), reserved=True, endpoint=status.endpoint_of(data)
                     )
             key = self._keys.pair(self._owner, request.claim)
             query = self._deploy_query(pod, request, key, tier, region, gpu_type)
@@ -140,14 +119,19 @@ class RunPodProvider:
         pod_id = str(answer["id"])
         logger.info("deployed runpod pod %s for claim %s (%s, %s, %s)", pod_id, request.claim, gpu_type or "cpu",
                     tier.value, region or "any data centre")  # fmt: skip
-        credential = ConnectCredential({"ssh-privatekey": key.private_openssh, "username": b"root"})
+        credential = base.ConnectCredential({"ssh-privatekey": key.private_openssh, "username": b"root"})
         endpoint = status.endpoint_of({"id": pod_id, "ports": _ports(pod, self._options.ssh)})
-        return ProvisionResult(InstanceId(pod_id), reserved=True, credential=credential, endpoint=endpoint)
+        return base.ProvisionResult(base.InstanceId(pod_id), reserved=True, credential=credential, endpoint=endpoint)
 
     def _deploy_query(
-        self, pod: PodSpec, request: ProvisionRequest, key: identity.KeyPair, tier: Tier, region: str | None,
+        self,
+        pod: base.PodSpec,
+        request: base.ProvisionRequest,
+        key: identity.KeyPair,
+        tier: base.Tier,
+        region: str | None,
         gpu_type: str | None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         from providers.runpod import workload
 
         env = dict(request.env)
@@ -167,7 +151,7 @@ class RunPodProvider:
             return deploy_mutation("deployCpuPod", fields, env)
         count = max(1, pod.gpu_count)
         fields.update(gpuTypeId=gpu_type, gpuCount=count, supportPublicIp=True, volumeInGb=0)
-        if tier is Tier.SPOT:
+        if tier is base.Tier.SPOT:
             fields["bidPerGpu"] = self._bid(gpu_type, count)
             return deploy_mutation("podRentInterruptable", fields, env)
         return deploy_mutation("podFindAndDeployOnDemand", fields, env)
@@ -183,7 +167,7 @@ class RunPodProvider:
             raise NoCapacity(f"runpod offers no spot {gpu_type} now (no minimum bid)")
         return round(float(minimum) * self._options.bid_multiplier, 4)
 
-    def _region_for(self, request: ProvisionRequest) -> str | None:
+    def _region_for(self, request: base.ProvisionRequest) -> str | None:
         if not request.region:
             return self._options.regions[0] if self._options.regions_given else None
         expanded = self.expand_regions([request.region])
@@ -201,7 +185,7 @@ class RunPodProvider:
         pods = (self._api.run(QUERY_POD).get("myself") or {}).get("pods") or []
         return [p for p in pods if isinstance(p, dict) and identity.claim_of(p, self._owner)]
 
-    def _pod(self, instance_id: InstanceId) -> dict[str, Any] | None:
+    def _pod(self, instance_id: base.InstanceId) -> dict[str, Any] | None:
         if not _POD_ID.match(str(instance_id)):
             return None
         try:
@@ -214,11 +198,11 @@ class RunPodProvider:
             return None
         return data
 
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         data = self._pod(instance_id)
         return self._facts(data) if data else None
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         pods = [p for p in self._owned_pods() if str(p.get("desiredStatus")) != "TERMINATED"]
         due = [p for p in pods if self._needs_probe(p)]
         if due:
@@ -256,7 +240,9 @@ class RunPodProvider:
                 self._verdicts[str(data["id"])] = verdict
         return verdict
 
-    def _facts(self, data: dict[str, Any], verdict: status.Verdict | None = None, *, probe: bool = True) -> Instance:
+    def _facts(
+        self, data: dict[str, Any], verdict: status.Verdict | None = None, *, probe: bool = True
+    ) -> base.Instance:
         pod_id = str(data["id"])
         with self._lock:
             cached = self._verdicts.get(pod_id)
@@ -267,7 +253,7 @@ class RunPodProvider:
         assert claim is not None
         return status.instance_from(data, claim, created, cached or verdict, ssh=self._options.ssh)
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         """podTerminate only for this owner's pod; gone already (or another's) is success."""
         data = self._pod(instance_id)
         if data is None:
@@ -279,7 +265,7 @@ class RunPodProvider:
         logger.info("terminating runpod pod %s (claim %s)", instance_id, identity.claim_of(data, self._owner))
 
     # -- offerings and regions ------------------------------------------------------------
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         types = self._api.run(GPU_TYPES_QUERY).get("gpuTypes") or []
         return offerings_from(types, self._options)
 
@@ -298,12 +284,12 @@ class RunPodProvider:
         return result
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
         return classify(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- logs, exec, usage ----------------------------------------------------------------------
-    def _target(self, instance_id: InstanceId) -> ssh.SshTarget:
+    def _target(self, instance_id: base.InstanceId) -> ssh.SshTarget:
         data = self._pod(instance_id)
         if data is None:
             raise NotFound(f"no runpod pod {instance_id}")
@@ -317,14 +303,14 @@ class RunPodProvider:
             raise NotFound(f"runpod pod {instance_id} is not running (no runtime, or no public SSH port)")
         return target
 
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         if options.previous:
             raise NotSupported("each run of a RunPod Pod is a new pod: there is no previous log")
         return ssh.open_log_stream(self._target(instance_id), remote.WORKLOAD_LOG, options)
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         if not command:
             raise NotSupported("exec needs a command")
         from providers.runpod.workload import exec_argv
@@ -332,10 +318,10 @@ class RunPodProvider:
         argv = exec_argv(builtins.list(command))
         return ssh.start_process(self._target(instance_id), argv, tty=tty, stdin=stdin)
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
 
-    def _read_usage(self, instance_id: InstanceId) -> dict[str, Reading]:
+    def _read_usage(self, instance_id: base.InstanceId) -> dict[str, Reading]:
         try:
             target = self._target(instance_id)
         except NotFound:
@@ -345,11 +331,11 @@ class RunPodProvider:
         return ssh_usage.read_usage(target, remote.USAGE_ROOTS)
 
 
-def _ports(pod: PodSpec, with_ssh: bool) -> str:
+def _ports(pod: base.PodSpec, with_ssh: bool) -> str:
     entries = [f"{port}/http" for port in pod.ports if port != 22]
     return ",".join([*entries, *(["22/tcp"] if with_ssh else [])])
 
 
-def _conforms(provider: RunPodProvider) -> tuple[Provider, LogStreamer, Executor, UsageReporter]:
+def _conforms(provider: RunPodProvider) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.UsageReporter]:
     """mypy proves here, once, that RunPodProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider
