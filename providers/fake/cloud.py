@@ -23,10 +23,9 @@ from typing import Any
 from providers import base, errors
 from providers.fake import ownership, workload
 from providers.fake.calllog import CallLog, CallRecord
+from providers.fake.catalog import Refusal, admits, choose_offering
 from providers.fake.console import LogChunk, log_chunk
-from providers.fake.controls import Controls
-from providers.fake.faults import Action, Fault, parse_fault
-from providers.fake.offers import Refusal, admits, choose_offering
+from providers.fake.faults import Action, Controls, Fault, parse_fault
 from providers.fake.records import GOING_STATES, InstanceRecord
 from providers.fake.scenario import Scenario
 from providers.fake.shell import ScriptedProcess

@@ -23,8 +23,8 @@ from providers.errors import ProviderError
 from providers.fake import forward, usage
 from providers.fake.client import FakeCloudClient
 from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import cloud_named
 from providers.fake.console import LogChunk, ScriptedLogStream
+from providers.fake.registry import cloud_named
 from providers.fake.scenario import Scenario, load_scenario
 from providers.owner import Owner
 from providers.shape import Shapes

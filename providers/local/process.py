@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-from providers.local import proc
+from providers.local import pids
 
 MAX_BUFFER = 16 * 1024 * 1024  # per stream; beyond it the pump stops reading (back-pressure)
 _POLL_SECONDS = 0.1
@@ -149,7 +149,7 @@ class LocalProcess:
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:
-            return proc.exit_code_from_returncode(self._popen.wait(timeout))
+            return pids.exit_code_from_returncode(self._popen.wait(timeout))
         except subprocess.TimeoutExpired:
             return None
 

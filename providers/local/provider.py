@@ -38,8 +38,8 @@ from providers.local import (
     forward,
     launch,
     logs,
+    pids,
     pod,
-    proc,
     process,
     restart,
     sequence,
@@ -48,7 +48,6 @@ from providers.local import (
     usage,
     volumes,
 )
-from providers.local.launcher import Launcher
 from providers.local.options import LocalOptions, measure_capacity, parse_options
 from providers.local.reader import FolderReader
 from providers.owner import Owner
@@ -81,7 +80,7 @@ class LocalProvider:
         self._options: LocalOptions = parse_options(options)
         self._root = self._options.state_dir / "local" / self._owner.key
         self._provision_lock = threading.Lock()
-        self._launcher = Launcher()
+        self._launcher = launch.Launcher()
         self._capacity: dict[str, str] | None = None
         self._sampler = UsageSampler(self._options.usage_interval)
 
@@ -161,7 +160,7 @@ class LocalProvider:
     def _signal_termination(self, container: FolderReader, run: int, *, grace: float) -> None:
         """The supervisor enforces the grace period; without one, we do it ourselves."""
         supervisor = container.supervisor(run)
-        if supervisor is not None and proc.is_alive(supervisor):
+        if supervisor is not None and pids.is_alive(supervisor):
             try:
                 os.kill(supervisor.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -327,8 +326,8 @@ class LocalProvider:
 def _term_then_kill(container: FolderReader, run: int, *, grace: float) -> None:
     """TERM the container's group now and KILL it after `grace` seconds (no supervisor does)."""
     leader = container.workload(run)
-    if leader is not None and proc.signal_group(leader, signal.SIGTERM):
-        timer = threading.Timer(grace, proc.signal_group, (leader, signal.SIGKILL))
+    if leader is not None and pids.signal_group(leader, signal.SIGTERM):
+        timer = threading.Timer(grace, pids.signal_group, (leader, signal.SIGKILL))
         timer.daemon = True
         timer.start()
 

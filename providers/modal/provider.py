@@ -4,7 +4,7 @@ Built by `providers.registry` from settings (`providers.modal.ModalProvider`); c
 the vnode and the kubelet API. Sandboxes carry the owner's key and the claim as tags, so
 `list` (one `SandboxList` walk) finds every instance of this owner across restarts and
 never another owner's; provision lists by the claim first (idempotent). The SDK's create
-waits until Modal schedules the sandbox, so it runs on a thread (`create.BackgroundCreate`):
+waits until Modal schedules the sandbox, so it runs on a thread (`launch.BackgroundCreate`):
 provision returns it reserved if Modal scheduled it within `create_wait`, else unreserved
 once the claim's queued sandbox is listed (the vnode's provisioningTimeout then applies).
 Env values go in a `modal.Secret.from_dict` and are never logged; the connect token minted
@@ -29,7 +29,7 @@ from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
 from providers.modal import catalog, status
 from providers.modal.classify import classify, sdk_errors, translate
-from providers.modal.create import BackgroundCreate
+from providers.modal.launch import BackgroundCreate
 from providers.modal.logs import ModalLogStream
 from providers.modal.options import ModalOptions, parse_options
 from providers.modal.process import ModalProcess

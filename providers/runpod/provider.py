@@ -25,10 +25,9 @@ from providers import base, claimlocks, ssh
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unauthorized
 from providers.owner import Owner
-from providers.runpod import gpus, identity, remote, status
+from providers.runpod import catalog, identity, remote, status
 from providers.runpod.api import GPU_TYPES_QUERY, QUERY_POD, RunPodApi, Word, deploy_mutation, generate_pod_query
 from providers.runpod.classify import classify
-from providers.runpod.offers import offerings_from
 from providers.runpod.options import RunPodOptions, parse_options
 from providers.runpod.sdk import generate_gpu_query, generate_pod_terminate_mutation
 from providers.ssh import usage as ssh_usage
@@ -98,7 +97,7 @@ class RunPodProvider:
             raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
         tier = request.capacity_type or base.Tier.ON_DEMAND
         region = self._region_for(request)
-        gpu_type = gpus.gpu_type_for(pod.accelerator) if pod.accelerator else None
+        gpu_type = catalog.gpu_type_for(pod.accelerator) if pod.accelerator else None
         if gpu_type is None and tier is base.Tier.SPOT:
             raise NotSupported(
                 "runpod sells spot (interruptible) capacity for GPU pods only: set nebula.io/accelerator"
@@ -147,7 +146,9 @@ class RunPodProvider:
             "ports": _ports(pod, self._options.ssh),
         }  # fmt: skip
         if gpu_type is None:
-            fields.update(instanceId=gpus.cpu_instance_for(pod, self._options.cpu_flavor), templateId="runpod-ubuntu")
+            fields.update(
+                instanceId=catalog.cpu_instance_for(pod, self._options.cpu_flavor), templateId="runpod-ubuntu"
+            )
             return deploy_mutation("deployCpuPod", fields, env)
         count = max(1, pod.gpu_count)
         fields.update(gpuTypeId=gpu_type, gpuCount=count, supportPublicIp=True, volumeInGb=0)
@@ -267,7 +268,7 @@ class RunPodProvider:
     # -- offerings and regions ------------------------------------------------------------
     def offerings(self) -> builtins.list[base.Offering]:
         types = self._api.run(GPU_TYPES_QUERY).get("gpuTypes") or []
-        return offerings_from(types, self._options)
+        return catalog.offerings_from(types, self._options)
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
         """`us`, `eu`, `ca`, `ap`... the data centres of that prefix; `*` all; ids as is if served."""
