@@ -29,7 +29,7 @@ from datetime import datetime
 from typing import Any
 
 from providers import base
-from providers.aws import console, containers
+from providers.aws import containers, logs
 from providers.aws.ec2 import Ec2
 from providers.aws.status import (
     FINAL_STATES,
@@ -128,7 +128,7 @@ class ExitReader:
         except ProviderError as exc:
             verdict = ConsoleVerdict(None, state, self._now(), note=f"serial console unreadable: {exc}")
         else:
-            output = console.decode_console(result.get("Output"))
+            output = logs.decode_console(result.get("Output"))
             events = containers.events_in(output) if has_containers(data) else {}
             verdict = ConsoleVerdict(exit_code_in(output), state, self._now(), events=events)
         with self._lock:

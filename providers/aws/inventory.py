@@ -1,5 +1,6 @@
 """Which EC2 instances are this owner's, and their facts: the owner filters, describe by
-id, the claim lookup behind provision, and the list of every region.
+id, the claim lookup behind provision, the list of every region, and the serial console of
+one of them (for `logs`).
 
 Called by `AwsProvider`. Only instances tagged `nebula.io/owner=<owner.key>` (and
 `nebula.io/managed=true`) exist here: EC2 filters the list and the claim lookup by those
@@ -18,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from providers import base
-from providers.aws import status
+from providers.aws import logs, status
 from providers.aws.ec2 import Ec2
 from providers.aws.exits import ExitReader
 from providers.aws.options import AwsOptions
@@ -66,6 +67,20 @@ class Inventory:
                 if status.is_owned(data, self._owner.key):
                     return region, data
         return None
+
+    def console(self, instance_id: str, region: str, ec2_id: str, prefix: bytes) -> logs.Snapshot | None:
+        """The console now (only the lines of the container whose `prefix` is given), and
+        whether more may come (the instance still runs); None once EC2 no longer shows it."""
+        found = self.describe(instance_id)
+        if found is None:
+            return None
+        try:
+            result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id)
+        except NotFound:
+            return None
+        live = status.state_of(found[1]) in status.ADOPTABLE_STATES
+        output = logs.decode_console(result.get("Output"))
+        return logs.Snapshot(logs.lines_of(output, prefix) if prefix else output, live=live)
 
     def facts(self, region: str, data: dict[str, Any]) -> base.Instance:
         """The `Instance` for one owned DescribeInstances entry (its console read if due)."""

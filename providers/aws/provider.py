@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from providers import base, claimlocks, ssh
-from providers.aws import catalog, console, launch, remote, status
+from providers.aws import catalog, launch, logs, remote, status
 from providers.aws.classify import classify
 from providers.aws.ec2 import Ec2
 from providers.aws.exits import ExitReader
@@ -258,26 +258,10 @@ class AwsProvider:
         if options.timestamps or options.since is not None:
             raise NotSupported("the serial console carries no timestamps: timestamps and since need SSH")
         ec2_id = str(data["InstanceId"])
-        return console.ConsoleLogStream(
-            lambda: self._console(instance_id, region, ec2_id, where.console_prefix), options,
+        return logs.ConsoleLogStream(
+            lambda: self._inventory.console(instance_id, region, ec2_id, where.console_prefix), options,
             poll_seconds=self._options.poll_interval,
         )  # fmt: skip
-
-    def _console(
-        self, instance_id: base.InstanceId, region: str, ec2_id: str, prefix: bytes
-    ) -> console.Snapshot | None:
-        """The console now (only the lines of the container whose `prefix` is given), and
-        whether more may come (the instance still runs); None once EC2 no longer shows it."""
-        found = self._inventory.describe(instance_id)
-        if found is None:
-            return None
-        try:
-            result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id)
-        except NotFound:
-            return None
-        live = status.state_of(found[1]) in status.ADOPTABLE_STATES
-        output = console.decode_console(result.get("Output"))
-        return console.Snapshot(console.lines_of(output, prefix) if prefix else output, live=live)
 
     def exec(
         self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""

@@ -9,8 +9,8 @@ ownership which instances a call may see (the owner's; control calls: any)
 catalog   which offering takes a new instance, or the refusal that applies
 cloud     FakeCloud: the state and the rules, thread-safe, clock injected
 calllog   what the cloud was asked and answered
-console   scripted log lines and the LogStream over them
-shell     scripted exec (echo, cat, test -e, sh -c 'exit N', stty size, ...)
+logs      scripted log lines and the LogStream over them
+process   scripted exec (echo, cat, test -e, sh -c 'exit N', stty size, ...)
 registry  the process-wide registry of in-process clouds by name
 wire      the JSON form of seam values and errors
 server    the HTTP service (`manage.py fakecloud serve`), state file in `state`

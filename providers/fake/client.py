@@ -17,8 +17,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from providers import base, errors
 from providers.fake import wire
-from providers.fake.console import LogChunk
-from providers.fake.shell import FinishedProcess
+from providers.fake.logs import LogChunk
+from providers.fake.process import FinishedProcess
 
 _T = TypeVar("_T")
 MAX_ANSWER = 64 << 20  # bytes; a longer answer is treated as a broken service (I7)

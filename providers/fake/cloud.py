@@ -24,11 +24,11 @@ from providers import base, errors
 from providers.fake import ownership, workload
 from providers.fake.calllog import CallLog, CallRecord
 from providers.fake.catalog import Refusal, admits, choose_offering
-from providers.fake.console import LogChunk, log_chunk
 from providers.fake.faults import Action, Controls, Fault, parse_fault
+from providers.fake.logs import LogChunk, log_chunk
+from providers.fake.process import ScriptedProcess
 from providers.fake.records import GOING_STATES, InstanceRecord
 from providers.fake.scenario import Scenario
-from providers.fake.shell import ScriptedProcess
 from providers.fake.state import decode_snapshot, encode_snapshot
 from providers.fake.store import Records
 from providers.fake.workload import ContainerRecord

@@ -23,7 +23,7 @@ from providers.errors import ProviderError
 from providers.fake import forward, usage
 from providers.fake.client import FakeCloudClient
 from providers.fake.cloud import FakeCloud
-from providers.fake.console import LogChunk, ScriptedLogStream
+from providers.fake.logs import LogChunk, ScriptedLogStream
 from providers.fake.registry import cloud_named
 from providers.fake.scenario import Scenario, load_scenario
 from providers.owner import Owner
@@ -205,7 +205,7 @@ class FakeProvider:
     def exec(
         self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
     ) -> base.Process:
-        """Scripted commands (see providers.fake.shell) in a running container. Over HTTP
+        """Scripted commands (see providers.fake.process) in a running container. Over HTTP
         only without stdin or a terminal (the command runs to its end on the service, as an
         exec probe's does); with either, NotSupported: use an in-process cloud."""
         if self._client is not None and (tty or stdin):

@@ -17,8 +17,8 @@ from typing import Any
 
 from providers import base, errors
 from providers.egress import Egress, EgressMode
-from providers.fake.console import LogChunk, LogLine
-from providers.fake.shell import FinishedProcess
+from providers.fake.logs import LogChunk, LogLine
+from providers.fake.process import FinishedProcess
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 
 ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
