@@ -117,8 +117,9 @@ class PodSpec:
         """Every app container; the first-container fields as one when none were listed."""
         if self.containers:
             return self.containers
-        first = ContainerSpec(self.container, self.image, self.command, self.args, self.working_dir, self.ports,
-                              stdin=self.stdin)  # fmt: skip
+        first = ContainerSpec(
+            self.container, self.image, self.command, self.args, self.working_dir, self.ports, stdin=self.stdin
+        )
         return (first,)
 
 
@@ -362,4 +363,13 @@ def default_block_scope(
         return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
     if isinstance(err, QuotaExceeded):
         return BlockScope(provider, BlockBreadth.TIER, tier=tier, reason=reason)
+    return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)
+
+
+def no_capacity_scope(
+    provider: str, reason: str, *, accelerator: str | None, tier: Tier | None, region: str | None
+) -> BlockScope:
+    """No capacity: block the one offering asked for (a request that named no tier asked for
+    OnDemand). Used by the providers' own classifications."""
+    tier = tier or Tier.ON_DEMAND
     return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)

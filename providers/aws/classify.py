@@ -23,12 +23,5 @@ def classify(
     if code in SPOT_PRICE_CODES:
         return base.BlockScope(provider, base.BlockBreadth.TIER, tier=base.Tier.SPOT, reason=reason)
     if isinstance(err, NoCapacity):
-        return base.BlockScope(
-            provider,
-            base.BlockBreadth.OFFERING,
-            tier=tier or base.Tier.ON_DEMAND,
-            accelerator=accelerator,
-            region=region,
-            reason=reason,
-        )
+        return base.no_capacity_scope(provider, reason, accelerator=accelerator, tier=tier, region=region)
     return base.default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

@@ -112,26 +112,34 @@ def facts(
         event = events.get(entry.name)
         if event is None:
             result.append(ContainerFacts(entry.name, ContainerState.WAITING, init=init))
-        elif event.exit_code is not None:
-            result.append(ContainerFacts(
-                entry.name, ContainerState.TERMINATED, init=init, started_at=event.started_at,
-                finished_at=event.finished_at, exit_code=event.exit_code, runs=1,
-            ))  # fmt: skip
-        elif live:
-            result.append(ContainerFacts(entry.name, ContainerState.RUNNING, init=init, started_at=event.started_at,
-                                         runs=1))  # fmt: skip
-        else:
-            result.append(ContainerFacts(
-                entry.name, ContainerState.TERMINATED, init=init, started_at=event.started_at, runs=1,
-                message="the instance stopped while the container ran",
-            ))  # fmt: skip
+        elif event.exit_code is None and live:
+            result.append(
+                ContainerFacts(entry.name, ContainerState.RUNNING, init=init, started_at=event.started_at, runs=1)
+            )
+        else:  # it exited, or the instance stopped while it ran
+            exited = event.exit_code is not None
+            result.append(
+                ContainerFacts(
+                    entry.name,
+                    ContainerState.TERMINATED,
+                    init=init,
+                    started_at=event.started_at,
+                    finished_at=event.finished_at if exited else None,
+                    exit_code=event.exit_code,
+                    runs=1,
+                    message="" if exited else "the instance stopped while the container ran",
+                )
+            )
     return tuple(result)
 
 
 def with_containers(
-    instance: base.Instance, entries: Sequence[RosterEntry], events: Mapping[str, ContainerEvent], *,
+    instance: base.Instance,
+    entries: Sequence[RosterEntry],
+    events: Mapping[str, ContainerEvent],
+    *,
     workload_code: int | None,
-) -> base.Instance:  # fmt: skip
+) -> base.Instance:
     """`instance` with its containers' facts. While EC2 runs the instance (RUNNING) it is
     INITIALIZING until every app container has started, and SUCCEEDED/FAILED once the
     workload's marker says nothing runs any more; an instance EC2 no longer runs keeps

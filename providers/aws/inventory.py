@@ -116,5 +116,9 @@ class Inventory:
 
 def _entries(pages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The instance entries of DescribeInstances pages (pages > reservations > instances)."""
-    return [data for page in pages for reservation in page.get("Reservations") or () for data in
-            reservation.get("Instances") or ()]  # fmt: skip
+    return [
+        data
+        for page in pages
+        for reservation in page.get("Reservations") or ()
+        for data in reservation.get("Instances") or ()
+    ]

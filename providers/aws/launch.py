@@ -26,9 +26,13 @@ def instance_types(pod: base.PodSpec, region: str) -> list[catalog.CatalogEntry]
     """The catalog entries that serve the Pod in `region`, the primary first."""
     entries = catalog.load_catalog()
     found = catalog.candidates(
-        entries, accelerator=pod.accelerator, gpu_count=pod.gpu_count, region=region, cpu=pod.cpu,
+        entries,
+        accelerator=pod.accelerator,
+        gpu_count=pod.gpu_count,
+        region=region,
+        cpu=pod.cpu,
         memory_bytes=pod.memory,
-    )  # fmt: skip
+    )
     if found:
         return found
     wanted = catalog.canonical_accelerator(pod.accelerator)
@@ -74,9 +78,16 @@ def client_token(claim: str, instance_type: str, *, earlier: Sequence[str], at: 
 
 
 def run_params(
-    options: AwsOptions, region: str, entry: catalog.CatalogEntry, tier: base.Tier, ami: str, user_data: bytes,
-    instance_tags: list[dict[str, str]], *, token: str,
-) -> dict[str, Any]:  # fmt: skip
+    options: AwsOptions,
+    region: str,
+    entry: catalog.CatalogEntry,
+    tier: base.Tier,
+    ami: str,
+    user_data: bytes,
+    instance_tags: list[dict[str, str]],
+    *,
+    token: str,
+) -> dict[str, Any]:
     """RunInstances parameters for one instance of `entry`'s type."""
     params: dict[str, Any] = {
         "ImageId": ami,
@@ -109,17 +120,29 @@ def run_params(
         params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
     if options.root_volume_gib:
         params["BlockDeviceMappings"] = [
-            {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": options.root_volume_gib, "VolumeType": "gp3",
-                                                "DeleteOnTermination": True}}
-        ]  # fmt: skip
+            {
+                "DeviceName": "/dev/xvda",
+                "Ebs": {"VolumeSize": options.root_volume_gib, "VolumeType": "gp3", "DeleteOnTermination": True},
+            }
+        ]
     return params
 
 
 def launch(
-    ec2: Ec2, options: AwsOptions, region: str, choices: Sequence[catalog.CatalogEntry], tier: base.Tier, ami: str,
-    user_data: bytes, instance_tags: list[dict[str, str]], *, claim: str, earlier: Sequence[str], at: datetime,
+    ec2: Ec2,
+    options: AwsOptions,
+    region: str,
+    choices: Sequence[catalog.CatalogEntry],
+    tier: base.Tier,
+    ami: str,
+    user_data: bytes,
+    instance_tags: list[dict[str, str]],
+    *,
+    claim: str,
+    earlier: Sequence[str],
+    at: datetime,
     secrets: Sequence[str],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """RunInstances on each instance type in turn; a capacity refusal moves to the next
     (a Spot price refusal does not: it holds for every type)."""
     refusal: CapacityRefusal | None = None

@@ -29,7 +29,7 @@ from providers.aws.pricing import SpotPrices
 from providers.aws.userdata import Boot, render_user_data
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.shape import VOLUME_KINDS, Shapes
 from providers.ssh import SshTarget
 from providers.ssh import usage as ssh_usage
@@ -43,9 +43,12 @@ ALL_REGIONS = frozenset({"*", "any", "all"})
 # instance, which runs every container again. Probes: exec over SSH, TCP and HTTP against
 # the instance's address (its containers share the host's network).
 SHAPES = Shapes(
-    several_containers=True, init_containers=True, sidecars=True,
-    probes=frozenset({"exec", "tcpSocket", "httpGet"}), volumes=frozenset(VOLUME_KINDS),
-)  # fmt: skip
+    several_containers=True,
+    init_containers=True,
+    sidecars=True,
+    probes=frozenset({"exec", "tcpSocket", "httpGet"}),
+    volumes=frozenset(VOLUME_KINDS),
+)
 STOP_ANSWER_SECONDS = 30.0  # beyond the grace, for `docker stop` over SSH to answer
 USER_DATA_LIMIT = 16384  # bytes EC2 accepts as user-data (before its base64)
 
@@ -54,7 +57,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class AwsProvider:
+class AwsProvider(Owned):
     """Runs each Pod's containers on its own EC2 instance. Options: see `options.AwsOptions`.
     `now` is the wall clock (an exit's time when EC2 gives none; the launch's hour)."""
 
@@ -77,14 +80,6 @@ class AwsProvider:
         self._exits = ExitReader(self._ec2, now=now)
         self._inventory = Inventory(self._ec2, self._options, self._owner, self._exits, name=name)
         self._usage = UsageSampler()  # one SSH read of an instance per interval, whatever the scrape rate
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
 
     @property
     def options(self) -> AwsOptions:
@@ -135,10 +130,13 @@ class AwsProvider:
             user_key = generate_key_pair(f"nebula-{request.claim}")
             host_key = generate_key_pair()
             boot = Boot(
-                claim=request.claim, ssh_user=self._options.ssh_user, host_key=host_key.private_openssh,
+                claim=request.claim,
+                ssh_user=self._options.ssh_user,
+                host_key=host_key.private_openssh,
                 authorized_keys=(user_key.public_line, self._operator.get().public_line),
-                gpus=choices[0].gpu_count > 0, terminate_on_exit=self._options.terminate_on_exit,
-            )  # fmt: skip
+                gpus=choices[0].gpu_count > 0,
+                terminate_on_exit=self._options.terminate_on_exit,
+            )
             user_data = render_user_data(
                 pod, request.env, boot, container_env=request.container_env, volumes=request.volumes
             )
@@ -149,11 +147,27 @@ class AwsProvider:
                 )
             tags = launch.tags(pod, request, provider=self._name, owner=self._owner, host_key=host_key.public_line)
             data = launch.launch(
-                self._ec2, self._options, region, choices, tier, ami, user_data, tags, claim=request.claim,
-                earlier=[str(d["InstanceId"]) for d in found], at=self._now(), secrets=_secrets(request),
-            )  # fmt: skip
-        logger.info("launched %s for claim %s in %s (%s, %s)", data["InstanceId"], request.claim, region,
-                    data.get("InstanceType"), tier.value)  # fmt: skip
+                self._ec2,
+                self._options,
+                region,
+                choices,
+                tier,
+                ami,
+                user_data,
+                tags,
+                claim=request.claim,
+                earlier=[str(d["InstanceId"]) for d in found],
+                at=self._now(),
+                secrets=_secrets(request),
+            )
+        logger.info(
+            "launched %s for claim %s in %s (%s, %s)",
+            data["InstanceId"],
+            request.claim,
+            region,
+            data.get("InstanceType"),
+            tier.value,
+        )
         credential = base.ConnectCredential(
             {
                 "ssh-privatekey": user_key.private_openssh,
@@ -162,9 +176,11 @@ class AwsProvider:
             }
         )
         return base.ProvisionResult(
-            status.instance_id(region, str(data["InstanceId"])), reserved=True, credential=credential,
+            status.instance_id(region, str(data["InstanceId"])),
+            reserved=True,
+            credential=credential,
             endpoint=status.endpoint_of(data),
-        )  # fmt: skip
+        )
 
     def _region_for(self, request: base.ProvisionRequest) -> str:
         if not request.region:
@@ -206,10 +222,28 @@ class AwsProvider:
         result = []
         for region in regions:
             for entry in catalog.primaries(entries, region):
-                result.append(base.Offering(entry.accelerator, entry.gpu_count, base.Tier.ON_DEMAND, region,
-                                       entry.on_demand_price, True, entry.instance_type))  # fmt: skip
-                result.append(base.Offering(entry.accelerator, entry.gpu_count, base.Tier.SPOT, region,
-                                       spot[region].get(entry.instance_type), True, entry.instance_type))  # fmt: skip
+                result.append(
+                    base.Offering(
+                        entry.accelerator,
+                        entry.gpu_count,
+                        base.Tier.ON_DEMAND,
+                        region,
+                        entry.on_demand_price,
+                        True,
+                        entry.instance_type,
+                    )
+                )
+                result.append(
+                    base.Offering(
+                        entry.accelerator,
+                        entry.gpu_count,
+                        base.Tier.SPOT,
+                        region,
+                        spot[region].get(entry.instance_type),
+                        True,
+                        entry.instance_type,
+                    )
+                )
         return result
 
     def _spot_prices_in(self, region: str) -> dict[str, float]:
@@ -259,9 +293,10 @@ class AwsProvider:
             raise NotSupported("the serial console carries no timestamps: timestamps and since need SSH")
         ec2_id = str(data["InstanceId"])
         return logs.ConsoleLogStream(
-            lambda: self._inventory.console(instance_id, region, ec2_id, where.console_prefix), options,
+            lambda: self._inventory.console(instance_id, region, ec2_id, where.console_prefix),
+            options,
             poll_seconds=self._options.poll_interval,
-        )  # fmt: skip
+        )
 
     def exec(
         self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""

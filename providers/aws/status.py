@@ -175,9 +175,13 @@ def _finished(
         return _replace(known, state=base.InstanceState.TERMINATING, started_at=known.created_at, message=why)
     if code in SPOT_REASON_CODES:
         return _replace(
-            known, state=base.InstanceState.TERMINATED, preempted=True, started_at=known.created_at, finished_at=ended,
+            known,
+            state=base.InstanceState.TERMINATED,
+            preempted=True,
+            started_at=known.created_at,
+            finished_at=ended,
             message=f"EC2 reclaimed the Spot instance: {why}",
-        )  # fmt: skip
+        )
     if state_name in TRANSITIONAL_STATES:
         return _replace(known, state=base.InstanceState.TERMINATING, started_at=known.created_at, message=why)
     default = "the instance was stopped outside Nebula" if state_name == "stopped" else "the instance was terminated"

@@ -83,8 +83,10 @@ def render_script(
     which run the script in a temporary folder, set it)."""
     images = list(dict.fromkeys(spec.image for spec in (*pod.init_containers, *pod.app_containers())))
     if runs_several(pod):
-        envs = {spec.name: (container_env or {}).get(spec.name, env) for spec in (*pod.init_containers,
-                                                                                   *pod.app_containers())}  # fmt: skip
+        envs = {
+            spec.name: (container_env or {}).get(spec.name, env)
+            for spec in (*pod.init_containers, *pod.app_containers())
+        }
         run = workload.render_several(pod, envs, volumes, gpus=boot.gpus, root=root)
     else:
         run = _render_one(pod, env, volumes, gpus=boot.gpus, root=root)

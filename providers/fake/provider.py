@@ -26,7 +26,7 @@ from providers.fake.cloud import FakeCloud
 from providers.fake.logs import LogChunk, ScriptedLogStream
 from providers.fake.registry import cloud_named
 from providers.fake.scenario import Scenario, load_scenario
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.shape import Shapes
 
 OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place", "egress"})
@@ -67,7 +67,7 @@ class _Backend(Protocol):
     ) -> LogChunk: ...
 
 
-class FakeProvider:
+class FakeProvider(Owned):
     """A provider over a fake cloud.
 
     Options: `cloud` (in-process cloud name; default: the provider name), `scenario` (a
@@ -106,14 +106,6 @@ class FakeProvider:
         self._egress = _egress_modes(opts.get("egress", [EgressMode.OPEN.value]))
 
     # -- Provider ---------------------------------------------------------------------
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
-
     @property
     def cloud(self) -> FakeCloud:
         """The in-process cloud, for tests to inject faults and read the call log.

@@ -195,8 +195,16 @@ class InstanceRecord:
     def to_instance(self) -> base.Instance:
         """The seam's frozen view. The same object is returned while nothing changed, so a
         poll of thousands of quiet instances compares by identity, not field by field."""
-        key = (self.state, self.started_at, self.stopped_at, self.exit_code, self.message, self.runs, self.preempted,
-               tuple(c.key() for c in self.containers) if self.reports_containers else ())  # fmt: skip
+        key = (
+            self.state,
+            self.started_at,
+            self.stopped_at,
+            self.exit_code,
+            self.message,
+            self.runs,
+            self.preempted,
+            tuple(c.key() for c in self.containers) if self.reports_containers else (),
+        )
         cached: tuple[tuple[object, ...], base.Instance] | None = self.__dict__.get("_view")
         if cached is not None and cached[0] == key:
             return cached[1]

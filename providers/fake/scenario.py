@@ -236,9 +236,20 @@ def _parse_latency(data: Any) -> dict[str, float]:
 
 _ENDLESS = ContainerScript()
 _TOP_KEYS = {
-    "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
-    "capacity", "log", "exec", "usage", "ports", "api_latency",
-}  # fmt: skip
+    "offerings",
+    "regions",
+    "poll_interval",
+    "list_lag",
+    "termination_delay",
+    "retention_seconds",
+    "workload",
+    "capacity",
+    "log",
+    "exec",
+    "usage",
+    "ports",
+    "api_latency",
+}
 
 
 def parse_tier(value: object) -> base.Tier:

@@ -127,7 +127,7 @@ def request_to_json(request: base.ProvisionRequest) -> dict[str, Any]:
             "mode": request.egress.mode.value,
             "cidrs": list(request.egress.cidrs),
             "domains": list(request.egress.domains),
-        },  # fmt: skip
+        },
     }
 
 
@@ -293,8 +293,11 @@ def chunk_from_json(data: Mapping[str, Any]) -> LogChunk:
 def finished_to_json(process: FinishedProcess) -> dict[str, Any]:
     """An exec that ran to its end (over HTTP only commands without stdin or a terminal do)."""
     stdout, stderr = process.read_stdout(MAX_OUTPUT), process.read_stderr(MAX_OUTPUT)
-    return {"stdout": base64.b64encode(stdout).decode(), "stderr": base64.b64encode(stderr).decode(),
-            "exit_code": process.exit_code}  # fmt: skip
+    return {
+        "stdout": base64.b64encode(stdout).decode(),
+        "stderr": base64.b64encode(stderr).decode(),
+        "exit_code": process.exit_code,
+    }
 
 
 def finished_from_json(data: Mapping[str, Any]) -> FinishedProcess:

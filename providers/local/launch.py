@@ -169,9 +169,15 @@ def start_supervisor(path: Path, *, lock: BinaryIO | None = None) -> None:
     argv += [str(fd) for fd in passed]
     with open(path / folder.SUPERVISOR_LOG_FILE, "ab") as errors:
         launcher = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-            cwd=path, env=env, start_new_session=True, pass_fds=passed,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            cwd=path,
+            env=env,
+            start_new_session=True,
+            pass_fds=passed,
+        )
     try:
         code = launcher.wait(timeout=SUPERVISOR_START_TIMEOUT)
     except subprocess.TimeoutExpired as exc:

@@ -54,9 +54,14 @@ def container_facts(seen: Seen) -> ContainerFacts:
     if obs.exit is None and (obs.workload_alive or obs.supervisor_alive) and obs.run is not None:
         return dataclasses.replace(facts, state=ContainerState.RUNNING, started_at=unit.started_at)
     return dataclasses.replace(
-        facts, state=ContainerState.TERMINATED, started_at=unit.started_at, finished_at=unit.finished_at,
-        exit_code=unit.exit_code, exit_reason=unit.exit_reason, message=unit.message,
-    )  # fmt: skip
+        facts,
+        state=ContainerState.TERMINATED,
+        started_at=unit.started_at,
+        finished_at=unit.finished_at,
+        exit_code=unit.exit_code,
+        exit_reason=unit.exit_reason,
+        message=unit.message,
+    )
 
 
 def instance_from(containers: Sequence[Seen]) -> base.Instance | None:
@@ -75,9 +80,14 @@ def instance_from(containers: Sequence[Seen]) -> base.Instance | None:
     code = None if ended is None else (failed.exit_code if failed is not None else 0)
     finished = max((f.finished_at for f in ended or () if f.finished_at is not None), default=None)
     return dataclasses.replace(
-        known, state=state, message=message, exit_code=code, finished_at=finished,
-        exit_reason=status.exit_reason(code) if ended is not None else "", containers=facts,
-    )  # fmt: skip
+        known,
+        state=state,
+        message=message,
+        exit_code=code,
+        finished_at=finished,
+        exit_reason=status.exit_reason(code) if ended is not None else "",
+        containers=facts,
+    )
 
 
 def _state(
@@ -101,9 +111,10 @@ def _state(
             return base.InstanceState.PROVISIONING, "the supervisors are being launched", None
         return base.InstanceState.INITIALIZING, "containers are starting", None
     counted = [
-        f for seen, f in zip(containers, facts, strict=True)
+        f
+        for seen, f in zip(containers, facts, strict=True)
         if seen.kind != sequence.SIDECAR and f.state is ContainerState.TERMINATED
-    ]  # fmt: skip
+    ]
     failed = next((f for f in counted if f.exit_code != 0), None)
     held = next((f for f in facts if f.state is ContainerState.WAITING), None)
     if failed is None and held is not None:  # held by a sidecar that never started: its failure is the Pod's

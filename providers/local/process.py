@@ -182,16 +182,27 @@ def start_process(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], tty:
     """Start `argv` (no shell) in its own session; raises OSError if it cannot start."""
     if not tty:
         popen = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=cwd, env=dict(env), start_new_session=True,
-        )  # fmt: skip
+            list(argv),
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+        )
         return LocalProcess(popen, master=None)
     master, slave = pty.openpty()
     try:
         popen = subprocess.Popen(
-            list(argv), stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=dict(env),
-            start_new_session=True, preexec_fn=_take_controlling_terminal,
-        )  # fmt: skip
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            preexec_fn=_take_controlling_terminal,
+        )
     except BaseException:
         os.close(master)
         raise

@@ -50,7 +50,7 @@ from providers.local import (
 )
 from providers.local.options import LocalOptions, measure_capacity, parse_options
 from providers.local.reader import FolderReader
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.shape import PROBE_KINDS, VOLUME_KINDS, ContainerState, Shapes
 from providers.usage import InstanceUsage, ResourceUsage, UsageSampler, instance_usage
 
@@ -71,7 +71,7 @@ def image_notice(image: str) -> str:
     return IMAGE_NOTICE.format(image=image)
 
 
-class LocalProvider:
+class LocalProvider(Owned):
     """Runs each container of a Pod as a supervised process group here."""
 
     def __init__(self, name: str, options: Mapping[str, Any], *, owner: Owner | None = None) -> None:
@@ -83,14 +83,6 @@ class LocalProvider:
         self._launcher = launch.Launcher()
         self._capacity: dict[str, str] | None = None
         self._sampler = UsageSampler(self._options.usage_interval)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
 
     @property
     def root(self) -> Path:

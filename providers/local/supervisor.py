@@ -81,9 +81,14 @@ class Supervisor:
             stdin = self._open_stdin()
             try:
                 self.child = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=writer, stderr=writer,
-                    cwd=self.cwd, env={**self.env, "PWD": self.cwd}, process_group=0,
-                )  # fmt: skip
+                    self.argv,
+                    stdin=subprocess.DEVNULL if stdin is None else stdin,
+                    stdout=writer,
+                    stderr=writer,
+                    cwd=self.cwd,
+                    env={**self.env, "PWD": self.cwd},
+                    process_group=0,
+                )
             except OSError as exc:
                 os.close(writer)
                 os.close(reader)

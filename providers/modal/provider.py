@@ -4,7 +4,7 @@ Built by `providers.registry` from settings (`providers.modal.ModalProvider`); c
 the vnode and the kubelet API. Sandboxes carry the owner's key and the claim as tags, so
 `list` (one `SandboxList` walk) finds every instance of this owner across restarts and
 never another owner's; provision lists by the claim first (idempotent). The SDK's create
-waits until Modal schedules the sandbox, so it runs on a thread (`launch.BackgroundCreate`):
+waits until Modal schedules the sandbox, so it runs on a thread (`launch.launch.BackgroundCreate`):
 provision returns it reserved if Modal scheduled it within `create_wait`, else unreserved
 once the claim's queued sandbox is listed (the vnode's provisioningTimeout then applies).
 Env values go in a `modal.Secret.from_dict` and are never logged; the connect token minted
@@ -27,15 +27,14 @@ from typing import Any
 from providers import base, claimlocks
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
-from providers.modal import catalog, status
+from providers.modal import catalog, launch, status
 from providers.modal.classify import classify, sdk_errors, translate
-from providers.modal.launch import BackgroundCreate
 from providers.modal.logs import ModalLogStream
 from providers.modal.options import ModalOptions, parse_options
 from providers.modal.process import ModalProcess
 from providers.modal.sdk import Session
 from providers.modal.usage import UsageCache
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.pullauth import auth_for
 from providers.shape import SINGLE_CONTAINER
 
@@ -43,7 +42,6 @@ logger = logging.getLogger(__name__)
 
 ALL_REGIONS = frozenset({"*", "any", "all"})
 _SANDBOX_ID = re.compile(r"^sb-[A-Za-z0-9_-]{1,128}$")
-MIB = 2**20
 EXEC_MARKER = "NEBULA_EXEC_ID"  # in a TTY exec's environment, so a resize can find its terminal
 # $1 the marker (NAME=value), $2 rows, $3 columns: set the size of the terminal on the stdin of
 # the first process whose environment holds the marker. POSIX sh, tr, grep and stty.
@@ -56,7 +54,7 @@ QUEUE_LIST_BOUND = 60.0  # seconds after create_wait to see a queued sandbox lis
 LIST_POLL_SECONDS = 0.2
 
 
-class ModalProvider:
+class ModalProvider(Owned):
     """Runs each Pod's one container as a Modal Sandbox. Options: see `options.ModalOptions`."""
 
     def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
@@ -69,14 +67,6 @@ class ModalProvider:
 
     def __repr__(self) -> str:
         return f"ModalProvider(name={self._name!r}, owner={self._owner.key!r}, app={self._options.app!r})"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
 
     @property
     def options(self) -> ModalOptions:
@@ -106,7 +96,7 @@ class ModalProvider:
     def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         """Adopt the claim's live sandbox if there is one, else create one; return once Modal
         scheduled it (reserved, with the connect token) or once it is seen queued (module doc)."""
-        arguments = self._create_arguments(pod, request)
+        arguments = launch.create_arguments(pod, request, options=self._options, expand_regions=self.expand_regions)
         with self._claim_locks.held(request.claim):
             tags = {**self._owner_tags(), status.TAG_CLAIM: request.claim}
             found = self._live(tags)
@@ -127,11 +117,16 @@ class ModalProvider:
                 image = modal.Image.from_registry(pod.image, secret=registry)
                 secrets = [modal.Secret.from_dict(dict(request.env))] if request.env else []
                 return modal.Sandbox.create(
-                    *arguments.pop("argv"), app=app, client=client, image=image, secrets=secrets,
-                    tags={**tags, status.TAG_PROVIDER: self._name}, **arguments,
-                )  # fmt: skip
+                    *arguments.pop("argv"),
+                    app=app,
+                    client=client,
+                    image=image,
+                    secrets=secrets,
+                    tags={**tags, status.TAG_PROVIDER: self._name},
+                    **arguments,
+                )
 
-            return self._await_create(BackgroundCreate(create, request.claim).start(), tags, request.claim)
+            return self._await_create(launch.BackgroundCreate(create, request.claim).start(), tags, request.claim)
 
     def _live(self, tags: dict[str, str]) -> base.Instance | None:
         for info in self._session.list_sandboxes(tags):
@@ -140,7 +135,7 @@ class ModalProvider:
                 return found
         return None
 
-    def _await_create(self, create: BackgroundCreate, tags: dict[str, str], claim: str) -> base.ProvisionResult:
+    def _await_create(self, create: launch.BackgroundCreate, tags: dict[str, str], claim: str) -> base.ProvisionResult:
         """The create's outcome if it ends within `create_wait`, else the queued sandbox once
         listed; Unavailable if it is not listed within `QUEUE_LIST_BOUND` more seconds."""
         wait = self._options.create_wait
@@ -183,39 +178,6 @@ class ModalProvider:
         logger.info("created modal sandbox %s for claim %s; modal queues it", sandbox_id, claim)
         return base.ProvisionResult(sandbox_id, reserved=False, credential=credential)
 
-    def _lifetime(self, pod: base.PodSpec) -> int:
-        """The sandbox's timeout: the Pod's activeDeadlineSeconds, at most `max_lifetime`."""
-        deadline = pod.active_deadline_seconds
-        return min(deadline, self._options.max_lifetime) if deadline else self._options.max_lifetime
-
-    def _create_arguments(self, pod: base.PodSpec, request: base.ProvisionRequest) -> dict[str, Any]:
-        if not pod.image:
-            raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
-        if len(pod.app_containers()) > 1 or pod.init_containers:
-            raise NotSupported("the modal provider runs one container per Pod (no init or extra containers)")
-        if (request.capacity_type or base.Tier.ON_DEMAND) is not base.Tier.ON_DEMAND:
-            raise NotSupported("the modal provider sells OnDemand capacity only")
-        try:
-            gpu = catalog.gpu_string(pod.accelerator, pod.gpu_count)
-        except ValueError as exc:
-            raise InvalidRequest(f"metadata.labels[nebula.io/accelerator]: {exc}") from None
-        arguments: dict[str, Any] = {
-            "argv": [*pod.command, *pod.args], "timeout": self._lifetime(pod), "gpu": gpu,
-            "workdir": pod.working_dir, "cpu": pod.cpu, "memory": -(-pod.memory // MIB) if pod.memory else None,
-        }  # fmt: skip
-        if request.region:
-            regions = self.expand_regions([request.region]) if self._options.regions else [request.region]
-            if not regions:
-                raise InvalidRequest(f"the modal provider does not serve region {request.region!r}")
-            arguments["region"] = regions[0]
-        egress = request.egress
-        if egress.mode is EgressMode.BLOCKED:
-            arguments["block_network"] = True
-        elif egress.mode is EgressMode.ALLOWLIST:
-            arguments["outbound_cidr_allowlist"] = list(egress.cidrs)
-            arguments["outbound_domain_allowlist"] = list(egress.domains)
-        return arguments
-
     # -- observe and terminate --------------------------------------------------------------
     def list(self) -> builtins.list[base.Instance]:
         """This owner's sandboxes in the app, ended ones included (one SandboxList walk)."""
@@ -236,8 +198,11 @@ class ModalProvider:
     def terminate(self, instance_id: base.InstanceId) -> None:
         """Only this owner's sandbox, only if it has not ended; gone is success."""
         instance = self.get(instance_id)
-        if instance is None or instance.state in (base.InstanceState.TERMINATED, base.InstanceState.SUCCEEDED,
-                                                  base.InstanceState.FAILED):  # fmt: skip
+        if instance is None or instance.state in (
+            base.InstanceState.TERMINATED,
+            base.InstanceState.SUCCEEDED,
+            base.InstanceState.FAILED,
+        ):
             return
         try:
             sandbox = self._session.sandbox(instance_id)
@@ -255,8 +220,17 @@ class ModalProvider:
             for count in entry.counts():
                 gpu = entry.modal_gpu if count == 1 else f"{entry.modal_gpu}:{count}"
                 for region in regions:
-                    result.append(base.Offering(entry.accelerator, count, base.Tier.ON_DEMAND, region,
-                                           round(entry.hourly_price * count, 4), True, gpu))  # fmt: skip
+                    result.append(
+                        base.Offering(
+                            entry.accelerator,
+                            count,
+                            base.Tier.ON_DEMAND,
+                            region,
+                            round(entry.hourly_price * count, 4),
+                            True,
+                            gpu,
+                        )
+                    )
         return result
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
@@ -291,11 +265,15 @@ class ModalProvider:
 
         def ended() -> bool:
             current = self.get(instance_id)
-            return current is None or current.state in (base.InstanceState.SUCCEEDED, base.InstanceState.FAILED,
-                                                        base.InstanceState.TERMINATED)  # fmt: skip
+            return current is None or current.state in (
+                base.InstanceState.SUCCEEDED,
+                base.InstanceState.FAILED,
+                base.InstanceState.TERMINATED,
+            )
 
-        return ModalLogStream(fetch, ended, options, start=instance.created_at,
-                              poll_seconds=self._options.log_poll_interval)  # fmt: skip
+        return ModalLogStream(
+            fetch, ended, options, start=instance.created_at, poll_seconds=self._options.log_poll_interval
+        )
 
     def exec(
         self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
@@ -355,8 +333,14 @@ def terminal(rows: int, cols: int) -> Any:
     """A shell PTY of `rows` x `cols`, as `modal shell` asks for one."""
     from modal_proto import api_pb2
 
-    return api_pb2.PTYInfo(enabled=True, winsz_rows=rows, winsz_cols=cols, env_term="xterm",
-                           pty_type=api_pb2.PTYInfo.PTY_TYPE_SHELL, no_terminate_on_idle_stdin=True)  # fmt: skip
+    return api_pb2.PTYInfo(
+        enabled=True,
+        winsz_rows=rows,
+        winsz_cols=cols,
+        env_term="xterm",
+        pty_type=api_pb2.PTYInfo.PTY_TYPE_SHELL,
+        no_terminate_on_idle_stdin=True,
+    )
 
 
 def _credential(token: Any) -> base.ConnectCredential:

@@ -37,10 +37,13 @@ def instance_from(info: Any) -> base.Instance:
     result = task.result
     started, finished = _time(task.started_at), _time(task.finished_at)
     common: dict[str, Any] = {
-        "id": base.InstanceId(str(info.id)), "claim": base.ClaimName(tags_of(info).get(TAG_CLAIM, "")),
-        "created_at": _time(info.created_at) or datetime.fromtimestamp(0, UTC), "started_at": started,
-        "region": (list(info.regions) or [None])[0], "capacity_type": base.Tier.ON_DEMAND,
-    }  # fmt: skip
+        "id": base.InstanceId(str(info.id)),
+        "claim": base.ClaimName(tags_of(info).get(TAG_CLAIM, "")),
+        "created_at": _time(info.created_at) or datetime.fromtimestamp(0, UTC),
+        "started_at": started,
+        "region": (list(info.regions) or [None])[0],
+        "capacity_type": base.Tier.ON_DEMAND,
+    }
     status = int(result.status)
     if not status:
         state = base.InstanceState.RUNNING if started else base.InstanceState.PROVISIONING
@@ -75,5 +78,9 @@ def instance_from(info: Any) -> base.Instance:
             state=base.InstanceState.FAILED, finished_at=finished, exit_code=code or None, message=message, **common
         )
     reason = "init failure" if status == INIT_FAILURE else "internal failure"
-    return base.Instance(state=base.InstanceState.FAILED, finished_at=finished,
-                    message=f"modal: {reason}: {str(result.exception)[:500]}", **common)  # fmt: skip
+    return base.Instance(
+        state=base.InstanceState.FAILED,
+        finished_at=finished,
+        message=f"modal: {reason}: {str(result.exception)[:500]}",
+        **common,
+    )

@@ -113,7 +113,15 @@ def offerings_from(types: Iterable[Any], options: RunPodOptions) -> list[base.Of
         for count in (c for c in GPU_COUNTS if c <= most):
             for region in options.regions:
                 for tier, price in ((base.Tier.ON_DEMAND, on_demand), (base.Tier.SPOT, spot)):
-                    result.append(base.Offering(accelerator_for(gpu_type), count, tier, region,
-                                           None if price is None else round(price * count, 4),
-                                           price is not None, gpu_type))  # fmt: skip
+                    result.append(
+                        base.Offering(
+                            accelerator_for(gpu_type),
+                            count,
+                            tier,
+                            region,
+                            None if price is None else round(price * count, 4),
+                            price is not None,
+                            gpu_type,
+                        )
+                    )
     return result

@@ -24,7 +24,7 @@ from typing import Any
 from providers import base, claimlocks, ssh
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unauthorized
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.runpod import catalog, identity, remote, status
 from providers.runpod.api import GPU_TYPES_QUERY, QUERY_POD, RunPodApi, Word, deploy_mutation, generate_pod_query
 from providers.runpod.classify import classify
@@ -40,7 +40,7 @@ _POD_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
 _PARALLEL_PROBES = 8
 
 
-class RunPodProvider:
+class RunPodProvider(Owned):
     """Runs each Pod on its own RunPod pod. Options: see `options.RunPodOptions`."""
 
     def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
@@ -59,14 +59,6 @@ class RunPodProvider:
     def __repr__(self) -> str:
         return f"RunPodProvider({self._name!r}, {self._options.api_base_url!r})"
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
-
     def _api_key(self) -> str:
         """The API key: `<credentials_dir>/RUNPOD_API_KEY`, else env RUNPOD_API_KEY (read each call)."""
         if self._options.credentials_dir:
@@ -82,11 +74,16 @@ class RunPodProvider:
 
     def capabilities(self) -> base.Capabilities:
         return base.Capabilities(
-            poll_interval=self._options.poll_interval, tiers=(base.Tier.ON_DEMAND, base.Tier.SPOT),
-            regions=self._options.regions, capacity=dict(base.UNBOUNDED_CAPACITY), pulls_images=True,
-            log_timestamps=self._options.ssh, restarts_in_place=False, bills_after_exit=True,
+            poll_interval=self._options.poll_interval,
+            tiers=(base.Tier.ON_DEMAND, base.Tier.SPOT),
+            regions=self._options.regions,
+            capacity=dict(base.UNBOUNDED_CAPACITY),
+            pulls_images=True,
+            log_timestamps=self._options.ssh,
+            restarts_in_place=False,
+            bills_after_exit=True,
             keeps_output_after_terminate=False,
-        )  # fmt: skip
+        )
 
     # -- provision ----------------------------------------------------------------------
     def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
@@ -116,8 +113,14 @@ class RunPodProvider:
         if not answer or not answer.get("id"):
             raise NoCapacity("runpod deployed no pod (its answer names none)")
         pod_id = str(answer["id"])
-        logger.info("deployed runpod pod %s for claim %s (%s, %s, %s)", pod_id, request.claim, gpu_type or "cpu",
-                    tier.value, region or "any data centre")  # fmt: skip
+        logger.info(
+            "deployed runpod pod %s for claim %s (%s, %s, %s)",
+            pod_id,
+            request.claim,
+            gpu_type or "cpu",
+            tier.value,
+            region or "any data centre",
+        )
         credential = base.ConnectCredential({"ssh-privatekey": key.private_openssh, "username": b"root"})
         endpoint = status.endpoint_of({"id": pod_id, "ports": _ports(pod, self._options.ssh)})
         return base.ProvisionResult(base.InstanceId(pod_id), reserved=True, credential=credential, endpoint=endpoint)
@@ -134,17 +137,26 @@ class RunPodProvider:
         from providers.runpod import workload
 
         env = dict(request.env)
-        env.update({
-            "PUBLIC_KEY": key.public_line, identity.ENV_CLAIM: request.claim, identity.ENV_OWNER: self._owner.key,
-            identity.ENV_TIER: tier.value, identity.ENV_REGION: region or "",
-            workload.ENV_WORKLOAD: workload.script(pod),
-        })  # fmt: skip
+        env.update(
+            {
+                "PUBLIC_KEY": key.public_line,
+                identity.ENV_CLAIM: request.claim,
+                identity.ENV_OWNER: self._owner.key,
+                identity.ENV_TIER: tier.value,
+                identity.ENV_REGION: region or "",
+                workload.ENV_WORKLOAD: workload.script(pod),
+            }
+        )
         fields: dict[str, Any] = {
-            "name": identity.pod_name(self._owner, request.claim), "imageName": pod.image,
-            "cloudType": Word(self._options.cloud_type), "startSsh": True, "dataCenterId": region,
-            "dockerArgs": workload.DOCKER_ARGS, "containerDiskInGb": self._options.container_disk_gb,
+            "name": identity.pod_name(self._owner, request.claim),
+            "imageName": pod.image,
+            "cloudType": Word(self._options.cloud_type),
+            "startSsh": True,
+            "dataCenterId": region,
+            "dockerArgs": workload.DOCKER_ARGS,
+            "containerDiskInGb": self._options.container_disk_gb,
             "ports": _ports(pod, self._options.ssh),
-        }  # fmt: skip
+        }
         if gpu_type is None:
             fields.update(
                 instanceId=catalog.cpu_instance_for(pod, self._options.cpu_flavor), templateId="runpod-ubuntu"
@@ -227,8 +239,9 @@ class RunPodProvider:
         claim = identity.claim_of(data, self._owner)
         if claim is None:
             return None
-        target = remote.target_for(data, self._keys.pair(self._owner, claim),
-                                   connect_timeout=self._options.connect_timeout)  # fmt: skip
+        target = remote.target_for(
+            data, self._keys.pair(self._owner, claim), connect_timeout=self._options.connect_timeout
+        )
         if target is None:
             return None
         try:
@@ -298,8 +311,9 @@ class RunPodProvider:
             raise NotSupported("the runpod option 'ssh' is off: logs, exec and usage need SSH to the pod")
         claim = identity.claim_of(data, self._owner)
         assert claim is not None
-        target = remote.target_for(data, self._keys.pair(self._owner, claim),
-                                   connect_timeout=self._options.connect_timeout)  # fmt: skip
+        target = remote.target_for(
+            data, self._keys.pair(self._owner, claim), connect_timeout=self._options.connect_timeout
+        )
         if target is None or not status.has_runtime(data):
             raise NotFound(f"runpod pod {instance_id} is not running (no runtime, or no public SSH port)")
         return target

@@ -71,9 +71,14 @@ def instance_from(
 ) -> base.Instance:
     tier = tier_of(pod)
     known = base.Instance(
-        id=base.InstanceId(str(pod["id"])), claim=claim, state=base.InstanceState.PROVISIONING, created_at=created,
-        endpoint=endpoint_of(pod), region=env_of(pod).get(ENV_REGION) or None, capacity_type=tier,
-    )  # fmt: skip
+        id=base.InstanceId(str(pod["id"])),
+        claim=claim,
+        state=base.InstanceState.PROVISIONING,
+        created_at=created,
+        endpoint=endpoint_of(pod),
+        region=env_of(pod).get(ENV_REGION) or None,
+        capacity_type=tier,
+    )
     if verdict is not None and verdict.exit_code is not None:
         code = verdict.exit_code
         return _with(
@@ -88,8 +93,12 @@ def instance_from(
     desired = str(pod.get("desiredStatus") or "")
     if desired == "EXITED":
         if tier is base.Tier.SPOT:
-            return _with(known, state=base.InstanceState.TERMINATED, preempted=True,
-                         message="RunPod interrupted the spot pod (outbid or reclaimed)")  # fmt: skip
+            return _with(
+                known,
+                state=base.InstanceState.TERMINATED,
+                preempted=True,
+                message="RunPod interrupted the spot pod (outbid or reclaimed)",
+            )
         return _with(known, state=base.InstanceState.TERMINATED, message="the pod was stopped outside Nebula")
     if desired == "TERMINATED":
         return _with(known, state=base.InstanceState.TERMINATED, message="the pod was terminated")
