@@ -1,10 +1,10 @@
 """The provider seam: the `Provider` protocol, the optional `LogStreamer` and `Executor`
 protocols, and the frozen values that cross the seam.
 
-The streaming and control protocols live in `providers.streams` and the Pod's shape in
-`providers.shape`; this module re-exports the protocols. The vnode, placement and the
-kubelet API are typed against these protocols only; they
-never import a concrete provider or branch on a provider's name. Providers report facts
+The streaming and control protocols (and `LogOptions`) live in `providers.streams`, the ids in
+`providers.ids` and the Pod's shape in `providers.shape`; this module re-exports them and is
+imported by none of them. The vnode, placement and the kubelet API are typed against these
+protocols only; they never import a concrete provider or branch on a provider's name. Providers report facts
 (`Instance`); turning facts into Kubernetes status is the vnode's job. Every method may
 raise only `providers.errors` types.
 Tests: tests/providers/test_contract.py.
