@@ -30,7 +30,7 @@ from collections.abc import Sequence  # noqa: E402
 from providers.base import InstanceId, PodSpec, Process, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
-from providers.fake.shell import ScriptedProcess  # noqa: E402
+from providers.fake.process import ScriptedProcess  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 
 LISTENER = """

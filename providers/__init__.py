@@ -1,6 +1,9 @@
 """Compute providers behind one seam (`providers.base`).
 
-base      the Provider protocol, optional LogStreamer/Executor, frozen seam values
+base      the Provider protocol, frozen seam values, UNBOUNDED_CAPACITY; re-exports the rest
+streams   the optional protocols (LogStreamer, Executor, ...) and LogOptions; imports ids, not base
+ids       InstanceId and ClaimName, the bottom of the seam
+claimlocks  one lock per claim (`with locks.held(claim):`), pruned when idle
 errors    the only exceptions a provider may raise
 claim     claim_name(): the identity linking an instance to its Pod
 podspec   the provider's read-only view of a Pod

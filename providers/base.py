@@ -1,10 +1,10 @@
 """The provider seam: the `Provider` protocol, the optional `LogStreamer` and `Executor`
 protocols, and the frozen values that cross the seam.
 
-The streaming and control protocols live in `providers.streams` and the Pod's shape in
-`providers.shape`; this module re-exports the protocols. The vnode, placement and the
-kubelet API are typed against these protocols only; they
-never import a concrete provider or branch on a provider's name. Providers report facts
+The streaming and control protocols (and `LogOptions`) live in `providers.streams`, the ids in
+`providers.ids` and the Pod's shape in `providers.shape`; this module re-exports them and is
+imported by none of them. The vnode, placement and the kubelet API are typed against these
+protocols only; they never import a concrete provider or branch on a provider's name. Providers report facts
 (`Instance`); turning facts into Kubernetes status is the vnode's job. Every method may
 raise only `providers.errors` types.
 Tests: tests/providers/test_contract.py.
@@ -17,17 +17,20 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NewType, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.egress import Egress, EgressMode
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
+from providers.ids import ClaimName as ClaimName
+from providers.ids import InstanceId as InstanceId
 from providers.owner import Owner
 from providers.pullauth import RegistryAuth
 from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
 from providers.streams import Attacher as Attacher
 from providers.streams import ContainerStopper as ContainerStopper
 from providers.streams import Executor as Executor
+from providers.streams import LogOptions as LogOptions
 from providers.streams import LogStream as LogStream
 from providers.streams import LogStreamer as LogStreamer
 from providers.streams import PortConnection as PortConnection
@@ -36,9 +39,6 @@ from providers.streams import Process as Process
 from providers.streams import Restarter as Restarter
 from providers.usage import InstanceUsage as InstanceUsage
 from providers.usage import ResourceUsage as ResourceUsage
-
-InstanceId = NewType("InstanceId", str)
-ClaimName = NewType("ClaimName", str)
 
 
 class Tier(str, enum.Enum):
@@ -117,8 +117,9 @@ class PodSpec:
         """Every app container; the first-container fields as one when none were listed."""
         if self.containers:
             return self.containers
-        first = ContainerSpec(self.container, self.image, self.command, self.args, self.working_dir, self.ports,
-                              stdin=self.stdin)  # fmt: skip
+        first = ContainerSpec(
+            self.container, self.image, self.command, self.args, self.working_dir, self.ports, stdin=self.stdin
+        )
         return (first,)
 
 
@@ -212,6 +213,11 @@ class Instance:
     containers: tuple[ContainerFacts, ...] = ()
 
 
+# The node capacity of a provider whose cloud sells as much as is asked for (a VM or a
+# sandbox per Pod): large enough that the scheduler never holds a Pod back for it.
+UNBOUNDED_CAPACITY: Mapping[str, str] = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What a provider declares about itself; read once when its node is built."""
@@ -271,19 +277,6 @@ class BlockScope:
     accelerator: str | None = None
     region: str | None = None
     reason: str = ""
-
-
-@dataclass(frozen=True)
-class LogOptions:
-    """The kubelet's containerLogs parameters, already validated."""
-
-    follow: bool = False
-    tail_lines: int | None = None
-    limit_bytes: int | None = None
-    timestamps: bool = False
-    since: datetime | None = None
-    previous: bool = False
-    container: str = ""  # the Pod's container (empty: the first app container)
 
 
 class Provider(Protocol):
@@ -370,4 +363,13 @@ def default_block_scope(
         return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
     if isinstance(err, QuotaExceeded):
         return BlockScope(provider, BlockBreadth.TIER, tier=tier, reason=reason)
+    return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)
+
+
+def no_capacity_scope(
+    provider: str, reason: str, *, accelerator: str | None, tier: Tier | None, region: str | None
+) -> BlockScope:
+    """No capacity: block the one offering asked for (a request that named no tier asked for
+    OnDemand). Used by the providers' own classifications."""
+    tier = tier or Tier.ON_DEMAND
     return BlockScope(provider, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason)

@@ -11,13 +11,13 @@ import base64
 import hashlib
 import re
 
-from providers.base import ClaimName
+from providers import base
 
 MAX_LENGTH = 63
 _DIGEST_LENGTH = 10
 
 
-def claim_name(namespace: str, name: str, uid: str) -> ClaimName:
+def claim_name(namespace: str, name: str, uid: str) -> base.ClaimName:
     """A lower-case DNS label (at most 63 characters) for the Pod `namespace/name/uid`.
 
     Deterministic; a Pod recreated with the same name has a new UID and so a new claim.
@@ -28,4 +28,4 @@ def claim_name(namespace: str, name: str, uid: str) -> ClaimName:
     readable = re.sub(r"[^a-z0-9-]+", "-", f"{namespace}-{name}".lower())
     readable = re.sub(r"-{2,}", "-", readable)
     readable = readable[: MAX_LENGTH - _DIGEST_LENGTH - 1].strip("-") or "pod"
-    return ClaimName(f"{readable}-{suffix}")
+    return base.ClaimName(f"{readable}-{suffix}")

@@ -43,3 +43,21 @@ class Owner:
     def standalone(cls, alias: str) -> Owner:
         """The owner of a provider built outside a manager (a test, `manage.py fakecloud`)."""
         return cls(STANDALONE_CLUSTER, alias)
+
+
+class Owned:
+    """The `name` and `owner` every provider answers with: the constructor sets `_name` (the
+    alias) and `_owner`; mixed into each provider class so the two properties are written once."""
+
+    _name: str
+    _owner: Owner
+
+    @property
+    def name(self) -> str:
+        """Stable id; the virtual node is `nebula-<name>`."""
+        return self._name
+
+    @property
+    def owner(self) -> Owner:
+        """Whose instances this provider object sees and stamps."""
+        return self._owner

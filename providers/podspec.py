@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from providers.base import PodSpec, Tier
+from providers import base
 from providers.shape import ContainerSpec, Mount
 
 ACCELERATOR_LABEL = "nebula.io/accelerator"
@@ -136,11 +136,11 @@ def _check_whole_gpus(container: Container) -> None:
             raise ValueError(f"{GPU_RESOURCE} must be a whole number of GPUs, not {raw!r}")
 
 
-def requested_tier(pod: Mapping[str, Any]) -> Tier | None:
+def requested_tier(pod: Mapping[str, Any]) -> base.Tier | None:
     """The tier the Pod's `nebula.io/capacity-type` annotation names (any spelling
     `Tier.parse` reads), or None."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return Tier.parse(annotations.get(CAPACITY_TYPE_ANNOTATION))
+    return base.Tier.parse(annotations.get(CAPACITY_TYPE_ANNOTATION))
 
 
 def container_spec(container: Container, *, init: bool = False) -> ContainerSpec:
@@ -168,7 +168,7 @@ def container_spec(container: Container, *, init: bool = False) -> ContainerSpec
     )
 
 
-def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
+def pod_spec_from_dict(pod: Mapping[str, Any]) -> base.PodSpec:
     """The provider's view of `pod`: identity, its containers' programs (the first app
     container's also in the first-container fields), the Pod's effective resources. Raises
     ValueError (naming the field) if the Pod has no container,
@@ -183,7 +183,7 @@ def pod_spec_from_dict(pod: Mapping[str, Any]) -> PodSpec:
     accelerator = accelerator_of(labels)
     cpu = effective_request(spec, "cpu")
     memory = effective_request(spec, "memory")
-    return PodSpec(
+    return base.PodSpec(
         namespace=meta.get("namespace") or "default",
         name=meta.get("name") or "",
         uid=meta.get("uid") or "",

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from providers.base import Provider
+from providers import base
 from providers.owner import Owner
 
 
@@ -50,23 +50,23 @@ def validate_entry(alias: str, entry: Any) -> type:
     return import_backend(str(entry["BACKEND"]))
 
 
-def build_provider(alias: str, entry: Mapping[str, Any], *, cluster: str) -> Provider:
+def build_provider(alias: str, entry: Mapping[str, Any], *, cluster: str) -> base.Provider:
     """One provider named `alias` (the node becomes `nebula-<alias>`), owning only the
     instances of `Owner(cluster, alias)`."""
     backend = validate_entry(alias, entry)
     try:
         owner = Owner(cluster, alias)
-        return cast(Provider, backend(alias, dict(entry.get("OPTIONS", {})), owner=owner))
+        return cast(base.Provider, backend(alias, dict(entry.get("OPTIONS", {})), owner=owner))
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"provider {alias!r}: {exc}") from exc
 
 
 def build_providers(
     config: Mapping[str, Mapping[str, Any]], aliases: Iterable[str], *, cluster: str
-) -> dict[str, Provider]:
+) -> dict[str, base.Provider]:
     """The providers for `aliases`, in order, owned by `cluster`; ConfigurationError for an
     unknown alias."""
-    result: dict[str, Provider] = {}
+    result: dict[str, base.Provider] = {}
     for alias in aliases:
         if alias not in config:
             known = ", ".join(sorted(config)) or "none"

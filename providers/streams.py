@@ -4,17 +4,32 @@ restart, stop.
 Each is runtime-checkable and detected once at wiring time (design §4); a provider without
 one answers NotFound or NotSupported at the kubelet edge, never a stub. `container` names
 the Pod's container the call is for; empty means the Pod's only (first app) container, so
-a provider that runs one container may ignore it. `providers.base` re-exports every name.
+a provider that runs one container may ignore it. `providers.base` re-exports every name;
+this module imports only `providers.ids` of the seam (never `providers.base`).
 Tests: tests/providers/test_contract.py, tests/providers/local/test_local_forward.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from providers.base import InstanceId, LogOptions
+from providers.ids import InstanceId
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """The kubelet's containerLogs parameters, already validated."""
+
+    follow: bool = False
+    tail_lines: int | None = None
+    limit_bytes: int | None = None
+    timestamps: bool = False
+    since: datetime | None = None
+    previous: bool = False
+    container: str = ""  # the Pod's container (empty: the first app container)
 
 
 class LogStream(Protocol):

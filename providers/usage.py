@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from providers import claimlocks
+
 DEFAULT_SAMPLE_INTERVAL = 10.0  # seconds: cadvisor's housekeeping is 10-15 s, metrics-server's resolution 15 s
 NANO = 1_000_000_000
 
@@ -78,7 +80,7 @@ class UsageSampler:
         self._wall = wall
         self._samples: dict[tuple[object, str], _Sample] = {}
         self._taken: dict[object, tuple[float, dict[str, ResourceUsage]]] = {}
-        self._key_locks: dict[object, threading.Lock] = {}
+        self._key_locks = claimlocks.ClaimLocks()
         self._lock = threading.Lock()
 
     @property
@@ -98,9 +100,7 @@ class UsageSampler:
     def sample_all(self, key: object, read: Callable[[], Mapping[str, Reading]]) -> dict[str, ResourceUsage]:
         """As `sample`, for a key whose reading covers several names (containers) at once;
         a name missing from a reading is forgotten."""
-        with self._lock:
-            key_lock = self._key_locks.setdefault(key, threading.Lock())
-        with key_lock:
+        with self._key_locks.held(key):
             now = self._clock()
             with self._lock:
                 cached = self._taken.get(key)
@@ -131,7 +131,6 @@ class UsageSampler:
         horizon = 10 * max(self._interval, 1.0)
         for key in [k for k, (taken, _) in self._taken.items() if now - taken > horizon]:
             del self._taken[key]
-            self._key_locks.pop(key, None)
             for sample in [k for k in self._samples if k[0] == key]:
                 del self._samples[sample]
 

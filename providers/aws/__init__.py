@@ -10,7 +10,7 @@ userdata   the boot script that runs the container; keys  ed25519 connect, host,
 workload   the boot script's run of init, sidecar and app containers; mounts  volumes on the VM
 containers roster tags and console markers to per-container facts
 status     EC2 facts to `Instance`, tags; classify  refusal -> block scope
-console    serial-console logs; remote  SSH targets and the exec command; options  settings
+logs       serial-console logs; remote  SSH targets and the exec command; options  settings
 
 Imports boto3 lazily (only `ec2` does); imports `providers.ssh` but no other provider.
 Tests: tests/providers/aws/test_aws.py.

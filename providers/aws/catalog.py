@@ -55,7 +55,7 @@ def parse_catalog(text: str) -> tuple[CatalogEntry, ...]:
                     memory_gib=int(row["memory_gib"]),
                     region=row["region"],
                     on_demand_price=float(row["on_demand_usd_per_hour"]),
-                )  # fmt: skip
+                )
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{CATALOG_FILE} line {number}: {exc}") from exc

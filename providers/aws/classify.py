@@ -8,23 +8,20 @@ Tests: tests/providers/aws/test_aws.py.
 
 from __future__ import annotations
 
+from providers import base
 from providers.aws.ec2 import SPOT_PRICE_CODES, error_code
-from providers.base import BlockBreadth, BlockScope, Tier, default_block_scope
 from providers.errors import NoCapacity, ProviderError, QuotaExceeded, Unauthorized
 
 
 def classify(
-    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-) -> BlockScope:
+    provider: str, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+) -> base.BlockScope:
     code = error_code(err)
     reason = f"{code or type(err).__name__}: {err}"
     if isinstance(err, Unauthorized | QuotaExceeded):
-        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.PROVIDER, reason=reason)
     if code in SPOT_PRICE_CODES:
-        return BlockScope(provider, BlockBreadth.TIER, tier=Tier.SPOT, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.TIER, tier=base.Tier.SPOT, reason=reason)
     if isinstance(err, NoCapacity):
-        return BlockScope(
-            provider, BlockBreadth.OFFERING, tier=tier or Tier.ON_DEMAND, accelerator=accelerator, region=region,
-            reason=reason,
-        )  # fmt: skip
-    return default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)
+        return base.no_capacity_scope(provider, reason, accelerator=accelerator, tier=tier, region=region)
+    return base.default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

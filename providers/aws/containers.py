@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from providers import base
 from providers.aws.workload import CONTAINER_MARKER
-from providers.base import Instance, InstanceState, PodSpec
 from providers.shape import ContainerFacts, ContainerState
 
 TAG_CONTAINERS = "nebula.io/containers"  # then `nebula.io/containers-2`, ... when one value is too short
@@ -49,7 +49,7 @@ class ContainerEvent:
     finished_at: datetime | None = None
 
 
-def roster(pod: PodSpec) -> tuple[RosterEntry, ...]:
+def roster(pod: base.PodSpec) -> tuple[RosterEntry, ...]:
     """Every container of the Pod in start order: init containers (sidecars among them), then apps."""
     inits = tuple(RosterEntry(spec.name, "sidecar" if spec.sidecar else "init") for spec in pod.init_containers)
     return inits + tuple(RosterEntry(spec.name, "app") for spec in pod.app_containers())
@@ -112,42 +112,54 @@ def facts(
         event = events.get(entry.name)
         if event is None:
             result.append(ContainerFacts(entry.name, ContainerState.WAITING, init=init))
-        elif event.exit_code is not None:
-            result.append(ContainerFacts(
-                entry.name, ContainerState.TERMINATED, init=init, started_at=event.started_at,
-                finished_at=event.finished_at, exit_code=event.exit_code, runs=1,
-            ))  # fmt: skip
-        elif live:
-            result.append(ContainerFacts(entry.name, ContainerState.RUNNING, init=init, started_at=event.started_at,
-                                         runs=1))  # fmt: skip
-        else:
-            result.append(ContainerFacts(
-                entry.name, ContainerState.TERMINATED, init=init, started_at=event.started_at, runs=1,
-                message="the instance stopped while the container ran",
-            ))  # fmt: skip
+        elif event.exit_code is None and live:
+            result.append(
+                ContainerFacts(entry.name, ContainerState.RUNNING, init=init, started_at=event.started_at, runs=1)
+            )
+        else:  # it exited, or the instance stopped while it ran
+            exited = event.exit_code is not None
+            result.append(
+                ContainerFacts(
+                    entry.name,
+                    ContainerState.TERMINATED,
+                    init=init,
+                    started_at=event.started_at,
+                    finished_at=event.finished_at if exited else None,
+                    exit_code=event.exit_code,
+                    runs=1,
+                    message="" if exited else "the instance stopped while the container ran",
+                )
+            )
     return tuple(result)
 
 
 def with_containers(
-    instance: Instance, entries: Sequence[RosterEntry], events: Mapping[str, ContainerEvent], *,
+    instance: base.Instance,
+    entries: Sequence[RosterEntry],
+    events: Mapping[str, ContainerEvent],
+    *,
     workload_code: int | None,
-) -> Instance:  # fmt: skip
+) -> base.Instance:
     """`instance` with its containers' facts. While EC2 runs the instance (RUNNING) it is
     INITIALIZING until every app container has started, and SUCCEEDED/FAILED once the
     workload's marker says nothing runs any more; an instance EC2 no longer runs keeps
     the state its workload marker (or EC2) gave it."""
-    live = instance.state is InstanceState.RUNNING
+    live = instance.state is base.InstanceState.RUNNING
     found = facts(entries, events, live=live)
     if not live:
         return replace(instance, containers=found)
     if workload_code is not None:
         ends = [fact.finished_at for fact in found if fact.finished_at is not None]
         return replace(
-            instance, containers=found, state=InstanceState.SUCCEEDED if workload_code == 0 else InstanceState.FAILED,
-            exit_code=workload_code, exit_reason="Completed" if workload_code == 0 else "Error",
-            finished_at=max(ends) if ends else None, message=f"the workload exited with code {workload_code}",
-        )  # fmt: skip
+            instance,
+            containers=found,
+            state=base.InstanceState.SUCCEEDED if workload_code == 0 else base.InstanceState.FAILED,
+            exit_code=workload_code,
+            exit_reason="Completed" if workload_code == 0 else "Error",
+            finished_at=max(ends) if ends else None,
+            message=f"the workload exited with code {workload_code}",
+        )
     apps = [fact for fact in found if not fact.init]
     if any(fact.state is ContainerState.WAITING for fact in apps):
-        return replace(instance, containers=found, state=InstanceState.INITIALIZING)
+        return replace(instance, containers=found, state=base.InstanceState.INITIALIZING)
     return replace(instance, containers=found)

@@ -27,22 +27,37 @@ from providers.errors import (
 
 CAPACITY_CODES = frozenset(
     {
-        "InsufficientInstanceCapacity", "InsufficientHostCapacity", "InsufficientCapacity",
-        "InsufficientReservedInstanceCapacity", "InsufficientFreeAddressesInSubnet", "Unsupported",
-        "InvalidFleetConfiguration", "SpotMaxPriceTooLow",
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "InsufficientFreeAddressesInSubnet",
+        "Unsupported",
+        "InvalidFleetConfiguration",
+        "SpotMaxPriceTooLow",
     }
-)  # fmt: skip
+)
 SPOT_PRICE_CODES = frozenset({"SpotMaxPriceTooLow"})
 QUOTA_CODES = frozenset(
     {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "ResourceLimitExceeded"}
 )
 AUTH_CODES = frozenset(
     {
-        "UnauthorizedOperation", "AuthFailure", "Blocked", "OptInRequired", "PendingVerification",
-        "InvalidClientTokenId", "SignatureDoesNotMatch", "ExpiredToken", "RequestExpired",
-        "UnrecognizedClientException", "AccessDenied", "AccessDeniedException", "InvalidAccessKeyId",
+        "UnauthorizedOperation",
+        "AuthFailure",
+        "Blocked",
+        "OptInRequired",
+        "PendingVerification",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "ExpiredToken",
+        "RequestExpired",
+        "UnrecognizedClientException",
+        "AccessDenied",
+        "AccessDeniedException",
+        "InvalidAccessKeyId",
     }
-)  # fmt: skip
+)
 THROTTLE_CODES = frozenset(
     {"RequestLimitExceeded", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequestsException"}
 )
@@ -153,9 +168,10 @@ class Ec2:
     def _build(self, region: str) -> Any:
         boto3 = importlib.import_module("boto3")
         config = importlib.import_module("botocore.config").Config(
-            connect_timeout=self._options.connect_timeout, read_timeout=self._options.read_timeout,
+            connect_timeout=self._options.connect_timeout,
+            read_timeout=self._options.read_timeout,
             retries={"max_attempts": self._options.max_attempts, "mode": "standard"},
-        )  # fmt: skip
+        )
         with _SESSION_LOCK:
             session = _SESSIONS.get(self._options.profile)
             if session is None:

@@ -28,7 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from providers.aws import console, containers
+from providers import base
+from providers.aws import containers, logs
 from providers.aws.ec2 import Ec2
 from providers.aws.status import (
     FINAL_STATES,
@@ -39,7 +40,6 @@ from providers.aws.status import (
     state_of,
 )
 from providers.aws.userdata import EXIT_MARKER
-from providers.base import InstanceId
 from providers.errors import NotFound, ProviderError, Unavailable
 
 logger = logging.getLogger(__name__)
@@ -76,9 +76,9 @@ class ExitReader:
         self._ec2 = ec2
         self._now = now
         self._lock = threading.Lock()
-        self._verdicts: dict[InstanceId, ConsoleVerdict] = {}
+        self._verdicts: dict[base.InstanceId, ConsoleVerdict] = {}
 
-    def verdicts(self, region: str, instances: Sequence[dict[str, Any]]) -> dict[InstanceId, ConsoleVerdict]:
+    def verdicts(self, region: str, instances: Sequence[dict[str, Any]]) -> dict[base.InstanceId, ConsoleVerdict]:
         """Verdicts for the finished ones among `instances` (DescribeInstances entries of one
         region), reading the consoles that need it, a few at a time. A console EC2 could not
         serve now (`Unavailable`) has no verdict yet: the instance reads as still going."""
@@ -101,7 +101,7 @@ class ExitReader:
                 if _read_state(data) and (verdict := self._verdicts.get(key)) is not None
             }
 
-    def keep_only(self, region: str, listed: Iterable[InstanceId]) -> None:
+    def keep_only(self, region: str, listed: Iterable[base.InstanceId]) -> None:
         """Forget the verdicts of `region`'s instances that are not in `listed` (a full list)."""
         keep = set(listed)
         prefix = f"{region}/"
@@ -128,7 +128,7 @@ class ExitReader:
         except ProviderError as exc:
             verdict = ConsoleVerdict(None, state, self._now(), note=f"serial console unreadable: {exc}")
         else:
-            output = console.decode_console(result.get("Output"))
+            output = logs.decode_console(result.get("Output"))
             events = containers.events_in(output) if has_containers(data) else {}
             verdict = ConsoleVerdict(exit_code_in(output), state, self._now(), events=events)
         with self._lock:

@@ -1,5 +1,6 @@
 """Which EC2 instances are this owner's, and their facts: the owner filters, describe by
-id, the claim lookup behind provision, and the list of every region.
+id, the claim lookup behind provision, the list of every region, and the serial console of
+one of them (for `logs`).
 
 Called by `AwsProvider`. Only instances tagged `nebula.io/owner=<owner.key>` (and
 `nebula.io/managed=true`) exist here: EC2 filters the list and the claim lookup by those
@@ -17,11 +18,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from providers.aws import status
+from providers import base
+from providers.aws import logs, status
 from providers.aws.ec2 import Ec2
 from providers.aws.exits import ExitReader
 from providers.aws.options import AwsOptions
-from providers.base import Instance
 from providers.errors import NotFound
 from providers.owner import Owner
 
@@ -67,7 +68,21 @@ class Inventory:
                     return region, data
         return None
 
-    def facts(self, region: str, data: dict[str, Any]) -> Instance:
+    def console(self, instance_id: str, region: str, ec2_id: str, prefix: bytes) -> logs.Snapshot | None:
+        """The console now (only the lines of the container whose `prefix` is given), and
+        whether more may come (the instance still runs); None once EC2 no longer shows it."""
+        found = self.describe(instance_id)
+        if found is None:
+            return None
+        try:
+            result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id)
+        except NotFound:
+            return None
+        live = status.state_of(found[1]) in status.ADOPTABLE_STATES
+        output = logs.decode_console(result.get("Output"))
+        return logs.Snapshot(logs.lines_of(output, prefix) if prefix else output, live=live)
+
+    def facts(self, region: str, data: dict[str, Any]) -> base.Instance:
         """The `Instance` for one owned DescribeInstances entry (its console read if due)."""
         verdicts = self._exits.verdicts(region, [data])
         return status.instance_from(data, region, verdicts.get(status.instance_id(region, str(data["InstanceId"]))))
@@ -77,7 +92,7 @@ class Inventory:
         pages = self._ec2.pages(region, "describe_instances", Filters=self.filters(claim=claim))
         return [data for data in _entries(pages) if status.is_owned(data, self._owner.key)]
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         """One paginated DescribeInstances per region, all regions at once; any failure fails
         the list. Oldest first, so a claim's replacement comes after the instance it replaced."""
         regions = self._options.regions
@@ -85,7 +100,7 @@ class Inventory:
             found = [instance for listed in pool.map(self._list_region, regions) for instance in listed]
         return sorted(found, key=lambda instance: instance.created_at)
 
-    def _list_region(self, region: str) -> builtins.list[Instance]:
+    def _list_region(self, region: str) -> builtins.list[base.Instance]:
         pages = self._ec2.pages(
             region, "describe_instances", Filters=self.filters(), PaginationConfig={"PageSize": _PAGE_SIZE}
         )
@@ -101,5 +116,9 @@ class Inventory:
 
 def _entries(pages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The instance entries of DescribeInstances pages (pages > reservations > instances)."""
-    return [data for page in pages for reservation in page.get("Reservations") or () for data in
-            reservation.get("Instances") or ()]  # fmt: skip
+    return [
+        data
+        for page in pages
+        for reservation in page.get("Reservations") or ()
+        for data in reservation.get("Instances") or ()
+    ]

@@ -14,21 +14,25 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from providers import base
 from providers.aws import catalog, containers, status
 from providers.aws.ec2 import SPOT_PRICE_CODES, CapacityRefusal, Ec2, error_code
 from providers.aws.options import AwsOptions
-from providers.base import PodSpec, ProvisionRequest, Tier
 from providers.errors import InvalidRequest, NoCapacity
 from providers.owner import Owner
 
 
-def instance_types(pod: PodSpec, region: str) -> list[catalog.CatalogEntry]:
+def instance_types(pod: base.PodSpec, region: str) -> list[catalog.CatalogEntry]:
     """The catalog entries that serve the Pod in `region`, the primary first."""
     entries = catalog.load_catalog()
     found = catalog.candidates(
-        entries, accelerator=pod.accelerator, gpu_count=pod.gpu_count, region=region, cpu=pod.cpu,
+        entries,
+        accelerator=pod.accelerator,
+        gpu_count=pod.gpu_count,
+        region=region,
+        cpu=pod.cpu,
         memory_bytes=pod.memory,
-    )  # fmt: skip
+    )
     if found:
         return found
     wanted = catalog.canonical_accelerator(pod.accelerator)
@@ -39,7 +43,7 @@ def instance_types(pod: PodSpec, region: str) -> list[catalog.CatalogEntry]:
 
 
 def tags(
-    pod: PodSpec, request: ProvisionRequest, *, provider: str, owner: Owner, host_key: str
+    pod: base.PodSpec, request: base.ProvisionRequest, *, provider: str, owner: Owner, host_key: str
 ) -> list[dict[str, str]]:
     """The instance's tags: how list, get and the claim lookup find it, whose it is, and (for
     a Pod of several containers) which containers it runs."""
@@ -74,9 +78,16 @@ def client_token(claim: str, instance_type: str, *, earlier: Sequence[str], at: 
 
 
 def run_params(
-    options: AwsOptions, region: str, entry: catalog.CatalogEntry, tier: Tier, ami: str, user_data: bytes,
-    instance_tags: list[dict[str, str]], *, token: str,
-) -> dict[str, Any]:  # fmt: skip
+    options: AwsOptions,
+    region: str,
+    entry: catalog.CatalogEntry,
+    tier: base.Tier,
+    ami: str,
+    user_data: bytes,
+    instance_tags: list[dict[str, str]],
+    *,
+    token: str,
+) -> dict[str, Any]:
     """RunInstances parameters for one instance of `entry`'s type."""
     params: dict[str, Any] = {
         "ImageId": ami,
@@ -93,7 +104,7 @@ def run_params(
     }
     if options.terminate_on_exit:
         params["InstanceInitiatedShutdownBehavior"] = "terminate"
-    if tier is Tier.SPOT:
+    if tier is base.Tier.SPOT:
         params["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
@@ -109,17 +120,29 @@ def run_params(
         params["IamInstanceProfile"] = {"Arn": profile} if profile.startswith("arn:") else {"Name": profile}
     if options.root_volume_gib:
         params["BlockDeviceMappings"] = [
-            {"DeviceName": "/dev/xvda", "Ebs": {"VolumeSize": options.root_volume_gib, "VolumeType": "gp3",
-                                                "DeleteOnTermination": True}}
-        ]  # fmt: skip
+            {
+                "DeviceName": "/dev/xvda",
+                "Ebs": {"VolumeSize": options.root_volume_gib, "VolumeType": "gp3", "DeleteOnTermination": True},
+            }
+        ]
     return params
 
 
 def launch(
-    ec2: Ec2, options: AwsOptions, region: str, choices: Sequence[catalog.CatalogEntry], tier: Tier, ami: str,
-    user_data: bytes, instance_tags: list[dict[str, str]], *, claim: str, earlier: Sequence[str], at: datetime,
+    ec2: Ec2,
+    options: AwsOptions,
+    region: str,
+    choices: Sequence[catalog.CatalogEntry],
+    tier: base.Tier,
+    ami: str,
+    user_data: bytes,
+    instance_tags: list[dict[str, str]],
+    *,
+    claim: str,
+    earlier: Sequence[str],
+    at: datetime,
     secrets: Sequence[str],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """RunInstances on each instance type in turn; a capacity refusal moves to the next
     (a Spot price refusal does not: it holds for every type)."""
     refusal: CapacityRefusal | None = None

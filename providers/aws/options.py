@@ -15,11 +15,26 @@ from typing import Any
 DEFAULT_REGIONS = ("us-east-1",)
 KNOWN_KEYS = frozenset(
     {
-        "regions", "ami", "subnet", "security_groups", "instance_profile", "root_volume_gib", "ssh", "ssh_user",
-        "ssh_port", "ssh_key_file", "terminate_on_exit", "endpoint_url", "profile", "poll_interval",
-        "connect_timeout", "read_timeout", "max_attempts", "spot_price_ttl",
+        "regions",
+        "ami",
+        "subnet",
+        "security_groups",
+        "instance_profile",
+        "root_volume_gib",
+        "ssh",
+        "ssh_user",
+        "ssh_port",
+        "ssh_key_file",
+        "terminate_on_exit",
+        "endpoint_url",
+        "profile",
+        "poll_interval",
+        "connect_timeout",
+        "read_timeout",
+        "max_attempts",
+        "spot_price_ttl",
     }
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -61,8 +76,10 @@ def _per_region(value: Any, key: str) -> dict[str, Any]:
 def _groups(value: Any) -> dict[str, tuple[str, ...]]:
     if isinstance(value, Sequence) and not isinstance(value, str):
         value = {"*": value}
-    return {region: tuple([groups] if isinstance(groups, str) else groups) for region, groups in _per_region(
-        value, "security_groups").items()}  # fmt: skip
+    return {
+        region: tuple([groups] if isinstance(groups, str) else groups)
+        for region, groups in _per_region(value, "security_groups").items()
+    }
 
 
 def _number(options: Mapping[str, Any], key: str, default: float) -> float:

@@ -35,9 +35,12 @@ class SpotPrices:
             return cached[1]
         try:
             pages = self._ec2.pages(
-                region, "describe_spot_price_history", InstanceTypes=list(instance_types),
-                ProductDescriptions=["Linux/UNIX"], StartTime=datetime.now(UTC),
-            )  # fmt: skip
+                region,
+                "describe_spot_price_history",
+                InstanceTypes=list(instance_types),
+                ProductDescriptions=["Linux/UNIX"],
+                StartTime=datetime.now(UTC),
+            )
         except ProviderError as exc:
             logger.info("spot prices in %s unknown: %s", region, exc)
             return {}

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import builtins
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import ssh
-from providers.aws import catalog, console, launch, remote, status
+from providers import base, claimlocks, ssh
+from providers.aws import catalog, launch, logs, remote, status
 from providers.aws.classify import classify
 from providers.aws.ec2 import Ec2
 from providers.aws.exits import ExitReader
@@ -28,32 +27,9 @@ from providers.aws.keys import OperatorKey, generate_key_pair
 from providers.aws.options import AwsOptions, parse_options
 from providers.aws.pricing import SpotPrices
 from providers.aws.userdata import Boot, render_user_data
-from providers.base import (
-    BlockScope,
-    Capabilities,
-    ConnectCredential,
-    ContainerStopper,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    PortConnection,
-    PortForwarder,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-    UsageReporter,
-)
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.shape import VOLUME_KINDS, Shapes
 from providers.ssh import SshTarget
 from providers.ssh import usage as ssh_usage
@@ -63,14 +39,16 @@ logger = logging.getLogger(__name__)
 
 REGION_GROUPS = ("us", "eu", "ap", "ca", "sa", "me", "af", "il", "mx")
 ALL_REGIONS = frozenset({"*", "any", "all"})
-NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 # Served with restarts by replacement (docs/providers/aws.md): a container's restart is a new
 # instance, which runs every container again. Probes: exec over SSH, TCP and HTTP against
 # the instance's address (its containers share the host's network).
 SHAPES = Shapes(
-    several_containers=True, init_containers=True, sidecars=True,
-    probes=frozenset({"exec", "tcpSocket", "httpGet"}), volumes=frozenset(VOLUME_KINDS),
-)  # fmt: skip
+    several_containers=True,
+    init_containers=True,
+    sidecars=True,
+    probes=frozenset({"exec", "tcpSocket", "httpGet"}),
+    volumes=frozenset(VOLUME_KINDS),
+)
 STOP_ANSWER_SECONDS = 30.0  # beyond the grace, for `docker stop` over SSH to answer
 USER_DATA_LIMIT = 16384  # bytes EC2 accepts as user-data (before its base64)
 
@@ -79,7 +57,7 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class AwsProvider:
+class AwsProvider(Owned):
     """Runs each Pod's containers on its own EC2 instance. Options: see `options.AwsOptions`.
     `now` is the wall clock (an exit's time when EC2 gives none; the launch's hour)."""
 
@@ -97,32 +75,23 @@ class AwsProvider:
         self._now = now
         self._ec2 = Ec2(self._options)
         self._operator = OperatorKey(self._options.ssh_key_file)
-        self._locks_guard = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks = claimlocks.ClaimLocks()
         self._spot = SpotPrices(self._ec2, ttl=self._options.spot_price_ttl)
         self._exits = ExitReader(self._ec2, now=now)
         self._inventory = Inventory(self._ec2, self._options, self._owner, self._exits, name=name)
         self._usage = UsageSampler()  # one SSH read of an instance per interval, whatever the scrape rate
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
-
-    @property
     def options(self) -> AwsOptions:
         return self._options
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
+    def capabilities(self) -> base.Capabilities:
+        return base.Capabilities(
             poll_interval=self._options.poll_interval,
             list_lag=10.0,  # DescribeInstances is eventually consistent after RunInstances
-            tiers=(Tier.ON_DEMAND, Tier.SPOT),
+            tiers=(base.Tier.ON_DEMAND, base.Tier.SPOT),
             regions=self._options.regions,
-            capacity=dict(NODE_CAPACITY),
+            capacity=dict(base.UNBOUNDED_CAPACITY),
             pulls_images=True,
             log_timestamps=True,
             restarts_in_place=False,  # the VM is the container's sandbox: a restart is a new instance
@@ -133,7 +102,7 @@ class AwsProvider:
         )
 
     # -- provision --------------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         """Adopt the claim's live instance if there is one, else launch one (see the module doc).
 
         Steps: pick the region and instance types (primary first), describe this owner's
@@ -145,26 +114,29 @@ class AwsProvider:
             mode = request.egress.mode.value
             raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         region = self._region_for(request)
-        tier = request.capacity_type or Tier.ON_DEMAND
+        tier = request.capacity_type or base.Tier.ON_DEMAND
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image")
         choices = launch.instance_types(pod, region)
         ami = self._options.for_region(self._options.ami, region)
         if not ami:
             raise InvalidRequest(f"the aws provider has no AMI configured for {region}")
-        with self._claim_lock(request.claim):
+        with self._claim_locks.held(request.claim):
             found = self._inventory.claim_instances(region, request.claim)
             live = [data for data in found if status.state_of(data) in status.ADOPTABLE_STATES]
             if live:
                 adopted = status.instance_from(live[0], region)
-                return ProvisionResult(adopted.id, reserved=True, credential=None, endpoint=adopted.endpoint)
+                return base.ProvisionResult(adopted.id, reserved=True, credential=None, endpoint=adopted.endpoint)
             user_key = generate_key_pair(f"nebula-{request.claim}")
             host_key = generate_key_pair()
             boot = Boot(
-                claim=request.claim, ssh_user=self._options.ssh_user, host_key=host_key.private_openssh,
+                claim=request.claim,
+                ssh_user=self._options.ssh_user,
+                host_key=host_key.private_openssh,
                 authorized_keys=(user_key.public_line, self._operator.get().public_line),
-                gpus=choices[0].gpu_count > 0, terminate_on_exit=self._options.terminate_on_exit,
-            )  # fmt: skip
+                gpus=choices[0].gpu_count > 0,
+                terminate_on_exit=self._options.terminate_on_exit,
+            )
             user_data = render_user_data(
                 pod, request.env, boot, container_env=request.container_env, volumes=request.volumes
             )
@@ -175,24 +147,42 @@ class AwsProvider:
                 )
             tags = launch.tags(pod, request, provider=self._name, owner=self._owner, host_key=host_key.public_line)
             data = launch.launch(
-                self._ec2, self._options, region, choices, tier, ami, user_data, tags, claim=request.claim,
-                earlier=[str(d["InstanceId"]) for d in found], at=self._now(), secrets=_secrets(request),
-            )  # fmt: skip
-        logger.info("launched %s for claim %s in %s (%s, %s)", data["InstanceId"], request.claim, region,
-                    data.get("InstanceType"), tier.value)  # fmt: skip
-        credential = ConnectCredential(
+                self._ec2,
+                self._options,
+                region,
+                choices,
+                tier,
+                ami,
+                user_data,
+                tags,
+                claim=request.claim,
+                earlier=[str(d["InstanceId"]) for d in found],
+                at=self._now(),
+                secrets=_secrets(request),
+            )
+        logger.info(
+            "launched %s for claim %s in %s (%s, %s)",
+            data["InstanceId"],
+            request.claim,
+            region,
+            data.get("InstanceType"),
+            tier.value,
+        )
+        credential = base.ConnectCredential(
             {
                 "ssh-privatekey": user_key.private_openssh,
                 "username": self._options.ssh_user.encode(),
                 "ssh-host-key": host_key.public_line.encode(),
             }
         )
-        return ProvisionResult(
-            status.instance_id(region, str(data["InstanceId"])), reserved=True, credential=credential,
+        return base.ProvisionResult(
+            status.instance_id(region, str(data["InstanceId"])),
+            reserved=True,
+            credential=credential,
             endpoint=status.endpoint_of(data),
-        )  # fmt: skip
+        )
 
-    def _region_for(self, request: ProvisionRequest) -> str:
+    def _region_for(self, request: base.ProvisionRequest) -> str:
         if not request.region:
             return self._options.regions[0]
         expanded = self.expand_regions([request.region])
@@ -200,17 +190,13 @@ class AwsProvider:
             raise InvalidRequest(f"the aws provider does not serve region {request.region!r}")
         return expanded[0]
 
-    def _claim_lock(self, claim: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._claim_locks.setdefault(claim, threading.Lock())
-
     # -- observe and terminate ------------------------------------------------------------
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         """One DescribeInstances (and, once for a finished instance, GetConsoleOutput)."""
         found = self._inventory.describe(instance_id)
         return self._inventory.facts(*found) if found else None
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         """TerminateInstances only for this owner's instance, and only if it is not already
         going: the one DescribeInstances checks the owner tag and the state."""
         found = self._inventory.describe(instance_id)
@@ -223,12 +209,12 @@ class AwsProvider:
             return
         logger.info("terminating %s (claim %s)", instance_id, status.tags_of(data).get(status.TAG_CLAIM))
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         """This owner's instances in every region, terminated ones included while EC2 shows them."""
         return self._inventory.list()
 
     # -- offerings and regions ----------------------------------------------------------------
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         entries = catalog.load_catalog()
         regions = self._options.regions
         with ThreadPoolExecutor(max_workers=len(regions), thread_name_prefix=f"aws-spot-{self._name}") as pool:
@@ -236,10 +222,28 @@ class AwsProvider:
         result = []
         for region in regions:
             for entry in catalog.primaries(entries, region):
-                result.append(Offering(entry.accelerator, entry.gpu_count, Tier.ON_DEMAND, region,
-                                       entry.on_demand_price, True, entry.instance_type))  # fmt: skip
-                result.append(Offering(entry.accelerator, entry.gpu_count, Tier.SPOT, region,
-                                       spot[region].get(entry.instance_type), True, entry.instance_type))  # fmt: skip
+                result.append(
+                    base.Offering(
+                        entry.accelerator,
+                        entry.gpu_count,
+                        base.Tier.ON_DEMAND,
+                        region,
+                        entry.on_demand_price,
+                        True,
+                        entry.instance_type,
+                    )
+                )
+                result.append(
+                    base.Offering(
+                        entry.accelerator,
+                        entry.gpu_count,
+                        base.Tier.SPOT,
+                        region,
+                        spot[region].get(entry.instance_type),
+                        True,
+                        entry.instance_type,
+                    )
+                )
         return result
 
     def _spot_prices_in(self, region: str) -> dict[str, float]:
@@ -261,12 +265,12 @@ class AwsProvider:
         return result
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
         return classify(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- logs and exec ----------------------------------------------------------------------
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         """Over SSH while the instance runs (and SSH reaches it), else from the serial console,
         which EC2 keeps while it shows the instance, terminated ones included."""
         if options.previous:
@@ -288,28 +292,15 @@ class AwsProvider:
         if options.timestamps or options.since is not None:
             raise NotSupported("the serial console carries no timestamps: timestamps and since need SSH")
         ec2_id = str(data["InstanceId"])
-        return console.ConsoleLogStream(
-            lambda: self._console(instance_id, region, ec2_id, where.console_prefix), options,
+        return logs.ConsoleLogStream(
+            lambda: self._inventory.console(instance_id, region, ec2_id, where.console_prefix),
+            options,
             poll_seconds=self._options.poll_interval,
-        )  # fmt: skip
-
-    def _console(self, instance_id: InstanceId, region: str, ec2_id: str, prefix: bytes) -> console.Snapshot | None:
-        """The console now (only the lines of the container whose `prefix` is given), and
-        whether more may come (the instance still runs); None once EC2 no longer shows it."""
-        found = self._inventory.describe(instance_id)
-        if found is None:
-            return None
-        try:
-            result = self._ec2.call(region, "get_console_output", InstanceId=ec2_id)
-        except NotFound:
-            return None
-        live = status.state_of(found[1]) in status.ADOPTABLE_STATES
-        output = console.decode_console(result.get("Output"))
-        return console.Snapshot(console.lines_of(output, prefix) if prefix else output, live=live)
+        )
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         if not command:
             raise NotSupported("exec needs a command")
         _, data = self._owned(instance_id)
@@ -318,13 +309,13 @@ class AwsProvider:
         argv = remote.exec_argv(command, tty=tty, stdin=stdin, docker_name=where.docker_name)
         return ssh.start_process(target, argv, tty=tty, stdin=stdin)
 
-    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+    def port_forward(self, instance_id: base.InstanceId, port: int) -> base.PortConnection:
         """A `direct-tcpip` channel over SSH to 127.0.0.1:port on the VM, where the Pod's
         containers listen (they share the host's network)."""
         _, data = self._owned(instance_id)
         return ssh.open_forward(self._running_target(instance_id, data), port)
 
-    def _running_target(self, instance_id: InstanceId, data: dict[str, Any]) -> SshTarget:
+    def _running_target(self, instance_id: base.InstanceId, data: dict[str, Any]) -> SshTarget:
         """Where to log in to a running instance, for exec and port-forward. NotFound: not
         running; NotSupported: no SSH endpoint (the `ssh` option off, or no address)."""
         if status.state_of(data) != "running":
@@ -336,7 +327,7 @@ class AwsProvider:
             )
         return remote.ssh_target(data, endpoint, self._options, self._operator.get())
 
-    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+    def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
         """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
         its marker, and the vnode replaces the instance to run it again. Not running: success."""
         _, data = self._owned(instance_id)
@@ -354,12 +345,12 @@ class AwsProvider:
         finally:
             process.close()
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """Each container's process tree on the VM, from its /proc over SSH, at most once per
         `providers.usage.DEFAULT_SAMPLE_INTERVAL` per instance (`providers.ssh.usage`)."""
         return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
 
-    def _read_usage(self, instance_id: InstanceId) -> dict[str, Reading]:
+    def _read_usage(self, instance_id: base.InstanceId) -> dict[str, Reading]:
         _, data = self._owned(instance_id)
         endpoint = status.endpoint_of(data)
         if status.state_of(data) != "running":
@@ -369,14 +360,14 @@ class AwsProvider:
         target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
         return ssh_usage.read_usage(target, remote.usage_roots(data))
 
-    def _owned(self, instance_id: InstanceId) -> tuple[str, dict[str, Any]]:
+    def _owned(self, instance_id: base.InstanceId) -> tuple[str, dict[str, Any]]:
         found = self._inventory.describe(instance_id)
         if found is None:
             raise NotFound(f"no aws instance {instance_id}")
         return found
 
 
-def _secrets(request: ProvisionRequest) -> builtins.list[str]:
+def _secrets(request: base.ProvisionRequest) -> builtins.list[str]:
     """Every env value of every container: scrubbed from EC2's error messages."""
     values = {*request.env.values(), *(v for env in request.container_env.values() for v in env.values())}
     return sorted(value for value in values if value)
@@ -384,6 +375,8 @@ def _secrets(request: ProvisionRequest) -> builtins.list[str]:
 
 def _conforms(
     provider: AwsProvider,
-) -> tuple[Provider, LogStreamer, Executor, ContainerStopper, UsageReporter, PortForwarder]:
+) -> tuple[
+    base.Provider, base.LogStreamer, base.Executor, base.ContainerStopper, base.UsageReporter, base.PortForwarder
+]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider, provider, provider

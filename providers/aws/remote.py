@@ -74,9 +74,13 @@ def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: Ke
     """Where to log in; the host key comes from the instance's tag (None: not verified)."""
     host_key = tags_of(data).get(TAG_HOST_KEY) or None
     return SshTarget(
-        host=endpoint, port=options.ssh_port, username=options.ssh_user, private_key=key.private_openssh,
-        host_key=host_key, connect_timeout=options.connect_timeout,
-    )  # fmt: skip
+        host=endpoint,
+        port=options.ssh_port,
+        username=options.ssh_user,
+        private_key=key.private_openssh,
+        host_key=host_key,
+        connect_timeout=options.connect_timeout,
+    )
 
 
 def stop_argv(docker_name: str, *, grace: float, docker: Sequence[str] = DOCKER) -> list[str]:

@@ -16,8 +16,8 @@ from dataclasses import replace as _replace
 from datetime import UTC, datetime
 from typing import Any
 
+from providers import base
 from providers.aws import containers
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
 
 TAG_CLAIM = "nebula.io/claim"
 TAG_MANAGED = "nebula.io/managed"
@@ -57,9 +57,9 @@ class ConsoleVerdict:
     events: Mapping[str, containers.ContainerEvent] = field(default_factory=dict)
 
 
-def instance_id(region: str, ec2_id: str) -> InstanceId:
+def instance_id(region: str, ec2_id: str) -> base.InstanceId:
     """Nebula's id for an EC2 instance: the region travels with it, so get needs one call."""
-    return InstanceId(f"{region}/{ec2_id}")
+    return base.InstanceId(f"{region}/{ec2_id}")
 
 
 def parse_instance_id(text: str) -> tuple[str, str] | None:
@@ -108,7 +108,7 @@ def _reason(data: dict[str, Any]) -> tuple[str, str]:
     return str(reason.get("Code") or ""), str(reason.get("Message") or "")
 
 
-def instance_from(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None = None) -> Instance:
+def instance_from(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None = None) -> base.Instance:
     """Facts for one DescribeInstances entry of ours, with its containers' facts when its tags
     name several (`containers.with_containers`); see `_machine_facts`."""
     facts = _machine_facts(data, region, verdict)
@@ -125,7 +125,7 @@ def has_containers(data: dict[str, Any]) -> bool:
     return containers.TAG_CONTAINERS in tags_of(data)
 
 
-def _machine_facts(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None) -> Instance:
+def _machine_facts(data: dict[str, Any], region: str, verdict: ConsoleVerdict | None) -> base.Instance:
     """Facts for one DescribeInstances entry of ours (the caller checked `is_owned`).
 
     A finished instance (shutting down, stopped, terminated) whose console carries the exit
@@ -135,46 +135,60 @@ def _machine_facts(data: dict[str, Any], region: str, verdict: ConsoleVerdict | 
     """
     state_name = state_of(data)
     launched = _aware(data.get("LaunchTime"))
-    base = Instance(
+    known = base.Instance(
         id=instance_id(region, str(data["InstanceId"])),
-        claim=ClaimName(tags_of(data)[TAG_CLAIM]),
-        state=InstanceState.PROVISIONING,
+        claim=base.ClaimName(tags_of(data)[TAG_CLAIM]),
+        state=base.InstanceState.PROVISIONING,
         created_at=launched,
         region=region,
-        capacity_type=Tier.SPOT if data.get("InstanceLifecycle") == "spot" else Tier.ON_DEMAND,
+        capacity_type=base.Tier.SPOT if data.get("InstanceLifecycle") == "spot" else base.Tier.ON_DEMAND,
     )
     if state_name == "pending":  # capacity is held; the machine boots
-        return _replace(base, state=InstanceState.INITIALIZING, endpoint=endpoint_of(data))
+        return _replace(known, state=base.InstanceState.INITIALIZING, endpoint=endpoint_of(data))
     if state_name == "running":
-        return _replace(base, state=InstanceState.RUNNING, endpoint=endpoint_of(data), started_at=launched)
+        return _replace(known, state=base.InstanceState.RUNNING, endpoint=endpoint_of(data), started_at=launched)
     if state_name not in FINISHED_STATES:
-        return base
-    return _finished(base, data, state_name, verdict)
+        return known
+    return _finished(known, data, state_name, verdict)
 
 
-def _finished(base: Instance, data: dict[str, Any], state_name: str, verdict: ConsoleVerdict | None) -> Instance:
+def _finished(
+    known: base.Instance, data: dict[str, Any], state_name: str, verdict: ConsoleVerdict | None
+) -> base.Instance:
     code, text = _reason(data)
     ended = transition_time(data) or (verdict.read_at if verdict else None)
     if verdict is not None and verdict.exit_code is not None:
         exit_code = verdict.exit_code
         return _replace(
-            base, state=InstanceState.SUCCEEDED if exit_code == 0 else InstanceState.FAILED, exit_code=exit_code,
-            exit_reason="Completed" if exit_code == 0 else "Error", started_at=base.created_at, finished_at=ended,
+            known,
+            state=base.InstanceState.SUCCEEDED if exit_code == 0 else base.InstanceState.FAILED,
+            exit_code=exit_code,
+            exit_reason="Completed" if exit_code == 0 else "Error",
+            started_at=known.created_at,
+            finished_at=ended,
             message=f"the workload exited with code {exit_code}",
-        )  # fmt: skip
+        )
     why = f"{code}: {text}" if code and text and not text.startswith(code) else (text or code)
     if verdict is not None and verdict.note:
         why = f"{why} ({verdict.note})" if why else verdict.note
     if verdict is None:  # the console is not read yet: nothing is decided
-        return _replace(base, state=InstanceState.TERMINATING, started_at=base.created_at, message=why)
+        return _replace(known, state=base.InstanceState.TERMINATING, started_at=known.created_at, message=why)
     if code in SPOT_REASON_CODES:
         return _replace(
-            base, state=InstanceState.TERMINATED, preempted=True, started_at=base.created_at, finished_at=ended,
+            known,
+            state=base.InstanceState.TERMINATED,
+            preempted=True,
+            started_at=known.created_at,
+            finished_at=ended,
             message=f"EC2 reclaimed the Spot instance: {why}",
-        )  # fmt: skip
+        )
     if state_name in TRANSITIONAL_STATES:
-        return _replace(base, state=InstanceState.TERMINATING, started_at=base.created_at, message=why)
+        return _replace(known, state=base.InstanceState.TERMINATING, started_at=known.created_at, message=why)
     default = "the instance was stopped outside Nebula" if state_name == "stopped" else "the instance was terminated"
     return _replace(
-        base, state=InstanceState.TERMINATED, started_at=base.created_at, finished_at=ended, message=why or default
+        known,
+        state=base.InstanceState.TERMINATED,
+        started_at=known.created_at,
+        finished_at=ended,
+        message=why or default,
     )

@@ -17,8 +17,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from providers import base
 from providers.aws import mounts, workload
-from providers.base import PodSpec
 from providers.shape import Volume
 
 LOG_DIR = workload.LOG_DIR
@@ -32,7 +32,7 @@ SHUTDOWN_DELAY_SECONDS = 60  # time to read the last logs before the instance go
 PULL_ATTEMPTS = 5
 
 
-def runs_several(pod: PodSpec) -> bool:
+def runs_several(pod: base.PodSpec) -> bool:
     """The Pod has init containers or more than one app container: it runs through `workload`."""
     return bool(pod.init_containers) or len(pod.app_containers()) > 1
 
@@ -54,7 +54,7 @@ class Boot:
 
 
 def docker_run(
-    pod: PodSpec, env: Mapping[str, str], *, gpus: bool, volumes: Sequence[Volume] = (), root: str = ""
+    pod: base.PodSpec, env: Mapping[str, str], *, gpus: bool, volumes: Sequence[Volume] = (), root: str = ""
 ) -> list[str]:
     """The `docker run` argv for the Pod's one container (pure): its ports published, its mounts bound."""
     spec = pod.app_containers()[0]
@@ -70,7 +70,7 @@ def _heredoc(marker: str, body: str) -> str:
 
 
 def render_script(
-    pod: PodSpec,
+    pod: base.PodSpec,
     env: Mapping[str, str],
     boot: Boot,
     *,
@@ -83,8 +83,10 @@ def render_script(
     which run the script in a temporary folder, set it)."""
     images = list(dict.fromkeys(spec.image for spec in (*pod.init_containers, *pod.app_containers())))
     if runs_several(pod):
-        envs = {spec.name: (container_env or {}).get(spec.name, env) for spec in (*pod.init_containers,
-                                                                                   *pod.app_containers())}  # fmt: skip
+        envs = {
+            spec.name: (container_env or {}).get(spec.name, env)
+            for spec in (*pod.init_containers, *pod.app_containers())
+        }
         run = workload.render_several(pod, envs, volumes, gpus=boot.gpus, root=root)
     else:
         run = _render_one(pod, env, volumes, gpus=boot.gpus, root=root)
@@ -139,7 +141,7 @@ def _pull(image: str) -> str:
 done"""
 
 
-def _render_one(pod: PodSpec, env: Mapping[str, str], volumes: Sequence[Volume], *, gpus: bool, root: str) -> str:
+def _render_one(pod: base.PodSpec, env: Mapping[str, str], volumes: Sequence[Volume], *, gpus: bool, root: str) -> str:
     """The one-container run: `nebula-workload`, its log in LOG_FILE, its exit in EXIT_FILE."""
     run = shlex.join(docker_run(pod, env, gpus=gpus, volumes=volumes, root=root))
     log_file, exit_file = shlex.quote(f"{root}{LOG_FILE}"), shlex.quote(f"{root}{EXIT_FILE}")
@@ -157,7 +159,7 @@ echo "$code" > {exit_file}"""
 
 
 def render_user_data(
-    pod: PodSpec,
+    pod: base.PodSpec,
     env: Mapping[str, str],
     boot: Boot,
     *,

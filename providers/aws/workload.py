@@ -20,8 +20,8 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
+from providers import base
 from providers.aws import mounts
-from providers.base import PodSpec
 from providers.shape import ContainerSpec, Volume
 
 LOG_DIR = "/var/log/nebula"
@@ -109,7 +109,7 @@ apps=()"""
 
 
 def render_several(
-    pod: PodSpec, envs: Mapping[str, Mapping[str, str]], volumes: Sequence[Volume], *, gpus: bool, root: str = ""
+    pod: base.PodSpec, envs: Mapping[str, Mapping[str, str]], volumes: Sequence[Volume], *, gpus: bool, root: str = ""
 ) -> str:
     """The bash lines that run every container and leave the workload's code in `$code`.
     `envs`: each container's resolved env by name."""

@@ -15,11 +15,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
-from providers import errors
-from providers.base import Instance, Offering, PodSpec, ProvisionRequest, ProvisionResult
+from providers import base, errors
 from providers.fake import wire
-from providers.fake.console import LogChunk
-from providers.fake.shell import FinishedProcess
+from providers.fake.logs import LogChunk
+from providers.fake.process import FinishedProcess
 
 _T = TypeVar("_T")
 MAX_ANSWER = 64 << 20  # bytes; a longer answer is treated as a broken service (I7)
@@ -39,7 +38,7 @@ class FakeCloudClient:
         self._timeout = timeout
 
     # -- cloud calls: each names its owner in the `owner` query parameter ----------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest, *, owner: str) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest, *, owner: str) -> base.ProvisionResult:
         body = {"pod": wire.pod_to_json(pod), "request": wire.request_to_json(request)}
         answer = self._call("POST", _path("/v1/provision", owner=owner), body)
         return self._decode(wire.result_from_json, answer)
@@ -47,14 +46,14 @@ class FakeCloudClient:
     def terminate(self, instance_id: str, *, owner: str) -> None:
         self._call("POST", _path(f"/v1/instances/{_segment(instance_id)}/terminate", owner=owner), {})
 
-    def get(self, instance_id: str, *, owner: str) -> Instance | None:
+    def get(self, instance_id: str, *, owner: str) -> base.Instance | None:
         answer = self._call("GET", _path(f"/v1/instances/{_segment(instance_id)}", owner=owner))
         if "instance" not in answer:
             raise errors.Unavailable(f"fake cloud at {self.url} gave a malformed answer")
         raw = answer["instance"]
         return None if raw is None else self._decode(wire.instance_from_json, raw)
 
-    def list(self, *, owner: str) -> builtins.list[Instance]:
+    def list(self, *, owner: str) -> builtins.list[base.Instance]:
         answer = self._call("GET", _path("/v1/instances", owner=owner))
         return [self._decode(wire.instance_from_json, raw) for raw in self._items(answer, "instances")]
 
@@ -71,7 +70,7 @@ class FakeCloudClient:
         path = _path(f"/v1/instances/{_segment(instance_id)}/exec", owner=owner, container=container)
         return self._decode(wire.finished_from_json, self._call("POST", path, {"command": list(command)}))
 
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         answer = self._call("GET", "/v1/offerings")
         return [self._decode(wire.offering_from_json, raw) for raw in self._items(answer, "offerings")]
 

@@ -20,26 +20,15 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from providers import errors
-from providers.base import (
-    ConnectCredential,
-    Instance,
-    InstanceId,
-    InstanceState,
-    Offering,
-    PodSpec,
-    ProvisionRequest,
-    ProvisionResult,
-)
+from providers import base, errors
 from providers.fake import ownership, workload
 from providers.fake.calllog import CallLog, CallRecord
-from providers.fake.console import LogChunk, log_chunk
-from providers.fake.controls import Controls
-from providers.fake.faults import Action, Fault, parse_fault
-from providers.fake.offers import Refusal, admits, choose_offering
+from providers.fake.catalog import Refusal, admits, choose_offering
+from providers.fake.faults import Action, Controls, Fault, parse_fault
+from providers.fake.logs import LogChunk, log_chunk
+from providers.fake.process import ScriptedProcess
 from providers.fake.records import GOING_STATES, InstanceRecord
 from providers.fake.scenario import Scenario
-from providers.fake.shell import ScriptedProcess
 from providers.fake.state import decode_snapshot, encode_snapshot
 from providers.fake.store import Records
 from providers.fake.workload import ContainerRecord
@@ -76,7 +65,7 @@ class FakeCloud(Controls):
         self._calls = CallLog()
 
     # -- the provider's calls: each sees only `owner`'s instances -------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest, *, owner: str) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest, *, owner: str) -> base.ProvisionResult:
         """Idempotent on the owner's claim, ignoring instances that are going away."""
         tier = request.capacity_type.value if request.capacity_type else "-"
         summary = (
@@ -93,7 +82,7 @@ class FakeCloud(Controls):
             )
             if existing is not None:
                 call.outcome = f"ok adopted {existing.id}"
-                return ProvisionResult(InstanceId(existing.id), reserved=True, endpoint=existing.endpoint)
+                return base.ProvisionResult(base.InstanceId(existing.id), reserved=True, endpoint=existing.endpoint)
             choice = choose_offering(pod, request, self.scenario, self._faults, self._counted(call.now))
             if isinstance(choice, Refusal):
                 if choice.fault is not None:
@@ -103,7 +92,7 @@ class FakeCloud(Controls):
             record = InstanceRecord(
                 id=f"fake-{self._counter}",
                 claim=request.claim,
-                state=InstanceState.PROVISIONING,
+                state=base.InstanceState.PROVISIONING,
                 created_at=call.now,
                 ready_at=call.now + choice.provisioning_delay,
                 accelerator=choice.accelerator,
@@ -122,9 +111,9 @@ class FakeCloud(Controls):
             self._instances.add(record)
             self._dirty = True
             call.outcome = f"ok created {record.id} ({choice.tier.value} {choice.region})"
-            credential = ConnectCredential({"token": secrets.token_urlsafe(24).encode()})
-            return ProvisionResult(
-                InstanceId(record.id), reserved=True, credential=credential, endpoint=record.endpoint
+            credential = base.ConnectCredential({"token": secrets.token_urlsafe(24).encode()})
+            return base.ProvisionResult(
+                base.InstanceId(record.id), reserved=True, credential=credential, endpoint=record.endpoint
             )
 
     def terminate(self, instance_id: str, *, owner: str) -> None:
@@ -141,13 +130,13 @@ class FakeCloud(Controls):
             self._sweep(call.now)
             self._dirty = True
 
-    def get(self, instance_id: str, *, owner: str) -> Instance | None:
+    def get(self, instance_id: str, *, owner: str) -> base.Instance | None:
         with self._call("get", f"owner={owner} id={instance_id}", owner=owner) as call:
             record = self._owned(instance_id, owner, call.now)
             call.outcome = "ok gone" if record is None else f"ok {record.state.value}"
             return None if record is None else record.to_instance()
 
-    def list(self, *, owner: str) -> builtins.list[Instance]:
+    def list(self, *, owner: str) -> builtins.list[base.Instance]:
         """The owner's instances, except those younger than list_lag and those a hide
         fault keeps out (each list it hides from spends one of its count)."""
         with self._call("list", f"owner={owner}", owner=owner) as call:
@@ -182,7 +171,7 @@ class FakeCloud(Controls):
             record.stop_container(call.now, record.require(container), self.scenario)
             self._dirty = True
 
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         with self._call("offerings", "") as call:
             records = self._counted(call.now)
             return [

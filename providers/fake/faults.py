@@ -1,6 +1,9 @@
-"""Faults the fake cloud can be told to show: what each kind is and when it applies.
+"""Faults the fake cloud can be told to show: what each kind is and when it applies, and
+`Controls`, the named control calls (refuse, outage, slow, hide, lose, exit, exit_container,
+put_file, remove_file) that each build one `inject` request.
 
-Parsed from control requests (`inject`) by `parse_fault`; held and applied by the cloud.
+Parsed from control requests (`inject`) by `parse_fault`; held and applied by the cloud, which
+mixes `Controls` in (tests call it in-process; over HTTP the same dicts go to `POST /v1/faults`).
 Pure values and matching: a fault never touches instances or the clock itself.
 Tests: tests/providers/fake/test_fake_cloud.py.
 """
@@ -11,8 +14,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from providers import errors
-from providers.base import Tier
+from providers import base, errors
 from providers.fake.scenario import OfferingSpec, parse_tier
 
 # Held until cleared or expired (or, counted, used up), applied to every matching call.
@@ -37,7 +39,7 @@ class Fault:
     kind: str
     reason: str | None = None  # refuse: one of REFUSE_REASONS
     accelerator: str | None = None  # refuse: match; None = any
-    tier: Tier | None = None
+    tier: base.Tier | None = None
     region: str | None = None
     remaining: int | None = None
     until: float | None = None
@@ -187,3 +189,54 @@ def _positive(value: Any, name: str) -> float:
     if not number > 0:
         raise ValueError(f"{name} must be positive")
     return number
+
+
+class Controls:
+    """Shortcuts over `inject` (which the cloud defines)."""
+
+    def inject(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def refuse(self, reason: str = "capacity", **match: Any) -> dict[str, Any]:
+        """Refuse provisions: `accelerator`, `tier`, `region` narrow it; `count`, `seconds` bound it."""
+        return self.inject({"kind": "refuse", "reason": reason, **match})
+
+    def outage(self, seconds: float | None = None) -> dict[str, Any]:
+        return self.inject({"kind": "outage", "seconds": seconds})
+
+    def slow(self, delay: float, seconds: float | None = None) -> dict[str, Any]:
+        return self.inject({"kind": "slow", "delay": delay, "seconds": seconds})
+
+    def hide(
+        self, instance: str | None = None, *, claim: str | None = None, count: int | None = None, **bound: Any
+    ) -> dict[str, Any]:
+        """The next `count` (default 1) lists omit the instance; `get` still sees it."""
+        return self.inject({"kind": "hide", "instance": instance, "claim": claim, "count": count, **bound})
+
+    def lose(self, instance: str | None = None, *, claim: str | None = None, vanish: bool = False) -> dict[str, Any]:
+        return self.inject({"kind": "lose", "instance": instance, "claim": claim, "vanish": vanish})
+
+    def exit(self, instance: str | None = None, *, code: int, claim: str | None = None) -> dict[str, Any]:
+        """The workload exits: every running container ends with `code`."""
+        return self.inject({"kind": "exit", "instance": instance, "claim": claim, "code": code})
+
+    def exit_container(
+        self, instance: str | None, container: str, code: int, *, claim: str | None = None
+    ) -> dict[str, Any]:
+        """One running container exits with `code` (an init container that fails holds
+        the sequence). NotFound for no such container, InvalidRequest if it is not running."""
+        return self.inject({"kind": "exit", "instance": instance, "claim": claim, "code": code, "container": container})
+
+    def put_file(
+        self, instance: str | None, path: str, *, container: str = "", claim: str | None = None
+    ) -> dict[str, Any]:
+        """A file appears at `path` in `container` ("": the first app container), so a
+        scripted `cat PATH` (an exec probe's command) exits 0."""
+        return self.inject({"kind": "file", "instance": instance, "claim": claim, "container": container, "path": path})
+
+    def remove_file(
+        self, instance: str | None, path: str, *, container: str = "", claim: str | None = None
+    ) -> dict[str, Any]:
+        """The file at `path` goes; a scripted `cat PATH` then exits 1."""
+        fault = {"kind": "file", "instance": instance, "claim": claim, "container": container, "path": path}
+        return self.inject({**fault, "present": False})

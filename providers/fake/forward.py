@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from providers.base import Instance, InstanceState
+from providers import base
 from providers.errors import NotFound, Unavailable
 
 BUFFERED = 4 << 20  # bytes echoed and not yet read before a write waits, as a full socket would
@@ -57,12 +57,14 @@ class EchoConnection:
             self._changed.notify_all()
 
 
-def open_port(instance: Instance | None, port: int, *, echo_ports: tuple[int, ...], instance_id: str) -> EchoConnection:
+def open_port(
+    instance: base.Instance | None, port: int, *, echo_ports: tuple[int, ...], instance_id: str
+) -> EchoConnection:
     """The connection to `port` of a running instance: NotFound if it is gone or not running,
     Unavailable (connection refused) for a port the scenario does not serve."""
     if instance is None:
         raise NotFound(f"no fake instance {instance_id}")
-    if instance.state is not InstanceState.RUNNING:
+    if instance.state is not base.InstanceState.RUNNING:
         raise NotFound(f"fake instance {instance_id} is not running ({instance.state.value})")
     if port not in echo_ports:
         raise Unavailable(f"fake instance {instance_id}: dial tcp4 127.0.0.1:{port}: connect: connection refused")

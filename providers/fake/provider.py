@@ -17,41 +17,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from providers import errors, shape
-from providers.base import (
-    Attacher,
-    BlockScope,
-    Capabilities,
-    ContainerStopper,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    PortConnection,
-    PortForwarder,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Restarter,
-    Tier,
-    UsageReporter,
-    default_block_scope,
-)
+from providers import base, errors, shape
 from providers.egress import EgressMode
 from providers.errors import ProviderError
 from providers.fake import forward, usage
 from providers.fake.client import FakeCloudClient
 from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import cloud_named
-from providers.fake.console import LogChunk, ScriptedLogStream
+from providers.fake.logs import LogChunk, ScriptedLogStream
+from providers.fake.registry import cloud_named
 from providers.fake.scenario import Scenario, load_scenario
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.shape import Shapes
 
 OPTIONS = frozenset({"cloud", "scenario", "url", "timeout", "restarts_in_place", "egress"})
@@ -72,13 +47,13 @@ SHAPES = Shapes(
 class _Backend(Protocol):
     """What the provider needs of a cloud; `FakeCloud` and `FakeCloudClient` both are one."""
 
-    def provision(self, pod: PodSpec, request: ProvisionRequest, *, owner: str) -> ProvisionResult: ...
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest, *, owner: str) -> base.ProvisionResult: ...
     def terminate(self, instance_id: str, *, owner: str) -> None: ...
-    def get(self, instance_id: str, *, owner: str) -> Instance | None: ...
-    def list(self, *, owner: str) -> builtins.list[Instance]: ...
+    def get(self, instance_id: str, *, owner: str) -> base.Instance | None: ...
+    def list(self, *, owner: str) -> builtins.list[base.Instance]: ...
     def restart(self, instance_id: str, *, owner: str, container: str = "") -> None: ...
     def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None: ...
-    def offerings(self) -> builtins.list[Offering]: ...
+    def offerings(self) -> builtins.list[base.Offering]: ...
     def log_chunk(
         self,
         instance_id: str,
@@ -92,7 +67,7 @@ class _Backend(Protocol):
     ) -> LogChunk: ...
 
 
-class FakeProvider:
+class FakeProvider(Owned):
     """A provider over a fake cloud.
 
     Options: `cloud` (in-process cloud name; default: the provider name), `scenario` (a
@@ -132,14 +107,6 @@ class FakeProvider:
 
     # -- Provider ---------------------------------------------------------------------
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
-
-    @property
     def cloud(self) -> FakeCloud:
         """The in-process cloud, for tests to inject faults and read the call log.
         Over HTTP use `client` (or the HTTP control routes) instead."""
@@ -151,9 +118,9 @@ class FakeProvider:
     def client(self) -> FakeCloudClient | None:
         return self._client
 
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> base.Capabilities:
         scenario = self._pure_scenario()
-        return Capabilities(
+        return base.Capabilities(
             poll_interval=scenario.poll_interval,
             list_lag=scenario.list_lag,
             tiers=scenario.tiers(),
@@ -173,7 +140,7 @@ class FakeProvider:
             egress=self._egress,
         )
 
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         if request.egress.mode not in self._egress:
             modes = ", ".join(sorted(m.value for m in self._egress))
             raise errors.NotSupported(
@@ -181,35 +148,35 @@ class FakeProvider:
             )
         return self._backend().provision(pod, request, owner=self._owner.key)
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         self._backend().terminate(instance_id, owner=self._owner.key)
 
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         return self._backend().get(instance_id, owner=self._owner.key)
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         return self._backend().list(owner=self._owner.key)
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """What the scenario's `usage` says the instance's running containers use now."""
         instance = self.get(instance_id)
         if instance is None:
             raise errors.NotFound(f"no fake instance {instance_id}")
         return usage.usage_of(instance, self._pure_scenario().usage, now=datetime.now(UTC))
 
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         return self._backend().offerings()
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
         return self._pure_scenario().expand_regions(tuple(declared))
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
-        return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
+        return base.default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- LogStreamer, Executor, Attacher, Restarter ---------------------------------------
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         """Scripted output, in-process and over HTTP; with `previous`, the run before the
         last restart (NotFound if the workload has run once)."""
         backend, owner = self._backend(), self._owner.key
@@ -228,9 +195,9 @@ class FakeProvider:
         return ScriptedLogStream(fetch, options).open()
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
-        """Scripted commands (see providers.fake.shell) in a running container. Over HTTP
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
+        """Scripted commands (see providers.fake.process) in a running container. Over HTTP
         only without stdin or a terminal (the command runs to its end on the service, as an
         exec probe's does); with either, NotSupported: use an in-process cloud."""
         if self._client is not None and (tty or stdin):
@@ -241,14 +208,14 @@ class FakeProvider:
             return self._client.exec(instance_id, command, owner=self._owner.key, container=container)
         return self.cloud.exec(instance_id, command, owner=self._owner.key, tty=tty, stdin=stdin, container=container)
 
-    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
+    def attach(self, instance_id: base.InstanceId, *, stdin: bool, tty: bool, container: str = "") -> base.Process:
         """Scripted, in-process only: the workload echoes each stdin line back on its
         console, and the attachment ends when stdin does."""
         if self._client is not None:
             raise errors.NotSupported("fake provider over HTTP does not attach; use an in-process cloud")
         return self.cloud.attach(instance_id, owner=self._owner.key, tty=tty, stdin=stdin, container=container)
 
-    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+    def port_forward(self, instance_id: base.InstanceId, port: int) -> base.PortConnection:
         """In-process only: the scenario's `ports.echo` echo every byte back; any other port
         is refused (connection refused), as an instance with nothing listening there."""
         if self._client is not None:
@@ -257,14 +224,14 @@ class FakeProvider:
         echo_ports = self._load_scenario().echo_ports
         return forward.open_port(instance, port, echo_ports=echo_ports, instance_id=instance_id)
 
-    def restart(self, instance_id: InstanceId, container: str = "") -> None:
+    def restart(self, instance_id: base.InstanceId, container: str = "") -> None:
         """The ended container (empty: the whole ended workload) runs again in the same
         instance, in-process and over HTTP. NotSupported when `restarts_in_place` is false."""
         if not self._restarts_in_place:
             raise errors.NotSupported("fake provider: restarts in place are turned off (restarts_in_place: false)")
         self._backend().restart(instance_id, owner=self._owner.key, container=container)
 
-    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+    def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
         """The container is killed at once (TERMINATED, exit 137), in-process and over HTTP."""
         self._backend().stop_container(instance_id, container, owner=self._owner.key, grace=grace)
 
@@ -298,14 +265,14 @@ class FakeProvider:
         return self._scenario
 
 
-_check_provider: type[Provider] = FakeProvider
-_check_logs: type[LogStreamer] = FakeProvider
-_check_exec: type[Executor] = FakeProvider
-_check_attach: type[Attacher] = FakeProvider
-_check_restart: type[Restarter] = FakeProvider
-_check_stop: type[ContainerStopper] = FakeProvider
-_check_usage: type[UsageReporter] = FakeProvider
-_check_forward: type[PortForwarder] = FakeProvider
+_check_provider: type[base.Provider] = FakeProvider
+_check_logs: type[base.LogStreamer] = FakeProvider
+_check_exec: type[base.Executor] = FakeProvider
+_check_attach: type[base.Attacher] = FakeProvider
+_check_restart: type[base.Restarter] = FakeProvider
+_check_stop: type[base.ContainerStopper] = FakeProvider
+_check_usage: type[base.UsageReporter] = FakeProvider
+_check_forward: type[base.PortForwarder] = FakeProvider
 
 
 def _egress_modes(raw: Any) -> frozenset[EgressMode]:

@@ -14,28 +14,29 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from providers import errors
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
+from providers import base, errors
 from providers.fake import workload
 from providers.fake.scenario import OfferingSpec, Scenario, parse_tier
 from providers.fake.workload import ContainerRecord
 from providers.shape import ContainerState
 
-LIVE_STATES = frozenset({InstanceState.PROVISIONING, InstanceState.INITIALIZING, InstanceState.RUNNING})
-ENDED_STATES = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED})  # the workload ended, the VM is there
-GOING_STATES = frozenset({InstanceState.TERMINATING, InstanceState.TERMINATED})
+LIVE_STATES = frozenset({base.InstanceState.PROVISIONING, base.InstanceState.INITIALIZING, base.InstanceState.RUNNING})
+ENDED_STATES = frozenset(
+    {base.InstanceState.SUCCEEDED, base.InstanceState.FAILED}
+)  # the workload ended, the VM is there
+GOING_STATES = frozenset({base.InstanceState.TERMINATING, base.InstanceState.TERMINATED})
 
 
 @dataclass
 class InstanceRecord:
     id: str
     claim: str
-    state: InstanceState
+    state: base.InstanceState
     created_at: float
     ready_at: float  # when PROVISIONING turns to the workload's start
     accelerator: str | None
     gpu_count: int
-    tier: Tier
+    tier: base.Tier
     region: str
     image: str = ""
     started_at: float | None = None  # the current run's start (the earliest of its containers')
@@ -88,14 +89,18 @@ class InstanceRecord:
     def advance(self, now: float, scenario: Scenario) -> None:
         """Apply the transitions that time alone causes (the start, the containers' scripted
         exits and sequence, the end of termination)."""
-        if self.state is InstanceState.PROVISIONING and now >= self.ready_at:
+        if self.state is base.InstanceState.PROVISIONING and now >= self.ready_at:
             self.begun_at = self.ready_at
         # An ended workload has nothing that time alone changes: skip it (most of a big
         # benchmark's records), until a restart or a control call acts on it.
         if self.state not in GOING_STATES and self.state not in ENDED_STATES:
             self._step(now, scenario)
-        if self.state is InstanceState.TERMINATING and self.terminated_at is not None and now >= self.terminated_at:
-            self.state = InstanceState.TERMINATED
+        if (
+            self.state is base.InstanceState.TERMINATING
+            and self.terminated_at is not None
+            and now >= self.terminated_at
+        ):
+            self.state = base.InstanceState.TERMINATED
             self.message = "terminated on request"
 
     def finish(self, at: float, code: int, scenario: Scenario) -> None:
@@ -140,7 +145,7 @@ class InstanceRecord:
         if self.state in GOING_STATES:
             return
         self._stop(at)
-        self.state = InstanceState.TERMINATED
+        self.state = base.InstanceState.TERMINATED
         self.terminated_at = at
         self.gone_at = at + retention
         self.preempted = True
@@ -151,7 +156,7 @@ class InstanceRecord:
         if self.state in GOING_STATES:
             return
         self._stop(at)
-        self.state = InstanceState.TERMINATING
+        self.state = base.InstanceState.TERMINATING
         self.terminated_at = at + delay
         self.gone_at = at + delay + retention
         self.message = "terminating on request"
@@ -176,33 +181,41 @@ class InstanceRecord:
         self.started_at = started
         if phase == "ended":
             assert code is not None
-            self.state = InstanceState.SUCCEEDED if code == 0 else InstanceState.FAILED
+            self.state = base.InstanceState.SUCCEEDED if code == 0 else base.InstanceState.FAILED
             self.stopped_at, self.exit_code, self.exit_reason = stopped, code, workload.exit_reason(code)
             self.message = f"the workload exited with code {code}"
             return
         self.stopped_at, self.exit_code, self.exit_reason = None, None, ""
         if phase == "initializing":
-            self.state, self.message = InstanceState.INITIALIZING, "initializing: init containers run"
+            self.state, self.message = base.InstanceState.INITIALIZING, "initializing: init containers run"
         else:
-            self.state = InstanceState.RUNNING
+            self.state = base.InstanceState.RUNNING
             self.message = "running" if self.runs == 1 else f"running (run {self.runs})"
 
-    def to_instance(self) -> Instance:
+    def to_instance(self) -> base.Instance:
         """The seam's frozen view. The same object is returned while nothing changed, so a
         poll of thousands of quiet instances compares by identity, not field by field."""
-        key = (self.state, self.started_at, self.stopped_at, self.exit_code, self.message, self.runs, self.preempted,
-               tuple(c.key() for c in self.containers) if self.reports_containers else ())  # fmt: skip
-        cached: tuple[tuple[object, ...], Instance] | None = self.__dict__.get("_view")
+        key = (
+            self.state,
+            self.started_at,
+            self.stopped_at,
+            self.exit_code,
+            self.message,
+            self.runs,
+            self.preempted,
+            tuple(c.key() for c in self.containers) if self.reports_containers else (),
+        )
+        cached: tuple[tuple[object, ...], base.Instance] | None = self.__dict__.get("_view")
         if cached is not None and cached[0] == key:
             return cached[1]
         view = self._build_instance()
         self.__dict__["_view"] = (key, view)
         return view
 
-    def _build_instance(self) -> Instance:
-        return Instance(
-            id=InstanceId(self.id),
-            claim=ClaimName(self.claim),
+    def _build_instance(self) -> base.Instance:
+        return base.Instance(
+            id=base.InstanceId(self.id),
+            claim=base.ClaimName(self.claim),
             state=self.state,
             created_at=_datetime(self.created_at),
             endpoint=self.endpoint,
@@ -232,7 +245,7 @@ class InstanceRecord:
         take their defaults, so a file written before them still loads (its one container
         rebuilt from the record's own facts)."""
         values = dict(data)
-        values["state"] = InstanceState(values["state"])
+        values["state"] = base.InstanceState(values["state"])
         values["tier"] = parse_tier(values["tier"])
         previous = (values.pop("previous_started_at", None), values.pop("previous_stopped_at", None))
         values["volumes"] = [(str(name), str(kind)) for name, kind in values.get("volumes") or ()]
@@ -241,7 +254,7 @@ class InstanceRecord:
             return cls(**values)
         record = cls(**values)
         record.containers = [_legacy_container(record, *previous)]
-        record.begun_at = None if record.state is InstanceState.PROVISIONING else record.ready_at
+        record.begun_at = None if record.state is base.InstanceState.PROVISIONING else record.ready_at
         return record
 
 
@@ -250,7 +263,7 @@ def _legacy_container(
 ) -> ContainerRecord:
     """The one container of a record saved before records kept containers."""
     state = ContainerState.WAITING
-    if record.state in (InstanceState.RUNNING, InstanceState.INITIALIZING):
+    if record.state in (base.InstanceState.RUNNING, base.InstanceState.INITIALIZING):
         state = ContainerState.RUNNING
     elif record.started_at is not None:
         state = ContainerState.TERMINATED
@@ -267,7 +280,7 @@ def _legacy_container(
     )
 
 
-_FINISHED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
+_FINISHED = frozenset({base.InstanceState.SUCCEEDED, base.InstanceState.FAILED, base.InstanceState.TERMINATED})
 
 
 def _datetime(seconds: float) -> datetime:

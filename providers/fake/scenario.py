@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from providers.base import Offering, Tier
+from providers import base
 from providers.fake.usage import UsageScript, parse_usage
 
 DEFAULT_NODE_CAPACITY: Mapping[str, str] = {"cpu": "1000", "memory": "4Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
@@ -47,18 +47,18 @@ class OfferingSpec:
 
     accelerator: str | None
     gpu_count: int
-    tier: Tier
+    tier: base.Tier
     region: str
     hourly_price: float | None = None
     capacity: int | None = None  # max concurrent live instances; None = unlimited
     provisioning_delay: float = 0.0  # seconds from PROVISIONING to RUNNING
     instance_type: str = ""
 
-    def key(self) -> tuple[str | None, int, Tier, str]:
+    def key(self) -> tuple[str | None, int, base.Tier, str]:
         return (self.accelerator, self.gpu_count, self.tier, self.region)
 
-    def offering(self, *, available: bool) -> Offering:
-        return Offering(
+    def offering(self, *, available: bool) -> base.Offering:
+        return base.Offering(
             accelerator=self.accelerator,
             gpu_count=self.gpu_count,
             tier=self.tier,
@@ -138,7 +138,7 @@ class Scenario:
             return ContainerScript(self.init_seconds, 0)
         return ContainerScript(self.run_seconds, self.exit_code)
 
-    def tiers(self) -> tuple[Tier, ...]:
+    def tiers(self) -> tuple[base.Tier, ...]:
         return tuple(dict.fromkeys(o.tier for o in self.offerings))
 
     def concrete_regions(self) -> tuple[str, ...]:
@@ -236,15 +236,26 @@ def _parse_latency(data: Any) -> dict[str, float]:
 
 _ENDLESS = ContainerScript()
 _TOP_KEYS = {
-    "offerings", "regions", "poll_interval", "list_lag", "termination_delay", "retention_seconds", "workload",
-    "capacity", "log", "exec", "usage", "ports", "api_latency",
-}  # fmt: skip
+    "offerings",
+    "regions",
+    "poll_interval",
+    "list_lag",
+    "termination_delay",
+    "retention_seconds",
+    "workload",
+    "capacity",
+    "log",
+    "exec",
+    "usage",
+    "ports",
+    "api_latency",
+}
 
 
-def parse_tier(value: object) -> Tier:
+def parse_tier(value: object) -> base.Tier:
     """`Spot` / `OnDemand`, any case, `on-demand` and `on_demand` accepted."""
     text = str(value).replace("-", "").replace("_", "").lower()
-    for tier in Tier:
+    for tier in base.Tier:
         if tier.value.lower() == text:
             return tier
     raise ValueError(f"fake scenario: unknown tier {value!r} (Spot or OnDemand)")

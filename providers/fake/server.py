@@ -24,8 +24,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from providers import errors
 from providers.fake import wire
 from providers.fake.cloud import FakeCloud
+from providers.fake.process import run_to_end
 from providers.fake.scenario import load_scenario
-from providers.fake.shell import run_to_end
 from providers.fake.state import read_state, write_state
 
 MAX_BODY = 1 << 20  # 1 MiB

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from providers.base import Instance, InstanceState, InstanceUsage, ResourceUsage
+from providers import base
 from providers.shape import ContainerState
 from providers.usage import instance_usage
 
@@ -50,21 +50,21 @@ def parse_usage(data: object) -> UsageScript:
     return UsageScript(default, {str(k): _load(v, default, f"usage.containers.{k}") for k, v in containers.items()})
 
 
-def _load(data: Any, base: Load, where: str) -> Load:
+def _load(data: Any, default: Load, where: str) -> Load:
     if not isinstance(data, Mapping):
         raise ValueError(f"fake scenario: '{where}' must be a mapping")
     values = {}
     for key in ("cpu_millicores", "memory_bytes"):
-        value = data.get(key, getattr(base, key))
+        value = data.get(key, getattr(default, key))
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"fake scenario: '{where}.{key}' must be a non-negative integer")
         values[key] = value
     return Load(**values)
 
 
-def usage_of(instance: Instance, script: UsageScript, *, now: datetime) -> InstanceUsage | None:
+def usage_of(instance: base.Instance, script: UsageScript, *, now: datetime) -> base.InstanceUsage | None:
     """The scripted usage of the instance's running containers at `now`; None when none runs."""
-    if instance.state is not InstanceState.RUNNING:
+    if instance.state is not base.InstanceState.RUNNING:
         return None
     running = [(c.name, c.started_at) for c in instance.containers if c.state is ContainerState.RUNNING]
     if not instance.containers:
@@ -73,9 +73,9 @@ def usage_of(instance: Instance, script: UsageScript, *, now: datetime) -> Insta
     return instance_usage(measured)
 
 
-def _used(load: Load, started: datetime, now: datetime) -> ResourceUsage:
+def _used(load: Load, started: datetime, now: datetime) -> base.ResourceUsage:
     seconds = max((now - started).total_seconds(), 0.0)
-    return ResourceUsage(
+    return base.ResourceUsage(
         cpu_nano_cores=load.cpu_millicores * 1_000_000,
         memory_bytes=load.memory_bytes,
         cpu_core_nanoseconds=int(seconds * load.cpu_millicores * 1_000_000),

@@ -15,22 +15,10 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from providers import errors
-from providers.base import (
-    ClaimName,
-    ConnectCredential,
-    Instance,
-    InstanceId,
-    InstanceState,
-    Offering,
-    PodSpec,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-)
+from providers import base, errors
 from providers.egress import Egress, EgressMode
-from providers.fake.console import LogChunk, LogLine
-from providers.fake.shell import FinishedProcess
+from providers.fake.logs import LogChunk, LogLine
+from providers.fake.process import FinishedProcess
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 
 ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
@@ -47,7 +35,7 @@ _ERROR_TYPES = {cls.__name__: cls for cls in ERROR_STATUS}
 MAX_OUTPUT = 1 << 20  # bytes of an exec's stdout (and of its stderr) an answer carries
 
 
-def pod_to_json(pod: PodSpec) -> dict[str, Any]:
+def pod_to_json(pod: base.PodSpec) -> dict[str, Any]:
     return {
         "namespace": pod.namespace,
         "name": pod.name,
@@ -71,8 +59,8 @@ def pod_to_json(pod: PodSpec) -> dict[str, Any]:
     }
 
 
-def pod_from_json(data: Mapping[str, Any]) -> PodSpec:
-    return PodSpec(
+def pod_from_json(data: Mapping[str, Any]) -> base.PodSpec:
+    return base.PodSpec(
         namespace=str(data["namespace"]),
         name=str(data["name"]),
         uid=str(data["uid"]),
@@ -119,7 +107,7 @@ def _container_from_json(data: Mapping[str, Any]) -> ContainerSpec:
     )
 
 
-def request_to_json(request: ProvisionRequest) -> dict[str, Any]:
+def request_to_json(request: base.ProvisionRequest) -> dict[str, Any]:
     return {
         "claim": request.claim,
         "capacity_type": request.capacity_type.value if request.capacity_type else None,
@@ -139,15 +127,15 @@ def request_to_json(request: ProvisionRequest) -> dict[str, Any]:
             "mode": request.egress.mode.value,
             "cidrs": list(request.egress.cidrs),
             "domains": list(request.egress.domains),
-        },  # fmt: skip
+        },
     }
 
 
-def request_from_json(data: Mapping[str, Any]) -> ProvisionRequest:
+def request_from_json(data: Mapping[str, Any]) -> base.ProvisionRequest:
     tier = data.get("capacity_type")
-    return ProvisionRequest(
-        claim=ClaimName(str(data["claim"])),
-        capacity_type=Tier(tier) if tier else None,
+    return base.ProvisionRequest(
+        claim=base.ClaimName(str(data["claim"])),
+        capacity_type=base.Tier(tier) if tier else None,
         region=data.get("region"),
         env={str(k): "" for k in data.get("env_keys") or ()},
         container_env={
@@ -172,7 +160,7 @@ def _egress_from_json(data: Mapping[str, Any]) -> Egress:
     return Egress(mode, cidrs, tuple(str(d) for d in data.get("domains") or ()))
 
 
-def result_to_json(result: ProvisionResult) -> dict[str, Any]:
+def result_to_json(result: base.ProvisionResult) -> dict[str, Any]:
     credential = None
     if result.credential is not None:
         credential = {k: base64.b64encode(v).decode() for k, v in result.credential.data.items()}
@@ -184,18 +172,18 @@ def result_to_json(result: ProvisionResult) -> dict[str, Any]:
     }
 
 
-def result_from_json(data: Mapping[str, Any]) -> ProvisionResult:
+def result_from_json(data: Mapping[str, Any]) -> base.ProvisionResult:
     raw = data.get("credential")
-    credential = ConnectCredential({k: base64.b64decode(v) for k, v in raw.items()}) if raw else None
-    return ProvisionResult(
-        instance_id=InstanceId(str(data["instance_id"])),
+    credential = base.ConnectCredential({k: base64.b64decode(v) for k, v in raw.items()}) if raw else None
+    return base.ProvisionResult(
+        instance_id=base.InstanceId(str(data["instance_id"])),
         reserved=bool(data["reserved"]),
         credential=credential,
         endpoint=data.get("endpoint"),
     )
 
 
-def instance_to_json(instance: Instance) -> dict[str, Any]:
+def instance_to_json(instance: base.Instance) -> dict[str, Any]:
     return {
         "id": instance.id,
         "claim": instance.claim,
@@ -244,12 +232,12 @@ def _facts_from_json(data: Mapping[str, Any]) -> ContainerFacts:
     )
 
 
-def instance_from_json(data: Mapping[str, Any]) -> Instance:
+def instance_from_json(data: Mapping[str, Any]) -> base.Instance:
     tier = data.get("capacity_type")
-    return Instance(
-        id=InstanceId(str(data["id"])),
-        claim=ClaimName(str(data["claim"])),
-        state=InstanceState(data["state"]),
+    return base.Instance(
+        id=base.InstanceId(str(data["id"])),
+        claim=base.ClaimName(str(data["claim"])),
+        state=base.InstanceState(data["state"]),
         created_at=datetime.fromisoformat(data["created_at"]),
         endpoint=data.get("endpoint"),
         started_at=_from_iso(data.get("started_at")),
@@ -257,7 +245,7 @@ def instance_from_json(data: Mapping[str, Any]) -> Instance:
         exit_code=data.get("exit_code"),
         message=str(data.get("message", "")),
         region=data.get("region"),
-        capacity_type=Tier(tier) if tier else None,
+        capacity_type=base.Tier(tier) if tier else None,
         exit_reason=str(data.get("exit_reason", "")),
         runs=int(data.get("runs", 1)),
         preempted=bool(data.get("preempted", False)),
@@ -265,7 +253,7 @@ def instance_from_json(data: Mapping[str, Any]) -> Instance:
     )
 
 
-def offering_to_json(offering: Offering) -> dict[str, Any]:
+def offering_to_json(offering: base.Offering) -> dict[str, Any]:
     return {
         "accelerator": offering.accelerator,
         "gpu_count": offering.gpu_count,
@@ -277,11 +265,11 @@ def offering_to_json(offering: Offering) -> dict[str, Any]:
     }
 
 
-def offering_from_json(data: Mapping[str, Any]) -> Offering:
-    return Offering(
+def offering_from_json(data: Mapping[str, Any]) -> base.Offering:
+    return base.Offering(
         accelerator=data.get("accelerator"),
         gpu_count=int(data["gpu_count"]),
-        tier=Tier(data["tier"]),
+        tier=base.Tier(data["tier"]),
         region=str(data["region"]),
         hourly_price=data.get("hourly_price"),
         available=bool(data.get("available", True)),
@@ -305,8 +293,11 @@ def chunk_from_json(data: Mapping[str, Any]) -> LogChunk:
 def finished_to_json(process: FinishedProcess) -> dict[str, Any]:
     """An exec that ran to its end (over HTTP only commands without stdin or a terminal do)."""
     stdout, stderr = process.read_stdout(MAX_OUTPUT), process.read_stderr(MAX_OUTPUT)
-    return {"stdout": base64.b64encode(stdout).decode(), "stderr": base64.b64encode(stderr).decode(),
-            "exit_code": process.exit_code}  # fmt: skip
+    return {
+        "stdout": base64.b64encode(stdout).decode(),
+        "stderr": base64.b64encode(stderr).decode(),
+        "exit_code": process.exit_code,
+    }
 
 
 def finished_from_json(data: Mapping[str, Any]) -> FinishedProcess:

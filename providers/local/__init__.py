@@ -3,8 +3,8 @@ one per container of the Pod.
 
 provider    LocalProvider (the seam), its Shapes and the image notice
 options     option parsing and the node capacity
-launch      create an instance folder (volumes, one folder per container) and start a supervisor
-launcher    the supervisors this provider object is launching, and resumed launches
+launch      create an instance folder (volumes, one folder per container), start its supervisors,
+            the launches in flight here (Launcher) and resumed launches
 volumes     volumes materialised in the instance folder, mount paths under its root, path rewriting
 sequence    the order of the containers: which may start, when the sidecars stop
 containers  one container found by name (logs, exec, attach, restart, stop)
@@ -15,7 +15,7 @@ folder      the on-disk layout of one instance, instance ids; atomic records
 reader      one container folder's current-run records and liveness, read into an Observation
 status      pure: one container's records and liveness to an Instance fact
 pod         pure: every container's observation to ContainerFacts and the instance's state
-proc        process identity (pid + start time) and group signals
+pids        process identity (pid + start time) and group signals
 stamp       the kubelet's RFC3339 nanosecond timestamps
 logs        the log file read with the kubelet's options
 process     exec: pipes or a real PTY

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from providers.base import LogOptions
+from providers import base
 from providers.errors import NotFound, Unavailable
 from providers.local import folder, logs
 
@@ -50,7 +50,7 @@ class Attachment:
         except FileNotFoundError as exc:
             raise NotFound(f"instance {path.name} has no console") from exc
         start = handle.seek(0, os.SEEK_END)
-        self._output = logs.FileLogStream(handle, LogOptions(follow=True), start=start, finished=finished)
+        self._output = logs.FileLogStream(handle, base.LogOptions(follow=True), start=start, finished=finished)
         self._exit_code = exit_code
         self._lock = threading.Lock()
         self._stdin = open_stdin(path) if stdin else None

@@ -1,9 +1,13 @@
-"""Create an instance folder and start its supervisor: the effects behind `provision`.
+"""Create an instance folder and start its supervisors: the effects behind `provision`, and
+the `Launcher` that keeps one launch in flight per container folder in this process.
 
-Called by `LocalProvider.provision` only. The folder is prepared under a hidden temporary
-name (volumes, then one folder per container: `folder.container_folder`) and renamed into
-place, so the rename is the atomic claim (I1). Secret env values go to 0600 files and
-nowhere else (I4). Each container has its own supervisor.
+Called by `LocalProvider`: `provision` creates the folder and launches every container of it;
+`get` and `list` resume, in the background, a container whose launch an earlier process began
+and never finished. The folder is prepared under a hidden temporary name (volumes, then one
+folder per container: `folder.container_folder`) and renamed into place, so the rename is the
+atomic claim (I1); the supervisor's launch lock keeps one workload across processes. Secret env
+values go to 0600 files and nowhere else (I4). A failure of a resumed launch is recorded in
+that container's folder, so the instance reports it.
 Tests: tests/providers/local/test_local.py.
 """
 
@@ -14,14 +18,15 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from providers.base import PodSpec, ProvisionRequest, Tier
-from providers.errors import InvalidRequest, Unavailable
-from providers.local import folder, sequence, stamp, volumes
+from providers import base
+from providers.errors import InvalidRequest, ProviderError, Unavailable
+from providers.local import folder, runs, sequence, stamp, volumes
 from providers.shape import ContainerSpec
 
 SUPERVISOR_START_TIMEOUT = 30.0
@@ -40,19 +45,19 @@ def workload_argv(container: ContainerSpec) -> list[str]:
     )
 
 
-def containers_in_order(pod: PodSpec) -> list[tuple[ContainerSpec, str]]:
+def containers_in_order(pod: base.PodSpec) -> list[tuple[ContainerSpec, str]]:
     """Every container of the Pod with its kind (`sequence.INIT`, `SIDECAR`, `APP`), in Pod order."""
     inits = [(c, sequence.SIDECAR if c.sidecar else sequence.INIT) for c in pod.init_containers]
     return [*inits, *((c, sequence.APP) for c in pod.app_containers())]
 
 
-def check_request(pod: PodSpec, request: ProvisionRequest) -> None:
+def check_request(pod: base.PodSpec, request: base.ProvisionRequest) -> None:
     """InvalidRequest for what this machine can never serve."""
     if not folder.is_claim(request.claim):
         raise InvalidRequest(f"claim {request.claim!r} is not a DNS label")
     if pod.gpu_count or pod.accelerator:
         raise InvalidRequest("the local provider has no accelerators")
-    if request.capacity_type not in (None, Tier.ON_DEMAND):
+    if request.capacity_type not in (None, base.Tier.ON_DEMAND):
         raise InvalidRequest("the local provider serves only the OnDemand tier")
     if request.region not in (None, "local"):
         raise InvalidRequest(f"the local provider has no region {request.region!r} (only 'local')")
@@ -78,7 +83,9 @@ def workload_env(env: Mapping[str, str], home: Path) -> dict[str, str]:
     return values
 
 
-def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grace_period: float) -> Path | None:
+def create_instance(
+    root: Path, pod: base.PodSpec, request: base.ProvisionRequest, *, grace_period: float
+) -> Path | None:
     """The new instance folder, or None if one already exists for the claim."""
     final = root / request.claim
     if final.exists():
@@ -100,7 +107,9 @@ def create_instance(root: Path, pod: PodSpec, request: ProvisionRequest, *, grac
     return final
 
 
-def _prepare(temp: Path, final: Path, pod: PodSpec, request: ProvisionRequest, *, grace_period: float) -> None:
+def _prepare(
+    temp: Path, final: Path, pod: base.PodSpec, request: base.ProvisionRequest, *, grace_period: float
+) -> None:
     """Fill the instance folder `temp` (renamed to `final` once ready): the volumes, then each
     container's folder with its record, its 0600 env and its empty log."""
     ordered = containers_in_order(pod)
@@ -160,9 +169,15 @@ def start_supervisor(path: Path, *, lock: BinaryIO | None = None) -> None:
     argv += [str(fd) for fd in passed]
     with open(path / folder.SUPERVISOR_LOG_FILE, "ab") as errors:
         launcher = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errors,
-            cwd=path, env=env, start_new_session=True, pass_fds=passed,
-        )  # fmt: skip
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            cwd=path,
+            env=env,
+            start_new_session=True,
+            pass_fds=passed,
+        )
     try:
         code = launcher.wait(timeout=SUPERVISOR_START_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
@@ -171,3 +186,59 @@ def start_supervisor(path: Path, *, lock: BinaryIO | None = None) -> None:
         raise Unavailable(f"the supervisor for {path.name} did not start in time") from exc
     if code != 0:
         raise Unavailable(f"the supervisor for {path.name} failed to start (see {folder.SUPERVISOR_LOG_FILE})")
+
+
+class Launcher:
+    """The container folders this provider object is launching now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._launching: set[Path] = set()
+
+    def begin(self, container: Path) -> bool:
+        """Mark `container` as being launched by this object; False if it already is."""
+        with self._lock:
+            if container in self._launching:
+                return False
+            self._launching.add(container)
+            return True
+
+    def _end(self, container: Path) -> None:
+        with self._lock:
+            self._launching.discard(container)
+
+    def launch(self, instance: Path, containers: Sequence[Path], *, every: Sequence[Path]) -> None:
+        """Start the supervisors of `containers` (begun with `begin`) of the instance in
+        `instance`, whose container folders are `every`; if none of those ever recorded a
+        supervisor, drop the folder so a retry starts afresh. Raises what the launch raised."""
+        try:
+            for container in containers:
+                start_supervisor(container)
+        except BaseException:
+            if not any((each / folder.LAUNCH_FILE).exists() for each in every):
+                folder.remove_unsupervised(instance)
+            raise
+        finally:
+            for container in containers:
+                self._end(container)
+
+    def resume(self, container: Path) -> None:
+        """Launch, in the background, a container whose launch an earlier process began and
+        never finished; a failure is recorded in its folder."""
+        if not self.begin(container):
+            return
+
+        def resume() -> None:
+            try:
+                start_supervisor(container)
+            except (ProviderError, OSError) as exc:
+                message = str(exc) if isinstance(exc, ProviderError) else exc.strerror or type(exc).__name__
+                try:
+                    record = {"message": message, "run": runs.current(container)}
+                    folder.write_json_atomic(container / folder.LAUNCH_ERROR_FILE, record)
+                except OSError:
+                    pass  # the folder went away: the instance is gone anyway
+            finally:
+                self._end(container)
+
+        threading.Thread(target=resume, name=f"local-launch-{container.name}", daemon=True).start()

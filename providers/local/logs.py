@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from providers.base import LogOptions
+from providers import base
 from providers.errors import Unavailable
 from providers.local import stamp
 from providers.local.folder import INDEX_ENTRY, LOG_FILE, LOG_INDEX_FILE
@@ -54,16 +54,16 @@ def tail_offset(handle: BinaryIO, lines: int) -> int:
         block *= 2
 
 
-def open_stream(base: Path, options: LogOptions, *, finished: Callable[[], bool]) -> FileLogStream:
-    """The log kept in folder `base` (an instance's, or its previous run's) read with
+def open_stream(run_dir: Path, options: base.LogOptions, *, finished: Callable[[], bool]) -> FileLogStream:
+    """The log kept in folder `run_dir` (an instance's, or its previous run's) read with
     `options`; `finished` says no more output will come. FileNotFoundError if there is no
     log there; other OSErrors as they come."""
-    handle = open(base / LOG_FILE, "rb")  # closed by the stream
+    handle = open(run_dir / LOG_FILE, "rb")  # closed by the stream
     index = None
     try:
         start = tail_offset(handle, options.tail_lines) if options.tail_lines is not None else 0
         if options.timestamps or options.since is not None:
-            index = open(base / LOG_INDEX_FILE, "rb")  # closed by the stream
+            index = open(run_dir / LOG_INDEX_FILE, "rb")  # closed by the stream
         return FileLogStream(handle, options, start=start, finished=finished, index=index)
     except BaseException:
         handle.close()
@@ -122,7 +122,7 @@ class FileLogStream:
     def __init__(
         self,
         handle: BinaryIO,
-        options: LogOptions,
+        options: base.LogOptions,
         *,
         start: int,
         finished: Callable[[], bool],

@@ -22,11 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from providers.base import Instance, InstanceState
+from providers import base
 from providers.local import sequence, status
 from providers.shape import ContainerFacts, ContainerState
 
-_WAITING = frozenset({InstanceState.PROVISIONING, InstanceState.INITIALIZING})
+_WAITING = frozenset({base.InstanceState.PROVISIONING, base.InstanceState.INITIALIZING})
 
 
 @dataclass(frozen=True)
@@ -54,12 +54,17 @@ def container_facts(seen: Seen) -> ContainerFacts:
     if obs.exit is None and (obs.workload_alive or obs.supervisor_alive) and obs.run is not None:
         return dataclasses.replace(facts, state=ContainerState.RUNNING, started_at=unit.started_at)
     return dataclasses.replace(
-        facts, state=ContainerState.TERMINATED, started_at=unit.started_at, finished_at=unit.finished_at,
-        exit_code=unit.exit_code, exit_reason=unit.exit_reason, message=unit.message,
-    )  # fmt: skip
+        facts,
+        state=ContainerState.TERMINATED,
+        started_at=unit.started_at,
+        finished_at=unit.finished_at,
+        exit_code=unit.exit_code,
+        exit_reason=unit.exit_reason,
+        message=unit.message,
+    )
 
 
-def instance_from(containers: Sequence[Seen]) -> Instance | None:
+def instance_from(containers: Sequence[Seen]) -> base.Instance | None:
     """The instance's facts, or None when it is gone (see the module rule and `status`)."""
     first = next((seen for seen in containers if seen.kind == sequence.APP), containers[0])
     facts = tuple(container_facts(seen) for seen in containers)
@@ -69,53 +74,59 @@ def instance_from(containers: Sequence[Seen]) -> Instance | None:
     alive = any(seen.observation.supervisor_alive or seen.observation.workload_alive for seen in containers)
     if first.observation.terminate is not None and not alive:
         return None
-    base = status.facts(first.observation)
+    known = status.facts(first.observation)
     state, message, ended = _state(containers, facts)
     failed = next((f for f in ended if f.exit_code != 0), None) if ended else None
     code = None if ended is None else (failed.exit_code if failed is not None else 0)
     finished = max((f.finished_at for f in ended or () if f.finished_at is not None), default=None)
     return dataclasses.replace(
-        base, state=state, message=message, exit_code=code, finished_at=finished,
-        exit_reason=status.exit_reason(code) if ended is not None else "", containers=facts,
-    )  # fmt: skip
+        known,
+        state=state,
+        message=message,
+        exit_code=code,
+        finished_at=finished,
+        exit_reason=status.exit_reason(code) if ended is not None else "",
+        containers=facts,
+    )
 
 
 def _state(
     containers: Sequence[Seen], facts: Sequence[ContainerFacts]
-) -> tuple[InstanceState, str, list[ContainerFacts] | None]:
+) -> tuple[base.InstanceState, str, list[ContainerFacts] | None]:
     """The state, its message, and (once ended) the facts whose exit codes count."""
     if containers[0].observation.terminate is not None:
-        return InstanceState.TERMINATING, "terminate requested", None
+        return base.InstanceState.TERMINATING, "terminate requested", None
     apps_started = any(f.runs > 0 for seen, f in zip(containers, facts, strict=True) if seen.kind == sequence.APP)
     if any(f.state is ContainerState.RUNNING for f in facts):
         return (
-            (InstanceState.RUNNING, "", None)
+            (base.InstanceState.RUNNING, "", None)
             if apps_started
-            else (InstanceState.INITIALIZING, "init containers run", None)
+            else (base.InstanceState.INITIALIZING, "init containers run", None)
         )
     pending = [
         seen for seen, f in zip(containers, facts, strict=True) if f.state is ContainerState.WAITING and seen.may_start
     ]
     if pending:
         if all(status.needs_launch(seen.observation) for seen in containers):
-            return InstanceState.PROVISIONING, "the supervisors are being launched", None
-        return InstanceState.INITIALIZING, "containers are starting", None
+            return base.InstanceState.PROVISIONING, "the supervisors are being launched", None
+        return base.InstanceState.INITIALIZING, "containers are starting", None
     counted = [
-        f for seen, f in zip(containers, facts, strict=True)
+        f
+        for seen, f in zip(containers, facts, strict=True)
         if seen.kind != sequence.SIDECAR and f.state is ContainerState.TERMINATED
-    ]  # fmt: skip
+    ]
     failed = next((f for f in counted if f.exit_code != 0), None)
     held = next((f for f in facts if f.state is ContainerState.WAITING), None)
     if failed is None and held is not None:  # held by a sidecar that never started: its failure is the Pod's
         sidecar = next((f for f in facts if f.state is ContainerState.TERMINATED and f.exit_code != 0), None)
         why = f"container {sidecar.name!r}: {sidecar.message}" if sidecar is not None else "it never started"
         return (
-            InstanceState.FAILED,
+            base.InstanceState.FAILED,
             f"container {held.name!r} is held: {why}",
             [*counted, *([sidecar] if sidecar else [])],
         )
     if failed is None:
-        return InstanceState.SUCCEEDED, "every container exited with code 0", counted
+        return base.InstanceState.SUCCEEDED, "every container exited with code 0", counted
     if failed.exit_code is None:
-        return InstanceState.FAILED, f"container {failed.name!r}: {failed.message}", counted
-    return InstanceState.FAILED, f"container {failed.name!r} exited with code {failed.exit_code}", counted
+        return base.InstanceState.FAILED, f"container {failed.name!r}: {failed.message}", counted
+    return base.InstanceState.FAILED, f"container {failed.name!r} exited with code {failed.exit_code}", counted

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-from providers.local import proc
+from providers.local import pids
 
 MAX_BUFFER = 16 * 1024 * 1024  # per stream; beyond it the pump stops reading (back-pressure)
 _POLL_SECONDS = 0.1
@@ -149,7 +149,7 @@ class LocalProcess:
 
     def wait(self, timeout: float | None = None) -> int | None:
         try:
-            return proc.exit_code_from_returncode(self._popen.wait(timeout))
+            return pids.exit_code_from_returncode(self._popen.wait(timeout))
         except subprocess.TimeoutExpired:
             return None
 
@@ -182,16 +182,27 @@ def start_process(argv: Sequence[str], *, cwd: str, env: Mapping[str, str], tty:
     """Start `argv` (no shell) in its own session; raises OSError if it cannot start."""
     if not tty:
         popen = subprocess.Popen(
-            list(argv), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, cwd=cwd, env=dict(env), start_new_session=True,
-        )  # fmt: skip
+            list(argv),
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+        )
         return LocalProcess(popen, master=None)
     master, slave = pty.openpty()
     try:
         popen = subprocess.Popen(
-            list(argv), stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=dict(env),
-            start_new_session=True, preexec_fn=_take_controlling_terminal,
-        )  # fmt: skip
+            list(argv),
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            preexec_fn=_take_controlling_terminal,
+        )
     except BaseException:
         os.close(master)
         raise

@@ -28,30 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from providers.base import (
-    Attacher,
-    BlockScope,
-    Capabilities,
-    ContainerStopper,
-    Executor,
-    Instance,
-    InstanceId,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    PortConnection,
-    PortForwarder,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Restarter,
-    Tier,
-    UsageReporter,
-    default_block_scope,
-)
+from providers import base
 from providers.egress import EgressMode
 from providers.errors import NotFound, NotSupported, ProviderError, Unavailable
 from providers.local import (
@@ -61,8 +38,8 @@ from providers.local import (
     forward,
     launch,
     logs,
+    pids,
     pod,
-    proc,
     process,
     restart,
     sequence,
@@ -71,10 +48,9 @@ from providers.local import (
     usage,
     volumes,
 )
-from providers.local.launcher import Launcher
 from providers.local.options import LocalOptions, measure_capacity, parse_options
 from providers.local.reader import FolderReader
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.shape import PROBE_KINDS, VOLUME_KINDS, ContainerState, Shapes
 from providers.usage import InstanceUsage, ResourceUsage, UsageSampler, instance_usage
 
@@ -95,7 +71,7 @@ def image_notice(image: str) -> str:
     return IMAGE_NOTICE.format(image=image)
 
 
-class LocalProvider:
+class LocalProvider(Owned):
     """Runs each container of a Pod as a supervised process group here."""
 
     def __init__(self, name: str, options: Mapping[str, Any], *, owner: Owner | None = None) -> None:
@@ -104,29 +80,21 @@ class LocalProvider:
         self._options: LocalOptions = parse_options(options)
         self._root = self._options.state_dir / "local" / self._owner.key
         self._provision_lock = threading.Lock()
-        self._launcher = Launcher()
+        self._launcher = launch.Launcher()
         self._capacity: dict[str, str] | None = None
         self._sampler = UsageSampler(self._options.usage_interval)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
 
     @property
     def root(self) -> Path:
         """The folder holding one sub-folder per instance of this owner."""
         return self._root
 
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> base.Capabilities:
         if self._capacity is None:
             self._capacity = measure_capacity(self._options.capacity)
-        return Capabilities(
+        return base.Capabilities(
             poll_interval=self._options.poll_interval,
-            tiers=(Tier.ON_DEMAND,),
+            tiers=(base.Tier.ON_DEMAND,),
             regions=(status.REGION,),
             capacity=dict(self._capacity),
             pulls_images=False,
@@ -137,12 +105,12 @@ class LocalProvider:
             shapes=SHAPES,
         )
 
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         if request.egress.mode is not EgressMode.OPEN:  # processes here reach whatever this host reaches
             mode = request.egress.mode.value
             raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         launch.check_request(pod, request)
-        instance_id = InstanceId(folder.instance_id_for(self._owner.key, request.claim))
+        instance_id = base.InstanceId(folder.instance_id_for(self._owner.key, request.claim))
         path = self._root / request.claim
         try:
             with self._provision_lock:
@@ -152,7 +120,7 @@ class LocalProvider:
             self._launcher.launch(path, start, every=every)
         except OSError as exc:
             raise Unavailable(f"cannot start instance {instance_id}: {exc.strerror or type(exc).__name__}") from exc
-        return ProvisionResult(instance_id=instance_id, reserved=True, credential=None, endpoint=status.ENDPOINT)
+        return base.ProvisionResult(instance_id=instance_id, reserved=True, credential=None, endpoint=status.ENDPOINT)
 
     def _needs_launch(self, container: Path) -> bool:
         """A container folder whose launch was interrupted."""
@@ -160,7 +128,7 @@ class LocalProvider:
         observation = reader.observe()
         return observation is not None and status.needs_launch(observation)
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         path = self._path(instance_id)
         if path is None or not path.exists():
             return
@@ -184,7 +152,7 @@ class LocalProvider:
     def _signal_termination(self, container: FolderReader, run: int, *, grace: float) -> None:
         """The supervisor enforces the grace period; without one, we do it ourselves."""
         supervisor = container.supervisor(run)
-        if supervisor is not None and proc.is_alive(supervisor):
+        if supervisor is not None and pids.is_alive(supervisor):
             try:
                 os.kill(supervisor.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -192,7 +160,7 @@ class LocalProvider:
             return
         _term_then_kill(container, run, grace=grace)
 
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         path = self._path(instance_id)
         if path is None:
             return None
@@ -201,44 +169,44 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot read {instance_id}: {exc.strerror or type(exc).__name__}") from exc
 
-    def list(self) -> list[Instance]:
+    def list(self) -> list[base.Instance]:
         try:
             found = [self._instance(path) for path in self._folders()]
         except OSError as exc:
             raise Unavailable(f"cannot list local instances: {exc.strerror or type(exc).__name__}") from exc
         return [instance for instance in found if instance is not None]
 
-    def offerings(self) -> builtins.list[Offering]:
-        return [Offering(None, 0, Tier.ON_DEMAND, status.REGION, 0.0, True, "local")]
+    def offerings(self) -> builtins.list[base.Offering]:
+        return [base.Offering(None, 0, base.Tier.ON_DEMAND, status.REGION, 0.0, True, "local")]
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
         return [status.REGION] if any(token.lower() in REGION_TOKENS for token in declared) else []
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
-        return default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
+        return base.default_block_scope(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         instance = self._reader(self._existing(instance_id))
         entry, container = containers.find(instance, options.container)
         named = containers.label(entry, instance_id)
         if options.previous:
-            base, missing = container.path / folder.PREVIOUS_DIR, "no previous run: it was never restarted"
+            run_dir, missing = container.path / folder.PREVIOUS_DIR, "no previous run: it was never restarted"
         else:
-            base, missing = container.path, "no log"
+            run_dir, missing = container.path, "no log"
             facts = containers.facts(instance, entry, container)
             if facts.state is ContainerState.WAITING and facts.runs == 0 and facts.message:
                 raise NotFound(f"{named} has not started: {facts.message}")
         try:
             finished = _ended if options.previous else functools.partial(container.finished, container.runs())
-            return logs.open_stream(base, options, finished=finished)
+            return logs.open_stream(run_dir, options, finished=finished)
         except FileNotFoundError as exc:
             raise NotFound(f"{named} has {missing}") from exc
         except OSError as exc:
             raise Unavailable(f"cannot read the log of {named}: {exc.strerror}") from exc
 
-    def restart(self, instance_id: InstanceId, container: str = "") -> None:
+    def restart(self, instance_id: base.InstanceId, container: str = "") -> None:
         entry, found = containers.find(self._reader(self._existing(instance_id)), container)
         try:
             restart.run_again(found)
@@ -246,7 +214,7 @@ class LocalProvider:
             named = containers.label(entry, instance_id)
             raise Unavailable(f"cannot restart {named}: {exc.strerror or type(exc).__name__}") from exc
 
-    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+    def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
         instance = self._reader(self._existing(instance_id))
         entry, found = containers.find(instance, container)
         try:
@@ -261,8 +229,8 @@ class LocalProvider:
             raise Unavailable(f"cannot stop {named}: {exc.strerror or type(exc).__name__}") from exc
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         entry, found = containers.running(self._reader(self._existing(instance_id)), container)
         if not command:
             raise NotSupported("exec needs a command")
@@ -279,7 +247,7 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot start {command[0]!r} in {named}: {exc.strerror}") from exc
 
-    def attach(self, instance_id: InstanceId, *, stdin: bool, tty: bool, container: str = "") -> Process:
+    def attach(self, instance_id: base.InstanceId, *, stdin: bool, tty: bool, container: str = "") -> base.Process:
         entry, found = containers.running(self._reader(self._existing(instance_id)), container)
         try:
             run = found.runs()
@@ -288,7 +256,7 @@ class LocalProvider:
         except OSError as exc:
             raise Unavailable(f"cannot attach to {containers.label(entry, instance_id)}: {exc.strerror}") from exc
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> InstanceUsage | None:
         """Each running container's process group, sampled from /proc (`providers.local.usage`)."""
         instance = self._reader(self._existing(instance_id))
         measured: dict[str, ResourceUsage] = {}
@@ -303,7 +271,7 @@ class LocalProvider:
             raise Unavailable(f"cannot measure {instance_id}: {exc.strerror or type(exc).__name__}") from exc
         return instance_usage(measured)
 
-    def port_forward(self, instance_id: InstanceId, port: int) -> PortConnection:
+    def port_forward(self, instance_id: base.InstanceId, port: int) -> base.PortConnection:
         """127.0.0.1:port: the instance's processes share this machine's loopback."""
         entry, _ = containers.running(self._reader(self._existing(instance_id)), "")
         return forward.connect_loopback(port, label=containers.label(entry, instance_id))
@@ -318,7 +286,7 @@ class LocalProvider:
             return None
         return self._root / parsed[1]
 
-    def _existing(self, instance_id: InstanceId) -> Path:
+    def _existing(self, instance_id: base.InstanceId) -> Path:
         path = self._path(instance_id)
         if path is None or not path.is_dir():
             raise NotFound(f"no local instance {instance_id}")
@@ -333,7 +301,7 @@ class LocalProvider:
             if folder.is_claim(entry.name) and entry.is_dir():
                 yield entry
 
-    def _instance(self, path: Path) -> Instance | None:
+    def _instance(self, path: Path) -> base.Instance | None:
         seen = self._reader(path).observe_containers()
         if seen is None:
             return None
@@ -350,8 +318,8 @@ class LocalProvider:
 def _term_then_kill(container: FolderReader, run: int, *, grace: float) -> None:
     """TERM the container's group now and KILL it after `grace` seconds (no supervisor does)."""
     leader = container.workload(run)
-    if leader is not None and proc.signal_group(leader, signal.SIGTERM):
-        timer = threading.Timer(grace, proc.signal_group, (leader, signal.SIGKILL))
+    if leader is not None and pids.signal_group(leader, signal.SIGTERM):
+        timer = threading.Timer(grace, pids.signal_group, (leader, signal.SIGKILL))
         timer.daemon = True
         timer.start()
 
@@ -363,6 +331,15 @@ def _ended() -> bool:
 
 def _conforms(
     provider: LocalProvider,
-) -> tuple[Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper, UsageReporter, PortForwarder]:
+) -> tuple[
+    base.Provider,
+    base.LogStreamer,
+    base.Executor,
+    base.Attacher,
+    base.Restarter,
+    base.ContainerStopper,
+    base.UsageReporter,
+    base.PortForwarder,
+]:
     """mypy proves here, once, that LocalProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider, provider, provider, provider, provider

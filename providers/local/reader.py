@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from providers.local import folder, pod, proc, runs, sequence, stamp, status
+from providers.local import folder, pids, pod, runs, sequence, stamp, status
 
 
 class FolderReader:
@@ -67,11 +67,11 @@ class FolderReader:
         """The record `name` of run `run`; None when absent or of another run."""
         return runs.of_run(folder.read_json(self.path / name), run)
 
-    def supervisor(self, run: int) -> proc.ProcessIdentity | None:
+    def supervisor(self, run: int) -> pids.ProcessIdentity | None:
         """Run `run`'s supervisor, as its launcher recorded it."""
         return _supervisor_in(self.run_record(folder.LAUNCH_FILE, run))
 
-    def workload(self, run: int) -> proc.ProcessIdentity | None:
+    def workload(self, run: int) -> pids.ProcessIdentity | None:
         """The leader of run `run`'s workload group, as its supervisor recorded it."""
         return _workload_in(self.run_record(folder.RUN_FILE, run))
 
@@ -134,21 +134,21 @@ class FolderReader:
         )
 
 
-def _supervisor_in(launch: dict[str, Any] | None) -> proc.ProcessIdentity | None:
+def _supervisor_in(launch: dict[str, Any] | None) -> pids.ProcessIdentity | None:
     """The supervisor a launch record names."""
-    return proc.ProcessIdentity.from_json((launch or {}).get("supervisor"))
+    return pids.ProcessIdentity.from_json((launch or {}).get("supervisor"))
 
 
-def _workload_in(started: dict[str, Any] | None) -> proc.ProcessIdentity | None:
+def _workload_in(started: dict[str, Any] | None) -> pids.ProcessIdentity | None:
     """The workload group leader a run record names."""
-    return proc.ProcessIdentity.from_json((started or {}).get("workload"))
+    return pids.ProcessIdentity.from_json((started or {}).get("workload"))
 
 
 def _supervisor_lives(launch: dict[str, Any] | None) -> bool:
     identity = _supervisor_in(launch)
-    return identity is not None and proc.is_alive(identity)
+    return identity is not None and pids.is_alive(identity)
 
 
 def _workload_lives(started: dict[str, Any] | None) -> bool:
     leader = _workload_in(started)
-    return leader is not None and proc.group_alive(leader)
+    return leader is not None and pids.group_alive(leader)

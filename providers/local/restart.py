@@ -16,14 +16,14 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-from providers.base import InstanceState
+from providers import base
 from providers.errors import InvalidRequest, NotFound, Unavailable
 from providers.local import folder, launch, runs, status
 from providers.local.reader import FolderReader
 
 LOCK_WAIT = 10.0  # seconds an ended run's supervisor may take to exit and free the lock
 LOCK_POLL = 0.01
-ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED})
+ENDED = frozenset({base.InstanceState.SUCCEEDED, base.InstanceState.FAILED})
 
 
 def run_again(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
+from providers import base
 from providers.local import stamp
 
 ENDPOINT = "127.0.0.1"
@@ -59,30 +59,30 @@ def _time(record: Mapping[str, Any] | None, key: str) -> datetime | None:
     return stamp.datetime_from_stamp(value) if isinstance(value, str) else None
 
 
-def _state_and_message(obs: Observation) -> tuple[InstanceState, str]:
+def _state_and_message(obs: Observation) -> tuple[base.InstanceState, str]:
     alive = obs.supervisor_alive or obs.workload_alive
     if obs.exit is not None:
         code = obs.exit.get("exit_code")
         finished, asked = _time(obs.exit, "finished_at"), _time(obs.terminate, "requested_at")
         if obs.terminate is not None and (finished is None or asked is None or finished >= asked):
-            return InstanceState.TERMINATED, f"terminated on request (exit code {code})"
+            return base.InstanceState.TERMINATED, f"terminated on request (exit code {code})"
         if code == 0:
-            return InstanceState.SUCCEEDED, "exited with code 0"
-        return InstanceState.FAILED, f"exited with code {code}"
+            return base.InstanceState.SUCCEEDED, "exited with code 0"
+        return base.InstanceState.FAILED, f"exited with code {code}"
     if obs.terminate is not None:
-        return InstanceState.TERMINATING, "terminate requested"
+        return base.InstanceState.TERMINATING, "terminate requested"
     if alive:
         if obs.run is None:
-            return InstanceState.INITIALIZING, "the supervisor is starting the workload"
-        return InstanceState.RUNNING, ""
+            return base.InstanceState.INITIALIZING, "the supervisor is starting the workload"
+        return base.InstanceState.RUNNING, ""
     if obs.spec is None:
-        return InstanceState.FAILED, "the instance folder has no instance record"
+        return base.InstanceState.FAILED, "the instance folder has no instance record"
     if obs.launch is None and obs.run is None:
         if obs.launch_error is not None:
             reason = obs.launch_error.get("message") or "unknown reason"
-            return InstanceState.FAILED, f"the workload was never started: {reason}"
-        return InstanceState.PROVISIONING, "the supervisor is being launched"
-    return InstanceState.FAILED, "the process is gone without a recorded exit code (was the machine restarted?)"
+            return base.InstanceState.FAILED, f"the workload was never started: {reason}"
+        return base.InstanceState.PROVISIONING, "the supervisor is being launched"
+    return base.InstanceState.FAILED, "the process is gone without a recorded exit code (was the machine restarted?)"
 
 
 def exit_reason(code: int | None) -> str:
@@ -92,21 +92,21 @@ def exit_reason(code: int | None) -> str:
     return "Completed" if code == 0 else "Error"
 
 
-def instance_from(obs: Observation) -> Instance | None:
+def instance_from(obs: Observation) -> base.Instance | None:
     """The instance's facts, or None when it is gone (see the module rule)."""
     if obs.terminate is not None and not (obs.supervisor_alive or obs.workload_alive):
         return None
     return facts(obs)
 
 
-def facts(obs: Observation) -> Instance:
+def facts(obs: Observation) -> base.Instance:
     """The facts of what the folder says, gone or not (`instance_from` applies the rule for gone)."""
     state, message = _state_and_message(obs)
     recorded = (obs.exit or {}).get("exit_code")
     code = recorded if isinstance(recorded, int) else None
-    return Instance(
-        id=InstanceId(obs.instance_id),
-        claim=ClaimName(obs.claim),
+    return base.Instance(
+        id=base.InstanceId(obs.instance_id),
+        claim=base.ClaimName(obs.claim),
         state=state,
         created_at=obs.created_at,
         endpoint=ENDPOINT,
@@ -115,7 +115,7 @@ def facts(obs: Observation) -> Instance:
         exit_code=code,
         message=message,
         region=REGION,
-        capacity_type=Tier.ON_DEMAND,
+        capacity_type=base.Tier.ON_DEMAND,
         exit_reason=exit_reason(code),
         runs=obs.runs,
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 from typing import BinaryIO
 
-from providers.local import folder, proc, runs, sequence, stamp
+from providers.local import folder, pids, runs, sequence, stamp
 
 DRAIN_AFTER_EXIT = 2.0  # seconds to drain output of leftovers once the workload exited
 START_POLL = 0.05  # seconds between looks at whether a waiting container may start
@@ -67,7 +67,7 @@ class Supervisor:
         self.terminate_asked = False
         self.kill_at: float | None = None
         self.child: subprocess.Popen[bytes] | None = None
-        self.leader: proc.ProcessIdentity | None = None
+        self.leader: pids.ProcessIdentity | None = None
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self.terminate_asked = True
@@ -81,9 +81,14 @@ class Supervisor:
             stdin = self._open_stdin()
             try:
                 self.child = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL if stdin is None else stdin, stdout=writer, stderr=writer,
-                    cwd=self.cwd, env={**self.env, "PWD": self.cwd}, process_group=0,
-                )  # fmt: skip
+                    self.argv,
+                    stdin=subprocess.DEVNULL if stdin is None else stdin,
+                    stdout=writer,
+                    stderr=writer,
+                    cwd=self.cwd,
+                    env={**self.env, "PWD": self.cwd},
+                    process_group=0,
+                )
             except OSError as exc:
                 os.close(writer)
                 os.close(reader)
@@ -94,8 +99,8 @@ class Supervisor:
                 return
             os.close(writer)
             # stdin stays open here too: the workload never sees EOF when an attachment ends.
-            self.leader = proc.identify(self.child.pid) or proc.ProcessIdentity(self.child.pid, 0)
-            supervisor = proc.identify(os.getpid())
+            self.leader = pids.identify(self.child.pid) or pids.ProcessIdentity(self.child.pid, 0)
+            supervisor = pids.identify(os.getpid())
             folder.write_json_atomic(
                 self.path / folder.RUN_FILE,
                 {
@@ -106,7 +111,7 @@ class Supervisor:
                 },
             )
             self._pump(reader, recorder)
-        self._record_exit(proc.exit_code_from_returncode(self.child.wait()))
+        self._record_exit(pids.exit_code_from_returncode(self.child.wait()))
 
     def _terminating(self) -> bool:
         return self.terminate_asked or (self.instance / folder.TERMINATE_FILE).exists()
@@ -212,7 +217,7 @@ def main(argv: list[str]) -> int:
     run = runs.current(path)
     child = os.fork()
     if child:
-        identity = proc.identify(child) or proc.ProcessIdentity(child, 0)
+        identity = pids.identify(child) or pids.ProcessIdentity(child, 0)
         folder.write_json_atomic(path / folder.LAUNCH_FILE, {"supervisor": identity.as_json(), "run": run})
         os._exit(0)
     os.setsid()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from providers.local.proc import ProcessIdentity, group_alive
+from providers.local.pids import ProcessIdentity, group_alive
 from providers.usage import NANO, Reading
 
 PROC = Path("/proc")

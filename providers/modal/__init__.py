@@ -7,6 +7,7 @@ classify   SDK, grpclib and OS errors to `providers.errors`; refusal -> block sc
 catalog    the shipped GPU catalog (catalog.csv) and Modal's gpu strings
 logs       Modal's log store as a LogStream; process  Sandbox.exec as a Process
 options    settings
+launch     one Sandbox.create on its own thread, so provision need not wait for Modal's schedule
 fake/      a gRPC fake of Modal's API for tests (not imported by the provider)
 
 Imports no other provider.

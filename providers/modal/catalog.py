@@ -46,8 +46,15 @@ def load_catalog() -> tuple[GpuEntry, ...]:
     entries = []
     for number, row in enumerate(csv.DictReader(io.StringIO(text)), start=2):
         try:
-            entries.append(GpuEntry(row["accelerator"], row["modal_gpu"], int(row["gpu_memory_gib"]),
-                                    float(row["usd_per_gpu_hour"]), int(row["max_count"])))  # fmt: skip
+            entries.append(
+                GpuEntry(
+                    row["accelerator"],
+                    row["modal_gpu"],
+                    int(row["gpu_memory_gib"]),
+                    float(row["usd_per_gpu_hour"]),
+                    int(row["max_count"]),
+                )
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{CATALOG_FILE} line {number}: {exc}") from exc
     return tuple(entries)

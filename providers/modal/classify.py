@@ -18,16 +18,7 @@ from collections.abc import Iterator
 from grpclib import GRPCError, Status
 from grpclib.exceptions import ProtocolError, StreamTerminatedError
 
-from providers.base import BlockBreadth, BlockScope, Tier, default_block_scope
-from providers.errors import (
-    InvalidRequest,
-    NoCapacity,
-    NotFound,
-    ProviderError,
-    QuotaExceeded,
-    Unauthorized,
-    Unavailable,
-)
+from providers import base, errors
 
 _CAPACITY = re.compile(r"capacity|no (gpus?|machines?|workers?) available|out of (stock|gpus?)", re.IGNORECASE)
 _UNAVAILABLE = {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.CANCELLED, Status.UNKNOWN, Status.INTERNAL}
@@ -47,9 +38,9 @@ def _status_and_message(exc: BaseException) -> tuple[Status | None, str]:
     return None, str(exc)
 
 
-def translate(exc: BaseException, *, creating: bool = False) -> ProviderError:
+def translate(exc: BaseException, *, creating: bool = False) -> errors.ProviderError:
     """The `providers.errors` type for `exc` (`creating`: a NOT_FOUND is a bad request)."""
-    if isinstance(exc, ProviderError):
+    if isinstance(exc, errors.ProviderError):
         return exc
     from modal import exception as modal_exc  # the SDK is imported lazily, only in this package
 
@@ -58,33 +49,33 @@ def translate(exc: BaseException, *, creating: bool = False) -> ProviderError:
     text = f"modal: {message}"
     if status is not None or isinstance(exc, modal_exc.ResourceExhaustedError):
         if _CAPACITY.search(message):
-            return NoCapacity(text)
+            return errors.NoCapacity(text)
         if status is Status.RESOURCE_EXHAUSTED:
-            return QuotaExceeded(text)
+            return errors.QuotaExceeded(text)
         if status in (Status.UNAUTHENTICATED, Status.PERMISSION_DENIED):
-            return Unauthorized(text)
+            return errors.Unauthorized(text)
         if status in (Status.INVALID_ARGUMENT, Status.OUT_OF_RANGE, Status.FAILED_PRECONDITION):
-            return InvalidRequest(text)
+            return errors.InvalidRequest(text)
         if status is Status.NOT_FOUND:
-            return InvalidRequest(text) if creating else NotFound(text)
+            return errors.InvalidRequest(text) if creating else errors.NotFound(text)
         if status in _UNAVAILABLE:
-            return Unavailable(text)
-        return ProviderError(text)
+            return errors.Unavailable(text)
+        return errors.ProviderError(text)
     if isinstance(exc, modal_exc.AuthError | modal_exc.PermissionDeniedError):
-        return Unauthorized(text)
+        return errors.Unauthorized(text)
     if isinstance(exc, modal_exc.NotFoundError):
-        return InvalidRequest(text) if creating else NotFound(text)
+        return errors.InvalidRequest(text) if creating else errors.NotFound(text)
     if isinstance(exc, modal_exc.InvalidError):
-        return InvalidRequest(text)
+        return errors.InvalidRequest(text)
     if isinstance(exc, modal_exc.ConnectionError | modal_exc.ServiceError | modal_exc.ClientClosed):
-        return Unavailable(text)
+        return errors.Unavailable(text)
     if isinstance(exc, modal_exc.TimeoutError | TimeoutError | asyncio.TimeoutError):
-        return Unavailable(f"modal: timed out ({message})")
+        return errors.Unavailable(f"modal: timed out ({message})")
     if isinstance(exc, OSError | StreamTerminatedError | ProtocolError | ConnectionError):
-        return Unavailable(f"modal: cannot reach the API ({type(exc).__name__}: {message})")
+        return errors.Unavailable(f"modal: cannot reach the API ({type(exc).__name__}: {message})")
     if _CAPACITY.search(message):
-        return NoCapacity(text)
-    return ProviderError(f"modal: {type(exc).__name__}: {message}")
+        return errors.NoCapacity(text)
+    return errors.ProviderError(f"modal: {type(exc).__name__}: {message}")
 
 
 @contextlib.contextmanager
@@ -92,22 +83,21 @@ def sdk_errors(*, creating: bool = False) -> Iterator[None]:
     """Every exception raised inside comes out as a `providers.errors` type."""
     try:
         yield
-    except ProviderError:
+    except errors.ProviderError:
         raise
     except Exception as exc:
         raise translate(exc, creating=creating) from exc
 
 
 def classify(
-    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-) -> BlockScope:
+    provider: str, err: errors.ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+) -> base.BlockScope:
     """Credentials block the provider, a quota the tier, no capacity the one offering."""
     reason = f"{type(err).__name__}: {err}"
-    if isinstance(err, Unauthorized):
-        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
-    if isinstance(err, QuotaExceeded):
-        return BlockScope(provider, BlockBreadth.TIER, tier=tier or Tier.ON_DEMAND, reason=reason)
-    if isinstance(err, NoCapacity):
-        return BlockScope(provider, BlockBreadth.OFFERING, tier=tier or Tier.ON_DEMAND, accelerator=accelerator,
-                          region=region, reason=reason)  # fmt: skip
-    return default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)
+    if isinstance(err, errors.Unauthorized):
+        return base.BlockScope(provider, base.BlockBreadth.PROVIDER, reason=reason)
+    if isinstance(err, errors.QuotaExceeded):
+        return base.BlockScope(provider, base.BlockBreadth.TIER, tier=tier or base.Tier.ON_DEMAND, reason=reason)
+    if isinstance(err, errors.NoCapacity):
+        return base.no_capacity_scope(provider, reason, accelerator=accelerator, tier=tier, region=region)
+    return base.default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

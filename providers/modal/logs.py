@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from providers.base import LogOptions
+from providers import base
 from providers.modal.classify import sdk_errors
 
 
@@ -30,7 +30,7 @@ class ModalLogStream:
         self,
         fetch: Callable[[datetime], list[Any]],
         ended: Callable[[], bool],
-        options: LogOptions,
+        options: base.LogOptions,
         *,
         start: datetime,
         poll_seconds: float,

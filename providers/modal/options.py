@@ -19,9 +19,19 @@ DEFAULT_APP = "nebula"
 MAX_LIFETIME = 86400  # seconds: Modal's longest sandbox timeout (24 h)
 MAX_CREATE_WAIT = 300.0  # seconds: provision must return well within the vnode's provisioningTimeout
 KNOWN_KEYS = frozenset(
-    {"app", "environment", "server_url", "credentials_dir", "poll_interval", "regions", "max_lifetime",
-     "log_poll_interval", "connect_timeout", "create_wait"}
-)  # fmt: skip
+    {
+        "app",
+        "environment",
+        "server_url",
+        "credentials_dir",
+        "poll_interval",
+        "regions",
+        "max_lifetime",
+        "log_poll_interval",
+        "connect_timeout",
+        "create_wait",
+    }
+)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 

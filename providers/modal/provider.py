@@ -4,7 +4,7 @@ Built by `providers.registry` from settings (`providers.modal.ModalProvider`); c
 the vnode and the kubelet API. Sandboxes carry the owner's key and the claim as tags, so
 `list` (one `SandboxList` walk) finds every instance of this owner across restarts and
 never another owner's; provision lists by the claim first (idempotent). The SDK's create
-waits until Modal schedules the sandbox, so it runs on a thread (`create.BackgroundCreate`):
+waits until Modal schedules the sandbox, so it runs on a thread (`launch.launch.BackgroundCreate`):
 provision returns it reserved if Modal scheduled it within `create_wait`, else unreserved
 once the claim's queued sandbox is listed (the vnode's provisioningTimeout then applies).
 Env values go in a `modal.Secret.from_dict` and are never logged; the connect token minted
@@ -19,53 +19,29 @@ import builtins
 import logging
 import re
 import secrets
-import threading
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from providers.base import (
-    BlockScope,
-    Capabilities,
-    ConnectCredential,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceState,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-    UsageReporter,
-)
+from providers import base, claimlocks
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
-from providers.modal import catalog, status
+from providers.modal import catalog, launch, status
 from providers.modal.classify import classify, sdk_errors, translate
-from providers.modal.create import BackgroundCreate
 from providers.modal.logs import ModalLogStream
 from providers.modal.options import ModalOptions, parse_options
 from providers.modal.process import ModalProcess
 from providers.modal.sdk import Session
 from providers.modal.usage import UsageCache
-from providers.owner import Owner
+from providers.owner import Owned, Owner
 from providers.pullauth import auth_for
 from providers.shape import SINGLE_CONTAINER
 
 logger = logging.getLogger(__name__)
 
-NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 ALL_REGIONS = frozenset({"*", "any", "all"})
 _SANDBOX_ID = re.compile(r"^sb-[A-Za-z0-9_-]{1,128}$")
-MIB = 2**20
 EXEC_MARKER = "NEBULA_EXEC_ID"  # in a TTY exec's environment, so a resize can find its terminal
 # $1 the marker (NAME=value), $2 rows, $3 columns: set the size of the terminal on the stdin of
 # the first process whose environment holds the marker. POSIX sh, tr, grep and stty.
@@ -78,7 +54,7 @@ QUEUE_LIST_BOUND = 60.0  # seconds after create_wait to see a queued sandbox lis
 LIST_POLL_SECONDS = 0.2
 
 
-class ModalProvider:
+class ModalProvider(Owned):
     """Runs each Pod's one container as a Modal Sandbox. Options: see `options.ModalOptions`."""
 
     def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
@@ -87,30 +63,21 @@ class ModalProvider:
         self._options: ModalOptions = parse_options(options or {})
         self._session = Session(self._options)
         self._usage = UsageCache()
-        self._locks_guard = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks = claimlocks.ClaimLocks()
 
     def __repr__(self) -> str:
         return f"ModalProvider(name={self._name!r}, owner={self._owner.key!r}, app={self._options.app!r})"
 
     @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
-
-    @property
     def options(self) -> ModalOptions:
         return self._options
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
+    def capabilities(self) -> base.Capabilities:
+        return base.Capabilities(
             poll_interval=self._options.poll_interval,
-            tiers=(Tier.ON_DEMAND,),
+            tiers=(base.Tier.ON_DEMAND,),
             regions=self._options.regions,
-            capacity=dict(NODE_CAPACITY),
+            capacity=dict(base.UNBOUNDED_CAPACITY),
             pulls_images=True,
             uses_pull_secrets=True,
             enforces_deadline=True,
@@ -125,20 +92,16 @@ class ModalProvider:
     def _owner_tags(self) -> dict[str, str]:
         return {status.TAG_OWNER: self._owner.key}
 
-    def _claim_lock(self, claim: str) -> threading.Lock:
-        with self._locks_guard:
-            return self._claim_locks.setdefault(claim, threading.Lock())
-
     # -- provision ----------------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         """Adopt the claim's live sandbox if there is one, else create one; return once Modal
         scheduled it (reserved, with the connect token) or once it is seen queued (module doc)."""
-        arguments = self._create_arguments(pod, request)
-        with self._claim_lock(request.claim):
+        arguments = launch.create_arguments(pod, request, options=self._options, expand_regions=self.expand_regions)
+        with self._claim_locks.held(request.claim):
             tags = {**self._owner_tags(), status.TAG_CLAIM: request.claim}
             found = self._live(tags)
             if found is not None:
-                return ProvisionResult(found.id, reserved=found.state is InstanceState.RUNNING)
+                return base.ProvisionResult(found.id, reserved=found.state is base.InstanceState.RUNNING)
             app = self._session.app()
             client = self._session.client()
 
@@ -154,20 +117,25 @@ class ModalProvider:
                 image = modal.Image.from_registry(pod.image, secret=registry)
                 secrets = [modal.Secret.from_dict(dict(request.env))] if request.env else []
                 return modal.Sandbox.create(
-                    *arguments.pop("argv"), app=app, client=client, image=image, secrets=secrets,
-                    tags={**tags, status.TAG_PROVIDER: self._name}, **arguments,
-                )  # fmt: skip
+                    *arguments.pop("argv"),
+                    app=app,
+                    client=client,
+                    image=image,
+                    secrets=secrets,
+                    tags={**tags, status.TAG_PROVIDER: self._name},
+                    **arguments,
+                )
 
-            return self._await_create(BackgroundCreate(create, request.claim).start(), tags, request.claim)
+            return self._await_create(launch.BackgroundCreate(create, request.claim).start(), tags, request.claim)
 
-    def _live(self, tags: dict[str, str]) -> Instance | None:
+    def _live(self, tags: dict[str, str]) -> base.Instance | None:
         for info in self._session.list_sandboxes(tags):
             found = status.instance_from(info)
-            if found.state in (InstanceState.PROVISIONING, InstanceState.RUNNING):
+            if found.state in (base.InstanceState.PROVISIONING, base.InstanceState.RUNNING):
                 return found
         return None
 
-    def _await_create(self, create: BackgroundCreate, tags: dict[str, str], claim: str) -> ProvisionResult:
+    def _await_create(self, create: launch.BackgroundCreate, tags: dict[str, str], claim: str) -> base.ProvisionResult:
         """The create's outcome if it ends within `create_wait`, else the queued sandbox once
         listed; Unavailable if it is not listed within `QUEUE_LIST_BOUND` more seconds."""
         wait = self._options.create_wait
@@ -192,15 +160,15 @@ class ModalProvider:
         if create.error is not None:
             raise translate(create.error, creating=True) from create.error
         sandbox = create.sandbox
-        sandbox_id = InstanceId(str(sandbox.object_id))
+        sandbox_id = base.InstanceId(str(sandbox.object_id))
         with sdk_errors():
             token = sandbox.create_connect_token()
         logger.info("created modal sandbox %s for claim %s", sandbox_id, claim)
-        return ProvisionResult(sandbox_id, reserved=True, credential=_credential(token))
+        return base.ProvisionResult(sandbox_id, reserved=True, credential=_credential(token))
 
-    def _queued(self, sandbox_id: InstanceId, claim: str) -> ProvisionResult:
+    def _queued(self, sandbox_id: base.InstanceId, claim: str) -> base.ProvisionResult:
         """A sandbox Modal still queues: not reserved; its connect token if Modal mints one now."""
-        credential: ConnectCredential | None = None
+        credential: base.ConnectCredential | None = None
         try:
             sandbox = self._session.sandbox(sandbox_id)
             with sdk_errors():
@@ -208,63 +176,33 @@ class ModalProvider:
         except ProviderError as exc:
             logger.info("no connect token for the queued modal sandbox %s (%s)", sandbox_id, type(exc).__name__)
         logger.info("created modal sandbox %s for claim %s; modal queues it", sandbox_id, claim)
-        return ProvisionResult(sandbox_id, reserved=False, credential=credential)
-
-    def _lifetime(self, pod: PodSpec) -> int:
-        """The sandbox's timeout: the Pod's activeDeadlineSeconds, at most `max_lifetime`."""
-        deadline = pod.active_deadline_seconds
-        return min(deadline, self._options.max_lifetime) if deadline else self._options.max_lifetime
-
-    def _create_arguments(self, pod: PodSpec, request: ProvisionRequest) -> dict[str, Any]:
-        if not pod.image:
-            raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
-        if len(pod.app_containers()) > 1 or pod.init_containers:
-            raise NotSupported("the modal provider runs one container per Pod (no init or extra containers)")
-        if (request.capacity_type or Tier.ON_DEMAND) is not Tier.ON_DEMAND:
-            raise NotSupported("the modal provider sells OnDemand capacity only")
-        try:
-            gpu = catalog.gpu_string(pod.accelerator, pod.gpu_count)
-        except ValueError as exc:
-            raise InvalidRequest(f"metadata.labels[nebula.io/accelerator]: {exc}") from None
-        arguments: dict[str, Any] = {
-            "argv": [*pod.command, *pod.args], "timeout": self._lifetime(pod), "gpu": gpu,
-            "workdir": pod.working_dir, "cpu": pod.cpu, "memory": -(-pod.memory // MIB) if pod.memory else None,
-        }  # fmt: skip
-        if request.region:
-            regions = self.expand_regions([request.region]) if self._options.regions else [request.region]
-            if not regions:
-                raise InvalidRequest(f"the modal provider does not serve region {request.region!r}")
-            arguments["region"] = regions[0]
-        egress = request.egress
-        if egress.mode is EgressMode.BLOCKED:
-            arguments["block_network"] = True
-        elif egress.mode is EgressMode.ALLOWLIST:
-            arguments["outbound_cidr_allowlist"] = list(egress.cidrs)
-            arguments["outbound_domain_allowlist"] = list(egress.domains)
-        return arguments
+        return base.ProvisionResult(sandbox_id, reserved=False, credential=credential)
 
     # -- observe and terminate --------------------------------------------------------------
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         """This owner's sandboxes in the app, ended ones included (one SandboxList walk)."""
         return [status.instance_from(info) for info in self._session.list_sandboxes(self._owner_tags())]
 
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         if not _SANDBOX_ID.match(instance_id):
             return None
         info = self._info(instance_id)
         return status.instance_from(info) if info is not None else None
 
-    def _info(self, instance_id: InstanceId) -> Any | None:
+    def _info(self, instance_id: base.InstanceId) -> Any | None:
         for info in self._session.list_sandboxes(self._owner_tags()):
             if info.id == instance_id:
                 return info
         return None
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         """Only this owner's sandbox, only if it has not ended; gone is success."""
         instance = self.get(instance_id)
-        if instance is None or instance.state in (InstanceState.TERMINATED, InstanceState.SUCCEEDED,
-                                                  InstanceState.FAILED):  # fmt: skip
+        if instance is None or instance.state in (
+            base.InstanceState.TERMINATED,
+            base.InstanceState.SUCCEEDED,
+            base.InstanceState.FAILED,
+        ):
             return
         try:
             sandbox = self._session.sandbox(instance_id)
@@ -275,15 +213,24 @@ class ModalProvider:
         logger.info("terminated modal sandbox %s (claim %s)", instance_id, instance.claim)
 
     # -- offerings and regions ----------------------------------------------------------------
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         regions = self._options.regions or ("any",)
-        result = [Offering(None, 0, Tier.ON_DEMAND, region, None, True, "cpu") for region in regions]
+        result = [base.Offering(None, 0, base.Tier.ON_DEMAND, region, None, True, "cpu") for region in regions]
         for entry in catalog.load_catalog():
             for count in entry.counts():
                 gpu = entry.modal_gpu if count == 1 else f"{entry.modal_gpu}:{count}"
                 for region in regions:
-                    result.append(Offering(entry.accelerator, count, Tier.ON_DEMAND, region,
-                                           round(entry.hourly_price * count, 4), True, gpu))  # fmt: skip
+                    result.append(
+                        base.Offering(
+                            entry.accelerator,
+                            count,
+                            base.Tier.ON_DEMAND,
+                            region,
+                            round(entry.hourly_price * count, 4),
+                            True,
+                            gpu,
+                        )
+                    )
         return result
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
@@ -300,12 +247,12 @@ class ModalProvider:
         return result
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
         return classify(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- logs and exec --------------------------------------------------------------------------
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         if options.previous:
             raise NotSupported("a Modal Pod is never restarted in place: there is no previous run")
         info = self._owned(instance_id)
@@ -318,19 +265,23 @@ class ModalProvider:
 
         def ended() -> bool:
             current = self.get(instance_id)
-            return current is None or current.state in (InstanceState.SUCCEEDED, InstanceState.FAILED,
-                                                        InstanceState.TERMINATED)  # fmt: skip
+            return current is None or current.state in (
+                base.InstanceState.SUCCEEDED,
+                base.InstanceState.FAILED,
+                base.InstanceState.TERMINATED,
+            )
 
-        return ModalLogStream(fetch, ended, options, start=instance.created_at,
-                              poll_seconds=self._options.log_poll_interval)  # fmt: skip
+        return ModalLogStream(
+            fetch, ended, options, start=instance.created_at, poll_seconds=self._options.log_poll_interval
+        )
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         if not command:
             raise InvalidRequest("exec needs a command")
         instance = status.instance_from(self._owned(instance_id))
-        if instance.state is not InstanceState.RUNNING:
+        if instance.state is not base.InstanceState.RUNNING:
             raise NotFound(f"modal sandbox {instance_id} is not running ({instance.state.value})")
         sandbox = self._session.sandbox(instance_id)
 
@@ -353,11 +304,11 @@ class ModalProvider:
 
         return ModalProcess(start, tty=tty, resize=resize)
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """The sandbox's median CPU and memory over the last minutes (`providers.modal.usage`);
         None unless it runs."""
         instance = status.instance_from(self._owned(instance_id))
-        if instance.state is not InstanceState.RUNNING:
+        if instance.state is not base.InstanceState.RUNNING:
             return None
         sandbox = self._session.sandbox(instance_id)
 
@@ -367,7 +318,7 @@ class ModalProvider:
 
         return self._usage.get(instance_id, read)
 
-    def _owned(self, instance_id: InstanceId) -> Any:
+    def _owned(self, instance_id: base.InstanceId) -> Any:
         info = self._info(instance_id) if _SANDBOX_ID.match(instance_id) else None
         if info is None:
             raise NotFound(f"no modal sandbox {instance_id}")
@@ -382,14 +333,20 @@ def terminal(rows: int, cols: int) -> Any:
     """A shell PTY of `rows` x `cols`, as `modal shell` asks for one."""
     from modal_proto import api_pb2
 
-    return api_pb2.PTYInfo(enabled=True, winsz_rows=rows, winsz_cols=cols, env_term="xterm",
-                           pty_type=api_pb2.PTYInfo.PTY_TYPE_SHELL, no_terminate_on_idle_stdin=True)  # fmt: skip
+    return api_pb2.PTYInfo(
+        enabled=True,
+        winsz_rows=rows,
+        winsz_cols=cols,
+        env_term="xterm",
+        pty_type=api_pb2.PTYInfo.PTY_TYPE_SHELL,
+        no_terminate_on_idle_stdin=True,
+    )
 
 
-def _credential(token: Any) -> ConnectCredential:
-    return ConnectCredential({"url": str(token.url).encode(), "token": str(token.token).encode()})
+def _credential(token: Any) -> base.ConnectCredential:
+    return base.ConnectCredential({"url": str(token.url).encode(), "token": str(token.token).encode()})
 
 
-def _conforms(provider: ModalProvider) -> tuple[Provider, LogStreamer, Executor, UsageReporter]:
+def _conforms(provider: ModalProvider) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.UsageReporter]:
     """mypy proves here, once, that ModalProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider

@@ -71,9 +71,11 @@ async def _list_page(client: Any, app_id: str, tags: dict[str, str], before: flo
     from modal_proto import api_pb2
 
     request = api_pb2.SandboxListRequest(
-        app_id=app_id, before_timestamp=before or 0.0, include_finished=True,
+        app_id=app_id,
+        before_timestamp=before or 0.0,
+        include_finished=True,
         tags=[api_pb2.SandboxTag(tag_name=key, tag_value=value) for key, value in tags.items()],
-    )  # fmt: skip
+    )
     return await client._stub.SandboxList(request)
 
 
@@ -111,9 +113,11 @@ class Session:
                     import modal
 
                     self._app = modal.App.lookup(
-                        self._options.app, create_if_missing=True, environment_name=self._options.environment,
+                        self._options.app,
+                        create_if_missing=True,
+                        environment_name=self._options.environment,
                         client=client,
-                    )  # fmt: skip
+                    )
             return self._app
 
     def list_sandboxes(self, tags: dict[str, str]) -> list[Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
+from providers import base
 
 TAG_OWNER = "nebula-owner"
 TAG_CLAIM = "nebula-claim"
@@ -31,36 +31,56 @@ def tags_of(info: Any) -> dict[str, str]:
     return {str(tag.tag_name): str(tag.tag_value) for tag in info.tags}
 
 
-def instance_from(info: Any) -> Instance:
+def instance_from(info: Any) -> base.Instance:
     """The facts of one `SandboxInfo`."""
     task = info.task_info
     result = task.result
     started, finished = _time(task.started_at), _time(task.finished_at)
     common: dict[str, Any] = {
-        "id": InstanceId(str(info.id)), "claim": ClaimName(tags_of(info).get(TAG_CLAIM, "")),
-        "created_at": _time(info.created_at) or datetime.fromtimestamp(0, UTC), "started_at": started,
-        "region": (list(info.regions) or [None])[0], "capacity_type": Tier.ON_DEMAND,
-    }  # fmt: skip
+        "id": base.InstanceId(str(info.id)),
+        "claim": base.ClaimName(tags_of(info).get(TAG_CLAIM, "")),
+        "created_at": _time(info.created_at) or datetime.fromtimestamp(0, UTC),
+        "started_at": started,
+        "region": (list(info.regions) or [None])[0],
+        "capacity_type": base.Tier.ON_DEMAND,
+    }
     status = int(result.status)
     if not status:
-        state = InstanceState.RUNNING if started else InstanceState.PROVISIONING
-        return Instance(state=state, **common)
+        state = base.InstanceState.RUNNING if started else base.InstanceState.PROVISIONING
+        return base.Instance(state=state, **common)
     finished = finished or started
     if status == TERMINATED:
-        return Instance(state=InstanceState.TERMINATED, finished_at=finished, message="terminated", **common)
+        return base.Instance(state=base.InstanceState.TERMINATED, finished_at=finished, message="terminated", **common)
     if status in (TIMEOUT, IDLE_TIMEOUT):
-        return Instance(state=InstanceState.FAILED, finished_at=finished, exit_code=int(result.exitcode) or None,
-                        exit_reason="DeadlineExceeded", message="the sandbox timed out", **common)  # fmt: skip
+        return base.Instance(
+            state=base.InstanceState.FAILED,
+            finished_at=finished,
+            exit_code=int(result.exitcode) or None,
+            exit_reason="DeadlineExceeded",
+            message="the sandbox timed out",
+            **common,
+        )
     if status in OOM_STATUSES:
-        return Instance(state=InstanceState.FAILED, finished_at=finished, exit_code=int(result.exitcode) or 137,
-                        exit_reason="OOMKilled", message="the sandbox ran out of memory", **common)  # fmt: skip
+        return base.Instance(
+            state=base.InstanceState.FAILED,
+            finished_at=finished,
+            exit_code=int(result.exitcode) or 137,
+            exit_reason="OOMKilled",
+            message="the sandbox ran out of memory",
+            **common,
+        )
     if status in (SUCCESS, FAILURE):
         code = int(result.exitcode)
         if code == 0 and status == SUCCESS:
-            return Instance(state=InstanceState.SUCCEEDED, finished_at=finished, exit_code=0, **common)
+            return base.Instance(state=base.InstanceState.SUCCEEDED, finished_at=finished, exit_code=0, **common)
         message = "" if code else (str(result.exception)[:500] or "failed with no exit code")
-        return Instance(state=InstanceState.FAILED, finished_at=finished, exit_code=code or None, message=message,
-                        **common)  # fmt: skip
+        return base.Instance(
+            state=base.InstanceState.FAILED, finished_at=finished, exit_code=code or None, message=message, **common
+        )
     reason = "init failure" if status == INIT_FAILURE else "internal failure"
-    return Instance(state=InstanceState.FAILED, finished_at=finished,
-                    message=f"modal: {reason}: {str(result.exception)[:500]}", **common)  # fmt: skip
+    return base.Instance(
+        state=base.InstanceState.FAILED,
+        finished_at=finished,
+        message=f"modal: {reason}: {str(result.exception)[:500]}",
+        **common,
+    )

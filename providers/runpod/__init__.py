@@ -6,7 +6,7 @@ api       the GraphQL client (per-provider URL and key; why not `ctl_commands`: 
 classify  SDK, HTTP and GraphQL failures -> `providers.errors`; refusal -> block scope
 identity  owner and claim in the pod's name and env; derived per-pod SSH keys
 status    pod -> `Instance`; workload  the wrapper start command; remote  SSH target and probe
-gpus      accelerator names -> GPU type ids, CPU instances; offers  gpuTypes -> offerings
+catalog   accelerator names -> GPU type ids, CPU instances, gpuTypes -> offerings
 options   settings
 
 Imports `providers.ssh` but no other provider.

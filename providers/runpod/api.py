@@ -112,8 +112,9 @@ class RunPodApi:
 
     def _post(self, query: str, key: str) -> dict[str, Any]:
         headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, "Authorization": f"Bearer {key}"}
-        response = self._session().post(self._url, headers=headers, data=json.dumps({"query": query}),
-                                         timeout=self._timeout)  # fmt: skip
+        response = self._session().post(
+            self._url, headers=headers, data=json.dumps({"query": query}), timeout=self._timeout
+        )
         if response.status_code == 401:
             raise AuthenticationError("Unauthorized request, please check your API key.")
         if response.status_code == 403:

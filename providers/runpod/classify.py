@@ -11,11 +11,11 @@ Tests: tests/providers/runpod/test_runpod_provider_errors.py.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import requests
 
-from providers.base import BlockBreadth, BlockScope, Tier, default_block_scope
+from providers import base
 from providers.errors import (
     InvalidRequest,
     NoCapacity,
@@ -68,35 +68,36 @@ def translate(exc: BaseException, *, secrets: Sequence[str] = ()) -> ProviderErr
     return Unavailable(f"runpod: unexpected answer ({type(exc).__name__})")
 
 
+# The first row whose words the message holds (any of them, or all of them) names the error.
+_BY_WORDS: tuple[tuple[Callable[[Iterable[bool]], bool], Sequence[str], type[ProviderError]], ...] = (
+    (any, NO_CAPACITY, NoCapacity),
+    (all, LOW_BID, LowBid),
+    (any, QUOTA, QuotaExceeded),
+    (any, AUTH, Unauthorized),
+    (any, NOT_FOUND, NotFound),
+    (any, INVALID, InvalidRequest),
+)
+
+
 def _query_error(message: str) -> ProviderError:
     text = message.lower()
     said = f"runpod: {message}"
-    if any(word in text for word in NO_CAPACITY):
-        return NoCapacity(said)
-    if all(word in text for word in LOW_BID):
-        return LowBid(said)
-    if any(word in text for word in QUOTA):
-        return QuotaExceeded(said)
-    if any(word in text for word in AUTH):
-        return Unauthorized(said)
-    if any(word in text for word in NOT_FOUND):
-        return NotFound(said)
-    if any(word in text for word in INVALID):
-        return InvalidRequest(said)
+    for test, words, kind in _BY_WORDS:
+        if test(word in text for word in words):
+            return kind(said)
     if "try again" in text or "something went wrong" in text:
         return Unavailable(said)
     return Refused(said)
 
 
 def classify(
-    provider: str, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-) -> BlockScope:
+    provider: str, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+) -> base.BlockScope:
     reason = f"{type(err).__name__}: {err}"
     if isinstance(err, Unauthorized | QuotaExceeded):
-        return BlockScope(provider, BlockBreadth.PROVIDER, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.PROVIDER, reason=reason)
     if isinstance(err, LowBid):
-        return BlockScope(provider, BlockBreadth.TIER, tier=Tier.SPOT, reason=reason)
+        return base.BlockScope(provider, base.BlockBreadth.TIER, tier=base.Tier.SPOT, reason=reason)
     if isinstance(err, NoCapacity):
-        return BlockScope(provider, BlockBreadth.OFFERING, tier=tier or Tier.ON_DEMAND, accelerator=accelerator,
-                          region=region, reason=reason)  # fmt: skip
-    return default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)
+        return base.no_capacity_scope(provider, reason, accelerator=accelerator, tier=tier, region=region)
+    return base.default_block_scope(provider, err, accelerator=accelerator, tier=tier, region=region)

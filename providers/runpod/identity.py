@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from providers.base import ClaimName, Tier
+from providers import base
 from providers.errors import Unavailable
 from providers.owner import Owner
 
@@ -58,7 +58,7 @@ def env_of(pod: Mapping[str, object]) -> dict[str, str]:
     return result
 
 
-def claim_of(pod: Mapping[str, object], owner: Owner) -> ClaimName | None:
+def claim_of(pod: Mapping[str, object], owner: Owner) -> base.ClaimName | None:
     """The claim of one of this owner's pods; None for any other pod."""
     match = _NAME.match(str(pod.get("name") or ""))
     if not match or match.group(1) != owner_hash(owner):
@@ -66,13 +66,13 @@ def claim_of(pod: Mapping[str, object], owner: Owner) -> ClaimName | None:
     env = env_of(pod)
     if env.get(ENV_OWNER) != owner.key or env.get(ENV_CLAIM) != match.group(2):
         return None
-    return ClaimName(match.group(2))
+    return base.ClaimName(match.group(2))
 
 
-def tier_of(pod: Mapping[str, object]) -> Tier:
+def tier_of(pod: Mapping[str, object]) -> base.Tier:
     if str(pod.get("podType") or "") == "INTERRUPTABLE":
-        return Tier.SPOT
-    return Tier.parse(env_of(pod).get(ENV_TIER)) or Tier.ON_DEMAND
+        return base.Tier.SPOT
+    return base.Tier.parse(env_of(pod).get(ENV_TIER)) or base.Tier.ON_DEMAND
 
 
 @dataclass(frozen=True, repr=False)

@@ -16,16 +16,48 @@ DEFAULT_API_BASE_URL = "https://api.runpod.io"
 CLOUD_TYPES = ("SECURE", "COMMUNITY", "ALL")
 # RunPod's data centres (its console's list); `regions` narrows or replaces it.
 DATA_CENTRES = (
-    "US-TX-3", "US-TX-4", "US-GA-1", "US-GA-2", "US-KS-2", "US-KS-3", "US-CA-2", "US-IL-1", "US-DE-1", "US-NC-1",
-    "US-WA-1", "CA-MTL-1", "CA-MTL-2", "CA-MTL-3", "EU-RO-1", "EU-SE-1", "EU-CZ-1", "EU-NL-1", "EU-FR-1",
-    "EU-NO-1", "EUR-IS-1", "EUR-IS-2", "AP-JP-1", "OC-AU-1",
-)  # fmt: skip
+    "US-TX-3",
+    "US-TX-4",
+    "US-GA-1",
+    "US-GA-2",
+    "US-KS-2",
+    "US-KS-3",
+    "US-CA-2",
+    "US-IL-1",
+    "US-DE-1",
+    "US-NC-1",
+    "US-WA-1",
+    "CA-MTL-1",
+    "CA-MTL-2",
+    "CA-MTL-3",
+    "EU-RO-1",
+    "EU-SE-1",
+    "EU-CZ-1",
+    "EU-NL-1",
+    "EU-FR-1",
+    "EU-NO-1",
+    "EUR-IS-1",
+    "EUR-IS-2",
+    "AP-JP-1",
+    "OC-AU-1",
+)
 KNOWN_KEYS = frozenset(
     {
-        "api_base_url", "credentials_dir", "cloud_type", "regions", "poll_interval", "container_disk_gb", "ssh",
-        "bid_multiplier", "spot_bid", "cpu_flavor", "request_timeout", "connect_timeout", "ssh_secret_file",
+        "api_base_url",
+        "credentials_dir",
+        "cloud_type",
+        "regions",
+        "poll_interval",
+        "container_disk_gb",
+        "ssh",
+        "bid_multiplier",
+        "spot_bid",
+        "cpu_flavor",
+        "request_timeout",
+        "connect_timeout",
+        "ssh_secret_file",
     }
-)  # fmt: skip
+)
 CPU_FLAVORS = ("cpu3c", "cpu3g", "cpu3m", "cpu5c", "cpu5g", "cpu5m")
 
 

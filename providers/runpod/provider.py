@@ -21,34 +21,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from providers import ssh
-from providers.base import (
-    BlockScope,
-    Capabilities,
-    ConnectCredential,
-    Executor,
-    Instance,
-    InstanceId,
-    InstanceUsage,
-    LogOptions,
-    LogStream,
-    LogStreamer,
-    Offering,
-    PodSpec,
-    Process,
-    Provider,
-    ProvisionRequest,
-    ProvisionResult,
-    Tier,
-    UsageReporter,
-)
+from providers import base, claimlocks, ssh
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unauthorized
-from providers.owner import Owner
-from providers.runpod import gpus, identity, remote, status
+from providers.owner import Owned, Owner
+from providers.runpod import catalog, identity, remote, status
 from providers.runpod.api import GPU_TYPES_QUERY, QUERY_POD, RunPodApi, Word, deploy_mutation, generate_pod_query
 from providers.runpod.classify import classify
-from providers.runpod.offers import offerings_from
 from providers.runpod.options import RunPodOptions, parse_options
 from providers.runpod.sdk import generate_gpu_query, generate_pod_terminate_mutation
 from providers.ssh import usage as ssh_usage
@@ -57,12 +36,11 @@ from providers.usage import Reading, UsageSampler, instance_usage
 logger = logging.getLogger(__name__)
 
 KEY_NAME = "RUNPOD_API_KEY"
-NODE_CAPACITY = {"cpu": "10000", "memory": "100Ti", "pods": "1000", "nvidia.com/gpu": "1000"}
 _POD_ID = re.compile(r"^[A-Za-z0-9]{1,64}$")
 _PARALLEL_PROBES = 8
 
 
-class RunPodProvider:
+class RunPodProvider(Owned):
     """Runs each Pod on its own RunPod pod. Options: see `options.RunPodOptions`."""
 
     def __init__(self, name: str, options: Mapping[str, Any] | None = None, *, owner: Owner | None = None) -> None:
@@ -73,21 +51,13 @@ class RunPodProvider:
         secret = identity.file_secret(self._options.ssh_secret_file) if self._options.ssh_secret_file else None
         self._keys = identity.KeySource(secret or (lambda: self._api_key().encode()))
         self._lock = threading.Lock()
-        self._claim_locks: dict[str, threading.Lock] = {}
+        self._claim_locks = claimlocks.ClaimLocks()
         self._verdicts: dict[str, status.Verdict] = {}  # final (exit seen) verdicts by pod id
         self._first_seen: dict[str, datetime] = {}
         self._usage = UsageSampler()
 
     def __repr__(self) -> str:
         return f"RunPodProvider({self._name!r}, {self._options.api_base_url!r})"
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def owner(self) -> Owner:
-        return self._owner
 
     def _api_key(self) -> str:
         """The API key: `<credentials_dir>/RUNPOD_API_KEY`, else env RUNPOD_API_KEY (read each call)."""
@@ -102,33 +72,38 @@ class RunPodProvider:
             raise Unauthorized(f"runpod: no API key ({KEY_NAME} is empty)")
         return key
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(
-            poll_interval=self._options.poll_interval, tiers=(Tier.ON_DEMAND, Tier.SPOT),
-            regions=self._options.regions, capacity=dict(NODE_CAPACITY), pulls_images=True,
-            log_timestamps=self._options.ssh, restarts_in_place=False, bills_after_exit=True,
+    def capabilities(self) -> base.Capabilities:
+        return base.Capabilities(
+            poll_interval=self._options.poll_interval,
+            tiers=(base.Tier.ON_DEMAND, base.Tier.SPOT),
+            regions=self._options.regions,
+            capacity=dict(base.UNBOUNDED_CAPACITY),
+            pulls_images=True,
+            log_timestamps=self._options.ssh,
+            restarts_in_place=False,
+            bills_after_exit=True,
             keeps_output_after_terminate=False,
-        )  # fmt: skip
+        )
 
     # -- provision ----------------------------------------------------------------------
-    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+    def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:
         if request.egress.mode is not EgressMode.OPEN:  # RunPod offers no outbound firewall
             mode = request.egress.mode.value
             raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
         if not pod.image:
             raise InvalidRequest("the Pod's first container has no image (spec.containers[0].image)")
-        tier = request.capacity_type or Tier.ON_DEMAND
+        tier = request.capacity_type or base.Tier.ON_DEMAND
         region = self._region_for(request)
-        gpu_type = gpus.gpu_type_for(pod.accelerator) if pod.accelerator else None
-        if gpu_type is None and tier is Tier.SPOT:
+        gpu_type = catalog.gpu_type_for(pod.accelerator) if pod.accelerator else None
+        if gpu_type is None and tier is base.Tier.SPOT:
             raise NotSupported(
                 "runpod sells spot (interruptible) capacity for GPU pods only: set nebula.io/accelerator"
             )
-        with self._claim_lock(request.claim):
+        with self._claim_locks.held(request.claim):
             for data in self._owned_pods():
                 if identity.claim_of(data, self._owner) == request.claim and self._live(data):
-                    return ProvisionResult(
-                        InstanceId(str(data["id"])), reserved=True, endpoint=status.endpoint_of(data)
+                    return base.ProvisionResult(
+                        base.InstanceId(str(data["id"])), reserved=True, endpoint=status.endpoint_of(data)
                     )
             key = self._keys.pair(self._owner, request.claim)
             query = self._deploy_query(pod, request, key, tier, region, gpu_type)
@@ -138,36 +113,58 @@ class RunPodProvider:
         if not answer or not answer.get("id"):
             raise NoCapacity("runpod deployed no pod (its answer names none)")
         pod_id = str(answer["id"])
-        logger.info("deployed runpod pod %s for claim %s (%s, %s, %s)", pod_id, request.claim, gpu_type or "cpu",
-                    tier.value, region or "any data centre")  # fmt: skip
-        credential = ConnectCredential({"ssh-privatekey": key.private_openssh, "username": b"root"})
+        logger.info(
+            "deployed runpod pod %s for claim %s (%s, %s, %s)",
+            pod_id,
+            request.claim,
+            gpu_type or "cpu",
+            tier.value,
+            region or "any data centre",
+        )
+        credential = base.ConnectCredential({"ssh-privatekey": key.private_openssh, "username": b"root"})
         endpoint = status.endpoint_of({"id": pod_id, "ports": _ports(pod, self._options.ssh)})
-        return ProvisionResult(InstanceId(pod_id), reserved=True, credential=credential, endpoint=endpoint)
+        return base.ProvisionResult(base.InstanceId(pod_id), reserved=True, credential=credential, endpoint=endpoint)
 
     def _deploy_query(
-        self, pod: PodSpec, request: ProvisionRequest, key: identity.KeyPair, tier: Tier, region: str | None,
+        self,
+        pod: base.PodSpec,
+        request: base.ProvisionRequest,
+        key: identity.KeyPair,
+        tier: base.Tier,
+        region: str | None,
         gpu_type: str | None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         from providers.runpod import workload
 
         env = dict(request.env)
-        env.update({
-            "PUBLIC_KEY": key.public_line, identity.ENV_CLAIM: request.claim, identity.ENV_OWNER: self._owner.key,
-            identity.ENV_TIER: tier.value, identity.ENV_REGION: region or "",
-            workload.ENV_WORKLOAD: workload.script(pod),
-        })  # fmt: skip
+        env.update(
+            {
+                "PUBLIC_KEY": key.public_line,
+                identity.ENV_CLAIM: request.claim,
+                identity.ENV_OWNER: self._owner.key,
+                identity.ENV_TIER: tier.value,
+                identity.ENV_REGION: region or "",
+                workload.ENV_WORKLOAD: workload.script(pod),
+            }
+        )
         fields: dict[str, Any] = {
-            "name": identity.pod_name(self._owner, request.claim), "imageName": pod.image,
-            "cloudType": Word(self._options.cloud_type), "startSsh": True, "dataCenterId": region,
-            "dockerArgs": workload.DOCKER_ARGS, "containerDiskInGb": self._options.container_disk_gb,
+            "name": identity.pod_name(self._owner, request.claim),
+            "imageName": pod.image,
+            "cloudType": Word(self._options.cloud_type),
+            "startSsh": True,
+            "dataCenterId": region,
+            "dockerArgs": workload.DOCKER_ARGS,
+            "containerDiskInGb": self._options.container_disk_gb,
             "ports": _ports(pod, self._options.ssh),
-        }  # fmt: skip
+        }
         if gpu_type is None:
-            fields.update(instanceId=gpus.cpu_instance_for(pod, self._options.cpu_flavor), templateId="runpod-ubuntu")
+            fields.update(
+                instanceId=catalog.cpu_instance_for(pod, self._options.cpu_flavor), templateId="runpod-ubuntu"
+            )
             return deploy_mutation("deployCpuPod", fields, env)
         count = max(1, pod.gpu_count)
         fields.update(gpuTypeId=gpu_type, gpuCount=count, supportPublicIp=True, volumeInGb=0)
-        if tier is Tier.SPOT:
+        if tier is base.Tier.SPOT:
             fields["bidPerGpu"] = self._bid(gpu_type, count)
             return deploy_mutation("podRentInterruptable", fields, env)
         return deploy_mutation("podFindAndDeployOnDemand", fields, env)
@@ -183,17 +180,13 @@ class RunPodProvider:
             raise NoCapacity(f"runpod offers no spot {gpu_type} now (no minimum bid)")
         return round(float(minimum) * self._options.bid_multiplier, 4)
 
-    def _region_for(self, request: ProvisionRequest) -> str | None:
+    def _region_for(self, request: base.ProvisionRequest) -> str | None:
         if not request.region:
             return self._options.regions[0] if self._options.regions_given else None
         expanded = self.expand_regions([request.region])
         if not expanded:
             raise InvalidRequest(f"the runpod provider does not serve data centre {request.region!r}")
         return expanded[0]
-
-    def _claim_lock(self, claim: str) -> threading.Lock:
-        with self._lock:
-            return self._claim_locks.setdefault(claim, threading.Lock())
 
     def _live(self, data: dict[str, Any]) -> bool:
         with self._lock:
@@ -205,7 +198,7 @@ class RunPodProvider:
         pods = (self._api.run(QUERY_POD).get("myself") or {}).get("pods") or []
         return [p for p in pods if isinstance(p, dict) and identity.claim_of(p, self._owner)]
 
-    def _pod(self, instance_id: InstanceId) -> dict[str, Any] | None:
+    def _pod(self, instance_id: base.InstanceId) -> dict[str, Any] | None:
         if not _POD_ID.match(str(instance_id)):
             return None
         try:
@@ -218,11 +211,11 @@ class RunPodProvider:
             return None
         return data
 
-    def get(self, instance_id: InstanceId) -> Instance | None:
+    def get(self, instance_id: base.InstanceId) -> base.Instance | None:
         data = self._pod(instance_id)
         return self._facts(data) if data else None
 
-    def list(self) -> builtins.list[Instance]:
+    def list(self) -> builtins.list[base.Instance]:
         pods = [p for p in self._owned_pods() if str(p.get("desiredStatus")) != "TERMINATED"]
         due = [p for p in pods if self._needs_probe(p)]
         if due:
@@ -246,8 +239,9 @@ class RunPodProvider:
         claim = identity.claim_of(data, self._owner)
         if claim is None:
             return None
-        target = remote.target_for(data, self._keys.pair(self._owner, claim),
-                                   connect_timeout=self._options.connect_timeout)  # fmt: skip
+        target = remote.target_for(
+            data, self._keys.pair(self._owner, claim), connect_timeout=self._options.connect_timeout
+        )
         if target is None:
             return None
         try:
@@ -260,7 +254,9 @@ class RunPodProvider:
                 self._verdicts[str(data["id"])] = verdict
         return verdict
 
-    def _facts(self, data: dict[str, Any], verdict: status.Verdict | None = None, *, probe: bool = True) -> Instance:
+    def _facts(
+        self, data: dict[str, Any], verdict: status.Verdict | None = None, *, probe: bool = True
+    ) -> base.Instance:
         pod_id = str(data["id"])
         with self._lock:
             cached = self._verdicts.get(pod_id)
@@ -271,7 +267,7 @@ class RunPodProvider:
         assert claim is not None
         return status.instance_from(data, claim, created, cached or verdict, ssh=self._options.ssh)
 
-    def terminate(self, instance_id: InstanceId) -> None:
+    def terminate(self, instance_id: base.InstanceId) -> None:
         """podTerminate only for this owner's pod; gone already (or another's) is success."""
         data = self._pod(instance_id)
         if data is None:
@@ -283,9 +279,9 @@ class RunPodProvider:
         logger.info("terminating runpod pod %s (claim %s)", instance_id, identity.claim_of(data, self._owner))
 
     # -- offerings and regions ------------------------------------------------------------
-    def offerings(self) -> builtins.list[Offering]:
+    def offerings(self) -> builtins.list[base.Offering]:
         types = self._api.run(GPU_TYPES_QUERY).get("gpuTypes") or []
-        return offerings_from(types, self._options)
+        return catalog.offerings_from(types, self._options)
 
     def expand_regions(self, declared: Sequence[str]) -> builtins.list[str]:
         """`us`, `eu`, `ca`, `ap`... the data centres of that prefix; `*` all; ids as is if served."""
@@ -302,12 +298,12 @@ class RunPodProvider:
         return result
 
     def classify_provision_error(
-        self, err: ProviderError, *, accelerator: str | None, tier: Tier | None, region: str | None
-    ) -> BlockScope:
+        self, err: ProviderError, *, accelerator: str | None, tier: base.Tier | None, region: str | None
+    ) -> base.BlockScope:
         return classify(self._name, err, accelerator=accelerator, tier=tier, region=region)
 
     # -- logs, exec, usage ----------------------------------------------------------------------
-    def _target(self, instance_id: InstanceId) -> ssh.SshTarget:
+    def _target(self, instance_id: base.InstanceId) -> ssh.SshTarget:
         data = self._pod(instance_id)
         if data is None:
             raise NotFound(f"no runpod pod {instance_id}")
@@ -315,20 +311,21 @@ class RunPodProvider:
             raise NotSupported("the runpod option 'ssh' is off: logs, exec and usage need SSH to the pod")
         claim = identity.claim_of(data, self._owner)
         assert claim is not None
-        target = remote.target_for(data, self._keys.pair(self._owner, claim),
-                                   connect_timeout=self._options.connect_timeout)  # fmt: skip
+        target = remote.target_for(
+            data, self._keys.pair(self._owner, claim), connect_timeout=self._options.connect_timeout
+        )
         if target is None or not status.has_runtime(data):
             raise NotFound(f"runpod pod {instance_id} is not running (no runtime, or no public SSH port)")
         return target
 
-    def logs(self, instance_id: InstanceId, options: LogOptions) -> LogStream:
+    def logs(self, instance_id: base.InstanceId, options: base.LogOptions) -> base.LogStream:
         if options.previous:
             raise NotSupported("each run of a RunPod Pod is a new pod: there is no previous log")
         return ssh.open_log_stream(self._target(instance_id), remote.WORKLOAD_LOG, options)
 
     def exec(
-        self, instance_id: InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
-    ) -> Process:
+        self, instance_id: base.InstanceId, command: Sequence[str], *, tty: bool, stdin: bool, container: str = ""
+    ) -> base.Process:
         if not command:
             raise NotSupported("exec needs a command")
         from providers.runpod.workload import exec_argv
@@ -336,10 +333,10 @@ class RunPodProvider:
         argv = exec_argv(builtins.list(command))
         return ssh.start_process(self._target(instance_id), argv, tty=tty, stdin=stdin)
 
-    def usage(self, instance_id: InstanceId) -> InstanceUsage | None:
+    def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
 
-    def _read_usage(self, instance_id: InstanceId) -> dict[str, Reading]:
+    def _read_usage(self, instance_id: base.InstanceId) -> dict[str, Reading]:
         try:
             target = self._target(instance_id)
         except NotFound:
@@ -349,11 +346,11 @@ class RunPodProvider:
         return ssh_usage.read_usage(target, remote.USAGE_ROOTS)
 
 
-def _ports(pod: PodSpec, with_ssh: bool) -> str:
+def _ports(pod: base.PodSpec, with_ssh: bool) -> str:
     entries = [f"{port}/http" for port in pod.ports if port != 22]
     return ",".join([*entries, *(["22/tcp"] if with_ssh else [])])
 
 
-def _conforms(provider: RunPodProvider) -> tuple[Provider, LogStreamer, Executor, UsageReporter]:
+def _conforms(provider: RunPodProvider) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.UsageReporter]:
     """mypy proves here, once, that RunPodProvider satisfies the seam's protocols."""
     return provider, provider, provider, provider

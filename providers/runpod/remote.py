@@ -25,8 +25,13 @@ def target_for(pod: dict[str, Any], key: KeyPair, *, connect_timeout: float) -> 
     address = ssh_address(pod)
     if address is None:
         return None
-    return SshTarget(host=address[0], port=address[1], username="root", private_key=key.private_openssh,
-                     connect_timeout=connect_timeout)  # fmt: skip
+    return SshTarget(
+        host=address[0],
+        port=address[1],
+        username="root",
+        private_key=key.private_openssh,
+        connect_timeout=connect_timeout,
+    )
 
 
 def run(target: SshTarget, command: str, *, timeout: float = PROBE_TIMEOUT) -> str:

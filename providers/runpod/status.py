@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from providers.base import ClaimName, Instance, InstanceId, InstanceState, Tier
+from providers import base
 from providers.runpod.identity import ENV_REGION, env_of, tier_of
 
 PROXY = "https://{pod}-{port}.proxy.runpod.net"
@@ -67,36 +67,51 @@ def endpoint_of(pod: dict[str, Any]) -> str | None:
 
 
 def instance_from(
-    pod: dict[str, Any], claim: ClaimName, created: datetime, verdict: Verdict | None, *, ssh: bool
-) -> Instance:
+    pod: dict[str, Any], claim: base.ClaimName, created: datetime, verdict: Verdict | None, *, ssh: bool
+) -> base.Instance:
     tier = tier_of(pod)
-    base = Instance(
-        id=InstanceId(str(pod["id"])), claim=claim, state=InstanceState.PROVISIONING, created_at=created,
-        endpoint=endpoint_of(pod), region=env_of(pod).get(ENV_REGION) or None, capacity_type=tier,
-    )  # fmt: skip
+    known = base.Instance(
+        id=base.InstanceId(str(pod["id"])),
+        claim=claim,
+        state=base.InstanceState.PROVISIONING,
+        created_at=created,
+        endpoint=endpoint_of(pod),
+        region=env_of(pod).get(ENV_REGION) or None,
+        capacity_type=tier,
+    )
     if verdict is not None and verdict.exit_code is not None:
         code = verdict.exit_code
-        return _with(base, state=InstanceState.SUCCEEDED if code == 0 else InstanceState.FAILED, exit_code=code,
-                     exit_reason="Completed" if code == 0 else "Error", started_at=verdict.started or created,
-                     finished_at=verdict.finished, message=f"the workload exited with code {code}")  # fmt: skip
+        return _with(
+            known,
+            state=base.InstanceState.SUCCEEDED if code == 0 else base.InstanceState.FAILED,
+            exit_code=code,
+            exit_reason="Completed" if code == 0 else "Error",
+            started_at=verdict.started or created,
+            finished_at=verdict.finished,
+            message=f"the workload exited with code {code}",
+        )
     desired = str(pod.get("desiredStatus") or "")
     if desired == "EXITED":
-        if tier is Tier.SPOT:
-            return _with(base, state=InstanceState.TERMINATED, preempted=True,
-                         message="RunPod interrupted the spot pod (outbid or reclaimed)")  # fmt: skip
-        return _with(base, state=InstanceState.TERMINATED, message="the pod was stopped outside Nebula")
+        if tier is base.Tier.SPOT:
+            return _with(
+                known,
+                state=base.InstanceState.TERMINATED,
+                preempted=True,
+                message="RunPod interrupted the spot pod (outbid or reclaimed)",
+            )
+        return _with(known, state=base.InstanceState.TERMINATED, message="the pod was stopped outside Nebula")
     if desired == "TERMINATED":
-        return _with(base, state=InstanceState.TERMINATED, message="the pod was terminated")
+        return _with(known, state=base.InstanceState.TERMINATED, message="the pod was terminated")
     if not has_runtime(pod):
-        return base
+        return known
     if not ssh:
-        return _with(base, state=InstanceState.RUNNING, started_at=created)
+        return _with(known, state=base.InstanceState.RUNNING, started_at=created)
     if verdict is not None and verdict.started is not None:
-        return _with(base, state=InstanceState.RUNNING, started_at=verdict.started)
-    return _with(base, state=InstanceState.INITIALIZING)
+        return _with(known, state=base.InstanceState.RUNNING, started_at=verdict.started)
+    return _with(known, state=base.InstanceState.INITIALIZING)
 
 
-def _with(base: Instance, **changes: Any) -> Instance:
+def _with(known: base.Instance, **changes: Any) -> base.Instance:
     from dataclasses import replace
 
-    return replace(base, **changes)
+    return replace(known, **changes)

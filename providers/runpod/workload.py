@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shlex
 
-from providers.base import PodSpec
+from providers import base
 
 STATE_DIR = "/var/log/nebula"
 LOG_FILE = f"{STATE_DIR}/workload.log"
@@ -39,7 +39,7 @@ def exec_argv(command: list[str]) -> list[str]:
     return ["bash", "-c", f'. {ENV_FILE} 2>/dev/null; exec "$@"', "nebula-exec", *command]
 
 
-def script(pod: PodSpec) -> str:
+def script(pod: base.PodSpec) -> str:
     """The wrapper (bash) for the Pod's first container."""
     argv = [*pod.command, *pod.args]
     if not argv:

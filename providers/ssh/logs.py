@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from providers.base import LogOptions
+from providers import base
 from providers.errors import NotSupported
 from providers.ssh.loop import LoopThread
 from providers.ssh.process import SshProcess, start_process
@@ -34,7 +34,7 @@ class FileLog:
     stamped: bool = False
 
 
-def remote_command(log: FileLog, options: LogOptions) -> str:
+def remote_command(log: FileLog, options: base.LogOptions) -> str:
     """The shell script run on the instance (pure; tested as text)."""
     start = "+1" if options.tail_lines is None else str(max(0, options.tail_lines))
     path = shlex.quote(log.path)
@@ -61,7 +61,7 @@ def parse_stamp(text: bytes) -> datetime | None:
 class SshLogStream:
     """A `LogStream` over a remote tail; honours timestamps, since and limit_bytes."""
 
-    def __init__(self, process: SshProcess, log: FileLog, options: LogOptions) -> None:
+    def __init__(self, process: SshProcess, log: FileLog, options: base.LogOptions) -> None:
         self._process = process
         self._stamped = log.stamped
         self._options = options
@@ -122,7 +122,7 @@ class SshLogStream:
 
 
 def open_log_stream(
-    target: SshTarget, log: FileLog, options: LogOptions, *, loop: LoopThread | None = None
+    target: SshTarget, log: FileLog, options: base.LogOptions, *, loop: LoopThread | None = None
 ) -> SshLogStream:
     """Start tailing `log` on `target`. NotSupported for options an unstamped log cannot
     honour; Unavailable when the host cannot be reached."""
@@ -133,6 +133,6 @@ def open_log_stream(
     if options.since is not None and options.since.tzinfo is None:
         options = replace(options, since=options.since.replace(tzinfo=UTC))
     if options.limit_bytes == 0:
-        options = LogOptions(follow=False, tail_lines=0)
+        options = base.LogOptions(follow=False, tail_lines=0)
     process = start_process(target, remote_command(log, options), tty=False, stdin=False, loop=loop)
     return SshLogStream(process, log, options)

@@ -211,9 +211,12 @@ def start_process(
         conn = await connect(target)
         try:
             process = await conn.create_process(
-                line, encoding=None, request_pty="force" if tty else False,
-                term_type="xterm" if tty else None, term_size=term_size if tty else None,
-            )  # fmt: skip
+                line,
+                encoding=None,
+                request_pty="force" if tty else False,
+                term_type="xterm" if tty else None,
+                term_size=term_size if tty else None,
+            )
             if not stdin and not tty:
                 process.stdin.write_eof()
         except (asyncssh.Error, OSError) as exc:

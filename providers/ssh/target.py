@@ -52,12 +52,22 @@ async def connect(target: SshTarget) -> asyncssh.SSHClientConnection:
     try:
         return await asyncio.wait_for(
             asyncssh.connect(
-                target.host, target.port, username=target.username, client_keys=[key], known_hosts=known_hosts,
-                config=None, agent_path=None, password=None, kbdint_auth=False, gss_auth=False,
-                preferred_auth=["publickey"], connect_timeout=target.connect_timeout, keepalive_interval=30,
+                target.host,
+                target.port,
+                username=target.username,
+                client_keys=[key],
+                known_hosts=known_hosts,
+                config=None,
+                agent_path=None,
+                password=None,
+                kbdint_auth=False,
+                gss_auth=False,
+                preferred_auth=["publickey"],
+                connect_timeout=target.connect_timeout,
+                keepalive_interval=30,
             ),
             target.connect_timeout + 5,
-        )  # fmt: skip
+        )
     except asyncssh.PermissionDenied as exc:
         # Usually the instance is still booting and has not authorized the key yet.
         raise Unavailable(f"ssh to {target.address}: the key is not (yet) accepted") from exc

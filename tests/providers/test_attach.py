@@ -19,7 +19,7 @@ from providers.base import Attacher, InstanceState, PodSpec, ProvisionRequest
 from providers.claim import claim_name
 from providers.errors import NotFound, NotSupported
 from providers.fake import FakeProvider
-from providers.local import LocalProvider, proc
+from providers.local import LocalProvider, pids
 from tests.support.polling import wait_for
 
 
@@ -104,7 +104,7 @@ def test_local_attach_output_ends_when_the_workload_dies_without_an_exit_record(
     attached = local.attach(instance, stdin=False, tty=False)
     folder = local.root / str(instance).rsplit(".", 1)[-1]  # local-<cluster>.<alias>.<claim>
     supervisor, workload = (
-        proc.ProcessIdentity.from_json(json.loads((folder / record).read_text())[key])
+        pids.ProcessIdentity.from_json(json.loads((folder / record).read_text())[key])
         for record, key in (("launch.json", "supervisor"), ("run.json", "workload"))
     )
     assert supervisor is not None and workload is not None

@@ -6,6 +6,7 @@ new object stands for the manager restarted on the same state.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,22 +29,16 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
     if request.param == "local":
         from providers.local import LocalProvider
 
-        def factory() -> Provider:
-            provider = LocalProvider("local", {"state_dir": str(tmp_path), "grace_period": 1})
-            made.append(provider)
-            return provider
-
+        build: ProviderFactory = functools.partial(
+            LocalProvider, "local", {"state_dir": str(tmp_path), "grace_period": 1}
+        )
         close: Callable[[], None] = lambda: None  # noqa: E731
     elif request.param == "fake":
         from providers.fake import FakeProvider
 
         cloud = f"contract-{uuid.uuid4().hex}"
 
-        def factory() -> Provider:
-            provider = FakeProvider("fake", {"cloud": cloud})
-            made.append(provider)
-            return provider
-
+        build = functools.partial(FakeProvider, "fake", {"cloud": cloud})
         close = lambda: None  # noqa: E731
     elif request.param == "aws":
         from moto import mock_aws
@@ -54,11 +49,7 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
         mock.start()
         options = {"regions": ["us-east-1"], "ami": "ami-12c6146b", "max_attempts": 1, "ssh": False}
 
-        def factory() -> Provider:
-            provider = AwsProvider("aws", options)
-            made.append(provider)
-            return provider
-
+        build = functools.partial(AwsProvider, "aws", options)
         close = mock.stop
     elif request.param == "runpod":
         import importlib
@@ -75,11 +66,7 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
         (tmp_path / "runpod-creds" / "RUNPOD_API_KEY").write_text(fake.api_key)
         runpod_options = {"api_base_url": fake.url, "credentials_dir": str(tmp_path / "runpod-creds")}
 
-        def factory() -> Provider:
-            provider = RunPodProvider("runpod", runpod_options)
-            made.append(provider)
-            return provider
-
+        build = functools.partial(RunPodProvider, "runpod", runpod_options)
         close = fake.close
     elif request.param == "modal":
         from providers.modal import ModalProvider
@@ -91,11 +78,7 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
         (tmp_path / "MODAL_TOKEN_SECRET").write_text(fake_modal.token_secret)
         modal_options = {"server_url": fake_modal.url, "credentials_dir": str(tmp_path)}
 
-        def factory() -> Provider:
-            provider = ModalProvider("modal", modal_options)  # a new object: the manager restarted
-            made.append(provider)
-            return provider
-
+        build = functools.partial(ModalProvider, "modal", modal_options)  # a new object: the manager restarted
         close = fake_modal.close
     else:
         from providers.fake import FakeProvider
@@ -103,12 +86,14 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
 
         server = start_server()
 
-        def factory() -> Provider:
-            provider = FakeProvider("fake", {"url": server.url})
-            made.append(provider)
-            return provider
-
+        build = functools.partial(FakeProvider, "fake", {"url": server.url})
         close = server.close
+
+    def factory() -> Provider:
+        provider = build()
+        made.append(provider)
+        return provider
+
     try:
         yield factory
     finally:

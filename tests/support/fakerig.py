@@ -13,7 +13,7 @@ from typing import Any
 from providers.base import Instance, InstanceId
 from providers.fake import FakeProvider
 from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import cloud_named, forget
+from providers.fake.registry import cloud_named, forget
 from providers.fake.scenario import load_scenario
 from providers.fake.server import start_server
 from providers.shape import ContainerFacts, ContainerState

@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from providers.local import proc
+from providers.local import pids as proc
 
 
 def kill_leftovers(state_dir: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, Process
-from providers.fake.shell import ScriptedProcess
+from providers.fake.process import ScriptedProcess
 from providers.shape import ContainerFacts, ContainerState
 from tests.support.factories import make_pod
 from tests.support.handlers import KeptEvents

@@ -18,7 +18,7 @@ import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, Process, ProvisionRequest
 from providers.claim import claim_name
-from providers.fake.shell import ScriptedProcess
+from providers.fake.process import ScriptedProcess
 from providers.local import LocalProvider
 from providers.podspec import pod_spec_from_dict
 from tests.support.factories import make_pod

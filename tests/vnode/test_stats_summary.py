@@ -10,7 +10,7 @@ from typing import Any
 
 from providers.base import ResourceUsage
 from providers.fake import FakeProvider
-from providers.fake.clouds import forget
+from providers.fake.registry import forget
 from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
 from vnode.usage import ContainerUsage, NodeUsage, PodUsage, merged, summary

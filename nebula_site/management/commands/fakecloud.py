@@ -1,6 +1,6 @@
 """`manage.py fakecloud`: serve the fake cloud over HTTP, or inject faults into a running one.
 
-Parses arguments and calls `providers.fake.control.run_fakecloud`; nothing else lives here.
+Parses arguments and calls `providers.fake.command.run_fakecloud`; nothing else lives here.
 Verbs and routes are documented in docs/providers/fake.md.
 Tests: tests/providers/fake/test_fake_http.py.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from nebula_site.signals import stop_on_signals
-from providers.fake import control
+from providers.fake import command as control
 
 
 class Command(BaseCommand):

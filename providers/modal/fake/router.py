@@ -41,28 +41,16 @@ class Router(_Base):  # type: ignore[misc]
         self._stdin_offsets: dict[str, int] = {}
 
     async def _recv(self, stream: Any, method: str) -> Any:
-        state = self.state
-        with state.lock:
-            state.calls.append(method)
-            outage = state.is_outage
-        if outage:
-            raise GRPCError(Status.UNAVAILABLE, "fake modal: outage")
         auth = (stream.metadata or {}).get("authorization", "")
-        with state.lock:
-            known = auth.startswith("Bearer ") and auth[7:] in state.jwts
-        if not known:
-            raise GRPCError(Status.UNAUTHENTICATED, "invalid router token")
-        failure = state.take_failure(method)
-        if failure is not None:
-            raise GRPCError(Status(failure[0]), failure[1])
+
+        def authorized() -> bool:
+            return auth.startswith("Bearer ") and auth[7:] in self.state.jwts
+
+        self.state.admit(method, authorized=authorized, refusal="invalid router token")
         return await stream.recv_message()
 
     def _exec(self, exec_id: str) -> ExecRecord:
-        with self.state.lock:
-            record = self.state.execs.get(exec_id)
-        if record is None:
-            raise GRPCError(Status.NOT_FOUND, f"exec {exec_id} not found")
-        return record
+        return self.state.found(self.state.execs, exec_id, "exec")
 
     async def TaskExecStart(self, stream: Any) -> None:
         req = await self._recv(stream, "TaskExecStart")

@@ -87,9 +87,14 @@ class Process:
             threading.Thread(target=self._read_fd, args=(master, STDOUT), daemon=True).start()
         else:
             self.popen = subprocess.Popen(
-                argv, cwd=self.workdir, env=full_env, start_new_session=True,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )  # fmt: skip
+                argv,
+                cwd=self.workdir,
+                env=full_env,
+                start_new_session=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             self.output.open_pipes = 2
             assert self.popen.stdout is not None and self.popen.stderr is not None
             for pipe, fd in ((self.popen.stdout, STDOUT), (self.popen.stderr, STDERR)):

@@ -73,29 +73,19 @@ class ControlPlane(_Base):  # type: ignore[misc]
         self.router_url = router_url
 
     def guard(self, stream: Any, method: str) -> None:
-        state = self.state
-        with state.lock:
-            state.calls.append(method)
-            outage = state.is_outage
-        if outage:
-            raise GRPCError(Status.UNAVAILABLE, "fake modal: outage")
         md = stream.metadata or {}
-        if (md.get("x-modal-token-id"), md.get("x-modal-token-secret")) != self._token:
-            raise GRPCError(Status.UNAUTHENTICATED, "Invalid token")
-        failure = state.take_failure(method)
-        if failure is not None:
-            raise GRPCError(Status(failure[0]), failure[1])
+
+        def authorized() -> bool:
+            return (md.get("x-modal-token-id"), md.get("x-modal-token-secret")) == self._token
+
+        self.state.admit(method, authorized=authorized, refusal="Invalid token")
 
     async def _recv(self, stream: Any, method: str) -> Any:
         self.guard(stream, method)
         return await stream.recv_message()
 
     def _sandbox(self, sandbox_id: str) -> SandboxRecord:
-        with self.state.lock:
-            record = self.state.sandboxes.get(sandbox_id)
-        if record is None:
-            raise GRPCError(Status.NOT_FOUND, f"Sandbox {sandbox_id} not found")
-        return record
+        return self.state.found(self.state.sandboxes, sandbox_id, "Sandbox")
 
     async def ClientHello(self, stream: Any) -> None:
         await self._recv(stream, "ClientHello")
@@ -173,12 +163,22 @@ class ControlPlane(_Base):  # type: ignore[misc]
         gpu = d.resources.gpu_config
         gpu_name = (gpu.gpu_type or "") + (f":{gpu.count}" if gpu.count > 1 else "")
         record = SandboxRecord(
-            id=new_id("sb"), app_id=req.app_id, task_id=new_id("ta"), command=list(d.entrypoint_args), env=env,
-            image=image, gpu=gpu_name, cpu=d.resources.milli_cpu / 1000, memory=d.resources.memory_mb,
-            region=list(d.scheduler_placement.regions), timeout=d.timeout_secs, block_network=_blocked(d),
+            id=new_id("sb"),
+            app_id=req.app_id,
+            task_id=new_id("ta"),
+            command=list(d.entrypoint_args),
+            env=env,
+            image=image,
+            gpu=gpu_name,
+            cpu=d.resources.milli_cpu / 1000,
+            memory=d.resources.memory_mb,
+            region=list(d.scheduler_placement.regions),
+            timeout=d.timeout_secs,
+            block_network=_blocked(d),
             allowed_cidrs=list(d.network_access.allowed_cidrs),
-            allowed_domains=list(d.network_access.allowed_domains), tags={t.tag_name: t.tag_value for t in req.tags},
-        )  # fmt: skip
+            allowed_domains=list(d.network_access.allowed_domains),
+            tags={t.tag_name: t.tag_value for t in req.tags},
+        )
         with self.state.lock:
             self.state.sandboxes[record.id] = record
             self.state.tasks[record.task_id] = record.id
@@ -223,11 +223,16 @@ class ControlPlane(_Base):  # type: ignore[misc]
             task.result.CopyFrom(result)
             task.finished_at = time.time()
         return api_pb2.SandboxInfo(
-            id=record.id, created_at=record.created_at, app_id=record.app_id, task_info=task,
+            id=record.id,
+            created_at=record.created_at,
+            app_id=record.app_id,
+            task_info=task,
             tags=[api_pb2.SandboxTag(tag_name=k, tag_value=v) for k, v in record.tags.items()],
-            image_id="", regions=record.region, timeout_secs=record.timeout,
+            image_id="",
+            regions=record.region,
+            timeout_secs=record.timeout,
             metadata=api_pb2.SandboxHandleMetadata(app_id=record.app_id),
-        )  # fmt: skip
+        )
 
     async def SandboxList(self, stream: Any) -> None:
         req = await self._recv(stream, "SandboxList")
@@ -235,12 +240,13 @@ class ControlPlane(_Base):  # type: ignore[misc]
         with self.state.lock:
             records = sorted(self.state.sandboxes.values(), key=lambda r: r.created_at, reverse=True)
         found = [
-            r for r in records
+            r
+            for r in records
             if (not req.app_id or r.app_id == req.app_id)
             and all(r.tags.get(k) == v for k, v in wanted.items())
             and (req.include_finished or result_of(r) is None)
             and (not req.before_timestamp or r.created_at < req.before_timestamp)
-        ][:100]  # fmt: skip
+        ][:100]
         await stream.send_message(api_pb2.SandboxListResponse(sandboxes=[self._info(r) for r in found]))
 
     async def SandboxTagsSet(self, stream: Any) -> None:

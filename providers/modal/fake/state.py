@@ -12,12 +12,16 @@ import secrets as random
 import string
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+from grpclib import GRPCError, Status
 
 from providers.modal.fake.sandboxes import Process
 from providers.modal.fake.stats import Sampler
 
+_Found = TypeVar("_Found")
 _ALPHABET = string.digits + string.ascii_uppercase + string.ascii_lowercase
 
 
@@ -63,14 +67,24 @@ class SandboxRecord:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "id": self.id, "app": self.app_id, "tags": dict(self.tags), "command": list(self.command),
-            "env_keys": sorted(self.env), "image": dict(self.image), "gpu": self.gpu, "cpu": self.cpu,
-            "memory": self.memory, "region": list(self.region), "timeout": self.timeout,
-            "block_network": self.block_network, "allowed_cidrs": list(self.allowed_cidrs),
+            "id": self.id,
+            "app": self.app_id,
+            "tags": dict(self.tags),
+            "command": list(self.command),
+            "env_keys": sorted(self.env),
+            "image": dict(self.image),
+            "gpu": self.gpu,
+            "cpu": self.cpu,
+            "memory": self.memory,
+            "region": list(self.region),
+            "timeout": self.timeout,
+            "block_network": self.block_network,
+            "allowed_cidrs": list(self.allowed_cidrs),
             "allowed_domains": list(self.allowed_domains),
-            "state": self.state, "exit_code": self.exit_code,
+            "state": self.state,
+            "exit_code": self.exit_code,
             "pid": self.process.pid if self.process is not None else None,
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -97,6 +111,31 @@ class State:
         self.is_outage = False
         self.failures: dict[str, list[tuple[int, str]]] = {}
         self.calls: list[str] = []
+
+    def admit(self, method: str, *, authorized: Callable[[], bool], refusal: str) -> None:
+        """The gate of one gRPC call, in this order: record the call, refuse it during an outage
+        (UNAVAILABLE), refuse bad credentials (`authorized()` is read under the lock;
+        UNAUTHENTICATED with `refusal`), then raise a failure injected for `method`."""
+        with self.lock:
+            self.calls.append(method)
+            outage = self.is_outage
+        if outage:
+            raise GRPCError(Status.UNAVAILABLE, "fake modal: outage")
+        with self.lock:
+            known = authorized()
+        if not known:
+            raise GRPCError(Status.UNAUTHENTICATED, refusal)
+        failure = self.take_failure(method)
+        if failure is not None:
+            raise GRPCError(Status(failure[0]), failure[1])
+
+    def found(self, table: dict[str, _Found], key: str, what: str) -> _Found:
+        """`table[key]`, read under the lock; gRPC NOT_FOUND (`<what> <key> not found`) if absent."""
+        with self.lock:
+            record = table.get(key)
+        if record is None:
+            raise GRPCError(Status.NOT_FOUND, f"{what} {key} not found")
+        return record
 
     def start(self, record: SandboxRecord) -> None:
         """Start the sandbox's process now (pending -> running)."""

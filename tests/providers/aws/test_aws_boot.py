@@ -15,7 +15,7 @@ import pytest
 from moto import mock_aws
 
 from providers import errors
-from providers.aws import AwsProvider, catalog, console, remote
+from providers.aws import AwsProvider, catalog, logs, remote
 from providers.aws.keys import generate_key_pair
 from providers.aws.userdata import Boot, docker_run, render_script, render_user_data
 from providers.base import InstanceId, LogOptions, PodSpec, ProvisionRequest
@@ -109,17 +109,17 @@ def test_the_catalog_lists_the_families_with_a_primary_first() -> None:
 
 
 def test_console_output_is_base64_decoded_with_a_plain_text_fallback() -> None:
-    assert console.decode_console(base64.b64encode(b"boot ok\n").decode()) == b"boot ok\n"
-    assert console.decode_console("Linux version 2.6 (plain)") == b"Linux version 2.6 (plain)"
-    assert console.decode_console(None) == b""
+    assert logs.decode_console(base64.b64encode(b"boot ok\n").decode()) == b"boot ok\n"
+    assert logs.decode_console("Linux version 2.6 (plain)") == b"Linux version 2.6 (plain)"
+    assert logs.decode_console(None) == b""
 
 
 def test_appended_finds_what_a_rolling_console_window_added() -> None:
-    assert console.appended(b"", b"abc") == b"abc"
-    assert console.appended(b"line1\nline2\n", b"line1\nline2\nline3\n") == b"line3\n"
+    assert logs.appended(b"", b"abc") == b"abc"
+    assert logs.appended(b"line1\nline2\n", b"line1\nline2\nline3\n") == b"line3\n"
     old = b"".join(b"line %d\n" % i for i in range(100))
     new = old[500:] + b"fresh\n"
-    assert console.appended(old, new) == b"fresh\n"
+    assert logs.appended(old, new) == b"fresh\n"
 
 
 @pytest.fixture

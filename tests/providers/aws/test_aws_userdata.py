@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from providers.aws import console, containers
+from providers.aws import containers, logs
 from providers.aws.exits import exit_code_in
 from providers.aws.mounts import VOLUME_DIR
 from providers.base import PodSpec
@@ -126,7 +126,7 @@ def test_each_container_has_its_stamped_log_its_exit_record_and_console_markers_
     assert codes == {"fetch": 0, "metrics": 0, "migrate": 0, "main": 0, "side": 3}
     assert all(event.started_at is not None and event.finished_at is not None for event in events.values())
     assert exit_code_in(output) == 3  # the workload's: the first non-zero code
-    assert console.lines_of(output, b"side ") == side_log
+    assert logs.lines_of(output, b"side ") == side_log
     everything = output + b"".join(path.read_bytes() for path in vm.file("/var/log/nebula").iterdir())
     assert SECRET.strip() not in everything
 

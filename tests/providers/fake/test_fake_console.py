@@ -15,9 +15,9 @@ from providers import errors
 from providers.base import ClaimName, InstanceId, LogOptions, LogStream, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import cloud_named, forget
+from providers.fake.process import ScriptedProcess
+from providers.fake.registry import cloud_named, forget
 from providers.fake.scenario import load_scenario
-from providers.fake.shell import ScriptedProcess
 from tests.support.polling import read_to_end
 
 

@@ -15,7 +15,7 @@ from providers import errors
 from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import cloud_named, forget
+from providers.fake.registry import cloud_named, forget
 from providers.fake.scenario import load_scenario
 from providers.shape import ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 from tests.support.clock import ManualClock

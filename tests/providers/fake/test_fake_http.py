@@ -22,7 +22,7 @@ import pytest
 from providers import errors
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, ProvisionRequest, Tier
 from providers.fake import FakeProvider, wire
-from providers.fake import control as fakecloud
+from providers.fake import command as fakecloud
 from providers.fake.server import MAX_BODY, FakeCloudServer, start_server
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 from tests.support.factories import make_pod_spec

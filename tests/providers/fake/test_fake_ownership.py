@@ -16,7 +16,7 @@ from providers import errors
 from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.cloud import FakeCloud
-from providers.fake.clouds import forget
+from providers.fake.registry import forget
 from providers.fake.server import FakeCloudServer, start_server
 from providers.owner import Owner
 from tests.support.factories import make_pod_spec

@@ -22,7 +22,7 @@ from providers.base import (
     Tier,
 )
 from providers.fake import FakeProvider
-from providers.fake.clouds import forget
+from providers.fake.registry import forget
 from providers.fake.scenario import load_scenario
 from providers.registry import ConfigurationError, build_provider
 from tests.support.factories import make_pod_spec

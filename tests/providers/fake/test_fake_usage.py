@@ -12,7 +12,7 @@ import pytest
 from providers import errors
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, ProvisionRequest, UsageReporter
 from providers.fake import FakeProvider
-from providers.fake.clouds import forget
+from providers.fake.registry import forget
 from providers.fake.scenario import parse_scenario
 from providers.fake.usage import Load, parse_usage, usage_of
 from tests.support.factories import make_pod_spec

@@ -33,7 +33,7 @@ from providers.base import (
     Tier,
 )
 from providers.errors import InvalidRequest, NoCapacity, NotFound, ProviderError, Unavailable
-from providers.local import LocalProvider, folder, image_notice, launch, proc
+from providers.local import LocalProvider, folder, image_notice, launch, pids
 from tests.support.local_cleanup import kill_leftovers, live_supervisors
 from tests.support.polling import wait_for
 
@@ -58,10 +58,10 @@ def terminate_all(provider: LocalProvider) -> None:
 def kill_instance(path: Path) -> None:
     """SIGKILL an instance's supervisor and workload group, as a reboot would."""
     for record, key in (("launch.json", "supervisor"), ("run.json", "workload")):
-        identity = proc.ProcessIdentity.from_json(json.loads((path / record).read_text())[key])
+        identity = pids.ProcessIdentity.from_json(json.loads((path / record).read_text())[key])
         assert identity is not None
-        proc.signal_group(identity, signal.SIGKILL)
-        if proc.is_alive(identity):
+        pids.signal_group(identity, signal.SIGKILL)
+        if pids.is_alive(identity):
             os.kill(identity.pid, signal.SIGKILL)
 
 
@@ -160,8 +160,8 @@ def test_a_workload_group_killed_by_sigkill_is_failed_with_137(provider: LocalPr
     """As the kubelet reports a container killed by signal N: exit code 128+N, reason Error."""
     result = provider.provision(make_pod(args=("echo up; exec sleep 300",)), request())
     wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
-    leader = proc.ProcessIdentity.from_json(json.loads((provider.root / CLAIM / "run.json").read_text())["workload"])
-    assert leader is not None and proc.signal_group(leader, signal.SIGKILL)
+    leader = pids.ProcessIdentity.from_json(json.loads((provider.root / CLAIM / "run.json").read_text())["workload"])
+    assert leader is not None and pids.signal_group(leader, signal.SIGKILL)
     instance = finished(provider, result.instance_id)
     assert (instance.state, instance.exit_code, instance.exit_reason) == (InstanceState.FAILED, 137, "Error")
     assert instance.started_at and instance.finished_at and instance.started_at <= instance.finished_at
@@ -173,9 +173,9 @@ def test_an_exited_instance_keeps_its_folder_and_output_until_terminate_removes_
     result = provider.provision(make_pod(args=("echo done",)), request())
     finished(provider, result.instance_id)
     path = provider.root / CLAIM
-    supervisor = proc.ProcessIdentity.from_json(json.loads((path / "launch.json").read_text())["supervisor"])
+    supervisor = pids.ProcessIdentity.from_json(json.loads((path / "launch.json").read_text())["supervisor"])
     assert supervisor is not None
-    wait_for(lambda: not proc.is_alive(supervisor))
+    wait_for(lambda: not pids.is_alive(supervisor))
     [listed] = provider.list()
     assert listed.state is InstanceState.SUCCEEDED and read_all(provider, result.instance_id) == b"done\n"
     assert provider.capabilities().bills_after_exit is False
@@ -294,19 +294,19 @@ def test_a_run_that_ends_while_its_folder_is_read_shows_its_exit_code(
     result = provider.provision(make_pod(args=("exec sleep 300",)), request())
     wait_for(lambda: provider.get(result.instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
     path = provider.root / CLAIM
-    alive = proc.is_alive
+    alive = pids.is_alive
     ended: list[bool] = []
 
-    def ends_now(identity: proc.ProcessIdentity) -> bool:
+    def ends_now(identity: pids.ProcessIdentity) -> bool:
         if not ended:
             ended.append(True)
-            workload = proc.ProcessIdentity.from_json(json.loads((path / "run.json").read_text())["workload"])
+            workload = pids.ProcessIdentity.from_json(json.loads((path / "run.json").read_text())["workload"])
             assert workload is not None
-            proc.signal_group(workload, signal.SIGKILL)
+            pids.signal_group(workload, signal.SIGKILL)
             wait_for(lambda: (path / "exit.json").exists() and not alive(identity), what="the supervisor's exit")
         return alive(identity)
 
-    monkeypatch.setattr(proc, "is_alive", ends_now)
+    monkeypatch.setattr(pids, "is_alive", ends_now)
     instance = provider.get(result.instance_id)
     assert ended and instance is not None
     assert (instance.state, instance.exit_code, instance.message) == (InstanceState.FAILED, 137, "exited with code 137")
@@ -316,14 +316,14 @@ def test_a_reused_pid_is_not_taken_for_the_workload() -> None:
     """Liveness compares the start time too: the same pid with another start time is not ours."""
     child = subprocess.Popen(["sleep", "300"], start_new_session=True)
     try:
-        real = proc.identify(child.pid)
-        assert real is not None and proc.is_alive(real) and proc.group_alive(real)
-        impostor = proc.ProcessIdentity(real.pid, real.start_ticks + 1)
-        assert not proc.is_alive(impostor) and not proc.group_alive(impostor)
+        real = pids.identify(child.pid)
+        assert real is not None and pids.is_alive(real) and pids.group_alive(real)
+        impostor = pids.ProcessIdentity(real.pid, real.start_ticks + 1)
+        assert not pids.is_alive(impostor) and not pids.group_alive(impostor)
     finally:
         child.kill()
         child.wait()
-    assert not proc.is_alive(real) and not proc.group_alive(real)
+    assert not pids.is_alive(real) and not pids.group_alive(real)
 
 
 def test_env_reaches_the_workload_and_no_value_is_logged(
@@ -376,10 +376,10 @@ def test_terminate_without_a_supervisor_signals_the_workload_group_itself(provid
     result = provider.provision(make_pod(args=("trap '' TERM; echo up; sleep 300",)), request())
     wait_for(lambda: read_all(provider, result.instance_id) == b"up\n")
     folder = provider.root / CLAIM
-    supervisor = proc.ProcessIdentity.from_json(json.loads((folder / "launch.json").read_text())["supervisor"])
+    supervisor = pids.ProcessIdentity.from_json(json.loads((folder / "launch.json").read_text())["supervisor"])
     assert supervisor is not None
     os.kill(supervisor.pid, signal.SIGKILL)
-    wait_for(lambda: not proc.is_alive(supervisor))
+    wait_for(lambda: not pids.is_alive(supervisor))
     assert provider.get(result.instance_id).state is InstanceState.RUNNING  # type: ignore[union-attr]
     provider.terminate(result.instance_id)
     assert provider.get(result.instance_id).state is InstanceState.TERMINATING  # type: ignore[union-attr]

@@ -14,7 +14,7 @@ import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, LogOptions, PodSpec, ProvisionRequest
 from providers.errors import InvalidRequest, NotFound
-from providers.local import LocalProvider, folder, pod, proc, sequence
+from providers.local import LocalProvider, folder, pids, pod, sequence
 from providers.local.status import Observation
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState
 from tests.support.factories import make_pod_spec
@@ -69,9 +69,9 @@ def log_of(provider: LocalProvider, instance_id: InstanceId, container: str, **o
     return read_to_end(provider.logs(instance_id, LogOptions(container=container, **options)))  # type: ignore[arg-type]
 
 
-def workload(provider: LocalProvider, container: str) -> proc.ProcessIdentity:
+def workload(provider: LocalProvider, container: str) -> pids.ProcessIdentity:
     path = provider.root / CLAIM if container == "main" else provider.root / CLAIM / "containers" / container
-    identity = proc.ProcessIdentity.from_json((folder.read_json(path / folder.RUN_FILE) or {}).get("workload"))
+    identity = pids.ProcessIdentity.from_json((folder.read_json(path / folder.RUN_FILE) or {}).get("workload"))
     assert identity is not None
     return identity
 
@@ -172,7 +172,7 @@ def test_restarting_one_container_keeps_the_others_running_and_keeps_its_previou
     provider.restart(instance_id, container="helper")
     now = when(provider, instance_id, main=RUNNING, helper=RUNNING)
     assert (now["helper"].runs, now["main"].runs) == (2, 1) and workload(provider, "main") == main
-    assert proc.group_alive(main)
+    assert pids.group_alive(main)
     wait_for(lambda: log_of(provider, instance_id, "helper") == b"run 2\n")
     assert log_of(provider, instance_id, "helper", previous=True) == b"run 1\n"
     with pytest.raises(NotFound, match="no previous run"):
@@ -211,9 +211,9 @@ def test_sidecars_keep_running_after_the_app_containers_end_under_always(provide
     inits = (sh("proxy", "exec sleep 300", sidecar=True),)
     instance_id = start(provider, pod_of((sh("main", "exit 0"),), inits, restart_policy="Always"))
     when(provider, instance_id, main=TERMINATED)
-    supervisor = proc.ProcessIdentity.from_json(folder.read_json(provider.root / CLAIM / "launch.json")["supervisor"])
+    supervisor = pids.ProcessIdentity.from_json(folder.read_json(provider.root / CLAIM / "launch.json")["supervisor"])
     assert supervisor is not None
-    wait_for(lambda: not proc.is_alive(supervisor))  # the app's supervisor is done deciding
+    wait_for(lambda: not pids.is_alive(supervisor))  # the app's supervisor is done deciding
     assert facts(provider, instance_id)["proxy"].state is RUNNING
     assert provider.get(instance_id).state is InstanceState.RUNNING  # type: ignore[union-attr]
 

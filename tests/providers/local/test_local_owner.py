@@ -10,7 +10,7 @@ import pytest
 
 from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, ProvisionRequest
 from providers.errors import NotFound
-from providers.local import LocalProvider, folder, launch, proc
+from providers.local import LocalProvider, folder, launch, pids
 from providers.owner import Owner
 from tests.support.factories import make_pod_spec
 from tests.support.local_cleanup import kill_leftovers
@@ -91,5 +91,5 @@ def test_a_folder_of_the_layout_before_owners_is_neither_listed_nor_terminated_n
     box.terminate(adopted)
     wait_for(lambda: box.list() == [])
     assert not (old / "terminate.json").exists() and old.is_dir()
-    workload = proc.ProcessIdentity.from_json(folder.read_json(old / folder.RUN_FILE)["workload"])
-    assert workload is not None and proc.group_alive(workload)
+    workload = pids.ProcessIdentity.from_json(folder.read_json(old / folder.RUN_FILE)["workload"])
+    assert workload is not None and pids.group_alive(workload)

@@ -15,7 +15,7 @@ import pytest
 from providers.base import InstanceId, ProvisionRequest
 from providers.claim import claim_name
 from providers.errors import NotFound
-from providers.local import LocalProvider, proc
+from providers.local import LocalProvider, pids
 from providers.local.usage import read_group
 from tests.support.factories import make_pod_spec
 from tests.support.polling import wait_for
@@ -45,7 +45,7 @@ def group() -> Iterator[subprocess.Popen[bytes]]:
 
 def test_a_group_counts_the_cpu_of_children_it_reaped_and_its_memory(group: subprocess.Popen[bytes]) -> None:
     assert group.stdout is not None and group.stdout.readline() == b"reaped\n"
-    leader = proc.identify(group.pid)
+    leader = pids.identify(group.pid)
     assert leader is not None
     reading = read_group(leader)
     assert reading is not None
@@ -54,12 +54,12 @@ def test_a_group_counts_the_cpu_of_children_it_reaped_and_its_memory(group: subp
 
 
 def test_a_group_with_no_member_reads_none(group: subprocess.Popen[bytes]) -> None:
-    leader = proc.identify(group.pid)
+    leader = pids.identify(group.pid)
     assert leader is not None
     group.kill()
     group.wait()
     assert read_group(leader) is None
-    assert read_group(proc.ProcessIdentity(leader.pid, leader.start_ticks + 1)) is None  # another process's pid
+    assert read_group(pids.ProcessIdentity(leader.pid, leader.start_ticks + 1)) is None  # another process's pid
 
 
 def test_local_usage_of_an_instance_is_per_container(tmp_path: Path) -> None:

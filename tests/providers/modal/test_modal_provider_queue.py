@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from providers.base import InstanceState
+from providers.base import InstanceState, PodSpec
+from providers.modal import ModalProvider
 from tests.providers.modal.modal_rig import fake_modal, make_pod, provider_on, request_for
 from tests.support.polling import wait_for
 
@@ -24,13 +25,19 @@ def _create_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("modal-create-") and t.is_alive()]
 
 
-def test_a_queued_sandbox_is_reported_promptly_adopted_and_then_runs(
-    fake_modal: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _queueing(fake_modal: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> tuple[ModalProvider, PodSpec]:
+    """A provider that waits 0.5 s for a create, on a fake Modal that queues every sandbox, a
+    Pod for it, and the provider's logs captured down to debug."""
     caplog.set_level(logging.DEBUG, logger="providers.modal")
     provider = provider_on(fake_modal, tmp_path, create_wait=0.5)
     fake_modal.queue(True)
-    pod = make_pod()
+    return provider, make_pod()
+
+
+def test_a_queued_sandbox_is_reported_promptly_adopted_and_then_runs(
+    fake_modal: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider, pod = _queueing(fake_modal, tmp_path, caplog)
     started = time.monotonic()
     result = provider.provision(pod, request_for(pod))
     assert time.monotonic() - started < 10
@@ -54,10 +61,7 @@ def test_a_queued_sandbox_is_reported_promptly_adopted_and_then_runs(
 def test_terminating_a_queued_sandbox_ends_its_create_quietly(
     fake_modal: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="providers.modal")
-    provider = provider_on(fake_modal, tmp_path, create_wait=0.5)
-    fake_modal.queue(True)
-    pod = make_pod()
+    provider, pod = _queueing(fake_modal, tmp_path, caplog)
     result = provider.provision(pod, request_for(pod))
     assert result.reserved is False and _create_threads()
     provider.terminate(result.instance_id)

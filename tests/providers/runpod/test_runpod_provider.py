@@ -5,7 +5,6 @@ provider, owner isolation, spot bids and interruptions, offerings and regions.""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,8 @@ from providers.claim import claim_name
 from providers.egress import Egress, EgressMode, allowlist
 from providers.owner import Owner
 from providers.runpod import RunPodProvider
-from tests.providers.runpod.fake_runpod import FakeRunPod, start_fake_runpod
-from tests.providers.runpod.runpod_pods import can_run_pods
+from tests.providers.runpod.fake_runpod import FakeRunPod
 from tests.support.polling import wait_for
-
-
-@pytest.fixture(name="fake")
-def fake_fixture(tmp_path: Path) -> Iterator[FakeRunPod]:
-    reason = can_run_pods()
-    if reason:
-        pytest.skip(reason)
-    with start_fake_runpod(folder=tmp_path / "runpod") as fake:
-        yield fake
 
 
 def make(fake: FakeRunPod, tmp_path: Path, owner: Owner | None = None, **options: object) -> RunPodProvider:

@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from providers.base import PodSpec, Tier
 from providers.errors import InvalidRequest
 from providers.owner import Owner
-from providers.runpod import RunPodProvider, gpus, identity, workload
+from providers.runpod import RunPodProvider, catalog, identity, workload
 from providers.runpod.options import DATA_CENTRES, parse_options
 from providers.runpod.status import parse_probe
 
@@ -46,19 +46,19 @@ def test_defaults_and_normalised_values() -> None:
 
 
 def test_gpu_names_and_cpu_sizes() -> None:
-    assert gpus.gpu_type_for("h100") == "NVIDIA H100 80GB HBM3"
-    assert gpus.gpu_type_for("A100-80GB") == "NVIDIA A100-SXM4-80GB"
-    assert gpus.gpu_type_for("rtx4090") == "NVIDIA GeForce RTX 4090"
-    assert gpus.gpu_type_for("NVIDIA L40S") == "NVIDIA L40S"
-    assert gpus.accelerator_for("NVIDIA GeForce RTX 4090") == "rtx4090"
+    assert catalog.gpu_type_for("h100") == "NVIDIA H100 80GB HBM3"
+    assert catalog.gpu_type_for("A100-80GB") == "NVIDIA A100-SXM4-80GB"
+    assert catalog.gpu_type_for("rtx4090") == "NVIDIA GeForce RTX 4090"
+    assert catalog.gpu_type_for("NVIDIA L40S") == "NVIDIA L40S"
+    assert catalog.accelerator_for("NVIDIA GeForce RTX 4090") == "rtx4090"
     with pytest.raises(InvalidRequest, match="tpu"):
-        gpus.gpu_type_for("tpu")
+        catalog.gpu_type_for("tpu")
     small = PodSpec("d", "p", "u", "c", "img", cpu=0.5, memory=2**30)
-    assert gpus.cpu_instance_for(small, "cpu3g") == "cpu3g-2-8"
+    assert catalog.cpu_instance_for(small, "cpu3g") == "cpu3g-2-8"
     big = PodSpec("d", "p", "u", "c", "img", cpu=6, memory=40 * 2**30)
-    assert gpus.cpu_instance_for(big, "cpu3g") == "cpu3g-16-64"
+    assert catalog.cpu_instance_for(big, "cpu3g") == "cpu3g-16-64"
     with pytest.raises(InvalidRequest, match="resources"):
-        gpus.cpu_instance_for(PodSpec("d", "p", "u", "c", "img", cpu=64), "cpu3c")
+        catalog.cpu_instance_for(PodSpec("d", "p", "u", "c", "img", cpu=64), "cpu3c")
 
 
 def test_names_and_env_must_both_name_the_owner() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -15,18 +14,8 @@ from providers import errors
 from providers.base import InstanceId, InstanceState, LogOptions, LogStream, PodSpec, ProvisionRequest
 from providers.claim import claim_name
 from providers.runpod import RunPodProvider
-from tests.providers.runpod.fake_runpod import FakeRunPod, start_fake_runpod
-from tests.providers.runpod.runpod_pods import can_run_pods
+from tests.providers.runpod.fake_runpod import FakeRunPod
 from tests.support.polling import wait_for
-
-
-@pytest.fixture(name="fake")
-def fake_fixture(tmp_path: Path) -> Iterator[FakeRunPod]:
-    reason = can_run_pods()
-    if reason:
-        pytest.skip(reason)
-    with start_fake_runpod(folder=tmp_path / "runpod") as fake:
-        yield fake
 
 
 def make(fake: FakeRunPod, tmp_path: Path) -> RunPodProvider:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from providers.base import LogOptions
+from providers import base
 
 _OVERLAP = 256  # bytes of the previous snapshot looked for in the next one
 
@@ -71,7 +71,7 @@ class ConsoleLogStream:
     once the instance is gone; it may raise `providers.errors`. A snapshot that is not
     `live` is the last one read."""
 
-    def __init__(self, fetch: Callable[[], Snapshot | None], options: LogOptions, *, poll_seconds: float) -> None:
+    def __init__(self, fetch: Callable[[], Snapshot | None], options: base.LogOptions, *, poll_seconds: float) -> None:
         self._fetch = fetch
         self._options = options
         self._poll = poll_seconds

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from providers import errors
-from providers.base import PodSpec, ProvisionRequest
+from providers import base, errors
 from providers.fake.faults import REFUSE_REASONS, Fault
 from providers.fake.records import InstanceRecord
 from providers.fake.scenario import OfferingSpec, Scenario
@@ -34,8 +33,8 @@ class Refusal:
 
 
 def choose_offering(
-    pod: PodSpec,
-    request: ProvisionRequest,
+    pod: base.PodSpec,
+    request: base.ProvisionRequest,
     scenario: Scenario,
     faults: Mapping[str, Fault],
     records: Iterable[InstanceRecord],

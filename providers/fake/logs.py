@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
-from providers import errors
-from providers.base import LogOptions
+from providers import base, errors
 from providers.fake.records import InstanceRecord
 from providers.fake.scenario import LogScript
 from providers.fake.workload import Run
@@ -104,7 +103,7 @@ class ScriptedLogStream:
     """A `LogStream` over a fetch function. Without follow it ends at what existed when
     it was opened; with follow it ends when the workload stops or the instance is gone."""
 
-    def __init__(self, fetch: Fetch, options: LogOptions, *, poll: float = 0.2) -> None:
+    def __init__(self, fetch: Fetch, options: base.LogOptions, *, poll: float = 0.2) -> None:
         self._fetch = fetch
         self._options = options
         self._poll = poll
