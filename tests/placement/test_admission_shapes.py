@@ -18,6 +18,7 @@ from devcluster import DevCluster
 from kube import names
 from placement.admission import Candidates, Verdict, shape_verdict
 from providers.shape import Shapes
+from tests.support.factories import make_pod
 from tests.support.kubectl import KUBECTL_137
 from tests.support.placement import Stack, nodepool
 from tests.support.polling import wait_for
@@ -28,14 +29,14 @@ TOKEN_VOLUME = {"name": "kube-api-access-abcde", "projected": {"sources": [{"ser
 
 
 def pod_with(*, volumes: Sequence[dict[str, Any]] = (), containers: int = 1, pool: str = "shapes") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "shaped", "namespace": "default",
-                     "labels": {names.ENABLED_LABEL: "true", names.POOL_LABEL: pool}},
-        "spec": {"containers": [{"name": f"c{i}", "image": "busybox", "command": ["true"]} for i in range(containers)],
-                 "volumes": list(volumes)},
-    }  # fmt: skip
+    """Pod `shaped` opted in to `pool`, with `containers` containers and `volumes`."""
+    return make_pod(
+        "shaped",
+        namespace="default",
+        labels={names.ENABLED_LABEL: "true", names.POOL_LABEL: pool},
+        containers=[{"name": f"c{i}", "image": "busybox", "command": ["true"]} for i in range(containers)],
+        volumes=list(volumes),
+    )
 
 
 def test_a_pod_no_candidate_serves_is_denied_with_every_provider_and_field_named() -> None:

@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
@@ -20,18 +21,16 @@ from providers.claim import claim_name
 from providers.egress import Egress, EgressMode, allowlist
 from providers.fake import FakeProvider, wire
 from providers.local.provider import LocalProvider
+from tests.support.factories import make_pod_spec
 
 BLOCKED = Egress(EgressMode.BLOCKED)
 ALLOW = allowlist(["10.0.0.0/8", "pypi.org"])
 
 
-def pod(**overrides: object) -> PodSpec:
-    values: dict[str, object] = {
-        "namespace": "ml", "name": "trainer", "uid": str(uuid.uuid4()), "container": "main", "image": "busybox:1",
-        "command": ("sleep", "30"),
-    }  # fmt: skip
-    values.update(overrides)
-    return PodSpec(**values)  # type: ignore[arg-type]
+def pod(**overrides: Any) -> PodSpec:
+    """The trainer of namespace `ml` as its provider reads it; `overrides` as make_pod_spec's."""
+    values = {"namespace": "ml", "name": "trainer", "container": "main", "image": "busybox:1"}
+    return make_pod_spec(**{**values, "command": ("sleep", "30"), **overrides})
 
 
 def request_for(spec: PodSpec, egress: Egress) -> ProvisionRequest:

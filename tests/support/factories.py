@@ -27,14 +27,16 @@ def make_pod(
     container: dict[str, Any] | None = None,
     metadata: dict[str, Any] | None = None,
     spec: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
     **spec_fields: Any,
 ) -> dict[str, Any]:
     """A Pod manifest with one container `main` (busybox running `command`).
 
     `provider` binds it to the virtual node `nebula-<provider>` through the scheduler (the
     nodeSelector and toleration a user writes); `container` overrides keys of `main`;
-    `metadata`, `spec` and the other keywords override keys of the Pod's metadata and spec.
-    Without `namespace` the metadata names none: the API server takes it from the path.
+    `metadata`, `spec` and the other keywords override keys of the Pod's metadata and spec
+    (`spec={"containers": [...]}` replaces `main`). Without `namespace` the metadata names none:
+    the API server takes it from the path. `status`, when given, is the Pod's status as read back.
     """
     meta: dict[str, Any] = {"name": name}
     if namespace is not None:
@@ -52,7 +54,10 @@ def make_pod(
         body["tolerations"] = [{"key": names.PROVIDER_KEY, "operator": "Exists"}]
     body.update(spec or {})
     body.update(spec_fields)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, **(metadata or {})}, "spec": body}
+    pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {**meta, **(metadata or {})}, "spec": body}
+    if status is not None:
+        pod["status"] = status
+    return pod
 
 
 def make_node(name: str = "n1", *, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
