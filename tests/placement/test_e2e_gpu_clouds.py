@@ -31,6 +31,7 @@ from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, InstanceState, Tier
 from tests.support.cloudstack import CloudStack, pool, start_cloudstack
+from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
 from tests.support.placement import events_for, pods_of, provider_of, tier_of
@@ -256,10 +257,13 @@ def test_a_second_cluster_on_the_same_modal_app_and_runpod_account_touches_nothi
             theirs.polled(3)  # its orphan sweep has seen the shared clouds
             for provider in theirs.providers.values():
                 assert provider.list() == []  # the first cluster's instances are not the second's
-            other_pod = {"metadata": {"name": "theirs", "namespace": "default"},
-                         "spec": {"nodeName": "nebula-runpod", "containers": [{"name": "main", "image": "busybox",
-                                  "command": ["sh", "-c", "sleep 600"]}],
-                                  "tolerations": [{"operator": "Exists"}]}}  # fmt: skip
+            other_pod = make_pod(
+                "theirs",
+                namespace="default",
+                command=("sh", "-c", "sleep 600"),
+                nodeName="nebula-runpod",
+                tolerations=[{"operator": "Exists"}],
+            )
             kube_b.create(path_for("pods", namespace="default"), other_pod)
             wait_for(lambda: (kube_b.get(path_for("pods", namespace="default", name="theirs")).get("status") or {})
                      .get("phase") == "Running", 120)  # fmt: skip
