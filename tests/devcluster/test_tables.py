@@ -48,10 +48,11 @@ def test_human_duration_matches_kubectl(seconds: float, expected: str) -> None:
     assert durations.human_duration(seconds) == expected
 
 
-def test_age_of_missing_or_bad_timestamps_is_unknown() -> None:
-    assert durations.age(None, NOW) == "<unknown>"
-    assert durations.age("yesterday", NOW) == "<unknown>"
-    assert durations.age(ago(seconds=65), NOW) == "65s"
+@pytest.mark.parametrize(
+    ("timestamp", "age"), [(None, "<unknown>"), ("yesterday", "<unknown>"), (ago(seconds=65), "65s")]
+)
+def test_age_of_missing_or_bad_timestamps_is_unknown(timestamp: str | None, age: str) -> None:
+    assert durations.age(timestamp, NOW) == age
 
 
 def _cells(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
