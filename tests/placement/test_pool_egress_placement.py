@@ -18,6 +18,7 @@ from kube.client import Kube, path_for
 from placement.blocklist import Blocklist
 from placement.wiring import Placement
 from providers.fake import FakeProvider
+from tests.support.factories import make_pod
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.placement import events_for, h100_pod_template, h100_scenario, nodepool, provider_of
 from tests.support.polling import wait_for
@@ -68,8 +69,7 @@ def pool_with(name: str, egress: dict[str, Any]) -> dict[str, Any]:
 
 def create_pod(kube: Kube, name: str, pool: str) -> None:
     template = h100_pod_template(pool, name)
-    kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **template["metadata"]},
-                       "spec": template["spec"]})  # fmt: skip
+    kube.create(PODS, make_pod(name, metadata=template["metadata"], spec=template["spec"]))
 
 
 def pod(kube: Kube, name: str) -> dict[str, Any]:

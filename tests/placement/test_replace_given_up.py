@@ -21,6 +21,7 @@ from placement.wiring import start_placement
 from providers.base import BlockBreadth, Tier
 from providers.egress import OPEN, Egress
 from providers.fake import FakeProvider
+from tests.support.factories import make_pod
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.placement import (
     Stack,
@@ -93,12 +94,7 @@ def stack_of(cluster: DevCluster, *, queued: bool) -> Iterator[Stack]:
 def bare_pod(name: str, pool: str) -> dict[str, Any]:
     """An opted-in Pod of `pool` that no controller owns."""
     template = h100_pod_template(pool, name)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "name": name},
-        "spec": template["spec"],
-    }
+    return make_pod(name, metadata=template["metadata"], spec=template["spec"])
 
 
 def get(kube: Kube, name: str) -> dict[str, Any] | None:

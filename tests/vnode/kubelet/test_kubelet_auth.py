@@ -304,8 +304,8 @@ def test_reviews_are_cached_for_the_kubelets_default_ttls(cluster: DevCluster, k
     ],
 )
 def test_the_kubelets_resource_mapping(method: str, path: str, verb: str, subresource: str) -> None:
-    assert auth.accesses(method, path, ["nebula-x"]) == [Access(verb, resource="nodes", subresource=subresource,
-                                                               name="nebula-x")]  # fmt: skip
+    expected = [Access(verb, resource="nodes", subresource=subresource, name="nebula-x")]
+    assert auth.accesses(method, path, ["nebula-x"]) == expected
 
 
 def test_a_pod_route_names_the_node_serving_the_pod_and_a_node_route_every_node(handler: Handler) -> None:
