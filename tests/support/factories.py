@@ -1,5 +1,5 @@
-"""Object factories for tests: Pod and Node manifests and provider `PodSpec`s, each with
-overrides (`make_pod(**overrides)`), so a test names only what it is about.
+"""Object factories for tests: Pod, Node and CustomResourceDefinition manifests and provider
+`PodSpec`s, each with overrides (`make_pod(**overrides)`), so a test names only what it is about.
 
 Used by every test folder and by the rigs in tests/support. Pure: no I/O, no cluster; the
 defaults are the one place a test Pod's image, command and scheduling are spelled.
@@ -71,6 +71,33 @@ def make_node(name: str = "n1", *, labels: dict[str, str] | None = None, **spec:
             "conditions": [{"type": "Ready", "status": "True"}],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        },
+    }
+
+
+def make_crd(
+    kind: str,
+    group: str,
+    *,
+    version: str = "v1",
+    scope: str = "Namespaced",
+    names: dict[str, Any] | None = None,
+    **version_fields: Any,
+) -> dict[str, Any]:
+    """A CustomResourceDefinition serving `kind` (plural: lower-case `kind` + "s") in `group` at
+    one stored `version`; `names` adds to spec.names (singular, shortNames), `version_fields` to
+    the version (subresources, additionalPrinterColumns)."""
+    plural = kind.lower() + "s"
+    served = {"name": version, "served": True, "storage": True, **version_fields}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"plural": plural, "kind": kind, **(names or {})},
+            "versions": [served],
         },
     }
 
