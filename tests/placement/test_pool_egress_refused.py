@@ -98,8 +98,7 @@ def test_the_aws_provider_refuses_egress_before_launching_anything(aws: None) ->
     assert [i.id for i in provider.list()] == [launched.instance_id]
 
 
-def test_the_fake_wire_carries_the_requests_egress_to_the_http_service() -> None:
-    spec = pod()
-    for egress in (Egress(), BLOCKED, ALLOW):
-        sent = request_for(spec, egress)
-        assert wire.request_from_json(json.loads(json.dumps(wire.request_to_json(sent)))).egress == egress
+@pytest.mark.parametrize("egress", [Egress(), BLOCKED, ALLOW], ids=["Open", "Blocked", "Allowlist"])
+def test_the_fake_wire_carries_the_requests_egress_to_the_http_service(egress: Egress) -> None:
+    sent = request_for(pod(), egress)
+    assert wire.request_from_json(json.loads(json.dumps(wire.request_to_json(sent)))).egress == egress
