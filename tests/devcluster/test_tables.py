@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from devcluster import durations, tables
-from tests.support.factories import make_pod
+from tests.support.factories import make_node, make_pod
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
 
@@ -289,30 +289,29 @@ def test_pod_columns_mark_wide_ones_priority_one_and_name_as_name() -> None:
     assert table["columnDefinitions"][0]["format"] == "name"
 
 
-def make_node(**overrides: Any) -> dict[str, Any]:
-    node: dict[str, Any] = {
-        "metadata": {"name": "n1", "creationTimestamp": ago(days=2, hours=3), "labels": {}},
-        "spec": {},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0-nebula"},
-            "addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.2"}],
-        },
-    }
-    for key, value in overrides.items():
-        node[key] = {**node[key], **value}
-    return node
+def table_node(
+    *, metadata: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Node n1, 2 days 3 hours old, Ready, with a kubelet version and a hostname and internal IP;
+    each keyword merges into that part."""
+    addresses = [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.2"}]
+    return make_node(
+        "n1",
+        metadata={"creationTimestamp": ago(days=2, hours=3), **(metadata or {})},
+        status={"nodeInfo": {"kubeletVersion": "v1.32.0-nebula"}, "addresses": addresses, **(status or {})},
+        **(spec or {}),
+    )
 
 
 @pytest.mark.parametrize(
     ("node", "status", "roles"),
     [
-        (make_node(), "Ready", "<none>"),
-        (make_node(status={"conditions": [{"type": "Ready", "status": "False"}]}), "NotReady", "<none>"),
-        (make_node(status={"conditions": []}), "Unknown", "<none>"),
-        (make_node(spec={"unschedulable": True}), "Ready,SchedulingDisabled", "<none>"),
+        (table_node(), "Ready", "<none>"),
+        (table_node(status={"conditions": [{"type": "Ready", "status": "False"}]}), "NotReady", "<none>"),
+        (table_node(status={"conditions": []}), "Unknown", "<none>"),
+        (table_node(spec={"unschedulable": True}), "Ready,SchedulingDisabled", "<none>"),
         (
-            make_node(
+            table_node(
                 metadata={
                     "labels": {
                         "node-role.kubernetes.io/agent": "",

@@ -60,17 +60,27 @@ def make_pod(
     return pod
 
 
-def make_node(name: str = "n1", *, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    """A Ready Node with an InternalIP and kubelet port (what the virtual kubelet registers)."""
+def make_node(
+    name: str = "n1",
+    *,
+    labels: dict[str, str] | None = None,
+    kubelet_port: int = 10250,
+    metadata: dict[str, Any] | None = None,
+    status: dict[str, Any] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Ready Node with an InternalIP and `kubelet_port` (what the virtual kubelet registers);
+    `metadata` and `status` override keys of those parts, the other keywords keys of the spec."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
+        "metadata": {"name": name, "labels": labels or {}, **(metadata or {})},
         "spec": spec,
         "status": {
             "conditions": [{"type": "Ready", "status": "True"}],
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
+            **(status or {}),
         },
     }
 

@@ -203,9 +203,7 @@ def bound_pod(cluster: DevCluster, tls_kubelet: ScriptedKubelet) -> str:
     """A Node whose kubelet is the scripted one, and a Pod bound to it."""
     assert cluster.kubeconfig_path
     kube = Kube(load_api_client(cluster.kubeconfig_path))
-    node = make_node("spdy-node")
-    node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = tls_kubelet.port
-    kube.create(path_for("nodes"), node)
+    kube.create(path_for("nodes"), make_node("spdy-node", kubelet_port=tls_kubelet.port))
     kube.create(path_for("pods", namespace="default"), make_pod("p1", namespace="default", nodeName="spdy-node"))
     return cluster.kubeconfig_path
 
