@@ -64,12 +64,11 @@ def clouds(
 
 def deployment(name: str, pool_name: str, script: str = TICKER) -> dict[str, Any]:
     container = {
-        "name": "main",
         "image": "busybox:1.36",
-        "command": ["sh", "-c", script],
         "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
         "resources": {"limits": {"nvidia.com/gpu": "1"}},
     }
+    pod = make_pod(command=("sh", "-c", script), container=container)
     labels = {"app": name, names.ENABLED_LABEL: "true", names.POOL_LABEL: pool_name, names.ACCELERATOR_LABEL: "h100"}
     return {
         "apiVersion": "apps/v1",
@@ -78,7 +77,7 @@ def deployment(name: str, pool_name: str, script: str = TICKER) -> dict[str, Any
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
         },
     }
 
