@@ -1,6 +1,7 @@
 """Fixtures for the console: fake providers for Handlers with no API server (those and the
 adopted Pods come from tests/support/handlers.py), the console's observer installed, the
-process runtime pointed at those Handlers, and a placement (never started) holding gated Pods."""
+process runtime pointed at those Handlers, a placement (never started) holding gated Pods, and
+the populated console scenario of tests/support/console_scenario.py, one per test module."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from placement.blocklist import Blocklist
 from placement.gated import Waiting
 from placement.wiring import Placement
 from providers.fake import FakeProvider
+from tests.support.console_scenario import Scenario, populate, start, stop
 from tests.support.factories import make_pod
 from vnode.handler import Handler
 
@@ -65,11 +67,22 @@ def holding_placement() -> Callable[..., Placement]:
         for name, pool, waiting in held:
             labels = {names.ENABLED_LABEL: "true", names.POOL_LABEL: pool}
             uid = waiting.uid if waiting is not None else str(uuid.uuid4())
-            pod = make_pod(name, namespace="default", uid=uid, labels=labels)
-            pod["spec"]["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
+            gates = [{"name": names.PLACEMENT_GATE}]
+            pod = make_pod(name, namespace="default", uid=uid, labels=labels, schedulingGates=gates)
             controller.pods.cache[f"default/{name}"] = pod
             if waiting is not None:
                 controller.gated.note(f"default/{name}", waiting)
         return placement
 
     return build
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
+    """The console scenario started and populated once for the test module that asks for it."""
+    running = start(tmp_path_factory.mktemp("console"))
+    try:
+        populate(running)
+        yield running
+    finally:
+        stop(running)

@@ -25,7 +25,7 @@ from console import metrics, models
 from console.mirror import Mirror
 from kube.client import path_for
 from nebula_site.logconfig import JsonFormatter, TextFormatter
-from tests.support.console_scenario import KNOWN_SECRET, Scenario, populate, start, stop
+from tests.support.console_scenario import KNOWN_SECRET, Scenario
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,16 +55,6 @@ ADMIN_LISTS = {
     "blocklistentry": "console-blocklist.png",
     "recentevent": "console-events.png",
 }
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
-    running = start(tmp_path_factory.mktemp("console"))
-    try:
-        populate(running)
-        yield running
-    finally:
-        stop(running)
 
 
 @pytest.fixture

@@ -11,9 +11,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,7 +33,7 @@ from kube.reviews import Reviewer
 from providers.base import BlockBreadth, BlockScope, Tier
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
-from tests.support.kubectl import KUBECTL_137
+from tests.support.kubectl import run_kubectl
 from tests.support.placement import Stack, events_for
 from tests.support.polling import wait_for
 from tests.support.tls import TlsWsgiServer
@@ -84,12 +82,7 @@ def service_account(kube: Kube, name: str, role: str | None = None) -> str:
 
 def kubectl(cluster: DevCluster, tmp_path: Path, *args: str) -> str:
     assert cluster.kubeconfig_path
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "KUBECONFIG": cluster.kubeconfig_path,
-    }
-    done = subprocess.run([KUBECTL_137, *args], env=env, capture_output=True, text=True, timeout=60)
+    done = run_kubectl(cluster.kubeconfig_path, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from console import gauges, metrics
 from console.observer import ConsoleObserver
 from kube import names
-from providers.base import ClaimName, PodSpec, ProvisionRequest
+from providers.base import ClaimName, ProvisionRequest
+from tests.support.factories import make_pod_spec
 from tests.support.handlers import adopt_new_pod, offline_handler
 from vnode.tracking import Tracked
 
@@ -71,7 +72,7 @@ def test_billing_counts_orphans_instances_behind_deleted_pods_and_the_priced_spe
     assert gone_entry is not None
     gone_entry.pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # as the API server marks it
     ghost = handler.provider.provision(
-        PodSpec(namespace="default", name="ghost", uid="g", container="main", image="x"),
+        make_pod_spec(namespace="default", name="ghost", uid="g", container="main", image="x"),
         ProvisionRequest(claim=ClaimName("default-ghost-0")),
     )
     handler.inventory.list()

@@ -80,10 +80,10 @@ def test_plain_http_serves_the_registry_with_process_metrics_and_no_created_seri
     assert "_created" not in body
 
 
-def test_only_metrics_is_served(plain: MetricsListener) -> None:
-    for path in ("/", "/admin/", "/api/pods/", "/metricsx"):
-        status, body = get(f"http://127.0.0.1:{plain.port}{path}")
-        assert (status, body) == (404, "only /metrics is served here\n"), path
+@pytest.mark.parametrize("path", ["/", "/admin/", "/api/pods/", "/metricsx"])
+def test_only_metrics_is_served(plain: MetricsListener, path: str) -> None:
+    status, body = get(f"http://127.0.0.1:{plain.port}{path}")
+    assert (status, body) == (404, "only /metrics is served here\n"), path
 
 
 def test_a_port_in_use_is_an_error_at_start(plain: MetricsListener) -> None:

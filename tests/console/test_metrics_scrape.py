@@ -17,20 +17,10 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.exporter import MetricsListener
-from tests.support.console_scenario import Scenario, populate, start, stop
+from tests.support.console_scenario import Scenario
 from tests.support.scrape import check_metrics, family_of, get, metric_names
 
 MONITORING = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
-
-
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scenario]:
-    running = start(tmp_path_factory.mktemp("scrape"))
-    try:
-        populate(running)
-        yield running
-    finally:
-        stop(running)
 
 
 @pytest.fixture(scope="module")

@@ -267,11 +267,11 @@ def test_credentials_are_secrets_referenced_by_name_never_shipped(overlay: str) 
         assert not any("SECRET" in key.upper() or "PASSWORD" in key.upper() for key in config.get("data", {}))
 
 
-def test_production_reads_the_aws_keys_from_a_secret() -> None:
+@pytest.mark.parametrize("key", ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"])
+def test_production_reads_the_aws_keys_from_a_secret(key: str) -> None:
     env = env_of(manager_container(render("production")))
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "nebula-aws-credentials"
-        assert "value" not in env[key]
+    assert env[key]["valueFrom"]["secretKeyRef"]["name"] == "nebula-aws-credentials"
+    assert "value" not in env[key]
 
 
 def test_production_takes_the_database_url_from_a_secret_in_both_containers() -> None:

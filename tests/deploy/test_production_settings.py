@@ -8,6 +8,8 @@ import secrets
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.deploy_manifests import ROOT, find, render
 
 
@@ -20,10 +22,10 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_overlay_selects_the_production_settings() -> None:
-    for overlay in ("dev", "production"):
-        settings = find(render(overlay), "ConfigMap", "nebula-settings")["data"]
-        assert settings["DJANGO_SETTINGS_MODULE"] == "nebula_site.production"
+@pytest.mark.parametrize("overlay", ["dev", "production"])
+def test_the_overlay_selects_the_production_settings(overlay: str) -> None:
+    settings = find(render(overlay), "ConfigMap", "nebula-settings")["data"]
+    assert settings["DJANGO_SETTINGS_MODULE"] == "nebula_site.production"
 
 
 def test_the_deploy_checks_pass_with_a_real_key_and_key_fallbacks() -> None:
@@ -53,17 +55,21 @@ def test_the_public_development_key_is_an_error_for_every_command_not_only_check
     assert "nebula.E013" in result.stderr and "SECRET_KEY is the public development key" in result.stderr
 
 
-def test_a_short_or_repetitive_key_or_fallback_is_an_error_naming_the_setting_not_the_key() -> None:
-    for env in (
+@pytest.mark.parametrize(
+    "env",
+    [
         {"DJANGO_SECRET_KEY": "k3y-too-short"},
         {"DJANGO_SECRET_KEY": "ab" * 40},
         {"DJANGO_SECRET_KEY": secrets.token_urlsafe(50), "DJANGO_SECRET_KEY_FALLBACKS": "old-short-key"},
-    ):
-        result = manage("check", **env)
-        assert result.returncode != 0, env
-        assert "nebula.E014" in result.stderr
-        for value in env.values():
-            assert value not in result.stdout + result.stderr
+    ],
+    ids=["short", "repetitive", "short-fallback"],
+)
+def test_a_short_or_repetitive_key_or_fallback_is_an_error_naming_the_setting_not_the_key(env: dict[str, str]) -> None:
+    result = manage("check", **env)
+    assert result.returncode != 0, env
+    assert "nebula.E014" in result.stderr
+    for value in env.values():
+        assert value not in result.stdout + result.stderr
 
 
 def test_allowed_hosts_star_is_an_error() -> None:

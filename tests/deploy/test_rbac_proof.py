@@ -35,13 +35,13 @@ import yaml
 from devcluster import DevCluster, RequestRecord
 from kube import names
 from kube.client import USER_AGENT, Kube, NotFoundError, path_for
-from providers.base import ClaimName, PodSpec, ProvisionRequest
+from providers.base import ClaimName, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from providers.owner import Owner
 from tests.support import rbac_eval
 from tests.support.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
-from tests.support.factories import make_pod
+from tests.support.factories import make_pod, make_pod_spec
 from tests.support.polling import wait_for
 
 PROVIDER = "gpu"
@@ -277,7 +277,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     cluster_uid = kube.get(path_for("namespaces", name="kube-system"))["metadata"]["uid"]
     observer = FakeProvider(PROVIDER, {"url": cloud.url}, owner=Owner(cluster_uid, PROVIDER))
     orphan = observer.provision(
-        PodSpec(namespace=WORKLOADS, name="ghost", uid="0000", container="main", image="busybox"),
+        make_pod_spec(namespace=WORKLOADS, name="ghost", uid="0000", container="main", image="busybox"),
         ProvisionRequest(claim=ClaimName("team-a-ghost-aaaaaaaaaa")),
     )
     wait_for(lambda: events(kube, names.EVENT_ORPHAN_TERMINATED), what="the orphan is terminated")

@@ -84,16 +84,24 @@ def create_pod(kubectl: Kubectl, name: str) -> subprocess.CompletedProcess[str]:
     return kubectl.run("create", "-n", "default", "-f", "-", objects=[pod(name)])
 
 
+def serve_at_the_service(
+    kubectl: Kubectl, hook: Hook, *, port_name: str = "https", reference: dict[str, Any] = REFERENCE
+) -> None:
+    """The console Service (port `https`), Endpoints at 127.0.0.1 whose port `port_name` is the
+    hook's, and the webhook configuration calling the Service by `reference`."""
+    kubectl.apply(
+        NAMESPACE,
+        service([HTTPS]),
+        endpoints(["127.0.0.1"], [{"name": port_name, "port": hook.port}]),
+        hook.config(service=reference),
+    )
+
+
 def test_a_webhook_by_service_is_called_at_the_endpoint_and_its_patch_applied(
     cluster: DevCluster, kubectl: Kubectl, service_hook: Hook
 ) -> None:
     """Dialled at the Endpoints address and port; Host, SNI and certificate name the Service."""
-    kubectl.apply(
-        NAMESPACE,
-        service([HTTPS]),
-        endpoints(["127.0.0.1"], [{"name": "https", "port": service_hook.port}]),
-        service_hook.config(service=REFERENCE),
-    )
+    serve_at_the_service(kubectl, service_hook)
     service_hook.answer = patch_answer([{"op": "add", "path": "/metadata/annotations", "value": {"placed": "yes"}}])
     done = create_pod(kubectl, "p")
     assert done.returncode == 0, done.stderr
@@ -108,12 +116,7 @@ def test_a_certificate_without_the_service_dns_name_fails_the_call(
 ) -> None:
     """The hook's certificate (localhost, 127.0.0.1) chains to the caBundle but does not name
     console.nebula-system.svc: under failurePolicy Fail the Pod is refused, as on a real cluster."""
-    kubectl.apply(
-        NAMESPACE,
-        service([HTTPS]),
-        endpoints(["127.0.0.1"], [{"name": "https", "port": hook.port}]),
-        hook.config(service=REFERENCE),
-    )
+    serve_at_the_service(kubectl, hook)
     done = create_pod(kubectl, "refused")
     assert done.returncode != 0
     assert 'Internal error occurred: failed calling webhook "test.hook.io": failed to call webhook: ' in done.stderr
@@ -161,12 +164,7 @@ def test_a_named_target_port_is_found_under_the_service_ports_name_among_several
 def test_endpoints_under_another_port_name_are_no_endpoints(
     cluster: DevCluster, kubectl: Kubectl, service_hook: Hook
 ) -> None:
-    kubectl.apply(
-        NAMESPACE,
-        service([HTTPS]),
-        endpoints(["127.0.0.1"], [{"name": "console-https", "port": service_hook.port}]),
-        service_hook.config(service=REFERENCE),
-    )
+    serve_at_the_service(kubectl, service_hook, port_name="console-https")
     done = create_pod(kubectl, "p")
     assert done.returncode != 0 and 'no endpoints available for service "console"' in done.stderr
     assert service_hook.reviews == []
@@ -207,12 +205,7 @@ def test_a_ready_endpointslice_address_serves_when_no_endpoints_object_exists(
 def test_a_missing_service_or_service_port_fails_the_call(
     cluster: DevCluster, kubectl: Kubectl, service_hook: Hook, reference: dict[str, Any], message: str
 ) -> None:
-    kubectl.apply(
-        NAMESPACE,
-        service([HTTPS]),
-        endpoints(["127.0.0.1"], [{"name": "https", "port": service_hook.port}]),
-        service_hook.config(service=reference),
-    )
+    serve_at_the_service(kubectl, service_hook, reference=reference)
     done = create_pod(kubectl, "p")
     assert done.returncode != 0 and message in done.stderr
     assert service_hook.reviews == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster import DevCluster
+from tests.support.factories import make_pod
 from tests.support.polling import wait_for
 from tests.support.raw import Raw
 
@@ -24,7 +25,7 @@ def deployment(name: str, replicas: int, image: str = "busybox") -> dict[str, An
             "selector": {"matchLabels": {"app": name}},
             "template": {
                 "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{"name": "c", "image": image}]},
+                "spec": make_pod(container={"name": "c", "image": image})["spec"],
             },
         },
     }

@@ -9,7 +9,6 @@ import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -46,10 +45,7 @@ def kubelet() -> Iterator[FakeKubelet]:
 
 
 def _setup(raw: Raw, port: int, *addresses: dict[str, str]) -> None:
-    node = make_node("n1")
-    node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = port
-    if addresses:
-        node["status"]["addresses"] = list(addresses)
+    node = make_node("n1", kubelet_port=port, status={"addresses": list(addresses)} if addresses else None)
     assert raw.json("POST", "/api/v1/nodes", node)[0] == 201
     assert raw.json("POST", PODS, make_pod(spec={"nodeName": "n1"}))[0] == 201
 
@@ -97,9 +93,7 @@ def test_proxy_refusals_are_statuses(cluster: DevCluster, raw: Raw) -> None:
     assert raw.json("GET", f"{PODS}/orphan/log")[0] == 404
     with socket.create_server(("127.0.0.1", 0)) as closed:
         port = closed.getsockname()[1]
-    node: dict[str, Any] = make_node("dead")
-    node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = port
-    raw.json("POST", "/api/v1/nodes", node)
+    raw.json("POST", "/api/v1/nodes", make_node("dead", kubelet_port=port))
     raw.json("POST", PODS, make_pod("stranded", spec={"nodeName": "dead"}))
     status, body = raw.json("GET", f"{PODS}/stranded/log")
     refused = f"dial tcp 127.0.0.1:{port}: connect: connection refused"

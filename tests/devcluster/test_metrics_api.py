@@ -14,6 +14,7 @@ import pytest
 from devcluster import DevCluster
 from devcluster.metricsapi import cpu_quantity, memory_quantity
 from devcluster.metricsscrape import MetricsScraper, MetricsStore, Point, parse_resource_metrics
+from tests.support.factories import make_pod
 from tests.support.raw import Raw
 
 EXPOSITION = """# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container
@@ -92,10 +93,7 @@ def _node(raw: Raw, name: str, labels: dict[str, str] | None = None) -> None:
 def _pod(raw: Raw, namespace: str, name: str, node: str, labels: dict[str, str]) -> None:
     if raw.json("GET", f"/api/v1/namespaces/{namespace}")[0] == 404:
         raw.json("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
-    pod = {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "busybox"}]},
-    }
+    pod = make_pod(name, labels=labels, nodeName=node)
     assert raw.json("POST", f"/api/v1/namespaces/{namespace}/pods", pod)[0] == 201
 
 

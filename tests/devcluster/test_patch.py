@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devcluster import patch
+from tests.support.factories import make_pod
 
 _scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3)
 _keys = st.sampled_from(["a", "b", "c", "d"])
@@ -84,10 +85,6 @@ def test_strategic_merge_without_lists_or_directives_equals_merge_patch(
     assert patch.strategic_merge_patch(target, merge, "ConfigMap") == patch.json_merge_patch(target, merge)
 
 
-def _pod(**spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": "p1"}, "spec": spec}
-
-
 _MAIN = {"name": "main", "image": "nginx:1.26"}
 _SIDE = {"name": "side", "image": "busybox"}
 
@@ -96,39 +93,39 @@ _SIDE = {"name": "side", "image": "busybox"}
     ("target", "smp", "expected"),
     [
         pytest.param(
-            _pod(containers=[_MAIN, _SIDE]),
+            make_pod(containers=[_MAIN, _SIDE]),
             {"spec": {"containers": [{"name": "main", "image": "nginx:1.27"}]}},
-            _pod(containers=[{"name": "main", "image": "nginx:1.27"}, _SIDE]),
+            make_pod(containers=[{"name": "main", "image": "nginx:1.27"}, _SIDE]),
             id="containers-merge-by-name",
         ),
         pytest.param(
-            _pod(containers=[_MAIN]),
+            make_pod(containers=[_MAIN]),
             {"spec": {"containers": [{"name": "new", "image": "x"}]}},
-            _pod(containers=[_MAIN, {"name": "new", "image": "x"}]),
+            make_pod(containers=[_MAIN, {"name": "new", "image": "x"}]),
             id="new-container-appended",
         ),
         pytest.param(
-            _pod(containers=[_MAIN, _SIDE]),
+            make_pod(containers=[_MAIN, _SIDE]),
             {"spec": {"containers": [{"name": "side", "$patch": "delete"}]}},
-            _pod(containers=[_MAIN]),
+            make_pod(containers=[_MAIN]),
             id="patch-delete-list-element",
         ),
         pytest.param(
-            _pod(containers=[_MAIN, _SIDE]),
+            make_pod(containers=[_MAIN, _SIDE]),
             {"spec": {"containers": [{"name": "x", "image": "y"}, {"$patch": "replace"}]}},
-            _pod(containers=[{"name": "x", "image": "y"}]),
+            make_pod(containers=[{"name": "x", "image": "y"}]),
             id="patch-replace-list",
         ),
         pytest.param(
-            _pod(containers=[_MAIN, _SIDE]),
+            make_pod(containers=[_MAIN, _SIDE]),
             {"spec": {"$setElementOrder/containers": [{"name": "side"}, {"name": "main"}], "containers": [_MAIN]}},
-            _pod(containers=[_SIDE, _MAIN]),
+            make_pod(containers=[_SIDE, _MAIN]),
             id="set-element-order",
         ),
         pytest.param(
-            _pod(containers=[{"name": "main", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]),
+            make_pod(containers=[{"name": "main", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]}]),
             {"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "3"}, {"name": "C"}]}]}},
-            _pod(
+            make_pod(
                 containers=[
                     {"name": "main", "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C"}]}
                 ]
@@ -136,15 +133,17 @@ _SIDE = {"name": "side", "image": "busybox"}
             id="env-merge-by-name",
         ),
         pytest.param(
-            _pod(containers=[{"name": "main", "ports": [{"containerPort": 80, "name": "http"}]}]),
+            make_pod(containers=[{"name": "main", "ports": [{"containerPort": 80, "name": "http"}]}]),
             {"spec": {"containers": [{"name": "main", "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}},
-            _pod(containers=[{"name": "main", "ports": [{"containerPort": 80, "name": "http", "protocol": "TCP"}]}]),
+            make_pod(
+                containers=[{"name": "main", "ports": [{"containerPort": 80, "name": "http", "protocol": "TCP"}]}]
+            ),
             id="ports-merge-by-containerPort",
         ),
         pytest.param(
-            _pod(containers=[{"name": "main", "volumeMounts": [{"mountPath": "/a", "name": "v"}]}]),
+            make_pod(containers=[{"name": "main", "volumeMounts": [{"mountPath": "/a", "name": "v"}]}]),
             {"spec": {"containers": [{"name": "main", "volumeMounts": [{"mountPath": "/b", "name": "w"}]}]}},
-            _pod(
+            make_pod(
                 containers=[
                     {
                         "name": "main",
@@ -155,45 +154,45 @@ _SIDE = {"name": "side", "image": "busybox"}
             id="volumeMounts-merge-by-mountPath",
         ),
         pytest.param(
-            _pod(tolerations=[{"key": "a", "operator": "Exists"}]),
+            make_pod(tolerations=[{"key": "a", "operator": "Exists"}]),
             {"spec": {"tolerations": [{"key": "b", "operator": "Exists"}]}},
-            _pod(tolerations=[{"key": "b", "operator": "Exists"}]),
+            make_pod(tolerations=[{"key": "b", "operator": "Exists"}]),
             id="tolerations-are-atomic",
         ),
         pytest.param(
-            _pod(schedulingGates=[{"name": "a"}, {"name": "b"}]),
+            make_pod(schedulingGates=[{"name": "a"}, {"name": "b"}]),
             {"spec": {"schedulingGates": [{"name": "a", "$patch": "delete"}]}},
-            _pod(schedulingGates=[{"name": "b"}]),
+            make_pod(schedulingGates=[{"name": "b"}]),
             id="scheduling-gate-removed-by-name",
         ),
         pytest.param(
-            _pod(nodeSelector={"a": "1", "b": "2"}),
+            make_pod(nodeSelector={"a": "1", "b": "2"}),
             {"spec": {"nodeSelector": {"a": None, "c": "3"}}},
-            _pod(nodeSelector={"b": "2", "c": "3"}),
+            make_pod(nodeSelector={"b": "2", "c": "3"}),
             id="maps-merge-and-null-deletes",
         ),
         pytest.param(
-            _pod(nodeSelector={"a": "1"}),
+            make_pod(nodeSelector={"a": "1"}),
             {"spec": {"nodeSelector": {"$patch": "replace", "z": "9"}}},
-            _pod(nodeSelector={"z": "9"}),
+            make_pod(nodeSelector={"z": "9"}),
             id="map-patch-replace",
         ),
         pytest.param(
-            _pod(nodeSelector={"a": "1"}, restartPolicy="Never"),
+            make_pod(nodeSelector={"a": "1"}, restartPolicy="Never"),
             {"spec": {"nodeSelector": {"$patch": "delete"}}},
-            _pod(restartPolicy="Never"),
+            make_pod(restartPolicy="Never"),
             id="map-patch-delete",
         ),
         pytest.param(
-            _pod(volumes=[{"name": "v", "emptyDir": {}}]),
+            make_pod(volumes=[{"name": "v", "emptyDir": {}}]),
             {"spec": {"volumes": [{"name": "v", "$retainKeys": ["name", "hostPath"], "hostPath": {"path": "/x"}}]}},
-            _pod(volumes=[{"name": "v", "hostPath": {"path": "/x"}}]),
+            make_pod(volumes=[{"name": "v", "hostPath": {"path": "/x"}}]),
             id="retain-keys",
         ),
         pytest.param(
-            _pod(args=["a", "b"]),
+            make_pod(args=["a", "b"]),
             {"spec": {"args": ["c"]}},
-            _pod(args=["c"]),
+            make_pod(args=["c"]),
             id="other-lists-replaced",
         ),
         pytest.param(
@@ -313,7 +312,7 @@ def test_strategic_merge_patch_of_kubectl_apply_keeps_live_fields() -> None:
 )
 def test_strategic_merge_patch_rejects_bad_patches(smp: dict[str, Any]) -> None:
     with pytest.raises(patch.PatchError):
-        patch.strategic_merge_patch(_pod(containers=[_MAIN]), smp, "Pod")
+        patch.strategic_merge_patch(make_pod(containers=[_MAIN]), smp, "Pod")
 
 
 @given(_objects, st.dictionaries(_keys, _json, max_size=4))

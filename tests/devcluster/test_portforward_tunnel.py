@@ -57,9 +57,7 @@ def kubelet() -> Iterator[SpdyKubelet]:
 def cluster(tmp_path: Path, kubelet: SpdyKubelet) -> Iterator[DevCluster]:
     with DevCluster(kubeconfig_path=str(tmp_path / "kubeconfig"), scheduler_interval=0.05) as running:
         raw = Raw(running)
-        node = make_node("node-1")
-        node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"] = kubelet.port
-        assert raw.json("POST", "/api/v1/nodes", node)[0] == 201
+        assert raw.json("POST", "/api/v1/nodes", make_node("node-1", kubelet_port=kubelet.port))[0] == 201
         assert raw.json("POST", PODS, make_pod("web", spec={"nodeName": "node-1"}))[0] == 201
         merge = {"Content-Type": "application/merge-patch+json"}
         patched = raw.json("PATCH", f"{PODS}/web/status", {"status": {"phase": "Running"}}, headers=merge)

@@ -10,6 +10,7 @@ import pytest
 
 from devcluster import DevCluster, jsonpath, tables
 from devcluster.printcolumns import PrinterColumn, cells, columns_of
+from tests.support.factories import make_crd
 from tests.support.raw import Raw
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -109,17 +110,7 @@ def test_a_bad_column_makes_the_crd_invalid(raw: Raw, spec: dict[str, Any], mess
 
 
 def crd(columns: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.io"},
-        "spec": {
-            "group": "example.io",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "additionalPrinterColumns": columns}],
-        },
-    }
+    return make_crd("Widget", "example.io", names={"singular": "widget"}, additionalPrinterColumns=columns)
 
 
 def test_a_custom_resource_table_has_name_then_the_crd_columns(cluster: DevCluster, raw: Raw) -> None:

@@ -198,6 +198,14 @@ def _client_context() -> ssl.SSLContext:
     return context
 
 
+def _get(client: socket.socket, path: str) -> http.client.HTTPResponse:
+    """One GET of `path` over `client`, the connection to the proxy's front end."""
+    connection = http.client.HTTPConnection("127.0.0.1")
+    connection.sock = client
+    connection.request("GET", path)
+    return connection.getresponse()
+
+
 def _recv_until(sock: socket.socket, predicate: Callable[[bytes], bool]) -> bytes:
     data = b""
     while not predicate(data):
@@ -269,10 +277,7 @@ def test_chunked_response_is_streamed_not_buffered(server_context: ssl.SSLContex
 
     with Upstream(server_context, kubelet) as upstream:
         client, thread, outcome = front(upstream.port, "/containerLogs/default/p1/main?follow=true")
-        connection = http.client.HTTPConnection("127.0.0.1")
-        connection.sock = client
-        connection.request("GET", "/api/v1/namespaces/default/pods/p1/log?follow=true")
-        response = connection.getresponse()
+        response = _get(client, "/api/v1/namespaces/default/pods/p1/log?follow=true")
         assert response.status == 200
         assert response.getheader("Transfer-Encoding") == "chunked"
         assert response.getheader("Connection") is None
@@ -302,10 +307,7 @@ def test_plain_responses_are_relayed_with_their_status_and_body(
 
     with Upstream(server_context, kubelet) as upstream:
         client, thread, _ = front(upstream.port, "/containerLogs/default/p1/main")
-        connection = http.client.HTTPConnection("127.0.0.1")
-        connection.sock = client
-        connection.request("GET", "/api/v1/namespaces/default/pods/p1/log")
-        response = connection.getresponse()
+        response = _get(client, "/api/v1/namespaces/default/pods/p1/log")
         assert response.status == int(answer.rsplit(b"HTTP/1.1 ", 1)[1][:3])
         assert response.read() == body
         thread.join(WAIT)

@@ -11,7 +11,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from devcluster import DevCluster
-from tests.support.factories import make_node, make_pod
+from tests.support.factories import make_crd, make_node, make_pod
 from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -232,17 +232,7 @@ def test_dry_run_validates_without_storing(raw: Raw) -> None:
 
 
 def test_custom_resources_are_stored_generically_with_their_status_subresource(raw: Raw) -> None:
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "widgets.example.com"},
-        "spec": {
-            "group": "example.com",
-            "scope": "Namespaced",
-            "names": {"plural": "widgets", "kind": "Widget"},
-            "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}}}],
-        },
-    }
+    crd = make_crd("Widget", "example.com", subresources={"status": {}})
     assert raw.json("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)[0] == 201
     base = "/apis/example.com/v1/namespaces/default/widgets"
     status, widget = raw.json(

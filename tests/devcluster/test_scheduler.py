@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from devcluster import scheduler
-from tests.support.factories import make_pod
+from tests.support.factories import make_node, make_pod
 
 
-def make_node(
+def node(
     name: str,
     *,
     ready: str = "True",
@@ -18,14 +18,12 @@ def make_node(
     taints: list[dict[str, str]] | None = None,
     unschedulable: bool = False,
 ) -> dict[str, Any]:
+    """A Node as the scheduler weighs it: its Ready condition after another one, its taints, cordoned or not."""
     spec: dict[str, Any] = {"taints": taints or []}
     if unschedulable:
         spec["unschedulable"] = True
-    return {
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": spec,
-        "status": {"conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]},
-    }
+    conditions = [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]
+    return make_node(name, labels=labels, status={"conditions": conditions}, **spec)
 
 
 _GPU = {"key": "nebula.io/provider", "value": "gpu-a", "effect": "NoSchedule"}
@@ -51,69 +49,69 @@ def test_schedulable_requires_unbound_ungated_live_pods(pod: dict[str, Any], exp
 @pytest.mark.parametrize(
     ("pod", "nodes", "expected"),
     [
-        pytest.param(make_pod(), [make_node("b"), make_node("a")], "a", id="first-by-name"),
+        pytest.param(make_pod(), [node("b"), node("a")], "a", id="first-by-name"),
         pytest.param(make_pod(), [], None, id="no-nodes"),
-        pytest.param(make_pod(), [make_node("a", ready="False"), make_node("b")], "b", id="not-ready-skipped"),
-        pytest.param(make_pod(), [make_node("a", ready="Unknown")], None, id="unknown-ready"),
+        pytest.param(make_pod(), [node("a", ready="False"), node("b")], "b", id="not-ready-skipped"),
+        pytest.param(make_pod(), [node("a", ready="Unknown")], None, id="unknown-ready"),
         pytest.param(make_pod(), [{"metadata": {"name": "bare"}}], None, id="no-conditions-not-ready"),
-        pytest.param(make_pod(), [make_node("a", unschedulable=True), make_node("b")], "b", id="cordoned-skipped"),
+        pytest.param(make_pod(), [node("a", unschedulable=True), node("b")], "b", id="cordoned-skipped"),
         pytest.param(
             make_pod(tolerations=[{"key": "node.kubernetes.io/unschedulable", "operator": "Exists"}]),
-            [make_node("a", unschedulable=True)],
+            [node("a", unschedulable=True)],
             "a",
             id="cordon-tolerated",
         ),
         pytest.param(
             make_pod(nodeSelector={"pool": "gpu"}),
-            [make_node("a", labels={"pool": "cpu"}), make_node("b", labels={"pool": "gpu", "x": "y"})],
+            [node("a", labels={"pool": "cpu"}), node("b", labels={"pool": "gpu", "x": "y"})],
             "b",
             id="node-selector",
         ),
-        pytest.param(make_pod(nodeSelector={"pool": "gpu"}), [make_node("a")], None, id="node-selector-missing-label"),
-        pytest.param(make_pod(), [make_node("a", taints=[_GPU])], None, id="untolerated-taint"),
+        pytest.param(make_pod(nodeSelector={"pool": "gpu"}), [node("a")], None, id="node-selector-missing-label"),
+        pytest.param(make_pod(), [node("a", taints=[_GPU])], None, id="untolerated-taint"),
         pytest.param(
-            make_pod(), [make_node("a", taints=[{**_GPU, "effect": "PreferNoSchedule"}])], "a", id="prefer-no-schedule"
+            make_pod(), [node("a", taints=[{**_GPU, "effect": "PreferNoSchedule"}])], "a", id="prefer-no-schedule"
         ),
-        pytest.param(make_pod(), [make_node("a", taints=[{**_GPU, "effect": "NoExecute"}])], None, id="no-execute"),
+        pytest.param(make_pod(), [node("a", taints=[{**_GPU, "effect": "NoExecute"}])], None, id="no-execute"),
         pytest.param(
             make_pod(tolerations=[{"key": "nebula.io/provider", "operator": "Equal", "value": "gpu-a"}]),
-            [make_node("a", taints=[_GPU])],
+            [node("a", taints=[_GPU])],
             "a",
             id="equal-toleration",
         ),
         pytest.param(
             make_pod(tolerations=[{"key": "nebula.io/provider", "value": "gpu-a"}]),
-            [make_node("a", taints=[_GPU])],
+            [node("a", taints=[_GPU])],
             "a",
             id="empty-operator-means-equal",
         ),
         pytest.param(
             make_pod(tolerations=[{"key": "nebula.io/provider", "operator": "Equal", "value": "gpu-b"}]),
-            [make_node("a", taints=[_GPU])],
+            [node("a", taints=[_GPU])],
             None,
             id="equal-wrong-value",
         ),
         pytest.param(
             make_pod(tolerations=[{"key": "nebula.io/provider", "operator": "Exists"}]),
-            [make_node("a", taints=[_GPU, {**_GPU, "value": "other", "effect": "NoExecute"}])],
+            [node("a", taints=[_GPU, {**_GPU, "value": "other", "effect": "NoExecute"}])],
             "a",
             id="key-only-exists-tolerates-every-value",
         ),
         pytest.param(
             make_pod(tolerations=[{"operator": "Exists"}]),
-            [make_node("a", taints=[_GPU, {"key": "other", "effect": "NoExecute"}])],
+            [node("a", taints=[_GPU, {"key": "other", "effect": "NoExecute"}])],
             "a",
             id="empty-key-exists-tolerates-all",
         ),
         pytest.param(
             make_pod(tolerations=[{"key": "nebula.io/provider", "operator": "Exists", "effect": "NoExecute"}]),
-            [make_node("a", taints=[_GPU])],
+            [node("a", taints=[_GPU])],
             None,
             id="effect-must-match",
         ),
         pytest.param(
             make_pod(tolerations=[{"key": "nebula.io/provider", "operator": "Exists", "effect": "NoSchedule"}]),
-            [make_node("a", taints=[_GPU])],
+            [node("a", taints=[_GPU])],
             "a",
             id="effect-matches",
         ),
@@ -136,8 +134,8 @@ def _affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 _ZONE_NODES = [
-    make_node("a", labels={"zone": "z1", "gpu": "true", "cores": "4"}),
-    make_node("b", labels={"zone": "z2", "cores": "16"}),
+    node("a", labels={"zone": "z1", "gpu": "true", "cores": "4"}),
+    node("b", labels={"zone": "z2", "cores": "16"}),
 ]
 
 
@@ -182,12 +180,12 @@ def test_match_fields_select_by_node_name() -> None:
     [({"a": 3, "b": 1, "c": 1}, "b"), ({"a": 0}, "a"), ({}, "a"), ({"a": 2, "b": 2, "c": 5}, "a")],
 )
 def test_pick_node_prefers_the_least_loaded_then_the_name(counts: dict[str, int], expected: str) -> None:
-    nodes = [make_node("c"), make_node("b"), make_node("a")]
+    nodes = [node("c"), node("b"), node("a")]
     assert scheduler.pick_node(make_pod(), nodes, pod_counts=counts) == expected
 
 
 def test_explain_gives_a_kube_scheduler_histogram() -> None:
-    nodes = [make_node("a", labels={"pool": "cpu"}), make_node("b", taints=[_GPU]), make_node("c", taints=[_GPU])]
+    nodes = [node("a", labels={"pool": "cpu"}), node("b", taints=[_GPU]), node("c", taints=[_GPU])]
     pod = make_pod(nodeSelector={"pool": "gpu"})
     assert scheduler.explain(pod, nodes) == (
         "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, "
@@ -197,9 +195,9 @@ def test_explain_gives_a_kube_scheduler_histogram() -> None:
 
 def test_explain_names_not_ready_and_cordoned_nodes_and_the_empty_cluster() -> None:
     nodes = [
-        make_node("a", ready="False"),
-        make_node("b", unschedulable=True),
-        make_node("c", taints=[{"key": "k", "effect": "NoSchedule"}]),
+        node("a", ready="False"),
+        node("b", unschedulable=True),
+        node("c", taints=[{"key": "k", "effect": "NoSchedule"}]),
     ]
     assert scheduler.explain(make_pod(), nodes) == (
         "0/3 nodes are available: 1 node(s) had untolerated taint {k: }, 1 node(s) were not ready, "
@@ -210,7 +208,7 @@ def test_explain_names_not_ready_and_cordoned_nodes_and_the_empty_cluster() -> N
 
 def test_decisions_do_not_mutate_their_inputs() -> None:
     pod = make_pod(nodeSelector={"pool": "gpu"}, tolerations=[{"operator": "Exists"}])
-    nodes = [make_node("a", labels={"pool": "gpu"}, taints=[_GPU])]
+    nodes = [node("a", labels={"pool": "gpu"}, taints=[_GPU])]
     before = repr((pod, nodes))
     scheduler.pick_node(pod, nodes, pod_counts={"a": 1})
     scheduler.explain(pod, nodes)

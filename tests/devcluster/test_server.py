@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from devcluster import DevCluster
-from tests.support.factories import make_pod
+from tests.support.factories import make_crd, make_pod
 from tests.support.raw import Raw
 
 
@@ -43,17 +43,10 @@ def test_discovery_lists_core_groups_short_names_and_subresources(raw: Raw) -> N
 
 
 def test_a_crd_appears_in_discovery_with_its_short_names(raw: Raw) -> None:
-    crd = {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "nodepools.nebula.inftyai.com"},
-        "spec": {
-            "group": "nebula.inftyai.com",
-            "scope": "Cluster",
-            "names": {"plural": "nodepools", "singular": "nodepool", "kind": "NodePool", "shortNames": ["np"]},
-            "versions": [{"name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}}}],
-        },
-    }
+    short = {"singular": "nodepool", "shortNames": ["np"]}
+    crd = make_crd(
+        "NodePool", "nebula.inftyai.com", version="v1alpha1", scope="Cluster", names=short, subresources={"status": {}}
+    )
     assert raw.json("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)[0] == 201
     groups = {g["name"]: g for g in raw.json("GET", "/apis")[1]["groups"]}
     assert groups["nebula.inftyai.com"]["versions"][0]["groupVersion"] == "nebula.inftyai.com/v1alpha1"

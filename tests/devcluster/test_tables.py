@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from devcluster import durations, tables
+from tests.support.factories import make_node, make_pod
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
 
@@ -47,10 +48,11 @@ def test_human_duration_matches_kubectl(seconds: float, expected: str) -> None:
     assert durations.human_duration(seconds) == expected
 
 
-def test_age_of_missing_or_bad_timestamps_is_unknown() -> None:
-    assert durations.age(None, NOW) == "<unknown>"
-    assert durations.age("yesterday", NOW) == "<unknown>"
-    assert durations.age(ago(seconds=65), NOW) == "65s"
+@pytest.mark.parametrize(
+    ("timestamp", "age"), [(None, "<unknown>"), ("yesterday", "<unknown>"), (ago(seconds=65), "65s")]
+)
+def test_age_of_missing_or_bad_timestamps_is_unknown(timestamp: str | None, age: str) -> None:
+    assert durations.age(timestamp, NOW) == age
 
 
 def _cells(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -59,15 +61,17 @@ def _cells(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
     return dict(zip(names, table["rows"][0]["cells"], strict=True))
 
 
-def make_pod(**overrides: Any) -> dict[str, Any]:
-    pod: dict[str, Any] = {
-        "metadata": {"name": "p1", "namespace": "default", "creationTimestamp": ago(minutes=5)},
-        "spec": {"containers": [{"name": "main"}, {"name": "side"}]},
-        "status": {"phase": "Pending"},
-    }
-    for key, value in overrides.items():
-        pod[key] = {**pod.get(key, {}), **value}
-    return pod
+def table_pod(
+    *, metadata: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Pod p1 of `default`, 5 minutes old, Pending, with containers `main` and `side`; each
+    keyword merges into that part."""
+    return make_pod(
+        namespace="default",
+        metadata={"creationTimestamp": ago(minutes=5), **(metadata or {})},
+        spec={"containers": [{"name": "main"}, {"name": "side"}], **(spec or {})},
+        status={"phase": "Pending", **(status or {})},
+    )
 
 
 def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
@@ -77,23 +81,23 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("pod", "ready", "status", "restarts"),
     [
-        pytest.param(make_pod(), "0/2", "Pending", "0", id="pending"),
+        pytest.param(table_pod(), "0/2", "Pending", "0", id="pending"),
         pytest.param(
-            make_pod(status={"phase": "Running", "containerStatuses": [_running(), _running()]}),
+            table_pod(status={"phase": "Running", "containerStatuses": [_running(), _running()]}),
             "2/2",
             "Running",
             "0",
             id="running",
         ),
         pytest.param(
-            make_pod(status={"phase": "Running", "containerStatuses": [_running(), _running(ready=False)]}),
+            table_pod(status={"phase": "Running", "containerStatuses": [_running(), _running(ready=False)]}),
             "1/2",
             "Running",
             "0",
             id="one-not-ready",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 status={
                     "phase": "Pending",
                     "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "ContainerCreating"}}}],
@@ -105,7 +109,7 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="waiting-reason",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 status={
                     "phase": "Running",
                     "containerStatuses": [
@@ -124,14 +128,14 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="crashloop-with-last-restart",
         ),
         pytest.param(
-            make_pod(status={"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 3}}}]}),
+            table_pod(status={"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 3}}}]}),
             "0/2",
             "ExitCode:3",
             "0",
             id="exit-code",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 status={"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"reason": "Completed"}}}]}
             ),
             "0/2",
@@ -140,17 +144,17 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="completed",
         ),
         pytest.param(
-            make_pod(status={"phase": "Failed", "reason": "Evicted"}), "0/2", "Evicted", "0", id="status-reason"
+            table_pod(status={"phase": "Failed", "reason": "Evicted"}), "0/2", "Evicted", "0", id="status-reason"
         ),
         pytest.param(
-            make_pod(spec={"schedulingGates": [{"name": "nebula.io/placement"}]}),
+            table_pod(spec={"schedulingGates": [{"name": "nebula.io/placement"}]}),
             "0/2",
             "SchedulingGated",
             "0",
             id="scheduling-gates",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 status={"phase": "Pending", "conditions": [{"type": "PodScheduled", "reason": "SchedulingGated"}]}
             ),
             "0/2",
@@ -159,7 +163,7 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="scheduling-gated-condition",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 metadata={"deletionTimestamp": ago(seconds=1)},
                 status={"phase": "Running", "containerStatuses": [_running()]},
             ),
@@ -169,14 +173,14 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="terminating",
         ),
         pytest.param(
-            make_pod(metadata={"deletionTimestamp": ago(seconds=1)}, status={"phase": "Succeeded"}),
+            table_pod(metadata={"deletionTimestamp": ago(seconds=1)}, status={"phase": "Succeeded"}),
             "0/2",
             "Succeeded",
             "0",
             id="deleted-after-finishing",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 spec={"initContainers": [{"name": "i1"}, {"name": "i2"}]},
                 status={
                     "phase": "Pending",
@@ -192,7 +196,7 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="init-progress",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 spec={"initContainers": [{"name": "i1"}]},
                 status={
                     "phase": "Pending",
@@ -205,7 +209,7 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="init-waiting",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 spec={"initContainers": [{"name": "proxy", "restartPolicy": "Always"}, {"name": "setup"}]},
                 status={
                     "phase": "Pending",
@@ -221,7 +225,7 @@ def _running(ready: bool = True, restarts: int = 0) -> dict[str, Any]:
             id="a-started-sidecar-counts-and-never-holds-init",
         ),
         pytest.param(
-            make_pod(
+            table_pod(
                 spec={"initContainers": [{"name": "proxy", "restartPolicy": "Always"}]},
                 status={
                     "phase": "Running",
@@ -251,7 +255,7 @@ def test_pod_rows_follow_kubectl_print_pod(pod: dict[str, Any], ready: str, stat
 
 
 def test_pod_wide_cells() -> None:
-    pod = make_pod(
+    pod = table_pod(
         spec={"nodeName": "n1", "readinessGates": [{"conditionType": "x/ok"}, {"conditionType": "x/other"}]},
         status={"podIPs": [{"ip": "10.1.0.5"}], "conditions": [{"type": "x/ok", "status": "True"}]},
     )
@@ -262,7 +266,7 @@ def test_pod_wide_cells() -> None:
         "<none>",
         "1/2",
     )
-    bare = _cells("Pod", make_pod())
+    bare = _cells("Pod", table_pod())
     assert (bare["IP"], bare["Node"], bare["Readiness Gates"]) == ("<none>", "<none>", "<none>")
 
 
@@ -285,30 +289,29 @@ def test_pod_columns_mark_wide_ones_priority_one_and_name_as_name() -> None:
     assert table["columnDefinitions"][0]["format"] == "name"
 
 
-def make_node(**overrides: Any) -> dict[str, Any]:
-    node: dict[str, Any] = {
-        "metadata": {"name": "n1", "creationTimestamp": ago(days=2, hours=3), "labels": {}},
-        "spec": {},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "nodeInfo": {"kubeletVersion": "v1.32.0-nebula"},
-            "addresses": [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.2"}],
-        },
-    }
-    for key, value in overrides.items():
-        node[key] = {**node[key], **value}
-    return node
+def table_node(
+    *, metadata: dict[str, Any] | None = None, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Node n1, 2 days 3 hours old, Ready, with a kubelet version and a hostname and internal IP;
+    each keyword merges into that part."""
+    addresses = [{"type": "Hostname", "address": "n1"}, {"type": "InternalIP", "address": "10.0.0.2"}]
+    return make_node(
+        "n1",
+        metadata={"creationTimestamp": ago(days=2, hours=3), **(metadata or {})},
+        status={"nodeInfo": {"kubeletVersion": "v1.32.0-nebula"}, "addresses": addresses, **(status or {})},
+        **(spec or {}),
+    )
 
 
 @pytest.mark.parametrize(
     ("node", "status", "roles"),
     [
-        (make_node(), "Ready", "<none>"),
-        (make_node(status={"conditions": [{"type": "Ready", "status": "False"}]}), "NotReady", "<none>"),
-        (make_node(status={"conditions": []}), "Unknown", "<none>"),
-        (make_node(spec={"unschedulable": True}), "Ready,SchedulingDisabled", "<none>"),
+        (table_node(), "Ready", "<none>"),
+        (table_node(status={"conditions": [{"type": "Ready", "status": "False"}]}), "NotReady", "<none>"),
+        (table_node(status={"conditions": []}), "Unknown", "<none>"),
+        (table_node(spec={"unschedulable": True}), "Ready,SchedulingDisabled", "<none>"),
         (
-            make_node(
+            table_node(
                 metadata={
                     "labels": {
                         "node-role.kubernetes.io/agent": "",
@@ -421,7 +424,7 @@ def test_other_kinds_and_the_default_columns(kind: str, obj: dict[str, Any], exp
 
 
 def test_row_object_modes() -> None:
-    pod = make_pod(metadata={"labels": {"app": "demo"}})
+    pod = table_pod(metadata={"labels": {"app": "demo"}})
     metadata_row = tables.to_table("Pod", [pod], resource_version="1", now=NOW)["rows"][0]
     assert metadata_row["object"] == {
         "kind": "PartialObjectMetadata",

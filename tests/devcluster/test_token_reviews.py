@@ -4,8 +4,6 @@ and the reviews answered from the stored RBAC objects by the devcluster's author
 
 from __future__ import annotations
 
-import os
-import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ import pytest
 
 from devcluster import DevCluster
 from devcluster.tokens import ADMIN_USER, API_AUDIENCE
-from tests.support.kubectl import KUBECTL_137, KUBECTL_IMAGE
+from tests.support.kubectl import KUBECTL_137, KUBECTL_IMAGE, run_kubectl
 from tests.support.raw import Raw
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
@@ -27,12 +25,7 @@ def kubectl(binary: str, cluster: DevCluster, tmp_path: Path, *args: str, ok: bo
     if not Path(binary).exists():
         pytest.skip(f"kubectl is not installed at {binary}")
     assert cluster.kubeconfig_path
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "KUBECONFIG": cluster.kubeconfig_path,
-    }
-    done = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=60)
+    done = run_kubectl(cluster.kubeconfig_path, *args, binary=binary)
     if ok:
         assert done.returncode == 0, f"kubectl {' '.join(args)} failed: {done.stderr}"
         return done.stdout
@@ -273,12 +266,7 @@ def test_kubectl_auth_can_i_asks_for_the_token_holder(
 def subprocess_answer(binary: str, cluster: DevCluster, tmp_path: Path, *args: str) -> str:
     """kubectl auth can-i's printed answer (it exits 1 for "no")."""
     assert cluster.kubeconfig_path
-    env = {
-        "HOME": str(tmp_path),
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "KUBECONFIG": cluster.kubeconfig_path,
-    }
-    done = subprocess.run([binary, *args], env=env, capture_output=True, text=True, timeout=60)
+    done = run_kubectl(cluster.kubeconfig_path, *args, binary=binary)
     assert done.returncode in (0, 1), done.stderr
     return done.stdout.strip()
 

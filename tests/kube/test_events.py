@@ -62,7 +62,7 @@ def writes(cluster: DevCluster) -> int:
     )
 
 
-POD = make_pod("p1", namespace="default", metadata={"uid": "uid-p1"})
+POD = make_pod("p1", namespace="default", uid="uid-p1")
 
 
 def test_a_repeat_counts_on_the_same_event_moving_last_timestamp_and_keeping_the_first(
@@ -136,7 +136,7 @@ def test_an_expired_event_is_created_again_with_its_name_and_count(
 def test_a_failed_write_is_logged_not_raised_and_its_count_is_written_later(
     kube: Kube, recorder: EventRecorder, clocks: Clocks, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stray = make_pod("p1", namespace="later", metadata={"uid": "uid-later"})
+    stray = make_pod("p1", namespace="later", uid="uid-later")
     with caplog.at_level(logging.WARNING, logger="kube.events"):
         recorder.pod(stray, "Warning", "ProvisionRetrying", "no capacity")  # namespace missing: 404
         recorder.pod(stray, "Warning", "ProvisionRetrying", "no capacity")
@@ -178,7 +178,7 @@ def test_similar_messages_are_no_longer_combined_after_ten_quiet_minutes(
 def test_recording_never_waits_for_the_api_server_and_the_flusher_writes_it(kube: Kube) -> None:
     """As client-go's broadcaster: a Pod's provisioning never waits on its Events."""
     recorder = EventRecorder(kube, component="test", host="h")
-    pod = make_pod("p-bg", namespace="default", metadata={"uid": "uid-bg"})
+    pod = make_pod("p-bg", namespace="default", uid="uid-bg")
     for reason in ("Provisioning", "Provisioned", "Started"):
         recorder.pod(pod, "Normal", reason, f"{reason} now")
     recorder.pod(pod, "Normal", "Started", "Started now")
@@ -204,7 +204,7 @@ def test_a_create_whose_answer_was_lost_counts_on_the_event_it_made(kube: Kube, 
     recorder = EventRecorder(
         LostAnswer(kube), component="test", min_interval=INTERVAL, inline=True, clock=clocks.monotonic, now=clocks.now
     )
-    pod = make_pod("p-lost", namespace="default", metadata={"uid": "uid-lost"})
+    pod = make_pod("p-lost", namespace="default", uid="uid-lost")
     recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity")
     clocks.advance(1)
     recorder.pod(pod, "Warning", "ProvisionRetrying", "no capacity")
@@ -216,9 +216,9 @@ def test_past_its_memory_a_recorder_forgets_settled_series_first_and_never_a_pen
     kube: Kube, recorder: EventRecorder, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("kube.events.MAX_REMEMBERED", 2)
-    held = make_pod("p-held", namespace="later", metadata={"uid": "uid-held"})
+    held = make_pod("p-held", namespace="later", uid="uid-held")
     recorder.pod(held, "Warning", "ProvisionRetrying", "no capacity")  # namespace missing: stays pending
-    pods = [make_pod(f"p{i}", namespace="default", metadata={"uid": f"uid-{i}"}) for i in range(4)]
+    pods = [make_pod(f"p{i}", namespace="default", uid=f"uid-{i}") for i in range(4)]
     for pod in pods:
         recorder.pod(pod, "Normal", "Started", "started")  # each written at once, then settled
     clocks.advance(60)
@@ -241,7 +241,7 @@ def test_an_event_a_fenced_client_refuses_is_dropped_never_retried(kube: Kube) -
         raise FencedError("nebula-node-x")
 
     recorder = EventRecorder(kube.fenced(refuse), component="t")
-    pod = make_pod("p-fenced", namespace="default", metadata={"uid": "uid-fenced"})
+    pod = make_pod("p-fenced", namespace="default", uid="uid-fenced")
     recorder.pod(pod, "Normal", "Started", "Started now")
     wait_for(lambda: recorder.backlog() == 0, 10, what="the refused Event settled")
     assert events_about(kube, "p-fenced") == []

@@ -7,7 +7,6 @@ rest."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -18,21 +17,14 @@ from providers import errors
 from providers.fake import FakeProvider
 from providers.owner import Owner
 from providers.streams import ContainerStopper, Executor, Restarter
+from tests.support.clock import ManualClock
 from vnode.fencing import fenced
 
 DURATION, MARGIN = 15.0, 5.0
 NAME = node_lease("gpu")
 
 
-@dataclass
-class Clock:
-    at: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.at
-
-
-def replica(kube: Kube, identity: str, clock: Clock) -> SharedLeases:
+def replica(kube: Kube, identity: str, clock: ManualClock) -> SharedLeases:
     return SharedLeases(kube, namespace="default", identity=identity, duration=DURATION, margin=MARGIN, clock=clock)
 
 
@@ -41,7 +33,7 @@ def lease(kube: Kube, name: str = NAME) -> dict[str, Any]:
 
 
 def test_a_free_lease_is_taken_and_renewed_and_its_fence_ends_margin_before_a_taker_may_begin(kube: Kube) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     me = replica(kube, "me", clock)
     me.refresh()
     assert me.hold(NAME, NODE)
@@ -49,10 +41,10 @@ def test_a_free_lease_is_taken_and_renewed_and_its_fence_ends_margin_before_a_ta
     assert held["spec"]["holderIdentity"] == "me" and held["metadata"]["labels"] == {"nebula.io/lease": "node"}
     assert held["spec"]["leaseDurationSeconds"] == int(DURATION)
     fence = me.fence(NAME)
-    clock.at += DURATION - MARGIN - 0.01
+    clock.now += DURATION - MARGIN - 0.01
     assert fence.valid()
     fence.check()
-    clock.at += 0.02
+    clock.now += 0.02
     assert not fence.valid()
     with pytest.raises(FencedError, match="not writing"):
         fence.check()
@@ -63,26 +55,26 @@ def test_a_free_lease_is_taken_and_renewed_and_its_fence_ends_margin_before_a_ta
 
 
 def test_a_live_lease_is_never_written_and_a_dead_one_is_taken_after_a_full_duration_unchanged(kube: Kube) -> None:
-    holder_clock, taker_clock = Clock(), Clock(50.0)  # two machines: unrelated monotonic clocks
+    holder_clock, taker_clock = ManualClock(1000.0), ManualClock(50.0)  # two machines: unrelated monotonic clocks
     holder, taker = replica(kube, "holder", holder_clock), replica(kube, "taker", taker_clock)
     holder.refresh()
     assert holder.hold(NAME, NODE)
     taker.refresh()  # first sight of the holder's renewal, at the taker's 50.0
     before = lease(kube)
-    taker_clock.at += DURATION - 0.1
+    taker_clock.now += DURATION - 0.1
     taker.refresh()
     assert not taker.hold(NAME, NODE)
     assert lease(kube) == before  # not even written
     # The holder renews: the taker's wait starts again from when it sees the change.
-    holder_clock.at += 2.0
+    holder_clock.now += 2.0
     holder.refresh()
     assert holder.hold(NAME, NODE)
-    taker_clock.at += 1.0
+    taker_clock.now += 1.0
     taker.refresh()
-    taker_clock.at += DURATION - 0.1
+    taker_clock.now += DURATION - 0.1
     taker.refresh()
     assert not taker.hold(NAME, NODE)
-    taker_clock.at += 0.2  # now a full duration unchanged
+    taker_clock.now += 0.2  # now a full duration unchanged
     taker.refresh()
     assert taker.hold(NAME, NODE)
     spec = lease(kube)["spec"]
@@ -96,7 +88,7 @@ def test_a_live_lease_is_never_written_and_a_dead_one_is_taken_after_a_full_dura
 
 
 def test_two_takers_never_both_win_a_lease_they_both_saw_free(kube: Kube) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     first, second = replica(kube, "first", clock), replica(kube, "second", clock)
     first.refresh()
     second.refresh()
@@ -111,7 +103,7 @@ def test_two_takers_never_both_win_a_lease_they_both_saw_free(kube: Kube) -> Non
 
 
 def test_a_released_lease_is_free_at_once_and_the_releaser_stops_writing_first(kube: Kube) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     first, second = replica(kube, "first", clock), replica(kube, "second", clock)
     first.refresh()
     assert first.hold(NAME, NODE)
@@ -123,18 +115,18 @@ def test_a_released_lease_is_free_at_once_and_the_releaser_stops_writing_first(k
 
 
 def test_live_members_are_counted_and_a_dead_member_is_forgotten(kube: Kube) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     one, two = replica(kube, "one", clock), replica(kube, "two", clock)
     for member in (one, two):
         member.refresh()
         assert member.hold(member_lease(member.identity), MEMBER)
     one.refresh()
     assert one.view.members(clock()) == ["one", "two"]
-    clock.at += DURATION
+    clock.now += DURATION
     one.refresh()
     assert one.hold(member_lease("one"), MEMBER)
     assert one.view.members(clock()) == ["one"]  # two stopped renewing a duration ago
-    clock.at += 3 * DURATION
+    clock.now += 3 * DURATION
     one.refresh()
     (dead,) = one.view.dead_members(clock(), after=4 * DURATION)
     one.forget(dead)

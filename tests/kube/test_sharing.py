@@ -19,16 +19,9 @@ from django.core.management import CommandError, call_command
 from kube.client import Kube
 from kube.leases import KIND_LABEL, SharedLeases, lease_path, node_lease
 from kube.sharing import Sharing, Term, preference, quota
+from tests.support.clock import ManualClock
 
 DURATION = 15.0
-
-
-@dataclass
-class Clock:
-    at: float = 100.0
-
-    def __call__(self) -> float:
-        return self.at
 
 
 @dataclass
@@ -66,7 +59,7 @@ def holders(kube: Kube) -> dict[str, str]:
 
 
 class Replica:
-    def __init__(self, kube: Kube, identity: str, aliases: list[str], clock: Clock) -> None:
+    def __init__(self, kube: Kube, identity: str, aliases: list[str], clock: ManualClock) -> None:
         self.built: list[StandIn] = []
 
         def build(alias: str, term: Term) -> StandIn:
@@ -97,7 +90,7 @@ def test_a_share_is_ceil_m_over_n_and_preferences_differ_per_replica() -> None:
 
 def test_a_replica_over_its_share_gives_one_back_per_round_stopping_its_runner_before_releasing(kube: Kube) -> None:
     aliases = ["a", "b", "c", "d"]
-    clock = Clock()
+    clock = ManualClock(100.0)
     first = Replica(kube, "first", aliases, clock)
     first.tick()  # the first round only registers the member
     assert first.sharing.serving() == []
@@ -123,13 +116,13 @@ def test_a_replica_over_its_share_gives_one_back_per_round_stopping_its_runner_b
 
 
 def test_a_runner_whose_lease_ran_out_is_stopped_for_good_and_a_later_take_builds_a_new_one(kube: Kube) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     alone = Replica(kube, "alone", ["gpu"], clock)
     alone.tick()
     alone.tick()
     (old,) = alone.built
     assert old.term.valid()
-    clock.at += DURATION  # no round for a whole duration (a pause): the fence ran out
+    clock.now += DURATION  # no round for a whole duration (a pause): the fence ran out
     assert not old.term.valid()
     alone.tick()  # stops the lapsed Runner (nobody took the Lease, so it is held again: a fresh Runner)
     alone.tick()
@@ -139,7 +132,7 @@ def test_a_runner_whose_lease_ran_out_is_stopped_for_good_and_a_later_take_build
 
 
 def test_stop_releases_every_lease_and_deletes_the_member_lease(kube: Kube) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     replica = Replica(kube, "leaving", ["x", "y"], clock)
     replica.tick()
     replica.tick()
@@ -155,7 +148,7 @@ def test_stop_releases_every_lease_and_deletes_the_member_lease(kube: Kube) -> N
 @pytest.mark.parametrize("members", [1, 2, 3])
 def test_replicas_split_six_providers_evenly(kube: Kube, members: int) -> None:
     aliases = [f"p{i}" for i in range(6)]
-    clock = Clock()
+    clock = ManualClock(100.0)
     replicas = [Replica(kube, f"r{i}", aliases, clock) for i in range(members)]
     for replica in replicas:
         replica.tick()  # each one's member Lease is written

@@ -11,6 +11,7 @@ import pytest
 
 from kube import names
 from placement.admission import MAX_DEPTH, OUTAGE_TAINTS, pod_patch, review
+from tests.support.factories import make_pod
 
 
 def make_review(obj: Any, *, operation: str = "CREATE", uid: str = "u-1") -> bytes:
@@ -19,10 +20,8 @@ def make_review(obj: Any, *, operation: str = "CREATE", uid: str = "u-1") -> byt
 
 
 def opted_in(**spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "labels": {names.ENABLED_LABEL: "true"}},
-        "spec": {"containers": [{"name": "c", "image": "i"}], **spec},
-    }
+    """Pod `p` with the opt-in label; `spec` overrides keys of its spec."""
+    return make_pod("p", labels={names.ENABLED_LABEL: "true"}, **spec)
 
 
 def patched(answer: dict[str, Any]) -> list[dict[str, Any]]:

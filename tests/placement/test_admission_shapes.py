@@ -18,6 +18,7 @@ from devcluster import DevCluster
 from kube import names
 from placement.admission import Candidates, Verdict, shape_verdict
 from providers.shape import Shapes
+from tests.support.factories import make_pod
 from tests.support.kubectl import KUBECTL_137
 from tests.support.placement import Stack, nodepool
 from tests.support.polling import wait_for
@@ -28,14 +29,14 @@ TOKEN_VOLUME = {"name": "kube-api-access-abcde", "projected": {"sources": [{"ser
 
 
 def pod_with(*, volumes: Sequence[dict[str, Any]] = (), containers: int = 1, pool: str = "shapes") -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "shaped", "namespace": "default",
-                     "labels": {names.ENABLED_LABEL: "true", names.POOL_LABEL: pool}},
-        "spec": {"containers": [{"name": f"c{i}", "image": "busybox", "command": ["true"]} for i in range(containers)],
-                 "volumes": list(volumes)},
-    }  # fmt: skip
+    """Pod `shaped` opted in to `pool`, with `containers` containers and `volumes`."""
+    return make_pod(
+        "shaped",
+        namespace="default",
+        labels={names.ENABLED_LABEL: "true", names.POOL_LABEL: pool},
+        containers=[{"name": f"c{i}", "image": "busybox", "command": ["true"]} for i in range(containers)],
+        volumes=list(volumes),
+    )
 
 
 def test_a_pod_no_candidate_serves_is_denied_with_every_provider_and_field_named() -> None:
@@ -81,15 +82,17 @@ def kubectl_create(cluster: DevCluster, tmp_path: Path, pod: dict[str, Any]) -> 
     )  # fmt: skip
 
 
-def wait_for_pool(stack: Stack, name: str) -> None:
-    wait_for(lambda: (state := stack.placement.pools.get(name)) is not None and state.pool is not None, timeout=10)
+@pytest.fixture
+def shapes_pool(cluster: DevCluster, published: Stack) -> Stack:
+    """NodePool `shapes` (the stack's two fake providers, OnDemand), applied and seen by placement."""
+    cluster.apply_manifest(nodepool("shapes", providers=["gpu-a", "gpu-b"], capacity_types=["OnDemand"]))
+    wait_for(lambda: (state := published.placement.pools.get("shapes")) is not None and state.pool is not None, 10)
+    return published
 
 
 def test_kubectl_create_of_a_pod_with_a_pvc_is_denied_naming_the_field(
-    cluster: DevCluster, published: Stack, tmp_path: Path
+    cluster: DevCluster, shapes_pool: Stack, tmp_path: Path
 ) -> None:
-    cluster.apply_manifest(nodepool("shapes", providers=["gpu-a", "gpu-b"], capacity_types=["OnDemand"]))
-    wait_for_pool(published, "shapes")
     done = kubectl_create(cluster, tmp_path, pod_with(volumes=[CLAIM_VOLUME]))
     assert done.returncode == 1
     assert "denied the request: no provider of NodePool 'shapes' can serve this Pod: gpu-a cannot serve " in done.stderr
@@ -102,10 +105,8 @@ def test_kubectl_create_of_a_pod_with_a_pvc_is_denied_naming_the_field(
 
 
 def test_kubectl_shows_the_webhooks_warnings_for_an_admitted_pod(
-    cluster: DevCluster, published: Stack, tmp_path: Path
+    cluster: DevCluster, shapes_pool: Stack, tmp_path: Path
 ) -> None:
-    cluster.apply_manifest(nodepool("shapes", providers=["gpu-a", "gpu-b"], capacity_types=["OnDemand"]))
-    wait_for_pool(published, "shapes")
     done = kubectl_create(cluster, tmp_path, pod_with(volumes=[TOKEN_VOLUME]))
     assert done.returncode == 0, done.stderr
     assert "Warning: spec.volumes[0]: the service account token (not mounted on external compute)" in done.stderr

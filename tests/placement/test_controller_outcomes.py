@@ -32,6 +32,7 @@ from placement.waiting import PLACEMENT_RECHECK
 from providers import errors
 from providers.base import BlockBreadth, BlockScope, Capabilities, Offering, Tier
 from tests.support.clock import ManualClock
+from tests.support.factories import make_pod
 
 KEY = "default/trainer"
 OFFERINGS = (Offering("h100", 8, Tier.SPOT, "us-east-1", 10.0),)
@@ -92,14 +93,16 @@ class FakeEvents:
 
 
 def gated_pod() -> dict[str, Any]:
+    """The trainer of KEY: opted in to pool `train`, asking 8 h100s, held by the placement gate."""
     labels = {names.ENABLED_LABEL: "true", names.POOL_LABEL: "train", names.ACCELERATOR_LABEL: "h100"}
-    return {
-        "metadata": {"name": "trainer", "namespace": "default", "uid": "u-1", "labels": labels},
-        "spec": {
-            "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-            "schedulingGates": [{"name": names.PLACEMENT_GATE}],
-        },
-    }
+    return make_pod(
+        "trainer",
+        namespace="default",
+        uid="u-1",
+        labels=labels,
+        container={"resources": {"limits": {"nvidia.com/gpu": "8"}}},
+        schedulingGates=[{"name": names.PLACEMENT_GATE}],
+    )
 
 
 class Harness:

@@ -31,6 +31,7 @@ from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, InstanceState, Tier
 from tests.support.cloudstack import CloudStack, pool, start_cloudstack
+from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
 from tests.support.kubectl import KUBECTL_137
 from tests.support.placement import events_for, pods_of, provider_of, tier_of
@@ -63,12 +64,11 @@ def clouds(
 
 def deployment(name: str, pool_name: str, script: str = TICKER) -> dict[str, Any]:
     container = {
-        "name": "main",
         "image": "busybox:1.36",
-        "command": ["sh", "-c", script],
         "env": [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}],
         "resources": {"limits": {"nvidia.com/gpu": "1"}},
     }
+    pod = make_pod(command=("sh", "-c", script), container=container)
     labels = {"app": name, names.ENABLED_LABEL: "true", names.POOL_LABEL: pool_name, names.ACCELERATOR_LABEL: "h100"}
     return {
         "apiVersion": "apps/v1",
@@ -77,7 +77,7 @@ def deployment(name: str, pool_name: str, script: str = TICKER) -> dict[str, Any
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": labels}, "spec": {"containers": [container]}},
+            "template": {"metadata": {"labels": labels}, "spec": pod["spec"]},
         },
     }
 
@@ -256,10 +256,13 @@ def test_a_second_cluster_on_the_same_modal_app_and_runpod_account_touches_nothi
             theirs.polled(3)  # its orphan sweep has seen the shared clouds
             for provider in theirs.providers.values():
                 assert provider.list() == []  # the first cluster's instances are not the second's
-            other_pod = {"metadata": {"name": "theirs", "namespace": "default"},
-                         "spec": {"nodeName": "nebula-runpod", "containers": [{"name": "main", "image": "busybox",
-                                  "command": ["sh", "-c", "sleep 600"]}],
-                                  "tolerations": [{"operator": "Exists"}]}}  # fmt: skip
+            other_pod = make_pod(
+                "theirs",
+                namespace="default",
+                command=("sh", "-c", "sleep 600"),
+                nodeName="nebula-runpod",
+                tolerations=[{"operator": "Exists"}],
+            )
             kube_b.create(path_for("pods", namespace="default"), other_pod)
             wait_for(lambda: (kube_b.get(path_for("pods", namespace="default", name="theirs")).get("status") or {})
                      .get("phase") == "Running", 120)  # fmt: skip

@@ -20,31 +20,29 @@ from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict, requested_tier
 from providers.shape import Shapes
 from providers.shapecheck import SEVERAL, Need
+from tests.support.factories import make_pod
 
 NOW = 1_800_000_000.0
 
 
 def disagreeing_pod() -> dict[str, Any]:
-    return {
-        "metadata": {
-            "name": "trainer",
-            "namespace": "default",
-            "uid": "u-1",
-            "labels": {
-                names.ENABLED_LABEL: "true",
-                names.POOL_LABEL: "train",
-                names.ACCELERATOR_LABEL: " H100 ",
-            },
-            "annotations": {names.CAPACITY_TYPE_ANNOTATION: "spot", names.REGION_ANNOTATION: "us-east-1"},
-        },
-        "spec": {
-            "containers": [
-                {"name": "sidecar", "image": "log-shipper"},
-                {"name": "trainer", "image": "train", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
-            ],
-            "schedulingGates": [{"name": names.PLACEMENT_GATE}],
-        },
-    }
+    """A Pod whose every reader could disagree: a padded upper-case accelerator, a lower-case
+    tier, and the GPUs asked by its second container."""
+    labels = {names.ENABLED_LABEL: "true", names.POOL_LABEL: "train", names.ACCELERATOR_LABEL: " H100 "}
+    annotations = {names.CAPACITY_TYPE_ANNOTATION: "spot", names.REGION_ANNOTATION: "us-east-1"}
+    containers = [
+        {"name": "sidecar", "image": "log-shipper"},
+        {"name": "trainer", "image": "train", "resources": {"limits": {"nvidia.com/gpu": "8"}}},
+    ]
+    return make_pod(
+        "trainer",
+        namespace="default",
+        uid="u-1",
+        labels=labels,
+        annotations=annotations,
+        containers=containers,
+        schedulingGates=[{"name": names.PLACEMENT_GATE}],
+    )
 
 
 def test_placement_the_provider_and_the_blocklist_read_one_pod_alike() -> None:

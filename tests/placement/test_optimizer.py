@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+import pytest
+
 from kube import names
 from placement.optimizer import Candidate, ProviderView, count_candidates, decide
 from placement.pools import NodePool, PoolProvider, Strategy
@@ -101,10 +103,12 @@ def test_no_candidate_lists_each_reason() -> None:
     assert reasons["gpu-x"] == "not registered on this manager"
 
 
+@pytest.mark.parametrize("request_", [WorkloadRequest("h100", 1), WorkloadRequest("a100", 8), WorkloadRequest(None, 0)])
+def test_no_offering_serves_another_accelerator_another_count_or_a_cpu_only_request(request_: WorkloadRequest) -> None:
+    assert decide(make_pool(), request_, VIEWS, never, now=NOW).chosen is None
+
+
 def test_shapes_must_match_accelerator_and_count_cpu_only_needs_cpu_rows() -> None:
-    assert decide(make_pool(), WorkloadRequest("h100", 1), VIEWS, never, now=NOW).chosen is None
-    assert decide(make_pool(), WorkloadRequest("a100", 8), VIEWS, never, now=NOW).chosen is None
-    assert decide(make_pool(), WorkloadRequest(None, 0), VIEWS, never, now=NOW).chosen is None
     per_gpu = {"gpu-a": ProviderView("gpu-a", offers({(Tier.SPOT, "us-east-1"): 2}, count=0), expand)}
     chosen = decide(make_pool(providers=("gpu-a",)), WorkloadRequest("h100", 3), per_gpu, never, now=NOW).chosen
     assert chosen is not None

@@ -17,6 +17,7 @@ from kube import names
 from kube.client import Kube, path_for
 from placement.blocklist import Blocklist
 from providers.fake import FakeProvider
+from tests.support.factories import make_pod
 from tests.support.fixtures import ROOT
 from tests.support.placement import (
     events_for,
@@ -63,8 +64,7 @@ def pool_with(name: str, egress: dict[str, Any]) -> dict[str, Any]:
 
 def create_pod(kube: Kube, name: str, pool: str) -> None:
     template = h100_pod_template(pool, name)
-    kube.create(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, **template["metadata"]},
-                       "spec": template["spec"]})  # fmt: skip
+    kube.create(PODS, make_pod(name, metadata=template["metadata"], spec=template["spec"]))
 
 
 def pod(kube: Kube, name: str) -> dict[str, Any]:

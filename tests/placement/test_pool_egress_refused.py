@@ -9,6 +9,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from moto import mock_aws
@@ -20,18 +21,16 @@ from providers.claim import claim_name
 from providers.egress import Egress, EgressMode, allowlist
 from providers.fake import FakeProvider, wire
 from providers.local.provider import LocalProvider
+from tests.support.factories import make_pod_spec
 
 BLOCKED = Egress(EgressMode.BLOCKED)
 ALLOW = allowlist(["10.0.0.0/8", "pypi.org"])
 
 
-def pod(**overrides: object) -> PodSpec:
-    values: dict[str, object] = {
-        "namespace": "ml", "name": "trainer", "uid": str(uuid.uuid4()), "container": "main", "image": "busybox:1",
-        "command": ("sleep", "30"),
-    }  # fmt: skip
-    values.update(overrides)
-    return PodSpec(**values)  # type: ignore[arg-type]
+def pod(**overrides: Any) -> PodSpec:
+    """The trainer of namespace `ml` as its provider reads it; `overrides` as make_pod_spec's."""
+    values = {"namespace": "ml", "name": "trainer", "container": "main", "image": "busybox:1"}
+    return make_pod_spec(**{**values, "command": ("sleep", "30"), **overrides})
 
 
 def request_for(spec: PodSpec, egress: Egress) -> ProvisionRequest:
@@ -99,8 +98,7 @@ def test_the_aws_provider_refuses_egress_before_launching_anything(aws: None) ->
     assert [i.id for i in provider.list()] == [launched.instance_id]
 
 
-def test_the_fake_wire_carries_the_requests_egress_to_the_http_service() -> None:
-    spec = pod()
-    for egress in (Egress(), BLOCKED, ALLOW):
-        sent = request_for(spec, egress)
-        assert wire.request_from_json(json.loads(json.dumps(wire.request_to_json(sent)))).egress == egress
+@pytest.mark.parametrize("egress", [Egress(), BLOCKED, ALLOW], ids=["Open", "Blocked", "Allowlist"])
+def test_the_fake_wire_carries_the_requests_egress_to_the_http_service(egress: Egress) -> None:
+    sent = request_for(pod(), egress)
+    assert wire.request_from_json(json.loads(json.dumps(wire.request_to_json(sent)))).egress == egress

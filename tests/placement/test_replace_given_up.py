@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
@@ -21,6 +23,7 @@ from placement.wiring import start_placement
 from providers.base import BlockBreadth, Tier
 from providers.egress import OPEN, Egress
 from providers.fake import FakeProvider
+from tests.support.factories import make_pod
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.placement import (
     Stack,
@@ -93,12 +96,7 @@ def stack_of(cluster: DevCluster, *, queued: bool) -> Iterator[Stack]:
 def bare_pod(name: str, pool: str) -> dict[str, Any]:
     """An opted-in Pod of `pool` that no controller owns."""
     template = h100_pod_template(pool, name)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "name": name},
-        "spec": template["spec"],
-    }
+    return make_pod(name, metadata=template["metadata"], spec=template["spec"])
 
 
 def get(kube: Kube, name: str) -> dict[str, Any] | None:
@@ -188,14 +186,25 @@ def test_an_owned_pod_queued_too_long_is_replaced_elsewhere_and_an_unowned_one_s
         assert len(running(kube, "patient")) == 1
 
 
-def test_only_given_up_reasons_of_owned_opted_in_pods_are_replaceable() -> None:
-    def pod(reason: str, *, owned: bool = True) -> dict[str, Any]:
-        refs = [{"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}] if owned else []
-        meta = {"name": "p", "labels": {names.ENABLED_LABEL: "true"}, "ownerReferences": refs}
-        return {"metadata": meta, "status": {"phase": "Failed", "reason": reason}}
+def failed_pod(reason: str, *, owned: bool = True) -> dict[str, Any]:
+    """An opted-in Pod Failed for `reason`, owned by a ReplicaSet when `owned`."""
+    refs = [{"kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": True}] if owned else []
+    return make_pod(
+        "p",
+        labels={names.ENABLED_LABEL: "true"},
+        metadata={"ownerReferences": refs},
+        status={"phase": "Failed", "reason": reason},
+    )
 
-    for reason in (names.REASON_PROVISION_FAILED, names.REASON_PREEMPTED, names.REASON_QUEUED_TOO_LONG):
-        assert is_replaceable_failure(pod(reason))
-        assert not is_replaceable_failure(pod(reason, owned=False))
-    for reason in (names.REASON_INSTANCE_LOST, names.REASON_FAILED, names.REASON_UNSUPPORTED_POD_SPEC):
-        assert not is_replaceable_failure(pod(reason))
+
+@pytest.mark.parametrize(
+    "reason", [names.REASON_PROVISION_FAILED, names.REASON_PREEMPTED, names.REASON_QUEUED_TOO_LONG]
+)
+def test_only_given_up_reasons_of_owned_opted_in_pods_are_replaceable(reason: str) -> None:
+    assert is_replaceable_failure(failed_pod(reason))
+    assert not is_replaceable_failure(failed_pod(reason, owned=False))
+
+
+@pytest.mark.parametrize("reason", [names.REASON_INSTANCE_LOST, names.REASON_FAILED, names.REASON_UNSUPPORTED_POD_SPEC])
+def test_other_failure_reasons_are_not_replaceable(reason: str) -> None:
+    assert not is_replaceable_failure(failed_pod(reason))

@@ -8,13 +8,18 @@ import pytest
 
 from kube import names
 from placement.request import RequestError, WorkloadRequest, is_placeable, is_replaceable_failure, workload_request
+from tests.support.factories import make_pod
 
 
 def pod(labels: dict[str, str] | None = None, limits: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    return {
-        "metadata": {"name": "p", "namespace": "default", "labels": {names.ENABLED_LABEL: "true", **(labels or {})}},
-        "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": limits or {}}}], **spec},
-    }
+    """An opted-in Pod (plus `labels`) whose one container has `limits`."""
+    return make_pod(
+        "p",
+        namespace="default",
+        labels={names.ENABLED_LABEL: "true", **(labels or {})},
+        container={"resources": {"limits": limits or {}}},
+        **spec,
+    )
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import pytest
 from devcluster.patch import PatchError, json_patch
 from kube import names
 from placement.ungate import ungate_patch
+from tests.support.factories import make_pod
 
 OTHER = {"name": "example.com/other"}
 LATER = {"name": "example.com/later"}
@@ -26,13 +27,9 @@ def gated_pod(
     node_selector: dict[str, str] | None = None,
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "p", "namespace": "default", "uid": "uid-1"}
-    spec: dict[str, Any] = {"containers": [{"name": "c", "image": "i"}], "schedulingGates": gates}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    if node_selector is not None:
-        spec["nodeSelector"] = node_selector
-    return {"metadata": meta, "spec": spec}
+    """Pod `p` (uid `uid-1`) held by `gates`, with `node_selector` and `annotations` when given."""
+    selector = {} if node_selector is None else {"nodeSelector": node_selector}
+    return make_pod("p", namespace="default", uid="uid-1", annotations=annotations, schedulingGates=gates, **selector)
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from devcluster import DevCluster
 from kube.client import Kube, KubeError, path_for
 from kube.reviews import Access
 from providers.fake import FakeProvider
+from tests.support.clock import ManualClock
 from tests.support.fixtures import kube_for
 from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
@@ -257,16 +258,8 @@ def test_a_second_request_within_the_ttl_issues_no_new_review(
     assert _reviews(cluster) == first
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_reviews_are_cached_for_the_kubelets_default_ttls(cluster: DevCluster, kube: Kube, handler: Handler) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     gate = auth.Gate(auth.KubeletAuth(kube=kube), HandlerRegistry([handler]), monotonic=clock)
     token = service_account_token(kube, "ttl")
     grant(kube, "ttl-metrics", account("ttl"), [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}])
@@ -311,8 +304,8 @@ def test_reviews_are_cached_for_the_kubelets_default_ttls(cluster: DevCluster, k
     ],
 )
 def test_the_kubelets_resource_mapping(method: str, path: str, verb: str, subresource: str) -> None:
-    assert auth.accesses(method, path, ["nebula-x"]) == [Access(verb, resource="nodes", subresource=subresource,
-                                                               name="nebula-x")]  # fmt: skip
+    expected = [Access(verb, resource="nodes", subresource=subresource, name="nebula-x")]
+    assert auth.accesses(method, path, ["nebula-x"]) == expected
 
 
 def test_a_pod_route_names_the_node_serving_the_pod_and_a_node_route_every_node(handler: Handler) -> None:
@@ -370,7 +363,7 @@ def test_I4_a_bearer_token_never_reaches_the_log(
 
 def test_I7_the_review_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(auth, "MAX_CACHED", 8)
-    cache = auth._Cache(Clock())
+    cache = auth._Cache(ManualClock(1000.0))
     for n in range(20):
         cache.put(n, True, 60.0)
     assert len(cache._entries) <= 8 and cache.get(19) == (True, True)

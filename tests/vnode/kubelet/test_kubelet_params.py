@@ -99,37 +99,72 @@ def test_tty_with_stderr_merges_stderr_into_the_terminal() -> None:
     assert request.tty and not request.stderr
 
 
-def test_spdy_negotiation_takes_the_clients_first_supported_protocol() -> None:
-    assert execparams.negotiate_spdy(["v4.channel.k8s.io", "v3.channel.k8s.io"]) == "v4.channel.k8s.io"
-    assert execparams.negotiate_spdy(["x.k8s.io, v5.channel.k8s.io"]) == "v5.channel.k8s.io"
-    with pytest.raises(problems.Problem) as missing:
-        execparams.negotiate_spdy([])
-    assert missing.value.code == 400
-    with pytest.raises(problems.Problem) as unknown:
-        execparams.negotiate_spdy(["portforward.k8s.io"])
-    assert unknown.value.code == 403
+@pytest.mark.parametrize(
+    ("offered", "chosen"),
+    [
+        (["v4.channel.k8s.io", "v3.channel.k8s.io"], "v4.channel.k8s.io"),
+        (["x.k8s.io, v5.channel.k8s.io"], "v5.channel.k8s.io"),
+    ],
+)
+def test_spdy_negotiation_takes_the_clients_first_supported_protocol(offered: list[str], chosen: str) -> None:
+    assert execparams.negotiate_spdy(offered) == chosen
 
 
-def test_websocket_negotiation_accepts_the_channel_family_and_refuses_the_rest() -> None:
-    assert execparams.negotiate_websocket(["v5.channel.k8s.io", "v4.channel.k8s.io"]) == "v5.channel.k8s.io"
-    assert execparams.negotiate_websocket(["v4.base64.channel.k8s.io"]) == "v4.base64.channel.k8s.io"
-    assert execparams.negotiate_websocket([]) == ""
-    assert execparams.negotiate_websocket(["v6.channel.k8s.io"]) is None
+@pytest.mark.parametrize(("offered", "code"), [([], 400), (["portforward.k8s.io"], 403)], ids=["missing", "unknown"])
+def test_spdy_negotiation_refuses_no_protocol_with_400_and_only_unknown_ones_with_403(
+    offered: list[str], code: int
+) -> None:
+    with pytest.raises(problems.Problem) as refused:
+        execparams.negotiate_spdy(offered)
+    assert refused.value.code == code
 
 
-def test_streams_expected_follow_the_request_and_the_protocol_version() -> None:
-    tty = execparams.StreamRequest(("sh",), True, True, False, True)
-    assert expected_streams(tty, "v4.channel.k8s.io") == {"error", "stdin", "stdout", "resize"}
-    assert expected_streams(tty, "v2.channel.k8s.io") == {"error", "stdin", "stdout"}
-    plain = execparams.StreamRequest(("ls",), False, True, True, False)
-    assert expected_streams(plain, "v5.channel.k8s.io") == {"error", "stdout", "stderr"}
+@pytest.mark.parametrize(
+    ("offered", "chosen"),
+    [
+        (["v5.channel.k8s.io", "v4.channel.k8s.io"], "v5.channel.k8s.io"),
+        (["v4.base64.channel.k8s.io"], "v4.base64.channel.k8s.io"),
+        ([], ""),
+        (["v6.channel.k8s.io"], None),
+    ],
+)
+def test_websocket_negotiation_accepts_the_channel_family_and_refuses_the_rest(
+    offered: list[str], chosen: str | None
+) -> None:
+    assert execparams.negotiate_websocket(offered) == chosen
 
 
-def test_resize_messages_are_read_case_insensitively_and_junk_is_ignored() -> None:
-    assert parse_resize(b'{"Width":100,"Height":30}') == (100, 30)
-    assert parse_resize(b'{"width":80,"height":24}') == (80, 24)
-    assert parse_resize(b'{"Width":-1,"Height":30}') is None
-    assert parse_resize(b"not json") is None
+TTY = execparams.StreamRequest(("sh",), True, True, False, True)
+PLAIN = execparams.StreamRequest(("ls",), False, True, True, False)
+
+
+@pytest.mark.parametrize(
+    ("request_", "protocol", "streams"),
+    [
+        (TTY, "v4.channel.k8s.io", {"error", "stdin", "stdout", "resize"}),
+        (TTY, "v2.channel.k8s.io", {"error", "stdin", "stdout"}),
+        (PLAIN, "v5.channel.k8s.io", {"error", "stdout", "stderr"}),
+    ],
+)
+def test_streams_expected_follow_the_request_and_the_protocol_version(
+    request_: execparams.StreamRequest, protocol: str, streams: set[str]
+) -> None:
+    assert expected_streams(request_, protocol) == streams
+
+
+@pytest.mark.parametrize(
+    ("message", "size"),
+    [
+        (b'{"Width":100,"Height":30}', (100, 30)),
+        (b'{"width":80,"height":24}', (80, 24)),
+        (b'{"Width":-1,"Height":30}', None),
+        (b"not json", None),
+    ],
+)
+def test_resize_messages_are_read_case_insensitively_and_junk_is_ignored(
+    message: bytes, size: tuple[int, int] | None
+) -> None:
+    assert parse_resize(message) == size
 
 
 def test_the_error_channel_carries_the_exit_code_as_kubectl_expects() -> None:

@@ -10,8 +10,9 @@ import ssl
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -245,6 +246,18 @@ def _rsa_pair(tmp_path: Path, host: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+def tls_console(app: Callable[..., Any] | None, cert_path: Path, key_path: Path) -> Listeners:
+    """Listeners (not started) whose console serves `app` over TLS with the mounted files."""
+    return Listeners(
+        HandlerRegistry(),
+        kubelet=ListenerConfig("127.0.0.1", 0),
+        console=ListenerConfig("127.0.0.1", 0),
+        console_app=app,
+        console_tls=True,
+        console_cert=(str(cert_path), str(key_path)),
+    )
+
+
 def test_the_console_serves_a_mounted_certificate_for_the_webhook(tmp_path: Path) -> None:
     """--console-cert/--console-key: the console presents the files' certificate (RSA, as
     cert-manager issues by default), so the API server's caBundle can verify it."""
@@ -255,14 +268,7 @@ def test_the_console_serves_a_mounted_certificate_for_the_webhook(tmp_path: Path
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"console"})
 
-    served = Listeners(
-        HandlerRegistry(),
-        kubelet=ListenerConfig("127.0.0.1", 0),
-        console=ListenerConfig("127.0.0.1", 0),
-        console_app=console,
-        console_tls=True,
-        console_cert=(str(cert_path), str(key_path)),
-    )
+    served = tls_console(console, cert_path, key_path)
     served.start()
     try:
         assert served.console_port is not None
@@ -275,14 +281,7 @@ def test_the_console_serves_a_mounted_certificate_for_the_webhook(tmp_path: Path
 def test_an_unreadable_console_certificate_fails_at_start(tmp_path: Path) -> None:
     (tmp_path / "tls.crt").write_text("not a certificate")
     (tmp_path / "tls.key").write_text("not a key")
-    broken = Listeners(
-        HandlerRegistry(),
-        kubelet=ListenerConfig("127.0.0.1", 0),
-        console=ListenerConfig("127.0.0.1", 0),
-        console_app=None,
-        console_tls=True,
-        console_cert=(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key")),
-    )
+    broken = tls_console(None, tmp_path / "tls.crt", tmp_path / "tls.key")
     with pytest.raises(ValueError, match="no PEM certificate"):
         broken.start()
 

@@ -235,16 +235,21 @@ def test_syn_streams_after_our_goaway_are_ignored() -> None:
     assert server.data_to_send() == b""
 
 
+def refused_peak(server: spdy.ServerSession, frame: bytes, *, match: str) -> int:
+    """The peak of traced memory while `server` refuses `frame` with a ProtocolError matching `match`."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(spdy.ProtocolError, match=match):
+            server.receive(frame)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_a_16_mib_frame_is_refused_from_its_header_without_allocating_it() -> None:
     server = spdy.ServerSession()
     head = data(1, b"")[:4] + struct.pack(">I", (1 << 24) - 1)  # 16 MiB - 1 announced
-    tracemalloc.start()
-    try:
-        with pytest.raises(spdy.ProtocolError, match="exceeds the 1048576 byte bound"):
-            server.receive(head)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = refused_peak(server, head, match="exceeds the 1048576 byte bound")
     assert peak < 64 << 10
 
 
@@ -266,13 +271,7 @@ def test_a_zlib_bomb_in_a_header_block_is_refused_within_the_bound() -> None:
     assert len(bomb) < 200_000
     frame = control(spdyframes.SYN_STREAM, struct.pack(">IIBB", 1, 0, 0, 0) + bomb)
     server = spdy.ServerSession(max_header_block=64 << 10)
-    tracemalloc.start()
-    try:
-        with pytest.raises(spdy.ProtocolError, match="inflates past 65536"):
-            server.receive(frame)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    peak = refused_peak(server, frame, match="inflates past 65536")
     # The frame itself (copied twice at most), the 64 KiB bound and zlib's own state; never 32 MiB.
     assert peak < 3 * len(frame) + (64 << 10) + (512 << 10)
 

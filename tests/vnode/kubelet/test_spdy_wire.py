@@ -19,6 +19,7 @@ import pytest
 from devcluster import DevCluster, tls
 from kube.client import Kube, load_api_client, path_for
 from tests.support import tlsserver
+from tests.support.factories import make_node, make_pod
 from tests.support.spdyclient import SpdyClient, UpgradeRefused
 from vnode.kubelet import spdy
 
@@ -202,24 +203,8 @@ def bound_pod(cluster: DevCluster, tls_kubelet: ScriptedKubelet) -> str:
     """A Node whose kubelet is the scripted one, and a Pod bound to it."""
     assert cluster.kubeconfig_path
     kube = Kube(load_api_client(cluster.kubeconfig_path))
-    node = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "spdy-node"},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": tls_kubelet.port}},
-        },
-    }
-    kube.create(path_for("nodes"), node)
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "p1", "namespace": "default"},
-        "spec": {"nodeName": "spdy-node", "containers": [{"name": "main", "image": "busybox"}]},
-    }
-    kube.create(path_for("pods", namespace="default"), pod)
+    kube.create(path_for("nodes"), make_node("spdy-node", kubelet_port=tls_kubelet.port))
+    kube.create(path_for("pods", namespace="default"), make_pod("p1", namespace="default", nodeName="spdy-node"))
     return cluster.kubeconfig_path
 
 
