@@ -2,7 +2,7 @@
 processes, six fake providers (one fake cloud service, in this process), 1,000 Pods; SIGKILL
 the replica holding the most providers and report how long until every orphaned node is
 served again, and any duplicate, lost or wrongly killed instance, as the invariant watch of
-`tests.support.managers` sees it (sampled every 0.5 s throughout).
+`tests.support.rigs.managers` sees it (sampled every 0.5 s throughout).
 
 "Served again" is measured three ways, from the kill: each orphaned node Lease held by a
 survivor; each orphaned Node's status naming the survivor's kubelet port (its first sync);
@@ -32,7 +32,7 @@ from bench.sync import create_all, start_devcluster  # noqa: E402
 from kube.client import Kube, load_api_client, path_for  # noqa: E402
 from providers.fake.server import start_server  # noqa: E402
 from tests.support.factories import make_pod  # noqa: E402
-from tests.support.managers import InvariantWatch, Rig, kubelet_port, node_holders, running, shares  # noqa: E402
+from tests.support.rigs.managers import InvariantWatch, Rig, kubelet_port, node_holders, running, shares  # noqa: E402
 
 
 def wait(condition: object, timeout: float, what: str, interval: float = 0.05) -> float:

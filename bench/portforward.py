@@ -9,7 +9,7 @@ import ssl
 import sys
 import time
 
-from tests.support.spdyclient import SpdyClient
+from tests.support.clients.spdy import SpdyClient
 
 TLS = ssl._create_unverified_context()
 PROTOCOLS = ("portforward.k8s.io",)

@@ -41,8 +41,8 @@ from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # no
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from providers.local import LocalProvider, folder  # noqa: E402
-from tests.support import echoserver  # noqa: E402
-from tests.support.spdyclient import SpdyClient  # noqa: E402
+from tests.support.clients.spdy import SpdyClient  # noqa: E402
+from tests.support.servers import echo as echoserver  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
 from vnode.kubelet.resolve import HandlerRegistry  # noqa: E402

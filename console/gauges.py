@@ -23,7 +23,7 @@ from console import observer as console_observer
 from kube import names
 from providers.base import InstanceState
 from vnode.handler import Handler
-from vnode.tracking import Tracked
+from vnode.model.tracking import Tracked
 
 FINISHED_PHASES = ("Succeeded", "Failed")
 GONE = (InstanceState.TERMINATING, InstanceState.TERMINATED)

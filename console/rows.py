@@ -21,7 +21,7 @@ from placement.gated import GatedPod
 from placement.poolcache import PoolState
 from placement.wiring import Placement
 from vnode.handler import Handler
-from vnode.tracking import Tracked
+from vnode.model.tracking import Tracked
 
 Row = dict[str, Any]  # an absent value is None; a NOT NULL text column of the mirror holds ""
 

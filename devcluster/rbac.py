@@ -2,7 +2,7 @@
 ClusterRoles, RoleBindings and ClusterRoleBindings, with Kubernetes' rule matching.
 
 Pure functions over plain dicts. `reviews.py` calls `authorize` for SubjectAccessReviews;
-tests/support/rbac_eval.py builds the RBAC proof on `Rule`, `Grant` and `grants_for`, so the
+tests/support/deploy/rbac.py builds the RBAC proof on `Rule`, `Grant` and `grants_for`, so the
 proof and the devcluster share one evaluator. Role aggregation is not implemented.
 """
 

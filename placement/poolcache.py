@@ -129,9 +129,12 @@ class PoolCache:
         if current == status:
             return
         path = path_for(
-            names.NODEPOOL_PLURAL, name=name, subresource="status", group=names.NODEPOOL_GROUP,
+            names.NODEPOOL_PLURAL,
+            name=name,
+            subresource="status",
+            group=names.NODEPOOL_GROUP,
             version=names.NODEPOOL_VERSION,
-        )  # fmt: skip
+        )
         try:
             self._kube.patch(path, {"status": status})
         except NotFoundError:

@@ -1,5 +1,5 @@
 """Registry credentials at the seam: the Pod's `imagePullSecrets`, resolved by the vnode
-(`vnode.pullsecrets`) into one `RegistryAuth` per registry host, travel in
+(`vnode.sources.pullsecrets`) into one `RegistryAuth` per registry host, travel in
 `ProvisionRequest.registry_auth`; a provider that pulls images picks the one for its image
 with `auth_for`.
 

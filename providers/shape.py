@@ -1,7 +1,7 @@
 """The Pod's shape as it crosses the seam: containers, their mounts, volume contents, the
 facts of each container, and the `Shapes` a provider declares it can serve.
 
-Built by `providers.podspec` (the containers) and `vnode.volumes` (the volume contents);
+Built by `providers.podspec` (the containers) and `vnode.sources.volumes` (the volume contents);
 read by providers; `providers.shapecheck` compares a Pod against a provider's `Shapes`.
 Volume contents may hold Secret bytes: their repr names files, never contents (I4).
 Tests: tests/providers/test_shapecheck.py.

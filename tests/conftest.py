@@ -9,7 +9,7 @@ import tempfile
 
 import pytest
 
-pytest_plugins = ["tests.support.fixtures", "tests.support.placement", "tests.support.sshd"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.rigs.placement", "tests.support.servers.sshd"]
 
 _mirror_dir: str | None = None
 

@@ -1,19 +1,25 @@
-"""The virtual kubelet: one virtual node per provider (design §5).
+"""The virtual kubelet: one virtual node per provider (design §5). A second storey: the top level
+wires and performs, the sub-packages decide and serve; `lint-imports` keeps the arrows pointing down.
 
-- `runner`         one per provider: its Handler, pod controller and node controller
-- `podcontroller`  Pods on the node -> `decisions.decide` -> the Handler, on a WorkerPool
-- `nodecontroller` the Node, its Lease, an honest Ready
-- `handler`        the facade over the phases below, one per provider
-- `provision`      the shape check, env (`env`), volumes (`volumes`), `provider.provision`, refusals
-- `statussync`     the poll loop and its tick: one `provider.list()` (`inventory`) -> `status`
-  (`containerstatus` for an instance that reports each container's facts)
-- `teardown`       terminate for deleted Pods, the orphan sweep
-- `serving`        what the kubelet API (`vnode.kubelet`) reads: logs, exec, attach, stats
-  (`usage`: the providers' samples and the stats Summary; `resourcemetrics`: /metrics/resource)
-- `ephemeral`      `kubectl debug`: ephemeral containers as processes via `Executor` (`ephemeralio` their output)
-- `prober`         startup/readiness/liveness probes from the manager (`probespec`, `probes`, `probestate`)
-- `tracking`       the tracked map; `podwriter` every write about a Pod
+At the top (wiring and effects):
+- `runner`          one per provider: its Handler, pod controller and node controller
+- `podcontroller`   Pods on the node -> `model.decisions` -> performs the action, on a WorkerPool
+- `nodecontroller`  the Node, its Lease, an honest Ready
+- `handler`         one per provider: builds the `phases.context.PhaseContext` and the phases on it
+- `podwriter`       every write about a Pod (annotations, status, the connect Secret); never reads
+- `blocklister`, `poolpolicy`, `fencing`: the seams to placement, and a provider behind a Lease fence
+
+`phases/` (one `PhaseContext` each): `provision` (the Pod parsed once at the door, sources resolved,
+`provider.provision`), `statussync` (one `list()` a tick, via `inventory`), `teardown` (one
+`terminate(pod or tombstone)`, the orphan sweep), `lifecycle` (restarts, replacements, releases),
+`giveup`, `serving` (what `kubelet/` reads: logs, exec, attach, stats).
+
+`model/` (pure, imports no other part of vnode): `tracking` (the record and its map), `assess` (how
+facts move a record), `runs`, `status`, `containerstatus`, `probespec`, `probestate`, `decisions`.
+`sources/`: `env`, `volumes`, `pullsecrets`, `reader` (Secrets and ConfigMaps). `probing/`: `prober`,
+`probes`. `ephemeral/`: `containers`, `streams` (`kubectl debug`). `stats/`: `usage`, `resourcemetrics`.
+`kubelet/`: the kubelet API (Daphne, SPDY, websocket).
 
 The core imports no DRF, admin or templates, and never the embedded cluster.
-Tests: tests/vnode/test_controllers.py.
+Tests: tests/vnode/test_controllers.py, tests/test_layout.py::test_no_import_circle_in_the_product.
 """

@@ -1,6 +1,6 @@
 """The Blocklister protocol: how the vnode reports a refusal to placement.
 
-The vnode's provisioning (`vnode.provision`) is the one writer; placement's blocklist
+The vnode's provisioning (`vnode.phases.provision`) is the one writer; placement's blocklist
 implements it, and alone owns how long a block lasts. Lives here so vnode depends on
 placement's contract, not on its machinery.
 Tests: tests/placement/test_one_reader.py.

@@ -1,12 +1,12 @@
 """The Handler: one per provider, what the controllers, the kubelet API and the console hold.
 
-Builds the one `PhaseContext` (`vnode.context`: the tracked map, the inventory, the writer and
+Builds the one `PhaseContext` (`vnode.phases.context`: the tracked map, the inventory, the writer and
 reader, ...) and the phases over it, which its callers call directly: `provisioner`
-(`vnode.provision`), `status_sync` (`vnode.statussync`), `teardown` (`vnode.teardown`),
+(`vnode.phases.provision`), `status_sync` (`vnode.phases.statussync`), `teardown` (`vnode.phases.teardown`),
 `lifecycle`, `serving` (the kubelet API's reads) and `inventory`. Itself it keeps the
 provider's identity, the readers' view of the tracked map, and the pod controller's steps that
 span phases (adopt, update, flush); never deletes Pods. Constructing it does no I/O. It builds
-the prober (`vnode.prober`), which the Runner starts and stops.
+the prober (`vnode.probing.prober`), which the Runner starts and stops.
 Tests: tests/vnode/test_controllers.py.
 """
 
@@ -28,23 +28,23 @@ from providers.base import (
     InstanceId,
     Provider,
 )
-from vnode import assess
 from vnode.blocklister import Blocklister
-from vnode.context import PhaseContext, Traits
-from vnode.ephemeral import Ephemerals
-from vnode.giveup import GiveUp
-from vnode.inventory import Inventory
-from vnode.lifecycle import Lifecycle
+from vnode.ephemeral.containers import Ephemerals
+from vnode.model import assess
+from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
+from vnode.model.tracking import Rules, Tracked, TrackedMap, pod_key
+from vnode.phases.context import PhaseContext, Traits
+from vnode.phases.giveup import GiveUp
+from vnode.phases.inventory import Inventory
+from vnode.phases.lifecycle import Lifecycle
+from vnode.phases.provision import Provisioner
+from vnode.phases.serving import Serving
+from vnode.phases.statussync import StatusSync
+from vnode.phases.teardown import OrphanSweep, Teardown
 from vnode.podwriter import PodWriter
 from vnode.poolpolicy import PoolPolicies
-from vnode.prober import DEFAULT_WORKERS, Prober
-from vnode.provision import Provisioner
-from vnode.reader import PodReader
-from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
-from vnode.serving import Serving
-from vnode.statussync import StatusSync
-from vnode.teardown import OrphanSweep, Teardown
-from vnode.tracking import Rules, Tracked, TrackedMap, pod_key
+from vnode.probing.prober import DEFAULT_WORKERS, Prober
+from vnode.sources.reader import PodReader
 
 JsonDict = dict[str, Any]
 
@@ -172,7 +172,7 @@ class Handler:
         entry = self._tracked.get(pod_key(pod))
         if entry is not None and entry.uid == (pod.get("metadata") or {}).get("uid"):
             self._tracked.track(pod)  # the same entry; a Pod now terminal in the API is finished
-            self.ephemerals.sync(entry)  # `kubectl debug` added one: a new process (vnode.ephemeral)
+            self.ephemerals.sync(entry)  # `kubectl debug` added one: a new process (vnode.ephemeral.containers)
 
     def flush(self, key: str, current: Mapping[str, Any] | None) -> None:
         """Write the Pod's pending metadata, then its status (see PodWriter.flush), the status

@@ -28,13 +28,13 @@ from kube.reflector import Reflector
 from kube.worker import Handoff, Requeue, Retry, WorkerPool, join_within
 from kube.workqueue import WorkQueue
 from providers.base import ClaimName
-from vnode import decisions
-from vnode.decisions import Action, Decision, TakeUp
-from vnode.env import MissingSource
 from vnode.handler import Handler
-from vnode.provision import WaitingForSource
-from vnode.teardown import Tombstone
-from vnode.tracking import pod_claim
+from vnode.model import decisions
+from vnode.model.decisions import Action, Decision, TakeUp
+from vnode.model.tracking import pod_claim
+from vnode.phases.provision import WaitingForSource
+from vnode.phases.teardown import Tombstone
+from vnode.sources.env import MissingSource
 
 logger = logging.getLogger(__name__)
 

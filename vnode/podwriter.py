@@ -3,7 +3,7 @@
 Called by the Handler's phases. `flush` is the one path Pod metadata takes: annotations
 first, so whoever reads a status can also find the instance (design §1.6); a status the
 API already shows as terminal is frozen. Writes only: what a Pod reads (its Secrets and
-ConfigMaps) is `vnode.reader`'s. Never logs a Secret's content (I4; see
+ConfigMaps) is `vnode.sources.reader`'s. Never logs a Secret's content (I4; see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret).
 """
 
@@ -18,7 +18,7 @@ from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.worker import Retry
-from vnode.tracking import Tracked, pod_key
+from vnode.model.tracking import Tracked, pod_key
 
 logger = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ from kube.operations import OperationLimits
 from providers.base import Provider
 from vnode.blocklister import Blocklister
 from vnode.handler import Handler
+from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.nodecontroller import NodeController
 from vnode.podcontroller import PodController
 from vnode.poolpolicy import PoolPolicies
-from vnode.prober import DEFAULT_WORKERS
-from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
+from vnode.probing.prober import DEFAULT_WORKERS
 
 
 class Runner:

@@ -16,8 +16,8 @@ from kube.client import Kube, load_api_client
 from kube.operations import OperationLimits
 from vnode.kubelet import auth as kubeletauth
 from vnode.kubelet.limits import Limits
-from vnode.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
-from vnode.runs import DEFAULT_BACKOFF, BackoffPolicy
+from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
+from vnode.probing.prober import DEFAULT_WORKERS as DEFAULT_PROBE_WORKERS
 
 # In-flight work gets this long in all after SIGTERM; the Deployment's grace period is 45 s,
 # which leaves time to release the Lease and stop the listeners before a SIGKILL.

@@ -2,7 +2,7 @@
 `runners.build_runner`, and the console's runtime and mirror).
 
 Started by `nebula_site.manager.main` (through a runner source, `sources`) and, without the
-console, by the rigs that run placement beside virtual nodes (tests/support/placement.py).
+console, by the rigs that run placement beside virtual nodes (tests/support/rigs/placement.py).
 Never starts listeners, never holds a Lease.
 Tests: tests/nebula_site/test_manager.py::test_lead_publishes_to_the_console_and_clears_it_all_on_stop,
 tests/placement/test_pool_egress_placement.py.

@@ -1,7 +1,7 @@
 """Fixtures for the console: fake providers for Handlers with no API server (those and the
-adopted Pods come from tests/support/handlers.py), the console's observer installed, the
+adopted Pods come from tests/support/rigs/offline.py), the console's observer installed, the
 process runtime pointed at those Handlers, a placement (never started) holding gated Pods, and
-the populated console scenario of tests/support/console_scenario.py, one per test module."""
+the populated console scenario of tests/support/rigs/console.py, one per test module."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from placement.blocklist import Blocklist
 from placement.gated import Waiting
 from placement.wiring import Placement
 from providers.fake import FakeProvider
-from tests.support.console_scenario import Scenario, populate, start, stop
 from tests.support.factories import make_pod
+from tests.support.rigs.console import Scenario, populate, start, stop
 from vnode.handler import Handler
 
 

@@ -22,7 +22,7 @@ from placement.blocklist import Blocklist
 from placement.gated import Waiting
 from providers.base import BlockBreadth, BlockScope, Tier
 from providers.claim import claim_name
-from tests.support.handlers import adopt_new_pod, offline_handler
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
 
 LISTS = ["trackedpod", "instanceclaim", "virtualnode", "blocklistentry", "recentevent"]
 

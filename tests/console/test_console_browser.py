@@ -25,8 +25,8 @@ from console import metrics, models
 from console.mirror import Mirror
 from kube.client import path_for
 from nebula_site.logconfig import JsonFormatter, TextFormatter
-from tests.support.console_scenario import KNOWN_SECRET, Scenario
 from tests.support.polling import wait_for
+from tests.support.rigs.console import KNOWN_SECRET, Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 # Screenshots refresh docs/images/ only when asked (NEBULA_SCREENSHOTS=1), so a test run leaves
@@ -200,7 +200,7 @@ def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
 
 def _pod(name: str) -> dict[str, Any]:
     from kube import names
-    from tests.support.console_scenario import pod
+    from tests.support.rigs.console import pod
 
     return pod(name, "gpu-a", **{names.HOURLY_PRICE_ANNOTATION: "0.42", names.CAPACITY_TYPE_ANNOTATION: "Spot"})
 

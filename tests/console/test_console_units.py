@@ -25,7 +25,7 @@ from kube import names, observe
 from nebula_site.dburl import database_from_url
 from nebula_site.logconfig import JsonFormatter, RedactSecrets, logging_config, redact
 from placement.gated import Waiting
-from tests.support.handlers import adopt_new_pod, offline_handler
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
 
 ROW = {"uid": "u1", "phase": "Running"}
 

@@ -22,9 +22,9 @@ from console import leaderpeer
 from console.forward import FORWARDED_HEADER, Forwarder
 from console.leaderpeer import HeldHere, NoLeader, Peer
 from kube import names
-from tests.support import tlsserver
 from tests.support.polling import wait_for
-from tests.support.tls import read_head, self_signed_server_context
+from tests.support.servers import rawlisteners as tlsserver
+from tests.support.servers.tls import read_head, self_signed_server_context
 
 Headers = list[tuple[bytes, bytes]]
 

@@ -31,12 +31,12 @@ from kube import names
 from kube.client import Kube, path_for
 from kube.reviews import Reviewer
 from providers.base import BlockBreadth, BlockScope, Tier
+from tests.support.clients.kubectl import run_kubectl
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
-from tests.support.kubectl import run_kubectl
-from tests.support.placement import Stack, events_for
 from tests.support.polling import wait_for
-from tests.support.tls import TlsWsgiServer
+from tests.support.rigs.placement import Stack, events_for
+from tests.support.servers.tls import TlsWsgiServer
 
 TTL = 10.0
 RBAC = "rbac.authorization.k8s.io"

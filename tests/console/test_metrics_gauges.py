@@ -15,8 +15,8 @@ from console.observer import ConsoleObserver
 from kube import names
 from providers.base import ClaimName, ProvisionRequest
 from tests.support.factories import make_pod_spec
-from tests.support.handlers import adopt_new_pod, offline_handler
-from vnode.tracking import Tracked
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
+from vnode.model.tracking import Tracked
 
 
 def tracked(*, desired: str | None = None, phase: str | None = None, deleting: bool = False) -> Tracked:

@@ -24,8 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from console.exporter import MetricsListener
 from kube.client import KubeError, UnreachableError
 from kube.reviews import ACCESS_REVIEWS, TOKEN_REVIEWS, Reviewer
-from tests.support.scrape import get
-from tests.support.tls import self_signed_certificate
+from tests.support.clients.scrape import get
+from tests.support.servers.tls import self_signed_certificate
 
 READER, OUTSIDER = "reader-token-" + "x" * 20, "outsider-token-" + "y" * 20
 

@@ -17,8 +17,8 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from console.exporter import MetricsListener
-from tests.support.console_scenario import Scenario
-from tests.support.scrape import check_metrics, family_of, get, metric_names
+from tests.support.clients.scrape import check_metrics, family_of, get, metric_names
+from tests.support.rigs.console import Scenario
 
 MONITORING = Path(__file__).resolve().parents[2] / "deploy" / "monitoring"
 

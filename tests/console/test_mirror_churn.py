@@ -20,10 +20,10 @@ from django.test import Client
 from console import models, runtime
 from console.mirror import Mirror
 from console.observer import ConsoleObserver
-from tests.support.handlers import KeptEvents, adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
+from tests.support.rigs.offline import KeptEvents, adopt_new_pod, offline_handler
 from vnode.handler import Handler
-from vnode.teardown import Tombstone
+from vnode.phases.teardown import Tombstone
 
 PODS = 1000
 REPLACEMENTS = 300  # the churn runs until this many Pods were replaced...

@@ -2,7 +2,7 @@
 server, and a second process, as a console on another machine would, reads the same rows
 through the ORM and the dashboard.
 
-The server is Debian's `postgresql` (installed by `make test`), run by `tests.support.postgres`.
+The server is Debian's `postgresql` (installed by `make test`), run by `tests.support.servers.postgres`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from kube.client import Kube, load_api_client, path_for
 from tests.support.factories import make_pod
 from tests.support.pods import phase_of
 from tests.support.polling import wait_for
-from tests.support.postgres import console_database
+from tests.support.servers.postgres import console_database
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import image_config
-from tests.support.deploy_manifests import ROOT, find, manager_container, render
+from tests.support.deploy import image as image_config
+from tests.support.deploy.manifests import ROOT, find, manager_container, render
 from tests.support.mirror_db import interrupt_after_commit
 
 DOCKERFILE = ROOT / "Dockerfile"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.deploy_manifests import DEPLOYMENT, ROOT, find, manager_container, render_copy
+from tests.support.deploy.manifests import DEPLOYMENT, ROOT, find, manager_container, render_copy
 
 CASES = {
     "modal": ("nebula-modal-credentials", "/etc/nebula/modal", {"MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET"}),

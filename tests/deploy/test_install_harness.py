@@ -1,5 +1,5 @@
 """The rendered-install harness does what the kubelet and Docker do with a Pod spec and an
-image (tests/support/kubelet.py, tests/support/image_config.py), so tests/deploy/
+image (tests/support/deploy/kubelet.py, tests/support/deploy/image.py), so tests/deploy/
 test_rendered_install.py runs what a cluster would run, not an approximation of it."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.deploy_manifests import ROOT
-from tests.support.image_config import ImageConfig, image_config
-from tests.support.kubelet import PodFacts, container_argv, container_env
+from tests.support.deploy.image import ImageConfig, image_config
+from tests.support.deploy.kubelet import PodFacts, container_argv, container_env
+from tests.support.deploy.manifests import ROOT
 
 IMAGE = ImageConfig(entrypoint=("python", "manage.py", "runvnode"), cmd=("--help",), workdir="/app", user="1",
                     env={"PATH": "/opt/venv/bin:/bin", "A": "image"})  # fmt: skip

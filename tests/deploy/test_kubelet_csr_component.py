@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from tests.support.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, render_copy
+from tests.support.deploy.manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, render_copy
 
 
 def test_the_component_grants_the_csr_flow_and_selects_the_csr_source(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from django.urls import Resolver404, resolve
 
 from devcluster import DevCluster
 from kube.client import Kube, KubeError, NotFoundError, load_api_client
-from tests.support import schema_check
-from tests.support.deploy_manifests import (
+from tests.support.deploy import schema as schema_check
+from tests.support.deploy.manifests import (
     DEPLOYMENT,
     NAMESPACE,
     OVERLAYS,

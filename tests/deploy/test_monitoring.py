@@ -17,8 +17,8 @@ import yaml
 from django.core.management import load_command_class
 
 from nebula_site.config import parse_address
-from tests.support.deploy_manifests import DEPLOY, OVERLAYS, find, kubectl, manager_container, render
-from tests.support.scrape import promtool
+from tests.support.clients.scrape import promtool
+from tests.support.deploy.manifests import DEPLOY, OVERLAYS, find, kubectl, manager_container, render
 
 MONITORING = DEPLOY / "monitoring"
 Obj = dict[str, Any]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.support.deploy_manifests import ROOT, find, render
+from tests.support.deploy.manifests import ROOT, find, render
 
 
 def manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

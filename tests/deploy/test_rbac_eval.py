@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.rbac_eval import ApiCall, Grant, Rule, allowed, call_from_path, grants_for, unused_atoms, wildcards
+from tests.support.deploy.rbac import ApiCall, Grant, Rule, allowed, call_from_path, grants_for, unused_atoms, wildcards
 
 
 @pytest.mark.parametrize(

@@ -39,8 +39,8 @@ from providers.base import ClaimName, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from providers.owner import Owner
-from tests.support import rbac_eval
-from tests.support.deploy_manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
+from tests.support.deploy import rbac as rbac_eval
+from tests.support.deploy.manifests import NAMESPACE, ROOT, SERVICE_ACCOUNT, find, manager_container, render
 from tests.support.factories import make_pod, make_pod_spec
 from tests.support.polling import wait_for
 

@@ -1,7 +1,7 @@
 """The manifests proven by what they render (issue 15): each overlay is rendered, installed on
 the embedded API server as docs/deploy.md installs it (its shell steps run as written:
-tests/support/deploy_steps.py), and the manager's Pod template is run as its kubelet would run
-it on the `Dockerfile`'s image (the exact argv, env, mounts; tests/support/kubelet.py). An
+tests/support/deploy/steps.py), and the manager's Pod template is run as its kubelet would run
+it on the `Dockerfile`'s image (the exact argv, env, mounts; tests/support/deploy/kubelet.py). An
 opted-in Pod is then admitted through the webhook by the console Service (TLS verified with the
 Service's name against the caBundle), gated, placed, Running, and `kubectl logs` reads it.
 
@@ -30,11 +30,11 @@ from moto.server import ThreadedMotoServer
 
 from tests.providers.aws.ec2_vms import booting_vms
 from tests.providers.aws.moto_ec2 import AMI, serve_consoles
-from tests.support.deploy_manifests import DEPLOY, find, manager_container, render, render_copy
-from tests.support.deploy_steps import doc_block, run_step
-from tests.support.install import POD_IP, Install, installed
+from tests.support.deploy.manifests import DEPLOY, find, manager_container, render, render_copy
+from tests.support.deploy.steps import doc_block, run_step
 from tests.support.polling import wait_for
-from tests.support.postgres import postgres_database
+from tests.support.rigs.install import POD_IP, Install, installed
+from tests.support.servers.postgres import postgres_database
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +45,7 @@ GATE_TOLERATION = {"key": "nebula.io/provider", "operator": "Exists", "effect": 
 
 def without_apply_k(block: str) -> str:
     """Step 6 without its `kubectl apply -k`: `Install.apply_served` applies what the embedded
-    API server serves of the same render (tests/support/install.py names what it skips)."""
+    API server serves of the same render (tests/support/rigs/install.py names what it skips)."""
     kept = [line for line in block.splitlines() if not line.startswith("kubectl apply -k ")]
     assert len(kept) < len(block.splitlines()), "step 6 no longer applies the overlay"
     return "\n".join(kept)

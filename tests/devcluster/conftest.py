@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client, config
 
 from devcluster import DevCluster
+from tests.support.clients.rawhttp import Raw
 from tests.support.fixtures import ClusterOptions
-from tests.support.raw import Raw
-from tests.support.webhook import Hook, serving
+from tests.support.servers.webhook import Hook, serving
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 
 from devcluster import DevCluster, tls
 from devcluster.server import warning_header
-from tests.support.raw import Raw
-from tests.support.webhook import Hook, patch_answer, pod
+from tests.support.clients.rawhttp import Raw
+from tests.support.servers.webhook import Hook, patch_answer, pod
 
 
 def test_a_matching_pod_is_sent_as_an_admission_review_and_patched(cluster: DevCluster, raw: Raw, hook: Hook) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster
-from tests.support.kubectl import KUBECTL_137
-from tests.support.webhook import Hook, patch_answer, pod, serving
+from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.servers.webhook import Hook, patch_answer, pod, serving
 
 SERVICE_DNS = "console.nebula-system.svc"
 REFERENCE = {"namespace": "nebula-system", "name": "console", "path": "/webhooks/pods"}

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from devcluster import DevCluster
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.raw import Raw
 
 DEPLOYMENTS = "/apis/apps/v1/namespaces/default/deployments"
 REPLICASETS = "/apis/apps/v1/namespaces/default/replicasets"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from devcluster import DevCluster
+from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.clients.rawhttp import Raw
 from tests.support.fixtures import ROOT
-from tests.support.kubectl import KUBECTL_137
 from tests.support.polling import wait_for
-from tests.support.raw import Raw
 
 POOL = """apiVersion: nebula.io/v1alpha1
 kind: NodePool

@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 
 from devcluster import DevCluster
 from kube.client import Kube, KubeError, path_for
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, run_kubectl
+from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, run_kubectl
 from tests.support.polling import wait_for
 
 CSRS = path_for("certificatesigningrequests", group="certificates.k8s.io")

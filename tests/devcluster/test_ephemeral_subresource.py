@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_pod
-from tests.support.raw import Raw
 
 POD = "/api/v1/namespaces/default/pods/p1"
 SUB = f"{POD}/ephemeralcontainers"

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from devcluster import DevCluster
-from tests.support import tlsserver
+from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_node, make_pod
-from tests.support.kubectl import KUBECTL_137
-from tests.support.raw import Raw
+from tests.support.servers import rawlisteners as tlsserver
 
 PODS = "/api/v1/namespaces/default/pods"
 

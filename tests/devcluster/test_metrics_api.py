@@ -14,8 +14,8 @@ import pytest
 from devcluster import DevCluster
 from devcluster.metricsapi import cpu_quantity, memory_quantity
 from devcluster.metricsscrape import MetricsScraper, MetricsStore, Point, parse_resource_metrics
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_pod
-from tests.support.raw import Raw
 
 EXPOSITION = """# HELP container_cpu_usage_seconds_total [STABLE] Cumulative cpu time consumed by the container
 # TYPE container_cpu_usage_seconds_total counter

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from devcluster.metricsscrape import MAX_SCRAPE_BYTES, fetch_resource_metrics
-from tests.support import tlsserver
+from tests.support.servers import rawlisteners as tlsserver
 
 BODY = b"node_cpu_usage_seconds_total 1 1000\n"
 

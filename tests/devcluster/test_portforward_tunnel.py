@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster, tunnel
-from tests.support import tlsserver
+from tests.support.clients.kubectl import KUBECTL_137, KUBECTL_IMAGE
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_node, make_pod
-from tests.support.kubectl import KUBECTL_137, KUBECTL_IMAGE
 from tests.support.polling import wait_for
-from tests.support.raw import Raw
-from tests.support.tls import read_head
+from tests.support.servers import rawlisteners as tlsserver
+from tests.support.servers.tls import read_head
 
 PODS = "/api/v1/namespaces/default/pods"
 

@@ -10,8 +10,8 @@ import pytest
 
 from devcluster import DevCluster, jsonpath, tables
 from devcluster.printcolumns import PrinterColumn, cells, columns_of
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_crd
-from tests.support.raw import Raw
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 POOL: dict[str, Any] = {

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from devcluster import proxy
-from tests.support.tls import read_head, self_signed_server_context
+from tests.support.servers.tls import read_head, self_signed_server_context
 
 WAIT = 20.0
 

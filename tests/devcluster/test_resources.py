@@ -11,8 +11,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from devcluster import DevCluster
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_crd, make_node, make_pod
-from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 

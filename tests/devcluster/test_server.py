@@ -8,8 +8,8 @@ import time
 from typing import Any
 
 from devcluster import DevCluster
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_crd, make_pod
-from tests.support.raw import Raw
 
 
 def test_version_health_and_openapi_answer_what_kubectl_expects(raw: Raw) -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from devcluster import DevCluster
 from devcluster.tokens import ADMIN_USER, API_AUDIENCE
-from tests.support.kubectl import KUBECTL_137, KUBECTL_IMAGE, run_kubectl
-from tests.support.raw import Raw
+from tests.support.clients.kubectl import KUBECTL_137, KUBECTL_IMAGE, run_kubectl
+from tests.support.clients.rawhttp import Raw
 
 TOKEN_REVIEWS = "/apis/authentication.k8s.io/v1/tokenreviews"
 ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"

@@ -15,9 +15,9 @@ from kubernetes.client.rest import ApiException
 from devcluster import DevCluster
 from devcluster.store import Store
 from devcluster.watch import Change
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 

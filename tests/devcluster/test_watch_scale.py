@@ -11,8 +11,8 @@ import threading
 import time
 
 from devcluster import DevCluster
+from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_pod
-from tests.support.raw import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
 Event = tuple[str, str, str]

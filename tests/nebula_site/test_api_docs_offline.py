@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.console_login import LOGIN_LINE, log_in
+from tests.support.clients.consolelogin import LOGIN_LINE, log_in
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

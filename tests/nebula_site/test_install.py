@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kubectl import KUBECTL_137
+from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,8 +17,8 @@ from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import demo as demo_module
 from providers.local import LocalProvider
 from providers.owner import Owner
-from tests.support.console_login import LOGIN_LINE, log_in
-from tests.support.kubectl import KUBECTL_IMAGE
+from tests.support.clients.consolelogin import LOGIN_LINE, log_in
+from tests.support.clients.kubectl import KUBECTL_IMAGE
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -26,7 +26,7 @@ from django.db.migrations.loader import MigrationLoader
 
 from nebula_site.management.commands.migrate import LOCK_KEY
 from tests.support.polling import wait_for
-from tests.support.postgres import console_database
+from tests.support.servers.postgres import console_database
 
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATE = (sys.executable, "manage.py", "migrate", "--noinput", "--fake-initial")  # the init container's

@@ -18,13 +18,13 @@ from nebula_site import logconfig
 from providers.fake import FakeProvider
 from tests.support.clock import ManualClock
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
+from tests.support.rigs.runners import make_runner
 
 SUPPRESSED = re.compile(r"\((\d+) similar warnings? suppressed in the last (\d+)s\)")
 
 
 def record(
-    message: str, *args: object, level: int = logging.WARNING, name: str = "vnode.statussync"
+    message: str, *args: object, level: int = logging.WARNING, name: str = "vnode.phases.statussync"
 ) -> logging.LogRecord:
     return logging.LogRecord(name, level, __file__, 1, message, args, None)
 
@@ -93,7 +93,7 @@ class Counting(logging.Handler):
 def outage_logs() -> Iterator[tuple[logging.Logger, io.StringIO, Counting, logconfig.RepeatLimiter]]:
     """The status loop's logger, with a limited stream handler (as LOGGING builds it, with a
     one-second window) and an unlimited counter beside it."""
-    logger = logging.getLogger("vnode.statussync")
+    logger = logging.getLogger("vnode.phases.statussync")
     stream = io.StringIO()
     limiter = logconfig.RepeatLimiter(1.0)
     limited = logging.StreamHandler(stream)

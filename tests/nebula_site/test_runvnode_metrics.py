@@ -24,10 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devcluster import DevCluster
 from kube.client import Kube, path_for
+from tests.support.clients.scrape import check_metrics, get
 from tests.support.fixtures import kube_for
 from tests.support.kubeconfigs import unserved_kubeconfig
 from tests.support.polling import wait_for
-from tests.support.scrape import check_metrics, get
 
 ROOT = Path(__file__).resolve().parents[2]
 LISTENING = re.compile(rb"metrics (https?)://127\.0\.0\.1:(\d+)/metrics")

@@ -1,5 +1,5 @@
 """Providers shared out across real `manage.py runvnode --share-providers` processes on the
-embedded cluster, one fake cloud behind them all (`tests.support.managers`), with the
+embedded cluster, one fake cloud behind them all (`tests.support.rigs.managers`), with the
 invariants of tests/vnode/test_invariants.py checked every 0.2 s throughout:
 
 - three managers split six providers two each; the one SIGKILLed has its two taken over by
@@ -25,8 +25,8 @@ from devcluster import DevCluster
 from kube.client import Kube, path_for
 from providers.fake.server import FakeCloudServer, start_server
 from tests.support.factories import make_pod
-from tests.support.managers import InvariantWatch, Rig, delete_pod, kubelet_port, node_holders, running, shares
 from tests.support.polling import wait_for
+from tests.support.rigs.managers import InvariantWatch, Rig, delete_pod, kubelet_port, node_holders, running, shares
 
 pytestmark = pytest.mark.slow
 

@@ -31,11 +31,11 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from providers.fake.server import FakeCloudServer, start_server
+from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_137
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from tests.support.postgres import console_database
+from tests.support.servers.postgres import console_database
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from typing import Any
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
-from tests.support.tls import TlsWsgiServer
+from tests.support.servers.tls import TlsWsgiServer
 
 
 def post(server: TlsWsgiServer, body: bytes, method: str = "POST") -> tuple[int, dict[str, object]]:

@@ -18,10 +18,10 @@ from devcluster import DevCluster
 from kube import names
 from placement.admission import Candidates, Verdict, shape_verdict
 from providers.shape import Shapes
+from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_137
-from tests.support.placement import Stack, nodepool
 from tests.support.polling import wait_for
+from tests.support.rigs.placement import Stack, nodepool
 
 SERVES_ALL = Shapes(several_containers=True, init_containers=True, volumes=frozenset({"configMap"}))
 CLAIM_VOLUME = {"name": "data", "persistentVolumeClaim": {"claimName": "weights"}}

@@ -10,8 +10,8 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, Tier
-from tests.support.placement import Stack, deployment, events_for, nodepool, pods_of, provider_of, tier_of
 from tests.support.polling import wait_for
+from tests.support.rigs.placement import Stack, deployment, events_for, nodepool, pods_of, provider_of, tier_of
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 

@@ -1,5 +1,5 @@
 """End to end on the devcluster: a pool of [modal, runpod], each provider spoken to only by
-its vendor's SDK against a fake of the vendor's API (tests/support/cloudstack.py). An
+its vendor's SDK against a fake of the vendor's API (tests/support/rigs/clouds.py). An
 opted-in Pod runs on Modal and kubectl's logs -f and exec (stdin, TTY size and resize, exit
 codes) reach it; Modal queueing past the pool's provisioningTimeout sends the replacement
 to RunPod; a RunPod spot interruption fails the Pod `Preempted`, blocks the Spot tier and
@@ -30,13 +30,13 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, InstanceState, Tier
-from tests.support.cloudstack import CloudStack, pool, start_cloudstack
+from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.clients.terminal import check_exec_tty_resize, on_a_terminal, type_until
 from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
-from tests.support.kubectl import KUBECTL_137
-from tests.support.placement import events_for, pods_of, provider_of, tier_of
 from tests.support.polling import wait_for
-from tests.support.terminal import check_exec_tty_resize, on_a_terminal, type_until
+from tests.support.rigs.clouds import CloudStack, pool, start_cloudstack
+from tests.support.rigs.placement import events_for, pods_of, provider_of, tier_of
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 SECRET_VALUE = "hf_e2e-secret-value-9f3a"  # must reach the workload and nothing else

@@ -2,7 +2,7 @@
 refusal like any other. A Deployment's Pod refused so is replaced and the replacement lands on
 the next provider; a bare Pod refused so stays Failed with the provider's message.
 
-The rig is tests/support/placement.py's `stack`: gpu-a (cheap, first in the pool) and gpu-b,
+The rig is tests/support/rigs/placement.py's `stack`: gpu-a (cheap, first in the pool) and gpu-b,
 two plain fakes. Each test tells gpu-a's fake cloud to refuse H100 as `invalid` (its
 InvalidRequest names the shape). The refusal leaves the offering available in `offerings()`
 (the shape cannot be served as asked; it is not sold out), so placement still tries gpu-a."""
@@ -16,8 +16,8 @@ from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, Tier
 from providers.fake import FakeProvider
-from tests.support.placement import Stack, deployment, h100_pod_template, nodepool, pods_of, provider_of
 from tests.support.polling import wait_for
+from tests.support.rigs.placement import Stack, deployment, h100_pod_template, nodepool, pods_of, provider_of
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 PODS = path_for("pods", namespace="default")

@@ -16,9 +16,9 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from placement.request import placed_pool
-from tests.support.kubectl import KUBECTL_137
-from tests.support.placement import Stack, deployment, nodepool
+from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.polling import wait_for
+from tests.support.rigs.placement import Stack, deployment, nodepool
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 POOLS = path_for(names.NODEPOOL_PLURAL, group=names.NODEPOOL_GROUP, version=names.NODEPOOL_VERSION)

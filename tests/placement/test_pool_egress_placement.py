@@ -19,7 +19,8 @@ from placement.blocklist import Blocklist
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.fixtures import ROOT
-from tests.support.placement import (
+from tests.support.polling import wait_for
+from tests.support.rigs.placement import (
     events_for,
     h100_pod_template,
     h100_scenario,
@@ -28,8 +29,7 @@ from tests.support.placement import (
     start_nodes,
     stop_nodes,
 )
-from tests.support.polling import wait_for
-from tests.support.tls import TlsWsgiServer
+from tests.support.servers.tls import TlsWsgiServer
 
 PODS = path_for("pods", namespace="default")
 

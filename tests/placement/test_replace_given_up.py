@@ -1,6 +1,6 @@
 """End to end on the devcluster: placement replaces a controller-owned Pod its candidate gave
 up (Preempted: a spot reclaim; QueuedTooLong: still provisioning past the pool's timeout) and
-leaves an unowned one Failed. The `stack` rig's shape (tests/support/placement.py), with the
+leaves an unowned one Failed. The `stack` rig's shape (tests/support/rigs/placement.py), with the
 vnodes given a PoolPolicies (every pool's provisioning timeout 0.5 s) and, for the queue case,
 a gpu-a whose H100 Spot offering never finds capacity."""
 
@@ -25,7 +25,8 @@ from providers.egress import OPEN, Egress
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.fixtures import ROOT, kube_for
-from tests.support.placement import (
+from tests.support.polling import wait_for
+from tests.support.rigs.placement import (
     Stack,
     deployment,
     events_for,
@@ -36,9 +37,8 @@ from tests.support.placement import (
     provider_of,
     tier_of,
 )
-from tests.support.polling import wait_for
-from tests.support.runners import make_runner
-from tests.support.tls import TlsWsgiServer
+from tests.support.rigs.runners import make_runner
+from tests.support.servers.tls import TlsWsgiServer
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 PODS = path_for("pods", namespace="default")

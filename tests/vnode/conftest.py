@@ -11,7 +11,7 @@ import pytest
 
 from devcluster import DevCluster
 from providers.base import Provider
-from tests.support.runners import make_runner
+from tests.support.rigs.runners import make_runner
 from vnode.runner import Runner
 
 

@@ -22,12 +22,12 @@ from kube.client import Kube, path_for
 from providers.base import Capabilities, Instance, InstanceId, InstanceState, PodSpec, ProvisionRequest, ProvisionResult
 from providers.fake import FakeProvider
 from providers.shape import ContainerFacts, ContainerState, Shapes
+from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_137
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from vnode.model.runs import BackoffPolicy
 from vnode.runner import Runner
-from vnode.runs import BackoffPolicy
 
 # Long enough that a poll (0.2 s) sees the back-off under load, short enough for a test.
 BACKOFF = BackoffPolicy(initial=3.0, maximum=3.0, reset=600.0)

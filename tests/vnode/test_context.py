@@ -1,4 +1,4 @@
-"""vnode.context: the provider's traits are asked once, on first use (building the context does
+"""vnode.phases.context: the provider's traits are asked once, on first use (building the context does
 no I/O); the poll interval flag overrides the provider's; restarts are in place only for a
 provider that says so and implements `Restarter`."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from providers.base import Capabilities, Provider
-from vnode.context import Traits
+from vnode.phases.context import Traits
 
 
 class Counting:

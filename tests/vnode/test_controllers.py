@@ -24,10 +24,10 @@ from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from vnode.env import MissingSource
 from vnode.handler import Handler
 from vnode.podcontroller import MAX_SOURCE_WATCHES
 from vnode.runner import Runner
+from vnode.sources.env import MissingSource
 
 
 class RecordingBlocklist:

@@ -1,4 +1,4 @@
-"""`vnode.decisions.decide`: every row of observed state (the Pod in the API, the Handler's
+"""`vnode.model.decisions.decide`: every row of observed state (the Pod in the API, the Handler's
 record of it, a tombstone) gives one decision, carrying what the pod controller needs; and
 `take_up`: every row of what was seen of an untracked Pod's claim gives one step."""
 
@@ -12,8 +12,8 @@ import pytest
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.claim import claim_name
-from vnode.decisions import Action, Decision, Seen, TakeUp, decide, take_up
-from vnode.tracking import Lookup, Tracked
+from vnode.model.decisions import Action, Decision, Seen, TakeUp, decide, take_up
+from vnode.model.tracking import Lookup, Tracked
 
 
 def pod(uid: str = "u1", *, deleting: bool = False, phase: str | None = None) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vnode.env import EnvError, MissingSource, PodFields, expand, format_map, resolve_env, resolve_pod_env
+from vnode.sources.env import EnvError, MissingSource, PodFields, expand, format_map, resolve_env, resolve_pod_env
 
 SECRETS = {"db": {"PASSWORD": "hunter2", "USER": "app"}}
 CONFIGMAPS = {"cfg": {"MODE": "fast", "USER": "from-cm", "bad name": "x"}}

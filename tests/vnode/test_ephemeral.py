@@ -1,4 +1,4 @@
-"""`vnode.ephemeral` at the provider seam: the status transitions of an ephemeral container
+"""`vnode.ephemeral.containers` at the provider seam: the status transitions of an ephemeral container
 (waiting ContainerCreating, running with startedAt, terminated with exitCode, reason and
 finishedAt), never restarted, the not-supported case for a provider without exec, a start
 error, a container lost with an earlier manager, attach fan-out, kept logs, and the Pod's
@@ -24,9 +24,9 @@ from providers.local.process import start_process
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from vnode.ephemeral import CREATING, LOST, NOT_SUPPORTED, Ephemerals
+from vnode.ephemeral.containers import CREATING, LOST, NOT_SUPPORTED, Ephemerals
+from vnode.model.tracking import Tracked
 from vnode.runner import Runner
-from vnode.tracking import Tracked
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 

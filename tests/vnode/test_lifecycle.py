@@ -18,7 +18,7 @@ from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
 from vnode.runner import Runner
 
-POLL = 0.2  # tests/support/runners.py RUNNER_OPTIONS
+POLL = 0.2  # tests/support/rigs/runners.py RUNNER_OPTIONS
 
 
 def instance_of(kube: Kube, name: str) -> str:

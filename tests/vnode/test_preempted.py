@@ -1,4 +1,4 @@
-"""A spot reclaim gives the Pod up (vnode.giveup): a Runner on the embedded cluster (over
+"""A spot reclaim gives the Pod up (vnode.phases.giveup): a Runner on the embedded cluster (over
 HTTP) and the fake cloud, whose `lose` control is a spot interruption (TERMINATED, preempted)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from kube import names
 from kube.client import Kube, path_for
 from providers.base import BlockBreadth, Tier
 from providers.fake import FakeProvider
-from tests.support.giveup import RecordingBlocklister, events_for, spot_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from tests.support.rigs.giveup import RecordingBlocklister, events_for, spot_pod
 from vnode.runner import Runner
 
 

@@ -19,10 +19,10 @@ from providers.base import ClaimName, Instance, InstanceId, InstanceState, Proce
 from providers.fake.process import ScriptedProcess
 from providers.shape import ContainerFacts, ContainerState
 from tests.support.factories import make_pod
-from tests.support.handlers import KeptEvents
-from vnode import assess
-from vnode.prober import Prober
-from vnode.tracking import Tracked, TrackedMap
+from tests.support.rigs.offline import KeptEvents
+from vnode.model import assess
+from vnode.model.tracking import Tracked, TrackedMap
+from vnode.probing.prober import Prober
 
 INSTANCE = InstanceId("i-probe")
 MISSING = "cat: /tmp/healthy: No such file or directory"

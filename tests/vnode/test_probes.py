@@ -22,15 +22,15 @@ from providers.fake.process import ScriptedProcess
 from providers.local import LocalProvider
 from providers.podspec import pod_spec_from_dict
 from tests.support.factories import make_pod
-from tests.support.handlers import KeptEvents, offline_handler
 from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
-from tests.support.tls import TlsWsgiServer
-from vnode import assess
-from vnode.prober import Prober
-from vnode.probes import Outcome, Target, host_of, run_exec, run_http, run_probe, run_tcp
-from vnode.probespec import HttpAction, probes_of
-from vnode.tracking import Tracked, TrackedMap
+from tests.support.rigs.offline import KeptEvents, offline_handler
+from tests.support.servers.tls import TlsWsgiServer
+from vnode.model import assess
+from vnode.model.probespec import HttpAction, probes_of
+from vnode.model.tracking import Tracked, TrackedMap
+from vnode.probing.prober import Prober
+from vnode.probing.probes import Outcome, Target, host_of, run_exec, run_http, run_probe, run_tcp
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.support.factories import make_pod
-from vnode.probespec import (
+from vnode.model.probespec import (
     LIVENESS,
     READINESS,
     STARTUP,

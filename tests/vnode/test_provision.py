@@ -1,4 +1,4 @@
-"""vnode.provision reads a Pod once, at the door (`IncomingPod`): the typed PodSpec, the claim,
+"""vnode.phases.provision reads a Pod once, at the door (`IncomingPod`): the typed PodSpec, the claim,
 tier, region and pool, and what the sources read; a Pod whose PodSpec cannot be read is still
 refused where it always was, after the shape check and its sources."""
 
@@ -14,8 +14,8 @@ from providers.base import Tier
 from providers.claim import claim_name
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
-from tests.support.handlers import KeptEvents, offline_handler
-from vnode.provision import IncomingPod
+from tests.support.rigs.offline import KeptEvents, offline_handler
+from vnode.phases.provision import IncomingPod
 
 BAD_GPUS = {"resources": {"limits": {"nvidia.com/gpu": "1.5"}}}
 

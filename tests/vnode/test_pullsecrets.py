@@ -1,4 +1,4 @@
-"""The Pod's imagePullSecrets, resolved as a kubelet resolves them (`vnode.pullsecrets`), and
+"""The Pod's imagePullSecrets, resolved as a kubelet resolves them (`vnode.sources.pullsecrets`), and
 through the vnode: a provider that takes them gets the registry's credentials in
 `ProvisionRequest.registry_auth`, a missing Secret is the kubelet's Warning and not a stop,
 and a provider that pulls without them says so (as one that does not enforce
@@ -24,9 +24,9 @@ from providers.pullauth import RegistryAuth
 from tests.support.factories import make_pod
 from tests.support.pods import phase_of
 from tests.support.polling import wait_for
-from vnode.env import PodFields
-from vnode.pullsecrets import resolve_pull_auth
 from vnode.runner import Runner
+from vnode.sources.env import PodFields
+from vnode.sources.pullsecrets import resolve_pull_auth
 
 PASSWORD = "pull-pw-7c1e"  # must reach the provider's request and nothing else
 

@@ -1,4 +1,4 @@
-"""An instance queued past its pool's provisioning timeout is given up (vnode.giveup): a Runner
+"""An instance queued past its pool's provisioning timeout is given up (vnode.phases.giveup): a Runner
 on the embedded cluster (over HTTP) and the fake cloud, whose H100 Spot offering takes an hour
 to find capacity (`provisioning_delay`: PROVISIONING all along), and a Handler on a hand-moved
 clock for the ten-minute timeout."""
@@ -20,10 +20,10 @@ from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod
-from tests.support.giveup import RecordingBlocklister, events_for, spot_pod
-from tests.support.handlers import KeptEvents, offline_handler
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from tests.support.rigs.giveup import RecordingBlocklister, events_for, spot_pod
+from tests.support.rigs.offline import KeptEvents, offline_handler
 from vnode.runner import Runner
 
 QUEUED = {

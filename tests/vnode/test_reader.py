@@ -1,4 +1,4 @@
-"""vnode.reader: a Pod's Secrets and ConfigMaps as text (env) and bytes (volumes, pull
+"""vnode.sources.reader: a Pod's Secrets and ConfigMaps as text (env) and bytes (volumes, pull
 secrets); NotFound is None, any other API failure raises."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from kube.client import KubeError, NotFoundError, path_for
-from vnode.reader import PodReader
+from vnode.sources.reader import PodReader
 
 
 class Objects:

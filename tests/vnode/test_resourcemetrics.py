@@ -1,4 +1,4 @@
-"""`/metrics/resource` (`vnode.resourcemetrics`): the kubelet's resource-metrics exposition,
+"""`/metrics/resource` (`vnode.stats.resourcemetrics`): the kubelet's resource-metrics exposition,
 line for line (HELP/TYPE, sorted families and series, Go float format, millisecond
 timestamps), accepted by `promtool check metrics` and the Prometheus client's parser."""
 
@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from providers.base import ResourceUsage
-from vnode.resourcemetrics import go_float, resource_text
-from vnode.usage import ContainerUsage, NodeUsage, PodUsage
+from vnode.stats.resourcemetrics import go_float, resource_text
+from vnode.stats.usage import ContainerUsage, NodeUsage, PodUsage
 
 STAMP = datetime(2026, 3, 1, 12, 0, 0, 500000, tzinfo=UTC)
 MILLIS = "1772366400500"

@@ -16,8 +16,8 @@ from providers.local import LocalProvider
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from vnode.model.runs import BackoffPolicy
 from vnode.runner import Runner
-from vnode.runs import BackoffPolicy
 
 QUICK = BackoffPolicy(initial=0.4, maximum=1.6, reset=600.0)
 

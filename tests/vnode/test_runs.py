@@ -1,4 +1,4 @@
-"""vnode.runs: restartPolicy and the kubelet's crash back-off, as pure tables."""
+"""vnode.model.runs: restartPolicy and the kubelet's crash back-off, as pure tables."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
-from vnode.runs import BackoffPolicy, Ending, Runs, Step, ending_of, runs_again
+from vnode.model.runs import BackoffPolicy, Ending, Runs, Step, ending_of, runs_again
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = BackoffPolicy(initial=10.0, maximum=300.0, reset=600.0)

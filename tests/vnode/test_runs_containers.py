@@ -1,4 +1,4 @@
-"""Each container's own runs (vnode.runs through assess.observe): its restart policy, its
+"""Each container's own runs (vnode.model.runs through assess.observe): its restart policy, its
 back-off, its restartCount, the kubelet's Started/BackOff Events, and assess.reassess."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode import assess
-from vnode.probestate import run_of
-from vnode.runs import BackoffPolicy, Ending, Rules, Step, container_policy
-from vnode.status import Verdicts
-from vnode.tracking import Tracked, TrackedMap
+from vnode.model import assess
+from vnode.model.probestate import run_of
+from vnode.model.runs import BackoffPolicy, Ending, Rules, Step, container_policy
+from vnode.model.status import Verdicts
+from vnode.model.tracking import Tracked, TrackedMap
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 RULES = Rules(in_place=True, bills=False, backoff=BackoffPolicy(initial=10.0, maximum=300.0, reset=600.0))
@@ -120,7 +120,7 @@ def test_a_failed_init_container_restarts_at_once_then_waits_its_back_off_in_cra
     assert runs.due is not None and (runs.due.step, runs.due.at) == (Step.RESTART, 1.0)
     assert entry.due_containers(1.0) == ["setup"] and entry.next_due() == 1.0
     assert container(entry, "setup")["state"]["terminated"]["exitCode"] == 1  # restarts at once: shows its exit
-    runs.restarted(new_run=2, policy=RULES.backoff)  # what vnode.lifecycle does after restart(container="setup")
+    runs.restarted(new_run=2, policy=RULES.backoff)  # what vnode.phases.lifecycle does after restart(container="setup")
     assess.observe(entry, script.start("setup", 2), now=NOW, at=2.0, rules=RULES)
     assess.observe(entry, script.end("setup", 1, 3), now=NOW, at=3.0, rules=RULES)
     setup = container(entry, "setup")

@@ -1,4 +1,4 @@
-"""vnode.serving picks the Pod's container: any app or init container where the provider runs
+"""vnode.phases.serving picks the Pod's container: any app or init container where the provider runs
 several, the first app container only where it runs one; the kubelet's answers for a
 container that has not started and for `--previous` of a container that never restarted."""
 
@@ -21,13 +21,13 @@ from providers.base import (
     Provider,
 )
 from providers.shape import ContainerFacts, ContainerState, Shapes
-from tests.support.handlers import NoApi
-from vnode import assess
-from vnode.context import PhaseContext, Traits
-from vnode.inventory import Inventory
-from vnode.runs import Rules
-from vnode.serving import Serving
-from vnode.tracking import TrackedMap
+from tests.support.rigs.offline import NoApi
+from vnode.model import assess
+from vnode.model.runs import Rules
+from vnode.model.tracking import TrackedMap
+from vnode.phases.context import PhaseContext, Traits
+from vnode.phases.inventory import Inventory
+from vnode.phases.serving import Serving
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -11,8 +11,8 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from providers.fake import FakeProvider
+from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_137
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
 from vnode.runner import Runner

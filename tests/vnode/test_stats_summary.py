@@ -1,4 +1,4 @@
-"""`/stats/summary` from the providers' samples (`vnode.usage`): the kubelet's stats/v1alpha1
+"""`/stats/summary` from the providers' samples (`vnode.stats.usage`): the kubelet's stats/v1alpha1
 Summary with per-container cpu and memory, Pod totals and node totals over the node's Pods,
 for a provider that measures (the fake) and one that does not; nodes sharing the listener merge."""
 
@@ -11,9 +11,9 @@ from typing import Any
 from providers.base import ResourceUsage
 from providers.fake import FakeProvider
 from providers.fake.registry import forget
-from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
-from vnode.usage import ContainerUsage, NodeUsage, PodUsage, merged, summary
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
+from vnode.stats.usage import ContainerUsage, NodeUsage, PodUsage, merged, summary
 
 STAMP = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 

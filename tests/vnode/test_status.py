@@ -10,9 +10,9 @@ import pytest
 
 from kube.times import rfc3339
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
-from vnode import assess
-from vnode.status import RunView, failed_status, lost_status, status_from_instance
-from vnode.tracking import Tracked
+from vnode.model import assess
+from vnode.model.status import RunView, failed_status, lost_status, status_from_instance
+from vnode.model.tracking import Tracked
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

@@ -12,8 +12,8 @@ import pytest
 from devcluster import tables
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode.containerstatus import pod_phase, status_from_containers, uses_container_facts
-from vnode.status import RunView, Verdicts
+from vnode.model.containerstatus import pod_phase, status_from_containers, uses_container_facts
+from vnode.model.status import RunView, Verdicts
 
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 EARLIER = NOW - timedelta(minutes=1)

@@ -1,4 +1,4 @@
-"""vnode.teardown's one entry point, `Teardown.terminate(pod or Tombstone)`: a Tombstone
+"""vnode.phases.teardown's one entry point, `Teardown.terminate(pod or Tombstone)`: a Tombstone
 terminates only the tracked entry of its UID; a Pod is terminated whether tracked or not (an
 untracked one's claim is looked up and its instance adopted first)."""
 
@@ -9,9 +9,9 @@ import uuid
 from providers.base import InstanceState
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
-from tests.support.handlers import KeptEvents, adopt_new_pod, offline_handler
+from tests.support.rigs.offline import KeptEvents, adopt_new_pod, offline_handler
 from vnode.handler import Handler
-from vnode.teardown import Tombstone
+from vnode.phases.teardown import Tombstone
 
 
 def fake_handler() -> Handler:

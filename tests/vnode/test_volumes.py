@@ -21,10 +21,10 @@ from providers.shape import Volume
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from vnode.env import MissingSource, PodFields
 from vnode.handler import Handler
 from vnode.runner import Runner
-from vnode.volumes import InvalidVolume, MountError, resolve_volumes
+from vnode.sources.env import MissingSource, PodFields
+from vnode.sources.volumes import InvalidVolume, MountError, resolve_volumes
 
 SECRET_VALUE = b"s3cr3t-volume-bytes-7d1e"
 SECRETS: dict[str, dict[str, bytes]] = {"db": {"password": SECRET_VALUE, "user": b"app"}}

@@ -19,11 +19,11 @@ from typing import Any
 from kube import observe
 from providers import errors
 from providers.base import LogStream
-from vnode import resourcemetrics, usage
 from vnode.kubelet import logparams, routes
 from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.resolve import HandlerRegistry
+from vnode.stats import resourcemetrics, usage
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from nebula_site.manager import startup
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
-from vnode.runs import BackoffPolicy
+from vnode.model.runs import BackoffPolicy
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
 # Package data of an installed Nebula (the build copies deploy/crds/nodepool.yaml, which the

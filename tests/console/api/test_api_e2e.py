@@ -15,8 +15,8 @@ from console import runtime
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
-from tests.support.placement import Stack, deployment, events_for, nodepool, pods_of, provider_of
 from tests.support.polling import wait_for
+from tests.support.rigs.placement import Stack, deployment, events_for, nodepool, pods_of, provider_of
 
 DEPLOYMENTS = path_for("deployments", namespace="default", group="apps", version="v1")
 

@@ -46,7 +46,7 @@ from moto.ec2.models.instances import InstanceBackend
 
 from tests.providers.aws.moto_ec2 import SHUTDOWN, STATE_CODES, attach_console
 from tests.providers.aws.vm_script import FAKE_DOCKER
-from tests.support.sshd import PRIVSEP_DIR, SSHD
+from tests.support.servers.sshd import PRIVSEP_DIR, SSHD
 
 BOUND = ("var/log", "var/lib", "etc/ssh", "home")  # folders of the VM's own, over the machine's
 MOUNT = shutil.which("mount") or "/bin/mount"  # the machine's own (the VM's `mount` is a recorder)

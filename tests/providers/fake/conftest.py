@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.fakerig import Rigs
+from tests.support.rigs.fakecloud import Rigs
 
 
 @pytest.fixture(params=["in-process", "http"])

@@ -20,8 +20,8 @@ from providers.fake.scenario import load_scenario
 from providers.shape import ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod_spec
-from tests.support.fakerig import START, Rig, Rigs
 from tests.support.polling import read_to_end
+from tests.support.rigs.fakecloud import START, Rig, Rigs
 
 SCENARIO: dict[str, Any] = {"workload": {"init_seconds": 2}, "log": {"interval": 1}}
 

@@ -10,8 +10,8 @@ from providers import errors
 from providers.base import ClaimName, InstanceId, InstanceState, LogOptions, LogStream, ProvisionRequest, Restarter
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod_spec
-from tests.support.fakerig import START, Rigs
 from tests.support.polling import read_to_end
+from tests.support.rigs.fakecloud import START, Rigs
 
 NUMBERED = {"log": {"interval": 1}}  # "fake instance <id> line <n>", one a second from the start
 

@@ -10,8 +10,8 @@ import pytest
 from providers.base import ClaimName, InstanceId, InstanceState, PodSpec, PortForwarder, ProvisionRequest
 from providers.errors import NotFound, Unavailable
 from providers.local import LocalProvider
-from tests.support import echoserver
 from tests.support.polling import wait_for
+from tests.support.servers import echo as echoserver
 
 SERVER = echoserver.__file__
 

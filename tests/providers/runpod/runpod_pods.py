@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.support.sshd import PRIVSEP_DIR, SSHD
+from tests.support.servers.sshd import PRIVSEP_DIR, SSHD
 
 BOUND = ("root", "etc/ssh", "var/log")
 MOUNT = shutil.which("mount") or "/bin/mount"

@@ -15,7 +15,7 @@ from providers.base import LogOptions, LogStream
 from providers.errors import NotSupported, Unavailable
 from providers.ssh import FileLog, SshProcess, open_log_stream, start_process
 from providers.ssh.logs import remote_command
-from tests.support.sshd import Sshd
+from tests.support.servers.sshd import Sshd
 
 
 def read_all(read: Callable[[int], bytes]) -> bytes:

@@ -22,8 +22,8 @@ from providers.base import LogOptions
 from providers.ssh import open_log_stream, start_process
 from tests.providers.aws.vm_script import Vm, pod_of, sh, temporary_vm
 from tests.support.polling import read_to_end, wait_for
-from tests.support.sshd import Sshd
-from tests.support.vnode_rigs import user_data_running
+from tests.support.rigs.vnode import user_data_running
+from tests.support.servers.sshd import Sshd
 
 NOT_ENDED = containers.ContainerEvent("side")
 WAIT_FOR_STOP = 'until [ -e "$ORDER.stop" ]; do sleep 0.05; done'

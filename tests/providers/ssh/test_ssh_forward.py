@@ -11,8 +11,8 @@ import pytest
 
 from providers.errors import Unavailable
 from providers.ssh import open_forward
-from tests.support import echoserver
-from tests.support.sshd import Sshd
+from tests.support.servers import echo as echoserver
+from tests.support.servers.sshd import Sshd
 
 
 @pytest.fixture

@@ -22,14 +22,14 @@ import pytest
 from providers.base import InstanceId, LogOptions, LogStream, PortConnection, Process
 from providers.fake import FakeProvider
 from providers.ssh import FileLog, open_forward, open_log_stream, start_process
-from tests.support import echoserver
+from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.clients.terminal import check_exec_tty_resize
 from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
-from tests.support.kubectl import KUBECTL_137
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
-from tests.support.sshd import Sshd
-from tests.support.terminal import check_exec_tty_resize
+from tests.support.rigs.runners import make_runner
+from tests.support.servers import echo as echoserver
+from tests.support.servers.sshd import Sshd
 
 POD = "vm-talker"
 

@@ -1,8 +1,8 @@
-"""The test sshd of tests/support/sshd.py accepts the key it authorized."""
+"""The test sshd of tests/support/servers/sshd.py accepts the key it authorized."""
 
 from __future__ import annotations
 
-from tests.support.sshd import Sshd
+from tests.support.servers.sshd import Sshd
 
 
 def test_the_test_sshd_accepts_the_user_key(sshd: Sshd) -> None:

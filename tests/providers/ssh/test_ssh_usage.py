@@ -16,7 +16,7 @@ import pytest
 from providers.errors import Unavailable
 from providers.ssh.usage import parse_answer, read_usage, usage_command
 from providers.usage import Reading
-from tests.support.sshd import Sshd
+from tests.support.servers.sshd import Sshd
 
 CHILD_BURNS = "import time\nwhile time.process_time() < 0.3: pass\n"
 CHILD_HOLDS = "import time\nheld = b'y' * (16 << 20)\ntime.sleep(300)\n"

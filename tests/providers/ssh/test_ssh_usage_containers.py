@@ -14,8 +14,8 @@ from providers.aws.userdata import CONTAINER
 from providers.ssh.usage import read_usage
 from tests.providers.aws.vm_script import pod_of, sh, temporary_vm
 from tests.support.polling import wait_for
-from tests.support.sshd import Sshd
-from tests.support.vnode_rigs import user_data_running
+from tests.support.rigs.vnode import user_data_running
+from tests.support.servers.sshd import Sshd
 
 WAIT_FOR_STOP = 'until [ -e "$ORDER.stop" ]; do sleep 0.05; done'
 BURN = 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; echo burned >> "$ORDER"; '

@@ -11,12 +11,12 @@ import pytest
 
 from devcluster import DevCluster
 from providers.fake import FakeProvider
+from tests.support.clients.kubectl import Rig
 from tests.support.factories import make_pod
-from tests.support.handlers import offline_handler
-from tests.support.kubectl import Rig
 from tests.support.polling import wait_for
-from tests.support.tls import https_get
-from tests.support.vnode_rigs import loopback_listeners, runner_with_pod
+from tests.support.rigs.offline import offline_handler
+from tests.support.rigs.vnode import loopback_listeners, runner_with_pod
+from tests.support.servers.tls import https_get
 from vnode.handler import Handler
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners

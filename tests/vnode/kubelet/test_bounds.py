@@ -4,8 +4,8 @@ stream bounds are tests/vnode/kubelet/test_spdy_session.py's)."""
 
 from __future__ import annotations
 
-from tests.support.handlers import adopt_new_pod
-from tests.support.tls import https_get, kubelet_connection
+from tests.support.rigs.offline import adopt_new_pod
+from tests.support.servers.tls import https_get, kubelet_connection
 from vnode.handler import Handler
 from vnode.kubelet.execparams import MAX_COMMAND_ARGS
 from vnode.kubelet.logparams import MAX_QUERY

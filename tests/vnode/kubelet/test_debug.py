@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
+from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
+from tests.support.clients.terminal import on_a_terminal, type_until
 from tests.support.polling import wait_for
-from tests.support.terminal import on_a_terminal, type_until
 
 MODERN = {"kubectl-1.37": KUBECTL_137, "kubectl-image": KUBECTL_IMAGE}
 

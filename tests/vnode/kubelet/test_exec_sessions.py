@@ -15,8 +15,8 @@ import websocket
 from kubernetes import client as k8s
 from kubernetes.stream import ws_client
 
-from tests.support.handlers import adopt_new_pod
-from tests.support.spdyclient import SpdyClient, UpgradeRefused
+from tests.support.clients.spdy import SpdyClient, UpgradeRefused
+from tests.support.rigs.offline import adopt_new_pod
 from vnode.handler import Handler
 from vnode.kubelet import spdy
 from vnode.kubelet.server import Listeners

@@ -20,11 +20,11 @@ from kubernetes import client as k8s
 from kubernetes.stream import ws_client
 
 from kube.client import Kube, NotFoundError, load_api_client, path_for
+from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
+from tests.support.clients.spdy import SpdyClient
+from tests.support.clients.terminal import check_exec_tty_resize
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
 from tests.support.polling import wait_for
-from tests.support.spdyclient import SpdyClient
-from tests.support.terminal import check_exec_tty_resize
 
 CLIENTS = {
     "kubectl-1.20": (KUBECTL_120, True),

@@ -20,12 +20,12 @@ from devcluster import DevCluster
 from kube.client import Kube, KubeError, path_for
 from kube.reviews import Access
 from providers.fake import FakeProvider
+from tests.support.clients.spdy import SpdyClient, UpgradeRefused
 from tests.support.clock import ManualClock
 from tests.support.fixtures import kube_for
-from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
-from tests.support.spdyclient import SpdyClient, UpgradeRefused
-from tests.support.tls import kubelet_connection, read_head
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
+from tests.support.servers.tls import kubelet_connection, read_head
 from vnode.handler import Handler
 from vnode.kubelet import auth, certs
 from vnode.kubelet.resolve import HandlerRegistry

@@ -18,9 +18,9 @@ from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import kubeletflags
 from providers.local import LocalProvider
 from providers.owner import Owner
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE
+from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE
 from tests.support.polling import wait_for
-from tests.support.tls import https_get
+from tests.support.servers.tls import https_get
 from vnode.kubelet import auth
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.polling import wait_for
-from tests.support.tls import kubelet_connection
+from tests.support.servers.tls import kubelet_connection
 from vnode.kubelet import certs
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners

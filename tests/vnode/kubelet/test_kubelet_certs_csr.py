@@ -24,11 +24,11 @@ from cryptography.x509.oid import NameOID
 
 from devcluster import DevCluster, csrsigner
 from kube.client import Kube
+from tests.support.clients.kubectl import run_kubectl
 from tests.support.clock import ManualClock
 from tests.support.factories import make_pod
-from tests.support.kubectl import run_kubectl
 from tests.support.polling import wait_for
-from tests.support.vnode_rigs import runner_with_pod
+from tests.support.rigs.vnode import runner_with_pod
 from vnode.kubelet import certcsr
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners

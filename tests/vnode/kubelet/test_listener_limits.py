@@ -1,7 +1,7 @@
 """I7 at the HTTP layer of both listeners, over real sockets (TLS for the kubelet): bodies
 refused before they are read, heads bounded in size and time, connections capped per client,
 stream set-up and idleness bounded (vnode/kubelet/limits.py, vnode/kubelet/streamtimers.py).
-Memory is read from /proc of a listener process of its own (tests/support/listener_process.py)."""
+Memory is read from /proc of a listener process of its own (tests/support/rigs/listeners.py)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 import websocket
 
-from tests.support.handlers import adopt_new_pod
-from tests.support.listener_process import ListenerProcess, raise_open_files
+from tests.support.clients.spdy import SpdyClient
 from tests.support.polling import wait_for
-from tests.support.spdyclient import SpdyClient
-from tests.support.tls import https_get
-from tests.support.vnode_rigs import loopback_listeners
+from tests.support.rigs.listeners import ListenerProcess, raise_open_files
+from tests.support.rigs.offline import adopt_new_pod
+from tests.support.rigs.vnode import loopback_listeners
+from tests.support.servers.tls import https_get
 from vnode.handler import Handler
 from vnode.kubelet import spdy
 from vnode.kubelet.limits import MIB, Limits

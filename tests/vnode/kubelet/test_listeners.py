@@ -30,9 +30,9 @@ from providers.base import (
     Tier,
 )
 from providers.fake import FakeProvider
-from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.polling import wait_for
-from tests.support.tls import https_get, kubelet_connection, self_signed_certificate
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
+from tests.support.servers.tls import https_get, kubelet_connection, self_signed_certificate
 from vnode.handler import Handler
 from vnode.kubelet import auth, certs
 from vnode.kubelet.resolve import HandlerRegistry

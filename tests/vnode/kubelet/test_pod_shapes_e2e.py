@@ -22,7 +22,7 @@ from providers.fake.server import start_server
 from providers.local import LocalProvider
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
-from tests.support.shaped import POD, PROBE_TIMEOUT, Shaped, model_server_pod, shaped_cluster
+from tests.support.rigs.modelserver import POD, PROBE_TIMEOUT, Shaped, model_server_pod, shaped_cluster
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
 

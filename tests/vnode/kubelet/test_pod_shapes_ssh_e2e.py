@@ -5,7 +5,7 @@ own address, and the provider reaches it as it reaches a real VM: SSH with the o
 the claim's host key checked, `sudo -n docker logs/exec/stop`. The one stand-in on the VM is
 `docker` (no Docker engine here: each container is a local process).
 
-The model-server Pod of issue 14 (tests/support/shaped.py): each step is checked as kubectl
+The model-server Pod of issue 14 (tests/support/rigs/modelserver.py): each step is checked as kubectl
 shows it, under the AWS rule that a restart of any container is a new instance
 (docs/providers/aws.md, "Capabilities"): nothing is reported that did not happen (I9)."""
 
@@ -26,7 +26,7 @@ from tests.providers.aws.ec2_vms import VmHost, booting_vms
 from tests.providers.aws.moto_ec2 import make_provider, moto_instance, serve_consoles
 from tests.support.pods import get_pod
 from tests.support.polling import wait_for
-from tests.support.shaped import Shaped, model_server_pod, shaped_cluster
+from tests.support.rigs.modelserver import Shaped, model_server_pod, shaped_cluster
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
 

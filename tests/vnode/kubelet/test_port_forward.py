@@ -2,7 +2,7 @@
 SPDY client as the API server drives it: pairs by request id, many at once on one session,
 half-close both ways, errors as text on the error stream, refusals before the 101, and the
 bound on forwarded connections per session (I7). The Pods are local instances running
-tests/support/echoserver.py."""
+tests/support/servers/echo.py."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ from providers.base import LogOptions, LogStreamer, ProvisionRequest
 from providers.claim import claim_name
 from providers.local import LocalProvider
 from providers.podspec import pod_spec_from_dict
-from tests.support import echoserver
+from tests.support.clients.spdy import SpdyClient, UpgradeRefused
 from tests.support.factories import make_pod
-from tests.support.handlers import adopt_new_pod, offline_handler
 from tests.support.local_cleanup import kill_leftovers
-from tests.support.noforward import NoForwardProvider
 from tests.support.polling import wait_for
-from tests.support.spdyclient import SpdyClient, UpgradeRefused
-from tests.support.tls import https_get
+from tests.support.rigs.noforward import NoForwardProvider
+from tests.support.rigs.offline import adopt_new_pod, offline_handler
+from tests.support.servers import echo as echoserver
+from tests.support.servers.tls import https_get
 from vnode.handler import Handler
 from vnode.kubelet import portforward, spdyframes
 from vnode.kubelet.limits import Limits

@@ -1,7 +1,7 @@
 """`kubectl port-forward` end to end through the devcluster with real clients: kubectl 1.20
 (SPDY, pumped byte for byte), the image's kubectl and 1.37 (SPDY tunnelled in a websocket,
 which the devcluster unwraps as kube-apiserver does), to a local Pod running
-tests/support/echoserver.py: 50 MB byte for byte, 20 connections at once, a closed client
+tests/support/servers/echo.py: 50 MB byte for byte, 20 connections at once, a closed client
 closing the remote side, and the clear error of a provider that cannot forward."""
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from kube.client import path_for
-from tests.support import echoserver
+from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
 from tests.support.factories import make_pod
 from tests.support.fixtures import kube_for
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
-from tests.support.noforward import NoForwardProvider
 from tests.support.pods import phase_of
 from tests.support.polling import wait_for
-from tests.support.runners import make_runner
+from tests.support.rigs.noforward import NoForwardProvider
+from tests.support.rigs.runners import make_runner
+from tests.support.servers import echo as echoserver
 from vnode.kubelet.resolve import HandlerRegistry
 
 CLIENTS = {"kubectl-1.20": KUBECTL_120, "kubectl-image": KUBECTL_IMAGE, "kubectl-1.37": KUBECTL_137}

@@ -18,9 +18,9 @@ import pytest
 
 from devcluster import DevCluster, tls
 from kube.client import Kube, load_api_client, path_for
-from tests.support import tlsserver
+from tests.support.clients.spdy import SpdyClient, UpgradeRefused
 from tests.support.factories import make_node, make_pod
-from tests.support.spdyclient import SpdyClient, UpgradeRefused
+from tests.support.servers import rawlisteners as tlsserver
 from vnode.kubelet import spdy
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -12,10 +12,10 @@ import pytest
 
 from devcluster import DevCluster
 from providers.local import LocalProvider
+from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
 from tests.support.factories import make_pod
-from tests.support.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
 from tests.support.polling import wait_for
-from tests.support.vnode_rigs import runner_with_pod
+from tests.support.rigs.vnode import runner_with_pod
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
 

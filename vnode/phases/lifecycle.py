@@ -1,0 +1,197 @@
+"""Carrying out a Pod's due step (vnode.model.runs): a restart in place, a replacement instance, or a release.
+
+Called by the pod controller's workers (`carry_out`, `step_due`), when a tracked
+Pod's `runs.due` time (or one of its containers') has come. A restart in place calls the
+provider's `restart` (with the container, for an instance that reports container facts); a
+provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
+look until it is gone, provision the same claim again, counted as a restart. A finished
+Pod's instance that still bills is terminated once (`Teardown.release`). Before any of it,
+`vnode.phases.giveup` reports a preemption's block and gives up an instance queued too long (and
+says when to look again for one still queued). Never deletes Pods.
+Tests: tests/vnode/test_lifecycle.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, cast
+
+from kube import names
+from kube.worker import Retry
+from providers import errors
+from providers.base import Instance, Restarter
+from vnode.model import assess
+from vnode.model.runs import Step
+from vnode.model.tracking import Tracked
+from vnode.phases.context import PhaseContext
+from vnode.phases.giveup import GiveUp
+from vnode.phases.provision import Provisioner
+from vnode.phases.teardown import RECHECK_FIRST, STOPPED, Teardown
+
+logger = logging.getLogger(__name__)
+JsonDict = dict[str, Any]
+
+
+class Lifecycle:
+    def __init__(
+        self, context: PhaseContext, *, provisioner: Provisioner, teardown: Teardown, give_up: GiveUp | None = None
+    ) -> None:
+        self._provider = context.provider
+        self._tracked = context.tracked
+        self._give_up = give_up
+        self._provisioner = provisioner
+        self._teardown = teardown
+        self._rules = context.rules
+        self._recheck_cap = context.poll_interval  # a replaced instance's looks back off up to it
+        self._monotonic = context.monotonic
+        self._now = context.now
+
+    def step_due(self, key: str) -> bool:
+        """Whether `carry_out` would call the provider now for the tracked Pod `key`: a
+        restart, replacement or release is due, or a queued instance's deadline has passed."""
+        entry = self._tracked.get(key)
+        if entry is None:
+            return False
+        now = self._monotonic()
+        first = entry.next_due()
+        if first is not None and first <= now:
+            return True
+        deadline = self._give_up.deadline(entry) if self._give_up is not None else None
+        return deadline is not None and deadline <= now
+
+    def carry_out(self, key: str, pod: JsonDict) -> float | None:
+        """Do the due step of the tracked Pod `key` (of `pod`'s UID; else nothing) if its time
+        has come. Returns seconds until the entry wants another look (its step not yet due, or
+        an instance still going away), or None. Raises Retry when the provider could not be
+        asked. First, a preemption's block is reported and an instance queued too long is given
+        up (vnode.phases.giveup)."""
+        entry = self._tracked.get(key)
+        if entry is None or entry.uid != (pod.get("metadata") or {}).get("uid"):
+            return None
+        queued = self._give_up.settle(entry) if self._give_up is not None else None
+        first = entry.next_due()
+        if first is None:
+            return queued  # the seconds until a queued instance's deadline, or None
+        wait = first - self._monotonic()
+        if wait > 0:
+            return wait if queued is None else min(wait, queued)
+        due = entry.runs.due
+        if due is None or due.at > first:
+            return self._restart_containers(entry)
+        if due.step is Step.RELEASE:
+            self._teardown.release(entry)
+            return None
+        if due.step is Step.RESTART:
+            return self._restart_in_place(entry, pod)
+        return self._replace(entry, pod)
+
+    def _restart_in_place(self, entry: Tracked, pod: JsonDict) -> float | None:
+        assert entry.instance_id is not None
+        runs = entry.last_instance.runs if entry.last_instance is not None else entry.runs.awaiting_run or 1
+        assert entry.runs.ended is not None
+        of = (entry.runs.ended, entry.runs.ended_seen_at)
+        try:
+            cast(Restarter, self._provider).restart(entry.instance_id)
+        except errors.NotFound:
+            return self._replace(entry, pod)  # the instance went away meanwhile
+        except errors.InvalidRequest as exc:
+            # "Not ended": an earlier attempt whose answer was lost did restart it. The
+            # provider's run count says so; then that restart is the one we count.
+            current = self._current(entry)
+            if current is None or current.runs <= runs:
+                raise Retry(f"restart refused: {exc}") from exc
+            runs = current.runs - 1
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            raise Retry(f"restart failed: {type(exc).__name__}: {exc}") from exc
+        with entry.lock:  # never between a poll's look at the facts and its use of them
+            entry.runs.restarted(new_run=runs + 1, policy=self._rules().backoff, of=of)
+            entry.last_instance = None  # the next list's facts are taken, even if unchanged
+        logger.info(
+            "%s: restarted its workload in instance %s (restart %d)", entry.key, entry.instance_id, entry.runs.restarts
+        )
+        return None
+
+    def _restart_containers(self, entry: Tracked) -> float | None:
+        """Run each container whose restart is due again in the instance; seconds until the
+        next one is due, or None."""
+        for name in entry.due_containers(self._monotonic()):
+            self._restart_container(entry, name)
+        after = entry.next_due()
+        return None if after is None else max(after - self._monotonic(), 0.0)
+
+    def _restart_container(self, entry: Tracked, name: str) -> None:
+        assert entry.instance_id is not None
+        runs = entry.container_runs(name)
+        assert runs is not None
+        facts = entry.container_facts(name)
+        ran = facts.runs if facts is not None else runs.awaiting_run
+        assert runs.ended is not None
+        of = (runs.ended, runs.ended_seen_at)
+        try:
+            cast(Restarter, self._provider).restart(entry.instance_id, container=name)
+        except errors.InvalidRequest as exc:
+            # "Not ended": an earlier attempt whose answer was lost did restart it (as above).
+            current = self._current(entry)
+            now = next((c for c in current.containers if c.name == name), None) if current is not None else None
+            if now is None or now.runs <= ran:
+                raise Retry(f"restart of container {name} refused: {exc}") from exc
+            ran = now.runs - 1
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:  # NotFound too: the poll tells a gone instance
+            raise Retry(f"restart of container {name} failed: {type(exc).__name__}: {exc}") from exc
+        with entry.lock:
+            runs.restarted(new_run=ran + 1, policy=self._rules().backoff, of=of)
+            # A poll may have seen the new run end before this: its facts are taken again
+            # (they would compare equal to the last ones and be skipped, the end lost).
+            entry.last_instance = None
+        logger.info(
+            "%s: restarted container %s in instance %s (restart %d)", entry.key, name, entry.instance_id, runs.restarts
+        )
+
+    def _current(self, entry: Tracked) -> Instance | None:
+        assert entry.instance_id is not None
+        try:
+            return self._provider.get(entry.instance_id)
+        except errors.ProviderError as exc:
+            raise Retry(f"cannot read instance {entry.instance_id}: {exc}") from exc
+
+    def _replace(self, entry: Tracked, pod: JsonDict) -> float | None:
+        """Terminate the old instance, wait until it is gone, then provision the claim again."""
+        old = entry.instance_id
+        if old is not None:
+            try:
+                if not entry.terminate_asked:
+                    self._provider.terminate(old)
+                    entry.terminate_asked = True
+                instance = self._provider.get(old)
+            except errors.Unavailable as exc:
+                raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+            except errors.ProviderError as exc:
+                raise Retry(f"replacing instance {old} failed: {type(exc).__name__}: {exc}") from exc
+            if instance is not None and instance.state not in STOPPED:
+                entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
+                return entry.recheck
+        entry.instance_id, entry.last_instance, entry.terminate_asked, entry.recheck = None, None, False, 0.0
+        entry.misses, entry.missing_since = 0, None
+        pending, entry.runs.due = entry.runs.due, None  # so the new instance's facts are taken
+        try:
+            self._provisioner.create_pod(pod)  # the same entry: same Pod UID, same claim
+        except BaseException:
+            entry.runs.due = pending
+            raise
+        if entry.terminal:
+            return None  # refused this time: Failed, with the provider's reason
+        cause = entry.runs.ended
+        entry.runs.restarted(new_run=1, policy=self._rules().backoff)
+        assess.replaced(entry, policy=self._rules().backoff, cause=cause)
+        fresh, entry.last_instance = entry.last_instance, None
+        if fresh is not None:  # its status again, now with the restart counted
+            assess.observe(entry, fresh, now=self._now(), at=self._monotonic(), rules=self._rules())
+        message = f"instance {old} replaced by {entry.instance_id} (restart {entry.runs.restarts})"
+        if old is None:
+            message = f"started instance {entry.instance_id} (restart {entry.runs.restarts})"
+        entry.say("Normal", names.EVENT_RESTARTING, message)
+        return None

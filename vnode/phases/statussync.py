@@ -1,0 +1,122 @@
+"""Status sync from the provider: the poll loop and its tick, one `provider.list()` per poll interval.
+
+The pod controller starts `StatusSync.run` on its poll thread; `StatusSync.poll_once` is one
+tick. A tick recomputes every tracked Pod's desired metadata and status from the list,
+sweeps orphans, and hands back the keys due for a write or a step (the pod controller's
+workers write them through `PodWriter.flush`), among them a Pod whose instance is still queued
+past its pool's timeout (`vnode.phases.giveup` gives it up). Never writes to the API itself.
+
+Invariant (I3): a failed list changes nothing, and one list that misses an instance changes
+nothing either; see
+tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing and
+tests/vnode/test_lifecycle.py::test_one_list_missing_an_instance_changes_nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from providers import errors
+from providers.base import ClaimName, Instance
+from vnode.model import assess
+from vnode.model.runs import Step
+from vnode.model.tracking import Rules, Tracked
+from vnode.phases.context import PhaseContext
+from vnode.phases.giveup import GiveUp
+from vnode.phases.teardown import OrphanSweep
+
+logger = logging.getLogger(__name__)
+MISSES_BEFORE_GET = 2  # successful lists in a row without the instance before `get` is asked
+
+
+class StatusSync:
+    def __init__(self, context: PhaseContext, *, sweep: OrphanSweep, give_up: GiveUp | None = None) -> None:
+        self._provider = context.provider
+        self._give_up = give_up
+        self._tracked = context.tracked
+        self._inventory = context.inventory
+        self._writer = context.writer
+        self._sweep = sweep
+        self._capabilities = context.capabilities
+        self._rules = context.rules
+        self._monotonic = context.monotonic
+        self._now = context.now
+
+    def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
+        """One tick: one provider.list(), statuses recomputed, orphans swept.
+
+        Returns the keys whose desired metadata or status changed, or whose next step is due
+        (to be flushed and carried out), and the keys of Pods that waited for this provider to
+        answer. A failed list changes nothing (I3). `live_claims` (the claims of every Pod on the
+        node, or None while the Pod cache is not synced) enables the orphan sweep.
+        """
+        begun = self._monotonic()
+        try:
+            snapshot = self._inventory.list()
+        except errors.ProviderError as exc:
+            logger.warning("list on %s failed; nothing changes this tick: %s", self._provider.name, exc)
+            return []
+        changed: list[str] = list(self._inventory.take_waiting())
+        rules = self._rules()
+        for entry in self._tracked.entries():
+            if entry.terminal or entry.instance_id is None:
+                continue
+            if entry.terminate_asked and entry.runs.due is None:
+                continue  # being torn down (or released): teardown looks at it on its own back-off
+            with entry.lock:
+                moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
+            due = entry.next_due()
+            queued = self._give_up.deadline(entry) if self._give_up is not None else None
+            late = any(at is not None and at <= self._monotonic() for at in (due, queued))
+            if moved or self._writer.needs_flush(entry) or late:
+                changed.append(entry.key)  # a queued instance past its deadline: given up (vnode.phases.giveup)
+        if live_claims is not None:
+            self._sweep.sweep(snapshot, set(live_claims) | self._tracked.claims())
+        return changed
+
+    def _observe(self, entry: Tracked, instance: Instance | None, *, begun: float, rules: Rules) -> bool:
+        """Apply one list's view of the entry's instance. Gone only when lists past the list
+        lag keep missing it AND `get` says so: one list that misses it changes nothing."""
+        now, at = self._now(), self._monotonic()
+        if instance is not None and instance.id == entry.instance_id:
+            entry.misses, entry.missing_since = 0, None
+            return assess.observe(entry, instance, now=now, at=at, rules=rules)
+        if entry.runs.finished or entry.runs.due is not None and entry.runs.due.step is Step.REPLACE:
+            return False
+        # Only a list begun `lag` after the instance was recorded can say it is gone: one
+        # begun earlier may have been read before the provision completed.
+        lag = self._capabilities().list_lag
+        if begun - entry.provisioned_at < lag:
+            return False
+        entry.misses += 1
+        entry.missing_since = begun if entry.missing_since is None else entry.missing_since
+        if entry.misses < MISSES_BEFORE_GET or begun - entry.missing_since < lag:
+            return False
+        assert entry.instance_id is not None
+        try:
+            found = self._provider.get(entry.instance_id)
+        except errors.ProviderError as exc:
+            logger.info("%s missing from lists; get failed, so nothing changes: %s", entry.instance_id, exc)
+            return False
+        if found is not None:  # the list was late or partial: the instance lives
+            entry.misses, entry.missing_since = 0, None
+            return assess.observe(entry, found, now=now, at=at, rules=rules)
+        assess.lose(entry, now=now, at=at, rules=rules)
+        return True
+
+    def run(
+        self,
+        stop: threading.Event,
+        *,
+        interval: Callable[[], float],
+        live_claims: Callable[[], set[ClaimName] | None],
+        changed: Callable[[str], None],
+    ) -> None:
+        """The poll loop: a tick every `interval()` seconds until `stop`; each changed key
+        goes to `changed` (the pod controller's queue)."""
+        while not stop.is_set():
+            for key in self.poll_once(live_claims()):
+                changed(key)
+            stop.wait(interval())

@@ -1,0 +1,174 @@
+"""Teardown: terminating the instance of a deleted Pod, and sweeping orphans.
+
+`Teardown.terminate` (one entry point: a Pod, or the `Tombstone` of a tracked one) is called by
+the pod controller's workers, `Teardown.release` by the lifecycle phase, and `OrphanSweep.sweep`
+by the status sync's poll tick. Calls only `provider.terminate` and `provider.get`; never
+deletes a Pod object (the pod controller does, once the instance is gone) and never terminates
+an instance a live Pod claims.
+
+Tests: tests/vnode/test_teardown.py.
+
+Invariant (I2): an instance no Pod claims (a Pod force-deleted while the manager was down)
+is terminated after two successful lists in a row; see
+tests/vnode/test_invariants.py::test_I2_instance_of_a_pod_force_deleted_while_the_manager_was_down_is_swept.
+Invariant (I3): a provider we could not ask keeps the Pod object; see
+tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kube import names, observe
+from kube.worker import Retry
+from providers import errors
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
+from vnode.model import assess
+from vnode.model.tracking import Lookup, Tracked, pod_key
+from vnode.phases.context import PhaseContext
+
+logger = logging.getLogger(__name__)
+RECHECK_FIRST = 0.5  # seconds before the first look at an instance asked to terminate
+_GOING = frozenset({InstanceState.TERMINATING, InstanceState.TERMINATED})
+# After a terminate, nothing of the instance runs any more: gone, terminated while still shown
+# (the fake's retention, EC2's hour), or ended (a terminated VM whose exit the provider read).
+STOPPED = frozenset({InstanceState.TERMINATED, InstanceState.SUCCEEDED, InstanceState.FAILED})
+
+
+@dataclass(frozen=True)
+class Tombstone:
+    """What is left of a tracked Pod deleted from the API: its key, and the UID of the entry
+    to terminate (a Pod that took the name since is another Pod, with its own entry)."""
+
+    key: str
+    uid: str | None = None
+
+
+class Teardown:
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._tracked = context.tracked
+        self._inventory = context.inventory
+        self._events = context.events
+        self._ephemerals = context.ephemerals
+        self._recheck_cap = context.poll_interval  # the looks back off up to the poll interval
+        self._monotonic = context.monotonic
+        self._now = context.now
+
+    def terminate(self, target: Mapping[str, Any] | Tombstone) -> float | None:
+        """Terminate the instance of a Pod: None once the instance is gone (or released) and
+        the Pod dropped from tracking; else the seconds until the next look. Retry if we could
+        not ask (I3: the Pod object stays until the provider answers).
+
+        `target` is a Pod (one being deleted, or a deleted Pod's last state), tracked or not:
+        an untracked one (cold map, or its object already gone) has its claim looked up and
+        its instance adopted first. Or it is the `Tombstone` of a tracked Pod deleted from the
+        API: only the entry of that UID is terminated, and its ephemeral containers end.
+
+        Bounded calls: terminate is asked once (again only if a look shows it did not take),
+        and the looks back off from RECHECK_FIRST doubling to the poll interval, so an
+        instance that takes minutes to stop costs a few calls, not one per half second."""
+        if isinstance(target, Tombstone):
+            if self._ephemerals is not None:
+                self._ephemerals.forget(target.key)  # the Pod's deletion ends its ephemeral containers
+            return self._terminate_tracked(target.key, uid=target.uid)
+        key = pod_key(target)
+        if key not in self._tracked:
+            found, instance = self._inventory.lookup(target)
+            if found is Lookup.UNKNOWN:
+                raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
+            if instance is None:
+                return None
+            assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
+        return self._terminate_tracked(key)
+
+    def _terminate_tracked(self, key: str, *, uid: str | None = None) -> float | None:
+        """`terminate` of the tracked entry `key` (of UID `uid`, when given)."""
+        entry = self._tracked.get(key)
+        if entry is None or (uid is not None and entry.uid != uid):
+            return None
+        if entry.instance_id is None:
+            self._tracked.forget(entry)
+            return None
+        who = observe.Subject(key, entry.claim, entry.instance_id)
+        try:
+            if not entry.terminate_asked:
+                self._provider.terminate(entry.instance_id)
+                observe.current().terminated(self._provider.name, "ok", who)
+                entry.terminate_asked = True
+                self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {entry.container}")
+            instance = self._provider.get(entry.instance_id)
+            if instance is not None and instance.state not in _GOING | STOPPED:
+                self._provider.terminate(entry.instance_id)  # it did not take (or it came back)
+        except errors.Unavailable as exc:
+            observe.current().terminated(self._provider.name, "unavailable", who)
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            observe.current().terminated(self._provider.name, "error", who)
+            raise Retry(f"{type(exc).__name__}: {exc}") from exc
+        if instance is None or instance.state in STOPPED:
+            self._tracked.forget(entry)
+            return None
+        entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
+        return entry.recheck
+
+    def release(self, entry: Tracked) -> None:
+        """The Pod finished and its instance still bills: terminate it once. The Pod stays
+        tracked (its logs are served where the provider keeps them)."""
+        assert entry.instance_id is not None
+        who = observe.Subject(entry.key, entry.claim, entry.instance_id)
+        try:
+            self._provider.terminate(entry.instance_id)
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            raise Retry(f"{type(exc).__name__}: {exc}") from exc
+        observe.current().terminated(self._provider.name, "released", who)
+        entry.runs.release_done()
+        entry.terminate_asked = True
+        logger.info("%s finished: terminated its instance %s so it stops billing", entry.key, entry.instance_id)
+        self._events.pod(
+            entry.pod,
+            "Normal",
+            names.EVENT_TERMINATED,
+            f"terminated instance {entry.instance_id}: the Pod has finished",
+        )
+
+
+class OrphanSweep:
+    """Terminates instances whose claim matched no live Pod on two successful lists in a
+    row, each once: one already going (TERMINATING/TERMINATED), or one this sweep already
+    terminated and the provider still shows, is not asked again."""
+
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._events = context.events
+        self._suspects: set[InstanceId] = set()
+        self._terminated: set[InstanceId] = set()
+        self.swept = 0  # instances terminated by this sweep (also counted in metrics)
+
+    def sweep(self, snapshot: Mapping[ClaimName, Instance], live: set[ClaimName]) -> None:
+        orphans = {i.id: i for claim, i in snapshot.items() if claim not in live}
+        self._terminated &= set(orphans)  # forget ids the provider no longer shows
+        suspects = {i for i, instance in orphans.items() if instance.state not in _GOING and i not in self._terminated}
+        confirmed = suspects & self._suspects
+        self._suspects = suspects - confirmed
+        for instance_id in sorted(confirmed):
+            try:
+                self._provider.terminate(instance_id)
+            except errors.ProviderError as exc:
+                logger.warning("orphan %s on %s: terminate failed: %s", instance_id, self._provider.name, exc)
+                self._suspects.add(instance_id)
+                continue
+            self._terminated.add(instance_id)
+            self.swept += 1
+            logger.info("terminated orphan instance %s on %s (no live Pod claims it)", instance_id, self._provider.name)
+            observe.current().orphan_swept(self._provider.name, observe.Subject(instance=instance_id))
+            node_name = names.node_name(self._provider.name)
+            node = {"metadata": {"name": node_name, "uid": node_name}}
+            self._events.node(
+                node, "Normal", names.EVENT_ORPHAN_TERMINATED, f"terminated instance {instance_id}: no Pod claims it"
+            )
