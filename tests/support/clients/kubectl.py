@@ -16,7 +16,7 @@ from devcluster import DevCluster
 from vnode.kubelet.server import Listeners
 from vnode.runner import Runner
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KUBECTL_137 = str(ROOT / ".venv" / "bin" / "kubectl")
 KUBECTL_IMAGE = "/usr/bin/kubectl"
 KUBECTL_120 = str(ROOT / ".tools" / "kubectl-1.20" / "usr" / "bin" / "kubectl")

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"
 OVERLAYS = ("dev", "production")
 NAMESPACE = "nebula-system"

@@ -25,7 +25,7 @@ from kube.leases import KIND_LABEL, node_lease
 from providers.claim import claim_name
 from providers.fake.server import FakeCloudServer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LIVE = ("provisioning", "initializing", "running")  # an instance that computes (or is about to)
 IDENTITY = re.compile(r"serving a share of the providers \(lease ([\w.-]+)\)")
 KUBELET_PORT = re.compile(r"kubelet API on port (\d+);")
