@@ -121,7 +121,7 @@ def _info(result_status: int = 0, exitcode: int = 0, started: float = 0.0) -> An
         (api_pb2.GenericResult.GENERIC_STATUS_FAILURE, 3, 101.0, InstanceState.FAILED, 3, ""),
         (api_pb2.GenericResult.GENERIC_STATUS_FAILURE, 137, 101.0, InstanceState.FAILED, 137, ""),
         (api_pb2.GenericResult.GENERIC_STATUS_TERMINATED, 0, 101.0, InstanceState.TERMINATED, None, ""),
-        (api_pb2.GenericResult.GENERIC_STATUS_TIMEOUT, 0, 101.0, InstanceState.FAILED, None, "DeadlineExceeded"),
+        (api_pb2.GenericResult.GENERIC_STATUS_TIMEOUT, 0, 101.0, InstanceState.FAILED, 137, "Error"),  # the backstop
         (api_pb2.GenericResult.GENERIC_STATUS_KERNEL_OOM_KILL, 0, 101.0, InstanceState.FAILED, 137, "OOMKilled"),
         (api_pb2.GenericResult.GENERIC_STATUS_INIT_FAILURE, 0, 0.0, InstanceState.FAILED, None, ""),
     ],
