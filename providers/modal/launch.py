@@ -8,7 +8,8 @@ sandbox it finds by the claim's tags. The thread keeps waiting on Modal's schedu
 `provision` has returned (the create is abandoned), its outcome is only logged: a scheduled
 sandbox at debug, an exception by its type only (never its text, which could quote a
 request). No exception leaves the thread.
-Tests: tests/providers/modal/test_modal_provider_queue.py, tests/providers/modal/test_modal_provider_provision.py.
+Tests: tests/providers/modal/test_modal_provider_queue.py, tests/providers/modal/test_modal_provider_provision.py,
+tests/providers/modal/test_modal_provider_options.py::test_the_sandbox_timeout_is_a_backstop_past_the_deadline_and_the_pods_grace.
 """
 
 from __future__ import annotations
