@@ -15,7 +15,8 @@ Signals as Docker delivers them: each container's processes are a process group 
 own (its "pid namespace"), led by the command's process (its "PID 1"). `stop -t T` sends
 SIGTERM to that main process only, then SIGKILL to the whole group T seconds later unless
 it ended, and returns once it ended (each `stop` has its own timer: a second one with a
-shorter T kills sooner); `kill` sends SIGKILL (or `-s SIG`) at once. When the main process
+shorter T kills sooner); `kill` sends SIGKILL (or `-s SIG`) at once; both answer "No such
+container" (exit 1) for a name never run. When the main process
 ends, whatever else of the container still runs is killed (as the kernel does when a pid
 namespace's init exits). The exit code is Docker's: the code, or 128 + the signal that
 killed it (143 for SIGTERM, 137 for SIGKILL). Not modelled: a real PID 1 ignores a signal
@@ -130,7 +131,7 @@ def _wait(name: str) -> int:
 def _signal(name: str, number: int, *, group: bool) -> None:
     """`number` to the container's main process (or its whole group), only while its
     supervisor has not reaped it (no `.code` yet): once it has, the pid may be another's."""
-    while not (_state() / f"{name}.pid").exists():
+    while not (_state() / f"{name}.pid").exists():  # created, its process starting
         time.sleep(_POLL)
     pid = int((_state() / f"{name}.pid").read_text())
     if (_state() / f"{name}.code").exists():
@@ -141,9 +142,19 @@ def _signal(name: str, number: int, *, group: bool) -> None:
         pass
 
 
+def _missing(name: str) -> bool:
+    """Docker's answer for a container never created (`docker run` made none of that name)."""
+    if (_state() / f"{name}.json").exists():
+        return False
+    print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
+    return True
+
+
 def _stop(argv: list[str]) -> int:
     grace = float(argv[argv.index("-t") + 1]) if "-t" in argv else 10.0
     name = argv[-1]
+    if _missing(name):
+        return 1
     _signal(name, signal.SIGTERM, group=False)
     deadline = time.monotonic() + grace
     killed = False
@@ -160,6 +171,8 @@ def _kill(argv: list[str]) -> int:
     asked = argv[argv.index("-s") + 1].upper().removeprefix("SIG") if "-s" in argv else "KILL"
     number = signal.Signals[f"SIG{asked}"]
     name = argv[-1]
+    if _missing(name):
+        return 1
     _signal(name, number, group=number == signal.SIGKILL)
     print(name)
     return 0
