@@ -205,6 +205,9 @@ class Stopping:
                 self._stopper.stop_container(entry.instance_id, name, grace=grace)
             except errors.NotFound:
                 continue  # gone, or ended meanwhile
+            except errors.NotSupported as exc:  # e.g. RunPod without SSH: terminate ends it whole
+                logger.info("%s: container %s cannot be stopped alone (%s); terminating", entry.key, name, exc)
+                return
             except errors.Unavailable as exc:
                 raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
             except errors.ProviderError as exc:
