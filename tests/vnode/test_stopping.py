@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from kube.times import rfc3339
-from providers.base import InstanceState, ProvisionRequest
+from providers import errors
+from providers.base import InstanceId, InstanceState, ProvisionRequest
 from providers.claim import claim_name
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict
@@ -163,3 +164,21 @@ def test_a_pre_stop_exec_hook_runs_before_the_containers_sigterm() -> None:
     calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("exec", "stop_container", "terminate")]
     assert calls == ["exec", "stop_container", "terminate"]
     assert handler.tracked(key) is None
+
+
+class _NoStopAlone(FakeProvider):
+    """A provider that cannot stop one container (RunPod with its SSH option off)."""
+
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        raise errors.NotSupported("no SSH to signal the workload with")
+
+
+def test_a_provider_that_cannot_stop_one_container_has_its_instance_terminated_without_waiting_the_grace() -> None:
+    writes, events = KeptPatches(), KeptEvents()
+    provider = _NoStopAlone("fake", {"cloud": f"stopping-{uuid.uuid4().hex}"})
+    handler = offline_handler(provider, events=events, kube=writes)
+    pod = _pod("whole", status={"phase": "Running"})
+    _adopt(handler, pod)
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 600}}
+    handler.teardown.terminate(deleting)  # no look is scheduled for a grace nobody can use
+    assert [c.method for c in provider.cloud.call_log() if c.method == "terminate"] == ["terminate"]
