@@ -114,6 +114,11 @@ def _adopt(handler: Handler, pod: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}"
 
 
+def _cloud(handler: Handler) -> Any:
+    assert isinstance(handler.provider, FakeProvider)
+    return handler.provider.cloud
+
+
 def _pod(name: str, **fields: Any) -> dict[str, Any]:
     return make_pod(name, namespace="default", uid=str(uuid.uuid4()), command=("sleep", "300"), **fields)
 
@@ -140,9 +145,10 @@ def test_a_pod_past_its_deadline_after_an_adoption_fails_deadline_exceeded_and_i
     handler.flush(key, pod)  # the entry's own Events
     told = [(kind, reason) for _, kind, reason, _ in events.told]
     assert ("Normal", "DeadlineExceeded") in told and ("Normal", "Killing") in told
-    calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("stop_container", "terminate")]
+    calls = [c.method for c in _cloud(handler).call_log() if c.method in ("stop_container", "terminate")]
     assert calls == ["stop_container", "terminate"]
-    assert handler.lifecycle.until_deadline(handler.tracked(key)) is None  # carried out once
+    entry = handler.tracked(key)
+    assert entry is not None and handler.lifecycle.until_deadline(entry) is None  # carried out once
 
 
 def test_a_pod_before_its_deadline_is_looked_at_again_when_it_runs_out() -> None:
@@ -161,7 +167,7 @@ def test_a_pre_stop_exec_hook_runs_before_the_containers_sigterm() -> None:
     key = _adopt(handler, pod)
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 10}}
     wait_for(lambda: handler.teardown.terminate(deleting) is None, what="the graceful stop, then terminate")
-    calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("exec", "stop_container", "terminate")]
+    calls = [c.method for c in _cloud(handler).call_log() if c.method in ("exec", "stop_container", "terminate")]
     assert calls == ["exec", "stop_container", "terminate"]
     assert handler.tracked(key) is None
 
