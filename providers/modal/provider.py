@@ -80,7 +80,6 @@ class ModalProvider(Owned):
             capacity=dict(base.UNBOUNDED_CAPACITY),
             pulls_images=True,
             uses_pull_secrets=True,
-            enforces_deadline=True,
             log_timestamps=True,  # Modal stamps each log entry
             restarts_in_place=False,
             bills_after_exit=False,  # a sandbox stops billing when its command exits
