@@ -294,6 +294,7 @@ def test_a_run_that_ends_while_its_folder_is_read_shows_its_exit_code(
     result = provider.provision(make_pod(args=("exec sleep 300",)), request())
     wait_for(lambda: provider.get(result.instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
     path = provider.root / CLAIM
+    wait_for(lambda: "workload" in json.loads((path / "run.json").read_text()), ignoring=(OSError,))  # after spawn.json
     alive = pids.is_alive
     ended: list[bool] = []
 
