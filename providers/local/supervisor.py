@@ -161,6 +161,7 @@ class Supervisor:
             if exited_at is None and self.child.poll() is not None:
                 exited_at = time.monotonic()
                 self._kill_group()  # leftovers of the workload go with it, as in a container
+                self.killed = True  # nothing more to signal: a later stop's KILL is moot
             if exited_at is not None and (not pipe_open or time.monotonic() - exited_at > DRAIN_AFTER_EXIT):
                 break
             if not pipe_open:
