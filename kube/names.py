@@ -48,7 +48,6 @@ EVENT_PROVISION_RETRYING = "ProvisionRetrying"
 EVENT_IMAGE_NOT_USED = "ImageNotUsed"
 EVENT_PULL_SECRET_UNREAD = "FailedToRetrieveImagePullSecret"  # the kubelet's: an imagePullSecret it could not use
 EVENT_PULL_SECRETS_NOT_USED = "ImagePullSecretsNotUsed"  # the provider pulls images without the Pod's credentials
-EVENT_DEADLINE_NOT_ENFORCED = "ActiveDeadlineNotEnforced"  # spec.activeDeadlineSeconds the provider does not apply
 EVENT_FAILED_MOUNT = "FailedMount"  # the kubelet's: a volume it could not set up (a missing ConfigMap/Secret)
 EVENT_TERMINATED = "InstanceTerminated"
 EVENT_INSTANCE_LOST = "InstanceLost"

@@ -66,7 +66,6 @@ class IncomingPod:
     tier: Tier | None
     region: str | None
     pool: str | None  # its `nebula.io/pool` label (None: placed from no pool)
-    deadline: bool  # spec.activeDeadlineSeconds is set
 
     @classmethod
     def of(cls, pod: JsonDict) -> IncomingPod:
@@ -85,7 +84,6 @@ class IncomingPod:
             tier=requested_tier(pod),
             region=fields.annotations.get(names.REGION_ANNOTATION) or None,
             pool=fields.labels.get(names.POOL_LABEL) or None,
-            deadline=bool((pod.get("spec") or {}).get("activeDeadlineSeconds")),
         )
 
 
@@ -197,12 +195,6 @@ class Provisioner:
         for reason, message in env.warnings:
             self._events.pod(pod, "Warning", reason, message)
         pull = self._pull_auth(incoming)
-        if incoming.deadline and not self._capabilities().enforces_deadline:
-            message = (
-                f"{self._provider.name} does not enforce spec.activeDeadlineSeconds; "
-                "the Pod runs until it exits or is deleted"
-            )
-            self._events.pod(pod, "Warning", names.EVENT_DEADLINE_NOT_ENFORCED, message)
         egress = self._pools.egress_of(incoming.pool) if self._pools is not None else OPEN_EGRESS
         return ProvisionRequest(
             claim=incoming.claim,
