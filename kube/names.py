@@ -38,6 +38,7 @@ REASON_PROVISION_FAILED = "ProvisionFailed"
 REASON_CONFIG_ERROR = "ConfigError"
 REASON_UNSUPPORTED_POD_SPEC = "UnsupportedPodSpec"  # a Pod field the provider cannot serve (design I9)
 REASON_CRASH_LOOP = "CrashLoopBackOff"  # a container's waiting reason during its restart back-off
+REASON_CREATE_CONTAINER_CONFIG_ERROR = "CreateContainerConfigError"  # the kubelet's: its env cannot be resolved
 REASON_PREEMPTED = "Preempted"  # the provider took the capacity back (a spot reclaim): given up
 REASON_QUEUED_TOO_LONG = "QueuedTooLong"  # the instance stayed PROVISIONING past its pool's timeout
 
@@ -60,6 +61,7 @@ EVENT_PROVISIONING = "Provisioning"
 EVENT_STARTED = "Started"
 EVENT_EPHEMERAL_UNSERVED = "EphemeralFieldsNotApplied"  # an ephemeral container's fields the exec cannot honour
 EVENT_EPHEMERAL_FAILED = "Failed"  # the kubelet's: a container (here an ephemeral one) that could not start
+EVENT_CONTAINER_FAILED = "Failed"  # the kubelet's FailedToCreateContainer: `Error: <why>` (a config error)
 EVENT_KILLING = "Killing"
 EVENT_UNHEALTHY = "Unhealthy"  # a probe failed (the kubelet's words)
 EVENT_FAILED_KILL_POD = "FailedKillPod"  # a container could not be stopped
