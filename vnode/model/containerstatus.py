@@ -18,7 +18,7 @@ from kube import names
 from kube.times import rfc3339
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode.model import status
+from vnode.model import imageref, status
 from vnode.model.runs import GONE_EXIT_CODE
 from vnode.model.status import NO_HISTORY, RunView, Verdicts
 
@@ -120,10 +120,7 @@ def status_from_containers(
     }
     if not inits:
         del result["initContainerStatuses"]
-    old: Mapping[str, Any] = pod.get("status") or {}
-    for key in ("startTime", "hostIP", "hostIPs"):
-        if key in old:
-            result[key] = old[key]
+    status.pod_details(result, pod)
     if "startTime" not in result and instance.state is not InstanceState.PROVISIONING:
         result["startTime"] = rfc3339(instance.started_at or now)
     status.add_pod_ip(result, instance)
@@ -169,7 +166,8 @@ def _container_status(
     if view.last:
         entry["lastState"] = {"terminated": dict(view.last)}
     if facts is not None and facts.runs > 0:
-        entry["containerID"] = f"nebula://{instance.id}/{name}"
+        entry["containerID"] = imageref.container_id(instance.id, name)
+        entry["imageID"] = imageref.image_id(str(entry["image"]))
     return entry
 
 
