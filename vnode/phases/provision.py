@@ -20,6 +20,7 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,7 +67,6 @@ class IncomingPod:
     tier: Tier | None
     region: str | None
     pool: str | None  # its `nebula.io/pool` label (None: placed from no pool)
-    deadline: bool  # spec.activeDeadlineSeconds is set
 
     @classmethod
     def of(cls, pod: JsonDict) -> IncomingPod:
@@ -85,7 +85,6 @@ class IncomingPod:
             tier=requested_tier(pod),
             region=fields.annotations.get(names.REGION_ANNOTATION) or None,
             pool=fields.labels.get(names.POOL_LABEL) or None,
-            deadline=bool((pod.get("spec") or {}).get("activeDeadlineSeconds")),
         )
 
 
@@ -191,6 +190,8 @@ class Provisioner:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             if isinstance(exc, MountError) and not (pod.get("status") or {}).get("containerStatuses"):
                 self._writer.write_status(pod, containerstatus.before_start_status(pod, now=self._now()))
+            if isinstance(exc, EnvError) and not exc.unread:  # an API that did not answer is no verdict
+                self._config_error(incoming, exc)
             if exc.missing is not None:
                 raise WaitingForSource(str(exc), missing=exc.missing) from exc
             raise Retry(str(exc)) from exc
@@ -208,6 +209,22 @@ class Provisioner:
             egress=egress,
             registry_auth=pull.auths,
         )
+
+    def _config_error(self, incoming: IncomingPod, exc: EnvError) -> None:
+        """A container's env cannot be resolved: what a kubelet shows of it, on each try. The
+        Pod's status (`containerstatus.config_error_status`: `CreateContainerConfigError`),
+        written when it differs from the Pod's (never over a tracked Pod's: its own status
+        wins), and per such container the kubelet's Warning `Failed`, `Error: <why>`, which
+        the EventRecorder counts."""
+        pod = incoming.pod
+        desired = containerstatus.config_error_status(pod, exc.failed, now=self._now())
+        current: Mapping[str, Any] = pod.get("status") or {}
+        if incoming.key not in self._tracked and any(current.get(k) != v for k, v in desired.items()):
+            self._writer.write_status(pod, desired)
+        for entry in [*desired.get("initContainerStatuses", ()), *desired["containerStatuses"]]:
+            waiting = entry["state"].get("waiting") or {}
+            if waiting.get("reason") == names.REASON_CREATE_CONTAINER_CONFIG_ERROR:
+                self._events.pod(pod, "Warning", names.EVENT_CONTAINER_FAILED, f"Error: {waiting['message']}")
 
     def _pull_auth(self, incoming: IncomingPod) -> PullAuth:
         """The Pod's imagePullSecrets as registry credentials, when the provider uses them;
