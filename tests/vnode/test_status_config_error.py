@@ -21,7 +21,7 @@ from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
-from vnode.model import containerstatus
+from vnode.model import containerstatus, stopping
 from vnode.runner import Runner
 
 PODS = path_for("pods", namespace="default")
@@ -155,3 +155,24 @@ def test_a_missing_source_reads_create_container_config_error_and_the_pod_starts
     started = (get_pod(kube, "configless") or {})["status"]
     assert started["startTime"] == status["startTime"]  # the kubelet's clock started at the first sync
     assert "waiting" not in started["containerStatuses"][0]["state"]
+
+
+def test_a_pod_waiting_for_its_secret_past_its_deadline_fails_deadline_exceeded_without_an_instance(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """Its startTime was written with its CreateContainerConfigError, so its deadline runs as
+    on a kubelet: the retry comes by the deadline at the latest, and the Pod fails then."""
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    start_runner(provider)
+    env = {"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "never", "key": "token"}}}]}
+    kube.create(PODS, make_pod("stuck", "gpu", container=env, activeDeadlineSeconds=3))
+
+    def failed() -> dict[str, Any] | None:
+        status: dict[str, Any] = (get_pod(kube, "stuck") or {}).get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = wait_for(failed, timeout=20)
+    assert (status["reason"], status["message"]) == ("DeadlineExceeded", stopping.DEADLINE_MESSAGE)
+    assert provider.list() == []
+    items, _ = kube.list(path_for("events", namespace="default"), fieldSelector="involvedObject.name=stuck")
+    assert any(e["reason"] == "DeadlineExceeded" and e["type"] == "Normal" for e in items)
