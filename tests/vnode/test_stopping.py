@@ -13,7 +13,7 @@ import pytest
 
 from kube.times import rfc3339
 from providers import errors
-from providers.base import InstanceId, InstanceState, ProvisionRequest
+from providers.base import Instance, InstanceId, InstanceState, ProvisionRequest
 from providers.claim import claim_name
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict
@@ -24,6 +24,7 @@ from vnode.handler import Handler
 from vnode.model import stopping
 from vnode.model.probespec import ExecAction, HttpAction, InvalidProbe
 from vnode.model.stopping import SleepAction, Stop, Why
+from vnode.phases.stopping import killed
 
 
 def test_the_grace_of_a_deleted_pod_is_its_deletion_grace_else_its_termination_grace_else_30s() -> None:
@@ -188,3 +189,26 @@ def test_a_provider_that_cannot_stop_one_container_has_its_instance_terminated_w
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 600}}
     handler.teardown.terminate(deleting)  # no look is scheduled for a grace nobody can use
     assert [c.method for c in provider.cloud.call_log() if c.method == "terminate"] == ["terminate"]
+
+
+def test_a_stop_asks_the_provider_once_and_a_grace_run_out_unseen_reads_as_sigkill() -> None:
+    """Every ask is a SIGTERM on some providers (a trap would start over): `stop_container` is
+    asked once however often the Pod is looked at. A container the provider still shows running
+    when the grace and one poll have passed is written as the terminate leaves it: 137, Error."""
+    handler, writes, _ = _handler({"workload": {"sigterm": "ignore"}})
+    pod = _pod("stubborn", status={"phase": "Running"})
+    key = _adopt(handler, pod)
+    entry = handler.tracked(key)
+    assert entry is not None and entry.last_instance is not None
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 1}}
+    wait_for(lambda: handler.teardown.terminate(deleting) is None, timeout=15, what="the stop, then terminate")
+    assert [c.method for c in _cloud(handler).call_log() if c.method == "stop_container"] == ["stop_container"]
+    final = [body["status"] for path, body in writes.patches if path.endswith("/status")][-1]
+    assert final["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+
+
+def test_killed_ends_what_still_runs_with_the_kubelets_sigkill() -> None:
+    at = datetime(2026, 12, 5, 3, 0, 0, tzinfo=UTC)
+    running = Instance(InstanceId("i-1"), claim_name("default", "p", "u"), InstanceState.RUNNING, at)
+    gone = killed(running, at=at)
+    assert (gone.state, gone.exit_code, gone.exit_reason, gone.finished_at) == (InstanceState.FAILED, 137, "Error", at)

@@ -13,9 +13,11 @@ Tests: tests/vnode/test_stopping.py.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from kube import names
@@ -34,7 +36,29 @@ logger = logging.getLogger(__name__)
 FIRST_LOOK = 0.25  # seconds after the SIGTERM before the first look; the looks then double
 HOOK_LOOK = 0.2  # seconds between looks while the preStop hooks run
 EVENT_FAILED_PRE_STOP = "FailedPreStopHook"
+KILLED = 137  # the exit a kubelet reports of a container its SIGKILL ended
 _ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
+
+
+def killed(instance: Instance, *, at: datetime) -> Instance:
+    """`instance` with what still runs ended by SIGKILL (137, `Error`), as the terminate that
+    follows leaves it: the final status a Pod is written with when its grace ran out unseen."""
+    containers = tuple(
+        dataclasses.replace(c, state=ContainerState.TERMINATED, exit_code=KILLED, exit_reason="Error", finished_at=at)
+        if c.state is ContainerState.RUNNING
+        else c
+        for c in instance.containers
+    )
+    if instance.state in _ENDED:
+        return dataclasses.replace(instance, containers=containers)
+    return dataclasses.replace(
+        instance,
+        state=InstanceState.FAILED,
+        containers=containers,
+        exit_code=KILLED,
+        exit_reason="Error",
+        finished_at=at,
+    )
 
 
 class Stopping:
@@ -87,7 +111,9 @@ class Stopping:
         if not stop.hooks_done.is_set() and now < stop.ends:
             return min(HOOK_LOOK, stop.ends - now)
         remaining = stop.remaining(now, hooks_ran=stop.hooks_ran)
-        if stop.signalled_at is None or (stop.grace_sent is not None and remaining < stop.grace_sent - 0.5):
+        # Asked once; again only when a shorter grace (a later delete) moves the SIGKILL earlier:
+        # every ask is a SIGTERM on some providers, and a trap that starts over never finishes.
+        if stop.signalled_at is None or (stop.kill_by is not None and now + remaining < stop.kill_by - 0.5):
             running = self._running(entry)
             if not running:
                 return None
@@ -111,6 +137,8 @@ class Stopping:
             logger.info(
                 "%s: containers still running %.1fs after their grace; terminating", entry.key, now - stop.kill_by
             )
+            with entry.lock:  # the terminate kills them: their end reads as a kubelet's SIGKILL
+                assess.observe(entry, killed(instance, at=self._now()), now=self._now(), at=now, rules=self._rules())
             return None
         since = now - stop.signalled_at
         wait = max(FIRST_LOOK, min(since, self._poll_interval()))
