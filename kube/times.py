@@ -6,7 +6,7 @@ Tests: tests/kube/test_leader.py.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 
 def rfc3339(moment: datetime) -> str:
@@ -17,3 +17,9 @@ def rfc3339(moment: datetime) -> str:
 def micro_time(moment: datetime) -> str:
     """A MicroTime (Lease renew and acquire times): microseconds, Z."""
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_rfc3339(text: str) -> datetime:
+    """A timestamp in either form, as an aware UTC datetime; ValueError if it is neither."""
+    moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)

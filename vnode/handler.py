@@ -20,6 +20,7 @@ from typing import Any
 from kube import names
 from kube.client import Kube
 from kube.events import EventRecorder
+from kube.times import rfc3339
 from kube.worker import Retry
 from providers import errors
 from providers.base import (
@@ -32,6 +33,7 @@ from vnode.blocklister import Blocklister
 from vnode.ephemeral.containers import Ephemerals
 from vnode.model import assess
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
+from vnode.model.stopping import Why, deadline_status
 from vnode.model.tracking import Rules, Tracked, TrackedMap, pod_key
 from vnode.phases.context import PhaseContext, Traits
 from vnode.phases.giveup import GiveUp
@@ -40,6 +42,7 @@ from vnode.phases.lifecycle import Lifecycle
 from vnode.phases.provision import Provisioner
 from vnode.phases.serving import Serving
 from vnode.phases.statussync import StatusSync
+from vnode.phases.stopping import Stopping
 from vnode.phases.teardown import OrphanSweep, Teardown
 from vnode.podwriter import PodWriter
 from vnode.poolpolicy import PoolPolicies
@@ -102,14 +105,18 @@ class Handler:
         self.sweep = OrphanSweep(context)
         self.give_up = GiveUp(context)
         self.status_sync = StatusSync(context, sweep=self.sweep, give_up=self.give_up)
-        self.teardown = Teardown(context)
-        self.lifecycle = Lifecycle(context, provisioner=self.provisioner, teardown=self.teardown, give_up=self.give_up)
+        self.stopping = Stopping(context)
+        self.teardown = Teardown(context, stopping=self.stopping)
+        self.lifecycle = Lifecycle(
+            context, provisioner=self.provisioner, teardown=self.teardown, stopping=self.stopping, give_up=self.give_up
+        )
         self.serving = Serving(context)
         self.prober = Prober(
             provider,
             tracked=self._tracked,
             events=events,
             on_change=self._probe_changed,
+            kill=self.stopping.kill_container,
             workers=probe_workers,
             monotonic=monotonic,
             now=now,
@@ -181,6 +188,8 @@ class Handler:
         if entry is not None:
             with entry.lock:
                 assess.reassess(entry, now=self._now(), at=self._monotonic(), rules=self.rules())
+                if entry.stop is not None and entry.stop.why is Why.DEADLINE and entry.desired_status is not None:
+                    entry.desired_status = deadline_status(entry.desired_status, now=rfc3339(self._now()))
                 if (entry.desired_status or {}).get("phase") in ("Succeeded", "Failed"):
                     self.ephemerals.stop(key)  # I10: nothing of a terminal Pod keeps running
                 self.ephemerals.overlay(entry)

@@ -52,7 +52,9 @@ class PodWriter:
             entry.written_status = entry.desired_status  # equal in value: nothing to write
             return
         phase = ((current or {}).get("status") or {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
+        # A terminal phase is frozen; a Pod stopped at its deadline still tells its containers' ends.
+        finishing = entry.stop is not None and entry.desired_status.get("phase") == phase
+        if phase in ("Succeeded", "Failed") and not finishing:
             entry.written_status = entry.desired_status
             return
         desired = entry.desired_status

@@ -23,7 +23,7 @@ from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
 from tests.support.rigs.giveup import RecordingBlocklister, events_for, spot_pod
-from tests.support.rigs.offline import KeptEvents, offline_handler
+from tests.support.rigs.offline import KeptEvents, KeptPatches, offline_handler
 from vnode.runner import Runner
 
 QUEUED = {
@@ -140,8 +140,10 @@ def test_a_ten_minute_timeout_is_rechecked_at_its_deadline_on_the_handlers_clock
     says when the deadline is, and at it gives the instance up."""
     clock = ManualClock(1000.0)
     provider = FakeProvider("gpu", {"cloud": cloud_name, "scenario": QUEUED})
-    events, blocks = KeptEvents(), RecordingBlocklister()
-    handler = offline_handler(provider, events=events, blocklister=blocks, pools=Timeouts(600.0), monotonic=clock)
+    events, blocks, writes = KeptEvents(), RecordingBlocklister(), KeptPatches()
+    handler = offline_handler(
+        provider, events=events, kube=writes, blocklister=blocks, pools=Timeouts(600.0), monotonic=clock
+    )
     pod = spot_pod("slow", restartPolicy="Always")
     pod["metadata"].update(namespace="default", uid=str(uuid.uuid4()))
     claim = claim_name("default", "slow", pod["metadata"]["uid"])
@@ -160,7 +162,10 @@ def test_a_ten_minute_timeout_is_rechecked_at_its_deadline_on_the_handlers_clock
     assert entry.desired_status is not None and entry.desired_status["reason"] == names.REASON_QUEUED_TOO_LONG
     assert "600s" in entry.desired_status["message"]
     assert [c.args.split()[-1] for c in provider.cloud.call_log("terminate")] == [f"id={entry.instance_id}"]
-    assert [r for _, _, r, _ in events.told] == [names.EVENT_TERMINATED]  # the entry's own Events go at the flush
-    assert [reason for _, reason, _ in entry.events][-1] == names.EVENT_QUEUED_TOO_LONG
+    # The Pod reads Failed (its Events told) before its instance is terminated.
+    ((path, body),) = [(p, b) for p, b in writes.patches if p.endswith("/status")]
+    assert path.endswith("/pods/slow/status") and body["status"]["reason"] == names.REASON_QUEUED_TOO_LONG
+    told = [r for _, _, r, _ in events.told]
+    assert told[-2:] == [names.EVENT_QUEUED_TOO_LONG, names.EVENT_TERMINATED]
     ((_, scope, pool),) = blocks.records
     assert (scope.breadth, pool) == (BlockBreadth.OFFERING, "train")

@@ -9,14 +9,15 @@ import uuid
 from providers.base import InstanceState
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
-from tests.support.rigs.offline import KeptEvents, adopt_new_pod, offline_handler
+from tests.support.polling import wait_for
+from tests.support.rigs.offline import KeptEvents, KeptPatches, adopt_new_pod, offline_handler
 from vnode.handler import Handler
 from vnode.phases.teardown import Tombstone
 
 
 def fake_handler() -> Handler:
     provider = FakeProvider("fake", {"cloud": f"teardown-{uuid.uuid4().hex}"})
-    return offline_handler(provider, events=KeptEvents())
+    return offline_handler(provider, events=KeptEvents(), kube=KeptPatches())
 
 
 def test_a_tombstone_terminates_only_the_entry_of_its_uid() -> None:
@@ -38,8 +39,10 @@ def test_an_untracked_pod_is_looked_up_adopted_and_terminated() -> None:
     assert entry is not None
     handler.context.tracked.forget(entry)  # a cold map, as after a restart
     assert not handler.tracks("default", "cold")
-    assert handler.teardown.terminate(pod) is None
+    # Its container is stopped first (SIGTERM, the fake ends it at once), then the instance goes.
+    wait_for(lambda: handler.teardown.terminate(pod) is None, what="the graceful stop, then terminate")
     assert not handler.tracks("default", "cold")
+    assert [c.args.split()[-1] for c in handler.provider.cloud.call_log("terminate")][-1].startswith("id=")
     assert all(i.state is not InstanceState.RUNNING for i in handler.provider.list())
 
 

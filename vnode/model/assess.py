@@ -14,9 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from kube import names
+from kube.times import rfc3339
 from providers.base import Instance, InstanceState
 from providers.shape import ContainerState
-from vnode.model import containerstatus, status
+from vnode.model import containerstatus, status, stopping
 from vnode.model.runs import (
     DEFAULT_RULES,
     ENDED,
@@ -159,7 +160,7 @@ def preempted(entry: Tracked, instance: Instance, *, now: datetime) -> bool:
     for runs in entry.containers.values():
         runs.stop()
     entry.preemption = f"{names.REASON_PREEMPTED}: {message}"
-    entry.desired_status = status.given_up_status(
+    given_up = status.given_up_status(
         entry.pod,
         reason=names.REASON_PREEMPTED,
         message=message,
@@ -167,6 +168,9 @@ def preempted(entry: Tracked, instance: Instance, *, now: datetime) -> bool:
         now=now,
         run=status.RunView(restarts=entry.runs.restarts, last=entry.runs.last),
     )
+    # As a kubelet marks a Pod it ends for its node's sake (a graceful node shutdown): a Job's
+    # podFailurePolicy reads DisruptionTarget as a disruption, not the workload's failure.
+    entry.desired_status = stopping.with_disruption_target(given_up, message=message, now=rfc3339(now))
     return True
 
 

@@ -147,6 +147,12 @@ def _integer(value: Any, field: str, *, default: int, zero_is_default: bool = Tr
     return default if value == 0 and zero_is_default else value
 
 
+def handler_action(body: Mapping[str, Any], *, container: Mapping[str, Any], where: str) -> Action:
+    """The action of a probe or lifecycle handler `body` (exec, httpGet or tcpSocket), its
+    fields checked as the API server checks them; InvalidProbe names the field otherwise."""
+    return _action(body, container=container, where=where)
+
+
 def _action(body: Mapping[str, Any], *, container: Mapping[str, Any], where: str) -> Action:
     given = [name for name in _ACTIONS if body.get(name) is not None]
     if not given:

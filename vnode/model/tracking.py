@@ -22,6 +22,7 @@ from vnode.model import containerstatus, status
 from vnode.model.probestate import run_of
 from vnode.model.runs import Rules as Rules
 from vnode.model.runs import Runs, container_policy
+from vnode.model.stopping import Stop
 
 JsonDict = dict[str, Any]
 
@@ -66,6 +67,7 @@ class Tracked:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
     judged_by: status.Verdicts | None = None  # the prober's verdicts (as written) the status was computed from
+    stop: Stop | None = None  # its containers are being stopped (vnode.phases.stopping): nothing runs again
 
     @property
     def key(self) -> str:

@@ -5,7 +5,10 @@ Pod's `runs.due` time (or one of its containers') has come. A restart in place c
 provider's `restart` (with the container, for an instance that reports container facts); a
 provider that cannot (or an instance that is gone) gets the instance replaced: terminate,
 look until it is gone, provision the same claim again, counted as a restart. A finished
-Pod's instance that still bills is terminated once (`Teardown.release`). Before any of it,
+Pod's instance that still bills is terminated once (`Teardown.release`), its final status
+written first. A Pod past its `activeDeadlineSeconds` (counted from `status.startTime`) is
+written `Failed/DeadlineExceeded` at once, its containers stopped within its grace
+(`vnode.phases.stopping`), its final status written, and its instance terminated. Before any of it,
 `vnode.phases.giveup` reports a preemption's block and gives up an instance queued too long (and
 says when to look again for one still queued). Never deletes Pods.
 Tests: tests/vnode/test_lifecycle.py.
@@ -17,15 +20,18 @@ import logging
 from typing import Any, cast
 
 from kube import names
+from kube.times import rfc3339
 from kube.worker import Retry
 from providers import errors
 from providers.base import Instance, Restarter
 from vnode.model import assess
 from vnode.model.runs import Step
+from vnode.model.stopping import DEADLINE_MESSAGE, DEADLINE_REASON, Why, deadline_of, deadline_status, termination_grace
 from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
 from vnode.phases.giveup import GiveUp
 from vnode.phases.provision import Provisioner
+from vnode.phases.stopping import Stopping
 from vnode.phases.teardown import RECHECK_FIRST, STOPPED, Teardown
 
 logger = logging.getLogger(__name__)
@@ -34,9 +40,17 @@ JsonDict = dict[str, Any]
 
 class Lifecycle:
     def __init__(
-        self, context: PhaseContext, *, provisioner: Provisioner, teardown: Teardown, give_up: GiveUp | None = None
+        self,
+        context: PhaseContext,
+        *,
+        provisioner: Provisioner,
+        teardown: Teardown,
+        stopping: Stopping,
+        give_up: GiveUp | None = None,
     ) -> None:
         self._provider = context.provider
+        self._stopping = stopping
+        self._writer = context.writer
         self._tracked = context.tracked
         self._give_up = give_up
         self._provisioner = provisioner
@@ -52,6 +66,9 @@ class Lifecycle:
         entry = self._tracked.get(key)
         if entry is None:
             return False
+        left = self.until_deadline(entry)
+        if left is not None and left <= 0:
+            return True
         now = self._monotonic()
         first = entry.next_due()
         if first is not None and first <= now:
@@ -68,6 +85,56 @@ class Lifecycle:
         entry = self._tracked.get(key)
         if entry is None or entry.uid != (pod.get("metadata") or {}).get("uid"):
             return None
+        left = self.until_deadline(entry)
+        if left is not None and left <= 0:
+            return self._deadline_exceeded(entry, pod)
+        after = self._due_step(entry, pod)
+        if left is None:
+            return after
+        return left if after is None else min(after, left)
+
+    def until_deadline(self, entry: Tracked) -> float | None:
+        """Seconds until the Pod's `activeDeadlineSeconds` runs out (<= 0: it has); None when
+        none applies (no deadline, not started, finished before it, or already carried out)."""
+        stop = entry.stop
+        if stop is not None and stop.why is not Why.DEADLINE or entry.runs.released:
+            return None
+        if stop is None and (entry.runs.finished or entry.terminal):
+            return None
+        started = (
+            entry.pod
+            if (entry.pod.get("status") or {}).get("startTime")
+            else {**entry.pod, "status": entry.desired_status or {}}
+        )
+        at = deadline_of(started)
+        return None if at is None else (at - self._now()).total_seconds()
+
+    def _deadline_exceeded(self, entry: Tracked, pod: JsonDict) -> float | None:
+        """The kubelet's answer to a deadline: `Failed/DeadlineExceeded` at once, the containers
+        stopped within the Pod's grace, the final status written, then the instance terminated."""
+        if entry.stop is None:
+            self._stopping.begin(entry, Why.DEADLINE, termination_grace(entry.pod))
+            entry.say("Normal", DEADLINE_REASON, DEADLINE_MESSAGE)
+            self._flush(entry, pod)  # Failed now, while the containers stop
+        after = self._stopping.advance(entry)
+        if after is not None:
+            return after
+        entry.runs.finished = True
+        self._flush(entry, pod)  # the containers' ends, before the instance goes
+        if entry.instance_id is not None and not entry.terminate_asked:
+            self._teardown.release(entry)
+        else:
+            entry.runs.release_done()
+        return None
+
+    def _flush(self, entry: Tracked, pod: JsonDict) -> None:
+        with entry.lock:
+            status = entry.desired_status or dict(entry.pod.get("status") or {})
+            entry.desired_status = deadline_status(status, now=rfc3339(self._now()))
+        self._writer.flush(entry, pod)
+
+    def _due_step(self, entry: Tracked, pod: JsonDict) -> float | None:
+        """The restart, replacement or release due for `entry`, if its time has come."""
         queued = self._give_up.settle(entry) if self._give_up is not None else None
         first = entry.next_due()
         if first is None:
@@ -79,6 +146,7 @@ class Lifecycle:
         if due is None or due.at > first:
             return self._restart_containers(entry)
         if due.step is Step.RELEASE:
+            self._writer.flush(entry, pod)  # the Pod reads Succeeded/Failed before its instance goes
             self._teardown.release(entry)
             return None
         if due.step is Step.RESTART:

@@ -1,6 +1,9 @@
 """Teardown: terminating the instance of a deleted Pod, and sweeping orphans.
 
-`Teardown.terminate` (one entry point: a Pod, or the `Tombstone` of a tracked one) is called by
+A Pod deleted gracefully has its containers stopped first (`vnode.phases.stopping`: preStop
+hooks, SIGTERM, SIGKILL at the end of its `deletionGracePeriodSeconds`) and its final status
+written, then its instance terminated; a Pod already gone from the API (a force delete) is
+stopped with no grace. `Teardown.terminate` (one entry point: a Pod, or the `Tombstone` of a tracked one) is called by
 the pod controller's workers, `Teardown.release` by the lifecycle phase, and `OrphanSweep.sweep`
 by the status sync's poll tick. Calls only `provider.terminate` and `provider.get`; never
 deletes a Pod object (the pod controller does, once the instance is gone) and never terminates
@@ -27,8 +30,10 @@ from kube.worker import Retry
 from providers import errors
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from vnode.model import assess
+from vnode.model.stopping import Why, deletion_grace
 from vnode.model.tracking import Lookup, Tracked, pod_key
 from vnode.phases.context import PhaseContext
+from vnode.phases.stopping import Stopping
 
 logger = logging.getLogger(__name__)
 RECHECK_FIRST = 0.5  # seconds before the first look at an instance asked to terminate
@@ -48,8 +53,10 @@ class Tombstone:
 
 
 class Teardown:
-    def __init__(self, context: PhaseContext) -> None:
+    def __init__(self, context: PhaseContext, *, stopping: Stopping) -> None:
         self._provider = context.provider
+        self._stopping = stopping
+        self._writer = context.writer
         self._tracked = context.tracked
         self._inventory = context.inventory
         self._events = context.events
@@ -74,32 +81,45 @@ class Teardown:
         if isinstance(target, Tombstone):
             if self._ephemerals is not None:
                 self._ephemerals.forget(target.key)  # the Pod's deletion ends its ephemeral containers
-            return self._terminate_tracked(target.key, uid=target.uid)
+            return self._terminate_tracked(target.key, uid=target.uid, grace=0.0)
         key = pod_key(target)
         if key not in self._tracked:
             found, instance = self._inventory.lookup(target)
             if found is Lookup.UNKNOWN:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
-            if instance is None:
-                return None
-            assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
-        return self._terminate_tracked(key)
+            if instance is None or instance.state is InstanceState.TERMINATED:
+                return None  # nothing of it is left to stop
+            entry = assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
+            entry.terminate_asked = instance.state is InstanceState.TERMINATING  # going already: look until gone
+        return self._terminate_tracked(key, grace=deletion_grace(target), pod=target)
 
-    def _terminate_tracked(self, key: str, *, uid: str | None = None) -> float | None:
-        """`terminate` of the tracked entry `key` (of UID `uid`, when given)."""
+    def _terminate_tracked(
+        self, key: str, *, uid: str | None = None, grace: float, pod: Mapping[str, Any] | None = None
+    ) -> float | None:
+        """`terminate` of the tracked entry `key` (of UID `uid`, when given): its running
+        containers stopped within `grace` first, and the final status written onto `pod` (the
+        Pod being deleted; None when its object is gone already)."""
         entry = self._tracked.get(key)
         if entry is None or (uid is not None and entry.uid != uid):
             return None
         if entry.instance_id is None:
             self._tracked.forget(entry)
             return None
+        if not entry.terminate_asked:
+            stop = self._stopping.begin(entry, Why.DELETED, grace)
+            after = self._stopping.advance(entry)
+            if after is not None:
+                return after
+            if pod is not None and stop.signalled_at is not None:
+                self._writer.flush(entry, pod)  # the containers' ends, before the instance and the Pod go
         who = observe.Subject(key, entry.claim, entry.instance_id)
         try:
             if not entry.terminate_asked:
                 self._provider.terminate(entry.instance_id)
                 observe.current().terminated(self._provider.name, "ok", who)
                 entry.terminate_asked = True
-                self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {entry.container}")
+                if entry.stop is None or entry.stop.signalled_at is None:  # else its Killing Events were told
+                    self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {entry.container}")
             instance = self._provider.get(entry.instance_id)
             if instance is not None and instance.state not in _GOING | STOPPED:
                 self._provider.terminate(entry.instance_id)  # it did not take (or it came back)

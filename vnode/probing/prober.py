@@ -90,6 +90,7 @@ class Prober:
         tracked: TrackedMap,
         events: PodEvents,
         on_change: Callable[[Tracked], None],
+        kill: Callable[[Tracked, str, float], None] | None = None,
         workers: int = DEFAULT_WORKERS,
         resync: float = RESYNC,
         monotonic: Callable[[], float] = time.monotonic,
@@ -102,6 +103,9 @@ class Prober:
         self._provider = provider
         self._executor = provider if isinstance(provider, Executor) else None
         self._stopper = provider if isinstance(provider, ContainerStopper) else None
+        # How a container is killed: the vnode's stop path (its preStop hook, then SIGTERM and
+        # SIGKILL at the grace's end); by default the provider's stop_container alone.
+        self._kill_container = kill or self._stop_container
         self._tracked = tracked
         self._events = events
         self._on_change = on_change
@@ -333,7 +337,7 @@ class Prober:
         self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, message)
         assert entry.instance_id is not None
         try:
-            self._stopper.stop_container(entry.instance_id, name, grace=probe.grace)
+            self._kill_container(entry, name, probe.grace)
         except errors.ProviderError as exc:
             logger.warning("could not stop container %s of %s: %s", name, entry.key, exc)
             self._events.pod(
@@ -344,6 +348,10 @@ class Prober:
                 state = pod.containers.get(name) if pod is not None else None
                 if state is not None:
                     state.held.discard(probe.kind)
+
+    def _stop_container(self, entry: Tracked, name: str, grace: float) -> None:
+        assert self._stopper is not None and entry.instance_id is not None
+        self._stopper.stop_container(entry.instance_id, name, grace=grace)
 
     def _write(self, entry: Tracked, states: Iterable[ContainerProbes]) -> bool:
         """The verdicts onto the entry, each with the run it was made for (under the lock; a

@@ -40,10 +40,26 @@ class KeptEvents:
         self.told.append((str((node.get("metadata") or {}).get("name")), event_type, reason, message))
 
 
-def offline_handler(provider: Provider, *, events: Any = None, **options: Any) -> Handler:
+class KeptPatches:
+    """Stands in for the Kubernetes client of a Handler whose test writes statuses: keeps each
+    PATCH (path, body) in order; any other call fails the test."""
+
+    def __init__(self) -> None:
+        self.patches: list[tuple[str, dict[str, Any]]] = []
+
+    def patch(self, path: str, body: dict[str, Any], **_: Any) -> dict[str, Any]:
+        self.patches.append((path, body))
+        return body
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"unexpected Kubernetes API call {name}")
+
+
+def offline_handler(provider: Provider, *, events: Any = None, kube: Any = None, **options: Any) -> Handler:
     """A Handler over `provider` whose every API call fails the test (and every Event too,
-    unless `events` keeps them, e.g. `KeptEvents()`)."""
-    return Handler(provider, kube=NoApi(), events=events or NoApi(), **options)  # type: ignore[arg-type]
+    unless `events` keeps them, e.g. `KeptEvents()`; and every write, unless `kube` keeps
+    them, e.g. `KeptPatches()`)."""
+    return Handler(provider, kube=kube or NoApi(), events=events or NoApi(), **options)
 
 
 def adopt_new_pod(handler: Handler, name: str, **annotations: str) -> dict[str, Any]:

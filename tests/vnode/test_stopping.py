@@ -1,0 +1,165 @@
+"""The one stop path (vnode.model.stopping, vnode.phases.stopping): the grace a stop gets, the
+deadline counted from startTime, the preStop hook before the SIGTERM, the Pod past its deadline
+`Failed/DeadlineExceeded` with its final status written before its instance goes, and the
+DisruptionTarget a preemption carries. End to end per provider: tests/vnode/test_time_*.py."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from kube.times import rfc3339
+from providers.base import InstanceState, ProvisionRequest
+from providers.claim import claim_name
+from providers.fake import FakeProvider
+from providers.podspec import pod_spec_from_dict
+from tests.support.factories import make_pod
+from tests.support.polling import wait_for
+from tests.support.rigs.offline import KeptEvents, KeptPatches, offline_handler
+from vnode.handler import Handler
+from vnode.model import stopping
+from vnode.model.probespec import ExecAction, HttpAction, InvalidProbe
+from vnode.model.stopping import SleepAction, Stop, Why
+
+
+def test_the_grace_of_a_deleted_pod_is_its_deletion_grace_else_its_termination_grace_else_30s() -> None:
+    assert stopping.deletion_grace(make_pod()) == 30.0
+    assert stopping.deletion_grace(make_pod(terminationGracePeriodSeconds=60)) == 60.0
+    deleted = make_pod(terminationGracePeriodSeconds=60, metadata={"deletionGracePeriodSeconds": 3})
+    assert stopping.deletion_grace(deleted) == 3.0
+    assert stopping.deletion_grace(make_pod(metadata={"deletionGracePeriodSeconds": 0})) == 0.0
+    assert stopping.termination_grace(deleted) == 60.0  # a deadline stops with the spec's grace
+
+
+def test_the_deadline_counts_from_start_time_and_none_before_the_pod_started() -> None:
+    started = datetime(2026, 12, 5, 1, 0, 0, tzinfo=UTC)
+    pod = make_pod(activeDeadlineSeconds=5, status={"startTime": rfc3339(started)})
+    assert stopping.deadline_of(pod) == started + timedelta(seconds=5)
+    assert stopping.deadline_of(make_pod(activeDeadlineSeconds=5)) is None  # not started yet
+    assert stopping.deadline_of(make_pod(status={"startTime": rfc3339(started)})) is None  # no deadline
+
+
+def test_a_shorter_grace_moves_the_end_closer_and_a_longer_one_never_moves_it_out() -> None:
+    stop = Stop(Why.DELETED, began=100.0, grace=30.0)
+    assert not stop.shorten(60.0, now=101.0)
+    assert stop.ends == 130.0
+    assert stop.shorten(0.0, now=105.0)  # a --force after a graceful delete
+    assert stop.ends == 105.0
+    assert stop.remaining(106.0, hooks_ran=False) == 0.0
+    hooked = Stop(Why.DELETED, began=0.0, grace=3.0)
+    assert hooked.remaining(2.9, hooks_ran=True) == stopping.MINIMUM_GRACE  # the kubelet's 2 s after a hook
+
+
+def test_pre_stop_handlers_are_read_as_a_kubelet_runs_them() -> None:
+    def container(pre_stop: dict[str, Any]) -> dict[str, Any]:
+        return {"name": "main", "ports": [{"name": "http", "containerPort": 8080}], "lifecycle": {"preStop": pre_stop}}
+
+    assert stopping.pre_stop({"name": "main"}) is None
+    assert stopping.pre_stop(container({"exec": {"command": ["sh", "-c", "x"]}})) == ExecAction(("sh", "-c", "x"))
+    hook = stopping.pre_stop(container({"httpGet": {"port": "http", "path": "/drain"}}))
+    assert isinstance(hook, HttpAction) and (hook.port, hook.path) == (8080, "/drain")
+    assert stopping.pre_stop(container({"sleep": {"seconds": 4}})) == SleepAction(4)
+    with pytest.raises(InvalidProbe, match="tcpSocket"):
+        stopping.pre_stop(container({"tcpSocket": {"port": 8080}}))
+
+
+def test_a_status_past_its_deadline_reads_failed_deadline_exceeded_and_not_ready() -> None:
+    running = {
+        "phase": "Running",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-05T01:00:00Z"}],
+        "containerStatuses": [{"name": "main", "ready": True, "state": {"running": {}}}],
+    }
+    late = stopping.deadline_status(running, now="2026-12-05T01:00:05Z")
+    assert (late["phase"], late["reason"], late["message"]) == ("Failed", "DeadlineExceeded", stopping.DEADLINE_MESSAGE)
+    assert late["conditions"] == [
+        {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": "2026-12-05T01:00:05Z"}
+    ]
+    assert late["containerStatuses"][0]["ready"] is False
+    assert stopping.deadline_status(late, now="2026-12-05T01:09:00Z") is late  # nothing new to write
+    assert "DisruptionTarget" not in str(late)  # a kubelet sets none for a deadline
+
+
+def test_a_disruption_target_is_the_kubelets_and_keeps_its_transition_time() -> None:
+    once = stopping.with_disruption_target({"conditions": []}, message="reclaimed", now="2026-12-05T01:00:00Z")
+    (condition,) = once["conditions"]
+    assert condition["type"] == "DisruptionTarget" and condition["status"] == "True"
+    assert (condition["reason"], condition["message"]) == ("TerminationByKubelet", "reclaimed")
+    again = stopping.with_disruption_target(once, message="reclaimed", now="2026-12-05T02:00:00Z")
+    assert again["conditions"][0]["lastTransitionTime"] == "2026-12-05T01:00:00Z"
+
+
+def _handler(scenario: dict[str, Any] | None = None) -> tuple[Handler, KeptPatches, KeptEvents]:
+    options: dict[str, Any] = {"cloud": f"stopping-{uuid.uuid4().hex}"}
+    if scenario is not None:
+        options["scenario"] = scenario
+    writes, events = KeptPatches(), KeptEvents()
+    return offline_handler(FakeProvider("fake", options), events=events, kube=writes), writes, events
+
+
+def _adopt(handler: Handler, pod: dict[str, Any]) -> str:
+    meta = pod["metadata"]
+    request = ProvisionRequest(claim=claim_name(meta["namespace"], meta["name"], meta["uid"]))
+    result = handler.provider.provision(pod_spec_from_dict(pod), request)
+    instance = wait_for(
+        lambda: (lambda i: i if i is not None and i.state is InstanceState.RUNNING else None)(
+            handler.provider.get(result.instance_id)
+        ),
+        what="the instance running",
+    )
+    handler.adopt(pod, instance)
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+def _pod(name: str, **fields: Any) -> dict[str, Any]:
+    return make_pod(name, namespace="default", uid=str(uuid.uuid4()), command=("sleep", "300"), **fields)
+
+
+def test_a_pod_past_its_deadline_after_an_adoption_fails_deadline_exceeded_and_its_instance_goes() -> None:
+    """The deadline counts from the Pod's startTime, so a restarted manager that adopts the Pod
+    late still ends it at once: Failed/DeadlineExceeded written, the kubelet's Event, then the
+    container stopped, its end written, and the instance terminated."""
+    handler, writes, events = _handler()
+    started = datetime.now(UTC) - timedelta(seconds=6)
+    pod = _pod("late", activeDeadlineSeconds=5, status={"phase": "Running", "startTime": rfc3339(started)})
+    key = _adopt(handler, pod)
+    assert handler.lifecycle.step_due(key)
+    wait_for(lambda: handler.lifecycle.carry_out(key, pod) is None, what="the deadline carried out")
+    statuses = [body["status"] for path, body in writes.patches if path.endswith("/status")]
+    assert statuses[0]["phase"] == "Failed" and statuses[0]["reason"] == "DeadlineExceeded"
+    final = statuses[-1]
+    assert (final["phase"], final["reason"], final["message"]) == (
+        "Failed",
+        "DeadlineExceeded",
+        stopping.DEADLINE_MESSAGE,
+    )
+    assert "terminated" in final["containerStatuses"][0]["state"]
+    handler.flush(key, pod)  # the entry's own Events
+    told = [(kind, reason) for _, kind, reason, _ in events.told]
+    assert ("Normal", "DeadlineExceeded") in told and ("Normal", "Killing") in told
+    calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("stop_container", "terminate")]
+    assert calls == ["stop_container", "terminate"]
+    assert handler.lifecycle.until_deadline(handler.tracked(key)) is None  # carried out once
+
+
+def test_a_pod_before_its_deadline_is_looked_at_again_when_it_runs_out() -> None:
+    handler, _, _ = _handler()
+    pod = _pod("early", activeDeadlineSeconds=600, status={"phase": "Running", "startTime": rfc3339(datetime.now(UTC))})
+    key = _adopt(handler, pod)
+    after = handler.lifecycle.carry_out(key, pod)
+    assert after is not None and 590 < after <= 600
+    assert not handler.lifecycle.step_due(key)
+
+
+def test_a_pre_stop_exec_hook_runs_before_the_containers_sigterm() -> None:
+    handler, _, _ = _handler()
+    hook = {"preStop": {"exec": {"command": ["echo", "draining"]}}}
+    pod = _pod("hooked", container={"lifecycle": hook}, status={"phase": "Running"})
+    key = _adopt(handler, pod)
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 10}}
+    wait_for(lambda: handler.teardown.terminate(deleting) is None, what="the graceful stop, then terminate")
+    calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("exec", "stop_container", "terminate")]
+    assert calls == ["exec", "stop_container", "terminate"]
+    assert handler.tracked(key) is None

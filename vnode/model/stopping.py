@@ -1,0 +1,189 @@
+"""A Pod's containers stopped as a kubelet stops them: the grace, the deadline, one stop's record.
+
+Pure. `vnode.phases.stopping` carries a stop out (preStop hooks, the provider's
+`stop_container`, the look until the containers ended); the teardown starts one for a Pod
+deleted gracefully, the lifecycle one for a Pod past its `activeDeadlineSeconds`. What a
+kubelet does is the reference: the grace is `metadata.deletionGracePeriodSeconds` of a Pod being
+deleted, else `spec.terminationGracePeriodSeconds`, else 30 s; the time the preStop hooks took is
+spent from it, but a container that ran one keeps at least 2 s after its SIGTERM; the deadline
+counts from `status.startTime` (so it survives a manager restart and an adoption).
+Tests: tests/vnode/test_stopping.py.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from kube.times import parse_rfc3339
+from vnode.model.probespec import ExecAction, HttpAction, InvalidProbe, TcpAction, handler_action
+
+JsonDict = dict[str, Any]
+DEFAULT_GRACE = 30.0  # seconds: the API server's default terminationGracePeriodSeconds
+MINIMUM_GRACE = 2.0  # seconds a container keeps after SIGTERM once its preStop hook ran (the kubelet's)
+DEADLINE_REASON = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
+# The kubelet's `DisruptionTarget` condition: set when the kubelet itself ends the Pod for the
+# node's sake (an eviction, a graceful node shutdown; for Nebula, the provider taking the
+# capacity back). A deadline or a deletion carries none.
+DISRUPTION_TARGET = "DisruptionTarget"
+TERMINATION_BY_KUBELET = "TerminationByKubelet"
+
+
+class Why(enum.Enum):
+    DELETED = "the Pod is being deleted"
+    DEADLINE = "the Pod ran past its activeDeadlineSeconds"
+
+
+def termination_grace(pod: Mapping[str, Any]) -> float:
+    """`spec.terminationGracePeriodSeconds`, else 30 s (never negative)."""
+    value = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return _seconds(value, DEFAULT_GRACE)
+
+
+def deletion_grace(pod: Mapping[str, Any]) -> float:
+    """The grace of a Pod being deleted: `metadata.deletionGracePeriodSeconds` (what
+    `kubectl delete --grace-period` sets), else its termination grace."""
+    value = (pod.get("metadata") or {}).get("deletionGracePeriodSeconds")
+    return _seconds(value, termination_grace(pod)) if value is not None else termination_grace(pod)
+
+
+def deadline_of(pod: Mapping[str, Any]) -> datetime | None:
+    """When the Pod's `activeDeadlineSeconds` runs out: counted from `status.startTime`, as
+    the kubelet counts it. None: no deadline, or the Pod has not started."""
+    seconds = (pod.get("spec") or {}).get("activeDeadlineSeconds")
+    started = (pod.get("status") or {}).get("startTime")
+    if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds <= 0 or not started:
+        return None
+    try:
+        return parse_rfc3339(str(started)) + timedelta(seconds=seconds)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Stop:
+    """One stop of a Pod's containers, under way. `began` and `ends` are monotonic seconds:
+    the hooks run and the containers get their SIGTERM before `ends`; the provider kills what
+    still runs at `kill_by` (`ends`, or 2 s after the SIGTERM of a container whose hook ran)."""
+
+    why: Why
+    began: float
+    grace: float
+    hooks_done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
+    hooks_ran: bool = False  # a preStop hook was started (its container keeps >= 2 s after SIGTERM)
+    signalled_at: float | None = None  # monotonic: when stop_container was asked
+    kill_by: float | None = None  # monotonic: when the provider kills what still runs
+    grace_sent: float | None = None  # the grace the provider was last asked for
+
+    @property
+    def ends(self) -> float:
+        return self.began + self.grace
+
+    def remaining(self, now: float, *, hooks_ran: bool) -> float:
+        """The grace left for the containers' SIGTERM; at least 2 s after a hook ran (grace > 0)."""
+        left = max(self.ends - now, 0.0)
+        if hooks_ran and self.grace > 0:
+            return max(left, MINIMUM_GRACE)
+        return left
+
+    def shorten(self, grace: float, now: float) -> bool:
+        """A later delete with a shorter grace (a `--force` after a graceful delete) moves the
+        end closer; a longer one never moves it out. True if it moved (ask the provider again)."""
+        if now + grace >= self.ends:
+            return False
+        self.grace = max(now + grace - self.began, 0.0)
+        return True
+
+
+@dataclass(frozen=True)
+class SleepAction:
+    """`lifecycle.preStop.sleep`: wait this long before the SIGTERM."""
+
+    seconds: int
+
+
+Hook = ExecAction | HttpAction | SleepAction
+
+
+def pre_stop(container: Mapping[str, Any]) -> Hook | None:
+    """The container's `lifecycle.preStop` handler, or None. InvalidProbe names the field of
+    one that cannot run (tcpSocket, which a kubelet does not run as a hook, included)."""
+    body = (container.get("lifecycle") or {}).get("preStop")
+    if not isinstance(body, Mapping):
+        return None
+    where = f"lifecycle.preStop of container {container.get('name', '')}"
+    sleep = body.get("sleep")
+    if isinstance(sleep, Mapping):
+        seconds = sleep.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int) or seconds < 0:
+            raise InvalidProbe(f"{where}.sleep.seconds", "must be a whole number >= 0")
+        return SleepAction(seconds)
+    action = handler_action(body, container=container, where=where)
+    if isinstance(action, TcpAction):
+        raise InvalidProbe(f"{where}.tcpSocket", "is deprecated and not run as a lifecycle hook")
+    return action
+
+
+def deadline_status(status: Mapping[str, Any], *, now: str) -> JsonDict:
+    """`status` as a Pod past its deadline reads: `Failed/DeadlineExceeded` with the kubelet's
+    message whatever its containers show (they may still be stopping), not ready. A status
+    that already reads so is returned as it is (the writer then has nothing new to write)."""
+    if _reads_past_deadline(status):
+        return dict(status) if not isinstance(status, dict) else status
+    result = dict(status)
+    result["phase"], result["reason"], result["message"] = "Failed", DEADLINE_REASON, DEADLINE_MESSAGE
+    conditions = []
+    for condition in result.get("conditions") or []:
+        kind = condition.get("type")
+        if kind in ("Ready", "ContainersReady"):
+            moved = condition.get("lastTransitionTime") if condition.get("status") == "False" else now
+            condition = {**condition, "status": "False", "reason": "PodFailed", "lastTransitionTime": moved}
+            condition.pop("message", None)
+        conditions.append(condition)
+    result["conditions"] = conditions
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if key in result:
+            result[key] = [{**entry, "ready": False} for entry in result[key]]
+    return result
+
+
+def _reads_past_deadline(status: Mapping[str, Any]) -> bool:
+    if (status.get("phase"), status.get("reason"), status.get("message")) != (
+        "Failed",
+        DEADLINE_REASON,
+        DEADLINE_MESSAGE,
+    ):
+        return False
+    ready = [c for c in status.get("conditions") or [] if c.get("type") in ("Ready", "ContainersReady")]
+    statuses = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    return all(c.get("status") == "False" for c in ready) and not any(s.get("ready") for s in statuses)
+
+
+def with_disruption_target(status: Mapping[str, Any], *, message: str, now: str) -> JsonDict:
+    """`status` with the kubelet's `DisruptionTarget=True` (reason `TerminationByKubelet`),
+    which a Job's `podFailurePolicy` reads as a disruption, not a failure of the workload."""
+    result = dict(status)
+    old = next((c for c in result.get("conditions") or [] if c.get("type") == DISRUPTION_TARGET), None)
+    moved = old.get("lastTransitionTime") if old is not None and old.get("status") == "True" else now
+    condition = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "lastProbeTime": None,
+        "lastTransitionTime": moved,
+        "reason": TERMINATION_BY_KUBELET,
+        "message": message,
+    }
+    others = [c for c in result.get("conditions") or [] if c.get("type") != DISRUPTION_TARGET]
+    result["conditions"] = [condition, *others]
+    return result
+
+
+def _seconds(value: Any, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return max(float(value), 0.0)

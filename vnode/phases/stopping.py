@@ -1,0 +1,244 @@
+"""Stopping a Pod's containers as a kubelet does: preStop hooks inside the grace, SIGTERM, SIGKILL at the grace's end.
+
+One stop path for every reason a running Pod's containers stop: a graceful delete (the
+teardown), an `activeDeadlineSeconds` that ran out (the lifecycle) and a failed liveness probe
+(the prober, through `kill_container`). The hooks run on a thread of their own (an exec
+through the provider's `Executor`, an HTTP GET to the instance, a sleep), each bounded by the
+grace; then every running container gets the provider's `stop_container` with the grace that is
+left (the provider kills what still runs at its end); the teardown or lifecycle terminates the
+instance once the containers ended or the grace and one poll have passed. Never deletes a Pod,
+never terminates an instance itself.
+Tests: tests/vnode/test_stopping.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kube import names
+from kube.worker import Retry
+from providers import errors
+from providers.base import ContainerStopper, Executor, Instance, InstanceState
+from providers.shape import ContainerState
+from vnode.model import assess, containerstatus
+from vnode.model.probespec import ExecAction, InvalidProbe
+from vnode.model.stopping import Hook, SleepAction, Stop, Why, pre_stop
+from vnode.model.tracking import Tracked
+from vnode.phases.context import PhaseContext
+from vnode.probing import probes
+
+logger = logging.getLogger(__name__)
+FIRST_LOOK = 0.25  # seconds after the SIGTERM before the first look; the looks then double
+HOOK_LOOK = 0.2  # seconds between looks while the preStop hooks run
+EVENT_FAILED_PRE_STOP = "FailedPreStopHook"
+_ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
+
+
+class Stopping:
+    def __init__(self, context: PhaseContext) -> None:
+        self._provider = context.provider
+        self._stopper = context.provider if isinstance(context.provider, ContainerStopper) else None
+        self._executor = context.provider if isinstance(context.provider, Executor) else None
+        self._events = context.events
+        self._monotonic = context.monotonic
+        self._now = context.now
+        self._rules = context.rules
+        self._poll_interval = context.poll_interval
+
+    # -- a whole Pod ----------------------------------------------------------------------------
+    def begin(self, entry: Tracked, why: Why, grace: float) -> Stop:
+        """Start stopping the Pod's running containers (once; a later call with a shorter grace
+        moves the end closer). From now on nothing of the Pod runs again."""
+        now = self._monotonic()
+        with entry.lock:
+            stop = entry.stop
+            if stop is not None:
+                stop.shorten(grace, now)
+                return stop
+            stop = entry.stop = Stop(why, began=now, grace=grace)
+            for runs in (entry.runs, *entry.containers.values()):
+                runs.policy = "Never"  # what ends now is the last run (no restart during a stop)
+                if runs.ended is not None:
+                    runs.stop()
+        running = self._running(entry)
+        for name in running:
+            self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {name}")
+        hooks = {name: self._hook(entry, name) for name in running} if grace > 0 else {}
+        hooks = {name: hook for name, hook in hooks.items() if hook is not None}
+        stop.hooks_ran = bool(hooks)
+        if not hooks:
+            stop.hooks_done.set()
+            return stop
+        threading.Thread(
+            target=self._run_hooks, args=(entry, stop, hooks), name=f"prestop {entry.key}", daemon=True
+        ).start()
+        return stop
+
+    def advance(self, entry: Tracked) -> float | None:
+        """Move the entry's stop on: seconds until it wants another look, or None once its
+        containers ended (their final facts observed) or the grace and one poll have passed.
+        Raises Retry when the provider could not be asked."""
+        stop = entry.stop
+        assert stop is not None
+        now = self._monotonic()
+        if not stop.hooks_done.is_set() and now < stop.ends:
+            return min(HOOK_LOOK, stop.ends - now)
+        remaining = stop.remaining(now, hooks_ran=stop.hooks_ran)
+        if stop.signalled_at is None or (stop.grace_sent is not None and remaining < stop.grace_sent - 0.5):
+            running = self._running(entry)
+            if not running:
+                return None
+            self._signal(entry, running, remaining)
+            stop.signalled_at, stop.kill_by, stop.grace_sent = now, now + remaining, remaining
+            if remaining <= 0:
+                return None  # killed at once: terminate follows without a look
+            return min(FIRST_LOOK, remaining)
+        instance = self._look(entry)
+        if instance is None or self._ended(entry, instance):
+            if instance is not None:
+                with entry.lock:
+                    assess.observe(entry, instance, now=self._now(), at=now, rules=self._rules())
+            return None
+        assert stop.kill_by is not None
+        if now >= stop.kill_by + self._poll_interval():
+            logger.info(
+                "%s: containers still running %.1fs after their grace; terminating", entry.key, now - stop.kill_by
+            )
+            return None
+        since = now - stop.signalled_at
+        wait = max(FIRST_LOOK, min(since, self._poll_interval()))
+        if now < stop.kill_by:
+            wait = min(wait, stop.kill_by - now + 0.05)
+        return wait
+
+    # -- one container (a failed liveness probe) ----------------------------------------------
+    def kill_container(self, entry: Tracked, name: str, grace: float) -> None:
+        """Stop one container as a kubelet kills it for a failed liveness probe: its preStop
+        hook inside `grace`, then SIGTERM and SIGKILL at the grace's end. Runs the hook on the
+        caller's thread (a probe worker). Raises ProviderError when it could not be stopped."""
+        if self._stopper is None:
+            raise errors.NotSupported("the provider cannot stop one container")
+        began = self._monotonic()
+        hook = self._hook(entry, name) if grace > 0 else None
+        if hook is not None:
+            self._run_hook(entry, name, hook, timeout=grace)
+        left = max(grace - (self._monotonic() - began), 0.0)
+        if hook is not None and grace > 0:
+            left = max(left, 2.0)
+        assert entry.instance_id is not None
+        self._stopper.stop_container(entry.instance_id, name, grace=left)
+
+    # -- the parts -------------------------------------------------------------------------------
+    def _running(self, entry: Tracked) -> list[str]:
+        """The containers that run, by the last facts: each container's where the instance
+        reports them, else every app container while the instance runs."""
+        instance = entry.last_instance
+        if entry.instance_id is None or instance is None:
+            return []
+        if instance.containers:
+            return [c.name for c in instance.containers if c.state is ContainerState.RUNNING]
+        if instance.state is not InstanceState.RUNNING:
+            return []
+        return [str(c.get("name", "")) for c in containerstatus.app_containers(entry.pod)]
+
+    def _hook(self, entry: Tracked, name: str) -> Hook | None:
+        spec = self._container(entry.pod, name)
+        if spec is None:
+            return None
+        try:
+            return pre_stop(spec)
+        except InvalidProbe as exc:
+            self._events.pod(entry.pod, "Warning", EVENT_FAILED_PRE_STOP, f"PreStopHook failed: {exc}")
+            return None
+
+    def _run_hooks(self, entry: Tracked, stop: Stop, hooks: Mapping[str, Hook]) -> None:
+        """Every hook at once (a kubelet kills containers in parallel), each within the grace."""
+        try:
+            timeout = max(stop.ends - self._monotonic(), 0.0)
+            threads = [
+                threading.Thread(
+                    target=self._run_hook, args=(entry, name, hook), kwargs={"timeout": timeout}, daemon=True
+                )
+                for name, hook in hooks.items()
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout + 1.0)
+        finally:
+            stop.hooks_done.set()
+
+    def _run_hook(self, entry: Tracked, name: str, hook: Hook, *, timeout: float) -> None:
+        if isinstance(hook, SleepAction):
+            threading.Event().wait(min(hook.seconds, timeout))
+            return
+        assert entry.instance_id is not None
+        if isinstance(hook, ExecAction):
+            if self._executor is None:
+                outcome = probes.Outcome(False, "the provider cannot run a command in the instance (no exec)")
+            else:
+                outcome = probes.run_exec(self._executor, entry.instance_id, name, hook.command, timeout=timeout)
+        else:
+            host = hook.host or self._host(entry)
+            if hook.port is None:
+                outcome = probes.Outcome(False, f"port {hook.port_name} not found")
+            elif not host:
+                outcome = probes.Outcome(False, "the instance has no address")
+            else:
+                outcome = probes.run_http(hook, host, timeout=timeout)
+        if not outcome.ok:
+            message = f"PreStopHook failed: {outcome.message}" if outcome.message else "PreStopHook failed"
+            self._events.pod(entry.pod, "Warning", EVENT_FAILED_PRE_STOP, message)
+
+    def _signal(self, entry: Tracked, running: list[str], grace: float) -> None:
+        if self._stopper is None:
+            return  # terminate stops the instance as a whole
+        assert entry.instance_id is not None
+        instance = entry.last_instance
+        if instance is not None and not instance.containers:
+            running = [""]  # one workload: the provider's whole instance (its first app container)
+        for name in running:
+            try:
+                self._stopper.stop_container(entry.instance_id, name, grace=grace)
+            except errors.NotFound:
+                continue  # gone, or ended meanwhile
+            except errors.Unavailable as exc:
+                raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+            except errors.ProviderError as exc:
+                raise Retry(f"stopping container {name} failed: {type(exc).__name__}: {exc}") from exc
+
+    def _look(self, entry: Tracked) -> Instance | None:
+        assert entry.instance_id is not None
+        try:
+            return self._provider.get(entry.instance_id)
+        except errors.Unavailable as exc:
+            raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
+        except errors.ProviderError as exc:
+            raise Retry(f"cannot read instance {entry.instance_id}: {exc}") from exc
+
+    @staticmethod
+    def _ended(entry: Tracked, instance: Instance) -> bool:
+        if instance.state in _ENDED or instance.state is InstanceState.TERMINATING:
+            return True
+        if instance.containers:
+            return all(c.state is not ContainerState.RUNNING for c in instance.containers)
+        return False
+
+    @staticmethod
+    def _host(entry: Tracked) -> str:
+        instance = entry.last_instance
+        if instance is not None and instance.endpoint:
+            return probes.host_of(instance.endpoint)
+        return str((entry.pod.get("status") or {}).get("podIP") or "")
+
+    @staticmethod
+    def _container(pod: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+        spec = pod.get("spec") or {}
+        for key in ("containers", "initContainers"):
+            for container in spec.get(key) or []:
+                if container.get("name") == name:
+                    return container  # type: ignore[no-any-return]
+        return None
