@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from providers.fake import FakeProvider
 from tests.support.polling import wait_for
 from tests.support.rigs.timebound import DEADLINE, DEADLINE_MESSAGE, POLL, SLACK, WORK, Seen, TimeRig, drive, time_rig
 from tests.support.rigs.timeclouds import CLOUDS
@@ -90,6 +91,12 @@ def test_a_prestop_exec_hook_runs_before_sigterm(rig: TimeRig) -> None:
     assert exit_of(last) == 143
     if rig.files:
         assert rig.lines("hooked") == ["prestop", "term"]
+    else:  # the fake runs no shell: its call log orders the hook's exec before the stop
+        assert isinstance(rig.provider, FakeProvider)
+        calls = rig.provider.cloud.call_log()
+        mine = [c.method for c in calls if f"id={rig.instance_of('hooked')}" in c.args.split()]
+        assert "exec" in mine and "stop_container" in mine
+        assert mine.index("exec") < mine.index("stop_container"), mine
 
 
 def test_every_running_pod_status_carries_the_host_ip(rig: TimeRig) -> None:

@@ -94,5 +94,5 @@ def test_a_finished_pod_reads_succeeded_before_its_instance_is_terminated_never_
         return
     wait_for(lambda: not rig.live(instance), 30, what="the instance terminated")
     # The slow terminate call was served only after Succeeded had been written.
-    calls = [c for c in rig.provider.cloud.call_log("terminate") if instance in c.args]
+    calls = [c for c in rig.provider.cloud.call_log("terminate") if f"id={instance}" in c.args.split()]
     assert calls and done.at < calls[0].at
