@@ -67,15 +67,24 @@ def _free_port() -> int:
 def aws_cloud(folder: Path) -> Iterator[Build]:
     from moto import mock_aws
 
+    from providers.aws.keys import generate_key_pair
     from tests.providers.aws.ec2_vms import booting_vms
     from tests.providers.aws.moto_ec2 import make_provider, serve_consoles
 
     user, port = pwd.getpwuid(os.getuid()).pw_name, _free_port()
+    key_file = folder / "operator-key"  # the mounted Secret a restarted manager logs in with again
+    key_file.write_bytes(generate_key_pair("nebula-operator").private_openssh)
     with mock_aws(), pytest.MonkeyPatch.context() as patch:
         serve_consoles(patch)
         with booting_vms(folder / "vms", region="us-east-1", ssh_port=port, ssh_user=user):
             yield lambda: make_provider(
-                CLUSTER, ssh=True, ssh_port=port, ssh_user=user, poll_interval=POLL, connect_timeout=5
+                CLUSTER,
+                ssh=True,
+                ssh_port=port,
+                ssh_user=user,
+                ssh_key_file=str(key_file),
+                poll_interval=POLL,
+                connect_timeout=5,
             )
 
 
