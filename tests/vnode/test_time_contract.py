@@ -75,7 +75,7 @@ def test_the_deadline_counts_from_start_time_across_a_manager_restart_in_its_mid
 def test_a_60s_grace_lets_a_sigterm_trap_finish_15s_of_work_then_exit_143(rig: TimeRig) -> None:
     took, last = ended(rig, "checkpoint", 60 + 30)
     assert WORK <= took <= WORK + 2 * POLL + 2 * SLACK, took  # ~15 s, not the 60 s grace
-    assert exit_of(last) == 143 and last.phase == "Failed"
+    assert (exit_of(last), last.phase) == (143, "Failed"), last.status
     if rig.files:
         assert rig.lines("checkpoint") == ["term", "checkpoint"]
 
@@ -83,12 +83,12 @@ def test_a_60s_grace_lets_a_sigterm_trap_finish_15s_of_work_then_exit_143(rig: T
 def test_delete_grace_period_3_kills_a_workload_ignoring_sigterm_with_137(rig: TimeRig) -> None:
     took, last = ended(rig, "stubborn", 30)
     assert 3 <= took <= 3 + POLL + SLACK, took
-    assert exit_of(last) == 137 and last.phase == "Failed"
+    assert (exit_of(last), last.phase) == (137, "Failed"), last.status
 
 
 def test_a_prestop_exec_hook_runs_before_sigterm(rig: TimeRig) -> None:
     took, last = ended(rig, "hooked", 30)
-    assert exit_of(last) == 143
+    assert exit_of(last) == 143, last.status
     if rig.files:
         assert rig.lines("hooked") == ["prestop", "term"]
     else:  # the fake runs no shell: its call log orders the hook's exec before the stop

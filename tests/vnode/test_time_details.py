@@ -20,7 +20,7 @@ from tests.support.rigs.timeclouds import fake_cloud, local_cloud
 
 pytestmark = pytest.mark.slow
 
-TERMINATE_LATENCY = 6.0  # seconds each of the fake's terminate calls takes
+TERMINATE_LATENCY = 4.0  # seconds each of the fake's terminate calls takes
 SECRET = "late-token"
 RUN = 2  # seconds the finishing workload runs
 

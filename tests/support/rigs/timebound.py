@@ -39,6 +39,7 @@ DEADLINE = 5  # activeDeadlineSeconds of the deadline Pods
 WORK = 15  # seconds the checkpointing workload works after SIGTERM
 DEADLINE_MESSAGE = "Pod was active on the node longer than the specified deadline"
 PODS = path_for("pods", namespace="default")
+ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
 
 # The scenario Pods, by name -> their one container's name (the fake scripts its containers by
 # name) and shell workload ({file} is the Pod's own file, on this machine, which every
@@ -238,10 +239,12 @@ class TimeRig:
         raise AssertionError(f"{name} never named its instance")
 
     def live(self, instance_id: InstanceId) -> bool:
-        """True while the provider reports the instance other than gone or TERMINATED."""
+        """True while the provider reports the instance running or going: gone (None),
+        TERMINATED, or ended with nothing running (SUCCEEDED/FAILED: a finished Modal sandbox,
+        a shut-down EC2 instance keeping its exit) is not live."""
         found = self.provider.get(instance_id)
-        listed = [i for i in self.provider.list() if i.id == instance_id and i.state is not InstanceState.TERMINATED]
-        return bool(listed) or (found is not None and found.state is not InstanceState.TERMINATED)
+        listed = [i for i in self.provider.list() if i.id == instance_id and i.state not in ENDED]
+        return bool(listed) or (found is not None and found.state not in ENDED)
 
     def events(self, name: str, reason: str) -> list[dict[str, Any]]:
         items, _ = self.kube.list(path_for("events", namespace="default"), fieldSelector=f"involvedObject.name={name}")
@@ -263,7 +266,8 @@ def time_rig(folder: Path, build: Callable[[], Provider], *, files: bool = True)
             rig.watch.stop()
             cleaner = build()
             for instance in cleaner.list():
-                cleaner.terminate(instance.id)
+                if instance.state is not InstanceState.TERMINATED:
+                    cleaner.terminate(instance.id)
             close = getattr(cleaner, "close", None)
             if close is not None:
                 close()

@@ -27,7 +27,7 @@ from providers.base import Provider
 from providers.owner import Owner
 from tests.support.local_cleanup import kill_leftovers
 from tests.support.rigs.clouds import credentials
-from tests.support.rigs.timebound import POLL
+from tests.support.rigs.timebound import POLL, WORK
 
 Build = Callable[[], Provider]
 CLUSTER = "time-cluster"  # the owner's cluster name, the same across restarts
@@ -116,9 +116,16 @@ def runpod_cloud(folder: Path) -> Iterator[Build]:
         yield lambda: RunPodProvider("runpod", options, owner=Owner(CLUSTER, "runpod"))
 
 
+# The fake runs no shell: WORKLOADS' containers, scripted by name (docs/providers/fake.md).
+FAKE_WORKLOADS = {
+    "checkpointer": {"sigterm": {"seconds": WORK, "exit_code": 143}},
+    "stubborn": {"sigterm": "ignore"},
+    "hooked": {},  # dies of SIGTERM at once: 143
+}
+
 CLOUDS: dict[str, Callable[[Path], Any]] = {
     "local": local_cloud,
-    "fake": lambda folder: fake_cloud(),
+    "fake": lambda folder: fake_cloud(scenario={"workload": {"containers": FAKE_WORKLOADS}}),
     "aws": aws_cloud,
     "modal": modal_cloud,
     "runpod": runpod_cloud,
