@@ -191,8 +191,9 @@ class TimeRig:
         kubeconfig = self.cluster.kubeconfig_path
         assert kubeconfig is not None
         env = dict(os.environ, KUBECONFIG=kubeconfig, HOME=os.path.dirname(kubeconfig))
-        return subprocess.run([KUBECTL_137, "--kubeconfig", kubeconfig, *args], capture_output=True, text=True,
-                              timeout=60, env=env)  # fmt: skip
+        return subprocess.run(
+            [KUBECTL_137, "--kubeconfig", kubeconfig, *args], capture_output=True, text=True, timeout=60, env=env
+        )
 
     def delete(self, name: str, *flags: str) -> None:
         """`kubectl delete pod <name> --wait=false <flags>`, its start time kept."""
@@ -227,8 +228,11 @@ class TimeRig:
         assert name not in self.never_ran, f"{name} never ran: {self.never_ran[name]}"
 
     def start_time(self, name: str) -> float:
-        seen = wait_for(lambda: self.watch.first(name, lambda s: bool(s.status.get("startTime"))), 60,
-                        what=f"{name} to have a startTime")  # fmt: skip
+        seen = wait_for(
+            lambda: self.watch.first(name, lambda s: bool(s.status.get("startTime"))),
+            60,
+            what=f"{name} to have a startTime",
+        )
         return datetime.fromisoformat(str(seen.status["startTime"]).replace("Z", "+00:00")).timestamp()
 
     def instance_of(self, name: str) -> InstanceId:
