@@ -6,6 +6,7 @@ its container ended (the fake's terminate slowed to TERMINATE_LATENCY seconds)."
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime
 
@@ -23,6 +24,7 @@ pytestmark = pytest.mark.slow
 TERMINATE_LATENCY = 4.0  # seconds each of the fake's terminate calls takes
 SECRET = "late-token"
 RUN = 2  # seconds the finishing workload runs
+RETRY = 5.0  # seconds from the Secret's creation to Running: one retry (a provision) and its status
 
 
 @pytest.fixture(scope="module", params=["local", "fake"])
@@ -70,7 +72,9 @@ def test_a_missing_env_secret_reads_create_container_config_error_until_the_secr
         path_for("secrets", namespace="default"), {"metadata": {"name": SECRET}, "stringData": {"token": "t0ken"}}
     )
     assert created
+    at = time.time()
     running: Seen = wait_for(lambda: rig.running("needs-secret"), 30, what="Running once the Secret exists")
+    assert running.at - at <= RETRY, running.at - at  # the Secret's appearance re-queues the Pod: no back-off
     assert running.status.get("hostIP") == "127.0.0.1"
 
 

@@ -3,10 +3,11 @@ every POLL seconds) on a devcluster of its own, a watch that keeps every Pod sta
 server returned (with the time it arrived), real kubectl for deletes and `get pods`, and a
 manager restart (new provider objects on the same cloud state, a new Runner).
 
-`drive` runs the scenarios of one provider at once: the Pods of `scenario_pods` created
-together, the manager restarted in the middle of one deadline, the others deleted as a user
-deletes them; the `check_*` functions then read what happened. Used by tests/vnode/test_time_*.py
-(the providers are built by tests/support/rigs/timeclouds.py); nothing here is a test.
+`drive` runs the scenarios of one provider at once: the WORKLOADS Pods created together, the
+manager restarted in the middle of one deadline, the others deleted as a user deletes them;
+the tests then read what happened. Used by tests/vnode/test_time_contract.py and
+tests/vnode/test_time_details.py (the providers are built by tests/support/rigs/timeclouds.py);
+nothing here is a test, and nothing it starts outlives `time_rig`.
 """
 
 from __future__ import annotations
