@@ -112,6 +112,7 @@ class PodSpec:
     init_containers: tuple[ContainerSpec, ...] = ()
     restart_policy: str = "Always"  # the Pod's: Always, OnFailure or Never
     active_deadline_seconds: int | None = None  # the Pod's spec.activeDeadlineSeconds (a positive integer)
+    termination_grace_seconds: float | None = None  # spec.terminationGracePeriodSeconds (None: unset, 30)
 
     def app_containers(self) -> tuple[ContainerSpec, ...]:
         """Every app container; the first-container fields as one when none were listed."""

@@ -204,7 +204,16 @@ def pod_spec_from_dict(pod: Mapping[str, Any]) -> base.PodSpec:
         init_containers=tuple(container_spec(init, init=True) for init in spec.get("initContainers") or ()),
         restart_policy=str(spec.get("restartPolicy") or "Always"),
         active_deadline_seconds=deadline_of(spec),
+        termination_grace_seconds=grace_of(spec),
     )
+
+
+def grace_of(spec: Mapping[str, Any]) -> float | None:
+    """`spec.terminationGracePeriodSeconds` (0 or more), or None when unset or not a number."""
+    value = spec.get("terminationGracePeriodSeconds")
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return float(value)
 
 
 def deadline_of(spec: Mapping[str, Any]) -> int | None:

@@ -8,7 +8,7 @@ candidate, named in the Event) and the vnode's `create_pod` (Failed `Unsupported
 all call it, so the three can never disagree. Pure; reads the Pod's JSON form.
 Table: tests/providers/test_shapecheck.py::test_each_field_a_provider_cannot_serve_is_named.
 
-Nobody serves lifecycle hooks, `grpc` probes, `subPathExpr` mounts, or volume kinds outside
+Nobody serves `postStart` hooks, `grpc` probes, `subPathExpr` mounts, or volume kinds outside
 `shape.VOLUME_KINDS`. The service-account token volume the API server adds to every Pod
 (`kube-api-access-*`) is a warning only: it is not mounted on external compute.
 """
@@ -36,7 +36,7 @@ class Need:
     field: str
     warn_only: bool = False
     # What in `Shapes` serves it: (SEVERAL | INIT | SIDECARS, ""), (PROBE, kind), (VOLUME, kind);
-    # ("", "") for what nothing serves (hooks, subPathExpr, other projected sources, warn-only).
+    # ("", "") for what nothing serves (postStart hooks, subPathExpr, other projected sources, warn-only).
     asks: tuple[str, str] = ("", "")
 
     def text(self) -> str:
@@ -73,9 +73,9 @@ def _container_needs(container: Mapping[str, Any], where: str) -> list[Need]:
         kind = next((key for key in (*PROBE_KINDS, "grpc") if key in handler), "")
         field = f"{where}.{probe}" + (f".{kind}" if kind else "")
         found.append(Need(f"{kind or 'empty'} probes", field, asks=(PROBE, kind) if kind in PROBE_KINDS else ("", "")))
-    for hook in ("postStart", "preStop"):
-        if hook in (container.get("lifecycle") or {}):
-            found.append(Need("lifecycle hooks", f"{where}.lifecycle.{hook}"))
+    # `preStop` is served by the vnode on every provider (vnode.phases.stopping); `postStart` by none.
+    if "postStart" in (container.get("lifecycle") or {}):
+        found.append(Need("postStart hooks", f"{where}.lifecycle.postStart"))
     for index, mount in enumerate(container.get("volumeMounts") or ()):
         if mount.get("subPathExpr"):
             found.append(Need("subPathExpr mounts", f"{where}.volumeMounts[{index}].subPathExpr"))
@@ -113,7 +113,7 @@ def _serves(shapes: Shapes, need: Need) -> bool:
         return kind in shapes.probes
     if what == VOLUME:
         return kind in shapes.volumes
-    return False  # lifecycle hooks, subPathExpr, grpc probes, other volume kinds and sources, warn-only needs
+    return False  # postStart hooks, subPathExpr, grpc probes, other volume kinds and sources, warn-only needs
 
 
 def unserved(pod: Mapping[str, Any], shapes: Shapes) -> tuple[Need, ...]:

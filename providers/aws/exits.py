@@ -6,7 +6,9 @@ terminated. User-data writes `NEBULA-EXIT-CODE=<n>` on a line of its own to the 
 Docker timestamp first, so they cannot fake it. The console of a running instance is read
 only when its tags name several containers (`status.has_containers`): then on every look,
 for the containers' `NEBULA-CONTAINER` markers (`containers.events_in`), since EC2 shows the
-machine running from the first init container to the last app container's exit.
+machine running from the first init container to the last app container's exit; and that
+of a running instance whose workload was asked to stop (`watch`) until its marker shows
+(EC2 shows it running until the user-data's shutdown, a minute later).
 
 EC2 posts the buffered console shortly after each state transition and keeps it for at least
 an hour after the last post: a console read while the instance was still shutting down may
@@ -54,11 +56,14 @@ def exit_code_in(output: bytes) -> int | None:
     return int(found[-1]) if found else None
 
 
-def needs_read(cached: ConsoleVerdict | None, state: str, *, several: bool = False) -> bool:
+def needs_read(cached: ConsoleVerdict | None, state: str, *, several: bool = False, watched: bool = False) -> bool:
     """Pure: whether an instance in EC2 state `state` needs (another) console read.
-    `several`: it runs several containers, so a running one is read on every look."""
+    `several`: it runs several containers, so a running one is read on every look;
+    `watched`: its workload was asked to stop, so a running one is read until its marker shows."""
     if several and state == "running":
         return True
+    if watched and state == "running":
+        return cached is None or cached.exit_code is None
     if state not in FINISHED_STATES:
         return False
     if cached is None:
@@ -77,6 +82,14 @@ class ExitReader:
         self._now = now
         self._lock = threading.Lock()
         self._verdicts: dict[base.InstanceId, ConsoleVerdict] = {}
+        self._watched: set[base.InstanceId] = set()
+
+    def watch(self, instance_id: base.InstanceId) -> None:
+        """Read this instance's console while it runs too, until its exit marker shows: its
+        workload was asked to stop (`stop_container`), and EC2 shows the machine running
+        until the user-data's shutdown, a minute after the workload ended."""
+        with self._lock:
+            self._watched.add(instance_id)
 
     def verdicts(self, region: str, instances: Sequence[dict[str, Any]]) -> dict[base.InstanceId, ConsoleVerdict]:
         """Verdicts for the finished ones among `instances` (DescribeInstances entries of one
@@ -87,7 +100,9 @@ class ExitReader:
             due = [
                 d
                 for key, d in known.items()
-                if needs_read(self._verdicts.get(key), state_of(d), several=has_containers(d))
+                if needs_read(
+                    self._verdicts.get(key), state_of(d), several=has_containers(d), watched=key in self._watched
+                )
             ]
         if len(due) > 1:
             with ThreadPoolExecutor(max_workers=min(len(due), _PARALLEL_READS)) as pool:
@@ -98,7 +113,7 @@ class ExitReader:
             return {
                 key: verdict
                 for key, data in known.items()
-                if _read_state(data) and (verdict := self._verdicts.get(key)) is not None
+                if _read_state(data, watched=key in self._watched) and (verdict := self._verdicts.get(key)) is not None
             }
 
     def keep_only(self, region: str, listed: Iterable[base.InstanceId]) -> None:
@@ -108,6 +123,7 @@ class ExitReader:
         with self._lock:
             for key in [k for k in self._verdicts if k.startswith(prefix) and k not in keep]:
                 del self._verdicts[key]
+            self._watched -= {k for k in self._watched if k.startswith(prefix) and k not in keep}
 
     def __len__(self) -> int:
         with self._lock:
@@ -135,7 +151,8 @@ class ExitReader:
             self._verdicts[instance_id(region, ec2_id)] = verdict
 
 
-def _read_state(data: dict[str, Any]) -> bool:
-    """The instance is in a state whose console verdict counts (finished, or running several)."""
+def _read_state(data: dict[str, Any], *, watched: bool = False) -> bool:
+    """The instance is in a state whose console verdict counts (finished, or running several
+    containers or a watched workload)."""
     state = state_of(data)
-    return state in FINISHED_STATES or (state == "running" and has_containers(data))
+    return state in FINISHED_STATES or (state == "running" and (has_containers(data) or watched))

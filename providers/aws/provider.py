@@ -1,11 +1,11 @@
-"""`AwsProvider`: EC2 instances run Pods (one instance per claim), with SSH logs and exec.
+"""`AwsProvider`: EC2 instances run Pods (one instance per claim), with SSH logs, exec and stop.
 
 Built by `providers.registry` from settings (`providers.aws.AwsProvider`); called by the
 vnode and the kubelet API. Idempotency is ours, not EC2's ClientToken alone: provision
 describes by the claim and owner tags first. It sees only its owner's instances
 (`inventory`), launches through `launch`, and reads exits from the console (`exits`).
 boto3 is reached only through `providers.aws.ec2`; user-data and keys are never logged.
-Tests: tests/providers/aws/test_aws.py, tests/providers/aws/test_aws_owner.py.
+Tests: tests/providers/aws/test_aws.py, tests/providers/aws/test_aws_owner.py, tests/providers/aws/test_aws_stop.py.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ SHAPES = Shapes(
     probes=frozenset({"exec", "tcpSocket", "httpGet"}),
     volumes=frozenset(VOLUME_KINDS),
 )
-STOP_ANSWER_SECONDS = 30.0  # beyond the grace, for `docker stop` over SSH to answer
+STOP_ANSWER_SECONDS = 30.0  # for the SSH command that starts a detached `docker stop` to answer
 USER_DATA_LIMIT = 16384  # bytes EC2 accepts as user-data (before its base64)
 
 
@@ -328,8 +328,10 @@ class AwsProvider(Owned):
         return remote.ssh_target(data, endpoint, self._options, self._operator.get())
 
     def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
-        """`docker stop` over SSH (a failed liveness probe); the container's exit then shows in
-        its marker, and the vnode replaces the instance to run it again. Not running: success."""
+        """A detached `docker stop -t <grace>` (`docker kill` for 0) over SSH: returns once
+        asked. The container's exit (143, 137 or its own code) then shows in its console
+        marker, which `get`/`list` read from now on while the instance runs (`exits.watch`).
+        Not running: success."""
         _, data = self._owned(instance_id)
         where = remote.reach(data, container)
         if status.state_of(data) != "running":
@@ -338,12 +340,11 @@ class AwsProvider(Owned):
         if not self._options.ssh or not endpoint:
             raise Unavailable(f"instance {instance_id} has no SSH endpoint to stop container {container!r} with")
         target = remote.ssh_target(data, endpoint, self._options, self._operator.get())
-        process = ssh.start_process(target, remote.stop_argv(where.docker_name, grace=grace), tty=False, stdin=False)
-        try:
-            if process.wait(grace + STOP_ANSWER_SECONDS) is None:
-                raise Unavailable(f"instance {instance_id}: docker stop of {container!r} did not answer in time")
-        finally:
-            process.close()
+        self._exits.watch(instance_id)
+        command = remote.stop_command(where.docker_name, grace=grace)
+        ssh.run_to_end(
+            target, command, timeout=STOP_ANSWER_SECONDS, what=f"the stop of {container or 'the workload'!r}"
+        )
 
     def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """Each container's process tree on the VM, from its /proc over SSH, at most once per

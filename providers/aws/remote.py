@@ -2,9 +2,9 @@
 host key from its tag) to `docker exec` and the stamped log file; else the serial console.
 With several containers (the roster tags), each has its log file and Docker name.
 
-Called by `AwsProvider.logs`, `exec` and `usage`. Builds values only; the SSH work is
+Called by `AwsProvider.logs`, `exec`, `stop_container` and `usage`. Builds values only; the SSH work is
 `providers.ssh`'s. Never logs a key.
-Tests: tests/providers/aws/test_aws_boot.py.
+Tests: tests/providers/aws/test_aws_boot.py, tests/providers/aws/test_aws_stop.py.
 """
 
 from __future__ import annotations
@@ -83,7 +83,12 @@ def ssh_target(data: dict[str, Any], endpoint: str, options: AwsOptions, key: Ke
     )
 
 
-def stop_argv(docker_name: str, *, grace: float, docker: Sequence[str] = DOCKER) -> list[str]:
-    """The command run over SSH to stop one container as a kubelet kills it: SIGTERM, then
-    SIGKILL after `grace` seconds (`docker stop` takes whole seconds; rounded up)."""
-    return [*docker, "stop", "-t", str(max(0, math.ceil(grace))), docker_name]
+def stop_command(docker_name: str, *, grace: float, docker: Sequence[str] = DOCKER) -> str:
+    """The command run over SSH to stop one container as a kubelet kills it, which returns
+    at once: a detached `docker stop -t <grace>` (SIGTERM to the container's main process,
+    SIGKILL to all of it `grace` seconds later; whole seconds, rounded up), or `docker kill`
+    (SIGKILL now) for a grace of 0. Docker's daemon keeps the timer; a second stop with a
+    shorter grace kills sooner, a longer one never delays the first one's SIGKILL."""
+    wait = max(0, math.ceil(grace))
+    verb = ["stop", "-t", str(wait)] if wait else ["kill"]
+    return f"nohup {shlex.join([*docker, *verb, docker_name])} > /dev/null 2>&1 < /dev/null & exit 0"

@@ -3,7 +3,8 @@
 Called by `AwsProvider` for get and list (through `inventory`). Pure. EC2 knows the machine,
 not the container: `running` is RUNNING; the workload's end shows as the instance shutting
 down (user-data does that when `terminate_on_exit`), and its exit code is what the serial
-console's marker said (`exits.ConsoleVerdict`, read by `exits.ExitReader`).
+console's marker said (`exits.ConsoleVerdict`, read by `exits.ExitReader`); a running
+instance whose marker was read (its workload was stopped) has ended already.
 Tests: tests/providers/aws/test_aws_exits.py, tests/providers/aws/test_aws_owner.py.
 """
 
@@ -114,6 +115,8 @@ def instance_from(data: dict[str, Any], region: str, verdict: ConsoleVerdict | N
     facts = _machine_facts(data, region, verdict)
     entries = containers.roster_of(tags_of(data))
     if not entries:
+        if facts.state is base.InstanceState.RUNNING and verdict is not None and verdict.exit_code is not None:
+            return _ended_workload(facts, verdict.exit_code, verdict.read_at)  # stopped; the shutdown is to come
         return facts
     events = verdict.events if verdict is not None else {}
     code = verdict.exit_code if verdict is not None and state_of(data) == "running" else None
@@ -158,16 +161,7 @@ def _finished(
     code, text = _reason(data)
     ended = transition_time(data) or (verdict.read_at if verdict else None)
     if verdict is not None and verdict.exit_code is not None:
-        exit_code = verdict.exit_code
-        return _replace(
-            known,
-            state=base.InstanceState.SUCCEEDED if exit_code == 0 else base.InstanceState.FAILED,
-            exit_code=exit_code,
-            exit_reason="Completed" if exit_code == 0 else "Error",
-            started_at=known.created_at,
-            finished_at=ended,
-            message=f"the workload exited with code {exit_code}",
-        )
+        return _ended_workload(known, verdict.exit_code, ended)
     why = f"{code}: {text}" if code and text and not text.startswith(code) else (text or code)
     if verdict is not None and verdict.note:
         why = f"{why} ({verdict.note})" if why else verdict.note
@@ -191,4 +185,17 @@ def _finished(
         started_at=known.created_at,
         finished_at=ended,
         message=why or default,
+    )
+
+
+def _ended_workload(known: base.Instance, exit_code: int, ended: datetime | None) -> base.Instance:
+    """The workload's marker said it exited with `exit_code` (at `ended`, if known)."""
+    return _replace(
+        known,
+        state=base.InstanceState.SUCCEEDED if exit_code == 0 else base.InstanceState.FAILED,
+        exit_code=exit_code,
+        exit_reason="Completed" if exit_code == 0 else "Error",
+        started_at=known.created_at,
+        finished_at=ended,
+        message=f"the workload exited with code {exit_code}",
     )

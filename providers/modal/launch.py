@@ -8,12 +8,14 @@ sandbox it finds by the claim's tags. The thread keeps waiting on Modal's schedu
 `provision` has returned (the create is abandoned), its outcome is only logged: a scheduled
 sandbox at debug, an exception by its type only (never its text, which could quote a
 request). No exception leaves the thread.
-Tests: tests/providers/modal/test_modal_provider_queue.py, tests/providers/modal/test_modal_provider_provision.py.
+Tests: tests/providers/modal/test_modal_provider_queue.py, tests/providers/modal/test_modal_provider_provision.py,
+tests/providers/modal/test_modal_provider_options.py::test_the_sandbox_timeout_is_a_backstop_past_the_deadline_and_the_pods_grace.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -81,10 +83,20 @@ class BackgroundCreate:
             )
 
 
+DEFAULT_GRACE_SECONDS = 30  # a Pod's terminationGracePeriodSeconds when it sets none
+BACKSTOP_SLACK_SECONDS = 60
+
+
 def lifetime(pod: base.PodSpec, options: ModalOptions) -> int:
-    """The sandbox's timeout: the Pod's activeDeadlineSeconds, at most `max_lifetime`."""
+    """The sandbox's timeout, a backstop only (the vnode enforces activeDeadlineSeconds and
+    stops the container with the Pod's grace): the deadline + the grace + 60 s of slack, at
+    most `max_lifetime`; `max_lifetime` for a Pod without a deadline."""
     deadline = pod.active_deadline_seconds
-    return min(deadline, options.max_lifetime) if deadline else options.max_lifetime
+    if not deadline:
+        return options.max_lifetime
+    grace = pod.termination_grace_seconds
+    grace_seconds = DEFAULT_GRACE_SECONDS if grace is None else max(0, math.ceil(grace))
+    return min(deadline + grace_seconds + BACKSTOP_SLACK_SECONDS, options.max_lifetime)
 
 
 def create_arguments(

@@ -1,4 +1,4 @@
-"""`ModalProvider`: one Modal Sandbox per Pod, on the real `modal` SDK, with logs and exec.
+"""`ModalProvider`: one Modal Sandbox per Pod, on the real `modal` SDK, with logs, exec and stop.
 
 Built by `providers.registry` from settings (`providers.modal.ModalProvider`); called by
 the vnode and the kubelet API. Sandboxes carry the owner's key and the claim as tags, so
@@ -10,7 +10,7 @@ once the claim's queued sandbox is listed (the vnode's provisioningTimeout then 
 Env values go in a `modal.Secret.from_dict` and are never logged; the connect token minted
 at creation is returned once, as the Pod's connect credential.
 Tests: tests/providers/modal/test_modal_provider_provision.py, tests/providers/modal/test_modal_provider_owner.py,
-tests/providers/modal/test_modal_provider_queue.py.
+tests/providers/modal/test_modal_provider_queue.py, tests/providers/modal/test_modal_provider_stop.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 from providers import base, claimlocks
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NotFound, NotSupported, ProviderError, Unavailable
-from providers.modal import catalog, launch, status
+from providers.modal import catalog, launch, status, stop
 from providers.modal.classify import classify, sdk_errors, translate
 from providers.modal.logs import ModalLogStream
 from providers.modal.options import ModalOptions, parse_options
@@ -80,7 +80,6 @@ class ModalProvider(Owned):
             capacity=dict(base.UNBOUNDED_CAPACITY),
             pulls_images=True,
             uses_pull_secrets=True,
-            enforces_deadline=True,
             log_timestamps=True,  # Modal stamps each log entry
             restarts_in_place=False,
             bills_after_exit=False,  # a sandbox stops billing when its command exits
@@ -304,6 +303,29 @@ class ModalProvider(Owned):
 
         return ModalProcess(start, tty=tty, resize=resize)
 
+    def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace`, by a command run through the sandbox's exec
+        (`providers.modal.stop`), whose own timer stays on Modal's side: returns once the exec
+        started. The sandbox then ends with the kernel's exit (143, 137 or the workload's
+        own code). One container per sandbox: `container` names it. Not running: success."""
+        instance = status.instance_from(self._owned(instance_id))
+        if instance.state is not base.InstanceState.RUNNING:
+            return
+        sandbox = self._session.sandbox(instance_id)
+        from modal.stream_type import StreamType
+
+        try:
+            with sdk_errors():
+                sandbox.exec(
+                    *stop.stop_argv(grace=grace),
+                    env={stop.STOP_MARKER: "1"},
+                    stdout=StreamType.DEVNULL,
+                    stderr=StreamType.DEVNULL,
+                )
+        except NotFound:
+            return  # it ended meanwhile
+        logger.info("asked modal sandbox %s to stop (grace %gs)", instance_id, grace)
+
     def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         """The sandbox's median CPU and memory over the last minutes (`providers.modal.usage`);
         None unless it runs."""
@@ -347,6 +369,8 @@ def _credential(token: Any) -> base.ConnectCredential:
     return base.ConnectCredential({"url": str(token.url).encode(), "token": str(token.token).encode()})
 
 
-def _conforms(provider: ModalProvider) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.UsageReporter]:
+def _conforms(
+    provider: ModalProvider,
+) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.ContainerStopper, base.UsageReporter]:
     """mypy proves here, once, that ModalProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider
+    return provider, provider, provider, provider, provider

@@ -3,7 +3,8 @@
 Called by `ModalProvider` for list and get. Pure: reads the `SandboxInfo` message Modal's
 `SandboxList` answers with (its task's start and end times, its result, its tags).
 A sandbox Modal has not started yet (queued for capacity) is PROVISIONING; real exit
-codes are reported (no 0/137/124 folding).
+codes are reported (no 0/137/124 folding); one its timeout (the deadline backstop) ended is
+FAILED with 137, reason Error, like any other kill.
 Tests: tests/providers/modal/test_modal_provider_provision.py.
 """
 
@@ -21,6 +22,7 @@ TAG_PROVIDER = "nebula-provider"
 # GenericResult.GenericStatus values (modal_proto.api_pb2), spelled out to keep this pure.
 SUCCESS, FAILURE, TERMINATED, TIMEOUT, INIT_FAILURE, INTERNAL_FAILURE, IDLE_TIMEOUT = 1, 2, 3, 4, 5, 6, 7
 OOM_STATUSES = frozenset({8, 9, 10})  # memory-manager eviction, thrashing eviction, kernel OOM kill
+KILLED = 137  # what a SIGKILL reports (128 + 9): a sandbox its timeout ended
 
 
 def _time(value: float) -> datetime | None:
@@ -52,12 +54,15 @@ def instance_from(info: Any) -> base.Instance:
     if status == TERMINATED:
         return base.Instance(state=base.InstanceState.TERMINATED, finished_at=finished, message="terminated", **common)
     if status in (TIMEOUT, IDLE_TIMEOUT):
+        # The sandbox timeout is only a backstop past the vnode's own deadline (and grace):
+        # Modal killed what ran, so it reads as any kill does. `DeadlineExceeded` is the
+        # vnode's word, never a provider's.
         return base.Instance(
             state=base.InstanceState.FAILED,
             finished_at=finished,
-            exit_code=int(result.exitcode) or None,
-            exit_reason="DeadlineExceeded",
-            message="the sandbox timed out",
+            exit_code=KILLED,
+            exit_reason="Error",
+            message="the modal sandbox timeout ended it (a backstop past activeDeadlineSeconds and the grace)",
             **common,
         )
     if status in OOM_STATUSES:

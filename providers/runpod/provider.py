@@ -1,11 +1,12 @@
-"""`RunPodProvider`: one RunPod pod per Pod claim, watched by name, with SSH logs and exec.
+"""`RunPodProvider`: one RunPod pod per Pod claim, watched by name, with SSH logs, exec and stop.
 
 Built by `providers.registry` from settings (`providers.runpod.RunPodProvider`); called by
 the vnode and the kubelet API. GraphQL goes through `api.RunPodApi` only (see its docstring
 for why not the SDK's `ctl_commands`); ownership and SSH keys are `identity`'s; states
 `status`'s; the workload wrapper `workload`'s. Idempotency is ours: provision lists this
 owner's pods (one `myself { pods }` call) and adopts the claim's live pod.
-Tests: tests/providers/runpod/test_runpod_provider.py, tests/providers/runpod/test_runpod_provider_ssh.py.
+Tests: tests/providers/runpod/test_runpod_provider.py, tests/providers/runpod/test_runpod_provider_ssh.py,
+tests/providers/runpod/test_runpod_provider_stop.py.
 """
 
 from __future__ import annotations
@@ -333,6 +334,21 @@ class RunPodProvider(Owned):
         argv = exec_argv(builtins.list(command))
         return ssh.start_process(self._target(instance_id), argv, tty=tty, stdin=stdin)
 
+    def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
+        """SIGTERM, then SIGKILL after `grace`, over SSH by a detached process on the pod
+        (`workload.stop_command`): returns once asked; the exit (143, 137 or the workload's
+        own code) then shows in the exit file `get` reads. Ended or not started: success.
+        A pod runs the Pod's one container: `container` names it."""
+        from providers.runpod.workload import stop_command
+
+        try:
+            target = self._target(instance_id)
+        except NotFound:
+            if self._pod(instance_id) is None:
+                raise
+            return  # no runtime: nothing runs
+        remote.run(target, stop_command(grace=grace))
+
     def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
 
@@ -351,6 +367,8 @@ def _ports(pod: base.PodSpec, with_ssh: bool) -> str:
     return ",".join([*entries, *(["22/tcp"] if with_ssh else [])])
 
 
-def _conforms(provider: RunPodProvider) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.UsageReporter]:
+def _conforms(
+    provider: RunPodProvider,
+) -> tuple[base.Provider, base.LogStreamer, base.Executor, base.ContainerStopper, base.UsageReporter]:
     """mypy proves here, once, that RunPodProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider
+    return provider, provider, provider, provider, provider

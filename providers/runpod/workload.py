@@ -8,12 +8,14 @@ forever: the exit file is the workload's end, and the pod bills until Nebula ter
 Lines are `<RFC 3339 UTC, nanoseconds> <line>` (stdout and stderr merged, as
 `docker logs --timestamps`); the exit file `<code> <unix time>` is written after the last line.
 A restart of the container (RunPod moved it, or it crashed) finds the exit file and does not
-run the workload again.
+run the workload again. The workload leads a process group of its own (`setsid`, where the
+image has it), so `stop_command` signals it and what it started, never the wrapper.
 Tests: tests/providers/runpod/test_runpod_provider.py.
 """
 
 from __future__ import annotations
 
+import math
 import shlex
 
 from providers import base
@@ -31,6 +33,24 @@ PROBE = (
     f"[ -r {STARTED_FILE} ] && echo started $(cat {STARTED_FILE}); "
     f"[ -r {EXIT_FILE} ] && echo exit $(cat {EXIT_FILE}); exit 0"
 )
+
+
+def stop_command(*, grace: float) -> str:
+    """The SSH command that stops the workload as a kubelet kills a container and returns at
+    once: SIGTERM to its process group (its pid leads one when the image has `setsid`; else
+    to its pid), SIGKILL `grace` seconds later (whole seconds, rounded up; at once for 0),
+    from a detached process on the pod. Each signal only while no exit is recorded, so a
+    pid the workload no longer holds is never signalled. Nothing is done once it ended."""
+    wait = max(0, math.ceil(grace))
+    body = (
+        f"p=$(cat {PID_FILE}); sig() {{ [ -e {STATE_DIR}/.code ] || [ -e {EXIT_FILE} ] || "
+        f'kill -s "$1" -- "-$p" 2>/dev/null || kill -s "$1" "$p" 2>/dev/null; }}; '
+        + (f"sig TERM; sleep {wait}; sig KILL" if wait else "sig KILL")
+    )
+    return (
+        f"[ -r {PID_FILE} ] && [ ! -e {EXIT_FILE} ] || exit 0; "
+        f"nohup bash -c {shlex.quote(body)} > /dev/null 2>&1 < /dev/null & exit 0"
+    )
 
 
 def exec_argv(command: list[str]) -> list[str]:
@@ -58,7 +78,8 @@ if [ ! -e {EXIT_FILE} ]; then
   stamp() {{ while IFS= read -r line || [ -n "$line" ]; do
     printf '%s %s\\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%NZ)" "$line"; done; }}
   date -u +%s > {STARTED_FILE}
-  {{ bash -c {shlex.quote(run)} 2>&1 < /dev/null; echo $? > "$d/.code"; }} | stamp >> {LOG_FILE}
+  lead=; command -v setsid > /dev/null && lead=setsid
+  {{ $lead bash -c {shlex.quote(run)} 2>&1 < /dev/null; echo $? > "$d/.code"; }} | stamp >> {LOG_FILE}
   echo "$(cat "$d/.code") $(date -u +%s)" > "$d/.exit" && mv "$d/.exit" {EXIT_FILE}
 fi
 while :; do sleep 3600; done

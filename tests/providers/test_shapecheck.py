@@ -54,10 +54,11 @@ CASES: list[tuple[dict[str, Any], list[str], list[str]]] = [
         ["spec.containers[0].livenessProbe.grpc"],
     ),
     (
-        {"containers": [dict(APP, lifecycle={"preStop": {"exec": {"command": ["x"]}}})]},
-        ["spec.containers[0].lifecycle.preStop"],
-        ["spec.containers[0].lifecycle.preStop"],
+        {"containers": [dict(APP, lifecycle={"postStart": {"exec": {"command": ["x"]}}})]},
+        ["spec.containers[0].lifecycle.postStart"],
+        ["spec.containers[0].lifecycle.postStart"],
     ),
+    ({"containers": [dict(APP, lifecycle={"preStop": {"exec": {"command": ["x"]}}})]}, [], []),  # the vnode runs it
     (
         {"volumes": [{"name": "cfg", "configMap": {"name": "c"}}, {"name": "data", "persistentVolumeClaim": {}}]},
         ["spec.volumes[0].configMap", "spec.volumes[1].persistentVolumeClaim"],

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from kube.times import rfc3339
-from providers.base import InstanceState, ProvisionRequest
+from providers import errors
+from providers.base import InstanceId, InstanceState, ProvisionRequest
 from providers.claim import claim_name
 from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict
@@ -113,6 +114,11 @@ def _adopt(handler: Handler, pod: dict[str, Any]) -> str:
     return f"{meta['namespace']}/{meta['name']}"
 
 
+def _cloud(handler: Handler) -> Any:
+    assert isinstance(handler.provider, FakeProvider)
+    return handler.provider.cloud
+
+
 def _pod(name: str, **fields: Any) -> dict[str, Any]:
     return make_pod(name, namespace="default", uid=str(uuid.uuid4()), command=("sleep", "300"), **fields)
 
@@ -139,9 +145,10 @@ def test_a_pod_past_its_deadline_after_an_adoption_fails_deadline_exceeded_and_i
     handler.flush(key, pod)  # the entry's own Events
     told = [(kind, reason) for _, kind, reason, _ in events.told]
     assert ("Normal", "DeadlineExceeded") in told and ("Normal", "Killing") in told
-    calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("stop_container", "terminate")]
+    calls = [c.method for c in _cloud(handler).call_log() if c.method in ("stop_container", "terminate")]
     assert calls == ["stop_container", "terminate"]
-    assert handler.lifecycle.until_deadline(handler.tracked(key)) is None  # carried out once
+    entry = handler.tracked(key)
+    assert entry is not None and handler.lifecycle.until_deadline(entry) is None  # carried out once
 
 
 def test_a_pod_before_its_deadline_is_looked_at_again_when_it_runs_out() -> None:
@@ -160,6 +167,24 @@ def test_a_pre_stop_exec_hook_runs_before_the_containers_sigterm() -> None:
     key = _adopt(handler, pod)
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 10}}
     wait_for(lambda: handler.teardown.terminate(deleting) is None, what="the graceful stop, then terminate")
-    calls = [c.method for c in handler.provider.cloud.call_log() if c.method in ("exec", "stop_container", "terminate")]
+    calls = [c.method for c in _cloud(handler).call_log() if c.method in ("exec", "stop_container", "terminate")]
     assert calls == ["exec", "stop_container", "terminate"]
     assert handler.tracked(key) is None
+
+
+class _NoStopAlone(FakeProvider):
+    """A provider that cannot stop one container (RunPod with its SSH option off)."""
+
+    def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
+        raise errors.NotSupported("no SSH to signal the workload with")
+
+
+def test_a_provider_that_cannot_stop_one_container_has_its_instance_terminated_without_waiting_the_grace() -> None:
+    writes, events = KeptPatches(), KeptEvents()
+    provider = _NoStopAlone("fake", {"cloud": f"stopping-{uuid.uuid4().hex}"})
+    handler = offline_handler(provider, events=events, kube=writes)
+    pod = _pod("whole", status={"phase": "Running"})
+    _adopt(handler, pod)
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 600}}
+    handler.teardown.terminate(deleting)  # no look is scheduled for a grace nobody can use
+    assert [c.method for c in provider.cloud.call_log() if c.method == "terminate"] == ["terminate"]

@@ -91,7 +91,8 @@ class Stopping:
             running = self._running(entry)
             if not running:
                 return None
-            self._signal(entry, running, remaining)
+            if not self._signal(entry, running, remaining):
+                return None  # nothing could be asked to stop alone: terminate ends it whole
             stop.signalled_at, stop.kill_by, stop.grace_sent = now, now + remaining, remaining
             if remaining <= 0:
                 return None  # killed at once: terminate follows without a look
@@ -193,9 +194,10 @@ class Stopping:
             message = f"PreStopHook failed: {outcome.message}" if outcome.message else "PreStopHook failed"
             self._events.pod(entry.pod, "Warning", EVENT_FAILED_PRE_STOP, message)
 
-    def _signal(self, entry: Tracked, running: list[str], grace: float) -> None:
+    def _signal(self, entry: Tracked, running: list[str], grace: float) -> bool:
+        """Ask the provider to stop each running container; False if it cannot stop one alone."""
         if self._stopper is None:
-            return  # terminate stops the instance as a whole
+            return False  # terminate stops the instance as a whole
         assert entry.instance_id is not None
         instance = entry.last_instance
         if instance is not None and not instance.containers:
@@ -205,10 +207,14 @@ class Stopping:
                 self._stopper.stop_container(entry.instance_id, name, grace=grace)
             except errors.NotFound:
                 continue  # gone, or ended meanwhile
+            except errors.NotSupported as exc:  # e.g. RunPod without SSH: terminate ends it whole
+                logger.info("%s: container %s cannot be stopped alone (%s); terminating", entry.key, name, exc)
+                return False
             except errors.Unavailable as exc:
                 raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
             except errors.ProviderError as exc:
                 raise Retry(f"stopping container {name} failed: {type(exc).__name__}: {exc}") from exc
+        return True
 
     def _look(self, entry: Tracked) -> Instance | None:
         assert entry.instance_id is not None

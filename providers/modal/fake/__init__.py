@@ -32,9 +32,14 @@ Methods served (all others answer UNIMPLEMENTED) and the fields honoured:
 - Command router: TaskExecStart (command_args, pty_info with winsz rows/cols, env, secret_ids,
   secret_sources, timeout_secs; runs in the sandbox's folder),
   TaskExecStdinWrite (offset, data, eof), TaskExecStdioRead (offset, fd), TaskExecPoll,
-  TaskExecWait.
+  TaskExecWait (the exit code, or the `signal` that killed it: the SDK reads 128 + N).
+Processes as a container's: the sandbox's command and every exec see `MODAL_TASK_ID` (the
+task's id, as Modal sets it); a signal sent from an exec to the command (what
+`ModalProvider.stop_container` does) ends the sandbox with 128 + N (143, 137) as its
+exitcode; when the command ends, its process group and the sandbox's execs are killed.
 There is no resource-usage RPC for sandboxes in SDK 1.6.4's api_pb2.
-Tests: tests/providers/modal/test_modal_fake_lifecycle.py
+Tests: tests/providers/modal/test_modal_fake_lifecycle.py,
+tests/providers/modal/test_modal_fake_exec.py::test_a_signal_from_an_exec_ends_the_sandbox_as_the_kernel_says_and_its_execs_with_it
 """
 
 from providers.modal.fake.fake import FakeModal, start_fake_modal

@@ -3,7 +3,8 @@ SDK's own `task_command_router_grpc.TaskCommandRouterBase`, served on the contro
 port. Calls need `authorization: Bearer <jwt>` with a JWT the fake issued. Each exec is a
 real child process (under a pty when `pty_info.enabled`, sized by winsz rows/cols) whose env
 is the sandbox's plus the request's; stdio is read by byte offset per file descriptor, stdin
-written by offset (repeats are ignored), and Wait/Poll give the exit code.
+written by offset (repeats are ignored), and Wait/Poll give the exit code, or the signal
+that killed it (the SDK reads 128 + N).
 Tests: tests/providers/modal/test_modal_fake_exec.py
 """
 
@@ -18,7 +19,7 @@ from modal_proto import task_command_router_pb2 as sr_pb2
 from modal_proto.task_command_router_grpc import TaskCommandRouterBase
 
 from providers.modal.fake.sandboxes import STDERR, STDOUT, Process
-from providers.modal.fake.state import ExecRecord, State
+from providers.modal.fake.state import TASK_ENV, ExecRecord, State
 
 
 def _unimplemented(name: str) -> Any:
@@ -59,7 +60,7 @@ class Router(_Base):  # type: ignore[misc]
             sandbox = self.state.sandboxes.get(sandbox_id or "")
             if sandbox is None or sandbox.process is None or sandbox.process.done.is_set():
                 raise GRPCError(Status.NOT_FOUND, f"task {req.task_id} is not running")
-            env, cwd = dict(sandbox.env), sandbox.process.workdir
+            env, cwd = {**sandbox.env, TASK_ENV: sandbox.task_id}, sandbox.process.workdir
             for secret_id in req.secret_ids:
                 env.update(self.state.secrets.get(secret_id, {}))
             for source in req.secret_sources:
@@ -117,11 +118,15 @@ class Router(_Base):  # type: ignore[misc]
 
     async def TaskExecWait(self, stream: Any) -> None:
         _, code = await self._code(stream, "TaskExecWait", True)
-        await stream.send_message(sr_pb2.TaskExecWaitResponse(code=code if code is not None else 0))
+        code = code if code is not None else 0
+        response = sr_pb2.TaskExecWaitResponse(signal=-code) if code < -1 else sr_pb2.TaskExecWaitResponse(code=code)
+        await stream.send_message(response)
 
     async def TaskExecPoll(self, stream: Any) -> None:
         _, code = await self._code(stream, "TaskExecPoll", False)
         response = sr_pb2.TaskExecPollResponse()
-        if code is not None:
+        if code is not None and code < -1:  # killed by a signal: Modal says which
+            response.signal = -code
+        elif code is not None:
             response.code = code
         await stream.send_message(response)

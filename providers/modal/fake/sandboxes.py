@@ -3,6 +3,10 @@
 Each sandbox is a `subprocess.Popen` with `start_new_session=True` in its own temporary
 folder (its execs run in the same folder); reader threads record every chunk of stdout/stderr with its arrival time, a
 waiter thread records the exit code, a timer ends the process group at the sandbox's timeout.
+A sandbox's process group is its container: when its command ends, whatever else of it
+still runs is killed (as a container's processes die with it), then `on_end` runs (the
+state ends the sandbox's execs). A signal's death is recorded as the negative signal
+number (Popen's), which the control plane and the router report as Modal does.
 Env values live only in the process; records keep env KEYS only.
 Tests: tests/providers/modal/test_modal_fake_lifecycle.py
 """
@@ -16,6 +20,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -59,8 +64,14 @@ class Process:
         pty: bool = False,
         cwd: str | None = None,
         size: tuple[int, int] | None = None,
+        container: bool = False,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
-        """`size` (rows, columns) is the PTY's window size when the command starts."""
+        """`size` (rows, columns) is the PTY's window size when the command starts;
+        `container`: the sandbox's own command (its group dies with it); `on_end` runs once
+        it ended."""
+        self._container = container
+        self._on_end = on_end
         self._owns_dir = cwd is None
         self.workdir = cwd or tempfile.mkdtemp(prefix="fake-modal-")
         self.output = Output()
@@ -131,6 +142,13 @@ class Process:
             self.output.close_one()
 
     def _wait(self) -> None:
+        if self._container:
+            # Ended but not reaped: its pid, the group's id, is no other process's yet.
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         code = self.popen.wait()
         if self.popen.stdin is not None:
             try:
@@ -142,6 +160,8 @@ class Process:
             self.exit_code = forced_code if self._forced else code
             self.ended_how = how
         self.done.set()
+        if self._on_end is not None:
+            self._on_end()
         if self._owns_dir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

@@ -53,6 +53,8 @@ def result_of(record: SandboxRecord) -> api_pb2.GenericResult | None:
     if not process.done.is_set():
         return None
     code = process.exit_code if process.exit_code is not None else -1
+    if process.ended_how == "exited" and code < -1:  # killed by a signal: the shell's 128 + N
+        code = 128 - code
     status = {
         "terminated": OK.GENERIC_STATUS_TERMINATED,
         "timeout": OK.GENERIC_STATUS_TIMEOUT,

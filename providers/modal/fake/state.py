@@ -9,6 +9,7 @@ Tests: tests/providers/modal/test_modal_fake_controls.py
 from __future__ import annotations
 
 import secrets as random
+import signal
 import string
 import threading
 import time
@@ -22,6 +23,7 @@ from providers.modal.fake.sandboxes import Process
 from providers.modal.fake.stats import Sampler
 
 _Found = TypeVar("_Found")
+TASK_ENV = "MODAL_TASK_ID"  # Modal sets it in every sandbox's container (its execs see it too)
 _ALPHABET = string.digits + string.ascii_uppercase + string.ascii_lowercase
 
 
@@ -143,8 +145,21 @@ class State:
             if record.process is not None or record.terminated:
                 return
             record.started_at = time.time()
-            record.process = Process(record.command, record.env, timeout=record.timeout or None)
+            record.process = Process(
+                record.command,
+                {**record.env, TASK_ENV: record.task_id},
+                timeout=record.timeout or None,
+                container=True,
+                on_end=lambda: self.end_execs(record.task_id),
+            )
             record.sampler = Sampler(record.process.pid, record.process.done)
+
+    def end_execs(self, task_id: str) -> None:
+        """The sandbox of `task_id` ended: its execs die with its container (SIGKILL)."""
+        with self.lock:
+            ending = [e.process for e in self.execs.values() if e.task_id == task_id]
+        for process in ending:
+            process.end("killed", -signal.SIGKILL)
 
     def take_failure(self, method: str) -> tuple[int, str] | None:
         with self.lock:

@@ -7,9 +7,21 @@ serves what the script uses: `pull`; `run -d --name N [opts] IMAGE [args]` (the 
 with the `-e` env; each `-v host:path` is honoured by rewriting `path` to `host` in the
 command's arguments, the one thing a local process cannot have: a mount namespace);
 `logs --timestamps --follow N` (Docker's `<RFC 3339 nanoseconds>Z <line>` lines);
-`wait N` (prints the exit code); `stop [-t T] N` (SIGTERM, then SIGKILL after T seconds);
+`wait N` (prints the exit code); `stop [-t T] N` and `kill [-s SIG] N` (below);
 `exec [-i] [-t] N COMMAND...` (COMMAND with N's env, its mounts rewritten; exit 1 if N is
 not running); `inspect -f '{{.State.Pid}}' N` (the container process's pid, 0 once it ended).
+
+Signals as Docker delivers them: each container's processes are a process group of their
+own (its "pid namespace"), led by the command's process (its "PID 1"). `stop -t T` sends
+SIGTERM to that main process only, then SIGKILL to the whole group T seconds later unless
+it ended, and returns once it ended (each `stop` has its own timer: a second one with a
+shorter T kills sooner); `kill` sends SIGKILL (or `-s SIG`) at once; both answer "No such
+container" (exit 1) for a name never run. When the main process
+ends, whatever else of the container still runs is killed (as the kernel does when a pid
+namespace's init exits). The exit code is Docker's: the code, or 128 + the signal that
+killed it (143 for SIGTERM, 137 for SIGKILL). Not modelled: a real PID 1 ignores a signal
+it has no handler for, so on Docker a `sleep` run as the container's command outlives
+SIGTERM (137 at the end of the grace) where here it dies of it (143).
 """
 
 from __future__ import annotations
@@ -71,12 +83,19 @@ def _supervise(name: str) -> int:
     spec = json.loads((_state() / f"{name}.json").read_text())
     log = (_state() / f"{name}.log").open("ab", buffering=0)
     child = subprocess.Popen(spec["command"], env=spec["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             stdin=subprocess.DEVNULL)  # fmt: skip
+                             stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     (_state() / f"{name}.pid.tmp").write_text(str(child.pid))
     (_state() / f"{name}.pid.tmp").rename(_state() / f"{name}.pid")
     assert child.stdout is not None
     for line in iter(child.stdout.readline, b""):
         log.write(f"{_stamp()} ".encode() + line.rstrip(b"\n") + b"\n")
+    # The main process has ended but is not reaped yet, so its pid (the group's id) is not
+    # another's: the rest of the container dies with it, as a pid namespace does with its init.
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
     code = child.wait()
     code = 128 - code if code < 0 else code
     (_state() / f"{name}.code.tmp").write_text(str(code))
@@ -109,21 +128,52 @@ def _wait(name: str) -> int:
     return 0
 
 
+def _signal(name: str, number: int, *, group: bool) -> None:
+    """`number` to the container's main process (or its whole group), only while its
+    supervisor has not reaped it (no `.code` yet): once it has, the pid may be another's."""
+    while not (_state() / f"{name}.pid").exists():  # created, its process starting
+        time.sleep(_POLL)
+    pid = int((_state() / f"{name}.pid").read_text())
+    if (_state() / f"{name}.code").exists():
+        return
+    try:
+        os.killpg(pid, number) if group else os.kill(pid, number)
+    except ProcessLookupError:
+        pass
+
+
+def _missing(name: str) -> bool:
+    """Docker's answer for a container never created (`docker run` made none of that name)."""
+    if (_state() / f"{name}.json").exists():
+        return False
+    print(f"Error response from daemon: No such container: {name}", file=sys.stderr)
+    return True
+
+
 def _stop(argv: list[str]) -> int:
     grace = float(argv[argv.index("-t") + 1]) if "-t" in argv else 10.0
     name = argv[-1]
-    while not (_state() / f"{name}.pid").exists():
-        time.sleep(_POLL)
-    pid = int((_state() / f"{name}.pid").read_text())
-    # Signalled only while its supervisor has not reaped it (no `.code` yet): once it has, the
-    # pid may already be another process's.
-    if not (_state() / f"{name}.code").exists():
-        os.kill(pid, signal.SIGTERM)
+    if _missing(name):
+        return 1
+    _signal(name, signal.SIGTERM, group=False)
     deadline = time.monotonic() + grace
+    killed = False
     while not (_state() / f"{name}.code").exists():
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
+        if time.monotonic() >= deadline and not killed:
+            _signal(name, signal.SIGKILL, group=True)
+            killed = True
         time.sleep(_POLL)
+    print(name)
+    return 0
+
+
+def _kill(argv: list[str]) -> int:
+    asked = argv[argv.index("-s") + 1].upper().removeprefix("SIG") if "-s" in argv else "KILL"
+    number = signal.Signals[f"SIG{asked}"]
+    name = argv[-1]
+    if _missing(name):
+        return 1
+    _signal(name, number, group=number == signal.SIGKILL)
     print(name)
     return 0
 
@@ -169,6 +219,8 @@ def main(argv: list[str]) -> int:
         return _wait(rest[-1])
     if verb == "stop":
         return _stop(rest)
+    if verb == "kill":
+        return _kill(rest)
     if verb == "exec":
         return _exec(rest)
     if verb == "inspect":

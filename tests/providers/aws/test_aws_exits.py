@@ -177,6 +177,23 @@ def test_a_console_is_read_when_finished_and_again_only_if_no_marker_was_seen_be
     assert needs_read(cached, state) is read
 
 
+@pytest.mark.parametrize(
+    ("cached", "state", "read"),
+    [
+        (None, "running", True),
+        (ConsoleVerdict(None, "running", NOW), "running", True),  # no marker yet: read again
+        (ConsoleVerdict(143, "running", NOW), "running", False),  # the stopped workload's marker: final
+        (ConsoleVerdict(143, "running", NOW), "shutting-down", False),
+        (None, "pending", False),
+    ],
+)
+def test_a_watched_running_instance_is_read_until_its_marker_shows(
+    cached: ConsoleVerdict | None, state: str, read: bool
+) -> None:
+    """`stop_container` asked its workload to stop: EC2 shows it running a minute longer."""
+    assert needs_read(cached, state, watched=True) is read
+
+
 def described(state: str, reason: str = "", lifecycle: str | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "InstanceId": "i-0123456789abcdef0", "State": {"Name": state}, "LaunchTime": NOW,
@@ -197,6 +214,7 @@ USER = "Client.UserInitiatedShutdown"
     [
         (described("pending"), None, InstanceState.INITIALIZING, None, False),
         (described("running"), None, InstanceState.RUNNING, None, False),
+        (described("running"), ConsoleVerdict(143, "running", NOW), InstanceState.FAILED, 143, False),  # stopped
         (described("shutting-down", USER), None, InstanceState.TERMINATING, None, False),
         (described("shutting-down", USER), ConsoleVerdict(0, "shutting-down", NOW), InstanceState.SUCCEEDED, 0, False),
         (described("terminated", USER), ConsoleVerdict(2, "terminated", NOW), InstanceState.FAILED, 2, False),

@@ -1,6 +1,6 @@
 """The Modal provider's pure parts: options, the GPU catalog, offerings and regions,
-capabilities, the token's sources, and SandboxInfo facts to `Instance` states (real
-`modal_proto` messages, as Modal's SandboxList answers)."""
+capabilities, the token's sources, SandboxInfo facts to `Instance` states (real
+`modal_proto` messages, as Modal's SandboxList answers), and the sandbox timeout's backstop."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from modal_proto import api_pb2
 from providers.base import InstanceState, Tier
 from providers.egress import EgressMode
 from providers.errors import Unauthorized
-from providers.modal import ModalProvider, catalog, status
+from providers.modal import ModalProvider, catalog, launch, status
 from providers.modal.options import parse_options
 from providers.modal.sdk import read_token
+from providers.podspec import pod_spec_from_dict
 
 
 @pytest.mark.parametrize(
@@ -121,7 +122,7 @@ def _info(result_status: int = 0, exitcode: int = 0, started: float = 0.0) -> An
         (api_pb2.GenericResult.GENERIC_STATUS_FAILURE, 3, 101.0, InstanceState.FAILED, 3, ""),
         (api_pb2.GenericResult.GENERIC_STATUS_FAILURE, 137, 101.0, InstanceState.FAILED, 137, ""),
         (api_pb2.GenericResult.GENERIC_STATUS_TERMINATED, 0, 101.0, InstanceState.TERMINATED, None, ""),
-        (api_pb2.GenericResult.GENERIC_STATUS_TIMEOUT, 0, 101.0, InstanceState.FAILED, None, "DeadlineExceeded"),
+        (api_pb2.GenericResult.GENERIC_STATUS_TIMEOUT, 0, 101.0, InstanceState.FAILED, 137, "Error"),  # the backstop
         (api_pb2.GenericResult.GENERIC_STATUS_KERNEL_OOM_KILL, 0, 101.0, InstanceState.FAILED, 137, "OOMKilled"),
         (api_pb2.GenericResult.GENERIC_STATUS_INIT_FAILURE, 0, 0.0, InstanceState.FAILED, None, ""),
     ],
@@ -132,3 +133,22 @@ def test_sandbox_facts_become_states_with_real_exit_codes(
     instance = status.instance_from(_info(result_status, exitcode, started))
     assert (instance.state, instance.exit_code, instance.exit_reason) == (state, code, reason)
     assert instance.claim == "default-w-abc" and instance.region == "us-east" and instance.id == "sb-1"
+
+
+@pytest.mark.parametrize(
+    ("spec", "max_lifetime", "timeout"),
+    [
+        ({}, 86400, 86400),  # no deadline: max_lifetime
+        ({"activeDeadlineSeconds": 5}, 86400, 5 + 30 + 60),  # the grace unset: 30 s
+        ({"activeDeadlineSeconds": 5, "terminationGracePeriodSeconds": 0}, 86400, 5 + 0 + 60),
+        ({"activeDeadlineSeconds": 5, "terminationGracePeriodSeconds": 120}, 86400, 5 + 120 + 60),
+        ({"activeDeadlineSeconds": 5, "terminationGracePeriodSeconds": 120}, 100, 100),  # at most max_lifetime
+    ],
+)
+def test_the_sandbox_timeout_is_a_backstop_past_the_deadline_and_the_pods_grace(
+    spec: dict[str, Any], max_lifetime: int, timeout: int
+) -> None:
+    pod = pod_spec_from_dict(
+        {"metadata": {"name": "w"}, "spec": {"containers": [{"name": "main", "image": "i"}], **spec}}
+    )
+    assert launch.lifetime(pod, parse_options({"max_lifetime": max_lifetime})) == timeout

@@ -114,20 +114,31 @@ def test_a_refused_create_is_classified(fake_modal: Any, tmp_path: Path) -> None
         provider.provision(make_pod(accelerator="mi300x"), request_for(pod))
 
 
-def test_I4_the_pods_pull_credentials_and_deadline_reach_the_sandbox(
+def test_I4_the_pods_pull_credentials_and_its_deadline_backstop_reach_the_sandbox(
     fake_modal: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The sandbox timeout is the deadline + the grace (default 30) + 60 s, at most max_lifetime."""
     caplog.set_level(logging.DEBUG)
     provider = provider_on(fake_modal, tmp_path)
     auths = {"ghcr.io": RegistryAuth("bot", "pull-pw-42")}
-    pod = make_pod(image="ghcr.io/acme/trainer:1", active_deadline_seconds=1)
-    instance_id = provider.provision(pod, request_for(pod, registry_auth=auths)).instance_id
-    record = _record(fake_modal, instance_id)
-    assert record["image"]["registry_username"] == "bot" and record["timeout"] == 1
-    ended = wait_for(lambda: (i := provider.get(instance_id)) is not None and i.state is InstanceState.FAILED and i, 20)
-    assert ended.exit_reason == "DeadlineExceeded"
+    pod = make_pod(image="ghcr.io/acme/trainer:1", active_deadline_seconds=5)
+    record = _record(fake_modal, provider.provision(pod, request_for(pod, registry_auth=auths)).instance_id)
+    assert record["image"]["registry_username"] == "bot" and record["timeout"] == 5 + 30 + 60
+    graced = make_pod("graced", active_deadline_seconds=5, termination_grace_seconds=2.5)
+    assert _record(fake_modal, provider.provision(graced, request_for(graced)).instance_id)["timeout"] == 5 + 3 + 60
     public = make_pod("public", image="busybox:1.36", active_deadline_seconds=10**6)
     other = _record(fake_modal, provider.provision(public, request_for(public, registry_auth=auths)).instance_id)
     assert other["image"]["registry_secret"] is False  # ghcr.io's credentials are not Docker Hub's
     assert other["timeout"] == 86400  # a deadline past Modal's longest timeout gets max_lifetime
     assert "pull-pw-42" not in caplog.text
+
+
+def test_a_sandbox_its_timeout_ended_reads_as_a_kill_not_as_a_deadline(fake_modal: Any, tmp_path: Path) -> None:
+    """The backstop fired (max_lifetime 1 s here): FAILED, exit 137, reason Error, and a
+    message naming the sandbox timeout; DeadlineExceeded is the vnode's to write."""
+    provider = provider_on(fake_modal, tmp_path, max_lifetime=1)
+    pod = make_pod(active_deadline_seconds=5)
+    instance_id = provider.provision(pod, request_for(pod)).instance_id
+    assert _record(fake_modal, instance_id)["timeout"] == 1
+    ended = wait_for(lambda: (i := provider.get(instance_id)) is not None and i.state is InstanceState.FAILED and i, 20)
+    assert (ended.exit_code, ended.exit_reason) == (137, "Error") and "sandbox timeout" in ended.message

@@ -109,13 +109,13 @@ def test_exec_c_runs_in_the_container_it_names_and_not_in_one_that_ended(running
 
 def test_stopping_one_container_ends_it_with_sigterms_code_and_leaves_the_others_running(running: Running) -> None:
     where = remote.reach(running.data, "side", root=str(running.vm.root))
-    argv = remote.stop_argv(where.docker_name, grace=5, docker=running.vm.docker_command())
-    process = start_process(running.sshd.target(), argv, tty=False, stdin=False)
+    command = remote.stop_command(where.docker_name, grace=5, docker=running.vm.docker_command())
+    process = start_process(running.sshd.target(), command, tty=False, stdin=False)
     try:
-        assert process.wait(60) == 0
+        assert process.wait(60) == 0  # at once: the docker stop runs detached on the VM
     finally:
         process.close()
-    # docker stop returns once the container stopped; the script records its exit right after.
+    # The script records the container's exit once docker stop has ended it.
     side = wait_for(lambda: containers.events_in(running.vm.console()).get("side", NOT_ENDED).exit_code, 30)
     assert side == 143
     assert running.vm.file("/var/log/nebula/side.exit").read_text().strip() == "143"  # written before the marker

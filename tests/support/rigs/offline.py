@@ -59,7 +59,7 @@ def offline_handler(provider: Provider, *, events: Any = None, kube: Any = None,
     """A Handler over `provider` whose every API call fails the test (and every Event too,
     unless `events` keeps them, e.g. `KeptEvents()`; and every write, unless `kube` keeps
     them, e.g. `KeptPatches()`)."""
-    return Handler(provider, kube=kube or NoApi(), events=events or NoApi(), **options)
+    return Handler(provider, kube=kube or NoApi(), events=events or NoApi(), **options)  # type: ignore[arg-type]
 
 
 def adopt_new_pod(handler: Handler, name: str, **annotations: str) -> dict[str, Any]:
