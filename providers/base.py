@@ -230,7 +230,6 @@ class Capabilities:
     capacity: Mapping[str, str] = field(default_factory=dict)  # node capacity, e.g. {"cpu": "64"}
     pulls_images: bool = True  # False: the container image is not used (say so to the user)
     uses_pull_secrets: bool = False  # True: `ProvisionRequest.registry_auth` reaches the image pull
-    enforces_deadline: bool = False  # True: the instance ends at `PodSpec.active_deadline_seconds`
     log_timestamps: bool = False  # True: log lines are stamped at the source (timestamps, since*)
     # True: the provider implements `Restarter` (the workload runs again in the same instance,
     # the last run's output kept for `--previous`). False: the vnode replaces the instance.

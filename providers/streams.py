@@ -112,11 +112,25 @@ class Restarter(Protocol):
 @runtime_checkable
 class ContainerStopper(Protocol):
     def stop_container(self, instance_id: InstanceId, container: str, *, grace: float) -> None:
-        """Stop one running container as a kubelet kills it (a failed liveness probe):
-        SIGTERM to its process group, SIGKILL after `grace` seconds. Returns once asked;
-        the container then shows TERMINATED with its exit (137 when killed), and runs
-        again only if the vnode calls `restart` for it. A container that is not running is
-        success. Raises NotFound (gone, or no such container), Unavailable."""
+        """Stop one running container as a kubelet kills it (a graceful delete, a deadline,
+        a failed liveness probe): SIGTERM to its processes (its process group, or PID 1 and
+        what it started), then SIGKILL to whatever still runs `grace` seconds later;
+        `grace <= 0` sends SIGKILL at once. Every provider implements it.
+
+        Returns once asked: it never waits the grace out (the SIGKILL timer runs on the
+        provider's side). Afterwards the container shows TERMINATED in `get`/`list` (its
+        `ContainerFacts`, or the state SUCCEEDED/FAILED of a one-container instance) with
+        the exit the kernel reports: the workload's own code when it exited by itself (a
+        SIGTERM trap that finishes its work and exits 143 gives 143; exit 0 gives 0), 143
+        when SIGTERM killed it, 137 when SIGKILL did; `exit_reason` "Completed" for 0, else
+        "Error". It runs again only if the vnode calls `restart` for it.
+
+        Idempotent: a second call with a SHORTER grace shortens the remaining wait (a force
+        delete after a graceful one); a longer one never lengthens it. A container that is
+        not running is success. `container == ""` is the first app container (the whole
+        workload of a one-container instance). `terminate` afterwards adds no grace of its
+        own for what already ended. Raises NotFound (gone, or no such container),
+        Unavailable."""
         ...
 
 

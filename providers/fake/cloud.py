@@ -164,11 +164,15 @@ class FakeCloud(Controls):
             call.outcome = f"ok run {record.runs}"
 
     def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None:
-        """Kill one container at once (exit 137; `grace` is not waited for: nothing here
-        handles SIGTERM). A container that is not running is success; NotFound for none."""
-        with self._call("stop_container", f"owner={owner} id={instance_id} container={container}", owner=owner) as call:
+        """SIGTERM to one container, SIGKILL `grace` seconds later (at once for `grace <= 0`);
+        the scenario's `sigterm` says how it reacts (dies at once: 143; traps it and exits
+        after N s with its code; ignores it: 137 at the grace's end). Returns at once; a
+        second call with a shorter grace moves the SIGKILL earlier. A container that is not
+        running is success; NotFound for none."""
+        summary = f"owner={owner} id={instance_id} container={container} grace={grace:g}"
+        with self._call("stop_container", summary, owner=owner) as call:
             record = self._require(instance_id, owner, call.now)
-            record.stop_container(call.now, record.require(container), self.scenario)
+            record.stop_container(call.now, record.require(container), grace, self.scenario)
             self._dirty = True
 
     def offerings(self) -> builtins.list[base.Offering]:

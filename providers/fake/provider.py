@@ -232,7 +232,8 @@ class FakeProvider(Owned):
         self._backend().restart(instance_id, owner=self._owner.key, container=container)
 
     def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
-        """The container is killed at once (TERMINATED, exit 137), in-process and over HTTP."""
+        """SIGTERM now, SIGKILL `grace` seconds later, on the cloud's clock (the grace travels
+        on the wire); the scenario's `sigterm` says how the container reacts (FakeCloud)."""
         self._backend().stop_container(instance_id, container, owner=self._owner.key, grace=grace)
 
     # -- internals ----------------------------------------------------------------------

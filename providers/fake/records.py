@@ -134,9 +134,10 @@ class InstanceRecord:
         self.runs += 1
         self._step(at, scenario)
 
-    def stop_container(self, at: float, container: ContainerRecord, scenario: Scenario) -> None:
-        """`container` is killed (137) if it runs."""
-        container.finish(at, workload.KILLED)
+    def stop_container(self, at: float, container: ContainerRecord, grace: float, scenario: Scenario) -> None:
+        """SIGTERM to `container` if it runs, SIGKILL `grace` seconds later (`workload`'s
+        rule: its script says how it reacts); it ends when the clock gets there."""
+        container.stop(at, grace)
         self._step(at, scenario)
 
     def lose(self, at: float, retention: float) -> None:

@@ -95,12 +95,23 @@ class CannedCommand:
 
 
 @dataclass(frozen=True)
+class SigtermScript:
+    """What a container does on SIGTERM (`stop_container`): it exits `seconds` after it with
+    `exit_code`; None seconds: it ignores SIGTERM (only the SIGKILL at the grace's end ends
+    it, 137). The default dies of the signal at once: 143, as a process without a handler."""
+
+    seconds: float | None = 0.0
+    exit_code: int = 143
+
+
+@dataclass(frozen=True)
 class ContainerScript:
-    """How long one container runs before it exits on its own (None: until stopped), and
-    with which code."""
+    """How long one container runs before it exits on its own (None: until stopped), with
+    which code, and what it does on SIGTERM."""
 
     run_seconds: float | None = None
     exit_code: int = 0
+    sigterm: SigtermScript = field(default_factory=SigtermScript)
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,7 @@ class Scenario:
     retention_seconds: float = 3600.0
     run_seconds: float | None = None  # the workload exits on its own after this long RUNNING
     exit_code: int = 0  # ... with this code
+    sigterm: SigtermScript = field(default_factory=SigtermScript)  # the workload's app containers on SIGTERM
     init_seconds: float = 1.0  # an init container (not a sidecar) exits 0 after this long
     containers: Mapping[str, ContainerScript] = field(default_factory=dict)  # by container name
     node_capacity: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_NODE_CAPACITY))
@@ -136,7 +148,7 @@ class Scenario:
             return _ENDLESS
         if init:
             return ContainerScript(self.init_seconds, 0)
-        return ContainerScript(self.run_seconds, self.exit_code)
+        return ContainerScript(self.run_seconds, self.exit_code, self.sigterm)
 
     def tiers(self) -> tuple[base.Tier, ...]:
         return tuple(dict.fromkeys(o.tier for o in self.offerings))
@@ -200,6 +212,7 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         retention_seconds=_number(data.get("retention_seconds", 3600.0), "retention_seconds"),
         run_seconds=None if run_seconds is None else _number(run_seconds, "workload.run_seconds"),
         exit_code=int(workload.get("exit_code", 0)),
+        sigterm=_parse_sigterm(workload.get("sigterm"), "workload.sigterm"),
         init_seconds=_number(workload.get("init_seconds", 1.0), "workload.init_seconds"),
         containers=_parse_containers(workload.get("containers") or {}),
         node_capacity={str(k): str(v) for k, v in (data.get("capacity") or DEFAULT_NODE_CAPACITY).items()},
@@ -313,14 +326,27 @@ def _parse_containers(data: Any) -> dict[str, ContainerScript]:
         raise ValueError("fake scenario: 'workload.containers' maps a container name to its script")
     scripts = {}
     for name, spec in data.items():
-        if not isinstance(spec, Mapping) or set(spec) - {"run_seconds", "exit_code"}:
-            raise ValueError(f"fake scenario: workload.containers.{name} takes run_seconds and exit_code")
+        if not isinstance(spec, Mapping) or set(spec) - {"run_seconds", "exit_code", "sigterm"}:
+            raise ValueError(f"fake scenario: workload.containers.{name} takes run_seconds, exit_code and sigterm")
         seconds = spec.get("run_seconds")
         scripts[str(name)] = ContainerScript(
             None if seconds is None else _number(seconds, f"workload.containers.{name}.run_seconds"),
             int(spec.get("exit_code", 0)),
+            _parse_sigterm(spec.get("sigterm"), f"workload.containers.{name}.sigterm"),
         )
     return scripts
+
+
+def _parse_sigterm(data: Any, name: str) -> SigtermScript:
+    """`ignore`, or `{seconds: N, exit_code: C}` (traps SIGTERM, works N s, exits C; C
+    defaults to 143); absent: dies of SIGTERM at once (143)."""
+    if data is None:
+        return SigtermScript()
+    if data == "ignore":
+        return SigtermScript(seconds=None)
+    if not isinstance(data, Mapping) or set(data) - {"seconds", "exit_code"}:
+        raise ValueError(f"fake scenario: {name} is 'ignore' or {{seconds: N, exit_code: C}}")
+    return SigtermScript(_number(data.get("seconds", 0), f"{name}.seconds"), int(data.get("exit_code", 143)))
 
 
 def _parse_command(spec: Any) -> CannedCommand:

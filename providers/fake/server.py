@@ -206,7 +206,8 @@ def _restart(cloud: FakeCloud, params: list[str], query: dict[str, str], body: d
 
 
 def _stop(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
-    cloud.stop_container(params[0], query["container"], owner=_owner(query), grace=float(query.get("grace", 0)))
+    container, grace = query.get("container", ""), float(query.get("grace", 0))  # "" (the first app one) is omitted
+    cloud.stop_container(params[0], container, owner=_owner(query), grace=grace)
     return 200, {}
 
 

@@ -17,10 +17,10 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from providers.fake.scenario import Scenario
+from providers.fake.scenario import ContainerScript, Scenario
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Volume
 
-KILLED = 137  # the exit code of a container killed (stop_container, terminate), as SIGKILL reports it
+KILLED = 137  # the exit code of a container killed (stop_container's grace spent, terminate), as SIGKILL reports it
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class ContainerRecord:
     runs: int = 0
     previous_started_at: float | None = None  # the run before the current one (restart)
     previous_stopped_at: float | None = None
+    term_at: float | None = None  # stop_container sent SIGTERM to the current run then
+    kill_at: float | None = None  # ... and SIGKILL comes then (the end of the grace)
     files: list[tuple[str, int]] = field(default_factory=list)  # (absolute path, mode) it sees
 
     @property
@@ -57,7 +59,31 @@ class ContainerRecord:
             self.previous_started_at, self.previous_stopped_at = self.started_at, self.stopped_at
         self.state = ContainerState.RUNNING
         self.started_at, self.stopped_at, self.exit_code = at, None, None
+        self.term_at = self.kill_at = None
         self.runs += 1
+
+    def stop(self, at: float, grace: float) -> None:
+        """SIGTERM at `at` (none for `grace <= 0`) and SIGKILL `grace` seconds later; asked
+        again, the earlier SIGKILL holds. A no-op unless it runs."""
+        if not self.running:
+            return
+        kill_at = at + max(0.0, grace)
+        self.kill_at = kill_at if self.kill_at is None else min(self.kill_at, kill_at)
+        if self.term_at is None and grace > 0:
+            self.term_at = at
+
+    def end(self, script: ContainerScript) -> tuple[float, int] | None:
+        """When and with which code the current run ends by itself or by the stop asked for
+        (the earliest of its scripted exit, its SIGTERM reaction and the SIGKILL); None if
+        nothing ends it."""
+        ends: list[tuple[float, int]] = []
+        if script.run_seconds is not None and self.started_at is not None:
+            ends.append((self.started_at + script.run_seconds, script.exit_code))
+        if self.term_at is not None and script.sigterm.seconds is not None:
+            ends.append((self.term_at + script.sigterm.seconds, script.sigterm.exit_code))
+        if self.kill_at is not None:
+            ends.append((self.kill_at, KILLED))
+        return min(ends, key=lambda end: end[0]) if ends else None
 
     def finish(self, at: float, code: int) -> None:
         """It exited with `code` at `at` (a no-op unless it runs)."""
@@ -144,11 +170,10 @@ def advance(containers: Sequence[ContainerRecord], begun: float, now: float, sce
         progressed = False
         for container in containers:
             script = scenario.script_for(container.name, init=container.init, sidecar=container.sidecar)
-            if container.running and script.run_seconds is not None and container.started_at is not None:
-                end = container.started_at + script.run_seconds
-                if end <= now:
-                    container.finish(end, script.exit_code)
-                    progressed = True
+            end = container.end(script) if container.running else None
+            if end is not None and end[0] <= now:
+                container.finish(*end)
+                progressed = True
         step = _next_start(containers, begun)
         if step is not None and step[0] <= now:
             for container in step[1]:

@@ -2,7 +2,7 @@
 one per container of the Pod.
 
 provider    LocalProvider (the seam), its Shapes and the image notice
-options     option parsing and the node capacity
+options     option parsing and the node capacity (the GPUs this machine has, or the `gpus` option)
 launch      create an instance folder (volumes, one folder per container), start its supervisors,
             the launches in flight here (Launcher) and resumed launches
 volumes     volumes materialised in the instance folder, mount paths under its root, path rewriting

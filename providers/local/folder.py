@@ -38,11 +38,12 @@ INDEX_ENTRY = struct.Struct("<QQ")  # the chunk's offset in LOG_FILE, its arriva
 SUPERVISOR_LOG_FILE = "supervisor.log"  # the supervisor's own stderr
 STDIN_FIFO = "stdin.fifo"  # the workload's stdin, only when the Pod asked for one (kubectl attach -i)
 PREVIOUS_DIR = "previous"  # the LOG_FILE and LOG_INDEX_FILE of the run before the current one
+SPAWN_FILE = "spawn.json"  # the workload is being spawned: started_at (the supervisor, just before it spawns)
 STOP_FILE = "stop.json"  # stop this container's current run (stop_container, or sidecars after the app containers)
 CONTAINERS_DIR = "containers"  # one folder per container other than the first app container
 VOLUMES_DIR = "volumes"  # the Pod's volumes, one folder each, materialised before any container starts
 ROOT_DIR = "root"  # the instance's root: each mount path appears under it (`providers.local.volumes`)
-# LAUNCH_FILE, RUN_FILE, EXIT_FILE, LAUNCH_ERROR_FILE and STOP_FILE carry `"run": <number>` (absent: 1);
+# LAUNCH_FILE, RUN_FILE, EXIT_FILE, LAUNCH_ERROR_FILE, SPAWN_FILE and STOP_FILE carry `"run": <number>` (absent: 1);
 # one of an older run than RUNS_FILE says is stale (see `providers.local.runs`).
 #
 # A container's records, log and lock (the names above from SPEC_FILE to STOP_FILE, less

@@ -51,12 +51,15 @@ def containers_in_order(pod: base.PodSpec) -> list[tuple[ContainerSpec, str]]:
     return [*inits, *((c, sequence.APP) for c in pod.app_containers())]
 
 
-def check_request(pod: base.PodSpec, request: base.ProvisionRequest) -> None:
-    """InvalidRequest for what this machine can never serve."""
+def check_request(pod: base.PodSpec, request: base.ProvisionRequest, *, gpus: int = 0) -> None:
+    """InvalidRequest for what this machine can never serve (`gpus`: the GPUs the node declares)."""
     if not folder.is_claim(request.claim):
         raise InvalidRequest(f"claim {request.claim!r} is not a DNS label")
-    if pod.gpu_count or pod.accelerator:
+    wanted = max(pod.gpu_count, 1 if pod.accelerator else 0)
+    if wanted and not gpus:
         raise InvalidRequest("the local provider has no accelerators")
+    if wanted > gpus:
+        raise InvalidRequest(f"the local provider has {gpus} GPUs (option 'gpus'); the Pod asks for {wanted}")
     if request.capacity_type not in (None, base.Tier.ON_DEMAND):
         raise InvalidRequest("the local provider serves only the OnDemand tier")
     if request.region not in (None, "local"):

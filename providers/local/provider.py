@@ -48,7 +48,7 @@ from providers.local import (
     usage,
     volumes,
 )
-from providers.local.options import LocalOptions, measure_capacity, parse_options
+from providers.local.options import GPU_RESOURCE, LocalOptions, gpus_of, measure_capacity, parse_options
 from providers.local.reader import FolderReader
 from providers.owner import Owned, Owner
 from providers.shape import PROBE_KINDS, VOLUME_KINDS, ContainerState, Shapes
@@ -91,7 +91,7 @@ class LocalProvider(Owned):
 
     def capabilities(self) -> base.Capabilities:
         if self._capacity is None:
-            self._capacity = measure_capacity(self._options.capacity)
+            self._capacity = measure_capacity(self._options.capacity, gpus=gpus_of(self._options))
         return base.Capabilities(
             poll_interval=self._options.poll_interval,
             tiers=(base.Tier.ON_DEMAND,),
@@ -109,7 +109,7 @@ class LocalProvider(Owned):
         if request.egress.mode is not EgressMode.OPEN:  # processes here reach whatever this host reaches
             mode = request.egress.mode.value
             raise NotSupported(f"spec.egress: {self._name} cannot enforce egress {mode}; only Open")
-        launch.check_request(pod, request)
+        launch.check_request(pod, request, gpus=self._gpus())
         instance_id = base.InstanceId(folder.instance_id_for(self._owner.key, request.claim))
         path = self._root / request.claim
         try:
@@ -121,6 +121,11 @@ class LocalProvider(Owned):
         except OSError as exc:
             raise Unavailable(f"cannot start instance {instance_id}: {exc.strerror or type(exc).__name__}") from exc
         return base.ProvisionResult(instance_id=instance_id, reserved=True, credential=None, endpoint=status.ENDPOINT)
+
+    def _gpus(self) -> int:
+        """The GPUs a Pod may ask for here: what the node declares."""
+        declared = self.capabilities().capacity.get(GPU_RESOURCE, "0")
+        return int(declared) if declared.isdigit() else 0
 
     def _needs_launch(self, container: Path) -> bool:
         """A container folder whose launch was interrupted."""
@@ -140,7 +145,9 @@ class LocalProvider(Owned):
             for entry in instance.containers():
                 container = instance.container(entry)
                 run = container.runs()
-                self._signal_termination(container, run, grace=self._options.grace_period)
+                # A container stopped first (the vnode's graceful stop) gets no second grace.
+                stopped = container.run_record(folder.STOP_FILE, run) is not None
+                self._signal_termination(container, run, grace=0.0 if stopped else self._options.grace_period)
                 alive = alive or container.supervisor_alive(run) or container.workload_alive(run)
             if not alive:
                 folder.remove_unsupervised(path)
@@ -150,7 +157,8 @@ class LocalProvider(Owned):
             raise Unavailable(f"cannot terminate {instance_id}: {exc.strerror or type(exc).__name__}") from exc
 
     def _signal_termination(self, container: FolderReader, run: int, *, grace: float) -> None:
-        """The supervisor enforces the grace period; without one, we do it ourselves."""
+        """The supervisor enforces the grace (`grace_period`, or none after a stop: its rule
+        for a stop); without a supervisor, we do it ourselves."""
         supervisor = container.supervisor(run)
         if supervisor is not None and pids.is_alive(supervisor):
             try:
@@ -222,7 +230,10 @@ class LocalProvider(Owned):
                 return
             run = found.runs()
             sequence.request_stop(found.path, grace=grace)
-            if not found.supervisor_alive(run):
+            leader = found.workload(run)
+            if grace <= 0 and leader is not None:
+                pids.signal_group(leader, signal.SIGKILL)  # at once; the supervisor records 137
+            elif not found.supervisor_alive(run):
                 _term_then_kill(found, run, grace=grace)
         except OSError as exc:
             named = containers.label(entry, instance_id)
@@ -316,9 +327,12 @@ class LocalProvider(Owned):
 
 
 def _term_then_kill(container: FolderReader, run: int, *, grace: float) -> None:
-    """TERM the container's group now and KILL it after `grace` seconds (no supervisor does)."""
+    """TERM the container's group now and KILL it after `grace` seconds (no supervisor does);
+    KILL at once for `grace <= 0`."""
     leader = container.workload(run)
-    if leader is not None and pids.signal_group(leader, signal.SIGTERM):
+    if leader is not None and grace <= 0:
+        pids.signal_group(leader, signal.SIGKILL)
+    elif leader is not None and pids.signal_group(leader, signal.SIGTERM):
         timer = threading.Timer(grace, pids.signal_group, (leader, signal.SIGKILL))
         timer.daemon = True
         timer.start()

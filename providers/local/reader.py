@@ -110,6 +110,8 @@ class FolderReader:
             launch = self.run_record(folder.LAUNCH_FILE, run)
             started = self.run_record(folder.RUN_FILE, run)
             supervisor_alive, workload_alive = _supervisor_lives(launch), _workload_lives(started)
+            # Spawned but not yet recorded: running already, as containerd reports a started task.
+            started = started or self.run_record(folder.SPAWN_FILE, run)
             ended = self.run_record(folder.EXIT_FILE, run)
             launch_error = self.run_record(folder.LAUNCH_ERROR_FILE, run)
             terminate = self.record_of_instance(folder.TERMINATE_FILE)

@@ -28,7 +28,14 @@ from typing import Any
 
 from providers.local import folder
 
-RUN_RECORDS = (folder.LAUNCH_FILE, folder.RUN_FILE, folder.EXIT_FILE, folder.LAUNCH_ERROR_FILE, folder.STOP_FILE)
+RUN_RECORDS = (
+    folder.LAUNCH_FILE,
+    folder.RUN_FILE,
+    folder.EXIT_FILE,
+    folder.LAUNCH_ERROR_FILE,
+    folder.SPAWN_FILE,
+    folder.STOP_FILE,
+)
 LOGS = (folder.LOG_FILE, folder.LOG_INDEX_FILE)
 
 

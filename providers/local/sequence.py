@@ -19,6 +19,7 @@ Tests: tests/providers/local/test_local_containers.py.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,11 +94,32 @@ def sidecars_may_stop(containers: Sequence[Entry], restart_policy: str) -> bool:
 
 
 def request_stop(container: Path, *, grace: float) -> None:
-    """Ask the container's current run to stop (TERM, then KILL after `grace` seconds)."""
+    """Ask the container's current run to stop: TERM now, KILL `grace` seconds from now (at
+    once for `grace <= 0`). Asked again, the earlier of the two kill times holds: a shorter
+    grace shortens the wait, a longer one never lengthens it."""
     run = runs.current(container)
-    if _current(container, folder.STOP_FILE) is None:
-        record = {"run": run, "grace": grace, "requested_at": stamp.now_stamp()}
-        folder.write_json_atomic(container / folder.STOP_FILE, record)
+    kill_at = time.time() + max(0.0, grace)
+    current = _current(container, folder.STOP_FILE)
+    if current is None:
+        record = {"run": run, "grace": grace, "requested_at": stamp.now_stamp(), "kill_at": kill_at}
+    elif kill_time(current, default_grace=grace) <= kill_at:
+        return
+    else:
+        record = {**current, "kill_at": kill_at}
+    folder.write_json_atomic(container / folder.STOP_FILE, record)
+
+
+def kill_time(stop: Mapping[str, Any], *, default_grace: float) -> float:
+    """When a stop record's run gets KILL (wall-clock seconds): its `kill_at`, else (a record
+    written before kill times) its request time plus its grace."""
+    kill_at = stop.get("kill_at")
+    if isinstance(kill_at, int | float) and not isinstance(kill_at, bool):
+        return float(kill_at)
+    grace = stop.get("grace")
+    seconds = float(grace) if isinstance(grace, int | float) and not isinstance(grace, bool) else default_grace
+    asked = stop.get("requested_at")
+    at = stamp.datetime_from_stamp(asked).timestamp() if isinstance(asked, str) else time.time()
+    return at + max(0.0, seconds)
 
 
 def stop_sidecars(containers: Sequence[Entry], *, grace: float) -> None:

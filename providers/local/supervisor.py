@@ -4,11 +4,20 @@ Started by `launch.start_supervisor`, one per container of an instance; detaches
 own session so it outlives the manager, waits until its container may start
 (`providers.local.sequence`), runs one run of the container as its child (in its own process
 group), appends its output to the container's log with an index of arrival times, and records
-the exit code, each record stamped with the run's number. On SIGTERM, on the instance's
-terminate record or on the container's stop record it sends TERM to the group and KILL after
-the grace period. After an app container ended it stops the sidecars once the sequence says
-so. Never logs the env.
-Tests: tests/providers/local/test_local.py.
+the exit code (from the group leader's wait status: its own code, or 128+N for death by
+signal N), each record stamped with the run's number. Its spawn record is written just before
+the workload is spawned, so the container reads RUNNING before its code runs (as containerd
+reports a started task), never WAITING while it runs; the run record (the leader's identity)
+follows the spawn.
+
+Rule for a stop: the container's stop record (`stop_container`, or the sidecars' stop) gives
+a kill time (`kill_at`, wall clock); the supervisor sends TERM to the group at once and KILL
+at that time; a kill time already past sends KILL alone (grace <= 0). A later stop record
+with an earlier kill time moves the KILL earlier. The instance's terminate record (or SIGTERM
+to the supervisor) kills a container that was stopped at once, and gives one nobody stopped
+the `grace_period` window (the orphan sweep). After an app container ended it stops the
+sidecars once the sequence says so. Never logs the env.
+Tests: tests/providers/local/test_local.py, tests/providers/local/test_local_stop.py.
 """
 
 from __future__ import annotations
@@ -65,7 +74,9 @@ class Supervisor:
         self.env = dict(env)
         self.stdin = bool(spec.get("stdin"))
         self.terminate_asked = False
-        self.kill_at: float | None = None
+        self.terminate_seen: float | None = None  # when this supervisor first saw terminate
+        self.term_sent = False
+        self.killed = False
         self.child: subprocess.Popen[bytes] | None = None
         self.leader: pids.ProcessIdentity | None = None
 
@@ -79,6 +90,9 @@ class Supervisor:
             recorder = OutputRecorder(log, index)
             reader, writer = os.pipe()
             stdin = self._open_stdin()
+            started_at = stamp.now_stamp()
+            record = {"started_at": started_at, "run": self.run_number}
+            folder.write_json_atomic(self.path / folder.SPAWN_FILE, record)  # RUNNING from here on
             try:
                 self.child = subprocess.Popen(
                     self.argv,
@@ -100,18 +114,19 @@ class Supervisor:
             os.close(writer)
             # stdin stays open here too: the workload never sees EOF when an attachment ends.
             self.leader = pids.identify(self.child.pid) or pids.ProcessIdentity(self.child.pid, 0)
-            supervisor = pids.identify(os.getpid())
-            folder.write_json_atomic(
-                self.path / folder.RUN_FILE,
-                {
-                    "supervisor": supervisor.as_json() if supervisor else None,
-                    "workload": self.leader.as_json(),
-                    "started_at": stamp.now_stamp(),
-                    "run": self.run_number,
-                },
-            )
+            self._record_run(started_at, self.leader)
             self._pump(reader, recorder)
         self._record_exit(pids.exit_code_from_returncode(self.child.wait()))
+
+    def _record_run(self, started_at: str, leader: pids.ProcessIdentity) -> None:
+        supervisor = pids.identify(os.getpid())
+        record = {
+            "supervisor": supervisor.as_json() if supervisor else None,
+            "workload": leader.as_json(),
+            "started_at": started_at,
+            "run": self.run_number,
+        }
+        folder.write_json_atomic(self.path / folder.RUN_FILE, record)
 
     def _terminating(self) -> bool:
         return self.terminate_asked or (self.instance / folder.TERMINATE_FILE).exists()
@@ -146,6 +161,7 @@ class Supervisor:
             if exited_at is None and self.child.poll() is not None:
                 exited_at = time.monotonic()
                 self._kill_group()  # leftovers of the workload go with it, as in a container
+                self.killed = True  # nothing more to signal: a later stop's KILL is moot
             if exited_at is not None and (not pipe_open or time.monotonic() - exited_at > DRAIN_AFTER_EXIT):
                 break
             if not pipe_open:
@@ -161,25 +177,28 @@ class Supervisor:
         os.close(reader)
 
     def _enforce_termination(self) -> None:
-        if self.kill_at is None:
-            grace = self._stop_grace()
-            if grace is not None:
-                self.kill_at = time.monotonic() + grace
-                self._signal(signal.SIGTERM)
-        elif time.monotonic() >= self.kill_at:
+        kill_at = self._kill_at()
+        if kill_at is None or self.killed:
+            return
+        if time.time() >= kill_at:
             self._kill_group()
-            self.kill_at = float("inf")
+            self.killed = True
+        elif not self.term_sent:
+            self._signal(signal.SIGTERM)
+            self.term_sent = True
 
-    def _stop_grace(self) -> float | None:
-        """The grace period of a stop asked for (SIGTERM, the instance's terminate record or
-        the container's stop record), None while none was."""
-        if self._terminating():
-            return self.grace
+    def _kill_at(self) -> float | None:
+        """When the group gets KILL (wall clock), from the stops asked for (the rule for a
+        stop); None while none was."""
         stop = runs.of_run(folder.read_json(self.path / folder.STOP_FILE), self.run_number)
-        if stop is None:
-            return None
-        grace = stop.get("grace")
-        return float(grace) if isinstance(grace, int | float) and not isinstance(grace, bool) else self.grace
+        stop_at = sequence.kill_time(stop, default_grace=self.grace) if stop is not None else None
+        if not self._terminating():
+            return stop_at
+        if self.terminate_seen is None:
+            self.terminate_seen = time.time()
+        # Terminate after a stop: what still runs is killed; nobody stopped it: the grace period.
+        window = self.terminate_seen + (0.0 if stop is not None else self.grace)
+        return window if stop_at is None else min(window, stop_at)
 
     def _signal(self, signum: signal.Signals) -> None:
         if self.leader is not None:
@@ -212,7 +231,7 @@ def main(argv: list[str]) -> int:
     if lock is None:
         return 0
     runs.finish_rotation(path)
-    if (path / folder.RUN_FILE).exists() or (path / folder.EXIT_FILE).exists():
+    if any((path / name).exists() for name in (folder.RUN_FILE, folder.SPAWN_FILE, folder.EXIT_FILE)):
         return 0  # an earlier supervisor started this run's workload: never run it twice
     run = runs.current(path)
     child = os.fork()

@@ -103,6 +103,7 @@ def test_local_attach_output_ends_when_the_workload_dies_without_an_exit_record(
     instance = start(local, "echo up; exec sleep 300", stdin=False)
     attached = local.attach(instance, stdin=False, tty=False)
     folder = local.root / str(instance).rsplit(".", 1)[-1]  # local-<cluster>.<alias>.<claim>
+    wait_for(lambda: "workload" in json.loads((folder / "run.json").read_text()), ignoring=(OSError,))  # spawn first
     supervisor, workload = (
         pids.ProcessIdentity.from_json(json.loads((folder / record).read_text())[key])
         for record, key in (("launch.json", "supervisor"), ("run.json", "workload"))

@@ -1,24 +1,49 @@
 """The behavioural contract every provider honours (design §4), run against each one.
 
 A `Cloud` fixture yields a factory of provider objects that share one backing state, so a
-new object stands for the manager restarted on the same state.
+new object stands for the manager restarted on the same state. The stop tests name their
+workload by its container: local runs the Pod's command (a shell trap), the fake clouds
+follow their scenario's `sigterm` script for that name (STOP_SCRIPTS).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from providers import errors
-from providers.base import Instance, InstanceId, InstanceState, PodSpec, Provider, ProvisionRequest
+from providers.base import (
+    ContainerStopper,
+    Instance,
+    InstanceId,
+    InstanceState,
+    LogOptions,
+    LogStreamer,
+    PodSpec,
+    Provider,
+    ProvisionRequest,
+)
 from providers.claim import claim_name
-from tests.support.polling import wait_for
+from providers.fake.scenario import DEFAULT_SCENARIO
+from providers.shape import ContainerState
+from tests.support.polling import read_to_end, wait_for
 
 ProviderFactory = Callable[[], Provider]
+# The stop tests' workloads, by container name: a trap that works 2 s (its checkpoint line
+# printed after) then exits 143, and one that ignores SIGTERM. `up` is printed once the
+# trap is set. The fake clouds run the same behaviour from their scenario.
+LOOP = "echo up; while true; do sleep 0.05; done"
+TRAPPER = ("sh", "-c", f"trap 'sleep 2; echo checkpoint saved; exit 143' TERM; {LOOP}")
+STUBBORN = ("sh", "-c", f"trap '' TERM; {LOOP}")
+STOP_SCRIPTS = {"trapper": {"sigterm": {"seconds": 2, "exit_code": 143}}, "stubborn": {"sigterm": "ignore"}}
+FAKE_SCENARIO = {**DEFAULT_SCENARIO, "workload": {"containers": STOP_SCRIPTS}}
+SLACK = 3.0  # seconds of scheduling on a busy 2-core machine
 
 
 @pytest.fixture(params=["local", "fake", "fake-http", "aws", "runpod", "modal"])
@@ -38,7 +63,7 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
 
         cloud = f"contract-{uuid.uuid4().hex}"
 
-        build = functools.partial(FakeProvider, "fake", {"cloud": cloud})
+        build = functools.partial(FakeProvider, "fake", {"cloud": cloud, "scenario": FAKE_SCENARIO})
         close = lambda: None  # noqa: E731
     elif request.param == "aws":
         from moto import mock_aws
@@ -84,7 +109,7 @@ def make_provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pr
         from providers.fake import FakeProvider
         from providers.fake.server import start_server
 
-        server = start_server()
+        server = start_server(scenario=FAKE_SCENARIO)
 
         build = functools.partial(FakeProvider, "fake", {"url": server.url})
         close = server.close
@@ -219,3 +244,101 @@ def test_capabilities_offerings_and_regions_are_well_formed(make_provider: Provi
     assert offerings and all(o.gpu_count >= 0 for o in offerings)
     regions = provider.expand_regions([o.region for o in offerings])
     assert len(regions) == len(set(regions))
+
+
+def stopper(provider: Provider, request: pytest.FixtureRequest) -> ContainerStopper:
+    """The provider as a ContainerStopper; a skip, with its reason, where it cannot be one here."""
+    param = request.node.callspec.params["make_provider"]
+    if param == "aws":
+        pytest.skip("stop_container needs SSH (off here); tests/providers/aws covers AWS over SSH")
+    if not isinstance(provider, ContainerStopper):
+        pytest.skip(f"{param} has no stop_container yet (issue 33's helper H2 adds it and removes this skip)")
+    return provider
+
+
+def started(provider: Provider, name: str, command: tuple[str, ...]) -> InstanceId:
+    """An instance running `name`, once its first output shows (for a shell: its trap is set)."""
+    pod = make_pod(name, container=name, command=command)
+    instance_id = provider.provision(pod, request_for(pod)).instance_id
+    if isinstance(provider, LogStreamer):
+        options = LogOptions(container=name)
+        wait_for(lambda: read_to_end(provider.logs(instance_id, options)), 30, ignoring=(errors.NotFound,))
+    wait_for(lambda: (i := provider.get(instance_id)) is not None and i.state is InstanceState.RUNNING, 30)
+    return instance_id
+
+
+def exit_of(provider: Provider, instance_id: InstanceId, name: str) -> tuple[int | None, datetime | None] | None:
+    """The container's exit code and finish time once it ended (its ContainerFacts, or the
+    instance's for a provider that reports none); None while it runs."""
+    instance = provider.get(instance_id)
+    assert instance is not None
+    facts = next((c for c in instance.containers if c.name == name), None)
+    if facts is not None:
+        return (facts.exit_code, facts.finished_at) if facts.state is ContainerState.TERMINATED else None
+    if instance.state in (InstanceState.SUCCEEDED, InstanceState.FAILED):
+        return instance.exit_code, instance.finished_at
+    return None
+
+
+def stop_and_wait(
+    stop: ContainerStopper, provider: Provider, instance_id: InstanceId, name: str, grace: float, within: float
+) -> tuple[int | None, float]:
+    """Stop `name` with `grace`; its exit code and how long after the ask it finished."""
+    asked = time.time()
+    stop.stop_container(instance_id, name, grace=grace)
+    assert time.time() - asked < SLACK  # returns once asked, never waiting the grace out
+    code, finished = wait_for(lambda: exit_of(provider, instance_id, name), within, what=f"{name} ended")
+    assert finished is not None
+    return code, finished.timestamp() - asked
+
+
+def test_stop_container_lets_a_sigterm_trap_finish_its_work_and_reports_its_own_143(
+    make_provider: ProviderFactory, request: pytest.FixtureRequest
+) -> None:
+    provider = make_provider()
+    stop = stopper(provider, request)
+    instance_id = started(provider, "trapper", TRAPPER)
+    poll = provider.capabilities().poll_interval
+    asked = time.time()
+    code, took = stop_and_wait(stop, provider, instance_id, "trapper", grace=10, within=2 + poll + SLACK)
+    assert code == 143 and took >= 1.9  # it worked its 2 s after SIGTERM, then exited by itself
+    if isinstance(provider, LogStreamer):  # and its output went on after SIGTERM, up to its exit
+        log = read_to_end(provider.logs(instance_id, LogOptions(container="trapper", timestamps=True)))
+        stamps = [datetime.fromisoformat(line.split(b" ", 1)[0].decode()) for line in log.splitlines()]
+        assert any(stamp.timestamp() >= asked + 0.9 for stamp in stamps)
+
+
+def test_stop_container_kills_a_workload_that_ignores_sigterm_with_137_when_the_grace_ends(
+    make_provider: ProviderFactory, request: pytest.FixtureRequest
+) -> None:
+    provider = make_provider()
+    stop = stopper(provider, request)
+    instance_id = started(provider, "stubborn", STUBBORN)
+    poll = provider.capabilities().poll_interval
+    code, took = stop_and_wait(stop, provider, instance_id, "stubborn", grace=1, within=1 + poll + SLACK)
+    assert code == 137 and took >= 0.9
+
+
+def test_stop_container_with_grace_zero_kills_at_once(
+    make_provider: ProviderFactory, request: pytest.FixtureRequest
+) -> None:
+    provider = make_provider()
+    stop = stopper(provider, request)
+    instance_id = started(provider, "trapper", TRAPPER)
+    poll = provider.capabilities().poll_interval
+    code, took = stop_and_wait(stop, provider, instance_id, "trapper", grace=0, within=poll + SLACK)
+    assert code == 137 and took < 1.0  # SIGKILL alone: the trap never ran
+
+
+def test_a_second_stop_with_a_shorter_grace_shortens_the_wait(
+    make_provider: ProviderFactory, request: pytest.FixtureRequest
+) -> None:
+    """A force delete after a graceful one; a longer grace after that never lengthens it."""
+    provider = make_provider()
+    stop = stopper(provider, request)
+    instance_id = started(provider, "stubborn", STUBBORN)
+    stop.stop_container(instance_id, "stubborn", grace=120)
+    poll = provider.capabilities().poll_interval
+    code, took = stop_and_wait(stop, provider, instance_id, "stubborn", grace=1, within=1 + poll + SLACK)
+    assert code == 137 and 0.9 <= took < 1 + poll + SLACK
+    stop.stop_container(instance_id, "stubborn", grace=120)  # not running: success

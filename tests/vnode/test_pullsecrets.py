@@ -159,15 +159,3 @@ def test_a_provider_that_pulls_without_the_pods_credentials_says_so(
     assert provider.requests[0].registry_auth == {}
     (warning,) = wait_for(lambda: events_for(kube, "unused", names.EVENT_PULL_SECRETS_NOT_USED))
     assert warning["message"] == "gpu pulls images without the Pod's imagePullSecrets; a private image may fail to pull"
-
-
-def test_a_deadline_the_provider_does_not_enforce_is_a_warning(
-    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
-) -> None:
-    start_runner(PullingFake("gpu", {"cloud": cloud_name}, uses=False))
-    kube.create(path_for("pods", namespace="default"), make_pod("bounded", "gpu", activeDeadlineSeconds=3600))
-    wait_for(lambda: phase_of(kube, "bounded") == "Running", timeout=15)
-    (warning,) = wait_for(lambda: events_for(kube, "bounded", names.EVENT_DEADLINE_NOT_ENFORCED))
-    assert warning["message"] == (
-        "gpu does not enforce spec.activeDeadlineSeconds; the Pod runs until it exits or is deleted"
-    )

@@ -197,12 +197,6 @@ class Provisioner:
         for reason, message in env.warnings:
             self._events.pod(pod, "Warning", reason, message)
         pull = self._pull_auth(incoming)
-        if incoming.deadline and not self._capabilities().enforces_deadline:
-            message = (
-                f"{self._provider.name} does not enforce spec.activeDeadlineSeconds; "
-                "the Pod runs until it exits or is deleted"
-            )
-            self._events.pod(pod, "Warning", names.EVENT_DEADLINE_NOT_ENFORCED, message)
         egress = self._pools.egress_of(incoming.pool) if self._pools is not None else OPEN_EGRESS
         return ProvisionRequest(
             claim=incoming.claim,

@@ -227,13 +227,15 @@ def test_restart_without_a_container_runs_the_whole_ended_workload_from_its_firs
     assert r.states(instance_id) == {"migrate": (T, 2), "app": (R, 2)}
 
 
-def test_stop_container_kills_it_with_137_and_a_container_not_running_is_success(rig: Rigs) -> None:
+def test_stop_container_ends_it_with_143_and_a_container_not_running_is_success(rig: Rigs) -> None:
+    """By default a container dies of SIGTERM at once (143); tests/providers/fake/test_fake_stop.py
+    scripts the other reactions."""
     r = rig({"workload": {"init_seconds": 0}})
     instance_id = start(r, pod("app", "helper"))
     r.clock.advance(2)
     r.provider.stop_container(instance_id, "helper", grace=30)
     facts = r.facts(instance_id)
-    assert (facts["helper"].state, facts["helper"].exit_code, facts["helper"].finished_at) == (T, 137, at(2))
+    assert (facts["helper"].state, facts["helper"].exit_code, facts["helper"].finished_at) == (T, 143, at(2))
     assert facts["app"].state is R
     r.provider.stop_container(instance_id, "helper", grace=30)
     assert r.facts(instance_id)["helper"].finished_at == at(2)

@@ -57,6 +57,8 @@ def terminate_all(provider: LocalProvider) -> None:
 
 def kill_instance(path: Path) -> None:
     """SIGKILL an instance's supervisor and workload group, as a reboot would."""
+    # run.json follows spawn.json (RUNNING already) by a moment: the leader's identity first.
+    wait_for(lambda: "workload" in json.loads((path / "run.json").read_text()), ignoring=(OSError,))
     for record, key in (("launch.json", "supervisor"), ("run.json", "workload")):
         identity = pids.ProcessIdentity.from_json(json.loads((path / record).read_text())[key])
         assert identity is not None
@@ -294,6 +296,7 @@ def test_a_run_that_ends_while_its_folder_is_read_shows_its_exit_code(
     result = provider.provision(make_pod(args=("exec sleep 300",)), request())
     wait_for(lambda: provider.get(result.instance_id).state is InstanceState.RUNNING)  # type: ignore[union-attr]
     path = provider.root / CLAIM
+    wait_for(lambda: "workload" in json.loads((path / "run.json").read_text()), ignoring=(OSError,))  # after spawn.json
     alive = pids.is_alive
     ended: list[bool] = []
 

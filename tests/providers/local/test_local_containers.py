@@ -70,9 +70,12 @@ def log_of(provider: LocalProvider, instance_id: InstanceId, container: str, **o
 
 
 def workload(provider: LocalProvider, container: str) -> pids.ProcessIdentity:
+    """The container's group leader, once recorded (RUNNING is read from its spawn on, a moment earlier)."""
     path = provider.root / CLAIM if container == "main" else provider.root / CLAIM / "containers" / container
-    identity = pids.ProcessIdentity.from_json((folder.read_json(path / folder.RUN_FILE) or {}).get("workload"))
-    assert identity is not None
+    identity: pids.ProcessIdentity = wait_for(
+        lambda: pids.ProcessIdentity.from_json((folder.read_json(path / folder.RUN_FILE) or {}).get("workload")),
+        what=f"the leader of {container}",
+    )
     return identity
 
 

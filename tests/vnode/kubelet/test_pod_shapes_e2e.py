@@ -166,6 +166,6 @@ def test_the_model_server_pod_on_the_fake_cloud_over_http_reports_each_step(
     wait_for(lambda: killing in shaped.events(names.EVENT_KILLING), what="the Killing Event")
     cloud.inject({"kind": "file", "instance": instance, "container": "metrics", "path": "/data/alive"})
     wait_for(lambda: shaped.container("metrics").get("restartCount", 0) >= 1, what="metrics restarted")
-    assert shaped.container("metrics")["lastState"]["terminated"]["exitCode"] == 137
+    assert shaped.container("metrics")["lastState"]["terminated"]["exitCode"] == 143  # dies of SIGTERM
     assert shaped.container("server")["restartCount"] == 0
     wait_for(lambda: shaped.condition("Ready") == "True", what="Ready again")
