@@ -59,7 +59,12 @@ def test_a_missing_env_secret_reads_create_container_config_error_until_the_secr
     pod["spec"]["containers"][0]["env"] = env
     rig.kube.create(PODS, pod)
     wait_for(lambda: rig.get_pods_status("needs-secret") == "CreateContainerConfigError", 30, what="kubectl's STATUS")
-    last = rig.watch.history("needs-secret")[-1]
+    config_error = "CreateContainerConfigError"
+    last: Seen = wait_for(
+        lambda: rig.watch.first("needs-secret", lambda s: waiting_of(s).get("reason") == config_error),
+        10,
+        what="the status in the watch",
+    )  # the watch may trail kubectl's GET
     assert last.phase == "Pending"
     assert waiting_of(last) == {"reason": "CreateContainerConfigError", "message": f'secret "{SECRET}" not found'}
     conditions = {c["type"]: (c["status"], c.get("reason")) for c in last.status.get("conditions") or []}
