@@ -4,12 +4,15 @@ Started by the Runner. Every `renew_interval` it renews the Lease in `kube-node-
 and patches the node's status: Ready is True only while the provider's last list
 succeeded, and the `ProviderReachable` condition says why when it did not. A node someone
 deleted is created again. It publishes only addresses that reach its kubelet listener, and
-writes the kubelet's NodeReady / NodeNotReady Events when Ready changes. Never touches Pods.
-Tests: tests/vnode/test_controllers.py, tests/vnode/test_nodecontroller_addresses.py.
+writes the kubelet's NodeReady / NodeNotReady Events when Ready changes; its `nodeInfo` is a
+kubelet's (`node_info`), and it tells the PodWriter the node's addresses (every Pod's hostIP).
+Never touches Pods. Tests: tests/vnode/test_controllers.py, tests/vnode/test_nodecontroller_addresses.py,
+tests/vnode/test_nodecontroller_info.py.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import platform
 import threading
@@ -28,7 +31,11 @@ from vnode.handler import Handler
 logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
-VERSION = "nebula-0.1.0"
+NEBULA_VERSION = "0.1.0"  # pyproject.toml's (tests/vnode/test_nodecontroller_info.py checks they agree)
+KUBELET_VERSION = f"v{NEBULA_VERSION}-nebula"  # the v-form kubectl prints in VERSION
+RUNTIME_VERSION = f"nebula://{NEBULA_VERSION}"  # the kubelet's `<runtime>://<version>`
+GOARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
+          "i386": "386", "i686": "386", "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}  # fmt: skip
 DEFAULT_CAPACITY = {"cpu": "1k", "memory": "10Ti", "pods": "1k", "nvidia.com/gpu": "1k"}
 MANAGED_CONDITIONS = ("Ready", names.CONDITION_PROVIDER_REACHABLE)
 
@@ -48,6 +55,42 @@ def node_addresses(node_ip: str | None, dns_name: str | None) -> list[dict[str, 
     if dns_name:
         addresses.append({"type": "InternalDNS", "address": dns_name})
     return addresses
+
+
+def _first_line(*paths: str) -> str:
+    for path in paths:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return handle.readline().strip()
+        except OSError:
+            continue
+    return ""
+
+
+@functools.cache
+def node_info() -> dict[str, str]:
+    """`status.nodeInfo`, as a kubelet fills it, for the machine this virtual kubelet runs on
+    (the node's address and its kubelet endpoint are this machine's; its Pods run at the
+    provider): Nebula's version as kubeletVersion and runtime, GOARCH's name of the machine,
+    the kernel, the OS image, and the machine's ids where the system tells them ("" where it
+    does not: a kubelet reads the same files). Read once."""
+    try:
+        os_image = platform.freedesktop_os_release().get("PRETTY_NAME", "")
+    except OSError:
+        os_image = ""
+    machine = platform.machine()
+    return {
+        "kubeletVersion": KUBELET_VERSION,
+        "containerRuntimeVersion": RUNTIME_VERSION,
+        "operatingSystem": "linux",
+        "architecture": GOARCH.get(machine.lower(), machine.lower()),
+        "kernelVersion": platform.release(),
+        "osImage": os_image,
+        "machineID": _first_line("/etc/machine-id", "/var/lib/dbus/machine-id"),
+        "systemUUID": _first_line("/sys/class/dmi/id/product_uuid").lower(),
+        "bootID": _first_line("/proc/sys/kernel/random/boot_id"),
+        "kubeProxyVersion": "",
+    }
 
 
 def ready_event(published: str | None, written: str) -> str | None:
@@ -91,6 +134,8 @@ class NodeController:
         self._published_ready: str | None = None  # the Ready status the API server holds, as far as known
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # The Pods on this node read its address as their hostIP (the writer stamps it).
+        handler.writer.advertise_node(node_addresses(node_ip, node_dns_name))
 
     @property
     def name(self) -> str:
@@ -174,18 +219,7 @@ class NodeController:
             "allocatable": capacity,
             "addresses": addresses,
             "daemonEndpoints": {"kubeletEndpoint": {"Port": port}},
-            "nodeInfo": {
-                "kubeletVersion": VERSION,
-                "operatingSystem": "linux",
-                "architecture": {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine()),
-                "machineID": "",
-                "systemUUID": "",
-                "bootID": "",
-                "kernelVersion": "",
-                "osImage": "",
-                "containerRuntimeVersion": "",
-                "kubeProxyVersion": "",
-            },
+            "nodeInfo": dict(node_info()),
             "conditions": self.conditions(),
             "phase": "Running",
         }

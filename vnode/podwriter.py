@@ -2,16 +2,20 @@
 
 Called by the Handler's phases. `flush` is the one path Pod metadata takes: annotations
 first, so whoever reads a status can also find the instance (design §1.6); a status the
-API already shows as terminal is frozen. Writes only: what a Pod reads (its Secrets and
-ConfigMaps) is `vnode.sources.reader`'s. Never logs a Secret's content (I4; see
+API already shows as terminal is frozen. Every status it writes carries the node's address
+as `hostIP`/`hostIPs`, as a kubelet's does (told by the node controller, `advertise_node`;
+tests/vnode/test_status_details.py::test_every_status_written_carries_the_nodes_address).
+Writes only: what a Pod reads (its Secrets and ConfigMaps) is `vnode.sources.reader`'s.
+Never logs a Secret's content (I4; see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret).
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kube import names
@@ -23,10 +27,41 @@ from vnode.model.tracking import Tracked, pod_key
 logger = logging.getLogger(__name__)
 
 
+def host_ips(addresses: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
+    """A Pod's `hostIPs` from its node's `status.addresses`, as the kubelet picks them
+    (GetNodeHostIPs): the first InternalIP, else the first ExternalIP, then the first address
+    of the other IP family, if any. () when the node has no IP address."""
+    ips = []
+    for kind in ("InternalIP", "ExternalIP"):
+        for address in addresses:
+            if address.get("type") == kind:
+                try:
+                    ips.append(ipaddress.ip_address(str(address.get("address"))))
+                except ValueError:
+                    continue
+    if not ips:
+        return ()
+    other = next((ip for ip in ips if ip.version != ips[0].version), None)
+    return tuple(str(ip) for ip in (ips[0], other) if ip is not None)
+
+
 class PodWriter:
     def __init__(self, kube: Kube, events: EventRecorder) -> None:
         self._kube = kube
         self._events = events
+        self._host_ips: tuple[str, ...] = ()
+
+    def advertise_node(self, addresses: Sequence[Mapping[str, str]]) -> None:
+        """The node's `status.addresses`, told by the node controller that publishes them:
+        from then on every status written carries its IP (`host_ips`) as `hostIP`/`hostIPs`."""
+        self._host_ips = host_ips(addresses)
+
+    def _stamped(self, desired: Mapping[str, Any]) -> dict[str, Any]:
+        """`desired` with the node's address, which wins over the one the Pod had (a kubelet
+        writes its node's current one each time)."""
+        if not self._host_ips:
+            return dict(desired)
+        return {**desired, "hostIP": self._host_ips[0], "hostIPs": [{"ip": ip} for ip in self._host_ips]}
 
     def needs_flush(self, entry: Tracked) -> bool:
         pending_annotations = not entry.desired_annotations.items() <= entry.written_annotations.items()
@@ -61,7 +96,7 @@ class PodWriter:
         try:
             self._kube.patch(
                 path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"),
-                {"status": desired},
+                {"status": self._stamped(desired)},
             )
         except NotFoundError:
             return
@@ -75,7 +110,7 @@ class PodWriter:
         metadata = pod.get("metadata") or {}
         path = path_for("pods", namespace=metadata.get("namespace"), name=metadata.get("name"), subresource="status")
         try:
-            self._kube.patch(path, {"status": dict(desired)})
+            self._kube.patch(path, {"status": self._stamped(desired)})
         except KubeError as exc:
             logger.info("status of %s/%s not written: %s", metadata.get("namespace"), metadata.get("name"), exc)
             return False

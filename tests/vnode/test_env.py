@@ -158,6 +158,38 @@ def test_a_missing_source_of_any_container_names_the_object_to_wait_for() -> Non
 
 
 @pytest.mark.parametrize(
+    ("ref", "kubelet"),
+    [
+        ({"secretKeyRef": {"name": "later", "key": "k"}}, 'secret "later" not found'),
+        ({"configMapKeyRef": {"name": "later", "key": "k"}}, 'configmap "later" not found'),
+        ({"secretKeyRef": {"name": "db", "key": "NOPE"}}, "couldn't find key NOPE in Secret ns/db"),
+        ({"configMapKeyRef": {"name": "cfg", "key": "NOPE"}}, "couldn't find key NOPE in ConfigMap ns/cfg"),
+    ],
+)
+def test_an_unresolvable_env_says_what_a_kubelet_says_of_it(ref: dict[str, Any], kubelet: str) -> None:
+    with pytest.raises(EnvError) as caught:
+        resolve_pod_env(
+            PodFields.of(make_pod(env=[{"name": "X", "valueFrom": ref}])),
+            read_secret=read_secret,
+            read_configmap=read_configmap,
+        )
+    assert caught.value.kubelet == kubelet and caught.value.failed == {"main": kubelet}
+
+
+def test_every_container_whose_env_fails_is_named_with_its_own_message() -> None:
+    pod = make_pod(env_from=[{"secretRef": {"name": "gone"}}])
+    pod["spec"]["initContainers"] = [
+        {"name": "fetch", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "later", "key": "k"}}}]},
+        {"name": "fine", "env": [{"name": "Y", "value": "y"}]},
+    ]
+    with pytest.raises(EnvError) as caught:
+        resolve_pod_env(PodFields.of(pod), read_secret=read_secret, read_configmap=read_configmap)
+    assert caught.value.failed == {"fetch": 'configmap "later" not found', "main": 'secret "gone" not found'}
+    assert list(caught.value.failed) == ["fetch", "main"]  # in the order a kubelet starts them
+    assert caught.value.missing == MissingSource("ConfigMap", "ns", "later")  # the first one is waited for
+
+
+@pytest.mark.parametrize(
     ("labels", "text"),
     [({}, ""), ({"b": "2", "a": "1"}, 'a="1"\nb="2"'), ({"k": 'q"\\\t\x01é'}, 'k="q\\"\\\\\\t\\x01é"')],
 )

@@ -30,12 +30,11 @@ def test_the_pod_is_read_once_at_the_door() -> None:
         annotations={names.REGION_ANNOTATION: "eu-west-1", "nebula.io/capacity-type": "spot"},
         container={"image": "trainer:1"},
         imagePullSecrets=[{"name": "ghcr"}, {}],
-        activeDeadlineSeconds=60,
     )
     incoming = IncomingPod.of(pod)
     assert incoming.key == "ml/door" and incoming.claim == claim_name("ml", "door", uid)
     assert incoming.spec is not None and incoming.spec.image == "trainer:1" and incoming.invalid == ""
-    assert (incoming.tier, incoming.region, incoming.pool, incoming.deadline) == (Tier.SPOT, "eu-west-1", "gpus", True)
+    assert (incoming.tier, incoming.region, incoming.pool) == (Tier.SPOT, "eu-west-1", "gpus")
     assert incoming.fields.pull_secrets == ("ghcr", "") and incoming.fields.source_namespace == "ml"
     unread = IncomingPod.of(make_pod("bad", container=BAD_GPUS))
     assert unread.spec is None and "nvidia.com/gpu" in unread.invalid

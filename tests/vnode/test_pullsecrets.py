@@ -1,8 +1,7 @@
 """The Pod's imagePullSecrets, resolved as a kubelet resolves them (`vnode.sources.pullsecrets`), and
 through the vnode: a provider that takes them gets the registry's credentials in
 `ProvisionRequest.registry_auth`, a missing Secret is the kubelet's Warning and not a stop,
-and a provider that pulls without them says so (as one that does not enforce
-activeDeadlineSeconds does). No password reaches an Event or a log (I4)."""
+and a provider that pulls without them says so. No password reaches an Event or a log (I4)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from kube import names
 from kube.times import rfc3339
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode.model import status
+from vnode.model import imageref, status
 from vnode.model.runs import GONE_EXIT_CODE
 from vnode.model.status import NO_HISTORY, RunView, Verdicts
 
@@ -66,6 +66,26 @@ def before_start_status(pod: Mapping[str, Any], *, now: datetime) -> JsonDict:
     return status_from_containers(pod, nothing, now=now, views={}, verdicts=status.NO_VERDICTS)
 
 
+def config_error_status(pod: Mapping[str, Any], failed: Mapping[str, str], *, now: datetime) -> JsonDict:
+    """The status of a Pod whose containers' environment cannot be resolved (`failed`: container
+    name -> the kubelet's message, `secret "x" not found`), as a kubelet writes it: Pending,
+    started (`startTime`), each such container waiting `CreateContainerConfigError` with its
+    message. A kubelet starts init containers one by one and the app containers after them, so
+    the first failing init container is the one that waits so, the others as before they start;
+    with no init container failing, every failing app container does. The rest wait as for
+    `before_start_status` (the instance runs them all: none of them starts either)."""
+    result = before_start_status(pod, now=now)
+    inits = {str(c.get("name")) for c in init_containers(pod)}
+    blocking = next((name for name in failed if name in inits), None)
+    chosen = {blocking} if blocking is not None else set(failed) - inits
+    for entry in [*result.get("initContainerStatuses", ()), *result["containerStatuses"]]:
+        if entry["name"] in chosen:
+            message = failed[entry["name"]]
+            entry["state"] = {"waiting": {"reason": names.REASON_CREATE_CONTAINER_CONFIG_ERROR, "message": message}}
+    result.setdefault("startTime", rfc3339(now))  # a kubelet stamps it when it first syncs the Pod
+    return result
+
+
 def status_from_containers(
     pod: Mapping[str, Any],
     instance: Instance,
@@ -100,10 +120,7 @@ def status_from_containers(
     }
     if not inits:
         del result["initContainerStatuses"]
-    old: Mapping[str, Any] = pod.get("status") or {}
-    for key in ("startTime", "hostIP", "hostIPs"):
-        if key in old:
-            result[key] = old[key]
+    status.pod_details(result, pod)
     if "startTime" not in result and instance.state is not InstanceState.PROVISIONING:
         result["startTime"] = rfc3339(instance.started_at or now)
     status.add_pod_ip(result, instance)
@@ -149,7 +166,8 @@ def _container_status(
     if view.last:
         entry["lastState"] = {"terminated": dict(view.last)}
     if facts is not None and facts.runs > 0:
-        entry["containerID"] = f"nebula://{instance.id}/{name}"
+        entry["containerID"] = imageref.container_id(instance.id, name)
+        entry["imageID"] = imageref.image_id(str(entry["image"]))
     return entry
 
 

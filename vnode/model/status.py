@@ -19,6 +19,7 @@ from typing import Any
 from kube import names
 from kube.times import rfc3339
 from providers.base import Instance, InstanceState
+from vnode.model import imageref, qos
 
 JsonDict = dict[str, Any]
 
@@ -148,13 +149,15 @@ def _compose(
     message: str,
     state: JsonDict,
     ready: bool,
-    container_id: str,
+    instance_id: str,
     now: datetime,
     run: RunView = NO_HISTORY,
     verdicts: Verdicts = NO_VERDICTS,
 ) -> JsonDict:
     """The status shape shared by every mapping: conditions, one status per container (each
-    ready only if its probes say so)."""
+    ready only if its probes say so), and the details every status carries (`pod_details`).
+    `instance_id`: the instance whose containers these are ("" for none: a container keeps
+    the containerID it had, as a kubelet's keeps its last container's)."""
     old = old_conditions(pod)
     containers = (pod.get("spec") or {}).get("containers") or []
     ready = ready and all(verdicts.ready_ok(c, running=True) for c in containers)
@@ -162,8 +165,9 @@ def _compose(
     not_ready = "" if ready else ("PodCompleted" if phase in ("Succeeded", "Failed") else "ContainersNotReady")
     container_statuses = []
     for container in containers:
+        name = str(container.get("name", ""))
         entry: JsonDict = {
-            "name": container.get("name", ""),
+            "name": name,
             "image": container.get("image", ""),
             "imageID": "",
             "ready": ready,
@@ -173,8 +177,9 @@ def _compose(
         }
         if run.last:
             entry["lastState"] = {"terminated": dict(run.last)}
-        if container_id:
-            entry["containerID"] = container_id
+        identify(entry, pod, instance_id)
+        if "containerID" in state.get("terminated", {}):  # each container its own, as in its status
+            entry["state"] = {"terminated": {**state["terminated"], "containerID": entry.get("containerID", "")}}
         container_statuses.append(entry)
     status: JsonDict = {
         "phase": phase,
@@ -188,11 +193,36 @@ def _compose(
         ],
         "containerStatuses": container_statuses,
     }
-    old_status: Mapping[str, Any] = pod.get("status") or {}
-    for key in ("startTime", "hostIP", "hostIPs"):
-        if key in old_status:
-            status[key] = old_status[key]
+    pod_details(status, pod)
     return status
+
+
+def pod_details(status: JsonDict, pod: Mapping[str, Any]) -> None:
+    """What every status carries over from the Pod's own (`startTime`, `hostIP`/`hostIPs`,
+    `podIP`/`podIPs`: a restart or an adoption never moves them; an instance's address
+    replaces the Pod IP afterwards, `add_pod_ip`), and `qosClass`: the API server's, else the
+    one it would set (`vnode.model.qos`)."""
+    old: Mapping[str, Any] = pod.get("status") or {}
+    for key in ("startTime", "hostIP", "hostIPs", "podIP", "podIPs"):
+        if key in old:
+            status[key] = old[key]
+    status["qosClass"] = old.get("qosClass") or qos.qos_class(pod)
+
+
+def identify(entry: JsonDict, pod: Mapping[str, Any], instance_id: str) -> None:
+    """`containerID` and `imageID` of one container status (`vnode.model.imageref`): those of
+    its container in `instance_id`; with no instance, those it had in the Pod's status."""
+    name = entry["name"]
+    if instance_id:
+        entry["containerID"] = imageref.container_id(instance_id, name)
+        entry["imageID"] = imageref.image_id(str(entry.get("image") or ""))
+        return
+    status: Mapping[str, Any] = pod.get("status") or {}
+    previous = [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
+    had = next((s for s in previous if isinstance(s, Mapping) and s.get("name") == name), None)
+    if had is not None and had.get("containerID"):
+        entry["containerID"] = had["containerID"]
+        entry["imageID"] = had.get("imageID") or ""
 
 
 def status_from_instance(
@@ -220,7 +250,7 @@ def status_from_instance(
         message=message,
         state=state,
         ready=ready,
-        container_id=f"nebula://{instance.id}",
+        instance_id=instance.id,
         now=now,
         run=run,
         verdicts=verdicts,
@@ -249,7 +279,7 @@ def lost_status(pod: Mapping[str, Any], *, now: datetime, message: str = "", run
         message=message,
         state=state,
         ready=False,
-        container_id="",
+        instance_id="",
         now=now,
         run=run,
     )
@@ -263,7 +293,7 @@ def replacing_status(pod: Mapping[str, Any], *, now: datetime, run: RunView) -> 
     else:
         state = {"waiting": {"reason": "ContainerCreating"}}
     return _compose(
-        pod, phase="Running", reason="", message="", state=state, ready=False, container_id="", now=now, run=run
+        pod, phase="Running", reason="", message="", state=state, ready=False, instance_id="", now=now, run=run
     )
 
 
@@ -275,9 +305,11 @@ def given_up_status(
     terminated: Mapping[str, Any],
     now: datetime,
     run: RunView = NO_HISTORY,
+    instance_id: str = "",
 ) -> JsonDict:
     """`Failed/<reason>` for a Pod whose instance the provider took back (vnode.phases.giveup): its
-    container `terminated` as the kubelet reports one it killed, the run history kept."""
+    container `terminated` as the kubelet reports one it killed, the run history kept. The
+    instance is `instance_id`, else the one `terminated`'s containerID names."""
     state = {"terminated": dict(terminated)}
     status = _compose(
         pod,
@@ -286,7 +318,7 @@ def given_up_status(
         message=message,
         state=state,
         ready=False,
-        container_id=str(terminated.get("containerID") or ""),
+        instance_id=instance_id or imageref.instance_of(str(terminated.get("containerID") or "")),
         now=now,
         run=run,
     )
@@ -299,7 +331,7 @@ def failed_status(pod: Mapping[str, Any], *, reason: str, message: str, now: dat
     """A terminal status for a Pod that never got an instance (a refused provision)."""
     state = {"waiting": {"reason": reason, "message": message}}
     return _compose(
-        pod, phase="Failed", reason=reason, message=message, state=state, ready=False, container_id="", now=now
+        pod, phase="Failed", reason=reason, message=message, state=state, ready=False, instance_id="", now=now
     )
 
 

@@ -79,6 +79,7 @@ class Stop:
     signalled_at: float | None = None  # monotonic: when stop_container was asked
     kill_by: float | None = None  # monotonic: when the provider kills what still runs
     grace_sent: float | None = None  # the grace the provider was last asked for
+    look_after: float = 0.0  # monotonic: a wake-up before this does not look again
 
     @property
     def ends(self) -> float:

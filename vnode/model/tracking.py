@@ -61,6 +61,7 @@ class Tracked:
     preemption: str = ""  # a preemption's block reason, not yet reported (vnode.phases.giveup)
     terminate_asked: bool = False  # teardown: terminate was called once for this instance
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
+    look_after: float = 0.0  # teardown: monotonic time before which a wake-up does not look again
     # The prober's verdicts, each for the container run it probed; replaced whole, never changed.
     probe_verdicts: status.Verdicts = status.NO_VERDICTS
     # Held while the facts or the probes' verdicts are turned into a status (poll thread, flush).

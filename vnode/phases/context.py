@@ -11,7 +11,7 @@ Tests: tests/vnode/test_context.py, tests/vnode/test_controllers.py.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -35,6 +35,8 @@ class Writer(Protocol):
     def flush(self, entry: Tracked, current: Mapping[str, Any] | None) -> None: ...
 
     def write_status(self, pod: Mapping[str, Any], desired: Mapping[str, Any]) -> bool: ...
+
+    def advertise_node(self, addresses: Sequence[Mapping[str, str]]) -> None: ...
 
 
 class Traits:

@@ -20,16 +20,18 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kube import names, observe
+from kube.times import rfc3339
 from kube.worker import Retry
 from providers import errors, shapecheck
 from providers.base import ClaimName, Instance, InstanceState, PodSpec, ProvisionRequest, ProvisionResult, Tier
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.podspec import pod_spec_from_dict, requested_tier
-from vnode.model import assess, containerstatus, status
+from vnode.model import assess, containerstatus, status, stopping
 from vnode.model.tracking import pod_claim, pod_key
 from vnode.phases.context import PhaseContext
 from vnode.sources.env import EnvError, MissingSource, PodFields, resolve_pod_env
@@ -43,8 +45,8 @@ class WaitingForSource(Retry):
     """The Pod's env or a volume needs a Secret or ConfigMap that does not exist yet: retry,
     and sooner when `missing` appears (the pod controller watches that one object)."""
 
-    def __init__(self, message: str, *, missing: MissingSource) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, missing: MissingSource, delay: float | None = None) -> None:
+        super().__init__(message, delay=delay)
         self.missing = missing
 
 
@@ -66,7 +68,6 @@ class IncomingPod:
     tier: Tier | None
     region: str | None
     pool: str | None  # its `nebula.io/pool` label (None: placed from no pool)
-    deadline: bool  # spec.activeDeadlineSeconds is set
 
     @classmethod
     def of(cls, pod: JsonDict) -> IncomingPod:
@@ -85,7 +86,6 @@ class IncomingPod:
             tier=requested_tier(pod),
             region=fields.annotations.get(names.REGION_ANNOTATION) or None,
             pool=fields.labels.get(names.POOL_LABEL) or None,
-            deadline=bool((pod.get("spec") or {}).get("activeDeadlineSeconds")),
         )
 
 
@@ -110,6 +110,9 @@ class Provisioner:
         A Pod whose shape the provider cannot serve fails first, naming the fields (I9).
         The Pod is read once, here (`IncomingPod`); what follows takes what was read."""
         incoming = IncomingPod.of(pod)
+        deadline = stopping.deadline_of(pod)  # a Pod that waited for a Secret has a startTime
+        if deadline is not None and deadline <= self._now():
+            return self._past_deadline(pod)
         unserved = shapecheck.unserved(pod, self._capabilities().shapes)
         for need in unserved:
             if need.warn_only:
@@ -191,9 +194,14 @@ class Provisioner:
             self._events.pod(pod, "Warning", exc.reason, str(exc))
             if isinstance(exc, MountError) and not (pod.get("status") or {}).get("containerStatuses"):
                 self._writer.write_status(pod, containerstatus.before_start_status(pod, now=self._now()))
+            if isinstance(exc, EnvError) and not exc.unread:  # an API that did not answer is no verdict
+                self._config_error(incoming, exc)
+            # A Pod with a deadline is looked at again by then at the latest (it fails at it).
+            deadline = stopping.deadline_of(pod)
+            left = None if deadline is None else max((deadline - self._now()).total_seconds(), 0.0) + 0.05
             if exc.missing is not None:
-                raise WaitingForSource(str(exc), missing=exc.missing) from exc
-            raise Retry(str(exc)) from exc
+                raise WaitingForSource(str(exc), missing=exc.missing, delay=left) from exc
+            raise Retry(str(exc), delay=left) from exc
         for reason, message in env.warnings:
             self._events.pod(pod, "Warning", reason, message)
         pull = self._pull_auth(incoming)
@@ -208,6 +216,22 @@ class Provisioner:
             egress=egress,
             registry_auth=pull.auths,
         )
+
+    def _config_error(self, incoming: IncomingPod, exc: EnvError) -> None:
+        """A container's env cannot be resolved: what a kubelet shows of it, on each try. The
+        Pod's status (`containerstatus.config_error_status`: `CreateContainerConfigError`),
+        written when it differs from the Pod's (never over a tracked Pod's: its own status
+        wins), and per such container the kubelet's Warning `Failed`, `Error: <why>`, which
+        the EventRecorder counts."""
+        pod = incoming.pod
+        desired = containerstatus.config_error_status(pod, exc.failed, now=self._now())
+        current: Mapping[str, Any] = pod.get("status") or {}
+        if incoming.key not in self._tracked and any(current.get(k) != v for k, v in desired.items()):
+            self._writer.write_status(pod, desired)
+        for entry in [*desired.get("initContainerStatuses", ()), *desired["containerStatuses"]]:
+            waiting = entry["state"].get("waiting") or {}
+            if waiting.get("reason") == names.REASON_CREATE_CONTAINER_CONFIG_ERROR:
+                self._events.pod(pod, "Warning", names.EVENT_CONTAINER_FAILED, f"Error: {waiting['message']}")
 
     def _pull_auth(self, incoming: IncomingPod) -> PullAuth:
         """The Pod's imagePullSecrets as registry credentials, when the provider uses them;
@@ -256,6 +280,18 @@ class Provisioner:
             state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
             instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
         assess.observe(entry, instance, now=self._now(), at=self._monotonic(), rules=self._rules())
+
+    def _past_deadline(self, pod: JsonDict) -> None:
+        """A Pod that never got an instance (it waited for a Secret) and ran past its
+        `activeDeadlineSeconds`: Failed/DeadlineExceeded with the kubelet's Event, as a kubelet
+        fails a Pod stuck before its containers start."""
+        entry = self._tracked.track(pod)
+        entry.terminal = True
+        waiting = dict(pod.get("status") or {}) or status.failed_status(
+            pod, reason=stopping.DEADLINE_REASON, message=stopping.DEADLINE_MESSAGE, now=self._now()
+        )
+        entry.desired_status = stopping.deadline_status(waiting, now=rfc3339(self._now()))
+        self._events.pod(pod, "Normal", stopping.DEADLINE_REASON, stopping.DEADLINE_MESSAGE)
 
     def _refuse(self, pod: JsonDict, reason: str, message: str) -> None:
         """The provider will not serve this Pod: Failed, with an Event saying why."""

@@ -96,7 +96,10 @@ class Stopping:
             stop.signalled_at, stop.kill_by, stop.grace_sent = now, now + remaining, remaining
             if remaining <= 0:
                 return None  # killed at once: terminate follows without a look
-            return min(FIRST_LOOK, remaining)
+            stop.look_after = now + min(FIRST_LOOK, remaining)
+            return stop.look_after - now
+        if now < stop.look_after:
+            return stop.look_after - now  # woken early (an Event, a status write): the look is not due
         instance = self._look(entry)
         if instance is None or self._ended(entry, instance):
             if instance is not None:
@@ -113,6 +116,7 @@ class Stopping:
         wait = max(FIRST_LOOK, min(since, self._poll_interval()))
         if now < stop.kill_by:
             wait = min(wait, stop.kill_by - now + 0.05)
+        stop.look_after = now + wait
         return wait
 
     # -- one container (a failed liveness probe) ----------------------------------------------

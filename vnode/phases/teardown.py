@@ -112,6 +112,9 @@ class Teardown:
                 return after
             if pod is not None and stop.signalled_at is not None:
                 self._writer.flush(entry, pod)  # the containers' ends, before the instance and the Pod go
+        now = self._monotonic()
+        if entry.terminate_asked and now < entry.look_after:
+            return entry.look_after - now  # woken early (an Event, a status write): the look is not due
         who = observe.Subject(key, entry.claim, entry.instance_id)
         try:
             if not entry.terminate_asked:
@@ -133,6 +136,7 @@ class Teardown:
             self._tracked.forget(entry)
             return None
         entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
+        entry.look_after = now + entry.recheck
         return entry.recheck
 
     def release(self, entry: Tracked) -> None:

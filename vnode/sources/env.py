@@ -82,12 +82,28 @@ class MissingSource:
 
 
 class EnvError(Exception):
-    """The environment cannot be resolved; `reason` is a kubelet Event reason."""
+    """The environment cannot be resolved; `reason` is a virtual-kubelet Event reason
+    (`MandatorySecretNotFound`, ...). `kubelet` is what a kubelet says of it, the message of
+    the container's `CreateContainerConfigError` (`secret "x" not found`, `couldn't find key k
+    in Secret ns/x`). `failed`, set by `resolve_pod_env`: every container whose environment
+    cannot be resolved, by name, with its `kubelet` message (init containers first, in order).
+    `unread`: the object could not be read at all (the API did not answer): no verdict yet."""
 
-    def __init__(self, reason: str, message: str, *, missing: MissingSource | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        message: str,
+        *,
+        missing: MissingSource | None = None,
+        kubelet: str = "",
+        unread: bool = False,
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.missing = missing
+        self.kubelet = kubelet or message
+        self.unread = unread
+        self.failed: dict[str, str] = {}
 
 
 @dataclass
@@ -115,7 +131,9 @@ class _Sources:
             except Exception as exc:
                 word = "Optional" if optional else "Mandatory"
                 raise EnvError(
-                    f"FailedToRead{word}{kind}", f"could not read {kind} {self.namespace}/{name}: {type(exc).__name__}"
+                    f"FailedToRead{word}{kind}",
+                    f"could not read {kind} {self.namespace}/{name}: {type(exc).__name__}",
+                    unread=True,
                 ) from exc
         data = self._cache[key]
         if data is None and not optional:
@@ -123,6 +141,7 @@ class _Sources:
                 f"Mandatory{kind}NotFound",
                 f"{kind} {self.namespace}/{name} not found",
                 missing=MissingSource(kind, self.namespace, name),
+                kubelet=f'{kind.lower()} "{name}" not found',  # the API's NotFound for the kubelet's `secret` resource
             )
         return data
 
@@ -253,7 +272,11 @@ def _from_key_ref(sources: _Sources, kind: str, ref: Mapping[str, Any], result: 
                 (f"Optional{kind}KeyNotFound", f"{kind} {sources.namespace}/{name} has no key {key!r}")
             )
             return None
-        raise EnvError(f"Mandatory{kind}KeyNotFound", f"{kind} {sources.namespace}/{name} has no key {key!r}")
+        raise EnvError(
+            f"Mandatory{kind}KeyNotFound",
+            f"{kind} {sources.namespace}/{name} has no key {key!r}",
+            kubelet=f"couldn't find key {key} in {kind} {sources.namespace}/{name}",
+        )
     return data[key]
 
 
@@ -280,13 +303,26 @@ class PodEnv:
 
 def resolve_pod_env(pod: PodFields, *, read_secret: Reader, read_configmap: Reader) -> PodEnv:
     """The environment of every container (init and app), each resolved against its own
-    `env`, `envFrom` and resources; each Secret or ConfigMap is read once. Raises EnvError."""
+    `env`, `envFrom` and resources; each Secret or ConfigMap is read once. Raises the first
+    container's EnvError, its `failed` naming every container that cannot be resolved (a
+    kubelet tells each container's `CreateContainerConfigError` on its own)."""
     sources = _Sources(pod.source_namespace, read_secret, read_configmap)
     result = PodEnv(first=str(pod.containers[0].get("name", "")) if pod.containers else "")
+    first: EnvError | None = None
+    failed: dict[str, str] = {}
     for container in [*pod.init_containers, *pod.containers]:
-        resolved = _resolve_container(pod, container, sources)
-        result.containers[str(container.get("name", ""))] = resolved.values
+        name = str(container.get("name", ""))
+        try:
+            resolved = _resolve_container(pod, container, sources)
+        except EnvError as exc:
+            first = first or exc
+            failed[name] = exc.kubelet
+            continue
+        result.containers[name] = resolved.values
         result.warnings.extend(w for w in resolved.warnings if w not in result.warnings)
+    if first is not None:
+        first.failed = failed
+        raise first
     return result
 
 
