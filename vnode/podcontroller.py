@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,7 @@ STILL_RETRYING_AFTER = 20  # failures in a row before an Event says we keep tryi
 # Missing Secrets/ConfigMaps watched at once (one watch of that one object each); Pods
 # waiting for more fall back to their retry backoff, which finds the object too, later.
 MAX_SOURCE_WATCHES = 64
+DELETED_MEMORY = 30.0  # seconds a sent final delete is remembered (its watch event comes well before)
 Source = tuple[str, str, str]  # kind, namespace, name
 
 
@@ -73,6 +75,10 @@ class PodController:
             operations=self.operations,
         )
         self._tombstones: dict[str, JsonDict] = {}
+        # key -> (UID, monotonic time) of a Pod whose final delete was sent: a wake-up before its
+        # watch event comes (our own final status write brings one) does not delete it again.
+        # Kept DELETED_MEMORY seconds, so it stays small whatever the watch does.
+        self._deleted: dict[str, tuple[str, float]] = {}
         self._waiting: dict[Source, set[str]] = {}  # missing source -> Pod keys
         self._source_reflectors: dict[Source, Reflector] = {}
         self._lock = threading.Lock()
@@ -290,10 +296,18 @@ class PodController:
     def _terminate_then_delete(self, pod: JsonDict) -> Requeue | None:
         """Graceful deletion: terminate, and delete the object with grace 0 once the
         provider reports the instance gone."""
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        with self.pods.lock:
+            cached = self.pods.cache.get(key)
+        if (cached or {}).get("metadata", {}).get("uid") != meta["uid"]:
+            return None  # gone from the API since this step was handed off (a tombstone terminates it)
+        with self._lock:
+            if self._deleted.get(key, ("", 0.0))[0] == meta["uid"]:
+                return None  # deleted already; its watch event is on its way
         after = self.handler.teardown.terminate(pod)
         if after is not None:
             return Requeue(after)
-        meta = pod["metadata"]
         try:
             self._kube.delete(
                 path_for("pods", namespace=meta["namespace"], name=meta["name"]), grace_seconds=0, uid=meta["uid"]
@@ -302,4 +316,10 @@ class PodController:
             pass  # already gone, or a new Pod took the name
         except KubeError as exc:
             raise Retry(f"final delete failed: {exc}") from exc
+        now = time.monotonic()
+        with self._lock:
+            while self._deleted and now - next(iter(self._deleted.values()))[1] >= DELETED_MEMORY:
+                del self._deleted[next(iter(self._deleted))]  # the oldest first: insertion order is time order
+            self._deleted.pop(key, None)
+            self._deleted[key] = (meta["uid"], now)
         return None
