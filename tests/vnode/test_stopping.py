@@ -189,6 +189,8 @@ def test_a_provider_that_cannot_stop_one_container_has_its_instance_terminated_w
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 600}}
     handler.teardown.terminate(deleting)  # no look is scheduled for a grace nobody can use
     assert [c.method for c in provider.cloud.call_log() if c.method == "terminate"] == ["terminate"]
+    ((_, kind, reason, message),) = [told for told in events.told if told[2] == "GracefulStopNotSupported"]
+    assert kind == "Warning" and "no SSH to signal the workload with" in message
 
 
 def test_a_stop_asks_the_provider_once_and_a_grace_run_out_unseen_reads_as_sigkill() -> None:

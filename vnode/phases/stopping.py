@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 FIRST_LOOK = 0.25  # seconds after the SIGTERM before the first look; the looks then double
 HOOK_LOOK = 0.2  # seconds between looks while the preStop hooks run
 EVENT_FAILED_PRE_STOP = "FailedPreStopHook"
+EVENT_NO_GRACEFUL_STOP = "GracefulStopNotSupported"  # the provider cannot signal one container (no SSH)
 KILLED = 137  # the exit a kubelet reports of a container its SIGKILL ended
 _ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
 
@@ -241,6 +242,9 @@ class Stopping:
                 continue  # gone, or ended meanwhile
             except errors.NotSupported as exc:  # e.g. RunPod without SSH: terminate ends it whole
                 logger.info("%s: container %s cannot be stopped alone (%s); terminating", entry.key, name, exc)
+                container = name or entry.container
+                message = f"{self._provider.name} cannot stop container {container} gracefully ({exc}): terminating"
+                self._events.pod(entry.pod, "Warning", EVENT_NO_GRACEFUL_STOP, message)
                 return False
             except errors.Unavailable as exc:
                 raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
