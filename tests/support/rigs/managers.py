@@ -153,8 +153,10 @@ class InvariantWatch:
             self.sample()
 
     def sample(self) -> None:
-        pods, _ = self._kube.list(path_for("pods", namespace="default"))
+        # The instances first: a Pod deleted (and its instance terminated) between the two reads
+        # is then gone or Terminating in the Pods read, never a live Pod with a stopped instance.
         instances = self._cloud.cloud.instances()
+        pods, _ = self._kube.list(path_for("pods", namespace="default"))
         self.samples += 1
         live = Counter(str(i.get("claim")) for i in instances if i.get("state") in LIVE)
         for claim, count in live.items():
@@ -165,7 +167,8 @@ class InvariantWatch:
             meta, phase = pod["metadata"], (pod.get("status") or {}).get("phase")
             if phase == "Running":
                 self._ran.add(meta["uid"])
-            elif phase == "Failed" and meta["uid"] in self._ran:
+            elif phase == "Failed" and meta["uid"] in self._ran and not meta.get("deletionTimestamp"):
+                # (a Pod being deleted reads Failed with its containers' ends before it goes, as a kubelet writes it)
                 self.violations.append(f"sample {self.samples}: {meta['name']} ran and is now Failed")
             claim = _claim(pod)
             if not meta.get("deletionTimestamp") and claim in stopped and claim not in live:
