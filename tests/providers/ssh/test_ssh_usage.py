@@ -18,9 +18,12 @@ from providers.ssh.usage import parse_answer, read_usage, usage_command
 from providers.usage import Reading
 from tests.support.servers.sshd import Sshd
 
-CHILD_BURNS = "import time\nwhile time.process_time() < 0.3: pass\n"
+# /proc gives a reaped child's CPU as cutime + cstime, each truncated to whole clock ticks (10 ms),
+# so it reads up to two ticks under the child's precise process_time: the child burns 0.4 s for a
+# reading asserted >= 0.3 s (a 0.3 s burn read 0.29 s once in three full runs side by side).
+CHILD_BURNS = "import time\nwhile time.process_time() < 0.4: pass\n"
 CHILD_HOLDS = "import time\nheld = b'y' * (16 << 20)\ntime.sleep(300)\n"
-# The root reaps a child that burned 0.3 s of CPU, then starts one that holds 16 MiB.
+# The root reaps a child that burned 0.4 s of CPU, then starts one that holds 16 MiB.
 ROOT = f"""
 import subprocess, sys, time
 subprocess.run([sys.executable, "-c", {CHILD_BURNS!r}], check=True)
