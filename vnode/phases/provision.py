@@ -41,6 +41,9 @@ from vnode.sources.volumes import InvalidVolume, MountError, resolve_volumes
 JsonDict = dict[str, Any]
 
 
+MAX_REMEMBERED_STARTS = 4096  # startTimes of Pods waiting for a Secret, remembered at once
+
+
 class WaitingForSource(Retry):
     """The Pod's env or a volume needs a Secret or ConfigMap that does not exist yet: retry,
     and sooner when `missing` appears (the pod controller watches that one object)."""
@@ -102,6 +105,9 @@ class Provisioner:
         self._blocklister = context.blocklister
         self._monotonic = context.monotonic
         self._now = context.now
+        # key -> (UID, startTime) written with a CreateContainerConfigError: the Pod a later try
+        # reads may predate that write, and its startTime must not start again (oldest dropped).
+        self._started: dict[str, tuple[str, str]] = {}
 
     def create_pod(self, pod: JsonDict) -> None:
         """Provision the Pod's instance. Returns once the instance id is recorded in memory
@@ -109,6 +115,7 @@ class Provisioner:
         Retry (WaitingForSource for a missing Secret/ConfigMap) when it must be tried again.
         A Pod whose shape the provider cannot serve fails first, naming the fields (I9).
         The Pod is read once, here (`IncomingPod`); what follows takes what was read."""
+        pod = self._with_start_time(pod)
         incoming = IncomingPod.of(pod)
         deadline = stopping.deadline_of(pod)  # a Pod that waited for a Secret has a startTime
         if deadline is not None and deadline <= self._now():
@@ -227,11 +234,25 @@ class Provisioner:
         desired = containerstatus.config_error_status(pod, exc.failed, now=self._now())
         current: Mapping[str, Any] = pod.get("status") or {}
         if incoming.key not in self._tracked and any(current.get(k) != v for k, v in desired.items()):
-            self._writer.write_status(pod, desired)
+            if self._writer.write_status(pod, desired) and desired.get("startTime"):
+                self._started.pop(incoming.key, None)
+                self._started[incoming.key] = (str((pod.get("metadata") or {}).get("uid")), desired["startTime"])
+                while len(self._started) > MAX_REMEMBERED_STARTS:
+                    del self._started[next(iter(self._started))]
         for entry in [*desired.get("initContainerStatuses", ()), *desired["containerStatuses"]]:
             waiting = entry["state"].get("waiting") or {}
             if waiting.get("reason") == names.REASON_CREATE_CONTAINER_CONFIG_ERROR:
                 self._events.pod(pod, "Warning", names.EVENT_CONTAINER_FAILED, f"Error: {waiting['message']}")
+
+    def _with_start_time(self, pod: JsonDict) -> JsonDict:
+        """`pod` with the startTime its CreateContainerConfigError status was written with, when
+        the copy read predates that write (a kubelet stamps startTime once, at the first sync)."""
+        key = pod_key(pod)
+        uid, started = self._started.get(key, ("", ""))
+        current = pod.get("status") or {}
+        if not started or uid != (pod.get("metadata") or {}).get("uid") or current.get("startTime"):
+            return pod
+        return {**pod, "status": {**current, "startTime": started}}
 
     def _pull_auth(self, incoming: IncomingPod) -> PullAuth:
         """The Pod's imagePullSecrets as registry credentials, when the provider uses them;
