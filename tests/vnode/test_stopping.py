@@ -5,6 +5,7 @@ DisruptionTarget a preemption carries. End to end per provider: tests/vnode/test
 
 from __future__ import annotations
 
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -24,7 +25,7 @@ from vnode.handler import Handler
 from vnode.model import stopping
 from vnode.model.probespec import ExecAction, HttpAction, InvalidProbe
 from vnode.model.stopping import SleepAction, Stop, Why
-from vnode.phases.stopping import killed
+from vnode.phases.stopping import HookPool, killed
 
 
 def test_the_grace_of_a_deleted_pod_is_its_deletion_grace_else_its_termination_grace_else_30s() -> None:
@@ -214,3 +215,27 @@ def test_killed_ends_what_still_runs_with_the_kubelets_sigkill() -> None:
     running = Instance(InstanceId("i-1"), claim_name("default", "p", "u"), InstanceState.RUNNING, at)
     gone = killed(running, at=at)
     assert (gone.state, gone.exit_code, gone.exit_reason, gone.finished_at) == (InstanceState.FAILED, 137, "Error", at)
+
+
+def test_pre_stop_hooks_past_the_pools_bound_wait_their_turn_on_at_most_its_workers() -> None:
+    """The bound (MAX_HOOK_WORKERS a provider; here 2): 6 hooks at once run on 2 threads, never
+    more than 2 at a time, and every one runs."""
+    pool = HookPool(workers=2)
+    lock, running, most, done = threading.Lock(), [0], [0], threading.Semaphore(0)
+
+    def hook() -> None:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        threading.Event().wait(0.1)
+        with lock:
+            running[0] -= 1
+        done.release()
+
+    for _ in range(6):
+        pool.submit(hook)
+    for _ in range(6):
+        assert done.acquire(timeout=10)
+    assert most[0] == 2 and len(pool.threads) == 2
+    pool.submit(hook)  # an idle worker takes the next one: no third thread
+    assert done.acquire(timeout=10) and len(pool.threads) == 2

@@ -14,9 +14,11 @@ Tests: tests/vnode/test_stopping.py.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +29,7 @@ from providers.base import ContainerStopper, Executor, Instance, InstanceState
 from providers.shape import ContainerState
 from vnode.model import assess, containerstatus
 from vnode.model.probespec import ExecAction, InvalidProbe
-from vnode.model.stopping import Hook, SleepAction, Stop, Why, pre_stop
+from vnode.model.stopping import MINIMUM_GRACE, Hook, SleepAction, Stop, Why, pre_stop
 from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
 from vnode.probing import probes
@@ -37,8 +39,44 @@ FIRST_LOOK = 0.25  # seconds after the SIGTERM before the first look; the looks 
 HOOK_LOOK = 0.2  # seconds between looks while the preStop hooks run
 EVENT_FAILED_PRE_STOP = "FailedPreStopHook"
 EVENT_NO_GRACEFUL_STOP = "GracefulStopNotSupported"  # the provider cannot signal one container (no SSH)
+MAX_HOOK_WORKERS = 16  # preStop hooks run at once per provider; more wait their turn (within their grace)
 KILLED = 137  # the exit a kubelet reports of a container its SIGKILL ended
 _ENDED = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
+
+
+class HookPool:
+    """At most `workers` daemon threads run preStop hooks, started as work comes; the rest wait
+    in the queue (one entry per hook of a Pod being stopped, so no more than the tracked Pods'
+    containers). A hook that waited past its Pod's grace is skipped by its job."""
+
+    def __init__(self, workers: int = MAX_HOOK_WORKERS) -> None:
+        self.workers = workers
+        self.lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+        self._jobs: queue.Queue[Callable[[], None]] = queue.Queue()
+        self._idle = 0
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+        with self.lock:
+            if self._idle:
+                self._idle -= 1  # an idle worker takes it
+                return
+            if len(self.threads) >= self.workers:
+                return  # it waits for the first worker free
+            thread = threading.Thread(target=self._work, name=f"prestop {len(self.threads)}", daemon=True)
+            self.threads.append(thread)
+        thread.start()
+
+    def _work(self) -> None:
+        while True:
+            with self.lock:
+                self._idle += 1
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:
+                logger.exception("preStop hook failed unexpectedly")
 
 
 def killed(instance: Instance, *, at: datetime) -> Instance:
@@ -72,6 +110,7 @@ class Stopping:
         self._now = context.now
         self._rules = context.rules
         self._poll_interval = context.poll_interval
+        self._hooks = HookPool()
 
     # -- a whole Pod ----------------------------------------------------------------------------
     def begin(self, entry: Tracked, why: Why, grace: float) -> Stop:
@@ -91,15 +130,27 @@ class Stopping:
         running = self._running(entry)
         for name in running:
             self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {name}")
-        hooks = {name: self._hook(entry, name) for name in running} if grace > 0 else {}
-        hooks = {name: hook for name, hook in hooks.items() if hook is not None}
+        found = {name: self._hook(entry, name) for name in running} if grace > 0 else {}
+        hooks = {name: hook for name, hook in found.items() if hook is not None}
         stop.hooks_ran = bool(hooks)
         if not hooks:
             stop.hooks_done.set()
             return stop
-        threading.Thread(
-            target=self._run_hooks, args=(entry, stop, hooks), name=f"prestop {entry.key}", daemon=True
-        ).start()
+        left = [len(hooks)]  # hooks of this stop still to finish (under the pool's lock)
+
+        def run(name: str, hook: Hook) -> None:
+            try:
+                timeout = stop.ends - self._monotonic()
+                if timeout > 0:  # one queued behind a full pool past its grace is skipped
+                    self._run_hook(entry, name, hook, timeout=timeout)
+            finally:
+                with self._hooks.lock:
+                    left[0] -= 1
+                    if not left[0]:
+                        stop.hooks_done.set()
+
+        for name, hook in hooks.items():
+            self._hooks.submit(functools.partial(run, name, hook))
         return stop
 
     def advance(self, entry: Tracked) -> float | None:
@@ -161,7 +212,7 @@ class Stopping:
             self._run_hook(entry, name, hook, timeout=grace)
         left = max(grace - (self._monotonic() - began), 0.0)
         if hook is not None and grace > 0:
-            left = max(left, 2.0)
+            left = max(left, MINIMUM_GRACE)
         assert entry.instance_id is not None
         self._stopper.stop_container(entry.instance_id, name, grace=left)
 
@@ -187,23 +238,6 @@ class Stopping:
         except InvalidProbe as exc:
             self._events.pod(entry.pod, "Warning", EVENT_FAILED_PRE_STOP, f"PreStopHook failed: {exc}")
             return None
-
-    def _run_hooks(self, entry: Tracked, stop: Stop, hooks: Mapping[str, Hook]) -> None:
-        """Every hook at once (a kubelet kills containers in parallel), each within the grace."""
-        try:
-            timeout = max(stop.ends - self._monotonic(), 0.0)
-            threads = [
-                threading.Thread(
-                    target=self._run_hook, args=(entry, name, hook), kwargs={"timeout": timeout}, daemon=True
-                )
-                for name, hook in hooks.items()
-            ]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join(timeout + 1.0)
-        finally:
-            stop.hooks_done.set()
 
     def _run_hook(self, entry: Tracked, name: str, hook: Hook, *, timeout: float) -> None:
         if isinstance(hook, SleepAction):
