@@ -78,7 +78,6 @@ class Stop:
     hooks_ran: bool = False  # a preStop hook was started (its container keeps >= 2 s after SIGTERM)
     signalled_at: float | None = None  # monotonic: when stop_container was asked
     kill_by: float | None = None  # monotonic: when the provider kills what still runs
-    grace_sent: float | None = None  # the grace the provider was last asked for
     look_after: float = 0.0  # monotonic: a wake-up before this does not look again
 
     @property

@@ -171,7 +171,7 @@ class Stopping:
                 return None
             if not self._signal(entry, running, remaining):
                 return None  # nothing could be asked to stop alone: terminate ends it whole
-            stop.signalled_at, stop.kill_by, stop.grace_sent = now, now + remaining, remaining
+            stop.signalled_at, stop.kill_by = now, now + remaining
             if remaining <= 0:
                 return None  # killed at once: terminate follows without a look
             stop.look_after = now + min(FIRST_LOOK, remaining)
