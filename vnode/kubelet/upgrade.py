@@ -36,6 +36,7 @@ class ListenerFactory(HTTPFactory):  # type: ignore[misc]
 
     def __init__(self, server: Any, listener: str, bounds: limits.Limits | None = None) -> None:
         super().__init__(server)
+        self.timeOut = None  # Twisted's own 60 s idle timer is off: `limits` owns every deadline (I7)
         self.listener = listener
         self.limits = bounds or limits.Limits()
         self.budget = limits.BodyBudget(self.limits.bodies_in_flight)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import websocket
+from twisted.internet.address import IPv4Address
 
 from tests.support.clients.spdy import SpdyClient
 from tests.support.polling import wait_for
@@ -31,6 +32,7 @@ from vnode.kubelet import spdy
 from vnode.kubelet.limits import MIB, Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import Listeners
+from vnode.kubelet.upgrade import CONSOLE, KUBELET, ListenerFactory
 
 TLS = ssl._create_unverified_context()
 BODY = 800 * MIB
@@ -384,6 +386,15 @@ def test_I7_stalled_uploads_hold_no_temporary_file_and_share_a_bounded_budget() 
         for sock in stalled:
             sock.close()
         process.stop()
+
+
+def test_I7_twisted_idle_timer_is_off_so_the_limits_own_every_deadline() -> None:
+    # Twisted's HTTPFactory closes a channel after 60 s without a byte; left on, it cut a
+    # kept-alive connection at 60 s (not keepalive_timeout's 120 s) and, when a CI run was
+    # slow, the held connections of the trickle test below before their 300 s head deadline.
+    for listener in (KUBELET, CONSOLE):
+        protocol = ListenerFactory(None, listener).buildProtocol(IPv4Address("TCP", "127.0.0.1", 1))
+        assert protocol.timeOut is None and protocol._channel.timeOut is None, listener
 
 
 def test_I7_a_kept_alive_connection_waits_its_keepalive_not_the_head_deadline(bounded: Listeners) -> None:
