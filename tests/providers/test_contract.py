@@ -12,6 +12,7 @@ import functools
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -283,30 +284,45 @@ def exit_of(provider: Provider, instance_id: InstanceId, name: str) -> tuple[int
     return None
 
 
-def stop_and_wait(
-    stop: ContainerStopper, provider: Provider, instance_id: InstanceId, name: str, grace: float, within: float
-) -> tuple[int | None, float]:
-    """Stop `name` with `grace`; its exit code and how long after the ask it finished."""
-    asked = time.time()
-    stop.stop_container(instance_id, name, grace=grace)
-    assert time.time() - asked < SLACK  # returns once asked, never waiting the grace out
-    code, finished = wait_for(lambda: exit_of(provider, instance_id, name), within, what=f"{name} ended")
-    assert finished is not None
-    return code, finished.timestamp() - asked
+@dataclass(frozen=True)
+class Stoppable:
+    """One container of a started instance, and the provider as its ContainerStopper."""
+
+    provider: Provider
+    stop: ContainerStopper
+    instance_id: InstanceId
+    name: str
+    poll: float
+
+    def stop_and_wait(self, grace: float, within: float) -> tuple[int | None, float]:
+        """Stop it with `grace`; its exit code and how long after the ask it finished."""
+        asked = time.time()
+        self.stop.stop_container(self.instance_id, self.name, grace=grace)
+        assert time.time() - asked < SLACK  # returns once asked, never waiting the grace out
+        code, finished = wait_for(
+            lambda: exit_of(self.provider, self.instance_id, self.name), within, what=f"{self.name} ended"
+        )
+        assert finished is not None
+        return code, finished.timestamp() - asked
+
+
+def stoppable(make_provider: ProviderFactory, request: pytest.FixtureRequest, name: str) -> Stoppable:
+    """A started `trapper` or `stubborn` (STOP_SCRIPTS) on this provider; a skip where it cannot stop one."""
+    provider = make_provider()
+    stop = stopper(provider, request)
+    instance_id = started(provider, name, TRAPPER if name == "trapper" else STUBBORN)
+    return Stoppable(provider, stop, instance_id, name, provider.capabilities().poll_interval)
 
 
 def test_stop_container_lets_a_sigterm_trap_finish_its_work_and_reports_its_own_143(
     make_provider: ProviderFactory, request: pytest.FixtureRequest
 ) -> None:
-    provider = make_provider()
-    stop = stopper(provider, request)
-    instance_id = started(provider, "trapper", TRAPPER)
-    poll = provider.capabilities().poll_interval
+    run = stoppable(make_provider, request, "trapper")
     asked = time.time()
-    code, took = stop_and_wait(stop, provider, instance_id, "trapper", grace=10, within=2 + poll + SLACK)
+    code, took = run.stop_and_wait(grace=10, within=2 + run.poll + SLACK)
     assert code == 143 and took >= 1.9  # it worked its 2 s after SIGTERM, then exited by itself
-    if isinstance(provider, LogStreamer):  # and its output went on after SIGTERM, up to its exit
-        log = read_to_end(provider.logs(instance_id, LogOptions(container="trapper", timestamps=True)))
+    if isinstance(run.provider, LogStreamer):  # and its output went on after SIGTERM, up to its exit
+        log = read_to_end(run.provider.logs(run.instance_id, LogOptions(container="trapper", timestamps=True)))
         stamps = [datetime.fromisoformat(line.split(b" ", 1)[0].decode()) for line in log.splitlines()]
         assert any(stamp.timestamp() >= asked + 0.9 for stamp in stamps)
 
@@ -314,22 +330,16 @@ def test_stop_container_lets_a_sigterm_trap_finish_its_work_and_reports_its_own_
 def test_stop_container_kills_a_workload_that_ignores_sigterm_with_137_when_the_grace_ends(
     make_provider: ProviderFactory, request: pytest.FixtureRequest
 ) -> None:
-    provider = make_provider()
-    stop = stopper(provider, request)
-    instance_id = started(provider, "stubborn", STUBBORN)
-    poll = provider.capabilities().poll_interval
-    code, took = stop_and_wait(stop, provider, instance_id, "stubborn", grace=1, within=1 + poll + SLACK)
+    run = stoppable(make_provider, request, "stubborn")
+    code, took = run.stop_and_wait(grace=1, within=1 + run.poll + SLACK)
     assert code == 137 and took >= 0.9
 
 
 def test_stop_container_with_grace_zero_kills_at_once(
     make_provider: ProviderFactory, request: pytest.FixtureRequest
 ) -> None:
-    provider = make_provider()
-    stop = stopper(provider, request)
-    instance_id = started(provider, "trapper", TRAPPER)
-    poll = provider.capabilities().poll_interval
-    code, took = stop_and_wait(stop, provider, instance_id, "trapper", grace=0, within=poll + SLACK)
+    run = stoppable(make_provider, request, "trapper")
+    code, took = run.stop_and_wait(grace=0, within=run.poll + SLACK)
     assert code == 137 and took < 1.0  # SIGKILL alone: the trap never ran
 
 
@@ -337,11 +347,8 @@ def test_a_second_stop_with_a_shorter_grace_shortens_the_wait(
     make_provider: ProviderFactory, request: pytest.FixtureRequest
 ) -> None:
     """A force delete after a graceful one; a longer grace after that never lengthens it."""
-    provider = make_provider()
-    stop = stopper(provider, request)
-    instance_id = started(provider, "stubborn", STUBBORN)
-    stop.stop_container(instance_id, "stubborn", grace=120)
-    poll = provider.capabilities().poll_interval
-    code, took = stop_and_wait(stop, provider, instance_id, "stubborn", grace=1, within=1 + poll + SLACK)
-    assert code == 137 and 0.9 <= took < 1 + poll + SLACK
-    stop.stop_container(instance_id, "stubborn", grace=120)  # not running: success
+    run = stoppable(make_provider, request, "stubborn")
+    run.stop.stop_container(run.instance_id, "stubborn", grace=120)
+    code, took = run.stop_and_wait(grace=1, within=1 + run.poll + SLACK)
+    assert code == 137 and 0.9 <= took < 1 + run.poll + SLACK
+    run.stop.stop_container(run.instance_id, "stubborn", grace=120)  # not running: success

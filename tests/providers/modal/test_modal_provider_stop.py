@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 
 from providers import errors
-from providers.base import Instance, InstanceId, InstanceState, LogOptions
+from providers.base import InstanceId, LogOptions
 from providers.modal import ModalProvider
 from tests.providers.modal.modal_rig import fake_modal, make_pod, provider_on, request_for
+from tests.providers.stopscenario import IGNORES, TRAPS, ask, ended
 from tests.support.polling import wait_for
 
 __all__ = ["fake_modal"]
 
-TRAPS = "trap 'sleep 2; echo checkpoint saved; exit 143' TERM; echo ready; while :; do sleep 0.1; done"
-IGNORES = "trap '' TERM; echo ready; while :; do sleep 0.1; done"
-ASK_BOUND = 8.0  # one exec started; far below the 10 s grace it must not wait out
 SEEN_SLACK = 15.0  # from the sandbox's end to `get` showing it
 
 
@@ -44,30 +42,14 @@ def started(provider: ModalProvider, script: str) -> InstanceId:
     return instance_id
 
 
-def ask(provider: ModalProvider, instance_id: InstanceId, grace: float) -> float:
-    """Stop it; the monotonic time it was asked at. It returns once asked."""
-    asked = time.monotonic()
-    provider.stop_container(instance_id, "main", grace=grace)
-    assert time.monotonic() - asked < ASK_BOUND
-    return asked
-
-
-def ended(provider: ModalProvider, instance_id: InstanceId, timeout: float) -> Instance:
-    def finished() -> Instance | None:
-        found = provider.get(instance_id)
-        return found if found is not None and found.state is InstanceState.FAILED else None
-
-    return wait_for(finished, timeout, what="the sandbox's exit in get")
-
-
 def test_a_workload_that_traps_sigterm_finishes_its_work_and_exits_with_its_own_143(
     fake_modal: Any, tmp_path: Path
 ) -> None:
     provider = provider_on(fake_modal, tmp_path)
     instance_id = started(provider, TRAPS)
-    asked = ask(provider, instance_id, 10)
+    asked = ask(provider, instance_id, "main", 10)
     instance = ended(provider, instance_id, 10)
-    assert time.monotonic() - asked < 10  # it ended by itself, before the grace's SIGKILL
+    assert time.time() - asked < 10  # it ended by itself, before the grace's SIGKILL
     assert instance.exit_code == 143
     assert b"checkpoint saved\n" in output(provider, instance_id)
     provider.stop_container(instance_id, "main", grace=0)  # ended: success
@@ -78,16 +60,16 @@ def test_a_workload_that_ignores_sigterm_is_killed_with_137_at_the_end_of_its_gr
 ) -> None:
     provider = provider_on(fake_modal, tmp_path)
     instance_id = started(provider, IGNORES)
-    asked = ask(provider, instance_id, 1)
+    asked = ask(provider, instance_id, "main", 1)
     instance = ended(provider, instance_id, 1 + SEEN_SLACK)
-    assert instance.exit_code == 137 and time.monotonic() - asked >= 1
+    assert instance.exit_code == 137 and time.time() - asked >= 1
 
 
 def test_grace_zero_kills_at_once_even_after_a_longer_graceful_stop(fake_modal: Any, tmp_path: Path) -> None:
     provider = provider_on(fake_modal, tmp_path)
     instance_id = started(provider, IGNORES)
-    ask(provider, instance_id, 300)  # a graceful delete
-    ask(provider, instance_id, 0)  # then a force delete
+    ask(provider, instance_id, "main", 300)  # a graceful delete
+    ask(provider, instance_id, "main", 0)  # then a force delete
     assert ended(provider, instance_id, SEEN_SLACK).exit_code == 137
     # The sandbox's end took its execs with it: the first stop's timer is not left behind.
     wait_for(lambda: all(p.done.is_set() for p in fake_modal.state.processes()), 10, what="every process ended")

@@ -5,21 +5,17 @@ asked, never after the grace."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
 from providers import errors
-from providers.base import Instance, InstanceId, InstanceState, LogOptions
+from providers.base import InstanceId, LogOptions
 from providers.runpod import RunPodProvider
 from tests.providers.runpod.fake_runpod import FakeRunPod
 from tests.providers.runpod.test_runpod_provider_ssh import make, read_all, start
+from tests.providers.stopscenario import IGNORES, TRAPS, ask, ended
 from tests.support.polling import wait_for
-
-TRAPS = "trap 'sleep 2; echo checkpoint saved; exit 143' TERM; echo ready; while :; do sleep 0.1; done"
-IGNORES = "trap '' TERM; echo ready; while :; do sleep 0.1; done"
-ASK_BOUND = 8.0  # one SSH command; far below the 10 s grace it must not wait out
 
 
 def started(provider: RunPodProvider, script: str) -> InstanceId:
@@ -29,28 +25,12 @@ def started(provider: RunPodProvider, script: str) -> InstanceId:
     return instance_id
 
 
-def ended(provider: RunPodProvider, instance_id: InstanceId, timeout: float) -> Instance:
-    def finished() -> Instance | None:
-        found = provider.get(instance_id)
-        return found if found is not None and found.state is InstanceState.FAILED else None
-
-    return wait_for(finished, timeout, what="the workload's exit")
-
-
-def ask(provider: RunPodProvider, instance_id: InstanceId, grace: float) -> float:
-    """Stop it; the wall time it was asked at. It returns once asked."""
-    asked = time.time()
-    provider.stop_container(instance_id, "main", grace=grace)
-    assert time.time() - asked < ASK_BOUND
-    return asked
-
-
 def test_a_workload_that_traps_sigterm_finishes_its_work_and_exits_with_its_own_143(
     fake: FakeRunPod, tmp_path: Path
 ) -> None:
     provider = make(fake, tmp_path)
     instance_id = started(provider, TRAPS)
-    asked = ask(provider, instance_id, 10)
+    asked = ask(provider, instance_id, "main", 10)
     instance = ended(provider, instance_id, 30)
     assert (instance.exit_code, instance.exit_reason) == (143, "Error")
     output = read_all(provider.logs(instance_id, LogOptions()))  # sh may also say its `sleep` was Terminated
@@ -64,7 +44,7 @@ def test_a_workload_that_ignores_sigterm_is_killed_with_137_at_the_end_of_its_gr
 ) -> None:
     provider = make(fake, tmp_path)
     instance_id = started(provider, IGNORES)
-    asked = ask(provider, instance_id, 1)
+    asked = ask(provider, instance_id, "main", 1)
     instance = ended(provider, instance_id, 30)
     assert (instance.exit_code, instance.exit_reason) == (137, "Error")
     # The exit file's time is whole seconds (rounded down): killed 1 s after the ask, plus the
@@ -77,8 +57,8 @@ def test_grace_zero_kills_at_once_and_a_shorter_second_ask_cuts_a_longer_grace(
 ) -> None:
     provider = make(fake, tmp_path)
     instance_id = started(provider, IGNORES)
-    ask(provider, instance_id, 300)  # a graceful delete
-    asked = ask(provider, instance_id, 0)  # then a force delete
+    ask(provider, instance_id, "main", 300)  # a graceful delete
+    asked = ask(provider, instance_id, "main", 0)  # then a force delete
     instance = ended(provider, instance_id, 30)
     assert instance.exit_code == 137
     assert instance.finished_at is not None and instance.finished_at.timestamp() <= asked + 2
