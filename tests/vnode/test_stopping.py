@@ -192,6 +192,7 @@ def test_a_provider_that_cannot_stop_one_container_has_its_instance_terminated_w
     assert [c.method for c in provider.cloud.call_log() if c.method == "terminate"] == ["terminate"]
     ((_, kind, reason, message),) = [told for told in events.told if told[2] == "GracefulStopNotSupported"]
     assert kind == "Warning" and "no SSH to signal the workload with" in message
+    assert [told[3] for told in events.told if told[2] == "Killing"] == ["Stopping container main"]  # told once
 
 
 def test_a_stop_asks_the_provider_once_and_a_grace_run_out_unseen_reads_as_sigkill() -> None:

@@ -76,6 +76,7 @@ class Stop:
     grace: float
     hooks_done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     hooks_ran: bool = False  # a preStop hook was started (its container keeps >= 2 s after SIGTERM)
+    told: bool = False  # the Killing Event of each running container was told as the stop began
     signalled_at: float | None = None  # monotonic: when stop_container was asked
     kill_by: float | None = None  # monotonic: when the provider kills what still runs
     look_after: float = 0.0  # monotonic: a wake-up before this does not look again

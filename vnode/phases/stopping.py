@@ -130,6 +130,7 @@ class Stopping:
         running = self._running(entry)
         for name in running:
             self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {name}")
+        stop.told = bool(running)
         found = {name: self._hook(entry, name) for name in running} if grace > 0 else {}
         hooks = {name: hook for name, hook in found.items() if hook is not None}
         stop.hooks_ran = bool(hooks)

@@ -121,7 +121,7 @@ class Teardown:
                 self._provider.terminate(entry.instance_id)
                 observe.current().terminated(self._provider.name, "ok", who)
                 entry.terminate_asked = True
-                if entry.stop is None or entry.stop.signalled_at is None:  # else its Killing Events were told
+                if entry.stop is None or not entry.stop.told:  # else its Killing Events were told
                     self._events.pod(entry.pod, "Normal", names.EVENT_KILLING, f"Stopping container {entry.container}")
             instance = self._provider.get(entry.instance_id)
             if instance is not None and instance.state not in _GOING | STOPPED:
