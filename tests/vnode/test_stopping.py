@@ -51,9 +51,9 @@ def test_a_shorter_grace_moves_the_end_closer_and_a_longer_one_never_moves_it_ou
     assert stop.ends == 130.0
     assert stop.shorten(0.0, now=105.0)  # a --force after a graceful delete
     assert stop.ends == 105.0
-    assert stop.remaining(106.0, hooks_ran=False) == 0.0
-    hooked = Stop(Why.DELETED, began=0.0, grace=3.0)
-    assert hooked.remaining(2.9, hooks_ran=True) == stopping.MINIMUM_GRACE  # the kubelet's 2 s after a hook
+    assert stop.remaining(106.0) == 0.0
+    hooked = Stop(Why.DELETED, began=0.0, grace=3.0, hooks_ran=True)
+    assert hooked.remaining(2.9) == stopping.MINIMUM_GRACE  # the kubelet's 2 s after a hook
 
 
 def test_pre_stop_handlers_are_read_as_a_kubelet_runs_them() -> None:

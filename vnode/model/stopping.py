@@ -85,12 +85,9 @@ class Stop:
     def ends(self) -> float:
         return self.began + self.grace
 
-    def remaining(self, now: float, *, hooks_ran: bool) -> float:
-        """The grace left for the containers' SIGTERM; at least 2 s after a hook ran (grace > 0)."""
-        left = max(self.ends - now, 0.0)
-        if hooks_ran and self.grace > 0:
-            return max(left, MINIMUM_GRACE)
-        return left
+    def remaining(self, now: float) -> float:
+        """The grace left for the containers' SIGTERM (`grace_left`)."""
+        return grace_left(self.grace, now - self.began, hooks_ran=self.hooks_ran)
 
     def shorten(self, grace: float, now: float) -> bool:
         """A later delete with a shorter grace (a `--force` after a graceful delete) moves the
@@ -99,6 +96,13 @@ class Stop:
             return False
         self.grace = max(now + grace - self.began, 0.0)
         return True
+
+
+def grace_left(grace: float, spent: float, *, hooks_ran: bool) -> float:
+    """What is left of `grace` after `spent` seconds, for a SIGTERM; at least 2 s once a
+    preStop hook ran (a grace of 0 stays 0: SIGKILL at once)."""
+    left = max(grace - spent, 0.0)
+    return max(left, MINIMUM_GRACE) if hooks_ran and grace > 0 else left
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from providers.base import ContainerStopper, Executor, Instance, InstanceState
 from providers.shape import ContainerState
 from vnode.model import assess, containerstatus
 from vnode.model.probespec import ExecAction, InvalidProbe
-from vnode.model.stopping import MINIMUM_GRACE, Hook, SleepAction, Stop, Why, pre_stop
+from vnode.model.stopping import Hook, SleepAction, Stop, Why, grace_left, pre_stop
 from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
 from vnode.probing import probes
@@ -163,7 +163,7 @@ class Stopping:
         now = self._monotonic()
         if not stop.hooks_done.is_set() and now < stop.ends:
             return min(HOOK_LOOK, stop.ends - now)
-        remaining = stop.remaining(now, hooks_ran=stop.hooks_ran)
+        remaining = stop.remaining(now)
         # Asked once; again only when a shorter grace (a later delete) moves the SIGKILL earlier:
         # every ask is a SIGTERM on some providers, and a trap that starts over never finishes.
         if stop.signalled_at is None or (stop.kill_by is not None and now + remaining < stop.kill_by - 0.5):
@@ -180,7 +180,7 @@ class Stopping:
         if now < stop.look_after:
             return stop.look_after - now  # woken early (an Event, a status write): the look is not due
         instance = self._look(entry)
-        if instance is None or self._ended(entry, instance):
+        if instance is None or self._ended(instance):
             if instance is not None:
                 with entry.lock:
                     assess.observe(entry, instance, now=self._now(), at=now, rules=self._rules())
@@ -211,9 +211,7 @@ class Stopping:
         hook = self._hook(entry, name) if grace > 0 else None
         if hook is not None:
             self._run_hook(entry, name, hook, timeout=grace)
-        left = max(grace - (self._monotonic() - began), 0.0)
-        if hook is not None and grace > 0:
-            left = max(left, MINIMUM_GRACE)
+        left = grace_left(grace, self._monotonic() - began, hooks_ran=hook is not None)
         assert entry.instance_id is not None
         self._stopper.stop_container(entry.instance_id, name, grace=left)
 
@@ -297,7 +295,7 @@ class Stopping:
             raise Retry(f"cannot read instance {entry.instance_id}: {exc}") from exc
 
     @staticmethod
-    def _ended(entry: Tracked, instance: Instance) -> bool:
+    def _ended(instance: Instance) -> bool:
         if instance.state in _ENDED or instance.state is InstanceState.TERMINATING:
             return True
         if instance.containers:
