@@ -26,7 +26,7 @@ from providers import base, claimlocks, ssh
 from providers.egress import EgressMode
 from providers.errors import InvalidRequest, NoCapacity, NotFound, NotSupported, ProviderError, Unauthorized
 from providers.owner import Owned, Owner
-from providers.runpod import catalog, identity, remote, status
+from providers.runpod import catalog, identity, remote, status, workload
 from providers.runpod.api import GPU_TYPES_QUERY, QUERY_POD, RunPodApi, Word, deploy_mutation, generate_pod_query
 from providers.runpod.classify import classify
 from providers.runpod.options import RunPodOptions, parse_options
@@ -135,8 +135,6 @@ class RunPodProvider(Owned):
         region: str | None,
         gpu_type: str | None,
     ) -> str:
-        from providers.runpod import workload
-
         env = dict(request.env)
         env.update(
             {
@@ -329,9 +327,7 @@ class RunPodProvider(Owned):
     ) -> base.Process:
         if not command:
             raise NotSupported("exec needs a command")
-        from providers.runpod.workload import exec_argv
-
-        argv = exec_argv(builtins.list(command))
+        argv = workload.exec_argv(builtins.list(command))
         return ssh.start_process(self._target(instance_id), argv, tty=tty, stdin=stdin)
 
     def stop_container(self, instance_id: base.InstanceId, container: str, *, grace: float) -> None:
@@ -339,15 +335,13 @@ class RunPodProvider(Owned):
         (`workload.stop_command`): returns once asked; the exit (143, 137 or the workload's
         own code) then shows in the exit file `get` reads. Ended or not started: success.
         A pod runs the Pod's one container: `container` names it."""
-        from providers.runpod.workload import stop_command
-
         try:
             target = self._target(instance_id)
         except NotFound:
             if self._pod(instance_id) is None:
                 raise
             return  # no runtime: nothing runs
-        remote.run(target, stop_command(grace=grace))
+        remote.run(target, workload.stop_command(grace=grace))
 
     def usage(self, instance_id: base.InstanceId) -> base.InstanceUsage | None:
         return instance_usage(self._usage.sample_all(instance_id, lambda: self._read_usage(instance_id)))
