@@ -230,10 +230,8 @@ class LocalProvider(Owned):
                 return
             run = found.runs()
             sequence.request_stop(found.path, grace=grace)
-            leader = found.workload(run)
-            if grace <= 0 and leader is not None:
-                pids.signal_group(leader, signal.SIGKILL)  # at once; the supervisor records 137
-            elif not found.supervisor_alive(run):
+            # KILL at once for grace 0 (the supervisor records 137); TERM then KILL where no supervisor would
+            if grace <= 0 or not found.supervisor_alive(run):
                 _term_then_kill(found, run, grace=grace)
         except OSError as exc:
             named = containers.label(entry, instance_id)
