@@ -166,8 +166,7 @@ def _container_status(
     if view.last:
         entry["lastState"] = {"terminated": dict(view.last)}
     if facts is not None and facts.runs > 0:
-        entry["containerID"] = imageref.container_id(instance.id, name)
-        entry["imageID"] = imageref.image_id(str(entry["image"]))
+        imageref.identify(entry, instance.id)
     return entry
 
 

@@ -57,6 +57,13 @@ def container_id(instance_id: str, container: str) -> str:
     return f"{RUNTIME}://{instance_id}/{container}"
 
 
+def identify(entry: dict[str, object], instance_id: str) -> None:
+    """Set `containerID` and `imageID` of one container status (its `name` and `image`) whose
+    container runs in `instance_id`."""
+    entry["containerID"] = container_id(instance_id, str(entry["name"]))
+    entry["imageID"] = image_id(str(entry.get("image") or ""))
+
+
 def instance_of(container_id: str) -> str:
     """The instance a Nebula containerID names (`nebula://i-1` or `nebula://i-1/main` -> `i-1`);
     "" for none."""

@@ -214,8 +214,7 @@ def identify(entry: JsonDict, pod: Mapping[str, Any], instance_id: str) -> None:
     its container in `instance_id`; with no instance, those it had in the Pod's status."""
     name = entry["name"]
     if instance_id:
-        entry["containerID"] = imageref.container_id(instance_id, name)
-        entry["imageID"] = imageref.image_id(str(entry.get("image") or ""))
+        imageref.identify(entry, instance_id)
         return
     status: Mapping[str, Any] = pod.get("status") or {}
     previous = [*(status.get("initContainerStatuses") or ()), *(status.get("containerStatuses") or ())]
