@@ -108,6 +108,7 @@ EVENT_POOL_INVALID = "PoolInvalid"
 EVENT_INVALID_REQUEST = "InvalidRequest"
 EVENT_REPLACING = "ReplacingFailedPod"
 EVENT_BLOCK_CLEARED = "BlocklistEntryCleared"
+EVENT_NOT_GATED = "NotGated"  # an opted-in Pod created without the gate: no webhook gated it
 
 # node events (h-node)
 # The kubelet's Event reasons for its node's Ready condition (both of type Normal).

@@ -52,7 +52,7 @@ class Observer(Protocol):
         """An Event was written (or attempted) about a Pod or Node."""
 
     def placement_decided(self, outcome: str) -> None:
-        """Placement decided for one Pod: placed, blocked, no_candidate, invalid."""
+        """Placement decided for one Pod: placed, blocked, no_candidate, invalid, not_gated (no gate to act on)."""
 
     def stream_opened(self, kind: str) -> None:
         """A kubelet stream (logs, exec, attach) opened."""

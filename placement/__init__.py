@@ -11,6 +11,7 @@ and skipping what refused recently. Map of the package:
 - `catalog`     each provider's offerings, cached briefly (the only provider calls here); tells
                 listeners when an offering becomes available
 - `ungate`      pure: the one JSON patch that places a Pod
+- `notgated`    an opted-in Pod created without the gate (no webhook): the rule, its one Warning
 - `admission`   pure AdmissionReview decision behind the console's /webhooks/pods
 - `controller`  the placement controller; `wiring.start_placement` assembles everything
 

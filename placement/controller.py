@@ -5,9 +5,10 @@ for each gated one it resolves the pool, asks the optimizer, and in ONE Pod upda
 the nodeSelector and annotations and removes only its own gate. A Pod with no candidate stays
 gated, noted in the `GatedRegister` with what it waits for (one Event per change of that), and
 is looked at again when a block lapses or is cleared, when the catalog sees its offerings come
-back, and at least every `PLACEMENT_RECHECK` seconds. It deletes refused Pods a controller owns
-(so the owner recreates them) and publishes each NodePool's status (its placedCount as Pods
-are placed and finish). Runs on
+back, and at least every `PLACEMENT_RECHECK` seconds. An opted-in Pod that arrived without the
+gate (no webhook) gets one `NotGated` Warning naming the webhook (`placement.notgated`). It
+deletes refused Pods a controller owns (so the owner recreates them) and publishes each
+NodePool's status (its placedCount as Pods are placed and finish). Runs on
 `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
 writes the blocklist (the vnode Handler records refusals with their pool).
 
@@ -33,10 +34,11 @@ from kube.events import EventRecorder
 from kube.reflector import Reflector
 from kube.worker import Requeue, Retry, WorkerPool
 from kube.workqueue import WorkQueue
+from placement import notgated
 from placement.blocklist import Blocklist
 from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting
-from placement.optimizer import BlockedUntil, Candidate, Decision, count_candidates, decide
+from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import (
     RequestError,
@@ -110,6 +112,7 @@ class PlacementController:
         self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self.gated = GatedRegister()
+        self.not_gated = notgated.NotGatedRegister()
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
         self.placed_counts: Counter[str] = Counter()  # pool -> len of its entries in _placed
@@ -204,6 +207,7 @@ class PlacementController:
             pod = self.pods.cache.get(key)
         if pod is None:
             self._forget(key)
+            self._warn_if_not_gated(key, None)
             return None
         if is_replaceable_failure(pod):
             self._forget(key)
@@ -211,6 +215,7 @@ class PlacementController:
             return None
         if not is_placeable(pod):
             self._forget(key)
+            self._warn_if_not_gated(key, pod)
             return None
         if not self._pools.synced.is_set():
             return POOLS_UNSYNCED
@@ -243,6 +248,14 @@ class PlacementController:
         with self._lock:
             self._last.pop(key, None)
         self.gated.forget(key)
+
+    def _warn_if_not_gated(self, key: str, pod: JsonDict | None) -> None:
+        """One NotGated Warning per opted-in Pod created without our gate (`notgated` has the rule)."""
+        if pod is None or not notgated.is_not_gated(pod):
+            self.not_gated.forget(key)
+        elif self.not_gated.due(key, str(pod["metadata"].get("uid", ""))):
+            observe.current().placement_decided("not_gated")
+            self._event(pod, "Warning", names.EVENT_NOT_GATED, notgated.warning(pod))
 
     def _look_delay(self, pod: JsonDict, at: float, now: float) -> float:
         """Seconds until the look due at `at` (epoch), just past it, plus the Pod's stable offset
@@ -383,17 +396,3 @@ class PlacementController:
         if len(message) > MAX_EVENT_MESSAGE:
             message = message[: MAX_EVENT_MESSAGE - 3] + "..."
         self._events.pod(pod, kind, reason, message)
-
-
-def blocklist_lookup(blocklist: Blocklist, accelerator: str | None) -> BlockedUntil:
-    """The optimizer's view of the blocklist for a request of `accelerator`: when each candidate
-    is blocked until (epoch seconds), or None. The scope a provider built from the same PodSpec
-    covers it: tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike."""
-
-    def lookup(candidate: Candidate) -> float | None:
-        entry = blocklist.blocked(
-            candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
-        )
-        return None if entry is None else entry.expires_at.timestamp()
-
-    return lookup

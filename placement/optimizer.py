@@ -1,7 +1,8 @@
 """The optimizer: a pool, a request and the providers' offerings in, one placement decision out.
 
 Pure and table-tested: the placement controller gathers the inputs (pool, request, offerings,
-a blocklist lookup) and does the I/O around `decide`. Never calls a provider or the API.
+a blocklist lookup, which `blocklist_lookup` builds over the in-memory Blocklist) and does the
+I/O around `decide`. Never calls a provider or the API.
 Tables in tests/placement/test_optimizer.py::test_ordered_walks_tiers_then_providers_then_regions.
 """
 
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from placement.blocklist import Blocklist
 from placement.pools import NodePool, Strategy
 from placement.request import WorkloadRequest
 from providers import shapecheck
@@ -215,3 +217,17 @@ def count_candidates(pool: NodePool, views: Mapping[str, ProviderView]) -> int:
                 if offering.tier == tier and offering.available and (declared is None or offering.region in declared):
                     seen.add((tier, entry.name, offering.region))
     return len(seen)
+
+
+def blocklist_lookup(blocklist: Blocklist, accelerator: str | None) -> BlockedUntil:
+    """The optimizer's view of the blocklist for a request of `accelerator`: when each candidate
+    is blocked until (epoch seconds), or None. The scope a provider built from the same PodSpec
+    covers it: tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike."""
+
+    def lookup(candidate: Candidate) -> float | None:
+        entry = blocklist.blocked(
+            candidate.provider, accelerator=accelerator, tier=candidate.tier, region=candidate.region
+        )
+        return None if entry is None else entry.expires_at.timestamp()
+
+    return lookup

@@ -10,8 +10,7 @@ from typing import Any
 
 from kube import names
 from placement.blocklist import Blocklist
-from placement.controller import blocklist_lookup
-from placement.optimizer import ProviderView, decide
+from placement.optimizer import ProviderView, blocklist_lookup, decide
 from placement.pools import NodePool, PoolProvider
 from placement.request import WorkloadRequest, workload_request
 from providers import errors, podspec
