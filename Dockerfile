@@ -9,9 +9,12 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY requirements.txt /tmp/requirements.txt
+# The image serves every provider: the core and each cloud SDK's extra (pyproject.toml).
+COPY requirements.txt requirements-aws.txt requirements-modal.txt requirements-runpod.txt /tmp/
 RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --only-binary=:all: --requirement /tmp/requirements.txt
+ && /opt/venv/bin/pip install --only-binary=:all: --requirement /tmp/requirements.txt \
+      --requirement /tmp/requirements-aws.txt --requirement /tmp/requirements-modal.txt \
+      --requirement /tmp/requirements-runpod.txt
 COPY . /app
 RUN /opt/venv/bin/python -m compileall -q /app
 

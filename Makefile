@@ -8,7 +8,7 @@ DEV_ADDR ?= 127.0.0.1:6443
 
 .PHONY: run test bootstrap tools system-packages lint typecheck contracts pytest clean
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-aws.txt requirements-modal.txt requirements-runpod.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt

@@ -1,7 +1,8 @@
 """Build providers from settings: alias -> {"BACKEND": "dotted.Class", "OPTIONS": {...}}.
 
 Called by the management commands (which read `NEBULA['PROVIDERS']`) and by the system
-checks. Knows no concrete provider: backends are imported by path, lazily.
+checks. Knows no concrete provider: backends are imported by path, lazily; one whose cloud SDK
+is missing is a `MissingSdkError` naming the pip extra (`providers.extras`).
 Tests: tests/providers/test_registry.py.
 """
 
@@ -11,7 +12,7 @@ import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
-from providers import base
+from providers import base, extras
 from providers.owner import Owner
 
 
@@ -23,6 +24,11 @@ class BackendImportError(ConfigurationError):
     """The BACKEND path does not import."""
 
 
+class MissingSdkError(BackendImportError):
+    """The BACKEND's package needs a cloud SDK that is not installed; the message names the
+    pip extra that installs it (`providers.extras`)."""
+
+
 def import_backend(path: str) -> type:
     """The class at the dotted `path`, or BackendImportError saying why not."""
     module_name, _, class_name = path.rpartition(".")
@@ -30,6 +36,8 @@ def import_backend(path: str) -> type:
         raise BackendImportError(f"BACKEND {path!r} is not a dotted path to a class")
     try:
         module = importlib.import_module(module_name)
+    except extras.MissingExtraError as exc:
+        raise MissingSdkError(f"BACKEND {path!r}: {exc}") from None  # the one line is the whole story
     except ImportError as exc:
         raise BackendImportError(f"BACKEND {path!r} cannot be imported: {exc}") from exc
     backend = getattr(module, class_name, None)
@@ -47,7 +55,10 @@ def validate_entry(alias: str, entry: Any) -> type:
     options = entry.get("OPTIONS", {})
     if not isinstance(options, Mapping):
         raise ConfigurationError(f"provider {alias!r}: OPTIONS must be a mapping")
-    return import_backend(str(entry["BACKEND"]))
+    try:
+        return import_backend(str(entry["BACKEND"]))
+    except MissingSdkError as exc:
+        raise MissingSdkError(f"provider {alias!r}: {exc}") from None
 
 
 def build_provider(alias: str, entry: Mapping[str, Any], *, cluster: str) -> base.Provider:

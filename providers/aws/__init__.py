@@ -12,10 +12,15 @@ containers roster tags and console markers to per-container facts
 status     EC2 facts to `Instance`, tags; classify  refusal -> block scope
 logs       serial-console logs; remote  SSH targets and the exec command; options  settings
 
-Imports boto3 lazily (only `ec2` does); imports `providers.ssh` but no other provider.
+Imports boto3 lazily (only `ec2` does); imports `providers.ssh` but no other provider. Without
+boto3 or asyncssh (the `aws` extra) importing the package raises `providers.extras.MissingExtraError`.
 Tests: tests/providers/aws/test_aws.py.
 """
 
-from providers.aws.provider import AwsProvider
+from providers import extras
+
+extras.require("boto3", "botocore", "asyncssh", extra="aws")  # before anything that imports the SDK
+
+from providers.aws.provider import AwsProvider  # noqa: E402
 
 __all__ = ["AwsProvider"]

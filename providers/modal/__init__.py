@@ -10,10 +10,15 @@ options    settings
 launch     one Sandbox.create on its own thread, so provision need not wait for Modal's schedule
 fake/      a gRPC fake of Modal's API for tests (not imported by the provider)
 
-Imports no other provider.
+Imports no other provider. Without the SDK (the `modal` extra) importing the package raises
+`providers.extras.MissingExtraError`.
 Tests: tests/providers/modal/test_modal_provider_provision.py.
 """
 
-from providers.modal.provider import ModalProvider
+from providers import extras
+
+extras.require("modal", "grpclib", extra="modal")  # before anything that imports the SDK
+
+from providers.modal.provider import ModalProvider  # noqa: E402
 
 __all__ = ["ModalProvider"]

@@ -9,10 +9,15 @@ status    pod -> `Instance`; workload  the wrapper start command; remote  SSH ta
 catalog   accelerator names -> GPU type ids, CPU instances, gpuTypes -> offerings
 options   settings
 
-Imports `providers.ssh` but no other provider.
+Imports `providers.ssh` but no other provider. Without the SDK or asyncssh (the `runpod` extra)
+importing the package raises `providers.extras.MissingExtraError`.
 Tests: tests/providers/runpod/test_runpod_provider.py.
 """
 
-from providers.runpod.provider import RunPodProvider
+from providers import extras
+
+extras.require("runpod", "asyncssh", extra="runpod")  # before anything that imports the SDK
+
+from providers.runpod.provider import RunPodProvider  # noqa: E402
 
 __all__ = ["RunPodProvider"]

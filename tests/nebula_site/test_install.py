@@ -3,7 +3,12 @@ checkout, installed (without its dependencies) into a fresh virtualenv that sees
 packages through a `.pth` file, then `nebula --version` and `nebula run --dev-cluster` from an
 empty folder: the console answers and renders its pages from the installed package's templates
 (top-level templates/ in the checkout), the node is there, SIGTERM exits 0. Nothing of the
-checkout is on the installed command's path, and nothing is built inside the checkout."""
+checkout is on the installed command's path, and nothing is built inside the checkout.
+
+The slim install: the built metadata has the cloud SDKs only as the extras aws, modal and runpod
+(each from its requirements-<extra>.txt); a provider whose SDK is missing says which extra it
+needs in one line; the local path (runvnode, the local and fake providers, the system checks)
+imports no SDK. The package counts of a real `pip install .` are in docs/development.md."""
 
 from __future__ import annotations
 
@@ -27,8 +32,12 @@ from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("nebula_site", "console", "vnode", "placement", "providers", "kube", "devcluster")
-# What the build reads: the packages, the metadata, and the templates and CRD the package links to.
-SOURCES = (*PACKAGES, "pyproject.toml", "requirements.txt", "README.md", "templates", "deploy/crds")
+# The requirements of each extra (pyproject.toml reads them), aws, modal and runpod in that order.
+REQUIREMENTS_EXTRAS = ("requirements-aws.txt", "requirements-modal.txt", "requirements-runpod.txt")
+# What the build reads: the packages, the metadata and its requirements files, and the templates
+# and CRD the package links to.
+METADATA = ("pyproject.toml", "requirements.txt", *REQUIREMENTS_EXTRAS, "README.md")
+SOURCES = (*PACKAGES, *METADATA, "templates", "deploy/crds")
 
 
 @dataclass(frozen=True)
@@ -168,3 +177,99 @@ def test_nebula_run_from_an_empty_folder_serves_the_console_and_the_node_and_sto
     assert (folder / ".nebula" / "console.sqlite3").is_file()  # the database in the working folder
     process.send_signal(signal.SIGTERM)
     assert process.wait(60) == 0, log.read_text()
+
+
+# -- the slim install: cloud SDKs are extras ------------------------------------------------------
+EXTRAS = dict(zip(("aws", "modal", "runpod"), REQUIREMENTS_EXTRAS, strict=True))
+SDK_MODULES = ("boto3", "botocore", "modal", "modal_proto", "grpclib", "runpod", "asyncssh")
+
+
+def pins(name: str) -> set[str]:
+    return {line for line in (ROOT / name).read_text().splitlines() if line and not line.startswith("#")}
+
+
+def metadata_requirements(installed: Installed) -> tuple[set[str], dict[str, set[str]]]:
+    """The wheel's Requires-Dist: the core ones, and each extra's (markers read back)."""
+    (dist_info,) = installed.site_packages.glob("nebula-*.dist-info")
+    core: set[str] = set()
+    extras: dict[str, set[str]] = {}
+    for line in (dist_info / "METADATA").read_text().splitlines():
+        if line.startswith("Provides-Extra: "):
+            extras.setdefault(line.split(": ", 1)[1], set())
+        elif line.startswith("Requires-Dist: "):
+            requirement, _, marker = line.split(": ", 1)[1].partition(";")
+            found = re.fullmatch(r'\s*extra\s*==\s*"([^"]+)"\s*', marker)
+            (extras.setdefault(found.group(1), set()) if found else core).add(requirement.strip().replace(" ", ""))
+    return core, extras
+
+
+@pytest.mark.slow
+def test_the_built_metadata_has_one_extra_per_cloud_sdk_and_the_core_needs_none(installed: Installed) -> None:
+    """One source: requirements.txt is the core, requirements-<extra>.txt each extra, as built;
+    requirements-dev.txt (what `make test` installs) includes all of them."""
+    core, extras = metadata_requirements(installed)
+    assert core == {pin.replace(" ", "") for pin in pins("requirements.txt")}
+    assert extras == {name: {pin.replace(" ", "") for pin in pins(file)} for name, file in EXTRAS.items()}
+    assert not any(pin.split("==")[0].split("[")[0].lower() in SDK_MODULES for pin in core), core
+    assert {"boto3==1.44.8", "asyncssh==2.24.1"} <= extras["aws"] and "modal==1.6.4" in extras["modal"]
+    assert "runpod==1.12.0" in extras["runpod"]
+    dev = (ROOT / "requirements-dev.txt").read_text().splitlines()
+    assert {f"-r {file}" for file in ("requirements.txt", *EXTRAS.values())} <= set(dev)
+
+
+MISSING_SDK = """
+import sys
+for name in sys.argv[1].split(","):
+    sys.modules[name] = None  # as if not installed: importing it raises ImportError
+from providers import registry
+try:
+    registry.build_providers({"gpu": {"BACKEND": sys.argv[2]}}, ["gpu"], cluster="c")
+except registry.MissingSdkError as exc:
+    print(exc)
+"""
+
+
+@pytest.mark.parametrize(
+    ("backend", "missing", "extra"),
+    [
+        ("providers.aws.AwsProvider", "boto3", "aws"),
+        ("providers.aws.AwsProvider", "asyncssh", "aws"),
+        ("providers.modal.ModalProvider", "modal", "modal"),
+        ("providers.runpod.RunPodProvider", "runpod", "runpod"),
+    ],
+)
+def test_a_provider_without_its_sdk_names_the_extra_that_installs_it(
+    backend: str, missing: str, extra: str, tmp_path: Path
+) -> None:
+    """One line naming the module and `pip install 'nebula[<extra>]'`, no traceback (a fresh
+    interpreter, with the SDK's module blocked as if not installed)."""
+    out = run(sys.executable, "-c", MISSING_SDK, missing, backend, cwd=ROOT, env=clean_env(tmp_path))
+    assert out.strip().splitlines() == [
+        f"provider 'gpu': BACKEND {backend!r}: {missing} not installed: this provider needs Nebula's"
+        f" {extra!r} extra (pip install 'nebula[{extra}]')"
+    ]
+
+
+WITHOUT_SDKS = """
+import sys
+blocked = sys.argv[1].split(",")
+for name in blocked:
+    sys.modules[name] = None
+import django
+django.setup()
+from django.core.management import call_command
+from nebula_site.management.commands import runvnode
+from providers import registry
+from nebula_site import config
+providers = registry.build_providers(config.BUILTIN_PROVIDERS, ["local", "fake"], cluster="c")
+call_command("check")
+print(sorted(providers), [name for name in blocked if sys.modules.get(name) is not None])
+"""
+
+
+def test_the_local_and_fake_providers_and_runvnode_need_no_cloud_sdk(tmp_path: Path) -> None:
+    """What `nebula run --provider local --dev-cluster` imports works with every SDK missing,
+    and the system checks pass (the built-in providers need no extra)."""
+    env = {**clean_env(tmp_path), "DJANGO_SETTINGS_MODULE": "nebula_site.settings"}
+    out = run(sys.executable, "-c", WITHOUT_SDKS, ",".join(SDK_MODULES), cwd=ROOT, env=env)
+    assert out.strip().splitlines()[-1] == "['fake', 'local'] []"
