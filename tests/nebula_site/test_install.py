@@ -27,8 +27,9 @@ from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("nebula_site", "console", "vnode", "placement", "providers", "kube", "devcluster")
-# What the build reads: the packages, the metadata, and the templates and CRD the package links to.
+# What the build reads: the packages, the metadata, and the templates, CRD and manifests the package links to.
 SOURCES = (*PACKAGES, "pyproject.toml", "requirements.txt", "README.md", "templates", "deploy/crds")
+SOURCES += ("deploy/base/console-roles.yaml", "deploy/webhook")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
             ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
             shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=ignore)
         else:
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     wheels = base / "wheels"
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", wheels, source, cwd=base)
