@@ -4,9 +4,10 @@ Parses and validates its flags over the NEBULA settings into one `ManagerConfig`
 the providers' entries, plus `--providers-file`, by building them once) and calls
 `nebula_site.manager.main.main`; with `--dev-cluster` it hands over how to start the embedded
 cluster (the commands alone may import it). SIGTERM or SIGINT stops intake, lets in-flight
-calls finish, releases the leader Lease, exits 0. Never wires or stops pieces itself.
+calls finish, releases the leader Lease, exits 0 (with `--dev-cluster`, once the nodes stopped,
+its Pods' instances terminated). Never wires or stops pieces itself.
 Tests: tests/vnode/kubelet/test_runvnode_listeners.py, tests/nebula_site/test_runvnode_metrics.py,
-tests/vnode/kubelet/test_kubelet_auth_runvnode.py.
+tests/vnode/kubelet/test_kubelet_auth_runvnode.py, tests/nebula_site/test_devstart.py.
 """
 
 from __future__ import annotations
