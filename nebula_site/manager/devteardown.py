@@ -6,6 +6,7 @@ Pushed on the ordered stop by `nebula_site.manager.main` for `--dev-cluster` onl
 the Runners stopped; against a real cluster instances outlive a manager restart and this never
 runs. Never touches the API server: the provider alone, within the stop's remaining grace.
 Tests: tests/nebula_site/test_devstart.py::test_ctrl_c_terminates_every_process_a_pod_started,
+tests/nebula_site/test_devstart.py::test_against_a_real_cluster_a_stop_leaves_the_instances_running,
 tests/nebula_site/test_devstart.py::test_terminate_instances_waits_until_each_is_gone.
 """
 

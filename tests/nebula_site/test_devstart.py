@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import demo
@@ -228,3 +229,33 @@ def test_readme_shows_what_make_run_prints_and_keeps_two_set_up_commands() -> No
     top = re.search(r"```sh\n(.*?)```", readme, re.S)
     assert top is not None
     assert [line.split()[:2] for line in top.group(1).splitlines()] == [["make", "run"], ["make", "test"]]
+
+
+def test_against_a_real_cluster_a_stop_leaves_the_instances_running(cluster: DevCluster, tmp_path: Path) -> None:
+    """Only the embedded cluster's instances are terminated: elsewhere the next manager adopts them."""
+    log = tmp_path / "run.log"
+    argv = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--kubeconfig", str(cluster.kubeconfig_path)]
+    argv += ["--provider", "local", "--console-addr", "127.0.0.1:0", "--metrics-addr", "", "--kubelet-addr"]
+    argv += ["127.0.0.1:0", "--node-ip", "127.0.0.1"]
+    marker = uuid.uuid4().hex
+    with log.open("wb") as out:
+        process = subprocess.Popen(argv, cwd=tmp_path, env=clean_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
+    try:
+        kube = Kube(load_api_client(str(cluster.kubeconfig_path)))
+        kube.create(path_for("pods", namespace="default"), pod("kept", ["sh", "-c", "sleep 3600 & wait"], marker))
+        wait_for(lambda: phase(kube, "kept") == "Running", 90, 0.1, ignoring=STARTING, what="kept Running")
+        running = wait_for(lambda: len(marked(marker)) >= 2 and marked(marker), 30, 0.1, what="the Pod's processes")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(60) == 0
+        assert set(running) <= set(marked(marker))
+        assert "terminated " not in log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(30)
+        identity = str(cluster.store.get("/namespaces", "", "kube-system")["metadata"]["uid"])  # the owner
+        options = {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 0}
+        observer = LocalProvider("local", options, owner=Owner(identity, "local"))
+        for instance in observer.list():
+            observer.terminate(instance.id)
+        wait_for(lambda: marked(marker) == [], 30, 0.1, what="the kept Pod's processes ended by the sweep")
