@@ -3,20 +3,27 @@ under shorter names, for use from any folder.
 
 `nebula run ...` is `manage.py runvnode ...` (same flags), `nebula devcluster ...` is
 `manage.py devcluster ...`, any other name passes through (`nebula migrate`, `nebula check`,
-`nebula fakecloud`); `nebula --version` prints the installed distribution's version and
-`nebula` alone prints this help. Never wires anything itself.
-Tests: tests/nebula_site/test_cli.py, tests/nebula_site/test_install.py.
+`nebula fakecloud`); `nebula --version` prints Nebula's version (so does `--version` of
+Nebula's own commands, `version()`) and `nebula` alone prints this help. Never wires anything.
+Tests: tests/nebula_site/test_cli.py, tests/nebula_site/test_install.py,
+tests/nebula_site/test_cli.py::test_version_is_nebulas_from_every_entry_point.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import tomllib
 from collections.abc import Sequence
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 DISTRIBUTION = "nebula"
+PROG = "nebula"  # argv[0] of the installed command: usage lines then say `nebula <alias>`
 ALIASES = {"run": "runvnode"}  # `nebula <alias>` -> `manage.py <command>`
+COMMANDS = {command: alias for alias, command in ALIASES.items()}
+_CHECKOUT_PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 USAGE = """\
 usage: nebula <command> [options]
 
@@ -32,11 +39,27 @@ Files it writes (.nebula/...) are relative to the working folder.
 
 
 def version() -> str:
-    """The installed distribution's version (pyproject's `version`)."""
+    """Nebula's version: the checkout's pyproject `version` when this code runs from a checkout
+    (`manage.py`), else the installed distribution's (the same field, built in)."""
+    try:
+        project = tomllib.loads(_CHECKOUT_PYPROJECT.read_text())["project"]
+    except (OSError, tomllib.TOMLDecodeError, KeyError):
+        project = {}
+    if project.get("name") == DISTRIBUTION and project.get("version"):
+        return str(project["version"])
     try:
         return metadata.version(DISTRIBUTION)
-    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed; pip install .)"
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def prog_of(prog_name: str, subcommand: str) -> str:
+    """The `prog` of a command's usage line: `nebula run` when started as `nebula run`, else
+    Django's `manage.py runvnode`."""
+    program = os.path.basename(prog_name)
+    if program == PROG:
+        return f"{PROG} {COMMANDS.get(subcommand, subcommand)}"
+    return f"{program} {subcommand}"
 
 
 def management_argv(argv: Sequence[str]) -> list[str] | None:
@@ -47,14 +70,14 @@ def management_argv(argv: Sequence[str]) -> list[str] | None:
     if command == "help":
         if not rest:
             return None
-        return ["nebula", "help", ALIASES.get(rest[0], rest[0]), *rest[1:]]
-    return ["nebula", ALIASES.get(command, command), *rest]
+        return [PROG, "help", ALIASES.get(rest[0], rest[0]), *rest[1:]]
+    return [PROG, ALIASES.get(command, command), *rest]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else list(argv)
     if args[:1] in (["--version"], ["-V"]):
-        print(f"nebula {version()}")
+        print(f"{PROG} {version()}")
         return
     command = management_argv(args)
     if command is None:
@@ -64,3 +87,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(command)
+
+
+class NebulaCommand:
+    """Mixed into Nebula's management commands, before Django's `BaseCommand`: their
+    `--version` is Nebula's, and started as `nebula run` their usage says so."""
+
+    def get_version(self) -> str:
+        return f"{PROG} {version()}"
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> Any:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)  # type: ignore[misc]
+        parser.prog = prog_of(prog_name, subcommand)
+        return parser

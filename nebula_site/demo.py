@@ -1,20 +1,24 @@
 """The demo of `make run`: a Pod `hello` that prints a line a second, what to try, and a
 console login.
 
-Called by `manage.py runvnode --demo`. Creates the Pod through the same API any user
-would (idempotent: an existing `hello` is left alone). The login (`reset_dev_login`) is made
+Called by `manage.py runvnode --demo` once it leads. Creates the Pod through the same API any
+user would, once its node is Ready (idempotent: an existing `hello` is left alone); `TRY` is
+the one list of what to try, which the README repeats (a test compares them). The login (`reset_dev_login`) is made
 only under `--dev-cluster`: a fresh random password for a local superuser at every start,
 never a fixed one, and never on a real cluster.
-Tests: tests/nebula_site/test_make_run.py.
+Tests: tests/nebula_site/test_make_run.py,
+tests/nebula_site/test_devstart.py::test_the_demo_pod_is_created_once_its_node_is_ready_and_the_dev_key_is_not_a_warning.
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from kube import names
-from kube.client import ConflictError, Kube, load_api_client, path_for
+from kube.client import ConflictError, Kube, KubeError, load_api_client, path_for
 
 DEMO_POD = "hello"
 DEV_LOGIN = "dev"
@@ -47,19 +51,53 @@ def create_demo_pod(kubeconfig: str | None, *, provider: str) -> None:
         pass
 
 
+def node_ready(kube: Kube, node: str) -> bool:
+    """The node's Ready condition is True (a Pod created now is scheduled at once, with no
+    FailedScheduling Event first)."""
+    try:
+        conditions = (kube.get(path_for("nodes", name=node)).get("status") or {}).get("conditions") or []
+    except KubeError:
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def create_when_ready(
+    kubeconfig: str | None, *, provider: str, stop: threading.Event, say: Callable[[str], None], poll: float = 0.1
+) -> None:
+    """Wait (until `stop`) for the provider's node to be Ready, then create the demo Pod and
+    say what to try."""
+    kube = Kube(load_api_client(kubeconfig))
+    while not stop.is_set():
+        if node_ready(kube, names.node_name(provider)):
+            create_demo_pod(kubeconfig, provider=provider)
+            say(instructions(kubeconfig or "$KUBECONFIG"))
+            return
+        stop.wait(poll)
+
+
+# What to try, after `kubectl --kubeconfig <path> ` (a comment after two spaces and `#`).
+TRY = (
+    "get nodes",
+    "get pods -o wide",
+    f"describe pod {DEMO_POD}",
+    f"logs -f {DEMO_POD}",
+    f"exec -it {DEMO_POD} -- sh",
+    f"top pod {DEMO_POD}  # once the embedded metrics-server has scraped twice (~30 s)",
+    f"debug -it {DEMO_POD} --image=busybox -- sh",
+    f"delete pod {DEMO_POD}",
+)
+
+
 def instructions(kubeconfig: str) -> str:
+    """The banner `make run` prints once the demo Pod is created (README.md shows it verbatim)."""
     k = f"kubectl --kubeconfig {kubeconfig}"
     return "\n".join(
         [
             "",
             "Nebula is running. Try, in another terminal:",
-            f"  {k} get nodes",
-            f"  {k} get pods -o wide",
-            f"  {k} describe pod {DEMO_POD}",
-            f"  {k} logs -f {DEMO_POD}",
-            f"  {k} exec -it {DEMO_POD} -- sh",
-            f"  {k} delete pod {DEMO_POD}",
-            "Stop with Ctrl-C (the demo's process keeps running until its Pod is deleted).",
+            *(f"  {k} {line}" for line in TRY),
+            f"Through placement: docs/deploy.md step 8 with KUBECONFIG={kubeconfig}, once {DEMO_POD} is deleted.",
+            "Stop with Ctrl-C: the processes of every Pod here end with it (nothing could delete those Pods after).",
             "",
         ]
     )

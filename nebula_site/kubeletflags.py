@@ -52,8 +52,18 @@ def add_arguments(parser: ArgumentParser) -> None:
         default=None,
         help="Webhook: SubjectAccessReview on nodes/<subresource>; default NEBULA['KUBELET_AUTHORIZATION_MODE']",
     )
-    for flag, default in (("--stream-creation-timeout", "30"), ("--streaming-connection-idle-timeout", "14400")):
-        parser.add_argument(flag, type=float, metavar="SECONDS", help=f"I7, as the kubelet's (default {default})")
+    parser.add_argument(
+        "--stream-creation-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="how long an exec, attach or port-forward may take to open its streams, as the kubelet's (default 30)",
+    )
+    parser.add_argument(
+        "--streaming-connection-idle-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="close an exec, attach or port-forward connection idle this long, as the kubelet's (default 14400)",
+    )
 
 
 def auth_options(options: dict[str, Any]) -> manager_config.KubeletAuthOptions:

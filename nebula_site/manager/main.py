@@ -1,6 +1,7 @@
 """The manager process: `main(config, stop)` starts everything in order, runs the one leading
 loop, and stops everything in one ordered stop (Runners, placement, mirror, the leader Lease,
-the console's runtime, the CSR manager, the exporter, the listeners, the embedded cluster).
+the console's runtime, the CSR manager, the exporter, the listeners, the embedded cluster and,
+with it, the instances of its Pods).
 
 Called by `manage.py runvnode` once it parsed and validated its flags; `lead` is the loop alone,
 for tests. Never parses flags and never reads settings.
@@ -14,7 +15,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from console import kubeauth, leaderpeer, runtime
 from console import observer as console_observer
@@ -23,12 +24,13 @@ from kube.leader import LeaderElector
 from kube.reviews import Reviewer
 from kube.worker import describe
 from nebula_site.manager import config as manager_config
+from nebula_site.manager import devteardown, sources, startup
 from nebula_site.manager import leading as manager_leading
 from nebula_site.manager import listeners as manager_listeners
 from nebula_site.manager import runners as manager_runners
 from nebula_site.manager import shutdown as manager_shutdown
-from nebula_site.manager import sources, startup
 from placement.blocklist import Blocklist
+from providers.base import Provider
 from vnode.kubelet.resolve import HandlerRegistry
 
 logger = logging.getLogger(__name__)
@@ -51,10 +53,12 @@ def main(
     1. the kubeconfig check, or with `config.dev_cluster` the embedded cluster (`start_cluster`:
        the commands alone may import it), started first: the kubelet listener reviews tokens
        with it and trusts its client CA;
-    2. the kubelet and console listeners, the console's tables, the CSR manager, the exporter;
-    3. the virtual nodes said (and the `--demo` Pod made); a stop by now ends here;
-    4. the leading loop (`lead`);
-    5. everything stopped, last started first, within `config.shutdown_grace` in all.
+    2. the kubelet and console listeners, the console's tables, on the embedded cluster what the
+       base install registers (`devinstall`), the CSR manager, the exporter;
+    3. the virtual nodes said; a stop by now ends here;
+    4. the leading loop (`lead`); once leading, the `--demo` Pod and login (`demo_on_leading`);
+    5. everything stopped, last started first, within `config.shutdown_grace` in all; with the
+       embedded cluster, its providers' instances terminated once the Runners stopped.
     """
     shutdown = manager_shutdown.Shutdown(config.shutdown_grace)
     try:
@@ -69,6 +73,8 @@ def main(
         listeners = startup.start_listeners(config, say)
         shutdown.push_untimed(listeners.stop)
         startup.migrate_mirror()
+        if config.dev_cluster is not None:
+            shutdown.push_untimed(startup.install_on_dev_cluster(config, say).stop)
         if config.kubelet_cert_source == "csr":
             runner = config.runner
             csr = manager_listeners.start_serving_csr(
@@ -78,12 +84,14 @@ def main(
         exporter = startup.start_metrics(config, say)
         if exporter is not None:
             shutdown.push_untimed(exporter.stop)
-        startup.announce(config, say, demo_pod=config.demo and not stop.is_set())
+        startup.announce(config, say)
         if stop.is_set():
             logger.info("stopped while starting: no virtual node was started")
             return True
         tls = config.console_tls or config.console_cert is not None
         url = manager_listeners.console_url(listeners, bind_host=config.console_addr[0], tls=tls)
+        if config.dev_cluster is not None:
+            build_providers = _terminated_on_stop(build_providers, shutdown, say)
         return lead(
             config,
             stop,
@@ -94,10 +102,32 @@ def main(
                 listeners, bind_host=config.console_addr[0], node_ip=config.runner.node_ip
             ),
             build_providers=build_providers,
-            on_leading=startup.dev_login(url, say) if config.demo and config.dev_cluster is not None else None,
+            on_leading=startup.demo_on_leading(config, url, say, stop),
         )
     finally:
         shutdown.run()
+
+
+def _terminated_on_stop(
+    build_providers: sources.ProviderFactory, shutdown: manager_shutdown.Shutdown, say: startup.Say
+) -> sources.ProviderFactory:
+    """`build_providers`, whose providers' instances are terminated on the ordered stop once
+    the Runners stopped (pushed before `lead` pushes theirs): the embedded cluster's Pods
+    cannot be deleted after it stops (`devteardown`)."""
+    built: dict[str, Provider] = {}
+
+    def terminate(timeout: float) -> list[threading.Thread]:
+        devteardown.terminate_instances(built, timeout, say=say)
+        return []
+
+    shutdown.push(terminate)
+
+    def build(cluster: str) -> Mapping[str, Provider]:
+        providers = build_providers(cluster)
+        built.update(providers)
+        return providers
+
+    return build
 
 
 def lead(

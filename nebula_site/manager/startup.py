@@ -1,6 +1,8 @@
 """The manager's start-up, before it seeks the leader Lease: the kubeconfig check, the embedded
-cluster (started by the caller's factory), the listeners, the console's tables, the kubelet
-certificate from the CSR API, the metrics listener and the `--demo` Pod, each said in one line.
+cluster (started by the caller's factory), the listeners, the console's tables, on the embedded
+cluster the base install's webhook and roles, the kubelet
+certificate from the CSR API, the metrics listener, and once leading the `--demo` Pod (after its
+node is Ready) with the dev login, each said in one line.
 
 Called by `nebula_site.manager.main.main`, which pushes each started piece's stop onto its
 ordered stop. Raises `StartError` for what a person must fix; never parses flags.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -20,9 +23,10 @@ from django.conf import settings
 from django.core.management import call_command
 
 from console.exporter import MetricsListener
-from kube.client import load_api_client
+from kube.client import KubeError, load_api_client
 from nebula_site import demo
 from nebula_site.manager import config as manager_config
+from nebula_site.manager import devinstall
 from nebula_site.manager import listeners as manager_listeners
 from vnode.kubelet.server import Listeners
 
@@ -89,6 +93,15 @@ def start_listeners(config: manager_config.ManagerConfig, say: Say) -> Listeners
     return listeners
 
 
+def install_on_dev_cluster(config: manager_config.ManagerConfig, say: Say) -> devinstall.WebhookListener:
+    """The base install's console roles and placement webhook on the embedded cluster; returns
+    the webhook's listener to stop."""
+    try:
+        return devinstall.install(config.kubeconfig, say)
+    except (KubeError, OSError) as exc:
+        raise StartError(f"cannot install the placement webhook and console roles on the dev cluster: {exc}") from exc
+
+
 def start_metrics(config: manager_config.ManagerConfig, say: Say) -> MetricsListener | None:
     """The metrics listener, when configured. Given explicitly (the flag or NEBULA_METRICS_ADDR),
     a failure to bind is a StartError; the built-in default address in use only logs a warning
@@ -112,21 +125,31 @@ def start_metrics(config: manager_config.ManagerConfig, say: Say) -> MetricsList
     return exporter
 
 
-def announce(config: manager_config.ManagerConfig, say: Say, *, demo_pod: bool) -> None:
-    """The virtual nodes this process runs, and with `--demo` the demo Pod and what to try."""
+def announce(config: manager_config.ManagerConfig, say: Say) -> None:
+    """The virtual nodes this process runs."""
     if config.runner.node_ip is None and config.runner.node_dns_name is None:
         logger.warning("no node address: logs and exec are advertised as unsupported")
     say(f"virtual nodes: {', '.join('nebula-' + a for a in config.aliases)}")
-    if demo_pod:
-        demo.create_demo_pod(config.kubeconfig, provider=config.aliases[0])
-        say(demo.instructions(config.kubeconfig or "$KUBECONFIG"))
 
 
-def dev_login(console_url: str | None, say: Say) -> Callable[[], None]:
-    """`--demo` on the embedded cluster: a fresh dev login, said once this process leads, so
-    the console it names answers at once. Never made on a real cluster."""
+def demo_on_leading(
+    config: manager_config.ManagerConfig, console_url: str | None, say: Say, stop: threading.Event
+) -> Callable[[], None] | None:
+    """`--demo`, once this process leads: on the embedded cluster a fresh dev login (never made
+    on a real cluster), so the console it names answers at once; then, once the first node is
+    Ready (no FailedScheduling first), the demo Pod and what to try, from a thread of its own."""
+    if not config.demo:
+        return None
 
-    def login() -> None:
-        say(demo.login_line(console_url, *demo.reset_dev_login()))
+    def on_leading() -> None:
+        if config.dev_cluster is not None:
+            say(demo.login_line(console_url, *demo.reset_dev_login()))
+        threading.Thread(
+            target=demo.create_when_ready,
+            args=(config.kubeconfig,),
+            kwargs={"provider": config.aliases[0], "stop": stop, "say": say},
+            name="demo-pod",
+            daemon=True,
+        ).start()
 
-    return login
+    return on_leading

@@ -3,8 +3,10 @@ installed command itself is tested in test_install.py."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -57,3 +59,28 @@ def test_run_takes_runvnodes_flags() -> None:
     result = run_cli("run", "--help")
     assert result.returncode == 0
     assert "--dev-cluster-addr" in result.stdout and "--console-addr" in result.stdout
+
+
+def test_version_is_nebulas_from_every_entry_point() -> None:
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    manage = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--version"]
+    from_manage = subprocess.run(manage, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    for result in (run_cli("--version"), run_cli("run", "--version"), from_manage):
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == f"nebula {version}"
+
+
+def test_usage_says_the_name_it_was_started_by() -> None:
+    assert run_cli("run", "--help").stdout.startswith("usage: nebula run ")
+    assert run_cli("help", "run").stdout.startswith("usage: nebula run ")
+    manage = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--help"]
+    assert subprocess.run(manage, cwd=ROOT, capture_output=True, text=True, timeout=60).stdout.startswith(
+        "usage: manage.py runvnode "
+    )
+
+
+@pytest.mark.parametrize("command", ["run", "devcluster", "fakecloud", "migrate"])
+def test_help_cites_no_internal_invariant_id(command: str) -> None:
+    result = run_cli(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert not re.search(r"\bI\d+\b", result.stdout), result.stdout

@@ -35,9 +35,9 @@ PACKAGES = ("nebula_site", "console", "vnode", "placement", "providers", "kube",
 # The requirements of each extra (pyproject.toml reads them), aws, modal and runpod in that order.
 REQUIREMENTS_EXTRAS = ("requirements-aws.txt", "requirements-modal.txt", "requirements-runpod.txt")
 # What the build reads: the packages, the metadata and its requirements files, and the templates
-# and CRD the package links to.
+# CRD and manifests the package links to.
 METADATA = ("pyproject.toml", "requirements.txt", *REQUIREMENTS_EXTRAS, "README.md")
-SOURCES = (*PACKAGES, *METADATA, "templates", "deploy/crds")
+SOURCES = (*PACKAGES, *METADATA, "templates", "deploy/crds", "deploy/base/console-roles.yaml", "deploy/webhook")
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
             ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
             shutil.copytree(ROOT / name, source / name, symlinks=True, ignore=ignore)
         else:
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, source / name)
     wheels = base / "wheels"
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", wheels, source, cwd=base)

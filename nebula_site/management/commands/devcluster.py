@@ -16,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 import devcluster
 import devcluster.errors
+from nebula_site import cli
 from nebula_site.config import parse_address
 from nebula_site.signals import stop_on_signals
 
@@ -56,7 +57,7 @@ def run_devcluster(
         cluster.stop()
 
 
-class Command(BaseCommand):
+class Command(cli.NebulaCommand, BaseCommand):
     help = "Run the embedded Kubernetes API server (demos and tests only) until SIGINT or SIGTERM."
 
     def add_arguments(self, parser: ArgumentParser) -> None:

@@ -13,11 +13,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from nebula_site import cli
 from nebula_site.signals import stop_on_signals
 from providers.fake import command as control
 
 
-class Command(BaseCommand):
+class Command(cli.NebulaCommand, BaseCommand):
     help = (
         "Run the fake cloud as an HTTP service (serve) or drive one (inject, faults, clear, instances, calls, reset)."
     )

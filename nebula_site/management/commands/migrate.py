@@ -17,13 +17,15 @@ from django.core.management.commands import migrate
 from django.db import connections, utils
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from nebula_site import cli
+
 log = logging.getLogger(__name__)
 
 # Every Nebula migrate shares this key (ASCII "NebulaMG"); nothing else on the database uses it.
 LOCK_KEY = 0x4E6562756C614D47
 
 
-class Command(migrate.Command):  # type: ignore[misc]  # Django is untyped: Any to mypy
+class Command(cli.NebulaCommand, migrate.Command):  # type: ignore[misc]  # Django is untyped: Any to mypy
     def handle(self, *args: Any, **options: Any) -> None:
         connection = connections[options["database"]]
         if connection.vendor != "postgresql":

@@ -4,9 +4,10 @@ Parses and validates its flags over the NEBULA settings into one `ManagerConfig`
 the providers' entries, plus `--providers-file`, by building them once) and calls
 `nebula_site.manager.main.main`; with `--dev-cluster` it hands over how to start the embedded
 cluster (the commands alone may import it). SIGTERM or SIGINT stops intake, lets in-flight
-calls finish, releases the leader Lease, exits 0. Never wires or stops pieces itself.
+calls finish, releases the leader Lease, exits 0 (with `--dev-cluster`, once the nodes stopped,
+its Pods' instances terminated). Never wires or stops pieces itself.
 Tests: tests/vnode/kubelet/test_runvnode_listeners.py, tests/nebula_site/test_runvnode_metrics.py,
-tests/vnode/kubelet/test_kubelet_auth_runvnode.py.
+tests/vnode/kubelet/test_kubelet_auth_runvnode.py, tests/nebula_site/test_devstart.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from nebula_site import kubeletflags, servingcert
+from nebula_site import cli, kubeletflags, servingcert
 from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from nebula_site.manager import config as manager_config
 from nebula_site.manager import listeners as manager_listeners
@@ -136,7 +137,7 @@ def metrics_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
     return (cert, key) if cert and key else None
 
 
-class Command(BaseCommand):
+class Command(cli.NebulaCommand, BaseCommand):
     help = "Run Nebula's virtual nodes: one per --provider, against a cluster or the embedded one."
     console_url: str | None = None  # where the console listens, once it does
 
@@ -206,7 +207,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         config = manager_config_from(options)
-        if settings.SECRET_KEY == DEV_SECRET_KEY:
+        if settings.SECRET_KEY == DEV_SECRET_KEY and config.dev_cluster is None:  # the dev key is the dev cluster's
             logging.getLogger(__name__).warning(
                 "DJANGO_SECRET_KEY is unset: the console signs sessions with the public development key; "
                 "set DJANGO_SECRET_KEY (and DJANGO_SETTINGS_MODULE=nebula_site.production) beyond a dev machine"
