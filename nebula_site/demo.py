@@ -96,7 +96,7 @@ def instructions(kubeconfig: str) -> str:
             "",
             "Nebula is running. Try, in another terminal:",
             *(f"  {k} {line}" for line in TRY),
-            f"Through placement: docs/deploy.md step 8 with KUBECONFIG={kubeconfig}, once {DEMO_POD} is deleted.",
+            f"Through placement: docs/deploy.md step 8 with KUBECONFIG={kubeconfig}.",
             "Stop with Ctrl-C: the processes of every Pod here end with it (nothing could delete those Pods after).",
             "",
         ]

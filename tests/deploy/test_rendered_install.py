@@ -79,14 +79,14 @@ def check_the_opted_in_pod(install: Install, *, node: str, step_8: str, steps: P
     """Steps 8 and 9: the Pod is admitted (the webhook's toleration), placed (placement's
     nodeSelector and Placed Event, the gate gone), Running on `node`; `kubectl logs` reads it."""
     run_step(install, step_8, cwd=steps, env={"KUBECTL_WAIT_TIMEOUT": str(timeout)})
-    pod = install.get("pod", "hello", "default")
+    pod = install.get("pod", "trial", "default")
     assert GATE_TOLERATION in pod["spec"]["tolerations"], "the webhook did not admit it"
     assert not pod["spec"].get("schedulingGates"), "placement did not lift its gate"
     assert pod["spec"]["nodeName"] == node
     assert pod["spec"]["nodeSelector"] == {"nebula.io/provider": node.removeprefix("nebula-")}
-    assert [e for e in events_of(install, "hello") if e["reason"] == "Placed"], "no Placed Event"
+    assert [e for e in events_of(install, "trial") if e["reason"] == "Placed"], "no Placed Event"
     assert pod["status"]["phase"] == "Running"
-    wait_for(lambda: "hello 3" in install.kubectl("logs", "hello").stdout, timeout, what="the Pod's third line")
+    wait_for(lambda: "hello 3" in install.kubectl("logs", "trial").stdout, timeout, what="the Pod's third line")
     return run_step(install, doc_block(KIND, 9), cwd=steps).stdout
 
 
@@ -214,7 +214,7 @@ def test_the_production_overlay_installs_as_documented_and_runs_an_opted_in_pod_
                 (vm,) = vms.booted()
                 assert any(argv[:2] == ["run", "-d"] for argv in vm.docker_calls())
                 # The mirror and the logins are in PostgreSQL (the Secret's URL), not in the emptyDir.
-                wait_for(lambda: ("hello", "Running") in database.rows("SELECT name, phase FROM console_trackedpod"),
+                wait_for(lambda: ("trial", "Running") in database.rows("SELECT name, phase FROM console_trackedpod"),
                          what="the Pod in the PostgreSQL mirror")  # fmt: skip
                 assert not (tmp_path / "pod" / "state" / "console.sqlite3").exists()
                 assert manager.process.poll() is None, install.log("manager")

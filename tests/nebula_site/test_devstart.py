@@ -115,20 +115,19 @@ def test_the_demo_pod_is_created_once_its_node_is_ready_and_the_dev_key_is_not_a
 
 
 def test_make_run_places_the_documented_opted_in_pod(make_run: Run) -> None:
-    """docs/deploy.md step 8 as written (after the banner's `delete pod hello`: the same name)."""
+    """docs/deploy.md step 8 as written, beside the demo Pod."""
     kube = make_run.kube()
     wait_for(lambda: "Nebula is running" in make_run.text(), 90, 0.1, what="the banner")
-    make_run.kubectl("delete", "pod", demo.DEMO_POD)  # waits until it is gone, as the banner's line does
     step = doc_block("From an empty cluster to `kubectl logs` (kind)", 8)
     prelude = f'kubectl() {{ {shlex.quote(KUBECTL_137)} --kubeconfig {shlex.quote(str(make_run.kubeconfig))} "$@"; }}\n'
     done = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", prelude + step], capture_output=True, text=True, timeout=90
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    pod = kube.get(path_for("pods", namespace="default", name="hello"))
+    pod = kube.get(path_for("pods", namespace="default", name="trial"))
     assert pod["status"]["phase"] == "Running" and pod["spec"]["nodeName"] == names.node_name("local")
     assert not pod["spec"].get("schedulingGates")  # gated by the webhook, released by placement
-    assert "Placed" in wait_for(lambda: reasons(kube, "hello"), 30, 0.1, what="events")
+    assert "Placed" in wait_for(lambda: reasons(kube, "trial"), 30, 0.1, what="events")
 
 
 def console_api(console: str, token: str) -> int:
