@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from devcluster.errors import invalid
+from devcluster.errors import invalid, invalid_value, required
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 DEFAULT_GRACE_SECONDS = 30
@@ -43,12 +43,12 @@ def validate_pod(pod: dict[str, Any]) -> None:
     name = pod["metadata"].get("name", "")
     containers = (pod.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
-        raise invalid("Pod", name, "spec.containers: Required value")
+        raise invalid("Pod", name, [required("spec.containers")])
     for i, container in enumerate(containers):
         if not isinstance(container, dict) or not container.get("name"):
-            raise invalid("Pod", name, f"spec.containers[{i}].name: Required value")
+            raise invalid("Pod", name, [required(f"spec.containers[{i}].name")])
         if not container.get("image"):
-            raise invalid("Pod", name, f"spec.containers[{i}].image: Required value")
+            raise invalid("Pod", name, [required(f"spec.containers[{i}].image")])
 
 
 def initial_pod_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +95,7 @@ def default_secret(secret: dict[str, Any]) -> None:
         try:
             base64.b64decode(str(value), validate=True)
         except ValueError:
-            raise invalid("Secret", name, f"data[{key}]: Invalid value: illegal base64 data") from None
+            raise invalid("Secret", name, [invalid_value(f"data[{key}]", None, "illegal base64 data")]) from None
 
 
 def default_namespace(namespace: dict[str, Any]) -> None:
@@ -114,7 +114,7 @@ def default_service(service: dict[str, Any]) -> None:
     name = service["metadata"].get("name", "")
     for i, port in enumerate(spec.get("ports") or []):
         if not isinstance(port, dict) or not isinstance(port.get("port"), int):
-            raise invalid("Service", name, f"spec.ports[{i}].port: Required value")
+            raise invalid("Service", name, [required(f"spec.ports[{i}].port")])
         port.setdefault("protocol", "TCP")
         port.setdefault("targetPort", port["port"])
 

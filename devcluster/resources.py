@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from devcluster import csrkind, ephemeral, kinds, patch
-from devcluster.errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
+from devcluster.errors import ApiError, Cause, already_exists, bad_request, conflict, invalid, not_found, required
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
 
@@ -135,7 +135,7 @@ class Resources:
         target = (binding or {}).get("target") if isinstance(binding, dict) else None
         node = target.get("name") if isinstance(target, dict) else None
         if not node:
-            raise invalid("Binding", name, "target.name: Required value")
+            raise invalid("Binding", name, [required("target.name")])
         with self.store.lock:
             pod = self.get(pods, namespace, name)
             bound = (pod.get("spec") or {}).get("nodeName")
@@ -187,7 +187,8 @@ class Resources:
         meta = obj["metadata"]
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise invalid(rt.kind, "", "metadata.name: Required value: name or generateName is required")
+                cause = required("metadata.name", "name or generateName is required")
+                raise invalid(rt.kind, "", [cause], group=rt.group)
             suffix = "".join(secrets.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
             meta["name"] = f"{meta['generateName']}{suffix}"
         if rt.namespaced and self.store.get("/namespaces", "", namespace) is None:
@@ -240,7 +241,8 @@ class Resources:
                     raise bad_request("a JSON patch must be a JSON array of operations")
                 return patch.json_patch(old, body)
         except patch.PatchError as err:
-            raise invalid(rt.kind, old["metadata"]["name"], str(err)) from None
+            cause = Cause("", "FieldValueInvalid", str(err))
+            raise invalid(rt.kind, old["metadata"]["name"], [cause], group=rt.group) from None
         raise ApiError(415, f"the media type {content_type!r} is not supported for PATCH")
 
     def _update(self, rt: ResourceType, old: Obj, new: Obj, *, subresource: str, dry_run: bool) -> Obj:
