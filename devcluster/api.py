@@ -22,6 +22,7 @@ from devcluster import (
     protobuf,
     proxy,
     reviews,
+    scale,
     selectors,
     tables,
 )
@@ -209,6 +210,15 @@ class Api:
             return json_reply(
                 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
             )
+        if sub == scale.SUBRESOURCE and scale.serves(rt):
+            self._only(request, "GET", "PUT", "PATCH")
+            info.verb = {"GET": "get", "PUT": "update", "PATCH": "patch"}[method]
+            body = self._body(request) if method == "PUT" else request.body
+            kind = _media_type(request.header("content-type"))
+            answer = scale.handle(
+                self.resources, rt, ns, route.name, method=method, content_type=kind, body=body, dry_run=dry_run
+            )
+            return json_reply(200, answer)
         if not route.name:
             self._only(request, "GET", "POST")
             if method == "POST":

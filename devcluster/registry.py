@@ -55,6 +55,7 @@ class ResourceType:
 
 
 _POD_SUBRESOURCES = ("log", "exec", "attach", "portforward", "binding", "ephemeralcontainers")
+_SCALE = ("scale",)
 
 BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), (), True),
@@ -69,8 +70,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice"),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
-    ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("all",), True),
-    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("all",), True),
+    ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("all",), True, _SCALE),
+    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("all",), True, _SCALE),
     ResourceType(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         False, "customresourcedefinition", ("crd", "crds"), (), True,

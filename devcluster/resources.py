@@ -218,6 +218,9 @@ class Resources:
             kinds.default_namespace(obj)
         elif rt.kind == "Service":
             kinds.default_service(obj)
+        elif rt.group == "apps" and rt.kind in ("Deployment", "ReplicaSet"):
+            kinds.default_workload(obj)
+            kinds.validate_workload(obj)
         elif csrkind.is_csr(rt.kind, rt.group):
             csrkind.validate_new(obj)
         elif rt.kind == "CustomResourceDefinition":
@@ -300,6 +303,9 @@ class Resources:
         if rt.kind == "Pod" and rt.builtin:
             kinds.validate_pod(new)
             kinds.default_pod(new)
+        if rt.group == "apps" and rt.kind in ("Deployment", "ReplicaSet") and rt.builtin:
+            kinds.default_workload(new)
+            kinds.validate_workload(new)
         generation = old_meta.get("generation")
         if generation is not None:
             changed = kinds.spec_of(old) != kinds.spec_of(new)
