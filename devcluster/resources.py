@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import csrkind, ephemeral, kinds, patch
+from devcluster import crddefaults, csrkind, ephemeral, kinds, patch
 from devcluster.errors import ApiError, Cause, already_exists, bad_request, conflict, invalid, not_found, required
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -53,7 +53,7 @@ class Resources:
         obj = self.store.get(rt.storage_key, namespace, name)
         if obj is None:
             raise not_found(rt.plural, name, group=rt.group)
-        return obj
+        return crddefaults.defaulted(crddefaults.schema_of(self.store, rt), obj)
 
     def create(self, rt: ResourceType, namespace: str, body: Any, *, dry_run: bool = False) -> Obj:
         with self.store.lock:
@@ -207,6 +207,7 @@ class Resources:
 
     def _default(self, rt: ResourceType, obj: Obj, now: str) -> None:
         if not rt.builtin:
+            crddefaults.apply_to(self.store, rt, obj)
             return
         if rt.kind == "Pod":
             ephemeral.validate_new_pod(obj)
@@ -275,6 +276,8 @@ class Resources:
             new = self._keep_system_fields(rt, old, new)
             if rt.kind == "Pod" and rt.builtin:
                 ephemeral.refuse_main_change(old, new)
+        if not rt.builtin:
+            crddefaults.apply_to(self.store, rt, new)
         if _same(old, new):
             return old
         meta = new["metadata"]
