@@ -122,7 +122,10 @@ def test_scale_refuses_negative_replicas_and_a_stale_resource_version(raw: Raw) 
         'Scale.autoscaling "db" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0'
     )
     assert status["details"]["causes"][0]["field"] == "spec.replicas"
-    assert raw.json("PUT", f"{DEPLOYMENTS}/db/scale", {**scale, "spec": {"replicas": 2}})[0] == 200
+    # Without a resourceVersion an update is unconditional (the apps controller may write the
+    # Deployment's status at any time); with one read before that update, it is stale.
+    unconditional = {**scale, "metadata": {"name": "db"}, "spec": {"replicas": 2}}
+    assert raw.json("PUT", f"{DEPLOYMENTS}/db/scale", unconditional)[0] == 200
     code, status = raw.json("PUT", f"{DEPLOYMENTS}/db/scale", {**scale, "spec": {"replicas": 3}})
     assert (code, status["reason"]) == (409, "Conflict")
     code, patched = raw.json(
