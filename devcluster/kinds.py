@@ -44,11 +44,14 @@ def validate_pod(pod: dict[str, Any]) -> None:
     containers = (pod.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
         raise invalid("Pod", name, [required("spec.containers")])
+    causes: list[Cause] = []
     for i, container in enumerate(containers):
         if not isinstance(container, dict) or not container.get("name"):
-            raise invalid("Pod", name, [required(f"spec.containers[{i}].name")])
-        if not container.get("image"):
-            raise invalid("Pod", name, [required(f"spec.containers[{i}].image")])
+            causes.append(required(f"spec.containers[{i}].name"))
+        if not isinstance(container, dict) or not container.get("image"):
+            causes.append(required(f"spec.containers[{i}].image"))
+    if causes:  # every field error at once, as the real validation returns its ErrorList
+        raise invalid("Pod", name, causes)
 
 
 def default_workload(obj: dict[str, Any]) -> None:

@@ -108,3 +108,13 @@ def test_invalid_with_a_group_qualifies_the_kind_in_the_message_only() -> None:
     err = invalid("Job", "j", [required("spec.template")], group="batch")
     assert err.message.startswith('Job.batch "j" is invalid: ')
     assert err.status()["details"]["kind"] == "Job" and err.status()["details"]["group"] == "batch"
+
+
+def test_every_field_error_of_a_pod_is_a_cause(raw: Raw) -> None:
+    body = {"metadata": {"name": "two"}, "spec": {"containers": [{"name": "a"}, {"image": "busybox"}]}}
+    code, status = raw.json("POST", PODS, body)
+    assert code == 422
+    assert status["message"] == (
+        'Pod "two" is invalid: [spec.containers[0].image: Required value, spec.containers[1].name: Required value]'
+    )
+    assert [c["field"] for c in status["details"]["causes"]] == ["spec.containers[0].image", "spec.containers[1].name"]
