@@ -1,8 +1,8 @@
 """The API layer: one HTTP request (already read) in, one reply out, plus what to log.
 
-`server.py` parses the wire and calls `Api.handle`; this module negotiates media types,
-routes, applies selectors and Tables, and calls `Resources`. Watches and kubelet proxying
-need the socket, so they come back as `WatchReply` / `ProxyReply` for the server to run.
+`server.py` parses the wire and calls `Api.handle`; this module negotiates media types (with
+`negotiation`), routes, applies selectors and Tables, and calls `Resources`. Watches and kubelet
+proxying need the socket, so they come back as `WatchReply` / `ProxyReply` for the server to run.
 """
 
 from __future__ import annotations
@@ -14,26 +14,27 @@ from typing import Any
 
 from devcluster import (
     admission,
+    crddefaults,
     csrkind,
     discovery,
+    kubelettarget,
     metricsapi,
+    negotiation,
     nodeaddress,
     openapi,
-    protobuf,
-    proxy,
     reviews,
+    scale,
     selectors,
     tables,
 )
-from devcluster.errors import ApiError, bad_request, not_found
+from devcluster.errors import ApiError, bad_request
 from devcluster.metricsscrape import MetricsStore
 from devcluster.registry import Registry, ResourceType
-from devcluster.resources import PATCH_TYPES, Resources, load_json, load_yaml
+from devcluster.resources import PATCH_TYPES, Resources
 from devcluster.routing import Discovery, ResourceRoute, resolve
 from devcluster.routing import not_found as route_not_found
 
 MAX_BODY = 3 * 1024 * 1024
-PROTOBUF = "application/vnd.kubernetes.protobuf"
 _TRUE = ("true", "1")
 
 
@@ -85,6 +86,7 @@ class WatchReply:
     bookmarks: bool
     initial_events_end: bool
     table: str | None  # includeObject policy when the client asked for Table events
+    defaults: crddefaults.Schema | None = None  # a custom resource's schema with defaults, applied on read
 
 
 @dataclass
@@ -201,21 +203,30 @@ class Api:
             info.verb = "create"
             if self.review is None or bool(route.name) != (sub == "token"):
                 raise route_not_found()
-            return json_reply(201, self.review.create(route, self._body(request), request.header("authorization")))
+            return json_reply(201, self.review.create(route, _body(request), request.header("authorization")))
         if sub == "binding":
             self._only(request, "POST")
             info.verb = "create"
-            self.resources.bind(ns, route.name, self._body(request))
+            self.resources.bind(ns, route.name, _body(request))
             return json_reply(
                 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
             )
+        if sub == scale.SUBRESOURCE and scale.serves(rt):
+            self._only(request, "GET", "PUT", "PATCH")
+            info.verb = {"GET": "get", "PUT": "update", "PATCH": "patch"}[method]
+            body = _body(request) if method == "PUT" else request.body
+            kind = negotiation.media_type(request.header("content-type"))
+            answer = scale.handle(
+                self.resources, rt, ns, route.name, method=method, content_type=kind, body=body, dry_run=dry_run
+            )
+            return json_reply(200, answer)
         if not route.name:
             self._only(request, "GET", "POST")
             if method == "POST":
                 info.verb = "create"
                 if rt.namespaced and route.namespace is None:
                     raise ApiError(405, f"a namespace is required to create {rt.plural}")
-                body = self._body(request)
+                body = _body(request)
                 warnings: list[str] = []
                 if rt.kind == "Pod" and not rt.group:
                     body = admission.admit_pod(self.resources.store, ns, body, warnings=warnings)
@@ -249,11 +260,11 @@ class Api:
         if method == "PUT":
             info.verb = "update"
             return json_reply(
-                200, self.resources.replace(rt, ns, route.name, self._body(request), subresource=sub, dry_run=dry_run)
+                200, self.resources.replace(rt, ns, route.name, _body(request), subresource=sub, dry_run=dry_run)
             )
         if method == "PATCH":
             info.verb = "patch"
-            content_type = _media_type(request.header("content-type"))
+            content_type = negotiation.media_type(request.header("content-type"))
             if content_type not in PATCH_TYPES:
                 raise ApiError(
                     415,
@@ -265,27 +276,9 @@ class Api:
             )
             return json_reply(201 if created else 200, obj)
         info.verb = "delete"
-        options = self._body(request) if request.body.strip() else {}
+        options = _body(request) if request.body.strip() else {}
         options = self._delete_options(request, options)
         return json_reply(200, self.resources.delete(rt, ns, route.name, options, dry_run=dry_run))
-
-    def _body(self, request: Request) -> Any:
-        """Decode a JSON, YAML or protobuf request body; 400 on malformed input, 415 on unknown types."""
-        media = _media_type(request.header("content-type")) or "application/json"
-        if media == PROTOBUF:
-            try:
-                return protobuf.decode_object(request.body)
-            except protobuf.ProtobufError as err:
-                raise ApiError(415, f"the body of the request was in an unknown format: {err}") from None
-        if media in ("application/json", "*/*"):
-            return load_json(request.body or b"null")
-        if media in ("application/yaml", "application/x-yaml"):
-            return load_yaml(request.body)
-        raise ApiError(
-            415,
-            f"the body of the request was in an unknown format - accepted media types include: "
-            f"application/json, application/yaml, {PROTOBUF}",
-        )
 
     @staticmethod
     def _delete_options(request: Request, options: Any) -> dict[str, Any]:
@@ -306,7 +299,8 @@ class Api:
         label = selectors.parse_label_selector(request.param("labelSelector"))
         field_sel = selectors.parse_field_selector(request.param("fieldSelector"))
         items, rv = self.resources.store.list_objects(route.rt.storage_key, route.namespace)
-        items = [obj for obj in items if label.matches(obj) and field_sel.matches(obj)]
+        schema = crddefaults.schema_of(self.resources.store, route.rt)
+        items = [crddefaults.defaulted(schema, o) for o in items if label.matches(o) and field_sel.matches(o)]
         table = _table_request(request)
         if table is not None:
             return json_reply(
@@ -357,6 +351,7 @@ class Api:
             bookmarks=request.param("allowWatchBookmarks") in _TRUE,
             initial_events_end=initial,
             table=_table_request(request),
+            defaults=crddefaults.schema_of(self.resources.store, route.rt),
         )
 
     def _metrics(self, request: Request, route: ResourceRoute, info: Info) -> Reply:
@@ -373,47 +368,15 @@ class Api:
         ))  # fmt: skip
 
     def _proxy(self, route: ResourceRoute, request: Request) -> ProxyReply:
-        pods = route.rt
-        pod = self.resources.get(pods, route.namespace or "", route.name)
-        spec = pod.get("spec") or {}
-        node_name = spec.get("nodeName")
-        if not node_name:
-            raise bad_request(f"pod {route.name} does not have a host assigned")
-        node = self.resources.store.get("/nodes", "", node_name)
-        if node is None:
-            raise not_found("nodes", node_name)
-        try:
-            host, port = nodeaddress.kubelet_address(node.get("status") or {}, self.preferred_address_types)
-        except nodeaddress.NoAddressError as err:
-            # Not an API status in kube-apiserver: a plain error, so a 500 with no reason.
-            raise ApiError(500, str(err), reason="") from None
-        container: str | None = request.param("container") or None
-        if route.subresource != "portforward" and container is None:
-            names = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, dict)]
-            if len(names) != 1:
-                choices = " ".join(str(n) for n in names)
-                raise bad_request(
-                    f"a container name must be specified for pod {route.name}, choose one of: [{choices}]"
-                )
-            container = str(names[0])
-        try:
-            target = proxy.kubelet_location(
-                route.subresource, route.namespace or "", route.name, container, request.query
-            )
-        except proxy.LocationError as err:
-            raise bad_request(str(err)) from None
+        host, port, target = kubelettarget.locate(
+            self.resources, route, request.query, request.param("container") or None, self.preferred_address_types
+        )
         return ProxyReply(host=host, port=port, target=target, subresource=route.subresource)
 
 
-def _media_type(value: str) -> str:
-    return value.split(";", 1)[0].strip().lower()
+def _body(request: Request) -> Any:
+    return negotiation.decode_body(request.header("content-type"), request.body)
 
 
 def _table_request(request: Request) -> str | None:
-    """The includeObject policy when the Accept header asks for a meta.k8s.io Table, else None."""
-    accept = request.header("accept")
-    for option in accept.split(","):
-        params = {p.strip() for p in option.split(";")[1:]}
-        if "as=Table" in params and "g=meta.k8s.io" in params:
-            return request.param("includeObject") or "Metadata"
-    return None
+    return negotiation.table_policy(request.header("accept"), request.param("includeObject"))

@@ -27,6 +27,7 @@ from devcluster.resources import Resources
 from devcluster.rootca import RootCAPublisher
 from devcluster.schedloop import SchedulerLoop
 from devcluster.server import ApiServer
+from devcluster.serviceaccounts import DefaultServiceAccounts
 from devcluster.store import Store
 from devcluster.tokens import Tokens
 
@@ -71,6 +72,7 @@ class DevCluster:
         self.request_log = RequestLog()
         self.scheduler = SchedulerLoop(self.resources, interval=scheduler_interval)
         self.apps = AppsController(self.resources)
+        self.service_accounts = DefaultServiceAccounts(self.resources)
         # ServiceAccount tokens (TokenRequest) and the kubeconfig's admin token, for the reviews.
         self.tokens = Tokens(self._service_account_uid)
         self._credentials: tls.Credentials | None = None
@@ -177,6 +179,8 @@ class DevCluster:
         self._root_ca = RootCAPublisher(self.resources, self._credentials.ca_pem)
         self._root_ca.run_once()  # every namespace has kube-root-ca.crt before the first request
         self._root_ca.start()
+        self.service_accounts.run_once()  # every namespace has `default` before the first request
+        self.service_accounts.start()
         api.metrics = self.metrics.metrics
         self.metrics.tls_context = self._kubelet_tls
         self.metrics.start()
@@ -195,6 +199,7 @@ class DevCluster:
             self.csr_signer.stop()
         if self._root_ca is not None:
             self._root_ca.stop()
+        self.service_accounts.stop()
         self.metrics.stop()
         server.shutdown()
         server.hub.stop()

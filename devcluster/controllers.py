@@ -4,7 +4,9 @@
 changes (or every `interval`): a Deployment owns one ReplicaSet per pod template (older ones
 scaled to 0); a ReplicaSet keeps `replicas` active Pods (not Failed, Succeeded or deleting),
 creating them through the mutating webhooks as the real controller's API calls would.
-Writes only through `Resources`; no rollout strategy, no surge, no scale subresource.
+Status counts and conditions come from `appstatus` (ready means the Pod's Ready condition).
+Writes only through `Resources`; no rollout strategy, no surge, no minReadySeconds.
+Tests: tests/devcluster/test_controllers_apps.py, tests/devcluster/test_scale.py.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import uuid
 from typing import Any
 
-from devcluster import admission
+from devcluster import admission, appstatus
 from devcluster.controlloop import ControlLoop
 from devcluster.errors import ApiError
 from devcluster.resources import Resources, timestamp
@@ -118,16 +120,8 @@ class AppsController(ControlLoop):
         for old in mine:
             if old["metadata"]["name"] != name and (old.get("spec") or {}).get("replicas") != 0:
                 self._scale(old, 0)
-        ready = sum(int((rs.get("status") or {}).get("readyReplicas", 0)) for rs in mine)
-        total = sum(int((rs.get("status") or {}).get("replicas", 0)) for rs in mine)
-        updated = int(((current or {}).get("status") or {}).get("replicas", 0))
-        status = {
-            "observedGeneration": meta.get("generation", 1),
-            "replicas": total,
-            "updatedReplicas": updated,
-            "readyReplicas": ready,
-            "availableReplicas": ready,
-        }
+        now = timestamp(self.resources.clock())
+        status = appstatus.deployment_status(deployment, current, mine, now=now)
         self._set_status("deployments", deployment, status)
 
     def _scale(self, replicaset: Obj, replicas: int) -> None:
@@ -156,21 +150,7 @@ class AppsController(ControlLoop):
             for pod in doomed:
                 pod_meta = pod["metadata"]
                 self._write(lambda m=pod_meta: self.resources.delete(self._rt("pods"), m["namespace"], m["name"]))
-        ready = sum(
-            1
-            for p in active
-            if any(
-                c.get("type") == "Ready" and c.get("status") == "True"
-                for c in (p.get("status") or {}).get("conditions") or []
-            )
-        )
-        status = {
-            "replicas": len(active),
-            "readyReplicas": ready,
-            "availableReplicas": ready,
-            "observedGeneration": meta.get("generation", 1),
-        }
-        self._set_status("replicasets", replicaset, status)
+        self._set_status("replicasets", replicaset, appstatus.replicaset_status(replicaset, active))
 
     def _create_pod(self, replicaset: Obj) -> bool:
         meta = replicaset["metadata"]
@@ -215,10 +195,11 @@ class AppsController(ControlLoop):
         self._write(lambda: self.resources.create(self._rt("events"), meta["namespace"], event))
 
     def _set_status(self, plural: str, obj: Obj, status: Obj) -> None:
-        if {k: (obj.get("status") or {}).get(k) for k in status} == status:
+        """The whole status is the controller's: a count that went to zero is dropped, not kept."""
+        if (obj.get("status") or {}) == status:
             return
         meta = obj["metadata"]
-        body = dict(copy.deepcopy(obj), status={**(obj.get("status") or {}), **status})
+        body = dict(copy.deepcopy(obj), status=status)
         self._write(
             lambda: self.resources.replace(
                 self._rt(plural), meta["namespace"], meta["name"], body, subresource="status"

@@ -18,9 +18,20 @@ from typing import Any
 from cryptography import x509
 
 from devcluster.durations import age
-from devcluster.errors import ApiError, bad_request, invalid
+from devcluster.errors import (
+    ApiError,
+    Cause,
+    bad_request,
+    duplicate,
+    forbidden,
+    invalid,
+    invalid_value,
+    not_supported,
+    required,
+)
 
 KIND = "CertificateSigningRequest"
+_SIGNER_FORM = "must be a fully qualified domain and path of the form 'example.com/signer-name'"
 GROUP = "certificates.k8s.io"
 MIN_EXPIRATION = 600  # seconds: shorter spec.expirationSeconds are refused
 APPROVED, DENIED, FAILED = "Approved", "Denied", "Failed"
@@ -38,6 +49,15 @@ Obj = dict[str, Any]
 
 def is_csr(kind: str, group: str) -> bool:
     return kind == KIND and group == GROUP
+
+
+def _invalid(name: str, cause: Cause) -> ApiError:
+    return invalid(KIND, name, [cause], group=GROUP)
+
+
+def _bytes_invalid(field: str, detail: str) -> Cause:
+    """A `[]byte` field's error: field.Invalid prints the value as Go's %#v does, elided here."""
+    return Cause(field, "FieldValueInvalid", f"Invalid value: []byte{{...}}: {detail}")
 
 
 def decode_pem(value: Any, field: str) -> bytes:
@@ -70,49 +90,42 @@ def validate_new(csr: Obj) -> None:
     name = csr["metadata"].get("name", "")
     spec = csr.get("spec")
     if not isinstance(spec, dict):
-        raise invalid(KIND, name, "spec.request: Required value")
+        raise _invalid(name, required("spec.request"))
     signer = spec.get("signerName")
     if not signer:
-        raise invalid(KIND, name, "spec.signerName: Required value")
+        raise _invalid(name, required("spec.signerName"))
     if not isinstance(signer, str) or not _SIGNER_NAME.match(signer):
-        raise invalid(
-            KIND,
+        raise _invalid(
             name,
-            f'spec.signerName: Invalid value: "{signer}": must be a fully qualified domain and path '
-            "of the form 'example.com/signer-name'",
+            invalid_value("spec.signerName", signer, _SIGNER_FORM),
         )
     if not spec.get("request"):
-        raise invalid(KIND, name, "spec.request: Required value")
+        raise _invalid(name, required("spec.request"))
     pem = decode_pem(spec["request"], "spec.request")
     try:
         request = x509.load_pem_x509_csr(pem)
     except ValueError:
-        raise invalid(
-            KIND, name, "spec.request: Invalid value: []byte{...}: PEM block type must be CERTIFICATE REQUEST"
-        ) from None
+        raise _invalid(name, _bytes_invalid("spec.request", "PEM block type must be CERTIFICATE REQUEST")) from None
     if not request.is_signature_valid:
-        raise invalid(KIND, name, "spec.request: Invalid value: []byte{...}: x509: signature is invalid")
+        raise _invalid(name, _bytes_invalid("spec.request", "x509: signature is invalid"))
     _validate_usages(name, spec.get("usages"))
     seconds = spec.get("expirationSeconds")
     if seconds is not None and (not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < MIN_EXPIRATION):
-        raise invalid(
-            KIND,
-            name,
-            f"spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration less than 600 seconds",
+        raise _invalid(
+            name, invalid_value("spec.expirationSeconds", seconds, "may not specify a duration less than 600 seconds")
         )
     csr.pop("status", None)
 
 
 def _validate_usages(name: str, usages: Any) -> None:
     if not isinstance(usages, list) or not usages:
-        raise invalid(KIND, name, "spec.usages: Required value")
+        raise _invalid(name, required("spec.usages"))
     seen: set[str] = set()
     for i, usage in enumerate(usages):
         if usage not in KNOWN_USAGES:
-            supported = ", ".join(f'"{u}"' for u in KNOWN_USAGES)
-            raise invalid(KIND, name, f'spec.usages[{i}]: Unsupported value: "{usage}": supported values: {supported}')
+            raise _invalid(name, not_supported(f"spec.usages[{i}]", usage, KNOWN_USAGES))
         if usage in seen:
-            raise invalid(KIND, name, f'spec.usages[{i}]: Duplicate value: "{usage}"')
+            raise _invalid(name, duplicate(f"spec.usages[{i}]", usage))
         seen.add(usage)
 
 
@@ -164,25 +177,20 @@ def _checked_conditions(name: str, conditions: Any, *, now: str) -> list[Obj]:
     checked: list[Obj] = []
     for i, condition in enumerate(conditions):
         if not isinstance(condition, dict) or not condition.get("type"):
-            raise invalid(KIND, name, f"status.conditions[{i}].type: Required value")
+            raise _invalid(name, required(f"status.conditions[{i}].type"))
         kind, status = condition["type"], condition.get("status") or ""
         if kind in seen:
-            raise invalid(KIND, name, f'status.conditions[{i}].type: Duplicate value: "{kind}"')
+            raise _invalid(name, duplicate(f"status.conditions[{i}].type", kind))
         seen.add(kind)
         if not status:
-            raise invalid(KIND, name, f"status.conditions[{i}].status: Required value")
+            raise _invalid(name, required(f"status.conditions[{i}].status"))
         allowed = ("True",) if kind in (APPROVED, DENIED, FAILED) else _STATUSES
         if status not in allowed:
-            choices = ", ".join(f'"{s}"' for s in allowed)
-            raise invalid(
-                KIND, name, f'status.conditions[{i}].status: Unsupported value: "{status}": supported values: {choices}'
-            )
+            raise _invalid(name, not_supported(f"status.conditions[{i}].status", status, allowed))
         checked.append({**condition, "lastUpdateTime": condition.get("lastUpdateTime") or now})
     if APPROVED in seen and DENIED in seen:
-        raise invalid(
-            KIND,
-            name,
-            'status.conditions: Invalid value: "Denied": Approved and Denied conditions are mutually exclusive',
+        raise _invalid(
+            name, invalid_value("status.conditions", DENIED, "Approved and Denied conditions are mutually exclusive")
         )
     return checked
 
@@ -191,11 +199,8 @@ def _check_kept(name: str, old: list[Obj], new: list[Obj]) -> None:
     kinds = {c.get("type") for c in new}
     for condition in old:
         if condition.get("type") in (APPROVED, DENIED, FAILED) and condition.get("type") not in kinds:
-            raise invalid(
-                KIND,
-                name,
-                f'status.conditions: Forbidden: updates may not remove a condition of type "{condition["type"]}"',
-            )
+            detail = f'updates may not remove a condition of type "{condition["type"]}"'
+            raise _invalid(name, forbidden("status.conditions", detail))
 
 
 def _stamp_transitions(old: list[Obj], new: list[Obj], now: str) -> None:
@@ -212,21 +217,18 @@ def _checked_certificate(name: str, old_status: Obj, value: Any, conditions: lis
     existing = old_status.get("certificate")
     if not value:
         if existing:
-            raise invalid(KIND, name, "status.certificate: Forbidden: updates may not remove an existing certificate")
+            raise _invalid(name, forbidden("status.certificate", "updates may not remove an existing certificate"))
         return None
     if existing and value != existing:
-        raise invalid(KIND, name, "status.certificate: Forbidden: updates may not modify existing certificate")
+        raise _invalid(name, forbidden("status.certificate", "updates may not modify existing certificate"))
     kinds = {c.get("type") for c in conditions}
     if APPROVED not in kinds or DENIED in kinds or FAILED in kinds:
-        raise invalid(KIND, name, "status.certificate: Forbidden: certificate may only be set on an approved request")
+        raise _invalid(name, forbidden("status.certificate", "certificate may only be set on an approved request"))
     try:
         x509.load_pem_x509_certificates(decode_pem(value, "status.certificate"))
     except ValueError:
-        raise invalid(
-            KIND,
-            name,
-            'status.certificate: Invalid value: "<certificate data>": must contain at least one CERTIFICATE PEM block',
-        ) from None
+        detail = "must contain at least one CERTIFICATE PEM block"
+        raise _invalid(name, invalid_value("status.certificate", "<certificate data>", detail)) from None
     return str(value)
 
 

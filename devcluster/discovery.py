@@ -31,8 +31,11 @@ _SUBRESOURCE_VERBS = {
     "binding": ["create"],
     "ephemeralcontainers": ["get", "patch", "update"],
     "token": ["create"],
+    "scale": ["get", "patch", "update"],
 }
-_SUBRESOURCE_KINDS = {"binding": "Binding", "token": "TokenRequest"}
+_SUBRESOURCE_KINDS = {"binding": "Binding", "token": "TokenRequest", "scale": "Scale"}
+# A subresource whose kind lives in another group-version says so, as kube-apiserver's does.
+_SUBRESOURCE_GROUP_VERSIONS = {"scale": ("autoscaling", "v1")}
 
 
 def api_versions(server_address: str) -> dict[str, Any]:
@@ -84,16 +87,12 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
     for rt in types:
         resources.append(_entry(rt))
         for sub in rt.subresources:
-            kind = _SUBRESOURCE_KINDS.get(sub, rt.kind)
-            resources.append(
-                {
-                    "name": f"{rt.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": rt.namespaced,
-                    "kind": kind,
-                    "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
-                }
-            )
+            entry = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced}
+            if sub in _SUBRESOURCE_GROUP_VERSIONS:
+                entry["group"], entry["version"] = _SUBRESOURCE_GROUP_VERSIONS[sub]
+            entry["kind"] = _SUBRESOURCE_KINDS.get(sub, rt.kind)
+            entry["verbs"] = _SUBRESOURCE_VERBS.get(sub, ["get"])
+            resources.append(entry)
     group_version = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
 

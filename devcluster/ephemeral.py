@@ -14,7 +14,7 @@ import copy
 from typing import Any
 
 from devcluster import kinds
-from devcluster.errors import ApiError, invalid
+from devcluster.errors import ApiError, Cause, duplicate, field_not_found, forbidden, invalid, invalid_value, required
 
 SUBRESOURCE = "ephemeralcontainers"
 
@@ -40,7 +40,7 @@ def validate_new_pod(pod: dict[str, Any]) -> None:
     kinds.validate_pod(pod)
     if (pod.get("spec") or {}).get("ephemeralContainers"):
         name = str(pod["metadata"].get("name", ""))
-        raise invalid("Pod", name, f"{_PATH}: Forbidden: cannot be set on create")
+        raise _invalid(name, forbidden(_PATH, "cannot be set on create"))
 
 
 def refuse_old_kind(body: Any) -> None:
@@ -79,15 +79,13 @@ def merge_update(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 def validate(old: dict[str, Any], wanted: Any, *, name: str) -> None:
     """Append-only, unique names, only the fields an ephemeral container may have."""
     if not isinstance(wanted, list):
-        raise invalid("Pod", name, f"{_PATH}: Invalid value: must be a list")
+        raise _invalid(name, invalid_value(_PATH, None, "must be a list"))
     spec = old.get("spec") or {}
     existing = {str(c.get("name")): c for c in spec.get("ephemeralContainers") or [] if isinstance(c, dict)}
     given = {str(c.get("name")): c for c in wanted if isinstance(c, dict)}
     for ec_name in existing:
         if ec_name not in given:
-            raise invalid(
-                "Pod", name, f'{_PATH}: Forbidden: existing ephemeral containers "{ec_name}" may not be removed'
-            )
+            raise _invalid(name, forbidden(_PATH, f'existing ephemeral containers "{ec_name}" may not be removed'))
     regular = [
         str(c.get("name"))
         for group in ("initContainers", "containers")
@@ -98,13 +96,11 @@ def validate(old: dict[str, Any], wanted: Any, *, name: str) -> None:
     for i, container in enumerate(wanted):
         path = f"{_PATH}[{i}]"
         if not isinstance(container, dict):
-            raise invalid("Pod", name, f"{path}: Invalid value: must be an object")
+            raise _invalid(name, invalid_value(path, None, "must be an object"))
         ec_name = str(container.get("name") or "")
         if ec_name in existing:
             if _without_defaults(container) != _without_defaults(existing[ec_name]):
-                raise invalid(
-                    "Pod", name, f'{path}: Forbidden: existing ephemeral containers "{ec_name}" may not be changed'
-                )
+                raise _invalid(name, forbidden(path, f'existing ephemeral containers "{ec_name}" may not be changed'))
             seen.add(ec_name)
             continue
         _validate_new(container, path, name=name, seen=seen, regular=regular)
@@ -114,18 +110,18 @@ def validate(old: dict[str, Any], wanted: Any, *, name: str) -> None:
 def _validate_new(container: dict[str, Any], path: str, *, name: str, seen: set[str], regular: list[str]) -> None:
     ec_name = container.get("name")
     if not ec_name:
-        raise invalid("Pod", name, f"{path}.name: Required value")
+        raise _invalid(name, required(f"{path}.name"))
     if ec_name in seen:
-        raise invalid("Pod", name, f'{path}.name: Duplicate value: "{ec_name}"')
+        raise _invalid(name, duplicate(f"{path}.name", ec_name))
     if not container.get("image"):
-        raise invalid("Pod", name, f"{path}.image: Required value")
+        raise _invalid(name, required(f"{path}.image"))
     for field in _FORBIDDEN_FIELDS:
         value = container.get(field)
         if value not in (None, {}, []):
-            raise invalid("Pod", name, f"{path}.{field}: Forbidden: cannot be set for an Ephemeral Container")
+            raise _invalid(name, forbidden(f"{path}.{field}", "cannot be set for an Ephemeral Container"))
     target = container.get("targetContainerName")
     if target and target not in regular:
-        raise invalid("Pod", name, f'{path}.targetContainerName: Not found: "{target}"')
+        raise _invalid(name, field_not_found(f"{path}.targetContainerName", target))
 
 
 def _without_defaults(container: dict[str, Any]) -> dict[str, Any]:
@@ -135,13 +131,14 @@ def _without_defaults(container: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _invalid(name: str, cause: Cause) -> ApiError:
+    return invalid("Pod", name, [cause])
+
+
 def refuse_main_change(old: dict[str, Any], new: dict[str, Any]) -> None:
     """An update of the Pod itself may not touch its ephemeral containers."""
     before = (old.get("spec") or {}).get("ephemeralContainers") or []
     after = (new.get("spec") or {}).get("ephemeralContainers") or []
     if before != after:
-        raise invalid(
-            "Pod",
-            str(old["metadata"].get("name", "")),
-            f"{_PATH}: Forbidden: pod updates may not change ephemeral containers; use the {SUBRESOURCE} subresource",
-        )
+        detail = f"pod updates may not change ephemeral containers; use the {SUBRESOURCE} subresource"
+        raise _invalid(str(old["metadata"].get("name", "")), forbidden(_PATH, detail))

@@ -1,11 +1,17 @@
 """The one error vocabulary of the embedded API server and its metav1.Status shape.
 
 Resource behaviour raises `ApiError`; the HTTP layer turns it into a Status body with
-the same code. Nothing here does I/O or knows about HTTP beyond the status code.
+the same code. A 422 carries `details.causes` (one `Cause` per field error, built with
+`required`, `invalid_value`, `not_supported`, ...), which kubectl prints. Nothing here
+does I/O or knows about HTTP beyond the status code.
+Tests: tests/devcluster/test_causes.py::test_kubectl_prints_the_field_of_a_pod_without_image.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 _REASONS = {
@@ -36,6 +42,7 @@ class ApiError(Exception):
         name: str | None = None,
         kind: str | None = None,
         group: str | None = None,
+        causes: Sequence[Cause] = (),
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -44,9 +51,18 @@ class ApiError(Exception):
         self.name = name
         self.kind = kind
         self.group = group
+        self.causes = tuple(causes)
 
     def status(self) -> dict[str, Any]:
-        return failure_status(self.code, self.reason, self.message, name=self.name, kind=self.kind, group=self.group)
+        return failure_status(
+            self.code,
+            self.reason,
+            self.message,
+            name=self.name,
+            kind=self.kind,
+            group=self.group,
+            causes=self.causes,
+        )
 
 
 def failure_status(
@@ -57,6 +73,7 @@ def failure_status(
     name: str | None = None,
     kind: str | None = None,
     group: str | None = None,
+    causes: Sequence[Cause] = (),
 ) -> dict[str, Any]:
     """The Status body the real server sends; kubectl prints `Error from server (<reason>): <message>`."""
     status: dict[str, Any] = {
@@ -75,6 +92,8 @@ def failure_status(
         details["group"] = group
     if kind:
         details["kind"] = kind
+    if causes:
+        details["causes"] = [cause.to_json() for cause in causes]
     if details:
         status["details"] = details
     return status
@@ -96,8 +115,94 @@ def conflict(plural: str, name: str, detail: str, *, group: str = "") -> ApiErro
     return ApiError(409, message, reason="Conflict", name=name, kind=plural)
 
 
-def invalid(kind: str, name: str, detail: str) -> ApiError:
-    return ApiError(422, f'{kind} "{name}" is invalid: {detail}', reason="Invalid", name=name, kind=kind)
+@dataclass(frozen=True)
+class Cause:
+    """One field error, as a metav1.StatusCause: `field` is the path (`spec.containers[0].image`),
+    `reason` the CauseType (`FieldValueRequired`, ...), `message` the error's body as
+    field.Error.ErrorBody writes it (`Required value`, `Invalid value: "x": must be ...`)."""
+
+    field: str
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"reason": self.reason, "message": self.message, "field": self.field}
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+def _shown(value: object) -> str:
+    """A bad value as field.Error prints it: strings quoted (%q), numbers and booleans bare."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(str(value))
+
+
+def _body(kind: str, detail: str) -> str:
+    return f"{kind}: {detail}" if detail else kind
+
+
+def required(field: str, detail: str = "") -> Cause:
+    return Cause(field, "FieldValueRequired", _body("Required value", detail))
+
+
+def invalid_value(field: str, value: object, detail: str = "") -> Cause:
+    """`Invalid value: <value>: <detail>`; a `value` of None leaves the value out (as `field.Invalid`
+    with an omitted value does)."""
+    shown = "Invalid value" if value is None else f"Invalid value: {_shown(value)}"
+    return Cause(field, "FieldValueInvalid", _body(shown, detail))
+
+
+def not_supported(field: str, value: object, supported: Sequence[str]) -> Cause:
+    choices = ", ".join(json.dumps(s) for s in supported)
+    return Cause(field, "FieldValueNotSupported", f"Unsupported value: {_shown(value)}: supported values: {choices}")
+
+
+def duplicate(field: str, value: object) -> Cause:
+    return Cause(field, "FieldValueDuplicate", f"Duplicate value: {_shown(value)}")
+
+
+def forbidden(field: str, detail: str) -> Cause:
+    return Cause(field, "FieldValueForbidden", _body("Forbidden", detail))
+
+
+def field_not_found(field: str, value: object) -> Cause:
+    return Cause(field, "FieldValueNotFound", f"Not found: {_shown(value)}")
+
+
+def type_invalid(field: str, value: object, detail: str) -> Cause:
+    shown = "Invalid value" if value is None else f"Invalid value: {_shown(value)}"
+    return Cause(field, "FieldValueTypeInvalid", f"{shown}: {detail}")
+
+
+class FieldError(ValueError):
+    """A pure validator's refusal of one field; its caller turns it into `invalid(...)`."""
+
+    def __init__(self, cause: Cause) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def invalid(kind: str, name: str, causes: Sequence[Cause], *, group: str = "") -> ApiError:
+    """The 422 of a failed validation, as the API server's NewInvalid builds it: the message is
+    `<Kind>[.<group>] "<name>" is invalid: <cause>` (several causes: `[<c1>, <c2>]`) and every
+    cause is in `details.causes`, which kubectl prints as `The <Kind> "<name>" is invalid: <field>: <msg>`."""
+    if not causes:
+        raise ValueError("invalid() needs at least one Cause")
+    qualified = f"{kind}.{group}" if group else kind
+    text = str(causes[0]) if len(causes) == 1 else "[" + ", ".join(str(c) for c in causes) + "]"
+    return ApiError(
+        422,
+        f'{qualified} "{name}" is invalid: {text}',
+        reason="Invalid",
+        name=name,
+        kind=kind,
+        group=group or None,
+        causes=causes,
+    )
 
 
 def bad_request(message: str) -> ApiError:

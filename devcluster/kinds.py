@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from devcluster.errors import invalid
+from devcluster.errors import Cause, invalid, invalid_value, required
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 DEFAULT_GRACE_SECONDS = 30
@@ -43,12 +43,68 @@ def validate_pod(pod: dict[str, Any]) -> None:
     name = pod["metadata"].get("name", "")
     containers = (pod.get("spec") or {}).get("containers")
     if not isinstance(containers, list) or not containers:
-        raise invalid("Pod", name, "spec.containers: Required value")
+        raise invalid("Pod", name, [required("spec.containers")])
+    causes: list[Cause] = []
     for i, container in enumerate(containers):
         if not isinstance(container, dict) or not container.get("name"):
-            raise invalid("Pod", name, f"spec.containers[{i}].name: Required value")
-        if not container.get("image"):
-            raise invalid("Pod", name, f"spec.containers[{i}].image: Required value")
+            causes.append(required(f"spec.containers[{i}].name"))
+        if not isinstance(container, dict) or not container.get("image"):
+            causes.append(required(f"spec.containers[{i}].image"))
+    if causes:  # every field error at once, as the real validation returns its ErrorList
+        raise invalid("Pod", name, causes)
+
+
+def default_workload(obj: dict[str, Any]) -> None:
+    """apps/v1 Deployment and ReplicaSet defaults (SetDefaults_Deployment/_ReplicaSet): one replica,
+    a 25%/25% RollingUpdate, 10 old ReplicaSets kept, a 600 s progress deadline; the Pod
+    template defaulted as a Pod is."""
+    spec = obj.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    if obj.get("kind") == "Deployment":
+        strategy = spec.setdefault("strategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", "25%")
+            rolling.setdefault("maxSurge", "25%")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+    template = spec.get("template")
+    if isinstance(template, dict):
+        default_pod(template)
+
+
+def validate_workload(obj: dict[str, Any]) -> None:
+    """The checks of ValidateDeploymentSpec / ValidateReplicaSetSpec a user meets first:
+    replicas >= 0, a selector that the template's labels match, a template with containers."""
+    name, kind = obj["metadata"].get("name", ""), str(obj.get("kind"))
+    spec = obj.get("spec") or {}
+    causes: list[Cause] = []
+    replicas = spec.get("replicas")
+    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+        causes.append(invalid_value("spec.replicas", replicas, "must be greater than or equal to 0"))
+    raw_selector, raw_template = spec.get("selector"), spec.get("template")
+    selector: dict[str, Any] = raw_selector if isinstance(raw_selector, dict) else {}
+    template: dict[str, Any] = raw_template if isinstance(raw_template, dict) else {}
+    match = selector.get("matchLabels") or {}
+    if not (match or selector.get("matchExpressions")):
+        causes.append(required("spec.selector"))
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    if match and any(labels.get(k) != v for k, v in match.items()):
+        shown = "map[string]string{" + ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items())) + "}"
+        detail = "`selector` does not match template `labels`"
+        causes.append(Cause("spec.template.metadata.labels", "FieldValueInvalid", f"Invalid value: {shown}: {detail}"))
+    containers = (template.get("spec") or {}).get("containers")
+    if not isinstance(containers, list) or not containers:
+        causes.append(required("spec.template.spec.containers"))
+    else:
+        for i, container in enumerate(containers):
+            if not isinstance(container, dict) or not container.get("name"):
+                causes.append(required(f"spec.template.spec.containers[{i}].name"))
+            if not isinstance(container, dict) or not container.get("image"):
+                causes.append(required(f"spec.template.spec.containers[{i}].image"))
+    if causes:
+        raise invalid(kind, name, causes, group="apps")
 
 
 def initial_pod_status(pod: dict[str, Any]) -> dict[str, Any]:
@@ -95,7 +151,7 @@ def default_secret(secret: dict[str, Any]) -> None:
         try:
             base64.b64decode(str(value), validate=True)
         except ValueError:
-            raise invalid("Secret", name, f"data[{key}]: Invalid value: illegal base64 data") from None
+            raise invalid("Secret", name, [invalid_value(f"data[{key}]", None, "illegal base64 data")]) from None
 
 
 def default_namespace(namespace: dict[str, Any]) -> None:
@@ -114,7 +170,7 @@ def default_service(service: dict[str, Any]) -> None:
     name = service["metadata"].get("name", "")
     for i, port in enumerate(spec.get("ports") or []):
         if not isinstance(port, dict) or not isinstance(port.get("port"), int):
-            raise invalid("Service", name, f"spec.ports[{i}].port: Required value")
+            raise invalid("Service", name, [required(f"spec.ports[{i}].port")])
         port.setdefault("protocol", "TCP")
         port.setdefault("targetPort", port["port"])
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from devcluster import jsonpath
 from devcluster.durations import human_duration
+from devcluster.errors import FieldError, invalid_value, not_supported, required
 
 TYPES = ("integer", "number", "string", "boolean", "date")
 AGE = ("Age", "date", "", "", 0, ".metadata.creationTimestamp")
@@ -47,29 +48,28 @@ class PrinterColumn:
 
 def columns_of(version: dict[str, Any], where: str) -> tuple[PrinterColumn, ...]:
     """A served version's columns; none declared means `Age` alone, as kube-apiserver does.
-    ValueError naming the field (`where`.additionalPrinterColumns[i]...) when one is invalid."""
+    FieldError naming the field (`where`.additionalPrinterColumns[i]...) when one is invalid."""
     raw = version.get("additionalPrinterColumns")
     if not raw:
         return (PrinterColumn(*AGE),)
     if not isinstance(raw, list):
-        raise ValueError(f"{where}.additionalPrinterColumns: Invalid value: must be a list")
+        raise FieldError(invalid_value(f"{where}.additionalPrinterColumns", None, "must be a list"))
     columns = []
     for i, column in enumerate(raw):
         field = f"{where}.additionalPrinterColumns[{i}]"
         if not isinstance(column, dict) or not column.get("name"):
-            raise ValueError(f"{field}.name: Required value")
+            raise FieldError(required(f"{field}.name"))
         kind, path, priority = column.get("type"), str(column.get("jsonPath") or ""), column.get("priority", 0)
         if kind not in TYPES:
-            supported = ", ".join(f'"{t}"' for t in TYPES)
-            raise ValueError(f'{field}.type: Unsupported value: "{kind}": supported values: {supported}')
+            raise FieldError(not_supported(f"{field}.type", str(kind), TYPES))
         if not path.startswith("."):
-            raise ValueError(f'{field}.jsonPath: Invalid value: "{path}": must be a simple json path starting with .')
+            raise FieldError(invalid_value(f"{field}.jsonPath", path, "must be a simple json path starting with ."))
         try:
             jsonpath.parse(path)
         except jsonpath.JsonPathError as exc:
-            raise ValueError(f'{field}.jsonPath: Invalid value: "{path}": {exc}') from None
+            raise FieldError(invalid_value(f"{field}.jsonPath", path, str(exc))) from None
         if not isinstance(priority, int) or priority < 0:
-            raise ValueError(f"{field}.priority: Invalid value: {priority!r}: must be a non-negative integer")
+            raise FieldError(invalid_value(f"{field}.priority", priority, "must be a non-negative integer"))
         description, fmt = str(column.get("description") or ""), str(column.get("format") or "")
         columns.append(PrinterColumn(str(column["name"]), str(kind), fmt, description, priority, path))
     return tuple(columns)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from devcluster.errors import invalid
+from devcluster.errors import ApiError, Cause, FieldError, invalid, invalid_value, not_supported, required
 from devcluster.printcolumns import PrinterColumn, columns_of
 
 VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
@@ -55,6 +55,7 @@ class ResourceType:
 
 
 _POD_SUBRESOURCES = ("log", "exec", "attach", "portforward", "binding", "ephemeralcontainers")
+_SCALE = ("scale",)
 
 BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, "namespace", ("ns",), (), True),
@@ -69,8 +70,8 @@ BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True, "endpointslice"),
     ResourceType("events.k8s.io", "v1", "events", "Event", True, "event", ("ev",)),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
-    ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("all",), True),
-    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("all",), True),
+    ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("all",), True, _SCALE),
+    ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("all",), True, _SCALE),
     ResourceType(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         False, "customresourcedefinition", ("crd", "crds"), (), True,
@@ -118,20 +119,16 @@ class Registry:
         name = crd["metadata"]["name"]
         try:
             types = crd_resource_types(crd)
-        except ValueError as err:
-            raise invalid("CustomResourceDefinition", name, str(err)) from None
+        except FieldError as err:
+            raise _crd_invalid(name, err.cause) from None
         spec = crd["spec"]
         expected = f"{spec['names']['plural']}.{spec['group']}"
         if name != expected:
-            raise invalid(
-                "CustomResourceDefinition",
-                name,
-                f'metadata.name: Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
-            )
+            raise _crd_invalid(name, invalid_value("metadata.name", name, 'must be spec.names.plural+"."+spec.group'))
         for rt in types:
             existing = self.lookup(rt.group, rt.version, rt.plural)
             if existing is not None and existing.builtin:
-                raise invalid("CustomResourceDefinition", name, f"{rt.qualified} is a built-in resource")
+                raise _crd_invalid(name, invalid_value("metadata.name", name, f"{rt.qualified} is a built-in resource"))
 
     def lookup(self, group: str, version: str, plural: str) -> ResourceType | None:
         with self._lock:
@@ -185,19 +182,25 @@ class Registry:
         return removed
 
 
+def _crd_invalid(name: str, cause: Cause) -> ApiError:
+    return invalid("CustomResourceDefinition", name, [cause], group="apiextensions.k8s.io")
+
+
 def crd_resource_types(crd: Mapping[str, Any]) -> list[ResourceType]:
-    """The resource types a CustomResourceDefinition declares (pure; ValueError when malformed)."""
+    """The resource types a CustomResourceDefinition declares (pure; FieldError when malformed)."""
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
     group, plural, kind = spec.get("group"), names.get("plural"), names.get("kind")
-    if not (isinstance(group, str) and group and isinstance(plural, str) and plural and isinstance(kind, str) and kind):
-        raise ValueError("spec.group, spec.names.plural and spec.names.kind are required")
+    for path, value in (("spec.group", group), ("spec.names.plural", plural), ("spec.names.kind", kind)):
+        if not (isinstance(value, str) and value):
+            raise FieldError(required(path))
+    assert isinstance(group, str) and isinstance(plural, str) and isinstance(kind, str)
     scope = spec.get("scope", "Namespaced")
     if scope not in ("Namespaced", "Cluster"):
-        raise ValueError(f'spec.scope: Unsupported value: "{scope}": supported values: "Cluster", "Namespaced"')
+        raise FieldError(not_supported("spec.scope", str(scope), ("Cluster", "Namespaced")))
     versions = spec.get("versions") or []
     if not isinstance(versions, list) or not versions:
-        raise ValueError("spec.versions: Required value: must have exactly one version marked as storage version")
+        raise FieldError(required("spec.versions", "must have exactly one version marked as storage version"))
     result = []
     for i, version in enumerate(versions):
         if not isinstance(version, dict) or not version.get("name") or not version.get("served", True):

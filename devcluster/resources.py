@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from devcluster import csrkind, ephemeral, kinds, patch
-from devcluster.errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
+from devcluster import crddefaults, csrkind, ephemeral, kinds, patch
+from devcluster.errors import ApiError, Cause, already_exists, bad_request, conflict, invalid, not_found, required
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
 
@@ -53,7 +53,7 @@ class Resources:
         obj = self.store.get(rt.storage_key, namespace, name)
         if obj is None:
             raise not_found(rt.plural, name, group=rt.group)
-        return obj
+        return crddefaults.defaulted(crddefaults.schema_of(self.store, rt), obj)
 
     def create(self, rt: ResourceType, namespace: str, body: Any, *, dry_run: bool = False) -> Obj:
         with self.store.lock:
@@ -135,7 +135,7 @@ class Resources:
         target = (binding or {}).get("target") if isinstance(binding, dict) else None
         node = target.get("name") if isinstance(target, dict) else None
         if not node:
-            raise invalid("Binding", name, "target.name: Required value")
+            raise invalid("Binding", name, [required("target.name")])
         with self.store.lock:
             pod = self.get(pods, namespace, name)
             bound = (pod.get("spec") or {}).get("nodeName")
@@ -187,7 +187,8 @@ class Resources:
         meta = obj["metadata"]
         if not meta.get("name"):
             if not meta.get("generateName"):
-                raise invalid(rt.kind, "", "metadata.name: Required value: name or generateName is required")
+                cause = required("metadata.name", "name or generateName is required")
+                raise invalid(rt.kind, "", [cause], group=rt.group)
             suffix = "".join(secrets.choice(_NAME_SUFFIX_ALPHABET) for _ in range(5))
             meta["name"] = f"{meta['generateName']}{suffix}"
         if rt.namespaced and self.store.get("/namespaces", "", namespace) is None:
@@ -206,6 +207,7 @@ class Resources:
 
     def _default(self, rt: ResourceType, obj: Obj, now: str) -> None:
         if not rt.builtin:
+            crddefaults.apply_to(self.store, rt, obj)
             return
         if rt.kind == "Pod":
             ephemeral.validate_new_pod(obj)
@@ -217,6 +219,9 @@ class Resources:
             kinds.default_namespace(obj)
         elif rt.kind == "Service":
             kinds.default_service(obj)
+        elif rt.group == "apps" and rt.kind in ("Deployment", "ReplicaSet"):
+            kinds.default_workload(obj)
+            kinds.validate_workload(obj)
         elif csrkind.is_csr(rt.kind, rt.group):
             csrkind.validate_new(obj)
         elif rt.kind == "CustomResourceDefinition":
@@ -240,7 +245,8 @@ class Resources:
                     raise bad_request("a JSON patch must be a JSON array of operations")
                 return patch.json_patch(old, body)
         except patch.PatchError as err:
-            raise invalid(rt.kind, old["metadata"]["name"], str(err)) from None
+            cause = Cause("", "FieldValueInvalid", str(err))
+            raise invalid(rt.kind, old["metadata"]["name"], [cause], group=rt.group) from None
         raise ApiError(415, f"the media type {content_type!r} is not supported for PATCH")
 
     def _update(self, rt: ResourceType, old: Obj, new: Obj, *, subresource: str, dry_run: bool) -> Obj:
@@ -270,6 +276,8 @@ class Resources:
             new = self._keep_system_fields(rt, old, new)
             if rt.kind == "Pod" and rt.builtin:
                 ephemeral.refuse_main_change(old, new)
+        if not rt.builtin:
+            crddefaults.apply_to(self.store, rt, new)
         if _same(old, new):
             return old
         meta = new["metadata"]
@@ -298,6 +306,9 @@ class Resources:
         if rt.kind == "Pod" and rt.builtin:
             kinds.validate_pod(new)
             kinds.default_pod(new)
+        if rt.group == "apps" and rt.kind in ("Deployment", "ReplicaSet") and rt.builtin:
+            kinds.default_workload(new)
+            kinds.validate_workload(new)
         generation = old_meta.get("generation")
         if generation is not None:
             changed = kinds.spec_of(old) != kinds.spec_of(new)

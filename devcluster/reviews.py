@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from devcluster import rbac
-from devcluster.errors import ApiError, bad_request, invalid, not_found
+from devcluster.errors import ApiError, Cause, bad_request, invalid, invalid_value, not_found, required
+from devcluster.errors import forbidden as forbidden_field
 from devcluster.registry import ResourceType
 from devcluster.routing import ResourceRoute
 from devcluster.store import Store
@@ -97,22 +98,15 @@ class Reviews:
         spec = dict(body.get("spec") or {})
         seconds = spec.get("expirationSeconds") or DEFAULT_EXPIRATION
         if not isinstance(seconds, int) or isinstance(seconds, bool):
-            raise invalid("TokenRequest.authentication.k8s.io", name, "spec.expirationSeconds: must be an integer")
+            raise _token_invalid(name, invalid_value("spec.expirationSeconds", None, "must be an integer"))
         if seconds < MIN_EXPIRATION:
-            raise invalid(
-                "TokenRequest.authentication.k8s.io",
-                name,
-                f"spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration less than 10 minutes",
-            )
+            detail = "may not specify a duration less than 10 minutes"
+            raise _token_invalid(name, invalid_value("spec.expirationSeconds", seconds, detail))
         if seconds > MAX_EXPIRATION:
-            raise invalid(
-                "TokenRequest.authentication.k8s.io",
-                name,
-                f"spec.expirationSeconds: Invalid value: {seconds}: "
-                "may not specify a duration larger than 2^32 seconds",
-            )
+            detail = "may not specify a duration larger than 2^32 seconds"
+            raise _token_invalid(name, invalid_value("spec.expirationSeconds", seconds, detail))
         if spec.get("boundObjectRef"):
-            raise invalid("TokenRequest.authentication.k8s.io", name, "spec.boundObjectRef: not supported here")
+            raise _token_invalid(name, forbidden_field("spec.boundObjectRef", "not supported here"))
         audiences = strings(spec, "audiences", "TokenRequest", name) or [API_AUDIENCE]
         token, expires = self.tokens.issue(
             namespace, name, str(account["metadata"].get("uid", "")), seconds=seconds, audiences=audiences
@@ -129,7 +123,7 @@ class Reviews:
         spec = dict(body.get("spec") or {})
         token = spec.get("token")
         if not isinstance(token, str) or not token:
-            raise invalid("TokenReview.authentication.k8s.io", "", "spec.token: Required value")
+            raise invalid("TokenReview", "", [required("spec.token")], group=AUTHENTICATION)
         audiences = strings(spec, "audiences", "TokenReview", "")
         identity, accepted, error = self.tokens.authenticate(token, audiences)
         status: Obj = {"authenticated": identity is not None, "user": {}}
@@ -151,19 +145,13 @@ class Reviews:
         if not isinstance(resource or {}, Mapping) or not isinstance(non_resource or {}, Mapping):
             raise bad_request("spec.resourceAttributes and spec.nonResourceAttributes must be objects")
         if bool(resource) == bool(non_resource):
-            raise invalid(
-                f"{kind}.{AUTHORIZATION}",
-                "",
-                "spec: exactly one of nonResourceAttributes or resourceAttributes required",
-            )
+            detail = "exactly one of nonResourceAttributes or resourceAttributes required"
+            raise invalid(kind, "", [invalid_value("spec", None, detail)], group=AUTHORIZATION)
         if identity is None:
             user, groups = str(spec.get("user") or ""), tuple(strings(spec, "groups", kind, ""))
             if not user and not groups:
-                raise invalid(
-                    f"{kind}.{AUTHORIZATION}",
-                    "",
-                    'spec.user: Invalid value: "": at least one of user or group must be specified',
-                )
+                detail = "at least one of user or group must be specified"
+                raise invalid(kind, "", [invalid_value("spec.user", "", detail)], group=AUTHORIZATION)
         else:
             user, groups = identity.username, identity.groups
         if resource:
@@ -190,12 +178,13 @@ def strings(spec: Mapping[str, Any], key: str, kind: str, name: str) -> list[str
     """`spec[key]` as a list of strings (absent: empty); 422 for anything else."""
     value = spec.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise invalid(
-            f"{kind}.{AUTHENTICATION if kind.startswith('Token') else AUTHORIZATION}",
-            name,
-            f"spec.{key}: must be a list of strings",
-        )
+        group = AUTHENTICATION if kind.startswith("Token") else AUTHORIZATION
+        raise invalid(kind, name, [invalid_value(f"spec.{key}", None, "must be a list of strings")], group=group)
     return list(value)
+
+
+def _token_invalid(name: str, cause: Cause) -> ApiError:
+    return invalid("TokenRequest", name, [cause], group=AUTHENTICATION)
 
 
 def _answer(kind: str, group: str, spec: Obj, status: Obj) -> Obj:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from devcluster import csrkind, printcolumns
+from devcluster import appstables, csrkind, printcolumns
 from devcluster.durations import age
 
 Row = list[Any]
@@ -298,5 +298,7 @@ _PRINTERS: dict[str, tuple[list[_Column], Callable[[dict[str, Any], datetime], R
     "Secret": ([("Name", _S, 0), ("Type", _S, 0), ("Data", _I, 0), ("Age", _S, 0)], _print_secret),
     "ConfigMap": ([("Name", _S, 0), ("Data", _I, 0), ("Age", _S, 0)], _print_configmap),
     "Lease": ([("Name", _S, 0), ("Holder", _S, 0), ("Age", _S, 0)], _print_lease),
+    "Deployment": appstables.DEPLOYMENT,
+    "ReplicaSet": appstables.REPLICASET,
     "CertificateSigningRequest": (csrkind.COLUMNS, csrkind.table_row),
 }

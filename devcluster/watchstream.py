@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from devcluster import tables
+from devcluster import crddefaults, tables
 from devcluster.api import WatchReply
 from devcluster.errors import failure_status
 from devcluster.store import Expired, Store
@@ -219,12 +219,13 @@ def _change_line(reply: WatchReply, change: Change) -> bytes | None:
     if result is None:
         return None
     event_type, obj = result
-    if reply.table is None:
+    if reply.table is None and crddefaults.defaulted(reply.defaults, obj) is obj:
         return change.encoded(event_type, encode_event)
     return _line(reply, event_type, obj)
 
 
 def _line(reply: WatchReply, event_type: str, obj: dict[str, Any]) -> bytes:
+    obj = crddefaults.defaulted(reply.defaults, obj)
     if reply.table is None:
         return encode_event(event_type, obj)
     rv = obj["metadata"].get("resourceVersion", "")
