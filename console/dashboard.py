@@ -35,6 +35,7 @@ class Tile:
     hourly_spend: float = 0.0
     priced: int = 0  # running Pods whose price is known
     lease_age: float | None = None  # seconds since the node's Lease was renewed
+    bad: dict[str, int] = field(default_factory=dict)  # Pods per bad kubectl STATUS (CrashLoopBackOff: 2)
 
     @property
     def state(self) -> str:
@@ -68,6 +69,10 @@ def figures(now: datetime) -> dict[str, Any]:
         tile = tiles.get(row["node"])
         if tile is not None:
             tile.phases[row["phase"] or "Unknown"] = tile.phases.get(row["phase"] or "Unknown", 0) + row["n"]
+    for row in models.TrackedPod.objects.exclude(node="").values("node", "status").annotate(n=Count("id")):
+        tile = tiles.get(row["node"])
+        if tile is not None and cells.is_bad(row["status"]):
+            tile.bad[row["status"]] = row["n"]
     running = models.TrackedPod.objects.filter(phase="Running", hourly_price__isnull=False)
     for row in running.values("node").annotate(spend=Sum("hourly_price"), n=Count("id")):
         tile = tiles.get(row["node"])

@@ -235,7 +235,11 @@ def dashboard_shows_the_loop(driver: Any, base: str) -> bool:
         "const row = [...document.querySelectorAll('tr.pod-row')].find(r => r.innerText.includes('crash-loop'));"
         "return row ? [...row.cells].map(c => c.innerText.trim()) : [];"
     )
-    return line[1:3] == ["CrashLoopBackOff", "0/1"] and int(line[3].split()[0]) >= 2 and line[0] == "default/crash-loop"
+    tile = driver.execute_script("return document.querySelector('section[data-node=\"nebula-gpu-crash\"]').innerText")
+    shown = (
+        line[1:3] == ["CrashLoopBackOff", "0/1"] and int(line[3].split()[0]) >= 2 and line[0] == "default/crash-loop"
+    )
+    return shown and "CrashLoopBackOff 1" in tile  # its node's tile counts it, marked
 
 
 def test_a_counted_event_is_one_row_with_its_count(busy: Busy, mirror: Mirror) -> None:
