@@ -2,23 +2,25 @@
 shows the same as the manager's own listener).
 
 Called by `console.views` on every page and fragment request; a handful of queries, each
-bounded. Reads only.
+bounded. Reads only. Pods read as `kubectl get pods` prints them (console.cells).
 Tests: tests/console/test_console_browser.py.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Sum
 
-from console import models
+from console import cells, models
 from kube import names
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 MAX_GATED = 50
+MAX_PODS = 100
 MAX_ORPHANS = 50
 MAX_BLOCKS = 50
 MAX_EVENTS = 15
@@ -33,10 +35,22 @@ class Tile:
     hourly_spend: float = 0.0
     priced: int = 0  # running Pods whose price is known
     lease_age: float | None = None  # seconds since the node's Lease was renewed
+    bad: dict[str, int] = field(default_factory=dict)  # Pods per bad kubectl STATUS (CrashLoopBackOff: 2)
 
     @property
     def state(self) -> str:
         return {True: "ready", False: "not-ready"}.get(self.node.ready, "unknown")
+
+
+@dataclass
+class PodLine:
+    """One Pod as `kubectl get pods` prints it, with its node."""
+
+    pod: models.TrackedPod
+    status: str
+    bad: bool
+    restarts: str
+    age: str
 
 
 @dataclass
@@ -55,6 +69,10 @@ def figures(now: datetime) -> dict[str, Any]:
         tile = tiles.get(row["node"])
         if tile is not None:
             tile.phases[row["phase"] or "Unknown"] = tile.phases.get(row["phase"] or "Unknown", 0) + row["n"]
+    for row in models.TrackedPod.objects.exclude(node="").values("node", "status").annotate(n=Count("id")):
+        tile = tiles.get(row["node"])
+        if tile is not None and cells.is_bad(row["status"]):
+            tile.bad[row["status"]] = row["n"]
     running = models.TrackedPod.objects.filter(phase="Running", hourly_price__isnull=False)
     for row in running.values("node").annotate(spend=Sum("hourly_price"), n=Count("id")):
         tile = tiles.get(row["node"])
@@ -66,10 +84,13 @@ def figures(now: datetime) -> dict[str, Any]:
     ]
     orphans = list(models.InstanceClaim.objects.filter(orphan=True).order_by("provider", "claim")[:MAX_ORPHANS])
     gated = models.TrackedPod.objects.filter(reason=names.REASON_SCHEDULING_GATED, node="")
+    pods = pod_lines(models.TrackedPod.objects.exclude(node="").order_by("namespace", "name")[:MAX_PODS], now)
     return {
         "tiles": list(tiles.values()),
         "total_spend": sum(t.hourly_spend for t in tiles.values()),
         "pod_count": sum(sum(t.phases.values()) for t in tiles.values()),
+        "pods": pods,
+        "pod_lines_count": models.TrackedPod.objects.exclude(node="").count(),
         "gated": list(gated.order_by("namespace", "name")[:MAX_GATED]),
         "gated_count": gated.count(),
         "orphans": orphans,
@@ -78,3 +99,13 @@ def figures(now: datetime) -> dict[str, Any]:
         "events": list(models.RecentEvent.objects.order_by("-seq")[:MAX_EVENTS]),
         "now": now,
     }
+
+
+def pod_lines(pods: Iterable[models.TrackedPod], now: datetime) -> list[PodLine]:
+    """kubectl's columns of `pods`, the ones in a bad state first (then by namespace and name)."""
+    lines = []
+    for pod in pods:
+        status = pod.status or pod.phase
+        restarts = cells.restarts_text(pod.restarts, pod.last_restart_at, now)
+        lines.append(PodLine(pod, status, cells.is_bad(status), restarts, cells.age_text(pod.created_at, now)))
+    return sorted(lines, key=lambda line: not line.bad)

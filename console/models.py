@@ -28,6 +28,12 @@ class TrackedPod(models.Model):
     instance_id = models.CharField("instance id", max_length=255, blank=True, db_index=True)
     phase = models.CharField(max_length=20, blank=True, db_index=True)
     reason = models.CharField(max_length=80, blank=True)
+    # kubectl's columns (kube.podstatus): the phase or a container's reason, ready/total, restarts.
+    status = models.CharField(max_length=80, blank=True, db_index=True)
+    ready = models.CharField(max_length=20, blank=True)
+    restarts = models.IntegerField(default=0)
+    last_restart_at = models.DateTimeField("last restart", null=True, blank=True)
+    created_at = models.DateTimeField("created", null=True, blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
     capacity_type = models.CharField("capacity type", max_length=20, blank=True)
     region = models.CharField(max_length=63, blank=True)
@@ -122,12 +128,16 @@ class VirtualNode(models.Model):
 
 
 class RecentEvent(models.Model):
-    """One of the latest Events the manager wrote (a bounded window, newest kept)."""
+    """One of the latest Events the manager wrote (a bounded window, newest kept): one row per
+    Event object, its repeats counted (`count`, `first_at`, `at` the last), as kubectl shows it."""
 
-    mirror_key = "seq"
+    mirror_key = "key"
 
-    seq = models.BigIntegerField(unique=True)
-    at = models.DateTimeField(db_index=True)
+    key = models.CharField(max_length=507, unique=True)  # the Event's namespace/name
+    seq = models.BigIntegerField(db_index=True)  # order of the last write: newest first
+    count = models.IntegerField(default=1)
+    first_at = models.DateTimeField("first seen", null=True, blank=True)
+    at = models.DateTimeField("last seen", db_index=True)
     kind = models.CharField(max_length=20)
     namespace = models.CharField(max_length=253, blank=True)
     name = models.CharField(max_length=253)

@@ -1,7 +1,7 @@
 """The console's observer: hears the core's facts (`kube.observe`), counts them in
 `console.metrics`, logs the ones worth knowing (Pod, claim and instance named) and keeps the
 little memory the mirror needs that no Handler holds: lease renewals, leadership, the latest
-Events, open streams.
+Events (one per Event object, its repeats counted), open streams.
 
 Installed by the process wiring (`nebula_site.manager`); called on the core's threads, so
 every method is cheap, thread-safe and never raises.
@@ -14,7 +14,7 @@ import itertools
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +30,9 @@ PLACEMENT_OUTCOMES = ("placed", "blocked", "no_candidate", "invalid")
 
 @dataclass(frozen=True)
 class EventNote:
-    """One Event the manager wrote, as the console remembers it."""
+    """One Event the manager wrote, as the console remembers it: one note per Event object
+    (`key`, its namespace/name), its repeats counted; `seq` orders the last writes, `at` is
+    the last one's time and `first_at` the first's."""
 
     seq: int
     at: datetime
@@ -40,6 +42,9 @@ class EventNote:
     type: str
     reason: str
     message: str
+    key: str = ""
+    count: int = 1
+    first_at: datetime | None = None
 
 
 class ConsoleObserver:
@@ -49,7 +54,7 @@ class ConsoleObserver:
         self._now = now
         self._lock = threading.Lock()
         self._seq = itertools.count(1)
-        self._events: deque[EventNote] = deque(maxlen=RECENT_EVENTS)
+        self._events: OrderedDict[str, EventNote] = OrderedDict()  # by Event, last written last
         self._node_synced: dict[str, datetime] = {}
         self._leader: bool | None = None
         self._leadership_at = float("-inf")  # monotonic
@@ -92,11 +97,29 @@ class ConsoleObserver:
         with self._lock:
             self._leader, self._leadership_at = leader, time.monotonic()
 
-    def event_recorded(self, kind: str, namespace: str, name: str, event_type: str, reason: str, message: str) -> None:
+    def event_recorded(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        event_type: str,
+        reason: str,
+        message: str,
+        *,
+        count: int = 1,
+        event: str = "",
+    ) -> None:
+        """A repeat of an Event (same `event` name) updates its one note: count, message, time."""
         metrics.EVENTS.labels(kind=kind, type=event_type).inc()
         with self._lock:
-            note = EventNote(next(self._seq), self._now(), kind, namespace, name, event_type, reason, message)
-            self._events.append(note)
+            seq, now = next(self._seq), self._now()
+            key = f"{namespace}/{event}" if event else f"#{seq}"  # an unnamed Event is its own row
+            before = self._events.pop(key, None)
+            first = before.first_at if before is not None else now
+            note = EventNote(seq, now, kind, namespace, name, event_type, reason, message, key, count, first)
+            self._events[key] = note
+            while len(self._events) > RECENT_EVENTS:
+                self._events.popitem(last=False)
 
     def placement_decided(self, outcome: str) -> None:
         metrics.PLACEMENTS.labels(outcome=outcome).inc()
@@ -127,7 +150,7 @@ class ConsoleObserver:
 
     def recent_events(self) -> list[EventNote]:
         with self._lock:
-            return list(self._events)
+            return list(self._events.values())
 
 
 def _extra(provider: str, subject: observe.Subject, **more: str) -> dict[str, str]:

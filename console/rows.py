@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from console.observer import ConsoleObserver, EventNote
-from kube import names
+from kube import names, podstatus
 from placement.blocklist import BlockEntry, describe_scope
 from placement.gated import GatedPod
 from placement.poolcache import PoolState
@@ -36,6 +36,7 @@ def pod_row(handler: Handler, entry: Tracked) -> Row:
     """A tracked Pod with the instance serving it. `phase` is the status the Handler wants
     written (else the Pod's own), `Pending` before there is any."""
     status = entry.desired_status or entry.pod.get("status") or {}
+    printed = podstatus.summarize({**entry.pod, "status": status})
     annotations = (entry.pod.get("metadata") or {}).get("annotations") or {}
     instance = entry.last_instance
     tier = instance.capacity_type.value if instance is not None and instance.capacity_type else None
@@ -50,6 +51,11 @@ def pod_row(handler: Handler, entry: Tracked) -> Row:
         "instance_id": entry.instance_id or None,
         "phase": str(status.get("phase") or (REFUSED if entry.terminal else NO_STATUS_YET)),
         "reason": status.get("reason") or None,
+        "status": printed.status or (REFUSED if entry.terminal else NO_STATUS_YET),
+        "ready": printed.ready_text,
+        "restarts": printed.restarts,
+        "last_restart_at": printed.last_restart,
+        "created_at": podstatus.created_at(entry.pod),
         "endpoint": endpoint or None,
         "capacity_type": annotations.get(names.CAPACITY_TYPE_ANNOTATION) or tier,
         "region": annotations.get(names.REGION_ANNOTATION) or (instance.region if instance else None) or None,
@@ -75,6 +81,11 @@ def gated_pod_row(gated: GatedPod) -> Row:
         "instance_id": None,
         "phase": GATED_PHASE,
         "reason": names.REASON_SCHEDULING_GATED,
+        "status": names.REASON_SCHEDULING_GATED,  # what kubectl prints for a gated Pod
+        "ready": None,  # placement's register keeps no spec to count containers from
+        "restarts": 0,
+        "last_restart_at": None,
+        "created_at": None,
         "endpoint": None,
         "capacity_type": None,
         "region": None,
@@ -145,8 +156,12 @@ def block_row(entry: BlockEntry) -> Row:
 
 
 def event_row(note: EventNote) -> Row:
+    """One Event object, its repeats counted (a repeat updates this row, never adds one)."""
     return {
+        "key": note.key,
         "seq": note.seq,
+        "count": note.count,
+        "first_at": note.first_at,
         "at": note.at,
         "kind": note.kind,
         "namespace": note.namespace,

@@ -230,9 +230,9 @@ class EventRecorder:
         body = series.body
         name = body["metadata"]["name"]
         involved = body["involvedObject"]
-        observe.current().event_recorded(
-            involved["kind"], series.namespace, str(involved["name"]), body["type"], body["reason"], message
-        )
+        kind, subject = involved["kind"], str(involved["name"])
+        report = observe.current().event_recorded
+        report(kind, series.namespace, subject, body["type"], body["reason"], message, count=count, event=name)
         fields = {"count": count, "lastTimestamp": last_seen, "message": message}
         ok = False
         try:

@@ -48,8 +48,20 @@ class Observer(Protocol):
     def leadership(self, leader: bool | None) -> None:
         """The leader election asked the cluster: True leads, False stands by, None could not ask."""
 
-    def event_recorded(self, kind: str, namespace: str, name: str, event_type: str, reason: str, message: str) -> None:
-        """An Event was written (or attempted) about a Pod or Node."""
+    def event_recorded(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        event_type: str,
+        reason: str,
+        message: str,
+        *,
+        count: int = 1,
+        event: str = "",
+    ) -> None:
+        """An Event was written (or attempted) about a Pod or Node: `event` is the Event
+        object's name (its repeats are written under the same name) and `count` its count so far."""
 
     def placement_decided(self, outcome: str) -> None:
         """Placement decided for one Pod: placed, blocked, no_candidate, invalid, not_gated (no gate to act on)."""
@@ -82,7 +94,18 @@ class NullObserver:
     def leadership(self, leader: bool | None) -> None:
         pass
 
-    def event_recorded(self, kind: str, namespace: str, name: str, event_type: str, reason: str, message: str) -> None:
+    def event_recorded(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        event_type: str,
+        reason: str,
+        message: str,
+        *,
+        count: int = 1,
+        event: str = "",
+    ) -> None:
         pass
 
     def placement_decided(self, outcome: str) -> None:

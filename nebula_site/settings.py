@@ -116,6 +116,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# One time format everywhere in the console, 24-hour with seconds, UTC (2026-12-05 07:04:12 UTC):
+# Django would otherwise use the locale's (en: "Dec. 5, 2026, 7:04 a.m.").
+FORMAT_MODULE_PATH = ["console.formats"]
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -40,6 +40,13 @@ class PodSerializer(serializers.Serializer):
     instance_id = serializers.CharField(allow_null=True)
     phase = serializers.CharField(help_text="Pending until the Pod has a status, as a kubelet reports it")
     reason = serializers.CharField(allow_null=True, help_text="SchedulingGated while placement holds the Pod")
+    status = serializers.CharField(
+        help_text="kubectl get pods' STATUS: the phase or a container's reason (CrashLoopBackOff, Completed...)"
+    )
+    ready = serializers.CharField(allow_null=True, help_text="kubectl's READY: ready/total containers")
+    restarts = serializers.IntegerField(help_text="kubectl's RESTARTS: the containers' restart counts summed")
+    last_restart_at = serializers.DateTimeField(allow_null=True, help_text="when the last restarted run ended")
+    created_at = serializers.DateTimeField(allow_null=True, help_text="the Pod's creationTimestamp (kubectl's AGE)")
     endpoint = serializers.CharField(allow_null=True, help_text="where the instance answers, once known")
     capacity_type = serializers.CharField(allow_null=True)
     region = serializers.CharField(allow_null=True)

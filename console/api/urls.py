@@ -1,15 +1,15 @@
 """URLs of the REST API, mounted at /api/ by nebula_site.urls: the viewsets, the OpenAPI
-schema (/api/schema/) and its browsable docs (/api/docs/).
+schema (/api/schema/) and its browsable docs (/api/docs/, a browser without a session goes to the login).
 Tests: tests/console/api/test_api.py.
 """
 
 from __future__ import annotations
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from console.api import views
+from console.api import docs, views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"  # both /api/blocklist/b1 and /api/blocklist/b1/: no redirect for a DELETE
@@ -21,6 +21,6 @@ router.register("pools", views.PoolViewSet, basename="pool")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("docs/", docs.SwaggerDocsView.as_view(url_name="schema"), name="api-docs"),
     path("", include(router.urls)),
 ]

@@ -100,7 +100,7 @@ def test_filters_search_and_links_between_pod_claim_and_node(mirrored: dict[str,
     pod = models.TrackedPod.objects.get(name="train-0")
     html = staff_client.get("/admin/console/trackedpod/?q=train-0").content.decode()
     assert "default/train-0" in html and "default/train-1" not in html
-    assert f"/admin/console/instanceclaim/?claim={pod.claim}" in html
+    assert f"/admin/console/instanceclaim/?instance_id={pod.instance_id}" in html  # the instance's claim
     assert "/admin/console/virtualnode/?name=nebula-alpha" in html
     claim_page = staff_client.get(f"/admin/console/instanceclaim/?claim={pod.claim}").content.decode()
     assert pod.instance_id in claim_page and f"/admin/console/trackedpod/?claim={pod.claim}" in claim_page
@@ -155,4 +155,48 @@ def test_gated_pods_are_listed_in_the_admin_and_on_the_dashboard_with_what_they_
     assert "default/gated-1" in waiting and "default/gated-0" not in waiting
     dashboard = staff_client.get("/").content.decode()
     assert 'Gated Pods waiting for placement <span class="empty">(2)</span>' in dashboard
-    assert message in dashboard and "NodePool &#x27;nowhere&#x27; does not exist" in dashboard
+    words = re.sub(r"<[^>]+>", "", dashboard)  # free text comes one nowrap span per word
+    assert message in words and "NodePool &#x27;nowhere&#x27; does not exist" in words
+
+
+TIME = re.compile(r"\b20[0-9]{2}-[01][0-9]-[0-3][0-9] [0-2][0-9]:[0-5][0-9]:[0-5][0-9] UTC\b")
+
+
+def test_times_read_24_hour_with_seconds_in_utc(mirrored: dict[str, Any], superuser_client: Client) -> None:
+    """One format on the admin's lists, its object pages and the dashboard: `2026-12-05 07:04:12 UTC`."""
+    claim = models.InstanceClaim.objects.filter(orphan=False).first()
+    assert claim is not None
+    pages = ["/admin/console/instanceclaim/", "/admin/console/recentevent/", "/admin/console/blocklistentry/"]
+    pages += [f"/admin/console/instanceclaim/{claim.pk}/change/", "/"]
+    for page in pages:
+        html = superuser_client.get(page).content.decode()
+        assert TIME.search(html), page
+        assert not re.search(r"\b[ap]\.m\.|\b(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\.? [0-9]", html), page
+
+
+def test_a_claimed_instance_is_not_marked_and_an_orphan_is(mirrored: dict[str, Any], staff_client: Client) -> None:
+    html = staff_client.get("/admin/console/instanceclaim/").content.decode()
+    rows = re.findall(r"<tr>.*?</tr>", html.replace("\n", " "))
+    orphan_rows = [row for row in rows if "orphan" in row]
+    claimed_rows = [row for row in rows if "train-0" in row or "train-1" in row]
+    assert len(orphan_rows) == 1 and len(claimed_rows) == 2
+    assert 'class="orphan bad"' in orphan_rows[0]
+    for row in claimed_rows:  # no red cross, no mark of any kind for "not an orphan"
+        assert "icon-no" not in row and "icon-yes" not in row and "bad" not in row
+
+
+def test_a_counted_event_is_one_row_that_its_repeats_update(
+    mirrored: dict[str, Any], observer: ConsoleObserver, staff_client: Client
+) -> None:
+    """The Event recorder reports each write of an Event with its name and count so far; the
+    mirror keeps one row per Event name, its count and last time those of the last write."""
+    for count in (1, 4, 9):
+        observer.event_recorded(
+            "Pod", "default", "train-1", "Warning", "BackOff", "back-off", count=count, event="train-1.ab"
+        )
+    Mirror(runtime.current, observer=lambda: observer).sync_once()
+    row = models.RecentEvent.objects.get(name="train-1")
+    assert (row.reason, row.count, row.key) == ("BackOff", 9, "default/train-1.ab")
+    assert row.first_at is not None and row.first_at <= row.at
+    html = staff_client.get("/admin/console/recentevent/").content.decode()
+    assert html.count('title="default/train-1"') == 1 and '<td class="field-count">9</td>' in html

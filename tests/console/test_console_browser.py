@@ -183,7 +183,7 @@ def test_dashboard_and_every_admin_list_match_the_cluster_read_only(
         assert browser.save_screenshot(str(IMAGES / image))
     browser.get(f"{base}/admin/console/trackedpod/?q=train-0")
     browser.find_element(By.LINK_TEXT, "nebula-gpu-a")  # links to the node and the claim
-    browser.find_element(By.CSS_SELECTOR, "td.field-claim_link a").click()
+    browser.find_element(By.CSS_SELECTOR, "td.field-instance_link a").click()
     assert "instanceclaim" in browser.current_url
     first = browser.find_element(By.CSS_SELECTOR, "#result_list tbody th a, #result_list tbody td a")
     assert first is not None

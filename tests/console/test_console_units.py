@@ -18,7 +18,7 @@ from django.test import Client
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from console import metrics, models, runtime, snapshot, views
+from console import cells, metrics, models, runtime, snapshot, views
 from console.mirror import Mirror, diff
 from console.observer import ConsoleObserver
 from kube import names, observe
@@ -256,3 +256,25 @@ def test_api_requests_are_counted_by_verb_and_code(db: Any) -> None:
     client.get("/api/pods/")
     client.get("/admin/")  # not the API: not counted
     assert (count("401") - before[0], count("200") - before[1]) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("status", "bad"),
+    [("Running", False), ("Pending", False), ("Completed", False), ("ContainerCreating", False),
+     ("Terminating", False), ("SchedulingGated", False), ("Init:0/2", False), ("CrashLoopBackOff", True),
+     ("ErrImagePull", True), ("ImagePullBackOff", True), ("Error", True), ("OOMKilled", True), ("Failed", True),
+     ("Unknown", True), ("Init:Error", True), ("Init:CrashLoopBackOff", True), ("ExitCode:3", True), ("", False)],
+)  # fmt: skip
+def test_only_bad_pod_states_are_marked(status: str, bad: bool) -> None:
+    assert cells.is_bad(status) is bad
+    assert ('class="bad"' in cells.status_cell(status)) is bad
+
+
+def test_long_names_keep_their_start_and_end_and_free_text_breaks_only_at_spaces() -> None:
+    name = "default/llama-3-70b-instruct-finetune-sweep-worker-007"
+    assert cells.shorten(name, 30) == "default/llama-3-70b…worker-007" and len(cells.shorten(name, 30)) == 30
+    assert cells.shorten("short", 30) == "short"
+    assert f'title="{name}"' in cells.cut(name, 30)
+    assert cells.words("in eu-west-3 <now>") == (
+        '<span class="w">in</span> <span class="w">eu-west-3</span> <span class="w">&lt;now&gt;</span>'
+    )
