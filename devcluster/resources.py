@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import csrkind, ephemeral, kinds, patch
+from devcluster import csrkind, ephemeral, jobkind, kinds, patch
 from devcluster.errors import ApiError, already_exists, bad_request, conflict, invalid, not_found
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -219,6 +219,8 @@ class Resources:
             kinds.default_service(obj)
         elif csrkind.is_csr(rt.kind, rt.group):
             csrkind.validate_new(obj)
+        elif jobkind.is_job(rt.kind, rt.group):
+            jobkind.prepare_new(obj)
         elif rt.kind == "CustomResourceDefinition":
             self.registry.check_crd(obj)
             obj["status"] = kinds.crd_status(obj, now)
@@ -270,6 +272,8 @@ class Resources:
             new = self._keep_system_fields(rt, old, new)
             if rt.kind == "Pod" and rt.builtin:
                 ephemeral.refuse_main_change(old, new)
+            if jobkind.is_job(rt.kind, rt.group):
+                jobkind.prepare_update(old, new, subresource=subresource)
         if _same(old, new):
             return old
         meta = new["metadata"]

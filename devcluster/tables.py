@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from devcluster import csrkind, printcolumns
+from devcluster import csrkind, jobkind, printcolumns
 from devcluster.durations import age
 
 Row = list[Any]
@@ -299,4 +299,5 @@ _PRINTERS: dict[str, tuple[list[_Column], Callable[[dict[str, Any], datetime], R
     "ConfigMap": ([("Name", _S, 0), ("Data", _I, 0), ("Age", _S, 0)], _print_configmap),
     "Lease": ([("Name", _S, 0), ("Holder", _S, 0), ("Age", _S, 0)], _print_lease),
     "CertificateSigningRequest": (csrkind.COLUMNS, csrkind.table_row),
+    "Job": (jobkind.COLUMNS, jobkind.table_row),
 }
