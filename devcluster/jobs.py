@@ -80,8 +80,7 @@ class JobController(ControlLoop):
             except ApiError as exc:  # a conflict or a vanished object: the next pass sees the new state
                 log.debug("job %s: %s", job["metadata"]["name"], exc.message)
         for orphans in owned.values():  # the Job is gone: nothing will count these any more
-            for pod in orphans:
-                self._release([pod])
+            self._release([p for p in orphans if rules.TRACKING_FINALIZER in (p["metadata"].get("finalizers") or [])])
         live = {job["metadata"]["uid"] for job in jobs}
         self._backoff = {uid: record for uid, record in self._backoff.items() if uid in live}
         # The next pass comes at the earliest back-off or deadline, or after the idle interval.

@@ -216,3 +216,11 @@ def test_a_pod_deleted_by_hand_counts_as_failed_and_is_replaced(cluster: DevClus
     assert replacement["metadata"]["uid"] != pod["metadata"]["uid"]
     wait_for(lambda: job_of(raw, "victim")["status"].get("failed") == 1)
     wait_for(lambda: pod["metadata"]["name"] not in {p["metadata"]["name"] for p in pods_of(raw, "victim")})
+
+
+def test_deleting_a_running_job_releases_and_collects_its_pods(cluster: DevCluster, raw: Raw) -> None:
+    assert raw.json("POST", JOBS, manifest("gone", parallelism=2, completions=2))[0] == 201
+    wait_for(lambda: len(running(raw, "gone")) == 2)
+    options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+    assert raw.json("DELETE", f"{JOBS}/gone", options)[0] == 200
+    wait_for(lambda: pods_of(raw, "gone") == [], what="the tracking finalizers removed and the Pods collected")
