@@ -43,21 +43,20 @@ def running(raw: Raw, name: str) -> list[dict[str, Any]]:
 
 
 def finish(raw: Raw, pod: dict[str, Any], phase: str, code: int = 0, **status: Any) -> None:
-    """What the kubelet writes when the container exits."""
+    """What the kubelet writes when the container exits (read fresh, retried on a conflict:
+    the scheduler may write the Pod in between, as on a real cluster)."""
     terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
-    body = dict(
-        pod,
-        status={
-            **pod["status"],
-            "phase": phase,
-            "containerStatuses": [
-                {"name": "main", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
-            ],
-            **status,
-        },
-    )
-    answer = raw.json("PUT", f"{PODS}/{pod['metadata']['name']}/status", body)
-    assert answer[0] == 200, answer
+    path = f"{PODS}/{pod['metadata']['name']}"
+
+    def write() -> bool:
+        current = raw.json("GET", path)[1]
+        container = {"name": "main", "ready": False, "restartCount": 0, "state": {"terminated": terminated}}
+        body = dict(current, status={**current["status"], "phase": phase, "containerStatuses": [container], **status})
+        answer = raw.json("PUT", f"{path}/status", body)
+        assert answer[0] in (200, 409), answer
+        return answer[0] == 200
+
+    wait_for(write, what=f"{pod['metadata']['name']} {phase}")
 
 
 def condition(job: dict[str, Any], kind: str) -> dict[str, Any] | None:
@@ -202,8 +201,8 @@ def test_ttl_after_finished_deletes_the_job_and_its_pods(cluster: DevCluster, ra
     assert raw.json("POST", JOBS, manifest("brief", ttlSecondsAfterFinished=1))[0] == 201
     (pod,) = wait_for(lambda: running(raw, "brief"))
     finish(raw, pod, "Succeeded")
-    wait_for(lambda: condition(job_of(raw, "brief"), "Complete"))
     wait_for(lambda: raw.json("GET", f"{JOBS}/brief")[0] == 404, what="the Job deleted after its TTL")
+    assert ("Normal", "Completed", "Job completed") in events_of(raw, "brief")  # finished first
     wait_for(lambda: pods_of(raw, "brief") == [], what="its Pods collected")
 
 

@@ -78,8 +78,14 @@ def test_kubectl_create_get_describe_and_wait(kubectl: Kubectl, cluster: DevClus
     try:
         wait_for(lambda: cluster.request_log.count(verb="watch", resource="jobs") >= 1, what="kubectl wait's watch")
         assert waiter.poll() is None  # still waiting: the Job is not complete
-        body = dict(pod, status={**pod["status"], "phase": "Succeeded"})
-        assert raw.json("PUT", f"{PODS}/{pod['metadata']['name']}/status", body)[0] == 200
+        path = f"{PODS}/{pod['metadata']['name']}"
+
+        def succeed() -> bool:  # as the kubelet: read fresh, retry on a conflict with the scheduler
+            current = raw.json("GET", path)[1]
+            body = dict(current, status={**current["status"], "phase": "Succeeded"})
+            return raw.json("PUT", f"{path}/status", body)[0] == 200
+
+        wait_for(succeed, what="the Pod Succeeded")
         out, err = waiter.communicate(timeout=60)
     finally:
         waiter.kill()
