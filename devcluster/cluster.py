@@ -21,6 +21,7 @@ from devcluster.api import Api
 from devcluster.controllers import AppsController
 from devcluster.csrsigner import CsrSigner
 from devcluster.errors import ApiError
+from devcluster.jobs import JobController
 from devcluster.registry import Registry
 from devcluster.requestlog import RequestLog
 from devcluster.resources import Resources
@@ -73,6 +74,7 @@ class DevCluster:
         self.scheduler = SchedulerLoop(self.resources, interval=scheduler_interval)
         self.apps = AppsController(self.resources)
         self.service_accounts = DefaultServiceAccounts(self.resources)
+        self.jobs = JobController(self.resources)
         # ServiceAccount tokens (TokenRequest) and the kubeconfig's admin token, for the reviews.
         self.tokens = Tokens(self._service_account_uid)
         self._credentials: tls.Credentials | None = None
@@ -175,6 +177,7 @@ class DevCluster:
         self._thread.start()
         self.scheduler.start()
         self.apps.start()
+        self.jobs.start()
         self.csr_signer.start()
         self._root_ca = RootCAPublisher(self.resources, self._credentials.ca_pem)
         self._root_ca.run_once()  # every namespace has kube-root-ca.crt before the first request
@@ -195,6 +198,7 @@ class DevCluster:
         server.stopping.set()
         self.scheduler.stop()
         self.apps.stop()
+        self.jobs.stop()
         if self.csr_signer is not None:
             self.csr_signer.stop()
         if self._root_ca is not None:

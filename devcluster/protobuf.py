@@ -15,6 +15,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from devcluster import jobproto
+
 MAGIC = b"k8s\x00"
 _VARINT, _FIXED64, _BYTES, _FIXED32 = 0, 1, 2, 5
 
@@ -346,6 +348,7 @@ _DECODERS: dict[tuple[str, str], Callable[[Fields], dict[str, Any]]] = {
     ("authentication.k8s.io/v1", "TokenReview"): lambda f: _spec(f, _token_review_spec),
     ("authorization.k8s.io/v1", "SubjectAccessReview"): lambda f: _spec(f, _access_review_spec),
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): lambda f: _spec(f, _access_review_spec),
+    ("batch/v1", "Job"): lambda f: jobproto.job(f, _fields, ProtobufError),
     ("v1", "Secret"): _secret,
     ("v1", "ConfigMap"): _configmap,
     ("v1", "Namespace"): _namespace,

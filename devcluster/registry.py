@@ -72,6 +72,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, "lease"),
     ResourceType("apps", "v1", "deployments", "Deployment", True, "deployment", ("deploy",), ("all",), True, _SCALE),
     ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, "replicaset", ("rs",), ("all",), True, _SCALE),
+    ResourceType("batch", "v1", "jobs", "Job", True, "job", (), ("all",), True),
     ResourceType(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         False, "customresourcedefinition", ("crd", "crds"), (), True,

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import crddefaults, csrkind, ephemeral, kinds, patch
+from devcluster import crddefaults, csrkind, ephemeral, jobkind, kinds, patch
 from devcluster.errors import ApiError, Cause, already_exists, bad_request, conflict, invalid, not_found, required
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -224,6 +224,8 @@ class Resources:
             kinds.validate_workload(obj)
         elif csrkind.is_csr(rt.kind, rt.group):
             csrkind.validate_new(obj)
+        elif jobkind.is_job(rt.kind, rt.group):
+            jobkind.prepare_new(obj)
         elif rt.kind == "CustomResourceDefinition":
             self.registry.check_crd(obj)
             obj["status"] = kinds.crd_status(obj, now)
@@ -276,6 +278,8 @@ class Resources:
             new = self._keep_system_fields(rt, old, new)
             if rt.kind == "Pod" and rt.builtin:
                 ephemeral.refuse_main_change(old, new)
+            if jobkind.is_job(rt.kind, rt.group):
+                jobkind.prepare_update(old, new, subresource=subresource)
         if not rt.builtin:
             crddefaults.apply_to(self.store, rt, new)
         if _same(old, new):

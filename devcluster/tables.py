@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from devcluster import appstables, csrkind, printcolumns
+from devcluster import appstables, csrkind, jobkind, printcolumns
 from devcluster.durations import age
 
 Row = list[Any]
@@ -301,4 +301,5 @@ _PRINTERS: dict[str, tuple[list[_Column], Callable[[dict[str, Any], datetime], R
     "Deployment": appstables.DEPLOYMENT,
     "ReplicaSet": appstables.REPLICASET,
     "CertificateSigningRequest": (csrkind.COLUMNS, csrkind.table_row),
+    "Job": (jobkind.COLUMNS, jobkind.table_row),
 }
