@@ -130,6 +130,8 @@ def _check_providers(providers: Any) -> list[CheckMessage]:
     for alias, entry in providers.items():
         try:
             registry.validate_entry(alias, entry)
+        except registry.MissingSdkError as exc:  # the message names the extra to install
+            errors.append(Error(str(exc), hint="Install the extra it names, or remove the provider.", id="nebula.E002"))
         except registry.BackendImportError as exc:
             hint = "Check the dotted path and that its package is installed."
             errors.append(Error(str(exc), hint=hint, id="nebula.E002"))

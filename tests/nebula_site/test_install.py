@@ -251,6 +251,21 @@ def test_a_provider_without_its_sdk_names_the_extra_that_installs_it(
     ]
 
 
+CHECK_WITHOUT_SDK = """
+import sys
+sys.modules["modal"] = None
+from nebula_site import checks
+for message in checks._check_providers({"gpu": {"BACKEND": "providers.modal.ModalProvider"}}):
+    print(message.id, "|", message.hint)
+"""
+
+
+def test_the_system_check_of_a_provider_without_its_sdk_hints_at_the_extra(tmp_path: Path) -> None:
+    """`nebula check` (and the start-up's checks) say to install the extra, not to check a path."""
+    out = run(sys.executable, "-c", CHECK_WITHOUT_SDK, cwd=ROOT, env=clean_env(tmp_path))
+    assert out.strip().splitlines() == ["nebula.E002 | Install the extra it names, or remove the provider."]
+
+
 WITHOUT_SDKS = """
 import sys
 blocked = sys.argv[1].split(",")
