@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from providers.local import LocalProvider
-from providers.owner import Owner
+from tests.support.devrun import dev_run
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,19 +51,8 @@ spec:
 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    log = (tmp_path / "run.log").open("wb")
-    argv = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--dev-cluster", "--dev-cluster-addr", "127.0.0.1:0"]
-    argv += ["--provider", "local", "--console-addr", "127.0.0.1:0"]
-    process = subprocess.Popen(argv, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
-    yield process, tmp_path
-    if process.poll() is None:
-        process.kill()
-        process.wait(30)
-    log.close()
-    options = {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 1}
-    observer = LocalProvider("local", options, owner=Owner("dev-cluster", "local"))  # --dev-cluster's owner
-    for instance in observer.list():
-        observer.terminate(instance.id)
+    with dev_run(tmp_path) as process:
+        yield process, tmp_path
 
 
 def test_jobs_complete_and_fail_for_real_on_the_local_provider(

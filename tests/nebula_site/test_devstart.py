@@ -34,6 +34,7 @@ from providers.local import LocalProvider
 from providers.owner import Owner
 from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.deploy.steps import doc_block
+from tests.support.devrun import DEV_RUN, dev_run
 from tests.support.factories import make_pod_spec
 from tests.support.polling import wait_for
 
@@ -79,19 +80,8 @@ def clean_env(folder: Path) -> dict[str, str]:
 @pytest.fixture
 def make_run(tmp_path: Path) -> Iterator[Run]:
     """`make run`'s command line on free ports, in a fresh folder; killed and swept after."""
-    log = tmp_path / "run.log"
-    argv = [sys.executable, str(ROOT / "manage.py"), "runvnode", "--dev-cluster", "--dev-cluster-addr", "127.0.0.1:0"]
-    argv += ["--provider", "local", "--demo", "--console-addr", "127.0.0.1:0", "--metrics-addr", ""]
-    with log.open("wb") as out:
-        process = subprocess.Popen(argv, cwd=tmp_path, env=clean_env(tmp_path), stdout=out, stderr=subprocess.STDOUT)
-    yield Run(process, tmp_path, log)
-    if process.poll() is None:
-        process.kill()
-        process.wait(30)
-    options = {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 0}
-    observer = LocalProvider("local", options, owner=Owner("dev-cluster", "local"))  # --dev-cluster's owner
-    for instance in observer.list():
-        observer.terminate(instance.id)
+    with dev_run(tmp_path, [*DEV_RUN, "--demo"], env=clean_env(tmp_path)) as process:
+        yield Run(process, tmp_path, tmp_path / "run.log")
 
 
 def phase(kube: Kube, name: str) -> str | None:

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.support.clients.kubectl import KUBECTL_IMAGE
+from tests.support.devrun import dev_run
 from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
@@ -98,19 +99,15 @@ def pod_processes(mark: str) -> list[int]:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     folder = tmp_path_factory.mktemp("first-hour")
     argv = make_run_argv() + ["--console-addr", "127.0.0.1:0", "--metrics-addr", ""]
-    log = (folder / "run.log").open("wb")
-    process = subprocess.Popen(argv, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
-    started = Run(process, folder, folder / ".nebula" / "kubeconfig", uuid.uuid4().hex)
+    started: Run | None = None
     try:
-        wait_for(lambda: "Nebula is running" in started.log(), 90, 0.1, what="make run's banner")
-        started.apply(POOL)
-        yield started
+        with dev_run(folder, argv) as process:
+            started = Run(process, folder, folder / ".nebula" / "kubeconfig", uuid.uuid4().hex)
+            wait_for(lambda: "Nebula is running" in started.log(), 90, 0.1, what="make run's banner")
+            started.apply(POOL)
+            yield started
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(30)
-        log.close()
-        for pid in pod_processes(started.mark):  # a failed test must not leak processes either
+        for pid in pod_processes(started.mark if started else "-"):  # a failed test must leak no process
             try:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +14,9 @@ import pytest
 
 from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import demo as demo_module
-from providers.local import LocalProvider
-from providers.owner import Owner
 from tests.support.clients.consolelogin import LOGIN_LINE, log_in
 from tests.support.clients.kubectl import KUBECTL_IMAGE
+from tests.support.devrun import DEV_RUN, dev_run
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,34 +26,8 @@ STARTING = (KubeError, OSError, ValueError)  # what a manager still starting ans
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path, float]]:
     started = time.monotonic()
-    log = (tmp_path / "run.log").open("wb")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "manage.py"),
-            "runvnode",
-            "--dev-cluster",
-            "--dev-cluster-addr",
-            "127.0.0.1:0",
-            "--provider",
-            "local",
-            "--demo",
-            "--console-addr",
-            "127.0.0.1:0",
-        ],
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    yield process, tmp_path, started
-    if process.poll() is None:
-        process.kill()
-        process.wait(30)
-    log.close()
-    options = {"state_dir": str(tmp_path / ".nebula" / "state"), "grace_period": 1}
-    observer = LocalProvider("local", options, owner=Owner("dev-cluster", "local"))  # --dev-cluster's owner
-    for instance in observer.list():
-        observer.terminate(instance.id)
+    with dev_run(tmp_path, [*DEV_RUN, "--demo"]) as process:
+        yield process, tmp_path, started
 
 
 def test_make_run_prints_one_console_login_that_works(

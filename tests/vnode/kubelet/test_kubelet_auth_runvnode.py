@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,8 @@ import pytest
 
 from kube.client import Kube, KubeError, load_api_client, path_for
 from nebula_site import kubeletflags
-from providers.local import LocalProvider
-from providers.owner import Owner
 from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE
+from tests.support.devrun import DEV_RUN, dev_run
 from tests.support.polling import wait_for
 from tests.support.servers.tls import https_get
 from vnode.kubelet import auth
@@ -29,22 +27,8 @@ STARTING = (KubeError, OSError, ValueError)
 
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    log = (tmp_path / "run.log").open("wb")
-    process = subprocess.Popen(
-        [sys.executable, str(ROOT / "manage.py"), "runvnode", "--dev-cluster", "--dev-cluster-addr", "127.0.0.1:0",
-         "--provider", "local", "--demo", "--console-addr", "127.0.0.1:0", "--metrics-addr", ""],
-        cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    yield process, tmp_path
-    if process.poll() is None:
-        process.kill()
-        process.wait(30)
-    log.close()
-    observer = LocalProvider(
-        "local", {"state_dir": str(tmp_path / ".nebula" / "state")}, owner=Owner("dev-cluster", "local")
-    )
-    for instance in observer.list():
-        observer.terminate(instance.id)
+    with dev_run(tmp_path, [*DEV_RUN, "--demo"]) as process:
+        yield process, tmp_path
 
 
 def kubectl(binary: str, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
