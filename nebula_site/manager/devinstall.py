@@ -6,8 +6,10 @@ made at start, so docs' recipes (an opted-in Pod, a token login) work on `make r
 
 Called by `nebula_site.manager.main` for `--dev-cluster` only, through the API as `kubectl apply`
 would. Never runs against a real cluster (its install is deploy/), and the listener serves
-nothing but the webhook path.
-Tests: tests/nebula_site/test_devstart.py::test_make_run_places_the_documented_opted_in_pod,
+nothing but the webhook path, to at most MAX_CONNECTIONS connections at once, each waiting at
+most HANDSHAKE_TIMEOUT for the client's next bytes.
+Tests: tests/nebula_site/test_devstart.py::test_the_dev_webhook_listener_serves_a_bounded_number_of_connections,
+tests/nebula_site/test_devstart.py::test_make_run_places_the_documented_opted_in_pod,
 tests/nebula_site/test_devstart.py::test_make_run_lets_a_console_role_token_log_in.
 """
 
@@ -34,7 +36,8 @@ from kube.client import ConflictError, Kube, load_api_client, path_for
 from vnode.kubelet import certs
 
 WEBHOOK_HOST = "127.0.0.1"
-HANDSHAKE_TIMEOUT = 10.0  # seconds a connection may take to say its first request
+HANDSHAKE_TIMEOUT = 10.0  # seconds a connection may wait for the client's next bytes
+MAX_CONNECTIONS = 32  # connections served at once (a thread each); one more is closed unserved
 _RBAC = "rbac.authorization.k8s.io"
 _ADMISSION = "admissionregistration.k8s.io"
 
@@ -68,6 +71,24 @@ class _Handler(WSGIRequestHandler):
 class _Server(socketserver.ThreadingMixIn, WSGIServer):
     daemon_threads = True
     context: ssl.SSLContext
+    slots: threading.BoundedSemaphore
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # At most MAX_CONNECTIONS threads: a connection past the cap is closed before any read.
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         # The TLS handshake in the request's own thread, so a slow client never holds the accept loop.
@@ -77,7 +98,10 @@ class _Server(socketserver.ThreadingMixIn, WSGIServer):
             wrapped = self.context.wrap_socket(request, server_side=True)
         except (OSError, ssl.SSLError):
             return
-        super().finish_request(wrapped, client_address)
+        try:
+            super().finish_request(wrapped, client_address)
+        finally:
+            wrapped.close()
 
 
 class WebhookListener:
@@ -102,6 +126,7 @@ class WebhookListener:
             context.load_cert_chain(cert, key)
         server = _Server((WEBHOOK_HOST, 0), _Handler)
         server.context = context
+        server.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         server.set_app(self._only_the_webhook)
         self._server, self.ca_pem = server, ca.cert_pem
         self.url = f"https://{WEBHOOK_HOST}:{server.server_address[1]}"

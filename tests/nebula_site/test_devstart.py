@@ -248,3 +248,45 @@ def test_against_a_real_cluster_a_stop_leaves_the_instances_running(cluster: Dev
         for instance in observer.list():
             observer.terminate(instance.id)
         wait_for(lambda: marked(marker) == [], 30, 0.1, what="the kept Pod's processes ended by the sweep")
+
+
+def test_the_dev_webhook_listener_serves_a_bounded_number_of_connections() -> None:
+    """Past MAX_CONNECTIONS held connections (each a thread) one more is closed unserved; once
+    they go, the webhook path is served again over TLS with the listener's CA."""
+    import socket
+    import ssl
+
+    from nebula_site.manager import devinstall
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"served\n"]
+
+    listener = devinstall.WebhookListener(app)
+    listener.start()
+    port = int(listener.url.rsplit(":", 1)[1])
+    held = [socket.create_connection((devinstall.WEBHOOK_HOST, port)) for _ in range(devinstall.MAX_CONNECTIONS)]
+    try:
+        with socket.create_connection((devinstall.WEBHOOK_HOST, port)) as extra:
+            extra.settimeout(devinstall.HANDSHAKE_TIMEOUT / 2)  # closed at once, not at a timeout
+            assert extra.recv(1) == b""
+        for sock in held:  # each still waits in its handshake, served
+            sock.settimeout(0.01)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
+    finally:
+        for sock in held:
+            sock.close()
+    context = ssl.create_default_context(cadata=listener.ca_pem.decode())
+
+    def served() -> bytes | None:
+        try:
+            with urllib.request.urlopen(listener.url + names.WEBHOOK_PATH, context=context, timeout=5) as answer:
+                return bytes(answer.read())
+        except (urllib.error.URLError, ConnectionError):  # slots not yet given back
+            return None
+
+    try:
+        assert wait_for(served, 30, 0.1, what="the webhook served again") == b"served\n"
+    finally:
+        listener.stop()
