@@ -11,7 +11,7 @@ import pytest
 
 from devcluster import DevCluster
 from devcluster.errors import Cause, invalid, invalid_value, not_supported, required
-from tests.devcluster.test_kubectl import KUBECTLS, Kubectl
+from tests.devcluster.test_kubectl import Kubectl, kubectl_for
 from tests.support.clients.rawhttp import Raw
 
 PODS = "/api/v1/namespaces/default/pods"
@@ -27,13 +27,7 @@ spec:
 
 @pytest.fixture(params=["1.37", "1.20"])
 def kubectl(request: Any, cluster: DevCluster, tmp_path: Path) -> Kubectl:
-    binary = KUBECTLS[request.param]
-    if not binary.exists():
-        pytest.skip(f"kubectl {request.param} is not installed at {binary} (run `make tools`)")
-    home = tmp_path / "home"
-    home.mkdir()
-    assert cluster.kubeconfig_path
-    return Kubectl(binary, cluster.kubeconfig_path, home)
+    return kubectl_for(request.param, cluster, tmp_path)
 
 
 def test_kubectl_prints_the_field_of_a_pod_without_image(kubectl: Kubectl, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from devcluster import DevCluster, crddefaults
-from tests.devcluster.test_kubectl import KUBECTLS, Kubectl
+from tests.devcluster.test_kubectl import Kubectl, kubectl_for
 from tests.support.clients.rawhttp import Raw
 from tests.support.fixtures import ROOT
 
@@ -23,10 +23,7 @@ WIDGETS = "/apis/example.com/v1/namespaces/default/widgets"
 
 @pytest.fixture
 def kubectl(cluster: DevCluster, tmp_path: Path) -> Kubectl:
-    home = tmp_path / "home"
-    home.mkdir()
-    assert cluster.kubeconfig_path
-    return Kubectl(KUBECTLS["1.37"], cluster.kubeconfig_path, home)
+    return kubectl_for("1.37", cluster, tmp_path)
 
 
 def widget_crd(spec_properties: dict[str, Any]) -> dict[str, Any]:

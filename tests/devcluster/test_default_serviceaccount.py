@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from devcluster import DevCluster
-from tests.devcluster.test_kubectl import KUBECTLS, Kubectl
+from tests.devcluster.test_kubectl import Kubectl, kubectl_for
 from tests.support.polling import wait_for
 
 TOKEN_REVIEW = """{{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -21,13 +21,7 @@ TOKEN_REVIEW = """{{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRevi
 
 @pytest.fixture(params=["1.37", "1.32"])
 def kubectl(request: Any, cluster: DevCluster, tmp_path: Path) -> Kubectl:
-    binary = KUBECTLS[request.param]
-    if not binary.exists():
-        pytest.skip(f"kubectl {request.param} is not installed at {binary}")
-    home = tmp_path / "home"
-    home.mkdir()
-    assert cluster.kubeconfig_path
-    return Kubectl(binary, cluster.kubeconfig_path, home)
+    return kubectl_for(request.param, cluster, tmp_path)
 
 
 def _review(kubectl: Kubectl, tmp_path: Path, token: str) -> dict[str, Any]:

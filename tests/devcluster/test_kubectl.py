@@ -72,15 +72,21 @@ class Kubectl:
         )
 
 
-@pytest.fixture(params=sorted(KUBECTLS))
-def kubectl(request: Any, cluster: DevCluster, tmp_path: Path) -> Kubectl:
-    binary = KUBECTLS[request.param]
+def kubectl_for(version: str, cluster: DevCluster, tmp_path: Path) -> Kubectl:
+    """kubectl `version` (a key of KUBECTLS) on `cluster`, with a HOME of its own; the test is
+    skipped when that binary is not installed."""
+    binary = KUBECTLS[version]
     if not binary.exists():
-        pytest.skip(f"kubectl {request.param} is not installed at {binary} (run `make tools`)")
+        pytest.skip(f"kubectl {version} is not installed at {binary} (run `make tools`)")
     home = tmp_path / "home"
     home.mkdir()
     assert cluster.kubeconfig_path
     return Kubectl(binary, cluster.kubeconfig_path, home)
+
+
+@pytest.fixture(params=sorted(KUBECTLS))
+def kubectl(request: Any, cluster: DevCluster, tmp_path: Path) -> Kubectl:
+    return kubectl_for(request.param, cluster, tmp_path)
 
 
 def _pod(cluster: DevCluster, name: str) -> dict[str, Any] | None:

@@ -14,7 +14,7 @@ import yaml
 
 from devcluster import DevCluster
 from providers.fake import FakeProvider
-from tests.devcluster.test_kubectl import KUBECTLS, Kubectl
+from tests.devcluster.test_kubectl import Kubectl, kubectl_for
 from tests.support.clients.rawhttp import Raw
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
@@ -50,10 +50,7 @@ def node(cluster: DevCluster) -> Iterator[None]:
 
 @pytest.fixture
 def kubectl(cluster: DevCluster, tmp_path: Path) -> Kubectl:
-    home = tmp_path / "home"
-    home.mkdir()
-    assert cluster.kubeconfig_path
-    return Kubectl(KUBECTLS["1.37"], cluster.kubeconfig_path, home)
+    return kubectl_for("1.37", cluster, tmp_path)
 
 
 def running_on_node(raw: Raw, app: str) -> list[dict[str, Any]]:
