@@ -43,8 +43,7 @@ def demo_pod(provider: str) -> dict[str, Any]:
     }
 
 
-def create_demo_pod(kubeconfig: str | None, *, provider: str) -> None:
-    kube = Kube(load_api_client(kubeconfig))
+def create_demo_pod(kube: Kube, *, provider: str) -> None:
     try:
         kube.create(path_for("pods", namespace="default"), demo_pod(provider))
     except ConflictError:
@@ -67,12 +66,15 @@ def create_when_ready(
     """Wait (until `stop`) for the provider's node to be Ready, then create the demo Pod and
     say what to try."""
     kube = Kube(load_api_client(kubeconfig))
-    while not stop.is_set():
-        if node_ready(kube, names.node_name(provider)):
-            create_demo_pod(kubeconfig, provider=provider)
-            say(instructions(kubeconfig or "$KUBECONFIG"))
-            return
-        stop.wait(poll)
+    try:
+        while not stop.is_set():
+            if node_ready(kube, names.node_name(provider)):
+                create_demo_pod(kube, provider=provider)
+                say(instructions(kubeconfig or "$KUBECONFIG"))
+                return
+            stop.wait(poll)
+    finally:
+        kube.close()
 
 
 # What to try, after `kubectl --kubeconfig <path> ` (a comment after two spaces and `#`).
