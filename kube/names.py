@@ -89,6 +89,22 @@ def connect_secret_name(pod_name: str) -> str:
 # Placement (written by the placement controller on the Pod it ungates).
 POOL_ANNOTATION = f"{PREFIX}/pool"
 HOURLY_PRICE_ANNOTATION = f"{PREFIX}/hourly-price"
+# A Pod's own ceiling in dollars an hour: offerings dearer than it are not candidates.
+MAX_HOURLY_PRICE_ANNOTATION = f"{PREFIX}/max-hourly-price"
+# Added by placement with the ungate patch; removed once the Pod's spend is settled into its
+# pool's status (so a deleted Pod's spend is never lost, and never counted twice).
+SPEND_FINALIZER = f"{PREFIX}/spend"
+
+# Money (design I12). The vnode writes each Pod's billing record (`kube.billing`), and on its
+# Node the last moment it saw every billing instance (bounds what a crash can lose).
+BILLING_ANNOTATION = f"{PREFIX}/billing"
+BILLING_SEEN_ANNOTATION = f"{PREFIX}/billing-seen-at"
+# Placement asks the vnode to stop a Pod (with its grace) and end it Failed with this reason and message.
+STOP_REASON_ANNOTATION = f"{PREFIX}/stop-reason"
+STOP_MESSAGE_ANNOTATION = f"{PREFIX}/stop-message"
+REASON_BUDGET_EXCEEDED = "BudgetExceeded"  # Pod reason, Event reason and NodePool condition type
+EVENT_BUDGET_EXCEEDED = "BudgetExceeded"
+CONDITION_BUDGET_EXCEEDED = "BudgetExceeded"
 
 # The NodePool custom resource.
 NODEPOOL_GROUP = PREFIX
