@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from datetime import UTC, datetime
 
 from kube import names
 from kube.client import Kube
@@ -24,6 +25,7 @@ from placement.catalog import Catalog
 from placement.controller import PlacementController
 from placement.gated import GatedPod
 from placement.poolcache import PoolCache
+from placement.spendview import SpendReport
 from providers.base import Provider
 
 logger = logging.getLogger(__name__)
@@ -76,6 +78,10 @@ class Placement:
     def gated_pods(self) -> list[GatedPod]:
         """The Pods placement holds back, each with what it waits for (read by the console)."""
         return self.controller.gated_pods()
+
+    def spend_report(self) -> SpendReport:
+        """Spend and budgets as of now, for the console, the REST API and the metrics."""
+        return SpendReport(at=datetime.now(UTC))
 
     def clear_block(self, entry_id: str, *, actor: str) -> bool:
         """An operator removes a blocklist entry: logged, and an Event on the provider's node."""
