@@ -14,7 +14,9 @@ The shape check (`providers.shapecheck`, design I9): given the Pod's candidate p
 (its NodePool's, or the one whose node it is bound to) with their `Shapes`, a Pod none of
 them can serve is denied naming each field; one that only some cannot serve is admitted
 with a `warnings` entry per provider that will not take it.
-Tested in tests/placement/test_admission_shapes.py.
+Tested in tests/placement/test_admission_shapes.py. A `nebula.io/max-hourly-price` that is not a
+price is admitted with a warning (placement holds the Pod with InvalidRequest), as in
+tests/placement/test_price_ceiling_admission.py::test_a_bad_ceiling_is_admitted_with_a_warning.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kube import names
-from placement.request import labels
+from placement.request import RequestError, labels, max_hourly_price
 from providers import shapecheck
 from providers.shape import Shapes
 
@@ -77,6 +79,17 @@ def shape_verdict(pod: Mapping[str, Any], candidates: Candidates) -> Verdict:
     return Verdict(warnings=tuple(warnings))
 
 
+def ceiling_warnings(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """A warning for an opted-in Pod whose price ceiling is not a price (placement will hold it)."""
+    if labels(pod).get(names.ENABLED_LABEL) != "true":
+        return ()
+    try:
+        max_hourly_price(pod)
+    except RequestError as exc:
+        return (f"{exc}; placement holds the Pod (InvalidRequest) until it is fixed",)
+    return ()
+
+
 def review(
     body: bytes, *, outage_seconds: int | None = None, candidates_of: CandidatesOf | None = None
 ) -> tuple[int, JsonDict]:
@@ -111,6 +124,7 @@ def review(
         patch = pod_patch(pod, outage_seconds=outage_seconds)
         candidates = candidates_of(pod) if candidates_of is not None else None
         verdict = shape_verdict(pod, candidates) if candidates is not None else Verdict()
+        verdict = Verdict(verdict.denial, verdict.warnings + ceiling_warnings(pod))
     except (TypeError, AttributeError, ValueError) as exc:
         return 200, _answer(uid, allowed=False, code=400, message=f"malformed Pod: {type(exc).__name__}")
     if verdict.denial:

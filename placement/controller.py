@@ -24,8 +24,6 @@ import json
 import logging
 import threading
 from collections import Counter
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from kube import names, observe
@@ -35,13 +33,16 @@ from kube.reflector import Reflector
 from kube.worker import Requeue, Retry, WorkerPool
 from kube.workqueue import WorkQueue
 from placement import notgated
+from placement.attempt import PLACED, SETTLED, Attempt, fnv1a64
 from placement.blocklist import Blocklist
+from placement.budgets import BudgetBook, Verdict
 from placement.catalog import Catalog
-from placement.gated import GatedPod, GatedRegister, Waiting
+from placement.gated import GatedPod, GatedRegister, Waiting, gated_pods
 from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
 from placement.poolcache import PoolCache, generation, pool_status
 from placement.request import (
     RequestError,
+    WorkloadRequest,
     is_placeable,
     is_replaceable_failure,
     labels,
@@ -65,28 +66,6 @@ PATCH_RETRY_DELAY = 1.0  # seconds before retrying a Pod patch the API server fa
 EXPIRY_MARGIN = 0.05  # seconds past an expiry before looking again, so the entry has lapsed
 
 
-def fnv1a64(text: str) -> int:
-    value = 0xCBF29CE484222325
-    for byte in text.encode():
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return value
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """How one placement attempt ended. `requeue`: when to look again (None: not unless
-    something changes). `fresh_at`: epoch seconds from which the same inputs deserve another
-    attempt (None: never while they stay the same). `settled=False`: the next look is an
-    attempt whatever the inputs."""
-
-    requeue: Requeue | None = None
-    fresh_at: float | None = None
-    settled: bool = True
-
-
-SETTLED = Attempt()
-
-
 class PlacementController:
     def __init__(
         self,
@@ -101,6 +80,7 @@ class PlacementController:
         requeue_spread: float = 1.0,
         recheck: float = PLACEMENT_RECHECK,
         queue: WorkQueue | None = None,
+        budgets: BudgetBook | None = None,
     ) -> None:
         self._kube = kube
         self._catalog = catalog
@@ -112,6 +92,7 @@ class PlacementController:
         self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self.gated = GatedRegister()
+        self.budgets = budgets if budgets is not None else BudgetBook()
         self.not_gated = notgated.NotGatedRegister()
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
@@ -136,6 +117,7 @@ class PlacementController:
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
         self.queue.add(key)
+        self._budget_released(self.budgets.observe(key, pod))
         pool = "" if pod is None else placed_pool(pod)
         with self._lock:
             before = self._placed.pop(key, "")
@@ -155,6 +137,11 @@ class PlacementController:
         """A NodePool appeared, went, or changed its spec."""
         self.queue.add(POOL_KEY + name)
 
+    def _budget_released(self, pool: str) -> None:
+        """`pool` released a commitment: the Pods its budget holds look again now."""
+        for key in self.gated.woken_by_budget(pool) if pool else ():
+            self.queue.add(key)
+
     def blocklist_changed(self) -> None:
         """An entry was cleared: Pods waiting for a blocked candidate look again now."""
         for key in self.gated.woken_by_blocklist():
@@ -168,28 +155,7 @@ class PlacementController:
     # -- the read side -----------------------------------------------------------------------
     def gated_pods(self) -> list[GatedPod]:
         """Every Pod placement holds back, with what its last Event said, by namespace and name."""
-        found = []
-        for pod in self.pods.snapshot():
-            if not is_placeable(pod):
-                continue
-            meta = pod["metadata"]
-            uid = str(meta.get("uid", ""))
-            waiting = self.gated.get(f"{meta['namespace']}/{meta['name']}")
-            if waiting is not None and waiting.uid != uid:
-                waiting = None  # a same-named Pod's; this one was not looked at yet
-            look = waiting.next_look if waiting is not None else None
-            found.append(
-                GatedPod(
-                    uid=uid,
-                    namespace=meta["namespace"],
-                    name=meta["name"],
-                    pool=labels(pod).get(names.POOL_LABEL) or None,
-                    reason=waiting.reason if waiting else None,
-                    message=waiting.message if waiting else None,
-                    next_look=None if look is None else datetime.fromtimestamp(look, UTC),
-                )
-            )
-        return sorted(found, key=lambda g: (g.namespace, g.name))
+        return gated_pods(self.pods.snapshot(), self.gated)
 
     # -- work --------------------------------------------------------------------------------
     def sync(self, key: str) -> Requeue | None:
@@ -271,7 +237,15 @@ class PlacementController:
         # What placement reads of the Pod; its status (the scheduler's SchedulingGated
         # condition, say) is left out so a status write does not buy another attempt.
         placement_inputs = json.dumps([meta.get("uid"), meta.get("labels"), pod.get("spec")], sort_keys=True)
-        return (placement_inputs, pool_name, pool_sig, self._blocklist.revision(), self._catalog.revision())
+        budget_room = self.budgets.revision(pool_name) if pool_name else 0
+        return (
+            placement_inputs,
+            pool_name,
+            pool_sig,
+            self._blocklist.revision(),
+            self._catalog.revision(),
+            budget_room,
+        )
 
     # -- one placement attempt -----------------------------------------------------------------
     def _place(self, key: str, pod: JsonDict) -> Attempt:
@@ -293,16 +267,40 @@ class PlacementController:
         except RequestError as exc:
             return self._misconfigured(key, pod, names.EVENT_INVALID_REQUEST, str(exc))
         now = self._blocklist.now()
-        decision = decide(
-            state.pool, request, self._catalog.views(), blocklist_lookup(self._blocklist, request.accelerator), now=now
-        )
-        if decision.chosen is not None:
+        budget = state.pool.budget
+        verdict = None if budget is None else self.budgets.check(pool_name, budget)
+        if verdict is not None and not verdict.allowed:
+            return self._wait(key, pod, request, Decision(None, "", ()), now, verdict)
+        lookup = blocklist_lookup(self._blocklist, request.accelerator)
+        headroom = None if verdict is None else verdict.headroom
+        decision = decide(state.pool, request, self._catalog.views(), lookup, now=now, headroom=headroom)
+        if decision.chosen is None:
+            return self._wait(key, pod, request, decision, now, verdict)
+        if budget is None:
             return self._ungate(key, pod, pool_name, decision)
-        wait = wait_for(decision, request, now=now, recheck=self._recheck)
+        uid = str(pod["metadata"].get("uid", ""))
+        if not self.budgets.reserve(pool_name, key, uid, decision.chosen.hourly_price, budget).allowed:
+            return Attempt(LOOK_AGAIN_NOW, settled=False)  # another worker took the room: decide again
+        attempt = Attempt(settled=False)
+        try:
+            attempt = self._ungate(key, pod, pool_name, decision)
+            return attempt
+        finally:
+            if not attempt.placed:  # the patch failed or met another version: the reservation goes
+                self._budget_released(self.budgets.release(key))
+
+    def _wait(
+        self, key: str, pod: JsonDict, request: WorkloadRequest, decision: Decision, now: float, budget: Verdict | None
+    ) -> Attempt:
+        """Hold the Pod for what the decision (and its pool's budget verdict) says it waits for."""
+        pool_name = labels(pod).get(names.POOL_LABEL, "")
+        wait = wait_for(decision, request, now=now, recheck=self._recheck, budget=budget, pool=pool_name)
         uid = str((pod.get("metadata") or {}).get("uid", ""))
-        waiting = Waiting(uid, wait.reason, wait.message, wait.next_look, wait.watched, wait.blocked, wait.waits_for)
-        self._hold(key, pod, waiting)
-        observe.current().placement_decided("blocked" if decision.retry_at is not None else "no_candidate")
+        self._hold(key, pod, wait.waiting(uid))
+        if wait.budget_pool and budget is not None:
+            self.budgets.note_held(pool_name, budget)
+        outcome = "budget" if wait.budget_pool else "blocked" if decision.retry_at is not None else "no_candidate"
+        observe.current().placement_decided(outcome)
         if wait.watched:  # ask the catalog again after its TTL, while someone waits for it
             self.queue.add(CATALOG_KEY, delay=self._catalog.ttl + EXPIRY_MARGIN)
         return Attempt(Requeue(self._look_delay(pod, wait.next_look, now)), fresh_at=wait.next_look)
@@ -343,7 +341,7 @@ class PlacementController:
             message += "; skipped " + "; ".join(s.text() for s in decision.skipped)
         observe.current().placement_decided("placed")
         self._event(pod, "Normal", names.EVENT_PLACED, message)
-        return SETTLED
+        return PLACED
 
     # -- refused Pods ----------------------------------------------------------------------------
     def _replace(self, pod: JsonDict) -> None:

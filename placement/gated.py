@@ -1,5 +1,5 @@
 """The register of gated Pods placement holds back: what each waits for as last decided, and
-which of them a change of offerings or of the blocklist must wake.
+which of them a change of offerings, of the blocklist or of a pool's budget room must wake.
 
 Written by the placement controller's workers (`begin`, `note`, `end`, `forget`); read by the
 controller's wake-ups and, through `Placement.gated_pods`, by the console. Thread-safe and
@@ -11,9 +11,13 @@ Tests: tests/placement/test_gated.py.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
+
+from kube import names
+from placement.request import is_placeable, labels
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Waiting:
     watched: frozenset[str] = frozenset()  # providers whose offerings coming back may serve it
     blocked: bool = False  # a cleared blocklist entry may serve it
     waits_for: Any = field(default=None, compare=False)  # what the Event is about, without the clock
+    budget_pool: str = ""  # held by this pool's budget (BudgetExceeded): a released commitment may serve it
 
 
 @dataclass(frozen=True)
@@ -90,10 +95,43 @@ class GatedRegister:
             woken = {key for key, w in self._waiting.items() if w.blocked}
             return sorted(woken | self._in_flight)
 
+    def woken_by_budget(self, pool: str) -> list[str]:
+        """Keys held by `pool`'s budget, now that it released a commitment, and every key in flight."""
+        with self._lock:
+            woken = {key for key, w in self._waiting.items() if w.budget_pool == pool}
+            return sorted(woken | self._in_flight)
+
     def watching_offerings(self) -> bool:
         """Does some Pod wait for offerings to come back (so the catalog is worth asking again)?"""
         with self._lock:
             return any(w.watched for w in self._waiting.values())
+
+
+def gated_pods(pods: Iterable[Mapping[str, Any]], register: GatedRegister) -> list[GatedPod]:
+    """Every Pod of `pods` (the placement controller's reflector snapshot) still carrying our
+    gate, with what `register` last said of it, by namespace and name."""
+    found = []
+    for pod in pods:
+        if not is_placeable(pod):
+            continue
+        meta = pod["metadata"]
+        uid = str(meta.get("uid", ""))
+        waiting = register.get(f"{meta['namespace']}/{meta['name']}")
+        if waiting is not None and waiting.uid != uid:
+            waiting = None  # a same-named Pod's; this one was not looked at yet
+        look = waiting.next_look if waiting is not None else None
+        found.append(
+            GatedPod(
+                uid=uid,
+                namespace=meta["namespace"],
+                name=meta["name"],
+                pool=labels(pod).get(names.POOL_LABEL) or None,
+                reason=waiting.reason if waiting else None,
+                message=waiting.message if waiting else None,
+                next_look=None if look is None else datetime.fromtimestamp(look, UTC),
+            )
+        )
+    return sorted(found, key=lambda g: (g.namespace, g.name))
 
 
 def _subject(waiting: Waiting) -> Any:

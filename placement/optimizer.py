@@ -1,9 +1,10 @@
 """The optimizer: a pool, a request and the providers' offerings in, one placement decision out.
 
 Pure and table-tested: the placement controller gathers the inputs (pool, request, offerings,
-a blocklist lookup, which `blocklist_lookup` builds over the in-memory Blocklist) and does the
-I/O around `decide`. Never calls a provider or the API.
-Tables in tests/placement/test_optimizer.py::test_ordered_walks_tiers_then_providers_then_regions.
+a blocklist lookup, which `blocklist_lookup` builds over the in-memory Blocklist, and the pool's
+hourly budget headroom from `placement.budgets`) and does the I/O around `decide`. Never calls a
+provider or the API. Tables in tests/placement/test_optimizer.py::test_ordered_walks_tiers_then_providers_then_regions
+and tests/placement/test_price_ceiling.py::test_the_ceiling_and_the_budget_skip_offerings_with_a_reason.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from kube import names
 from placement.blocklist import Blocklist
 from placement.pools import NodePool, Strategy
 from placement.request import WorkloadRequest
@@ -59,6 +61,12 @@ class Obstacle(Enum):
     NOT_OFFERED = "not offered"
     SOLD_OUT = "sold out"
     BLOCKED = "blocked"
+    ABOVE_CEILING = "above the Pod's price ceiling"  # nebula.io/max-hourly-price
+    UNPRICED = "unpriced"  # a budgeted pool without spec.budget.allowUnpriced refuses it
+    BUDGET = "over the pool's budget"  # its price exceeds the pool's hourly headroom
+
+
+PRICE_SLACK = 1e-9  # dollars an hour: sums of prices compared without float noise
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ class Skip:
     tier: Tier | None = None
     region: str | None = None
     until: float | None = None
+    limit: str | None = None  # BUDGET: which limit of spec.budget (placement.budgets.Limit's value)
 
     @property
     def what(self) -> str:
@@ -158,9 +167,41 @@ def candidates(
                 if not available:
                     skips.append(Skip(entry.name, Obstacle.SOLD_OUT, "sold out (offering unavailable)", tier, region))
                     continue
-                best = min(available, key=lambda o: float("inf") if o.hourly_price is None else o.hourly_price)
+                priced, skip = _within_price(available, pool, request, entry.name, tier, region)
+                if skip is not None:
+                    skips.append(skip)
+                    continue
+                best = min(priced, key=lambda o: float("inf") if o.hourly_price is None else o.hourly_price)
                 found.append(Candidate(entry.name, tier, region, best.hourly_price, best.instance_type))
     return found, skips, unknown
+
+
+def _within_price(
+    offers: Sequence[Offering], pool: NodePool, request: WorkloadRequest, provider: str, tier: Tier, region: str
+) -> tuple[list[Offering], Skip | None]:
+    """The offers the Pod's ceiling and the pool's budget allow, or the Skip saying why none is:
+    a ceiling excludes dearer and unpriced offers (an unknown price cannot be proven under it);
+    a budget without `allowUnpriced` excludes unpriced ones."""
+    ceiling = request.max_hourly_price
+    if ceiling is not None:
+        kept = [o for o in offers if o.hourly_price is not None and o.hourly_price <= ceiling + PRICE_SLACK]
+        if not kept:
+            price = _cheapest_text(offers)
+            why = f"{price}: above the Pod's {names.MAX_HOURLY_PRICE_ANNOTATION} ${ceiling:,.2f}"
+            return [], Skip(provider, Obstacle.ABOVE_CEILING, why, tier, region)
+        offers = kept
+    if pool.budget is not None and not pool.budget.allow_unpriced:
+        kept = [o for o in offers if o.hourly_price is not None]
+        if not kept:
+            why = "unpriced: a pool with spec.budget refuses it unless spec.budget.allowUnpriced is true"
+            return [], Skip(provider, Obstacle.UNPRICED, why, tier, region)
+        offers = kept
+    return list(offers), None
+
+
+def _cheapest_text(offers: Sequence[Offering]) -> str:
+    prices = [o.hourly_price for o in offers if o.hourly_price is not None]
+    return f"${min(prices):,.2f}/h" if prices else "price unknown"
 
 
 def rank(found: Sequence[Candidate], strategy: Strategy) -> list[Candidate]:
@@ -177,9 +218,12 @@ def decide(
     blocked_until: BlockedUntil,
     *,
     now: float,
+    headroom: float | None = None,
 ) -> Decision:
-    """Walk the ranked candidates, skip the blocked ones, take the first free one. `now` is
-    on the clock of `blocked_until` (epoch seconds)."""
+    """Walk the ranked candidates, skip the blocked ones and those dearer than `headroom`
+    (dollars an hour the pool's `maxHourlyCost` has left; None: no such limit; an unpriced
+    candidate, which only `allowUnpriced` lets this far, is not held by it), take the first
+    free one. `now` is on the clock of `blocked_until` (epoch seconds)."""
     found, skips, unknown = candidates(pool, request, views)
     ranked = rank(found, pool.strategy)
     retry_at: float | None = None
@@ -189,6 +233,15 @@ def decide(
             why = f"blocked for {max(0.0, until - now):.0f}s more (refused recently)"
             skips.append(Skip(candidate.provider, Obstacle.BLOCKED, why, candidate.tier, candidate.region, until))
             retry_at = until if retry_at is None else min(retry_at, until)
+            continue
+        price = candidate.hourly_price
+        if headroom is not None and price is not None and price > headroom + PRICE_SLACK:
+            left = f"${max(0.0, headroom):,.2f}/h"
+            why = f"{candidate.price_text()} is more than the {left} left of spec.budget.maxHourlyCost"
+            skip = Skip(
+                candidate.provider, Obstacle.BUDGET, why, candidate.tier, candidate.region, limit="MaxHourlyCost"
+            )
+            skips.append(skip)
             continue
         why = _why(pool, candidate, position, len(ranked))
         return Decision(candidate, why, tuple(skips), unknown=unknown)

@@ -9,12 +9,14 @@ Tested in tests/placement/test_pools.py::test_invalid_pools_say_which_field_and_
 from __future__ import annotations
 
 import enum
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from placement import blocklist
+from placement.spendview import BudgetView
 from providers import egress as egress_policy
 from providers.base import Tier
 from providers.egress import OPEN, Egress, EgressMode
@@ -44,6 +46,37 @@ class PoolProvider:
     regions: tuple[str, ...] = ()  # as declared; group tokens are expanded by the provider
 
 
+class OnExceeded(str, enum.Enum):
+    HOLD = "Hold"  # new Pods wait gated; running ones continue
+    STOP = "Stop"  # also stop the running Pods once the daily or monthly limit is reached (SPEND)
+
+
+BUDGET_FIELDS = ("maxHourlyCost", "daily", "monthly", "maxInstances", "onExceeded", "allowUnpriced")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """`spec.budget`: every limit optional (None: no such limit). Dollars for the first three."""
+
+    max_hourly_cost: float | None = None
+    daily: float | None = None
+    monthly: float | None = None
+    max_instances: int | None = None
+    on_exceeded: OnExceeded = OnExceeded.HOLD
+    allow_unpriced: bool = False
+
+    def view(self) -> BudgetView:
+        """The read-side value the status, the console and the metrics show."""
+        return BudgetView(
+            max_hourly_cost=self.max_hourly_cost,
+            daily=self.daily,
+            monthly=self.monthly,
+            max_instances=self.max_instances,
+            on_exceeded=self.on_exceeded.value,
+            allow_unpriced=self.allow_unpriced,
+        )
+
+
 @dataclass(frozen=True)
 class NodePool:
     name: str
@@ -53,6 +86,7 @@ class NodePool:
     blocklist_ttl: float = DEFAULT_BLOCKLIST_TTL
     egress: Egress = OPEN
     provisioning_timeout: float = DEFAULT_PROVISIONING_TIMEOUT  # seconds an instance may stay PROVISIONING
+    budget: Budget | None = None  # None: spec.budget absent, no limit and unpriced offerings allowed
     generation: int = 0
     resource_version: str = ""
 
@@ -90,6 +124,7 @@ def parse_pool(obj: Mapping[str, Any]) -> NodePool:
         blocklist_ttl=_ttl(spec.get("failover")),
         egress=_egress(spec.get("egress")),
         provisioning_timeout=_provisioning_timeout(spec.get("provisioningTimeout")),
+        budget=parse_budget(spec.get("budget")),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
     )
@@ -204,3 +239,51 @@ def _provisioning_timeout(raw: Any) -> float:
     if not MIN_PROVISIONING_TIMEOUT <= seconds <= MAX_PROVISIONING_TIMEOUT:
         raise PoolError(f"spec.provisioningTimeout: {raw!r} is out of range; use between 1s and 24h")
     return seconds
+
+
+def parse_budget(raw: Any) -> Budget | None:
+    """`spec.budget` to a Budget (None when absent); PoolError names the field and the fix."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise PoolError("spec.budget: must be an object such as {maxHourlyCost: 20, daily: 300}")
+    unknown = sorted(str(k) for k in set(raw) - set(BUDGET_FIELDS))
+    if unknown:
+        raise PoolError(f"spec.budget: unknown fields {unknown}; allowed: {', '.join(BUDGET_FIELDS)}")
+    count = raw.get("maxInstances")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise PoolError(f"spec.budget.maxInstances: {count!r} is not a whole number >= 0, e.g. 10")
+    allow = raw.get("allowUnpriced", False)
+    if not isinstance(allow, bool):
+        raise PoolError(f"spec.budget.allowUnpriced: {allow!r} is not true or false")
+    return Budget(
+        max_hourly_cost=_dollars(raw, "maxHourlyCost", "20 (dollars an hour)"),
+        daily=_dollars(raw, "daily", "300 (dollars per UTC day)"),
+        monthly=_dollars(raw, "monthly", "5000 (dollars per UTC month)"),
+        max_instances=count,
+        on_exceeded=_on_exceeded(raw.get("onExceeded")),
+        allow_unpriced=allow,
+    )
+
+
+def _dollars(raw: Mapping[str, Any], key: str, example: str) -> float | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise PoolError(f"spec.budget.{key}: {value!r} is not a number; write dollars such as {example}")
+    if value < 0:
+        raise PoolError(f"spec.budget.{key}: {value!r} is negative; use 0 or more, e.g. {example}")
+    return float(value)
+
+
+def _on_exceeded(raw: Any) -> OnExceeded:
+    if raw is None:
+        return OnExceeded.HOLD
+    found = next((o for o in OnExceeded if o.value == raw), None)
+    if found is None:
+        text = raw.casefold() if isinstance(raw, str) else None
+        folded = next((o for o in OnExceeded if o.value.casefold() == text), None)
+        hint = f"; did you mean {folded.value}?" if folded is not None else ""
+        raise PoolError(f"spec.budget.onExceeded: {raw!r} is not one of Hold, Stop (case matters){hint}")
+    return found

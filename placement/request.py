@@ -6,6 +6,8 @@ tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklis
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +16,7 @@ from kube import names
 from providers import podspec, shapecheck
 
 FAILED_PHASE = "Failed"
+_PRICE = re.compile(r"^\$?(\d+(?:\.\d*)?|\.\d+)$")  # dollars: "3.50", "3", "$3.50"
 
 
 class RequestError(ValueError):
@@ -25,6 +28,7 @@ class WorkloadRequest:
     accelerator: str | None  # folded label value; None: CPU only
     gpu_count: int
     needs: tuple[shapecheck.Need, ...] = ()  # what the Pod asks beyond one plain container
+    max_hourly_price: float | None = None  # `nebula.io/max-hourly-price` in dollars; None: no ceiling
 
     def describe(self) -> str:
         return "cpu" if self.accelerator is None else f"{self.accelerator} x{self.gpu_count}"
@@ -95,4 +99,21 @@ def workload_request(pod: Mapping[str, Any]) -> WorkloadRequest:
         spec = podspec.pod_spec_from_dict(pod)
     except ValueError as exc:
         raise RequestError(str(exc)) from None
-    return WorkloadRequest(spec.accelerator, spec.gpu_count, shapecheck.needs(pod))
+    return WorkloadRequest(spec.accelerator, spec.gpu_count, shapecheck.needs(pod), max_hourly_price(pod))
+
+
+def max_hourly_price(pod: Mapping[str, Any]) -> float | None:
+    """The Pod's price ceiling in dollars an hour (annotation `nebula.io/max-hourly-price`, e.g.
+    "3.50"), None without it; RequestError naming the annotation when it is not a price."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = annotations.get(names.MAX_HOURLY_PRICE_ANNOTATION)
+    if raw is None:
+        return None
+    match = _PRICE.match(raw.strip()) if isinstance(raw, str) else None
+    value = float(match.group(1)) if match else math.nan
+    if not math.isfinite(value):
+        raise RequestError(
+            f"annotation {names.MAX_HOURLY_PRICE_ANNOTATION}: {raw!r} is not a price in dollars an hour;"
+            f' write a number such as "3.50"'
+        )
+    return value

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kube import names
+from placement.budgets import Limit, Verdict
+from placement.gated import Waiting
 from placement.optimizer import Decision, Obstacle, Skip
 from placement.request import WorkloadRequest
 
@@ -37,16 +39,42 @@ class Wait:
     watched: frozenset[str]
     blocked: bool
     message: str
+    budget_pool: str = ""  # the pool whose budget holds the Pod (reason BudgetExceeded), else ""
 
     @property
     def waits_for(self) -> tuple[str, tuple[Skip, ...]]:
         """What the Pod waits for, without the clock: a new Event is due only when this changes."""
         return self.reason, self.obstacles
 
+    def waiting(self, uid: str) -> Waiting:
+        """The register's entry for the Pod `uid` held by this wait."""
+        return Waiting(
+            uid,
+            self.reason,
+            self.message,
+            self.next_look,
+            self.watched,
+            self.blocked,
+            waits_for=self.waits_for,
+            budget_pool=self.budget_pool,
+        )
 
-def wait_for(decision: Decision, request: WorkloadRequest, *, now: float, recheck: float = PLACEMENT_RECHECK) -> Wait:
+
+def wait_for(
+    decision: Decision,
+    request: WorkloadRequest,
+    *,
+    now: float,
+    recheck: float = PLACEMENT_RECHECK,
+    budget: Verdict | None = None,
+    pool: str = "",
+) -> Wait:
     """The wait of a decision that chose nothing: looked at again when the first block lapses,
-    and never later than `recheck` seconds from `now`."""
+    and never later than `recheck` seconds from `now`. `budget`: the verdict of `pool`'s budget
+    the decision was taken under; when it refused, or some candidate was skipped as over it, the
+    Pod waits for the budget (`budget_wait`)."""
+    if budget is not None and (not budget.allowed or any(s.obstacle is Obstacle.BUDGET for s in decision.skipped)):
+        return budget_wait(decision, request, budget, pool=pool, now=now, recheck=recheck)
     obstacles = decision.skipped
     expiries = [s.until for s in obstacles if s.obstacle is Obstacle.BLOCKED and s.until is not None]
     next_look = min([now + recheck, *expiries])
@@ -59,6 +87,11 @@ def wait_for(decision: Decision, request: WorkloadRequest, *, now: float, rechec
         lead = "no provider in the pool can serve this Pod's shape"
     elif obstacles and all(s.obstacle is Obstacle.UNENFORCED_EGRESS for s in obstacles):
         lead = "no provider in the pool can enforce its spec.egress"
+    elif any(s.obstacle is Obstacle.ABOVE_CEILING for s in obstacles) and request.max_hourly_price is not None:
+        ceiling = f"${request.max_hourly_price:,.2f}"
+        lead = f"no offering in the pool is within the Pod's {names.MAX_HOURLY_PRICE_ANNOTATION} {ceiling}"
+    elif any(s.obstacle is Obstacle.UNPRICED for s in obstacles):
+        lead = "the pool's spec.budget refuses unpriced offerings (spec.budget.allowUnpriced: true allows them)"
     else:
         lead = f"no provider in the pool sells {request.describe()}"
     return Wait(
@@ -69,6 +102,48 @@ def wait_for(decision: Decision, request: WorkloadRequest, *, now: float, rechec
         blocked=bool(expiries),
         message=f"{lead}: {listed}; next look at {clock_text(next_look)} at the latest",
     )
+
+
+def budget_wait(
+    decision: Decision, request: WorkloadRequest, budget: Verdict, *, pool: str, now: float, recheck: float
+) -> Wait:
+    """A Pod held by `pool`'s budget: reason `BudgetExceeded`, the message opening with the
+    verdict's words (`pool gpu-a at $19.20/h of $20.00/h`), looked at again when the limit lapses
+    by itself (a new UTC day or month) or after `recheck`, whichever is sooner; a commitment of
+    the pool ending wakes it sooner (`GatedRegister.woken_by_budget`)."""
+    obstacles = decision.skipped
+    if not budget.allowed:
+        limit = budget.limit or Limit.MAX_HOURLY_COST
+        obstacles += (Skip(pool, Obstacle.BUDGET, budget.message or "", limit=limit.value),)
+        words = budget.message or ""
+    else:
+        limit = Limit.MAX_HOURLY_COST
+        words = budget.hourly or f"pool {pool} is at its spec.budget.maxHourlyCost"
+    next_look = min(now + recheck, budget.resets_at if budget.resets_at is not None else now + recheck)
+    skipped = ", ".join(describe(s, request) for s in decision.skipped if s.obstacle is not Obstacle.BUDGET)
+    fit = [describe(s, request) for s in decision.skipped if s.obstacle is Obstacle.BUDGET]
+    detail = f"spec.budget.{_FIELD[limit]}"
+    if fit:
+        detail += "; over it: " + ", ".join(fit)
+    if skipped:
+        detail += "; also skipped: " + skipped
+    return Wait(
+        reason=names.EVENT_BUDGET_EXCEEDED,
+        obstacles=obstacles,
+        next_look=next_look,
+        watched=frozenset(),
+        blocked=False,
+        message=f"{words} ({detail}); next look at {clock_text(next_look)} at the latest",
+        budget_pool=pool,
+    )
+
+
+_FIELD = {
+    Limit.MAX_HOURLY_COST: "maxHourlyCost",
+    Limit.MAX_INSTANCES: "maxInstances",
+    Limit.DAILY: "daily",
+    Limit.MONTHLY: "monthly",
+}
 
 
 def describe(skip: Skip, request: WorkloadRequest) -> str:
@@ -86,6 +161,8 @@ def describe(skip: Skip, request: WorkloadRequest) -> str:
         where += f" in {skip.region}"
     if skip.obstacle is Obstacle.BLOCKED and skip.until is not None:
         return f"{where} blocked until {clock_text(skip.until)}"
+    if skip.obstacle in (Obstacle.ABOVE_CEILING, Obstacle.UNPRICED, Obstacle.BUDGET):
+        return f"{where} {skip.why}"
     return f"{where} {skip.obstacle.value}"
 
 
