@@ -5,10 +5,11 @@ for each gated one it resolves the pool, asks the optimizer, and in ONE Pod upda
 the nodeSelector and annotations and removes only its own gate. A Pod with no candidate stays
 gated, noted in the `GatedRegister` with what it waits for (one Event per change of that), and
 is looked at again when a block lapses or is cleared, when the catalog sees its offerings come
-back, and at least every `PLACEMENT_RECHECK` seconds. An opted-in Pod that arrived without the
-gate (no webhook) gets one `NotGated` Warning naming the webhook (`placement.notgated`). It
-deletes refused Pods a controller owns (so the owner recreates them) and publishes each
-NodePool's status (its placedCount as Pods are placed and finish). Runs on
+back, when its pool's budget regains room, and at least every `PLACEMENT_RECHECK` seconds. A
+budgeted pool's price is reserved in the `BudgetBook` before the patch, released if it fails.
+An opted-in Pod that arrived without the gate (no webhook) gets one `NotGated` Warning naming
+the webhook (`placement.notgated`). It deletes refused Pods a controller owns (so the owner
+recreates them) and publishes each NodePool's status (its placedCount as Pods are placed and finish). Runs on
 `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
 writes the blocklist (the vnode Handler records refusals with their pool).
 

@@ -36,6 +36,7 @@ STATUS = {
         "candidateCount": 6,
         "placedCount": 2,
         "providerNames": "aws,gcp",
+        "spend": {"hourly": "$19.20/h", "today": "$12.34", "month": "$200.10", "budget": "$20.00/h, $300.00/day"},
         "conditions": [{"type": "Ready", "status": "True", "reason": "Valid", "message": "6 candidates"}],
     }
 }
@@ -76,13 +77,23 @@ def rows(output: str) -> list[list[str]]:
 
 def test_get_nodepools_prints_the_crd_columns_and_wide_adds_the_priority_one_column(kubectl: Kubectl) -> None:
     header, row = rows(kubectl.run("get", "nodepools"))
-    assert header == ["NAME", "STRATEGY", "PROVIDERS", "READY", "PLACED", "AGE"]
+    assert header == ["NAME", "STRATEGY", "PROVIDERS", "READY", "PLACED", "SPEND/H", "TODAY", "MONTH", "BUDGET", "AGE"]
     assert row[:2] == ["gpu", "LowestPrice"] and re.fullmatch(r"\d+s", row[-1])  # no status yet: empty cells
     kubectl.run("patch", "nodepool", "gpu", "--subresource=status", "--type=merge", "-p", json.dumps(STATUS))
     header, row = rows(kubectl.run("get", "np"))
-    assert row[:5] == ["gpu", "LowestPrice", "aws,gcp", "True", "2"]
+    assert row[:9] == [
+        "gpu",
+        "LowestPrice",
+        "aws,gcp",
+        "True",
+        "2",
+        "$19.20/h",
+        "$12.34",
+        "$200.10",
+        "$20.00/h, $300.00/day",
+    ]
     header, row = rows(kubectl.run("get", "nodepools", "-o", "wide"))
-    assert header == ["NAME", "STRATEGY", "PROVIDERS", "READY", "PLACED", "CANDIDATES", "AGE"]
+    assert header[:6] == ["NAME", "STRATEGY", "PROVIDERS", "READY", "PLACED", "CANDIDATES"]
     assert row[:6] == ["gpu", "LowestPrice", "aws,gcp", "True", "2", "6"]
 
 

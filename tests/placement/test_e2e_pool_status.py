@@ -52,7 +52,7 @@ def test_placed_count_follows_the_pods_placed_through_the_pool(
             timeout=60,
             check=True,
         ).stdout
-        assert re.search(r"^train\s+Ordered\s+gpu-a,gpu-b\s+True\s+3\s+(\S+\s+){4}\S+$", listing, re.M), listing
+        assert re.search(r"^train\s+Ordered\s+gpu-a,gpu-b\s+True\s+3\s.*\s\d+[smh]$", listing, re.M), listing
 
     kube.patch(f"{DEPLOYMENTS}/trainer", {"spec": {"replicas": 1}})
     wait_for(lambda: status_of(kube, "train").get("placedCount") == 1, what="placedCount 1 after scaling down")
