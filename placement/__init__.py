@@ -5,7 +5,9 @@ and skipping what refused recently. Map of the package:
                 read side); it satisfies `vnode.blocklister.Blocklister` structurally
 - `pools`       NodePool objects parsed and validated; `poolcache` lists and watches them
 - `request`     what a Pod asks for (read by `providers.podspec`) and whether it is placeable
-- `optimizer`   pure: pool + request + offerings + blocklist lookup -> one decision
+- `optimizer`   pure: pool + request + offerings + blocklist lookup (+ budget headroom) -> one decision
+- `budgets`     the pure budget verdict and the BudgetBook (commitments and reservations per pool)
+- `attempt`     how one placement attempt ended (the controller's return value)
 - `waiting`     pure: a decision that chose nothing -> what the Pod waits for, its next look, its Event
 - `gated`       the register of held Pods: what each waits for, whom a change wakes (the console reads it)
 - `catalog`     each provider's offerings, cached briefly (the only provider calls here); tells

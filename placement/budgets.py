@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kube import billing, names
 from placement.optimizer import PRICE_SLACK
@@ -157,6 +157,25 @@ def nothing_spent(pool: str) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def no_budget(pool: str) -> Budget | None:
+    return None
+
+
+class PoolLookup(Protocol):
+    def get(self, name: str) -> Any: ...  # a `poolcache.PoolState` (its `.pool` a NodePool or None) or None
+
+
+def budget_from(pools: PoolLookup) -> Callable[[str], Budget | None]:
+    """`pool name -> its spec.budget` over the pool cache (None: no budget, or no valid pool)."""
+
+    def budget_of(name: str) -> Budget | None:
+        state = pools.get(name)
+        pool = None if state is None else state.pool
+        return None if pool is None else pool.budget
+
+    return budget_of
+
+
 class BudgetBook:
     """Per pool: the committed Pods and the in-flight reservations. Thread-safe: the Pod
     reflector's callback `observe`s, the placement workers `check`, `reserve` and `release`.
@@ -165,9 +184,16 @@ class BudgetBook:
     pool's lock, so N workers placing at once never take the pool past a limit; see
     tests/placement/test_budget_book.py::test_twenty_workers_reserve_exactly_the_room_there_is."""
 
-    def __init__(self, *, spent: Spent = nothing_spent, clock: Callable[[], float] = time.time) -> None:
-        self.spent = spent
+    def __init__(
+        self,
+        *,
+        spent: Spent = nothing_spent,
+        clock: Callable[[], float] = time.time,
+        budget_of: Callable[[str], Budget | None] = no_budget,
+    ) -> None:
+        self.spent = spent  # SPEND's accrual: (dollars today, dollars this month) of a pool
         self.clock = clock
+        self.budget_of = budget_of  # `state` reads a pool's budget through it (the controller sets it)
         self._lock = threading.Lock()  # guards the two dicts below, never held with a pool's lock
         self._pools: dict[str, _PoolBook] = {}
         self._pool_of: dict[str, str] = {}  # Pod key -> the pool it is committed to or reserved in
@@ -273,7 +299,8 @@ class BudgetBook:
     def state(self, pool: str, budget: Budget | None = None) -> tuple[Rate, int, str | None, Limit | None]:
         """For SPEND and the console: the pool's committed rate (placed + reserved), its
         instances, and the BudgetExceeded message and limit while a budget holds Pods back
-        (None, None otherwise)."""
+        (None, None otherwise). `budget` defaults to the pool's own (`budget_of`)."""
+        budget = budget if budget is not None else self.budget_of(pool)
         book = self._book(pool)
         with book.lock:
             rate = Rate(book.hourly(), book.unpriced)

@@ -36,7 +36,7 @@ from kube.workqueue import WorkQueue
 from placement import notgated
 from placement.attempt import PLACED, SETTLED, Attempt, fnv1a64
 from placement.blocklist import Blocklist
-from placement.budgets import BudgetBook, Verdict
+from placement.budgets import BudgetBook, Verdict, budget_from
 from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting, gated_pods
 from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
@@ -94,6 +94,7 @@ class PlacementController:
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self.gated = GatedRegister()
         self.budgets = budgets if budgets is not None else BudgetBook()
+        self.budgets.budget_of = budget_from(pools)
         self.not_gated = notgated.NotGatedRegister()
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)

@@ -3,7 +3,8 @@
 Pure: called by the pool cache for every NodePool it sees, and by tests. The CRD's schema
 rejects most mistakes at the API server; this module checks again because a cluster may
 skip schemas (the devcluster does) and because placement must never act on a bad pool.
-Tested in tests/placement/test_pools.py::test_invalid_pools_say_which_field_and_how_to_fix_it.
+Tested in tests/placement/test_pools.py::test_invalid_pools_say_which_field_and_how_to_fix_it
+and tests/placement/test_budget_spec.py::test_a_bad_budget_names_the_field_and_the_fix.
 """
 
 from __future__ import annotations

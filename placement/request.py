@@ -2,6 +2,8 @@
 acts on it at all. Pure functions over the Pod dict, called by the placement controller. Never
 parses labels or resources itself: `providers.podspec` is the one Pod reader (tested in
 tests/placement/test_one_reader.py::test_placement_the_provider_and_the_blocklist_read_one_pod_alike).
+The Pod's own price ceiling (`nebula.io/max-hourly-price`) is read here: tested in
+tests/placement/test_price_ceiling.py::test_a_bad_ceiling_is_an_invalid_request_naming_the_annotation.
 """
 
 from __future__ import annotations

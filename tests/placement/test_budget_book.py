@@ -119,3 +119,11 @@ def test_a_pool_change_moves_the_commitment() -> None:
     assert book.observe("default/a", pod("a", pool="two")) == "one"
     assert book.state("one")[:2] == (Rate(0.0, 0), 0)
     assert book.state("two")[:2] == (Rate(10.0, 0), 1)
+
+
+def test_the_state_reads_the_pool_s_own_budget_when_none_is_given() -> None:
+    book = BudgetBook(budget_of=lambda pool: Budget(max_instances=1) if pool == "train" else None)
+    book.observe("default/a", pod("a"))
+    assert book.state("train") == (Rate(10.0, 0), 1, "pool train at 1 of 1 instances", Limit.MAX_INSTANCES)
+    book.observe("default/b", pod("b", pool="free"))
+    assert book.state("free") == (Rate(10.0, 0), 1, None, None)
