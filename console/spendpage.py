@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from console import runtime, spendchart
-from placement.spendview import Bucket, PodSpend, PoolSpend, SpendReport
+from placement.spendview import ZERO, Bucket, Money, PodSpend, PoolSpend, Rate, SpendReport
 
 MAX_TOP_PODS = 50
 
@@ -113,11 +113,22 @@ def charts(report: SpendReport) -> list[spendchart.Chart]:
     return drawn
 
 
+def totals(pools: Sequence[PoolSpend]) -> tuple[Rate, Money, Money]:
+    """Every pool together: spend per hour, today, this month (unpriced parts carried, not zeroed)."""
+    rate = Rate(sum(p.rate.dollars for p in pools), sum(p.rate.unpriced for p in pools))
+    today, month = ZERO, ZERO
+    for pool in pools:
+        today, month = today + pool.today, month + pool.month
+    return rate, today, month
+
+
 def figures(report: SpendReport | None) -> dict[str, Any]:
     """Everything templates/console/spend.html needs (`running` False without placement)."""
     shown = report if report is not None else SpendReport(at=datetime.now(UTC))
+    rate, today, month = totals(shown.pools)
     return {
         "running": report is not None,
+        "summary": f"{rate.text()} now, {today.text()} today, {month.text()} this month",
         "at": shown.at,
         "charts": charts(shown),
         "pools": [pool_line(pool) for pool in sorted(shown.pools, key=lambda p: p.pool)],

@@ -43,6 +43,7 @@ def test_the_page_shows_charts_pools_and_the_dearest_pods(staff_client: Client, 
     page = staff_client.get("/spend/").content.decode()
     figures = re.findall(r'<figure class="spend-chart" data-unit="(\w+)" data-bars="(\d+)"', page)
     assert [unit for unit, _ in figures] == ["hour", "hour", "day", "day"]
+    assert "(every pool: $23.90/h + 1 unpriced now, $239.00 + unpriced today," in page  # 9.6 + 2.5 + 11.8
     assert page.count("<svg") == 4 and "Spend per pool, last 24 hours" in page
     assert "Spend per provider, last 30 days" in page
     # Per pool over 24 hours: 43 pools, 42 with spend: 31 kept and "other" in every hour.
