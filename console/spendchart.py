@@ -43,11 +43,16 @@ class Bar:
 
 @dataclass(frozen=True)
 class Row:
-    """One bucket in the chart's text table: its label, total and parts ("gpu-a $1.20, ...")."""
+    """One bucket in the chart's text table: its label, total and parts ((series, amount), ...)."""
 
     label: str
     total: str
-    parts: str
+    parts: tuple[tuple[str, str], ...]
+
+    @property
+    def parts_text(self) -> str:
+        """`gpu-a $1.20, gpu-b $0.50`, or `-` for an empty bucket."""
+        return ", ".join(f"{name} {amount}" for name, amount in self.parts) or "-"
 
 
 @dataclass(frozen=True)
@@ -132,7 +137,7 @@ def stacked(title: str, unit: str, starts: Sequence[datetime], series: Mapping[s
         Row(
             bucket_label(start, unit),
             dollars(totals[i]),
-            ", ".join(f"{name} {dollars(folded[name][i])}" for name, _ in legend if folded[name][i] > 0) or "-",
+            tuple((name, dollars(folded[name][i])) for name, _ in legend if folded[name][i] > 0),
         )
         for i, start in enumerate(starts)
     )

@@ -34,7 +34,7 @@ def test_bars_stack_to_the_bucket_totals_on_a_dollar_axis() -> None:
     xs = sorted({round(b.x, 2) for b in chart.bars})
     assert len(xs) == 3 and xs[0] > spendchart.LEFT and xs[-1] + chart.bars[0].width < spendchart.WIDTH
     assert [row.total for row in chart.rows] == ["$3.00", "$4.00", "$3.50"]
-    assert chart.rows[1].parts == "b $4.00"
+    assert chart.rows[1].parts == (("b", "$4.00"),) and chart.rows[0].parts_text == "b $2.00, a $1.00"
 
 
 @pytest.mark.parametrize(
