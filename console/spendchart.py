@@ -3,8 +3,8 @@ geometry of the bars, the dollar axis, the legend and the text table beside each
 
 Called by `console.spendpage` with series taken from a `placement.spendview.SpendReport`.
 Pure: takes values, returns values and escaped markup; reads nothing, never computes spend.
-Bounded: at most `MAX_BARS` bars (the newest kept) and `MAX_SERIES` series in a legend, the
-smallest beyond that summed as "other".
+Bounded: at most `MAX_BARS[unit]` bars (24 hours, 30 days; the newest kept) and `MAX_SERIES`
+series in a legend, the smallest beyond that summed as "other".
 Tests: tests/console/test_spend_chart.py::test_bars_stack_to_the_bucket_totals_on_a_dollar_axis.
 """
 
@@ -18,7 +18,7 @@ from datetime import datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-MAX_BARS = 30  # 24 hours or 30 days
+MAX_BARS = {"hour": 24, "day": 30}
 MAX_SERIES = 32  # in a legend, "other" included
 OTHER = "other"
 WIDTH, HEIGHT = 720, 260
@@ -112,8 +112,8 @@ def fold(series: Mapping[str, Sequence[float]], limit: int = MAX_SERIES) -> dict
 
 
 def stacked(title: str, unit: str, starts: Sequence[datetime], series: Mapping[str, Sequence[float]]) -> Chart:
-    """The chart of `series` (each one value per start, oldest first), newest `MAX_BARS` kept."""
-    keep = len(starts) - min(len(starts), MAX_BARS)
+    """The chart of `series` (each one value per start, oldest first), the newest `MAX_BARS` kept."""
+    keep = len(starts) - min(len(starts), MAX_BARS[unit])
     starts = tuple(starts[keep:])
     folded = fold({name: list(values[keep:]) for name, values in series.items() if sum(values[keep:]) > 0})
     legend = tuple((name, OTHER_COLOUR if name == OTHER else colour(i)) for i, name in enumerate(folded))

@@ -44,6 +44,12 @@ def test_the_axis_top_is_a_round_figure_at_or_above_the_highest_bar(value: float
     assert spendchart.nice_top(value) == pytest.approx(top)
 
 
+def test_at_most_24_hourly_bars_the_newest() -> None:
+    chart = spendchart.stacked("t", "hour", starts(40), {"a": [float(i) for i in range(40)]})
+    assert len(chart.starts) == 24 and chart.starts[-1] == START + timedelta(hours=39)
+    assert [bar.dollars for bar in chart.bars] == [float(i) for i in range(16, 40)]
+
+
 def test_at_most_30_bars_the_newest_and_32_series_the_rest_as_other() -> None:
     series = {f"pool-{i:02d}": [float(i + 1)] * 40 for i in range(40)}
     chart = spendchart.stacked("t", "day", starts(40, timedelta(days=1)), series)
