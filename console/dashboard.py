@@ -17,6 +17,7 @@ from django.db.models import Count, Sum
 
 from console import cells, models
 from kube import names
+from placement.spendview import Rate
 
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 MAX_GATED = 50
@@ -34,8 +35,14 @@ class Tile:
     phases: dict[str, int] = field(default_factory=dict)
     hourly_spend: float = 0.0
     priced: int = 0  # running Pods whose price is known
+    unpriced: int = 0  # running Pods without a price (not placed by a pool): unknown, never $0
     lease_age: float | None = None  # seconds since the node's Lease was renewed
     bad: dict[str, int] = field(default_factory=dict)  # Pods per bad kubectl STATUS (CrashLoopBackOff: 2)
+
+    @property
+    def spend_text(self) -> str:
+        """`$1.20/h`, `$1.20/h + 2 unpriced`, or `unknown` when only unpriced Pods run (Rate's words)."""
+        return Rate(self.hourly_spend, self.unpriced).text()
 
     @property
     def state(self) -> str:
@@ -78,6 +85,11 @@ def figures(now: datetime) -> dict[str, Any]:
         tile = tiles.get(row["node"])
         if tile is not None:
             tile.hourly_spend, tile.priced = float(row["spend"] or 0.0), row["n"]
+    unpriced = models.TrackedPod.objects.filter(phase="Running", hourly_price__isnull=True).exclude(node="")
+    for row in unpriced.values("node").annotate(n=Count("id")):
+        tile = tiles.get(row["node"])
+        if tile is not None:
+            tile.unpriced = row["n"]
     blocks = [
         Block(entry, (entry.expires_at - now).total_seconds())
         for entry in models.BlocklistEntry.objects.filter(expires_at__gt=now).order_by("expires_at")[:MAX_BLOCKS]
@@ -87,7 +99,9 @@ def figures(now: datetime) -> dict[str, Any]:
     pods = pod_lines(models.TrackedPod.objects.exclude(node="").order_by("namespace", "name")[:MAX_PODS], now)
     return {
         "tiles": list(tiles.values()),
-        "total_spend": sum(t.hourly_spend for t in tiles.values()),
+        "total_spend": Rate(
+            sum(t.hourly_spend for t in tiles.values()), sum(t.unpriced for t in tiles.values())
+        ).text(),
         "pod_count": sum(sum(t.phases.values()) for t in tiles.values()),
         "pods": pods,
         "pod_lines_count": models.TrackedPod.objects.exclude(node="").count(),

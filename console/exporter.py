@@ -25,6 +25,7 @@ from prometheus_client import make_wsgi_app
 
 from console import gauges as _gauges  # noqa: F401  (registers the memory gauges)
 from console import metrics
+from console import spendgauges as _spendgauges  # noqa: F401  (registers the spend families)
 from kube.client import KubeError
 from kube.reviews import Access, Reviewer
 

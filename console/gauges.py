@@ -144,7 +144,8 @@ def _handlers(handlers: tuple[Handler, ...]) -> Iterator[GaugeMetricFamily]:
     )
     spend = GaugeMetricFamily(
         "nebula_spend_dollars_per_hour",
-        "estimated spend of billing instances, from the hourly price placement chose for their Pods",
+        "dollars per hour of the instances billing in the provider's last list, from their Pods' placed prices "
+        "(per pool, reservations included: nebula_pool_hourly_spend_dollars)",
         labels=["provider"],
     )
     unpriced = GaugeMetricFamily(

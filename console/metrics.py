@@ -4,9 +4,10 @@
 Counters and histograms are fed by `console.observer` (facts from the core) and
 `console.middleware` (API requests); gauges that describe memory (blocklist, tracked Pods,
 providers up, orphans, instances behind finished Pods, spend, leadership, the mirror's lag)
-are read at scrape time by `console.gauges`. The process's own (CPU, memory, file
-descriptors, GC) come from prometheus_client's collectors; no `_created` series.
-Labels are provider, node, outcome, kind, verb and code: never a Pod's env or a credential.
+are read at scrape time by `console.gauges`, spend and budgets by `console.spendgauges`. The
+process's own (CPU, memory, file descriptors, GC) come from prometheus_client's collectors; no
+`_created` series. Labels are provider, node, outcome, kind, verb, code, and for spend pool,
+namespace and limit: never a Pod's env or a credential.
 Tests: tests/console/test_console_units.py, tests/console/test_metrics_listener.py.
 """
 

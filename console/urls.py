@@ -13,5 +13,6 @@ from console import views
 urlpatterns = [
     path("", views.index, name="console-dashboard"),
     path("dashboard/panels", views.panels, name="console-panels"),
+    path("spend/", views.spend, name="console-spend"),
     path("readyz", views.readyz, name="console-readyz"),
 ]

@@ -1,9 +1,11 @@
-"""The console's pages: the dashboard (`/`), its self-refreshing fragment, and `/readyz`.
+"""The console's pages: the dashboard (`/`), its self-refreshing fragment, the Spend page
+(`/spend/`), and `/readyz`.
 
-The dashboard reads the mirror (`console.dashboard`); staff login required (the admin's).
+The dashboard reads the mirror (`console.dashboard`); the Spend page placement's spend report
+(`console.spendpage`); staff login required (the admin's).
 `/readyz` reads the console's observer: ready while this process leads or stands by and
 has reached the cluster recently. Nothing here changes operational state.
-Tests: tests/console/test_console_units.py.
+Tests: tests/console/test_console_units.py, tests/console/test_spend_page.py.
 """
 
 # mypy: disallow-untyped-decorators=False
@@ -19,7 +21,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from console import dashboard
+from console import dashboard, spendpage
 from console.observer import installed as installed_observer
 
 REFRESH_SECONDS = 5
@@ -41,6 +43,14 @@ def index(request: HttpRequest) -> HttpResponse:
 def panels(request: HttpRequest) -> HttpResponse:
     """The dashboard's body alone, for the page's script to swap in without a reload."""
     return render(request, "console/_panels.html", dashboard.figures(datetime.now(UTC)))
+
+
+@never_cache
+@require_GET
+@staff_member_required
+def spend(request: HttpRequest) -> HttpResponse:
+    """Charts and tables of spend and budgets, drawn server-side from placement's report."""
+    return render(request, "console/spend.html", spendpage.figures(spendpage.current_report()))
 
 
 @never_cache

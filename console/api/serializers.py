@@ -39,7 +39,10 @@ class PodSerializer(serializers.Serializer):
     claim = serializers.CharField(allow_null=True, help_text="null while placement holds the Pod gated")
     instance_id = serializers.CharField(allow_null=True)
     phase = serializers.CharField(help_text="Pending until the Pod has a status, as a kubelet reports it")
-    reason = serializers.CharField(allow_null=True, help_text="SchedulingGated while placement holds the Pod")
+    reason = serializers.CharField(
+        allow_null=True,
+        help_text="SchedulingGated while placement holds the Pod; BudgetExceeded for one a Stop budget ended",
+    )
     status = serializers.CharField(
         help_text="kubectl get pods' STATUS: the phase or a container's reason (CrashLoopBackOff, Completed...)"
     )
@@ -54,7 +57,8 @@ class PodSerializer(serializers.Serializer):
     pool = serializers.CharField(allow_null=True)
     provisioned_at = serializers.DateTimeField(allow_null=True, help_text="when the provider created the instance")
     wait_reason = serializers.CharField(
-        allow_null=True, help_text="a gated Pod: the reason of placement's last Event (WaitingForCapacity, NoPool...)"
+        allow_null=True,
+        help_text="a gated Pod: the reason of placement's last Event (WaitingForCapacity, NoPool, BudgetExceeded...)",
     )
     waiting_for = serializers.CharField(allow_null=True, help_text="a gated Pod: what that Event says it waits for")
 

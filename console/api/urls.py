@@ -9,7 +9,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from console.api import docs, views
+from console.api import docs, spend, views
 
 router = DefaultRouter()
 router.trailing_slash = "/?"  # both /api/blocklist/b1 and /api/blocklist/b1/: no redirect for a DELETE
@@ -22,5 +22,6 @@ router.register("pools", views.PoolViewSet, basename="pool")
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", docs.SwaggerDocsView.as_view(url_name="schema"), name="api-docs"),
+    path("spend/", spend.SpendView.as_view(), name="spend"),
     path("", include(router.urls)),
 ]

@@ -53,6 +53,13 @@ SERIES = [
     "nebula_instances_behind_finished_pods",
     "nebula_spend_dollars_per_hour",
     "nebula_unpriced_instances",
+    "nebula_spend_dollars",
+    "nebula_pool_hourly_spend_dollars",
+    "nebula_pool_spend_today_dollars",
+    "nebula_pool_spend_month_dollars",
+    "nebula_pool_budget_dollars",
+    "nebula_pool_instances",
+    "nebula_pool_budget_instances",
     "nebula_leader",
     "process_cpu_seconds",
     "python_gc_objects_collected",
@@ -110,10 +117,11 @@ def referenced_metrics() -> dict[str, set[str]]:
     rule = yaml.safe_load((MONITORING / "prometheusrule.yaml").read_text())
     dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
     readers: dict[str, set[str]] = {}
-    for group in rule["spec"]["groups"]:
-        for alert in group["rules"]:
-            for name in metric_names(alert["expr"]):
-                readers.setdefault(name, set()).add(alert["alert"])
+    rules = [each for group in rule["spec"]["groups"] for each in group["rules"]]
+    recorded = {each["record"] for each in rules if "record" in each}  # computed by Prometheus, not exported
+    for each in rules:
+        for name in metric_names(each["expr"]) - recorded:
+            readers.setdefault(name, set()).add(each.get("alert") or each["record"])
     for panel in dashboard["panels"]:
         for target in panel["targets"]:
             for name in metric_names(target["expr"]):

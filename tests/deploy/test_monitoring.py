@@ -30,7 +30,11 @@ def rules_spec() -> Obj:
 
 
 def alerts(spec: Obj) -> list[str]:
-    return [rule["alert"] for group in spec["groups"] for rule in group["rules"]]
+    return [rule["alert"] for group in spec["groups"] for rule in group["rules"] if "alert" in rule]
+
+
+def records(spec: Obj) -> list[str]:
+    return [rule["record"] for group in spec["groups"] for rule in group["rules"] if "record" in rule]
 
 
 def run_promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -42,7 +46,8 @@ def test_promtool_checks_the_prometheusrule_spec(tmp_path: Path) -> None:
     (tmp_path / "nebula-rules.yaml").write_text(yaml.safe_dump(spec))
     checked = run_promtool("check", "rules", "nebula-rules.yaml", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert f"SUCCESS: {len(alerts(spec))} rules found" in checked.stdout
+    assert f"SUCCESS: {len(alerts(spec)) + len(records(spec))} rules found" in checked.stdout
+    assert records(spec) == ["nebula:pool_budget_used:ratio"]
     expected = {
         "NebulaNoLeader",
         "NebulaProviderUnreachable",
@@ -50,10 +55,12 @@ def test_promtool_checks_the_prometheusrule_spec(tmp_path: Path) -> None:
         "NebulaOrphanInstances",
         "NebulaInstancesBehindFinishedPods",
         "NebulaSpendAboveThreshold",
+        "NebulaPoolBudgetNearlySpent",
+        "NebulaPoolBudgetReached",
     }
     assert set(alerts(spec)) == expected
     for group in spec["groups"]:
-        for rule in group["rules"]:
+        for rule in (r for r in group["rules"] if "alert" in r):
             assert rule["for"] and rule["labels"]["severity"] in {"warning", "critical"}, rule["alert"]
             assert rule["annotations"]["summary"] and rule["annotations"]["description"], rule["alert"]
 
@@ -138,3 +145,15 @@ def test_every_overlay_serves_metrics_on_the_port_its_service_and_network_policy
     assert rule["from"] == [
         {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
     ]
+
+
+def test_the_dashboard_shows_spend_per_pool_against_its_budget() -> None:
+    panels = {p["title"]: p for p in json.loads((MONITORING / "grafana-dashboard.json").read_text())["panels"]}
+    hourly = [t["expr"] for t in panels["Spend per hour by pool vs budget"]["targets"]]
+    today = [t["expr"] for t in panels["Spend today by pool vs daily budget"]["targets"]]
+    assert "nebula_pool_hourly_spend_dollars" in hourly[0] and 'limit="hourly"' in hourly[1]
+    assert "nebula_pool_spend_today_dollars" in today[0] and 'limit="daily"' in today[1]
+    ids = [p["id"] for p in panels.values()]
+    assert len(ids) == len(set(ids))
+    boxes = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in panels.values()}
+    assert len(boxes) == len(panels)  # no panel drawn over another
