@@ -135,3 +135,20 @@ def test_billing_seen_at_is_written_and_closes_the_span_of_an_instance_gone_whil
     assert closed.open is None and span.start == opened.open
     assert span.end == pytest.approx(anchor, abs=0.001)  # when every span was last seen billing
     wait_for(lambda: phase_of(kube, "vanished") == "Failed", what="vanished Failed (InstanceLost)")
+
+
+def test_where_billing_starts_with_the_workload_the_span_opens_at_its_start(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """A cloud that bills from the workload's start (EC2's `running`, Modal): the span opens at
+    the instance's started_at, not at its creation."""
+    cpu = {"accelerator": None, "gpu_count": 0, "tier": "OnDemand", "region": "us-east-1", "hourly_price": 0.1}
+    scenario = {"billing_starts": "Started", "offerings": [{**cpu, "provisioning_delay": 1.0}]}
+    provider = FakeProvider("gpu", {"cloud": cloud_name, "scenario": scenario})
+    start_runner(provider)
+    create(kube, "started")
+    opened = wait_for(lambda: (lambda r: r if r.billing else None)(record_of(kube, "started")), what="the span open")
+    facts = provider.get(InstanceId(instance_of(kube, "started")))
+    assert facts is not None and facts.started_at is not None
+    assert facts.started_at.timestamp() >= facts.created_at.timestamp() + 1.0  # a second provisioning, not billed
+    assert opened.open == pytest.approx(facts.started_at.timestamp(), abs=0.001)
