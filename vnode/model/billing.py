@@ -3,8 +3,8 @@
 Pure decisions, called by the phases through `assess` (an observation), the teardown and the
 lifecycle (an instance terminated, released or gone): a span opens at the provider's fact time
 (`Rules.starts`: `created_at`, or `started_at` once the workload runs), never at the time the
-vnode looked, and closes at the instance's `finished_at` when known, else at the time the vnode
-last saw it billing (an under-count, never an over-count). A record is read back from the Pod and
+vnode looked, and closes at the later of the instance's `finished_at` and the time the vnode last
+saw it billing (both times it still billed: an under-count, never an over-count). A record is read back from the Pod and
 only ever moved on, never reset. `BillingSeen` keeps the node's `nebula.io/billing-seen-at`.
 Does no I/O. Tests: tests/vnode/test_billing_model.py,
 tests/vnode/test_billing_devcluster.py::test_I12_the_billing_record_is_written_from_facts_and_never_reset.
