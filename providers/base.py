@@ -73,6 +73,14 @@ class InstanceState(str, enum.Enum):
 # `Capabilities.bills_after_exit` it still costs money until `terminate`).
 
 
+class BillingStart(str, enum.Enum):
+    """From which fact a provider bills an instance (`Capabilities.billing_starts`); the vnode
+    opens the Pod's billing record (`kube.billing`) at that time, never at the time it looked."""
+
+    CREATED = "Created"  # from `Instance.created_at`: queued and provisioning time included
+    STARTED = "Started"  # from `Instance.started_at` of the first run: once the workload runs
+
+
 TERMINAL_STATES = frozenset({InstanceState.SUCCEEDED, InstanceState.FAILED, InstanceState.TERMINATED})
 
 
@@ -246,6 +254,9 @@ class Capabilities:
     # The NodePool egress modes the provider enforces (`providers.egress`); placement skips it
     # for a pool asking for another, and `provision` raises NotSupported for one.
     egress: frozenset[EgressMode] = frozenset({EgressMode.OPEN})
+    # When the vendor starts billing an instance (docs/providers.md): the billing record's
+    # span opens at `created_at` (CREATED) or at `started_at` once the workload runs (STARTED).
+    billing_starts: BillingStart = BillingStart.CREATED
 
 
 @dataclass(frozen=True)

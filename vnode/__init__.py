@@ -15,7 +15,9 @@ At the top (wiring and effects):
 `giveup`, `serving` (what `kubelet/` reads: logs, exec, attach, stats).
 
 `model/` (pure, imports no other part of vnode): `tracking` (the record and its map), `assess` (how
-facts move a record), `runs`, `status`, `containerstatus`, `probespec`, `probestate`, `decisions`.
+facts move a record), `billing` (how facts move a Pod's billing record, the node's billing-seen-at),
+`runs`, `status`, `containerstatus`, `stopping` (the grace, the deadline, the budget stop),
+`probespec`, `probestate`, `decisions`.
 `sources/`: `env`, `volumes`, `pullsecrets`, `reader` (Secrets and ConfigMaps). `probing/`: `prober`,
 `probes`. `ephemeral/`: `containers`, `streams` (`kubectl debug`). `stats/`: `usage`, `resourcemetrics`.
 `kubelet/`: the kubelet API (Daphne, SPDY, websocket).

@@ -12,6 +12,7 @@ Tests: tests/vnode/test_controllers.py.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -33,12 +34,11 @@ from vnode.blocklister import Blocklister
 from vnode.ephemeral.containers import Ephemerals
 from vnode.model import assess
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
-from vnode.model.stopping import Why, deadline_status
 from vnode.model.tracking import Rules, Tracked, TrackedMap, pod_key
 from vnode.phases.context import PhaseContext, Traits
 from vnode.phases.giveup import GiveUp
 from vnode.phases.inventory import Inventory
-from vnode.phases.lifecycle import Lifecycle
+from vnode.phases.lifecycle import Lifecycle, stopped_status
 from vnode.phases.provision import Provisioner
 from vnode.phases.serving import Serving
 from vnode.phases.statussync import StatusSync
@@ -101,6 +101,10 @@ class Handler:
             now=now,
         )
         self.writer, self.inventory = context.writer, context.inventory
+        self.billing_seen = context.billing_seen  # written on the Node by the node controller
+        # Set once the node controller read the node's billing-seen-at (or found none): Pods are
+        # reconciled after it, so a span whose instance is gone closes at it (vnode.model.billing).
+        self.billing_anchor_read = threading.Event()
         self.provisioner = Provisioner(context)
         self.sweep = OrphanSweep(context)
         self.give_up = GiveUp(context)
@@ -158,6 +162,11 @@ class Handler:
         """Track an instance found again after a restart (no provider call)."""
         assess.adopt(self._tracked, pod, instance, at=self._monotonic(), now=self._now(), rules=self.rules())
 
+    def restore_billing_anchor(self, at: float) -> None:
+        """The node's billing-seen-at found at start-up (vnode.model.billing): Pods not seen
+        billing since were, at the latest, then."""
+        self._tracked.restore_billing_anchor(at)
+
     def confirm_gone(self, instance_id: InstanceId) -> Instance | None:
         """`get` of an instance a cold lookup did not find (a list may be late): its facts, or
         None when the provider says it is gone. Raises Retry if we could not ask (I3)."""
@@ -188,8 +197,8 @@ class Handler:
         if entry is not None:
             with entry.lock:
                 assess.reassess(entry, now=self._now(), at=self._monotonic(), rules=self.rules())
-                if entry.stop is not None and entry.stop.why is Why.DEADLINE and entry.desired_status is not None:
-                    entry.desired_status = deadline_status(entry.desired_status, now=rfc3339(self._now()))
+                if entry.desired_status is not None:  # a deadline's or a budget's stop says so
+                    entry.desired_status = stopped_status(entry, entry.desired_status, now=rfc3339(self._now()))
                 if (entry.desired_status or {}).get("phase") in ("Succeeded", "Failed"):
                     self.ephemerals.stop(key)  # I10: nothing of a terminal Pod keeps running
                 self.ephemerals.overlay(entry)

@@ -5,7 +5,9 @@ and patches the node's status: Ready is True only while the provider's last list
 succeeded, and the `ProviderReachable` condition says why when it did not. A node someone
 deleted is created again. It publishes only addresses that reach its kubelet listener, and
 writes the kubelet's NodeReady / NodeNotReady Events when Ready changes; its `nodeInfo` is a
-kubelet's (`node_info`), and it tells the PodWriter the node's addresses (every Pod's hostIP).
+kubelet's (`node_info`), and it tells the PodWriter the node's addresses (every Pod's hostIP). It
+keeps the node's `nebula.io/billing-seen-at` (written at most once a minute; read back at start-up,
+before Pods are reconciled: vnode.model.billing, tests/vnode/test_billing_devcluster.py).
 Never touches Pods. Tests: tests/vnode/test_controllers.py, tests/vnode/test_nodecontroller_addresses.py,
 tests/vnode/test_nodecontroller_info.py.
 """
@@ -24,7 +26,7 @@ from typing import Any
 from kube import leases, names, observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
-from kube.times import micro_time, rfc3339
+from kube.times import micro_time, parse_rfc3339, rfc3339
 from kube.worker import join_within
 from vnode.handler import Handler
 
@@ -168,9 +170,13 @@ class NodeController:
             self._stop.wait(min(0.5, self._renew_interval))
 
     def sync(self) -> None:
-        """One round: make sure the node exists, write its status, renew its Lease."""
+        """One round: make sure the node exists, write its status, renew its Lease, and the
+        node's billing-seen-at when due."""
         if not self._node_uid:
-            self.ensure_node()
+            try:
+                self.ensure_node()
+            finally:  # found or not: the pod controller need not wait for it any longer
+                self.handler.billing_anchor_read.set()
         try:
             self.update_status()
         except NotFoundError:
@@ -178,6 +184,7 @@ class NodeController:
             self._node_uid = ""
             self.ensure_node()
         self.renew_lease()
+        self.write_billing_seen()
         observe.current().node_synced(self.name)
 
     # -- the Node ----------------------------------------------------------------------------
@@ -286,11 +293,35 @@ class NodeController:
                 self._published(built["status"])
                 return
         self._node_uid = str(node["metadata"]["uid"])
+        self._restore_billing_seen(node)
         for condition in (node.get("status") or {}).get("conditions") or []:
             if isinstance(condition, dict) and condition.get("type") in MANAGED_CONDITIONS:
                 self._conditions[str(condition["type"])] = dict(condition)
                 if condition["type"] == "Ready":
                     self._published_ready = str(condition.get("status"))
+
+    def _restore_billing_seen(self, node: JsonDict) -> None:
+        """The node's `nebula.io/billing-seen-at` as found: when every open span was last seen
+        billing before this process (a span whose instance is found gone closes there)."""
+        text = ((node.get("metadata") or {}).get("annotations") or {}).get(names.BILLING_SEEN_ANNOTATION)
+        try:
+            at = parse_rfc3339(str(text)).timestamp() if text else None
+        except ValueError:
+            logger.warning("node %s: %s is not a time: %r", self.name, names.BILLING_SEEN_ANNOTATION, text)
+            return
+        if at is not None:
+            self.handler.restore_billing_anchor(at)
+
+    def write_billing_seen(self) -> None:
+        """The node's billing-seen-at, at most once a minute (one annotation per node)."""
+        at = self.handler.billing_seen.due()
+        if at is None:
+            return
+        value = micro_time(datetime.fromtimestamp(at, UTC))
+        self._kube.patch(
+            path_for("nodes", name=self.name), {"metadata": {"annotations": {names.BILLING_SEEN_ANNOTATION: value}}}
+        )
+        self.handler.billing_seen.written(at)
 
     def update_status(self) -> None:
         built = self.build_node()

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kube import names
+from kube import billing, names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.operations import OperationLimits, OperationPool
@@ -45,6 +45,7 @@ STILL_RETRYING_AFTER = 20  # failures in a row before an Event says we keep tryi
 # waiting for more fall back to their retry backoff, which finds the object too, later.
 MAX_SOURCE_WATCHES = 64
 DELETED_MEMORY = 30.0  # seconds a sent final delete is remembered (its watch event comes well before)
+ANCHOR_WAIT = 10.0  # seconds the first reconcile waits for the node's billing-seen-at to be read
 Source = tuple[str, str, str]  # kind, namespace, name
 
 
@@ -102,13 +103,20 @@ class PodController:
         while not self.pods.synced.wait(0.1):
             if self._stop.is_set():
                 return
+        # The node's billing-seen-at first (read by the node controller's first round), bounded:
+        # a node that cannot be read holds nothing else back.
+        self.handler.billing_anchor_read.wait(ANCHOR_WAIT)
         # The first list already queued every Pod on the node (through `_on_pod`).
         self._reconciled.set()
         self.workers.start()
         handler = self.handler
         self._spawn(
             lambda: handler.status_sync.run(
-                self._stop, interval=lambda: handler.poll_interval, live_claims=self.live_claims, changed=self.queue.add
+                self._stop,
+                interval=lambda: handler.poll_interval,
+                live_claims=self.live_claims,
+                changed=self.queue.add,
+                open_spans=self.open_billing_claims,
             ),
             "poll",
         )
@@ -193,6 +201,21 @@ class PodController:
         return {pod_claim(pod) for pod in self.pods.snapshot()}
 
     # -- work ---------------------------------------------------------------------------
+    def open_billing_claims(self) -> set[ClaimName] | None:
+        """Claims of the node's Pods whose billing record (`nebula.io/billing`) has an open span,
+        or None until the startup reconcile is done."""
+        if not self._reconciled.is_set():
+            return None
+        claims = set()
+        for pod in self.pods.snapshot():
+            text = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.BILLING_ANNOTATION)
+            try:
+                if text and billing.parse(text).open is not None:
+                    claims.add(pod_claim(pod))
+            except billing.BillingError:
+                continue  # not a record Nebula wrote
+        return claims
+
     def _on_retry(self, key: str, error: Retry, failures: int) -> None:
         if isinstance(error, WaitingForSource):
             self._wait_for(error.missing, key)

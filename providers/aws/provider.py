@@ -99,6 +99,7 @@ class AwsProvider(Owned):
             # EC2 shows a terminated instance for about an hour, and its console with it.
             keeps_output_after_terminate=True,
             shapes=SHAPES,
+            billing_starts=base.BillingStart.STARTED,  # EC2 bills from `running` (started_at = LaunchTime then)
         )
 
     # -- provision --------------------------------------------------------------------

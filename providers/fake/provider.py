@@ -138,6 +138,7 @@ class FakeProvider(Owned):
             keeps_output_after_terminate=True,
             shapes=SHAPES,
             egress=self._egress,
+            billing_starts=scenario.billing_starts,  # the scenario's `billing_starts` (default Created)
         )
 
     def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:

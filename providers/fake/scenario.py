@@ -133,6 +133,7 @@ class Scenario:
     log: LogScript = field(default_factory=LogScript)
     commands: Mapping[str, CannedCommand] = field(default_factory=dict)
     usage: UsageScript = field(default_factory=UsageScript)  # what running containers use (providers.fake.usage)
+    billing_starts: base.BillingStart = base.BillingStart.CREATED  # the cloud it stands for bills from this fact
     echo_ports: tuple[int, ...] = ()  # `ports: {echo: [...]}`: port-forward echoes bytes back there
     # seconds each call of a method takes before it is served (a slow cloud API), by method
     api_latency: Mapping[str, float] = field(default_factory=dict)
@@ -219,10 +220,19 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         log=_parse_log(log),
         commands={str(name): _parse_command(spec) for name, spec in commands.items()},
         usage=parse_usage(data.get("usage")),
+        billing_starts=_parse_billing_starts(data.get("billing_starts", "Created")),
         echo_ports=_parse_echo_ports(data.get("ports") or {}),
         api_latency=_parse_latency(data.get("api_latency") or {}),
         raw=copy.deepcopy(dict(data)),
     )
+
+
+def _parse_billing_starts(value: Any) -> base.BillingStart:
+    folded = str(value).strip().lower()
+    found = next((start for start in base.BillingStart if start.value.lower() == folded), None)
+    if found is None:
+        raise ValueError("fake scenario: 'billing_starts' is Created or Started")
+    return found
 
 
 def _parse_echo_ports(ports: Any) -> tuple[int, ...]:
@@ -262,6 +272,7 @@ _TOP_KEYS = {
     "usage",
     "ports",
     "api_latency",
+    "billing_starts",
 }
 
 

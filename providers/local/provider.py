@@ -103,6 +103,7 @@ class LocalProvider(Owned):
             bills_after_exit=False,
             keeps_output_after_terminate=False,
             shapes=SHAPES,
+            billing_starts=base.BillingStart.CREATED,  # local processes: billed from creation at price 0
         )
 
     def provision(self, pod: base.PodSpec, request: base.ProvisionRequest) -> base.ProvisionResult:

@@ -86,6 +86,7 @@ class ModalProvider(Owned):
             keeps_output_after_terminate=True,  # Modal's log store keeps a terminated sandbox's output
             shapes=SINGLE_CONTAINER,
             egress=frozenset(EgressMode),
+            billing_starts=base.BillingStart.STARTED,  # Modal bills per second of container time
         )
 
     def _owner_tags(self) -> dict[str, str]:

@@ -84,6 +84,7 @@ class RunPodProvider(Owned):
             restarts_in_place=False,
             bills_after_exit=True,
             keeps_output_after_terminate=False,
+            billing_starts=base.BillingStart.CREATED,  # RunPod bills from the Pod's creation, image pull included
         )
 
     # -- provision ----------------------------------------------------------------------

@@ -17,7 +17,7 @@ from kube import names
 from kube.times import rfc3339
 from providers.base import Instance, InstanceState
 from providers.shape import ContainerState
-from vnode.model import containerstatus, status, stopping
+from vnode.model import billing, containerstatus, status, stopping
 from vnode.model.runs import (
     DEFAULT_RULES,
     ENDED,
@@ -45,6 +45,7 @@ def observe(
     time of the observation (for the back-off)."""
     if entry.instance_id is not None and instance.id != entry.instance_id:
         return False  # another instance of the claim (the one a restart replaced)
+    billing.observe(entry, instance, now=now, rules=rules)  # a change is a desired annotation
     if entry.runs.finished:
         if not entry.runs.released and entry.runs.due is None and rules.billing(instance):
             entry.runs.due = Due(Step.RELEASE, at)  # it bills behind a finished Pod
@@ -136,6 +137,7 @@ def lose(entry: Tracked, *, now: datetime, at: float = 0.0, rules: Rules = DEFAU
     """The provider confirms the instance is gone (absent from lists past the list lag,
     and `get` says so): a crash with exit code 137 under the restart policy."""
     entry.last_instance = None
+    billing.close(entry, None)  # at the time it was last seen billing
     gone = why or f"instance {entry.instance_id} is gone: the provider no longer lists it and get finds nothing"
     ending = Ending(137, names.REASON_INSTANCE_LOST, None, now, gone)
     if runs_again(entry.runs.policy, ending.exit_code):

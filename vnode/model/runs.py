@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from kube.times import rfc3339
-from providers.base import Instance, InstanceState
+from providers.base import BillingStart, Instance, InstanceState
 from providers.shape import ContainerFacts
 
 JsonDict = dict[str, Any]
@@ -131,6 +131,7 @@ class Rules:
     in_place: bool = False  # the provider restarts a workload in its instance
     bills: bool = True  # an instance whose workload ended still costs money
     backoff: BackoffPolicy = BackoffPolicy()
+    starts: BillingStart = BillingStart.CREATED  # the fact a billing span opens at (vnode.model.billing)
 
     def billing(self, instance: Instance) -> bool:
         """Does `instance` still cost money (so a finished Pod's instance must be terminated)?"""

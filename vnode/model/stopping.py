@@ -2,7 +2,8 @@
 
 Pure. `vnode.phases.stopping` carries a stop out (preStop hooks, the provider's
 `stop_container`, the look until the containers ended); the teardown starts one for a Pod
-deleted gracefully, the lifecycle one for a Pod past its `activeDeadlineSeconds`. What a
+deleted gracefully, the lifecycle one for a Pod past its `activeDeadlineSeconds` or annotated
+`nebula.io/stop-reason: BudgetExceeded` (`stop_asked`, `budget_status`). What a
 kubelet does is the reference: the grace is `metadata.deletionGracePeriodSeconds` of a Pod being
 deleted, else `spec.terminationGracePeriodSeconds`, else 30 s; the time the preStop hooks took is
 spent from it, but a container that ran one keeps at least 2 s after its SIGTERM; the deadline
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from kube import names
 from kube.times import parse_rfc3339
 from vnode.model.probespec import ExecAction, HttpAction, InvalidProbe, TcpAction, handler_action
 
@@ -34,9 +36,28 @@ DISRUPTION_TARGET = "DisruptionTarget"
 TERMINATION_BY_KUBELET = "TerminationByKubelet"
 
 
+MAX_STOP_MESSAGE = 1000  # characters of `nebula.io/stop-message` kept in the Pod's status
+BUDGET_MESSAGE = "the budget of the Pod's pool is exceeded"  # when no stop-message says more
+
+
 class Why(enum.Enum):
     DELETED = "the Pod is being deleted"
     DEADLINE = "the Pod ran past its activeDeadlineSeconds"
+    BUDGET = "the Pod's pool ran out of budget (nebula.io/stop-reason: BudgetExceeded)"
+
+
+def stop_asked(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """`nebula.io/stop-reason` and `nebula.io/stop-message` of the Pod (the message bounded to
+    `MAX_STOP_MESSAGE` characters; `BUDGET_MESSAGE` when absent), or None when no stop is asked."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    reason = annotations.get(names.STOP_REASON_ANNOTATION)
+    if not isinstance(reason, str) or not reason.strip():
+        return None
+    message = annotations.get(names.STOP_MESSAGE_ANNOTATION)
+    message = message.strip() if isinstance(message, str) and message.strip() else BUDGET_MESSAGE
+    if len(message) > MAX_STOP_MESSAGE:
+        message = message[: MAX_STOP_MESSAGE - 3] + "..."
+    return reason.strip(), message
 
 
 def termination_grace(pod: Mapping[str, Any]) -> float:
@@ -74,6 +95,7 @@ class Stop:
     why: Why
     began: float
     grace: float
+    message: str = ""  # what the Pod's status says of a stop asked with a message (Why.BUDGET)
     hooks_done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     hooks_ran: bool = False  # a preStop hook was started (its container keeps >= 2 s after SIGTERM)
     told: bool = False  # the Killing Event of each running container was told as the stop began
@@ -138,10 +160,24 @@ def deadline_status(status: Mapping[str, Any], *, now: str) -> JsonDict:
     """`status` as a Pod past its deadline reads: `Failed/DeadlineExceeded` with the kubelet's
     message whatever its containers show (they may still be stopping), not ready. A status
     that already reads so is returned as it is (the writer then has nothing new to write)."""
-    if _reads_past_deadline(status):
+    return failed_status(status, reason=DEADLINE_REASON, message=DEADLINE_MESSAGE, now=now)
+
+
+def budget_status(status: Mapping[str, Any], *, message: str, now: str) -> JsonDict:
+    """`status` as a Pod stopped for its pool's budget reads: `Failed/BudgetExceeded` with
+    `message`, not ready, and `DisruptionTarget=True` (`TerminationByKubelet`), as a kubelet
+    marks a Pod it ends for the node's sake. Applied again, it changes nothing."""
+    failed = failed_status(status, reason=names.REASON_BUDGET_EXCEEDED, message=message, now=now)
+    return with_disruption_target(failed, message=message, now=now)
+
+
+def failed_status(status: Mapping[str, Any], *, reason: str, message: str, now: str) -> JsonDict:
+    """`status` turned `Failed` with `reason` and `message` whatever its containers show, not
+    ready; one that already reads so is returned as it is."""
+    if _reads_failed(status, reason, message):
         return dict(status) if not isinstance(status, dict) else status
     result = dict(status)
-    result["phase"], result["reason"], result["message"] = "Failed", DEADLINE_REASON, DEADLINE_MESSAGE
+    result["phase"], result["reason"], result["message"] = "Failed", reason, message
     conditions = []
     for condition in result.get("conditions") or []:
         kind = condition.get("type")
@@ -157,12 +193,8 @@ def deadline_status(status: Mapping[str, Any], *, now: str) -> JsonDict:
     return result
 
 
-def _reads_past_deadline(status: Mapping[str, Any]) -> bool:
-    if (status.get("phase"), status.get("reason"), status.get("message")) != (
-        "Failed",
-        DEADLINE_REASON,
-        DEADLINE_MESSAGE,
-    ):
+def _reads_failed(status: Mapping[str, Any], reason: str, message: str) -> bool:
+    if (status.get("phase"), status.get("reason"), status.get("message")) != ("Failed", reason, message):
         return False
     ready = [c for c in status.get("conditions") or [] if c.get("type") in ("Ready", "ContainersReady")]
     statuses = [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kube.billing import Billing
 from providers.base import ClaimName, Instance, InstanceId
 from providers.claim import claim_name
 from providers.shape import ContainerFacts
@@ -69,6 +70,8 @@ class Tracked:
     containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
     judged_by: status.Verdicts | None = None  # the prober's verdicts (as written) the status was computed from
     stop: Stop | None = None  # its containers are being stopped (vnode.phases.stopping): nothing runs again
+    billing: Billing | None = None  # its billing record (vnode.model.billing); None: the Pod's, not read yet
+    billing_seen: float | None = None  # epoch seconds its instance was last seen billing (or the node's anchor)
 
     @property
     def key(self) -> str:
@@ -128,6 +131,9 @@ class TrackedMap:
     def __init__(self) -> None:
         self._entries: dict[str, Tracked] = {}
         self._lock = threading.Lock()
+        # The node's billing-seen-at as found at start-up (vnode.model.billing): a new entry was
+        # last seen billing then, at the latest, so a span whose instance is gone closes there.
+        self.billing_anchor: float | None = None
 
     def get(self, key: str) -> Tracked | None:
         with self._lock:
@@ -161,12 +167,26 @@ class TrackedMap:
                     claim=pod_claim(pod),
                     pod=pod,
                     runs=Runs.from_pod(pod),
+                    billing_seen=self.billing_anchor,
                 )
                 self._entries[key] = entry
             entry.pod = pod
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                entry.runs.finished = True  # terminal in the API: frozen, nothing runs again
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") and entry.stop is None:
+                # Terminal in the API: frozen, nothing runs again. A stop under way (a deadline's,
+                # a budget's: written Failed as it began) finishes it itself, once its
+                # containers' ends are observed and written.
+                entry.runs.finished = True
             return entry
+
+    def restore_billing_anchor(self, at: float) -> None:
+        """The node's billing-seen-at found at start-up; once. Entries not seen billing since take it."""
+        with self._lock:
+            if self.billing_anchor is not None:
+                return
+            self.billing_anchor = at
+            for entry in self._entries.values():
+                if entry.billing_seen is None:
+                    entry.billing_seen = at
 
     def forget(self, entry: Tracked) -> None:
         """Drop the entry, unless its key already belongs to a newer one."""

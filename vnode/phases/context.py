@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ from kube.events import EventRecorder
 from providers.base import Capabilities, Provider, Restarter
 from vnode.blocklister import Blocklister
 from vnode.ephemeral.containers import Ephemerals
+from vnode.model.billing import BillingSeen
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy, Rules
 from vnode.model.tracking import Tracked, TrackedMap
 from vnode.phases.inventory import Inventory
@@ -65,7 +66,9 @@ class Traits:
         if self._rules is None:
             caps = self.capabilities()
             in_place = caps.restarts_in_place and isinstance(self._provider, Restarter)
-            self._rules = Rules(in_place=in_place, bills=caps.bills_after_exit, backoff=self._backoff)
+            self._rules = Rules(
+                in_place=in_place, bills=caps.bills_after_exit, backoff=self._backoff, starts=caps.billing_starts
+            )
         return self._rules
 
 
@@ -87,6 +90,7 @@ class PhaseContext:
     pools: PoolPolicies | None = None
     monotonic: Callable[[], float] = time.monotonic
     now: Callable[[], datetime] = lambda: datetime.now(UTC)
+    billing_seen: BillingSeen = field(default_factory=BillingSeen)  # the node's billing-seen-at
 
     def capabilities(self) -> Capabilities:
         return self.traits.capabilities()

@@ -8,7 +8,9 @@ look until it is gone, provision the same claim again, counted as a restart. A f
 Pod's instance that still bills is terminated once (`Teardown.release`), its final status
 written first. A Pod past its `activeDeadlineSeconds` (counted from `status.startTime`) is
 written `Failed/DeadlineExceeded` at once, its containers stopped within its grace
-(`vnode.phases.stopping`), its final status written, and its instance terminated. Before any of it,
+(`vnode.phases.stopping`), its final status written, and its instance terminated; a Pod annotated
+`nebula.io/stop-reason: BudgetExceeded` is stopped the same way, `Failed/BudgetExceeded` with
+`DisruptionTarget` (tests/vnode/test_budget_stop.py). Before any of it,
 `vnode.phases.giveup` reports a preemption's block and gives up an instance queued too long (and
 says when to look again for one still queued). Never deletes Pods.
 Tests: tests/vnode/test_lifecycle.py.
@@ -23,10 +25,19 @@ from kube import names
 from kube.times import rfc3339
 from kube.worker import Retry
 from providers import errors
-from providers.base import Instance, Restarter
-from vnode.model import assess
+from providers.base import Instance, InstanceState, Restarter
+from vnode.model import assess, billing
 from vnode.model.runs import Step
-from vnode.model.stopping import DEADLINE_MESSAGE, DEADLINE_REASON, Why, deadline_of, deadline_status, termination_grace
+from vnode.model.stopping import (
+    DEADLINE_MESSAGE,
+    DEADLINE_REASON,
+    Why,
+    budget_status,
+    deadline_of,
+    deadline_status,
+    stop_asked,
+    termination_grace,
+)
 from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
 from vnode.phases.giveup import GiveUp
@@ -59,6 +70,7 @@ class Lifecycle:
         self._recheck_cap = context.poll_interval  # a replaced instance's looks back off up to it
         self._monotonic = context.monotonic
         self._now = context.now
+        self._ignored: set[tuple[str, str]] = set()  # (uid, stop-reason) already logged as not ours
 
     def step_due(self, key: str) -> bool:
         """Whether `carry_out` would call the provider now for the tracked Pod `key`: a
@@ -67,7 +79,7 @@ class Lifecycle:
         if entry is None:
             return False
         left = self.until_deadline(entry)
-        if left is not None and left <= 0:
+        if left is not None and left <= 0 or self.budget_stop(entry) is not None:
             return True
         now = self._monotonic()
         first = entry.next_due()
@@ -88,6 +100,9 @@ class Lifecycle:
         left = self.until_deadline(entry)
         if left is not None and left <= 0:
             return self._deadline_exceeded(entry, pod)
+        message = self.budget_stop(entry)
+        if message is not None:
+            return self._budget_exceeded(entry, pod, message)
         after = self._due_step(entry, pod)
         if left is None:
             return after
@@ -109,6 +124,36 @@ class Lifecycle:
         at = deadline_of(started)
         return None if at is None else (at - self._now()).total_seconds()
 
+    def budget_stop(self, entry: Tracked) -> str | None:
+        """The message of a budget stop asked on the Pod (`nebula.io/stop-reason: BudgetExceeded`,
+        written by placement's spend book) and not yet carried out; None when none applies (no
+        such annotation, another reason, a Pod already terminal or stopping for another reason)."""
+        stop = entry.stop
+        if stop is not None:
+            return stop.message if stop.why is Why.BUDGET and not entry.runs.released else None
+        asked = stop_asked(entry.pod)
+        if asked is None or entry.runs.finished or entry.terminal or entry.instance_id is None:
+            return None
+        reason, message = asked
+        if reason != names.REASON_BUDGET_EXCEEDED:
+            if (entry.uid, reason) not in self._ignored:
+                self._ignored.add((entry.uid, reason))
+                logger.warning(
+                    "%s: %s %r is not a stop Nebula knows; ignored", entry.key, names.STOP_REASON_ANNOTATION, reason
+                )
+            return None
+        return message
+
+    def _budget_exceeded(self, entry: Tracked, pod: JsonDict, message: str) -> float | None:
+        """A budget stop, through the one stop path: `Failed/BudgetExceeded` with the message and
+        `DisruptionTarget` at once, a Warning Event, the containers stopped within the Pod's
+        grace (preStop hooks run), the final status written, then the instance terminated (I10)."""
+        if entry.stop is None:
+            self._stopping.begin(entry, Why.BUDGET, termination_grace(entry.pod), message=message)
+            entry.say("Warning", names.EVENT_BUDGET_EXCEEDED, message)
+            self._flush(entry, pod)
+        return self._finish_stop(entry, pod)
+
     def _deadline_exceeded(self, entry: Tracked, pod: JsonDict) -> float | None:
         """The kubelet's answer to a deadline: `Failed/DeadlineExceeded` at once, the containers
         stopped within the Pod's grace, the final status written, then the instance terminated."""
@@ -116,6 +161,11 @@ class Lifecycle:
             self._stopping.begin(entry, Why.DEADLINE, termination_grace(entry.pod))
             entry.say("Normal", DEADLINE_REASON, DEADLINE_MESSAGE)
             self._flush(entry, pod)  # Failed now, while the containers stop
+        return self._finish_stop(entry, pod)
+
+    def _finish_stop(self, entry: Tracked, pod: JsonDict) -> float | None:
+        """Move a deadline's or a budget's stop on; once the containers ended, their final status
+        is written, then the instance terminated."""
         after = self._stopping.advance(entry)
         if after is not None:
             return after
@@ -130,7 +180,7 @@ class Lifecycle:
     def _flush(self, entry: Tracked, pod: JsonDict) -> None:
         with entry.lock:
             status = entry.desired_status or dict(entry.pod.get("status") or {})
-            entry.desired_status = deadline_status(status, now=rfc3339(self._now()))
+            entry.desired_status = stopped_status(entry, status, now=rfc3339(self._now()))
         self._writer.flush(entry, pod)
 
     def _due_step(self, entry: Tracked, pod: JsonDict) -> float | None:
@@ -242,6 +292,9 @@ class Lifecycle:
             if instance is not None and instance.state not in STOPPED:
                 entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
                 return entry.recheck
+            with entry.lock:  # its span ends before the replacement's opens
+                ended = instance if instance is not None and instance.state is InstanceState.TERMINATED else None
+                billing.close(entry, ended)
         entry.instance_id, entry.last_instance, entry.terminate_asked, entry.recheck = None, None, False, 0.0
         entry.misses, entry.missing_since = 0, None
         pending, entry.runs.due = entry.runs.due, None  # so the new instance's facts are taken
@@ -263,3 +316,14 @@ class Lifecycle:
             message = f"started instance {entry.instance_id} (restart {entry.runs.restarts})"
         entry.say("Normal", names.EVENT_RESTARTING, message)
         return None
+
+
+def stopped_status(entry: Tracked, status: JsonDict, *, now: str) -> JsonDict:
+    """`status` as the entry's stop makes it read: past its deadline, or stopped for its pool's
+    budget; unchanged for any other stop (or none)."""
+    stop = entry.stop
+    if stop is not None and stop.why is Why.DEADLINE:
+        return deadline_status(status, now=now)
+    if stop is not None and stop.why is Why.BUDGET:
+        return budget_status(status, message=stop.message, now=now)
+    return status

@@ -4,7 +4,9 @@ The pod controller starts `StatusSync.run` on its poll thread; `StatusSync.poll_
 tick. A tick recomputes every tracked Pod's desired metadata and status from the list,
 sweeps orphans, and hands back the keys due for a write or a step (the pod controller's
 workers write them through `PodWriter.flush`), among them a Pod whose instance is still queued
-past its pool's timeout (`vnode.phases.giveup` gives it up). Never writes to the API itself.
+past its pool's timeout (`vnode.phases.giveup` gives it up). A list that saw every open billing
+span billing moves the node's billing-seen-at (`vnode.model.billing.BillingSeen`). Never writes
+to the API itself.
 
 Invariant (I3): a failed list changes nothing, and one list that misses an instance changes
 nothing either; see
@@ -20,7 +22,7 @@ from collections.abc import Callable, Iterable
 
 from providers import errors
 from providers.base import ClaimName, Instance
-from vnode.model import assess
+from vnode.model import assess, billing
 from vnode.model.runs import Step
 from vnode.model.tracking import Rules, Tracked
 from vnode.phases.context import PhaseContext
@@ -43,16 +45,23 @@ class StatusSync:
         self._rules = context.rules
         self._monotonic = context.monotonic
         self._now = context.now
+        self._billing_seen = context.billing_seen
 
-    def poll_once(self, live_claims: Iterable[ClaimName] | None = None) -> list[str]:
+    def poll_once(
+        self,
+        live_claims: Iterable[ClaimName] | None = None,
+        open_spans: Callable[[], set[ClaimName] | None] | None = None,
+    ) -> list[str]:
         """One tick: one provider.list(), statuses recomputed, orphans swept.
 
         Returns the keys whose desired metadata or status changed, or whose next step is due
         (to be flushed and carried out), and the keys of Pods that waited for this provider to
         answer. A failed list changes nothing (I3). `live_claims` (the claims of every Pod on the
-        node, or None while the Pod cache is not synced) enables the orphan sweep.
+        node, or None while the Pod cache is not synced) enables the orphan sweep. `open_spans`
+        (the claims of the node's Pods whose billing record is open, None while unknown): a list
+        that saw each of them billing moves the node's billing-seen-at (`BillingSeen.saw`).
         """
-        begun = self._monotonic()
+        begun, begun_at = self._monotonic(), self._now().timestamp()
         try:
             snapshot = self._inventory.list()
         except errors.ProviderError as exc:
@@ -60,7 +69,13 @@ class StatusSync:
             return []
         changed: list[str] = list(self._inventory.take_waiting())
         rules = self._rules()
+        all_billing = True  # every tracked open span's instance is in this list, billing
+        billing_now: set[ClaimName] = set()
         for entry in self._tracked.entries():
+            if self._seen_billing(entry, snapshot.get(entry.claim), rules):
+                billing_now.add(entry.claim)
+            elif billing.current(entry).open is not None:
+                all_billing = False
             if entry.terminal or entry.instance_id is None:
                 continue
             if entry.terminate_asked and entry.runs.due is None:
@@ -74,7 +89,16 @@ class StatusSync:
                 changed.append(entry.key)  # a queued instance past its deadline: given up (vnode.phases.giveup)
         if live_claims is not None:
             self._sweep.sweep(snapshot, set(live_claims) | self._tracked.claims())
+        if all_billing and open_spans is not None and self._billing_seen.wanted(begun_at):
+            spans = open_spans()  # the Pods' own records: an untracked Pod's open span counts too
+            if spans is not None and spans <= billing_now:
+                self._billing_seen.saw(begun_at)
         return changed
+
+    @staticmethod
+    def _seen_billing(entry: Tracked, instance: Instance | None, rules: Rules) -> bool:
+        """This list shows the entry's instance billing."""
+        return instance is not None and instance.id == entry.instance_id and rules.billing(instance)
 
     def _observe(self, entry: Tracked, instance: Instance | None, *, begun: float, rules: Rules) -> bool:
         """Apply one list's view of the entry's instance. Gone only when lists past the list
@@ -113,10 +137,11 @@ class StatusSync:
         interval: Callable[[], float],
         live_claims: Callable[[], set[ClaimName] | None],
         changed: Callable[[str], None],
+        open_spans: Callable[[], set[ClaimName] | None] | None = None,
     ) -> None:
         """The poll loop: a tick every `interval()` seconds until `stop`; each changed key
         goes to `changed` (the pod controller's queue)."""
         while not stop.is_set():
-            for key in self.poll_once(live_claims()):
+            for key in self.poll_once(live_claims(), open_spans):
                 changed(key)
             stop.wait(interval())

@@ -1,7 +1,7 @@
 """Stopping a Pod's containers as a kubelet does: preStop hooks inside the grace, SIGTERM, SIGKILL at the grace's end.
 
 One stop path for every reason a running Pod's containers stop: a graceful delete (the
-teardown), an `activeDeadlineSeconds` that ran out (the lifecycle) and a failed liveness probe
+teardown), an `activeDeadlineSeconds` that ran out or a budget stop (the lifecycle) and a failed liveness probe
 (the prober, through `kill_container`). The hooks run on a thread of their own (an exec
 through the provider's `Executor`, an HTTP GET to the instance, a sleep), each bounded by the
 grace; then every running container gets the provider's `stop_container` with the grace that is
@@ -113,16 +113,17 @@ class Stopping:
         self._hooks = HookPool()
 
     # -- a whole Pod ----------------------------------------------------------------------------
-    def begin(self, entry: Tracked, why: Why, grace: float) -> Stop:
+    def begin(self, entry: Tracked, why: Why, grace: float, *, message: str = "") -> Stop:
         """Start stopping the Pod's running containers (once; a later call with a shorter grace
-        moves the end closer). From now on nothing of the Pod runs again."""
+        moves the end closer). From now on nothing of the Pod runs again. `message`: what the
+        Pod's status says of the stop (a budget stop's)."""
         now = self._monotonic()
         with entry.lock:
             stop = entry.stop
             if stop is not None:
                 stop.shorten(grace, now)
                 return stop
-            stop = entry.stop = Stop(why, began=now, grace=grace)
+            stop = entry.stop = Stop(why, began=now, grace=grace, message=message)
             for runs in (entry.runs, *entry.containers.values()):
                 runs.policy = "Never"  # what ends now is the last run (no restart during a stop)
                 if runs.ended is not None:

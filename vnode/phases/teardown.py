@@ -5,7 +5,8 @@ hooks, SIGTERM, SIGKILL at the end of its `deletionGracePeriodSeconds`) and its 
 written, then its instance terminated; a Pod already gone from the API (a force delete) is
 stopped with no grace. `Teardown.terminate` (one entry point: a Pod, or the `Tombstone` of a tracked one) is called by
 the pod controller's workers, `Teardown.release` by the lifecycle phase, and `OrphanSweep.sweep`
-by the status sync's poll tick. Calls only `provider.terminate` and `provider.get`; never
+by the status sync's poll tick. A stopped instance's billing span is closed and written before
+the Pod object goes (vnode.model.billing). Calls only `provider.terminate` and `provider.get`; never
 deletes a Pod object (the pod controller does, once the instance is gone) and never terminates
 an instance a live Pod claims.
 
@@ -29,7 +30,7 @@ from kube import names, observe
 from kube.worker import Retry
 from providers import errors
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
-from vnode.model import assess
+from vnode.model import assess, billing
 from vnode.model.stopping import Why, deletion_grace
 from vnode.model.tracking import Lookup, Tracked, pod_key
 from vnode.phases.context import PhaseContext
@@ -88,6 +89,7 @@ class Teardown:
             if found is Lookup.UNKNOWN:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
             if instance is None or instance.state is InstanceState.TERMINATED:
+                self._close_untracked(target, instance)
                 return None  # nothing of it is left to stop
             entry = assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
             entry.terminate_asked = instance.state is InstanceState.TERMINATING  # going already: look until gone
@@ -133,11 +135,30 @@ class Teardown:
             observe.current().terminated(self._provider.name, "error", who)
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
         if instance is None or instance.state in STOPPED:
+            self._close_billing(entry, instance, pod)
             self._tracked.forget(entry)
             return None
         entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
         entry.look_after = now + entry.recheck
         return entry.recheck
+
+    def _close_billing(self, entry: Tracked, instance: Instance | None, pod: Mapping[str, Any] | None) -> None:
+        """The instance stopped: its billing span closes (at the provider's end fact, else when
+        it was last seen billing) and is written before the Pod object goes. Retry if not written."""
+        with entry.lock:
+            ended = instance if instance is not None and instance.state is InstanceState.TERMINATED else None
+            changed = billing.close(entry, ended)
+        if changed:
+            self._writer.flush(entry, pod)
+
+    def _close_untracked(self, pod: Mapping[str, Any], instance: Instance | None) -> None:
+        """A Pod found with no instance left (after a restart): a span still open on it closes at
+        its end fact, else at the node's billing-seen-at (or its own start), and is written."""
+        entry = self._tracked.track(dict(pod))
+        try:
+            self._close_billing(entry, instance, pod)
+        finally:
+            self._tracked.forget(entry)
 
     def release(self, entry: Tracked) -> None:
         """The Pod finished and its instance still bills: terminate it once. The Pod stays
@@ -151,6 +172,8 @@ class Teardown:
         except errors.ProviderError as exc:
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
         observe.current().terminated(self._provider.name, "released", who)
+        with entry.lock:
+            billing.close(entry, None)  # at the time it was last seen billing; the flush writes it
         entry.runs.release_done()
         entry.terminate_asked = True
         logger.info("%s finished: terminated its instance %s so it stops billing", entry.key, entry.instance_id)
