@@ -250,7 +250,11 @@ def run_on_fresh_cluster(run: str, args: argparse.Namespace) -> Result:
 
 
 def report(result: Result, pods: int) -> None:
-    budget = "none" if result.budget is None else ", ".join(f"{k}={v:g}" for k, v in result.budget.items())
+    budget = (
+        "none"
+        if result.budget is None
+        else ", ".join(f"{k}={format(v, ',.2f').removesuffix('.00')}" for k, v in result.budget.items())
+    )
     what = "held" if result.run == "binding" else "placed"
     print(f"[{result.run}] budget: {budget}")
     print(
