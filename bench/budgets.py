@@ -37,7 +37,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from kube import names, observe  # noqa: E402
-from kube.client import Kube, load_api_client, path_for  # noqa: E402
+from kube.client import Kube, NotFoundError, load_api_client, path_for  # noqa: E402
 from placement.blocklist import Blocklist  # noqa: E402
 from placement.wiring import Placement, start_placement  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
@@ -164,6 +164,18 @@ def placed_in_api(kube: Kube) -> tuple[int, int]:
     return len(placed), sum(1 for p in placed if p["spec"].get("nodeName"))
 
 
+def wait_until_served(kube: Kube, path: str, deadline: float) -> None:
+    """The devcluster writes its kubeconfig before it loads the `--crd` manifests: wait for the CRD."""
+    while True:
+        try:
+            kube.list(path)
+            return
+        except NotFoundError:
+            if time.monotonic() > deadline:
+                raise BenchFailed(f"the devcluster never served {path}") from None
+            time.sleep(0.05)
+
+
 def wait_until_decided(placement: Placement, decisions: Decisions, pods: int, deadline: float) -> float | None:
     """When every Pod had its decision (monotonic), or None at the deadline: the `pods`-th decision
     the observer saw or, should a hold not be reported to it, the moment the register shows every
@@ -186,6 +198,7 @@ def measure(run: str, args: argparse.Namespace, kubeconfig: str) -> Result:
     """One run on a fresh cluster: pool, node, N gated Pods, then placement timed to the end."""
     kube = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
     budget = budget_for(run, args.pods, args.limit)
+    wait_until_served(kube, NODEPOOLS, time.monotonic() + 60)
     kube.create(NODEPOOLS, nodepool(budget))
     kube.create("/api/v1/nodes", node())
     created = time.monotonic()
