@@ -177,19 +177,19 @@ def wait_until_served(kube: Kube, path: str, deadline: float) -> None:
 
 
 def wait_until_decided(placement: Placement, decisions: Decisions, pods: int, deadline: float) -> float | None:
-    """When every Pod had its decision (monotonic), or None at the deadline: the `pods`-th decision
-    the observer saw or, should a hold not be reported to it, the moment the register shows every
-    Pod placed or held with a reason (polled every 0.5 s)."""
-    looked_at = time.monotonic()
+    """When every Pod had its decision (monotonic: the latest decision seen then), or None at the
+    deadline. Every Pod is decided when the placed ones and the gated ones with a reason in
+    placement's register (what the console reads) add up to `pods`: looked at once the observer
+    has seen `pods` decisions, and every 0.5 s should a hold not be reported to it, or a Pod be
+    decided twice."""
+    checked = 0.0
     while time.monotonic() < deadline:
-        seen = list(decisions.seen)
-        if len(seen) >= pods:
-            return seen[pods - 1][0]
-        if time.monotonic() - looked_at >= 0.5:
-            looked_at = time.monotonic()
+        seen, now = list(decisions.seen), time.monotonic()
+        if len(seen) >= pods or now - checked >= 0.5:
+            checked = now
             placed = sum(1 for _, outcome in seen if outcome == "placed")
-            if placed + sum(1 for g in placement.gated_pods() if g.reason) >= pods:
-                return looked_at
+            if placed >= pods or placed + sum(1 for g in placement.gated_pods() if g.reason) >= pods:
+                return seen[-1][0] if seen else now
         time.sleep(0.05)
     return None
 
@@ -227,8 +227,8 @@ def measure(run: str, args: argparse.Namespace, kubeconfig: str) -> Result:
         result = Result(run, budget, outcomes=Counter(o for _, o in seen))
         result.first, result.done = (seen[0][0] if seen else done_at) - start, done_at - start
         result.attempts = sum(placement.controller.attempts.values())
-        if run == "binding":  # the held Pods' reasons, as the console reads them
-            result.held = Counter(g.reason or "not looked at" for g in placement.gated_pods())
+        if run == "binding":  # held Pods by reason, as the console reads them (a placed Pod not yet seen so: none)
+            result.held = Counter(g.reason for g in placement.gated_pods() if g.reason)
     finally:
         placement.stop(timeout=5)
         observe.install(None)
@@ -268,12 +268,11 @@ def report(result: Result, pods: int) -> None:
         if result.budget is None
         else ", ".join(f"{k}={format(v, ',.2f').removesuffix('.00')}" for k, v in result.budget.items())
     )
-    what = "held" if result.run == "binding" else "placed"
     print(f"[{result.run}] budget: {budget}")
     print(
         f"[{result.run}] {pods} decisions in {result.done:.2f}s from placement's start: {result.rate(pods):.0f} "
         f"decisions/s (first after {result.first:.2f}s: the Pod list and the catalog); "
-        f"{result.placed} placed, the last one {what} at {result.done:.2f}s "
+        f"{result.placed} placed, the last decision at {result.done:.2f}s "
         f"({result.bound} bound by the scheduler when counted)"
     )
     steady = (pods - 1) / (result.done - result.first) if pods > 1 and result.done > result.first else 0.0

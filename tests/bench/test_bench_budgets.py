@@ -26,7 +26,7 @@ def test_without_and_with_a_budget_that_cannot_bind_every_pod_is_placed() -> Non
     assert answer.returncode == 0, answer.stdout + answer.stderr
     for run in ("without", "with"):
         assert f"[{run}] {PODS} decisions in " in answer.stdout
-        assert f"{PODS} placed, the last one placed at" in answer.stdout
+        assert f"[{run}] decisions by outcome: {{'placed': {PODS}}}" in answer.stdout
     assert "[with] budget: maxHourlyCost=" in answer.stdout
     assert "with budget / without: " in answer.stdout
 
@@ -36,7 +36,7 @@ def test_a_budget_that_binds_places_its_limit_and_holds_the_rest() -> None:
         pytest.skip("placement does not read spec.budget before issue 35's placement/budgets.py lands")
     answer = bench("binding")
     assert answer.returncode == 0, answer.stdout + answer.stderr
-    assert f"{LIMIT} placed, the last one held at" in answer.stdout
+    assert f"{LIMIT} placed, the last decision at" in answer.stdout
     assert f"[binding] gated Pods by reason: {{'BudgetExceeded': {PODS - LIMIT}}}" in answer.stdout
 
 
