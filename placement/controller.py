@@ -8,7 +8,8 @@ is looked at again when a block lapses or is cleared, when the catalog sees its 
 back, and at least every `PLACEMENT_RECHECK` seconds. An opted-in Pod that arrived without the
 gate (no webhook) gets one `NotGated` Warning naming the webhook (`placement.notgated`). It
 deletes refused Pods a controller owns (so the owner recreates them) and publishes each
-NodePool's status (its placedCount as Pods are placed and finish). Runs on
+NodePool's whole status (placedCount as Pods are placed and finish, and spend) through
+`placement.settle.SpendWork`, which also settles deleted Pods' spend on this WorkerPool. Runs on
 `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
 writes the blocklist (the vnode Handler records refusals with their pool).
 
@@ -23,7 +24,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -39,7 +42,7 @@ from placement.blocklist import Blocklist
 from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting
 from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
-from placement.poolcache import PoolCache, generation, pool_status
+from placement.poolcache import PoolCache, generation
 from placement.request import (
     RequestError,
     is_placeable,
@@ -49,6 +52,8 @@ from placement.request import (
     replacement_cause,
     workload_request,
 )
+from placement.settle import SPEND_INTERVAL, SPEND_KEY, SpendWork
+from placement.spend import SpendBook
 from placement.ungate import JSON_PATCH, placement_annotations, ungate_patch
 from placement.waiting import PLACEMENT_RECHECK, wait_for
 
@@ -101,6 +106,8 @@ class PlacementController:
         requeue_spread: float = 1.0,
         recheck: float = PLACEMENT_RECHECK,
         queue: WorkQueue | None = None,
+        clock: Callable[[], float] = time.time,
+        spend_interval: float = SPEND_INTERVAL,
     ) -> None:
         self._kube = kube
         self._catalog = catalog
@@ -116,17 +123,20 @@ class PlacementController:
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
         self.placed_counts: Counter[str] = Counter()  # pool -> len of its entries in _placed
-        self._candidates: dict[str, int] = {}  # pool -> the candidateCount last published
         self._lock = threading.Lock()
         self.workers = WorkerPool(self.queue, self.sync, name="placement", workers=workers)
         self.pods = Reflector(
             watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
         )
+        book = SpendBook(self.pods, pools, clock=clock)
+        self.spend = SpendWork(kube, book, pools, self.pods, self.queue, self.placed_count, self.pool_changed)
+        self.spend.interval = spend_interval  # its writes run here, under `spend:` keys (placement.settle)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.pods.start()
         self.workers.start()
+        self.spend.start()
 
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         """Stop intake (the workers end when the queue closes); returns those still busy after `timeout`."""
@@ -136,6 +146,7 @@ class PlacementController:
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
         self.queue.add(key)
+        self.spend.pod_changed(key, pod)  # the spend book's index; a deleted Pod is settled
         pool = "" if pod is None else placed_pool(pod)
         with self._lock:
             before = self._placed.pop(key, "")
@@ -200,9 +211,11 @@ class PlacementController:
         if key.startswith(POOL_KEY):
             self._sync_pool(key[len(POOL_KEY) :])
             return None
-        if key.startswith(PLACED_KEY):
-            self._publish_placed(key[len(PLACED_KEY) :])
+        if key.startswith(PLACED_KEY):  # the whole status, placedCount and spend (nothing before the pool's sync)
+            self.spend.publish(key[len(PLACED_KEY) :])
             return None
+        if key.startswith(SPEND_KEY):
+            return self.spend.sync(key)
         with self.pods.lock:
             pod = self.pods.cache.get(key)
         if pod is None:
@@ -370,27 +383,16 @@ class PlacementController:
 
     def _sync_pool(self, name: str) -> None:
         state = self._pools.get(name)
-        if state is None:
-            self._candidates.pop(name, None)
-        else:
-            count = 0 if state.pool is None else count_candidates(state.pool, self._catalog.views())
-            self._candidates[name] = count
-            self._pools.write_status(name, pool_status(state, candidate_count=count, placed_count=self._count(name)))
+        pool = state.pool if state is not None else None
+        count = count_candidates(pool, self._catalog.views()) if pool is not None else 0
+        self.spend.pool_synced(name, None if state is None else count)
         for pod in self.pods.snapshot():
             if labels(pod).get(names.POOL_LABEL) == name and is_placeable(pod):
                 meta = pod["metadata"]
                 self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
-    def _publish_placed(self, name: str) -> None:
-        """Write the pool's new placedCount; nothing before its first sync (which writes it)."""
-        state, candidates = self._pools.get(name), self._candidates.get(name)
-        if state is not None and candidates is not None:
-            status = pool_status(state, candidate_count=candidates, placed_count=self._count(name))
-            self._pools.write_status(name, status)
-
-    def _count(self, pool: str) -> int:
-        with self._lock:
-            return self.placed_counts[pool]
+    def placed_count(self, pool: str) -> int:
+        return self.placed_counts[pool]  # one read of a Counter: atomic under the GIL
 
     def _event(self, pod: JsonDict, kind: str, reason: str, message: str) -> None:
         if len(message) > MAX_EVENT_MESSAGE:
