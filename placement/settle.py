@@ -175,7 +175,7 @@ class SpendWork:
     def compose(self, state: PoolState, candidates: int, placed: int, settled: led.Ledger | None = None) -> JsonDict:
         """The pool's whole status, with `settled` (default: the cached ledger)."""
         name = state.name
-        spend = self.book.pool_spend(name, verdict=self.verdict)
+        spend = self.book.pool_spend(name, verdict=self.verdict, buckets=False)
         ledger = self.book.ledger(name) if settled is None else settled
         if self.verdict is not None:
             why = self.verdict(name)

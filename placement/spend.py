@@ -230,9 +230,11 @@ class SpendBook:
             this_month += pod.money(now, month)
         return today, this_month
 
-    def pool_spend(self, pool: str, *, verdict: Callable[[str], Verdict | None] | None = None) -> PoolSpend:
+    def pool_spend(
+        self, pool: str, *, verdict: Callable[[str], Verdict | None] | None = None, buckets: bool = True
+    ) -> PoolSpend:
         """Everything shown of one pool now; `verdict` (the budget book's) overrides the
-        book's own reading of the budget."""
+        book's own reading of the budget; without `buckets` (the status) no hours and days."""
         now = self.clock()
         settled, live = self.ledger(pool), self.live(pool)
         state = self._pools.get(pool)
@@ -253,8 +255,10 @@ class SpendBook:
             total=total,
             budget=budget,
             exceeded=None if why is None else why[1],
-            hours=tuple(_buckets(settled.hours, led.hour_keys(now, HOURS_SHOWN), live, now, 3_600.0)),
-            days=tuple(_buckets(settled.days, led.day_keys(now, DAYS_SHOWN), live, now, 86_400.0)),
+            hours=tuple(_buckets(settled.hours, led.hour_keys(now, HOURS_SHOWN), live, now, 3_600.0))
+            if buckets
+            else (),
+            days=tuple(_buckets(settled.days, led.day_keys(now, DAYS_SHOWN), live, now, 86_400.0)) if buckets else (),
         )
 
     def series(self, pool: str) -> list[Series]:
