@@ -139,6 +139,7 @@ class SpendWork:
         self.verdict = verdict
         self.interval = interval
         self._day = ""
+        self._asked: set[str] = set()  # uids asked to stop (the reflector may not show the annotation yet)
         self.folds = 0  # ledger writes that folded a uid (tests)
 
     def start(self) -> None:
@@ -243,15 +244,19 @@ class SpendWork:
             message = f"pool {state.name} spent {month.text()} this month of ${budget.monthly:,.2f} (UTC month)"
         else:
             return
-        running = []
+        running, present = [], set()
         for pod in self._pods.snapshot():
             meta = pod["metadata"]
             annotations = meta.get("annotations") or {}
+            present.add(str(meta.get("uid", "")))
             if pool_of(pod) != state.name or not live_pod(pod).committed or meta.get("deletionTimestamp"):
                 continue
-            if (pod.get("spec") or {}).get("nodeName") and names.STOP_REASON_ANNOTATION not in annotations:
+            asked = names.STOP_REASON_ANNOTATION in annotations or meta.get("uid") in self._asked
+            if (pod.get("spec") or {}).get("nodeName") and not asked:
                 running.append(pod)
+        self._asked &= present
         for pod in sorted(running, key=lambda p: str(p["metadata"].get("creationTimestamp", "")), reverse=True):
+            self._asked.add(str(pod["metadata"].get("uid", "")))
             self._annotate_stop(pod, message)
 
     def _annotate_stop(self, pod: JsonDict, message: str) -> None:

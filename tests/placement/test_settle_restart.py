@@ -28,7 +28,8 @@ from tests.support.rigs.placement import Stack, h100_pod_template
 
 def vnode_stops_on_budget() -> bool:
     """VNODE's part reads the stop annotation (the lead merges it)."""
-    return any("STOP_REASON_ANNOTATION" in p.read_text() for p in Path(ROOT, "vnode").rglob("*.py"))
+    files = sorted(Path(ROOT, "vnode").rglob("*.py"))  # a list: no scandir iterator is left open
+    return any("STOP_REASON_ANNOTATION" in p.read_text() for p in files)
 
 
 def test_a_pod_deleted_while_placement_is_stopped_is_settled_when_it_starts_again(
