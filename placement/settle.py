@@ -17,6 +17,7 @@ tests/placement/test_settle.py::test_I12_a_deleted_pods_spend_stays_in_its_pools
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -138,7 +139,8 @@ class SpendWork:
         self._wake = wake
         self.verdict = verdict
         self.interval = interval
-        self._day = ""
+        self._day = ""  # the UTC day of the last tick
+        self._day_lock = threading.Lock()
         self._asked: set[str] = set()  # uids asked to stop (the reflector may not show the annotation yet)
         self.folds = 0  # ledger writes that folded a uid (tests)
 
@@ -209,7 +211,8 @@ class SpendWork:
             return Requeue(0.5)
         now = self.book.clock()
         day = led.day_key(now)
-        new_day, self._day = bool(self._day) and day != self._day, day
+        with self._day_lock:  # a tick asked for by hand may run beside the queue's
+            new_day, self._day = bool(self._day) and day != self._day, day
         present = {str(p["metadata"].get("uid", "")) for p in self._pods.snapshot()}
         for state in self._pools.pools():
             if self.book.ledger(state.name).pods and not set(self.book.ledger(state.name).pods) <= present:

@@ -227,3 +227,25 @@ def test_stop_annotates_the_running_pods_newest_first(
         assert annotations[names.STOP_MESSAGE_ANNOTATION] == "pool halt spent $10.00 today of $5.00 (UTC day)"
     published(stack.placement, kube, "halt", lambda s: s["spend"]["today"] == "$10.00", what="$10.00 published")
     assert asked == ["new", "old"]  # asked once each
+
+
+def test_a_new_utc_day_wakes_the_budgeted_pools_waiters(
+    cluster: DevCluster, kube: Kube, stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock(bill.next_day(time.time()) - 10)  # 23:59:50 UTC
+    stack.placement.spend.clock = clock
+    cluster.apply_manifest(budgeted_pool("nightly", {"daily": 5}))
+    cluster.apply_manifest(budgeted_pool("free"))
+    wait_for(lambda: stack.placement.pools.get("free") and stack.placement.pools.get("nightly"), what="pools read")
+    work: SpendWork = stack.placement.controller.spend
+    woken: list[str] = []
+    monkeypatch.setattr(work, "_wake", woken.append)
+    synced = (stack.placement.controller.pods.synced, stack.placement.pools.synced)
+    tick = wait_for(lambda: work.tick() if all(s.is_set() for s in synced) else None, what="a tick")
+    assert tick.after == pytest.approx(10.05)  # the next tick is at midnight, not a minute later
+    assert woken == []
+    clock.advance(20)
+    work.tick()
+    assert woken == ["nightly"]  # the pool without a budget has nothing to wake
+    work.tick()
+    assert woken == ["nightly"]
