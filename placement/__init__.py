@@ -15,6 +15,11 @@ and skipping what refused recently. Map of the package:
 - `ungate`      pure: the one JSON patch that places a Pod
 - `notgated`    an opted-in Pod created without the gate (no webhook): the rule, its one Warning
 - `admission`   pure AdmissionReview decision behind the console's /webhooks/pods
+- `ledger`      pure: a pool's settled ledger (deleted Pods' spend) in its status: fold once per uid, prune
+- `spend`       the spend book: each pool's spend from its ledger and its Pods' billing records
+- `spendview`   the read side of spend (values the console shows)
+- `settle`      the writes of spend on the controller's queue: the pool status, settling deleted
+                Pods (finalizer `nebula.io/spend`), Stop's annotation
 - `controller`  the placement controller; `wiring.start_placement` assembles everything
 
 Imports `providers` and `kube` (client, reflector, queue, worker, events, names); never `vnode`,

@@ -9,7 +9,9 @@ back, when its pool's budget regains room, and at least every `PLACEMENT_RECHECK
 budgeted pool's price is reserved in the `BudgetBook` before the patch, released if it fails.
 An opted-in Pod that arrived without the gate (no webhook) gets one `NotGated` Warning naming
 the webhook (`placement.notgated`). It deletes refused Pods a controller owns (so the owner
-recreates them) and publishes each NodePool's status (its placedCount as Pods are placed and finish). Runs on
+recreates them) and publishes each NodePool's whole status (placedCount as Pods are placed and
+finish, and spend) through `placement.settle.SpendWork`, which also settles deleted Pods' spend
+on this WorkerPool. Runs on
 `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
 writes the blocklist (the vnode Handler records refusals with their pool).
 
@@ -24,7 +26,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from kube import names, observe
@@ -40,7 +44,8 @@ from placement.budgets import BudgetBook, Verdict, budget_from
 from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting, gated_pods
 from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
-from placement.poolcache import PoolCache, generation, pool_status
+from placement.poolcache import PoolCache, generation
+from placement.replacing import replace_given_up
 from placement.request import (
     RequestError,
     WorkloadRequest,
@@ -48,9 +53,11 @@ from placement.request import (
     is_replaceable_failure,
     labels,
     placed_pool,
-    replacement_cause,
     workload_request,
 )
+from placement.settle import SPEND_INTERVAL, SPEND_KEY, SpendWork
+from placement.spend import SpendBook
+from placement.spendview import Money
 from placement.ungate import JSON_PATCH, placement_annotations, ungate_patch
 from placement.waiting import PLACEMENT_RECHECK, wait_for
 
@@ -65,6 +72,10 @@ POOLS_UNSYNCED = Requeue(0.5)  # the pool cache has not listed NodePools yet: lo
 LOOK_AGAIN_NOW = Requeue(0.0)  # the Pod changed under our patch: the next look is a fresh attempt
 PATCH_RETRY_DELAY = 1.0  # seconds before retrying a Pod patch the API server failed
 EXPIRY_MARGIN = 0.05  # seconds past an expiry before looking again, so the entry has lapsed
+
+
+def _dollars(today: Money, month: Money) -> tuple[float, float]:
+    return today.dollars, month.dollars
 
 
 class PlacementController:
@@ -82,6 +93,8 @@ class PlacementController:
         recheck: float = PLACEMENT_RECHECK,
         queue: WorkQueue | None = None,
         budgets: BudgetBook | None = None,
+        clock: Callable[[], float] = time.time,
+        spend_interval: float = SPEND_INTERVAL,
     ) -> None:
         self._kube = kube
         self._catalog = catalog
@@ -93,23 +106,28 @@ class PlacementController:
         self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self.gated = GatedRegister()
-        self.budgets = budgets if budgets is not None else BudgetBook()
+        self.budgets = budgets if budgets is not None else BudgetBook(clock=clock)
         self.budgets.budget_of = budget_from(pools)
         self.not_gated = notgated.NotGatedRegister()
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
         self.placed_counts: Counter[str] = Counter()  # pool -> len of its entries in _placed
-        self._candidates: dict[str, int] = {}  # pool -> the candidateCount last published
         self._lock = threading.Lock()
         self.workers = WorkerPool(self.queue, self.sync, name="placement", workers=workers)
         self.pods = Reflector(
             watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
         )
+        book = SpendBook(self.pods, pools, clock=clock)
+        self.spend = SpendWork(kube, book, pools, self.pods, self.queue, self.placed_count, self.pool_changed)
+        self.spend.interval = spend_interval  # its writes run here, under `spend:` keys (placement.settle)
+        self.spend.verdict = self._budget_verdict  # one verdict: the budget book's, reservations included
+        self.budgets.spent = lambda pool: _dollars(*book.spent(pool))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
         self.pods.start()
         self.workers.start()
+        self.spend.start()
 
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         """Stop intake (the workers end when the queue closes); returns those still busy after `timeout`."""
@@ -120,6 +138,7 @@ class PlacementController:
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
         self.queue.add(key)
         self._budget_released(self.budgets.observe(key, pod))
+        self.spend.pod_changed(key, pod)  # the spend book's index; a deleted Pod is settled
         pool = "" if pod is None else placed_pool(pod)
         with self._lock:
             before = self._placed.pop(key, "")
@@ -138,6 +157,11 @@ class PlacementController:
     def pool_changed(self, name: str) -> None:
         """A NodePool appeared, went, or changed its spec."""
         self.queue.add(POOL_KEY + name)
+
+    def _budget_verdict(self, pool: str) -> tuple[str, str] | None:
+        """(reason, message) while the pool's budget holds new Pods back, else None (SpendWork's)."""
+        _, _, message, limit = self.budgets.state(pool)
+        return None if message is None or limit is None else (limit.value, message)
 
     def _budget_released(self, pool: str) -> None:
         """`pool` released a commitment: the Pods its budget holds look again now."""
@@ -168,9 +192,11 @@ class PlacementController:
         if key.startswith(POOL_KEY):
             self._sync_pool(key[len(POOL_KEY) :])
             return None
-        if key.startswith(PLACED_KEY):
-            self._publish_placed(key[len(PLACED_KEY) :])
+        if key.startswith(PLACED_KEY):  # the whole status, placedCount and spend (nothing before the pool's sync)
+            self.spend.publish(key[len(PLACED_KEY) :])
             return None
+        if key.startswith(SPEND_KEY):
+            return self.spend.sync(key)
         with self.pods.lock:
             pod = self.pods.cache.get(key)
         if pod is None:
@@ -179,7 +205,7 @@ class PlacementController:
             return None
         if is_replaceable_failure(pod):
             self._forget(key)
-            self._replace(pod)
+            replace_given_up(self._kube, pod, self._event)
             return None
         if not is_placeable(pod):
             self._forget(key)
@@ -345,21 +371,6 @@ class PlacementController:
         self._event(pod, "Normal", names.EVENT_PLACED, message)
         return PLACED
 
-    # -- refused Pods ----------------------------------------------------------------------------
-    def _replace(self, pod: JsonDict) -> None:
-        """Delete a given-up Pod its controller owns so the owner makes a fresh gated one."""
-        meta = pod["metadata"]
-        path = path_for("pods", namespace=meta["namespace"], name=meta["name"])
-        try:
-            self._kube.delete(path, uid=meta.get("uid"))
-        except (NotFoundError, ConflictError):
-            return  # gone already, or the name now belongs to a new Pod
-        except KubeError as exc:
-            logger.warning("could not delete given-up Pod %s/%s: %s", meta["namespace"], meta["name"], exc)
-            return
-        logger.info("deleted given-up Pod %s/%s so its owner replaces it", meta["namespace"], meta["name"])
-        self._event(pod, "Normal", names.EVENT_REPLACING, f"deleted after {replacement_cause(pod)}")
-
     # -- offerings and pools -------------------------------------------------------------------
     def _sync_catalog(self) -> Requeue | None:
         """Ask the catalog again (it calls only the providers whose answer is older than its
@@ -370,27 +381,16 @@ class PlacementController:
 
     def _sync_pool(self, name: str) -> None:
         state = self._pools.get(name)
-        if state is None:
-            self._candidates.pop(name, None)
-        else:
-            count = 0 if state.pool is None else count_candidates(state.pool, self._catalog.views())
-            self._candidates[name] = count
-            self._pools.write_status(name, pool_status(state, candidate_count=count, placed_count=self._count(name)))
+        pool = state.pool if state is not None else None
+        count = count_candidates(pool, self._catalog.views()) if pool is not None else 0
+        self.spend.pool_synced(name, None if state is None else count)
         for pod in self.pods.snapshot():
             if labels(pod).get(names.POOL_LABEL) == name and is_placeable(pod):
                 meta = pod["metadata"]
                 self.queue.add(f"{meta['namespace']}/{meta['name']}")
 
-    def _publish_placed(self, name: str) -> None:
-        """Write the pool's new placedCount; nothing before its first sync (which writes it)."""
-        state, candidates = self._pools.get(name), self._candidates.get(name)
-        if state is not None and candidates is not None:
-            status = pool_status(state, candidate_count=candidates, placed_count=self._count(name))
-            self._pools.write_status(name, status)
-
-    def _count(self, pool: str) -> int:
-        with self._lock:
-            return self.placed_counts[pool]
+    def placed_count(self, pool: str) -> int:
+        return self.placed_counts[pool]  # one read of a Counter: atomic under the GIL
 
     def _event(self, pod: JsonDict, kind: str, reason: str, message: str) -> None:
         if len(message) > MAX_EVENT_MESSAGE:

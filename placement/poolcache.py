@@ -3,8 +3,10 @@
 Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
 (`ttl_of`), the vnode Handlers (`egress_of`, `provisioning_timeout_of`: it is a
 `vnode.poolpolicy.PoolPolicies` by structure, tests/placement/test_pool_policy.py) and the
-REST API (`pools`). Its one write is a NodePool's status subresource,
-asked for by the controller, and only when the status would change. Tested over the
+REST API (`pools`). Its one write is a NodePool's whole status (a PUT of the status
+subresource, conditioned on the resourceVersion it was composed from, so a stale writer never
+drops a settled ledger), asked for by the controller and the spend publisher, and only when the
+status would change. Tested over the
 devcluster in tests/console/api/test_api_e2e.py::test_an_invalid_pool_is_reported_in_its_status_and_on_its_pods
 and tests/placement/test_e2e_pool_status.py (placedCount, providerNames).
 """
@@ -19,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube import names
-from kube.client import Kube, KubeError, NotFoundError, path_for
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.reflector import Reflector
 from placement.pools import NodePool, PoolError, parse_pool
 from providers.egress import OPEN, Egress
@@ -118,16 +120,20 @@ class PoolCache:
         if spec_moved and self._on_change is not None:
             self._on_change(key)
 
-    def write_status(self, name: str, status: JsonDict) -> None:
-        """Merge-patch the pool's status if it differs from the cached one (transition times
-        of unchanged conditions are kept)."""
+    def write_status(self, name: str, status: JsonDict, *, raw: JsonDict | None = None) -> bool:
+        """Replace the pool's whole status (PUT of the status subresource, conditioned on the
+        resourceVersion of `raw`, by default the cached object) if it differs from the one
+        `raw` holds (transition times of unchanged conditions are kept). False: the object
+        moved on since (409), the caller composes again from the newer one; True otherwise."""
         state = self.get(name)
-        if state is None:
-            return
-        current = state.raw.get("status") or {}
+        if raw is None:
+            if state is None:
+                return True
+            raw = state.raw
+        current = raw.get("status") or {}
         status = _keep_transition_times(current, status)
         if current == status:
-            return
+            return True
         path = path_for(
             names.NODEPOOL_PLURAL,
             name=name,
@@ -136,11 +142,19 @@ class PoolCache:
             version=names.NODEPOOL_VERSION,
         )
         try:
-            self._kube.patch(path, {"status": status})
+            self._kube.replace(path, dict(raw, status=status))
+        except ConflictError:
+            return False
         except NotFoundError:
-            return
+            return True
         except KubeError as exc:
             logger.warning("could not write the status of NodePool %s: %s", name, exc)
+        return True
+
+
+def state_of(name: str, obj: JsonDict) -> PoolState:
+    """`obj` (a NodePool as read) parsed, as the cache would hold it."""
+    return _parse(name, obj)
 
 
 def _parse(name: str, obj: JsonDict) -> PoolState:
@@ -154,11 +168,19 @@ def generation(obj: JsonDict) -> Any:
     return (obj.get("metadata") or {}).get("generation")
 
 
-def pool_status(state: PoolState, *, candidate_count: int, placed_count: int = 0) -> JsonDict:
-    """The status placement publishes: observed generation, candidates, the Pods placed through
-    the pool that have not finished, the providers' names (one string, for `kubectl get`'s
-    Providers column: kube-apiserver prints only the first match of a `[*]` column path), and
-    a Ready condition."""
+def pool_status(
+    state: PoolState,
+    *,
+    candidate_count: int,
+    placed_count: int = 0,
+    spend: JsonDict | None = None,
+    budget: JsonDict | None = None,
+) -> JsonDict:
+    """The whole status placement publishes (every writer writes all of it, so no writer drops
+    another's part): observed generation, candidates, the Pods placed through the pool that
+    have not finished, the providers' names (one string, for `kubectl get`'s Providers column:
+    kube-apiserver prints only the first match of a `[*]` column path), a Ready condition, and,
+    from the spend publisher, `spend` and the `BudgetExceeded` condition (`budget`)."""
     valid = state.pool is not None
     message = f"{candidate_count} candidates from the registered providers" if valid else f"invalid pool: {state.error}"
     providers = (state.raw.get("spec") or {}).get("providers")
@@ -167,7 +189,7 @@ def pool_status(state: PoolState, *, candidate_count: int, placed_count: int = 0
         if isinstance(providers, list)
         else []
     )
-    return {
+    status: JsonDict = {
         "observedGeneration": generation(state.raw) or 0,
         "candidateCount": candidate_count if valid else 0,
         "placedCount": placed_count,
@@ -178,10 +200,19 @@ def pool_status(state: PoolState, *, candidate_count: int, placed_count: int = 0
                 "status": "True" if valid and candidate_count else "False",
                 "reason": ("Valid" if candidate_count else "NoCandidates") if valid else "Invalid",
                 "message": message,
-                "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "lastTransitionTime": now_text(),
             }
         ],
     }
+    if budget is not None:
+        status["conditions"].append(budget)
+    if spend is not None:
+        status["spend"] = spend
+    return status
+
+
+def now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _keep_transition_times(current: JsonDict, new: JsonDict) -> JsonDict:

@@ -1,8 +1,11 @@
-"""The one Pod patch that places a Pod: its nodeSelector, the placement annotations, and our
-scheduling gate removed, as a JSON patch (RFC 6902) that applies only to the Pod as placement read it.
+"""The one Pod patch that places a Pod: its nodeSelector, the placement annotations, our
+scheduling gate removed, and the finalizer `nebula.io/spend` added (placement.settle folds the
+Pod's spend into its pool's ledger before removing it), as a JSON patch (RFC 6902) that applies
+only to the Pod as placement read it.
 
 Pure; the placement controller sends it. Never removes another controller's gate.
-Tests: tests/placement/test_ungate_patch.py.
+Tests: tests/placement/test_ungate_patch.py,
+tests/placement/test_settle.py::test_the_ungate_patch_adds_the_spend_finalizer_once.
 """
 
 from __future__ import annotations
@@ -52,4 +55,9 @@ def ungate_patch(pod: JsonDict, provider: str, annotations: dict[str, str]) -> l
             ops.append({"op": "add", "path": f"/metadata/annotations/{_pointer(key)}", "value": value})
     else:
         ops.append({"op": "add", "path": "/metadata/annotations", "value": annotations})
+    finalizers = meta.get("finalizers") or []
+    if not finalizers:
+        ops.append({"op": "add", "path": "/metadata/finalizers", "value": [names.SPEND_FINALIZER]})
+    elif names.SPEND_FINALIZER not in finalizers:
+        ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": names.SPEND_FINALIZER})
     return ops

@@ -6,7 +6,9 @@ and provisioning timeout) to every Runner too, and starts it after them (`start_
 builds and starts one at once). Returns a `Placement`
 whose `stop()` stops intake and joins the workers. The console reads `Placement` through
 `console.runtime` (pools, the blocklist, `gated_pods`); its one write is `clear_block`, an
-operator's action. Assembled end to end in
+operator's action; `spend_report()` is the spend book's report (`placement.spend`), and
+`spend` the book itself (`spent(pool)` for budgets). `clock` (epoch seconds) and
+`spend_interval` (seconds between spend publications) are injectable for tests. Assembled end to end in
 tests/placement/test_e2e_failover.py::test_deployment_lands_on_cheap_spot_fails_over_within_2s_and_returns_after_ttl.
 """
 
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
-from datetime import UTC, datetime
+import time
+from collections.abc import Callable, Mapping
 
 from kube import names
 from kube.client import Kube
@@ -25,6 +27,8 @@ from placement.catalog import Catalog
 from placement.controller import PlacementController
 from placement.gated import GatedPod
 from placement.poolcache import PoolCache
+from placement.settle import SPEND_INTERVAL
+from placement.spend import SpendBook
 from placement.spendview import SpendReport
 from providers.base import Provider
 
@@ -45,6 +49,8 @@ class Placement:
         workers: int = 8,
         offerings_ttl: float = 10.0,
         requeue_spread: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        spend_interval: float = SPEND_INTERVAL,
     ) -> None:
         self.blocklist = blocklist
         self.providers = dict(providers)
@@ -60,7 +66,10 @@ class Placement:
             events=self.events,
             workers=workers,
             requeue_spread=requeue_spread,
+            clock=clock,
+            spend_interval=spend_interval,
         )
+        self.spend: SpendBook = self.controller.spend.book  # what each pool spent (the budget book reads `spent`)
 
     def start(self) -> None:
         self.blocklist.use_pool_ttls(self.pools.ttl_of)
@@ -81,7 +90,7 @@ class Placement:
 
     def spend_report(self) -> SpendReport:
         """Spend and budgets as of now, for the console, the REST API and the metrics."""
-        return SpendReport(at=datetime.now(UTC))
+        return self.spend.report(verdict=self.controller.spend.verdict)
 
     def clear_block(self, entry_id: str, *, actor: str) -> bool:
         """An operator removes a blocklist entry: logged, and an Event on the provider's node."""
@@ -106,6 +115,8 @@ def start_placement(
     workers: int = 8,
     offerings_ttl: float = 10.0,
     requeue_spread: float = 1.0,
+    clock: Callable[[], float] = time.time,
+    spend_interval: float = SPEND_INTERVAL,
 ) -> Placement:
     """Build and start placement over the providers registered on this manager."""
     placement = Placement(
@@ -116,6 +127,8 @@ def start_placement(
         workers=workers,
         offerings_ttl=offerings_ttl,
         requeue_spread=requeue_spread,
+        clock=clock,
+        spend_interval=spend_interval,
     )
     placement.start()
     return placement

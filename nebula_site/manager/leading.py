@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +26,7 @@ from nebula_site.manager import config as manager_config
 from nebula_site.manager import runners as manager_runners
 from nebula_site.manager import shutdown as manager_shutdown
 from placement.blocklist import Blocklist
+from placement.settle import SPEND_INTERVAL
 from placement.wiring import Placement
 from providers.base import Provider
 from vnode.blocklister import Blocklister
@@ -46,6 +48,8 @@ class Leading:
     options: manager_config.RunnerOptions
     operations: Mapping[str, OperationLimits] = field(default_factory=dict)  # alias -> limits
     requeue_spread: float = 1.0  # placement's: seconds over which a refused Pod's retries spread
+    spend_interval: float = SPEND_INTERVAL  # placement's: seconds between publications of the pools' spend
+    clock: Callable[[], float] = time.time  # placement's spend clock (epoch seconds; tests pass a fake one)
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -91,6 +95,8 @@ class Leading:
             watch_kube=watch_kube,
             blocklist=self.blocklist,
             requeue_spread=self.requeue_spread,
+            clock=self.clock,
+            spend_interval=self.spend_interval,
         )
         pools: PoolPolicies = placement.pools
         if own_runners:

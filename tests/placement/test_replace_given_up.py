@@ -150,7 +150,8 @@ def test_a_preempted_owned_pod_is_replaced_off_the_spot_tier_and_an_unowned_one_
             what="the owned Pod's replacement runs",
         )
         assert (provider_of(replacement[0]), tier_of(replacement[0])) != ("gpu-a", "Spot")
-        assert [p["metadata"]["uid"] for p in pods_of(kube, "owned")] == [replacement[0]["metadata"]["uid"]]
+        only = [replacement[0]["metadata"]["uid"]]  # the replaced Pod goes once its spend is settled (a finalizer)
+        wait_for(lambda: [p["metadata"]["uid"] for p in pods_of(kube, "owned")] == only, what="the replaced Pod gone")
         assert wait_for(lambda: replaced_for(kube, "Preempted"), what="the Replacing Event says why")
         assert status_of(get(kube, "bare")) == ("Failed", names.REASON_PREEMPTED)  # no controller: it stays
         assert not is_replaceable_failure(get(kube, "bare") or {})

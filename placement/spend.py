@@ -1,0 +1,321 @@
+"""The spend book: what each NodePool has spent, computed from facts (design I12, issue 35).
+
+A pool's spend = its settled ledger (`status.spend.settled`, deleted Pods, `placement.ledger`)
++ the sum over its Pods still present (not folded yet) of `hourly price x billed seconds` from
+each Pod's `nebula.io/billing` record. Nothing is stored per Pod, so a restart or a leader handoff
+recomputes the same figures, and a uid in the ledger is never counted live too. A Pod without a
+known price bills unpriced seconds, never $0.
+
+Built by `placement.wiring.Placement` over the controller's Pod reflector (kept indexed by the
+controller's `_on_pod` hook, `pod_changed`) and the `PoolCache`; read by the budget check
+(`spent`, cached: it runs per placement decision), the status publisher (`placement.settle`) and
+the console (`report`). Never writes anything; reads the clock only through the injected one.
+Tests: tests/placement/test_spend_book.py::test_a_pools_spend_is_settled_plus_live_and_counts_a_folded_uid_once,
+tests/placement/test_spend_book.py::test_an_unknown_price_is_unpriced_never_zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kube import billing as bill
+from kube import names
+from kube.reflector import Reflector
+from placement import ledger as led
+from placement.poolcache import PoolCache
+from placement.request import placed_pool
+from placement.spendview import Bucket, BudgetView, Money, PodSpend, PoolSpend, Rate, Series, SpendReport
+
+logger = logging.getLogger(__name__)
+
+JsonDict = dict[str, Any]
+Verdict = tuple[str, str]  # (BudgetExceeded reason, message)
+SPENT_CACHE = 1.0  # seconds `spent` answers from its cache while nothing of the pool changed
+TOP_PODS = 20
+HOURS_SHOWN = 24
+DAYS_SHOWN = 30
+
+
+@dataclass(frozen=True)
+class LivePod:
+    """What the book reads of one Pod of a pool."""
+
+    uid: str
+    namespace: str
+    name: str
+    provider: str
+    price: float | None
+    billing: bill.Billing
+    committed: bool  # placed and unfinished (counts in the hourly rate and the instance count)
+    created: str
+
+    def money(self, now: float, since: float = -math.inf) -> Money:
+        seconds = self.billing.seconds(now=now, since=since)
+        if self.price is None:
+            return Money(0.0, seconds)
+        return Money(bill.dollars(self.price, seconds), 0.0)
+
+
+def hourly_price(pod: Mapping[str, Any]) -> float | None:
+    """The price placement wrote on the Pod; None when absent or not a finite number >= 0."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.HOURLY_PRICE_ANNOTATION)
+    try:
+        price = float(text) if text is not None else math.nan
+    except ValueError:
+        return None
+    return price if math.isfinite(price) and price >= 0 else None
+
+
+def billing_of(pod: Mapping[str, Any]) -> bill.Billing:
+    """The Pod's billing record; EMPTY (with a debug line) when it is not one Nebula wrote."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.BILLING_ANNOTATION)
+    try:
+        return bill.parse(text)
+    except bill.BillingError as exc:
+        logger.debug("Pod %s: ignoring its billing record: %s", (pod.get("metadata") or {}).get("name"), exc)
+        return bill.EMPTY
+
+
+def live_pod(pod: Mapping[str, Any]) -> LivePod:
+    meta = pod.get("metadata") or {}
+    provider = str(((pod.get("spec") or {}).get("nodeSelector") or {}).get(names.PROVIDER_KEY) or "")
+    return LivePod(
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        provider=provider,
+        price=hourly_price(pod),
+        billing=billing_of(pod),
+        committed=bool(placed_pool(pod)),
+        created=str(meta.get("creationTimestamp", "")),
+    )
+
+
+def pool_of(pod: Mapping[str, Any] | None) -> str:
+    """The pool a Pod was placed through (its annotation), finished or not; "" if none."""
+    if pod is None:
+        return ""
+    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(names.POOL_ANNOTATION) or "")
+
+
+def budget_view(spec: Any) -> BudgetView | None:
+    """`spec.budget` read leniently for display and the Stop rule (placement.pools validates it)."""
+    raw = spec.get("budget") if isinstance(spec, dict) else None
+    if not isinstance(raw, dict):
+        return None
+
+    def number(key: str) -> float | None:
+        value = raw.get(key)
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    count = number("maxInstances")
+    return BudgetView(
+        max_hourly_cost=number("maxHourlyCost"),
+        daily=number("daily"),
+        monthly=number("monthly"),
+        max_instances=None if count is None else int(count),
+        on_exceeded=str(raw.get("onExceeded") or "Hold"),
+        allow_unpriced=raw.get("allowUnpriced") is True,
+    )
+
+
+def verdict_of(
+    pool: str, budget: BudgetView | None, rate: Rate, instances: int, today: Money, month: Money
+) -> Verdict | None:
+    """Why the pool's budget holds new Pods back now (reason, message), or None."""
+    if budget is None:
+        return None
+    if budget.max_instances is not None and instances >= budget.max_instances:
+        return "MaxInstances", f"pool {pool} at {instances} of {budget.max_instances} instances"
+    if budget.max_hourly_cost is not None and rate.dollars >= budget.max_hourly_cost:
+        return "MaxHourlyCost", f"pool {pool} at {rate.text()} of ${budget.max_hourly_cost:,.2f}/h"
+    if budget.daily is not None and today.dollars >= budget.daily:
+        return "Daily", f"pool {pool} spent {today.text()} today of ${budget.daily:,.2f} (UTC day)"
+    if budget.monthly is not None and month.dollars >= budget.monthly:
+        return "Monthly", f"pool {pool} spent {month.text()} this month of ${budget.monthly:,.2f} (UTC month)"
+    return None
+
+
+class SpendBook:
+    """Thread-safe. `clock()` is epoch seconds (tests pass a fake one)."""
+
+    def __init__(
+        self,
+        pods: Reflector,
+        pools: PoolCache,
+        *,
+        clock: Callable[[], float] = time.time,
+        cache_for: float = SPENT_CACHE,
+    ) -> None:
+        self._pods = pods
+        self._pools = pools
+        self.clock = clock
+        self._cache_for = cache_for
+        self._lock = threading.Lock()
+        self._index: dict[str, set[str]] = defaultdict(set)  # pool -> Pod keys placed through it
+        self._pool_of: dict[str, str] = {}  # Pod key -> its pool
+        self._spent: dict[str, tuple[float, Any, tuple[Money, Money]]] = {}  # pool -> (at, ledger rv, value)
+        self._ledgers: dict[str, tuple[Any, led.Ledger]] = {}  # pool -> (status identity, parsed)
+
+    # -- inputs ------------------------------------------------------------------------------
+    def pod_changed(self, key: str, pod: JsonDict | None) -> None:
+        """The controller's Pod reflector saw `key` change (called from its `_on_pod`)."""
+        pool = pool_of(pod)
+        with self._lock:
+            before = self._pool_of.pop(key, "")
+            if before:
+                self._index[before].discard(key)
+                self._spent.pop(before, None)
+            if pool:
+                self._pool_of[key] = pool
+                self._index[pool].add(key)
+                self._spent.pop(pool, None)
+
+    # -- reads -------------------------------------------------------------------------------
+    def ledger(self, pool: str) -> led.Ledger:
+        """The pool's settled ledger as the pool cache holds it (EMPTY, with a warning, if garbled)."""
+        state = self._pools.get(pool)
+        settled = (((state.raw.get("status") or {}).get("spend") or {}).get("settled")) if state else None
+        with self._lock:
+            cached = self._ledgers.get(pool)
+            if cached is not None and cached[0] is settled:
+                return cached[1]
+        try:
+            parsed = led.parse(settled)
+        except led.LedgerError as exc:
+            logger.warning("NodePool %s: %s; reading it as empty", pool, exc)
+            parsed = led.EMPTY
+        with self._lock:
+            self._ledgers[pool] = (settled, parsed)
+        return parsed
+
+    def live(self, pool: str) -> list[LivePod]:
+        """The pool's Pods still present whose spend is not in its ledger yet."""
+        folded = set(self.ledger(pool).pods)
+        with self._lock:
+            keys = list(self._index.get(pool, ()))
+        with self._pods.lock:
+            found = [self._pods.cache.get(key) for key in keys]
+        pods = [live_pod(p) for p in found if p is not None and pool_of(p) == pool]
+        return [p for p in pods if p.uid not in folded]
+
+    def spent(self, pool: str) -> tuple[Money, Money]:
+        """(today, this month) of `pool`: what a `daily` / `monthly` budget compares. Cheap:
+        answered from a cache for up to `cache_for` seconds while nothing of the pool changes."""
+        now = self.clock()
+        settled = self.ledger(pool)
+        with self._lock:
+            hit = self._spent.get(pool)
+            if hit is not None and hit[1] is settled and 0 <= now - hit[0] < self._cache_for:
+                return hit[2]
+        value = self._today_month(pool, settled, self.live(pool), now)
+        with self._lock:
+            self._spent[pool] = (now, settled, value)
+        return value
+
+    def _today_month(self, pool: str, settled: led.Ledger, live: list[LivePod], now: float) -> tuple[Money, Money]:
+        day, month = bill.day_start(now), bill.month_start(now)
+        today = Money(settled.dollars_since(led.day_key(day)))
+        this_month = Money(settled.dollars_since(led.day_key(month)))
+        for pod in live:
+            today += pod.money(now, day)
+            this_month += pod.money(now, month)
+        return today, this_month
+
+    def pool_spend(
+        self, pool: str, *, verdict: Callable[[str], Verdict | None] | None = None, buckets: bool = True
+    ) -> PoolSpend:
+        """Everything shown of one pool now; `verdict` (the budget book's) overrides the
+        book's own reading of the budget; without `buckets` (the status) no hours and days."""
+        now = self.clock()
+        settled, live = self.ledger(pool), self.live(pool)
+        state = self._pools.get(pool)
+        budget = budget_view((state.raw.get("spec") if state else None) or {})
+        committed = [p for p in live if p.committed]
+        rate = Rate(sum(p.price or 0.0 for p in committed), sum(1 for p in committed if p.price is None))
+        today, month = self._today_month(pool, settled, live, now)
+        total = Money(sum(r.dollars for r in settled.total), settled.unpriced_seconds())
+        for pod in live:
+            total += pod.money(now)
+        why = verdict(pool) if verdict is not None else verdict_of(pool, budget, rate, len(committed), today, month)
+        return PoolSpend(
+            pool=pool,
+            rate=rate,
+            instances=len(committed),
+            today=today,
+            month=month,
+            total=total,
+            budget=budget,
+            exceeded=None if why is None else why[1],
+            hours=tuple(_buckets(settled.hours, led.hour_keys(now, HOURS_SHOWN), live, now, 3_600.0))
+            if buckets
+            else (),
+            days=tuple(_buckets(settled.days, led.day_keys(now, DAYS_SHOWN), live, now, 86_400.0)) if buckets else (),
+        )
+
+    def series(self, pool: str) -> list[Series]:
+        """Total dollars per (provider, namespace) of `pool`, settled and live."""
+        now = self.clock()
+        sums: dict[tuple[str, str], float] = defaultdict(float)
+        for row in self.ledger(pool).total:
+            sums[row.provider, row.namespace] += row.dollars
+        for pod in self.live(pool):
+            sums[pod.provider, pod.namespace] += pod.money(now).dollars
+        return [Series(pool, provider, namespace, value) for (provider, namespace), value in sorted(sums.items())]
+
+    def report(self, *, verdict: Callable[[str], Verdict | None] | None = None) -> SpendReport:
+        """Every pool's spend, the dearest billing Pods, the series, the providers' buckets."""
+        now = self.clock()
+        names_ = [state.name for state in self._pools.pools()]
+        pools = tuple(self.pool_spend(name, verdict=verdict) for name in names_)
+        top = sorted(self._billing_pods(now), key=lambda p: (-(p.hourly_price or 0.0), p.namespace, p.name))
+        return SpendReport(
+            at=datetime.fromtimestamp(now, UTC),
+            pools=pools,
+            top_pods=tuple(top[:TOP_PODS]),
+            series=tuple(s for name in names_ for s in self.series(name)),
+            providers_hours=_sum_buckets(p.hours for p in pools),
+            providers_days=_sum_buckets(p.days for p in pools),
+        )
+
+    def _billing_pods(self, now: float) -> list[PodSpend]:
+        found = []
+        for pod in self._pods.snapshot():
+            one = live_pod(pod)
+            if one.billing.billing:
+                pool, provider = pool_of(pod) or None, one.provider or None
+                found.append(PodSpend(one.namespace, one.name, pool, provider, one.price, True, one.money(now)))
+        return found
+
+
+def _buckets(
+    settled: Mapping[str, Mapping[str, float]], keys: list[str], live: list[LivePod], now: float, width: float
+) -> Iterable[Bucket]:
+    for key in keys:
+        start = led.at_hour(key)
+        by: dict[str, float] = {p: v for p, v in settled.get(key, {}).items()}
+        since = start.timestamp()
+        for pod in live:
+            if pod.price is not None:
+                seconds = pod.billing.seconds(now=now, since=since, until=since + width)
+                if seconds > 0:
+                    by[pod.provider] = by.get(pod.provider, 0.0) + bill.dollars(pod.price, seconds)
+        yield Bucket(start, by)
+
+
+def _sum_buckets(rows: Iterable[tuple[Bucket, ...]]) -> tuple[Bucket, ...]:
+    merged: dict[datetime, dict[str, float]] = {}
+    for buckets in rows:
+        for bucket in buckets:
+            by = merged.setdefault(bucket.start, {})
+            for provider, value in bucket.by_provider.items():
+                by[provider] = by.get(provider, 0.0) + value
+    return tuple(Bucket(start, by) for start, by in sorted(merged.items()))
