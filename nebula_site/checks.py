@@ -7,7 +7,7 @@ nebula.E004 bad POLL_INTERVAL           nebula.E008 bad OUTAGE_TOLERATION_SECOND
 nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
 nebula.E011 bad NODE_DNS_NAME           nebula.E012 bad PROBE_WORKERS
 nebula.E017 bad LISTENER_LIMITS          nebula.E018 bad PROVIDER_OPERATIONS (or a provider's OPERATIONS)
-nebula.E019 SHARE_PROVIDERS not a boolean
+nebula.E019 SHARE_PROVIDERS not a boolean   nebula.E020 bad SPEND_INTERVAL
 Under nebula_site.production (its NEBULA_PRODUCTION marker), always, not only with --deploy:
 nebula.E013 the public development SECRET_KEY   nebula.E014 a weak SECRET_KEY (or fallback)
 nebula.E015 '*' in ALLOWED_HOSTS
@@ -94,6 +94,10 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 1024:
         message = f"NEBULA['PROBE_WORKERS']={workers!r} must be a whole number from 1 to 1024"
         errors.append(Error(message, id="nebula.E012"))
+    spend = conf.get("SPEND_INTERVAL", 60.0)
+    if isinstance(spend, bool) or not isinstance(spend, (int, float)) or not 1 <= spend <= 3600:
+        message = f"NEBULA['SPEND_INTERVAL']={spend!r} must be seconds from 1 to 3600"
+        errors.append(Error(message, id="nebula.E020"))
     share = conf.get("SHARE_PROVIDERS", False)
     if not isinstance(share, bool):
         errors.append(Error(f"NEBULA['SHARE_PROVIDERS']={share!r} must be true or false", id="nebula.E019"))

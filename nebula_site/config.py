@@ -70,6 +70,8 @@ DEFAULTS: dict[str, Any] = {
     # Probes run by the manager at once, per provider (a bound: probing thousands of Pods
     # never starves the poll loop; more due probes wait their turn).
     "PROBE_WORKERS": 16,
+    # Seconds between publications of the NodePools' moving spend figures (docs/cost.md).
+    "SPEND_INTERVAL": 60.0,
     # Seconds between provider.list() calls when the provider does not say otherwise.
     "POLL_INTERVAL": 15.0,
     # "text" or "json".

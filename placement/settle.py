@@ -26,7 +26,7 @@ from kube import billing as bill
 from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.reflector import Reflector
-from kube.times import parse_rfc3339
+from kube.times import micro_time, parse_rfc3339
 from kube.worker import Requeue, Retry
 from kube.workqueue import WorkQueue
 from placement import ledger as led
@@ -89,7 +89,7 @@ def spend_status(spend: PoolSpend, settled: led.Ledger, now: float) -> JsonDict:
             "total": round(spend.total.dollars, 6),
             "unpricedInstances": spend.rate.unpriced,
         },
-        "asOf": datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "asOf": micro_time(datetime.fromtimestamp(now, UTC)),  # to the microsecond: the figures' own instant
         "settled": led.dump(settled),
     }
 

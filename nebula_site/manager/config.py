@@ -98,6 +98,7 @@ class ManagerConfig:
     share_providers: bool = False
     lease_duration: float = LEASE_DURATION
     shutdown_grace: float = SHUTDOWN_GRACE
+    spend_interval: float = 60.0  # seconds between publications of the pools' moving spend figures
     demo: bool = False
 
     @property

@@ -67,7 +67,12 @@ class Wiring:
 
     def leading(self, providers: Mapping[str, Provider]) -> manager_leading.Leading:
         return manager_leading.Leading(
-            providers, self.registry, self.blocklist, self.options, operations=self.config.operations
+            providers,
+            self.registry,
+            self.blocklist,
+            self.options,
+            operations=self.config.operations,
+            spend_interval=self.config.spend_interval,
         )
 
 

@@ -57,6 +57,8 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"CLUSTER_NAME": "Prod.1"}, "nebula.E009"),
         ({"RESTART_BACKOFF_INITIAL": 0}, "nebula.E010"),
         ({"RESTART_BACKOFF_INITIAL": 400.0}, "nebula.E010"),
+        ({"SPEND_INTERVAL": 0.5}, "nebula.E020"),
+        ({"SPEND_INTERVAL": True}, "nebula.E020"),
         ({"RESTART_BACKOFF_RESET": "soon"}, "nebula.E010"),
         ({"LISTENER_LIMITS": {"per_host": 8}}, "nebula.E017"),
         ({"LISTENER_LIMITS": {"head_timeout": "soon"}}, "nebula.E017"),

@@ -309,6 +309,7 @@ def manager_config_from(options: dict[str, Any]) -> manager_config.ManagerConfig
         metrics_token_auth=options["metrics_auth"] == "token",
         metrics_optional=options["metrics_addr"] is None and conf["METRICS_ADDR"] == DEFAULTS["METRICS_ADDR"],
         operations=operation_limits(conf, list(providers)),
+        spend_interval=float(conf["SPEND_INTERVAL"]),
         namespace=options["namespace"],
         leader_election=not options["no_leader_election"],
         share_providers=share,
