@@ -31,11 +31,12 @@ from kube.worker import Requeue, Retry
 from kube.workqueue import WorkQueue
 from placement import ledger as led
 from placement.poolcache import NODEPOOLS, PoolCache, PoolState, pool_status, state_of
+from placement.pools import OnExceeded
 from placement.spend import (
     SpendBook,
     Verdict,
     billing_of,
-    budget_view,
+    budget_of,
     hourly_price,
     live_pod,
     pool_of,
@@ -183,7 +184,8 @@ class SpendWork:
         if self.verdict is not None:
             why = self.verdict(name)
         else:
-            why = verdict_of(name, spend.budget, spend.rate, spend.instances, spend.today, spend.month)
+            budget, now = budget_of(state), self.book.clock()
+            why = verdict_of(name, budget, spend.rate, spend.instances, spend.today, spend.month, now)
         return pool_status(
             state,
             candidate_count=candidates,
@@ -219,7 +221,7 @@ class SpendWork:
                 self._forget_gone(state.name, present)
             self.publish(state.name, moving=True)
             self._stop_if_exceeded(state)
-            if new_day and budget_view(state.raw.get("spec") or {}) is not None:
+            if new_day and budget_of(state) is not None:
                 self._wake(state.name)  # a new UTC day (or month): daily / monthly limits start again
         return Requeue(max(0.0, min(self.interval, bill.next_day(now) - now + 0.05)))
 
@@ -237,8 +239,8 @@ class SpendWork:
     def _stop_if_exceeded(self, state: PoolState) -> None:
         """`onExceeded: Stop`: once today's or this month's spend reached its limit, annotate the
         pool's running Pods, newest first, for the vnode to stop them."""
-        budget = budget_view(state.raw.get("spec") or {})
-        if budget is None or budget.on_exceeded != "Stop":
+        budget = budget_of(state)
+        if budget is None or budget.on_exceeded is not OnExceeded.STOP:
             return
         today, month = self.book.spent(state.name)
         if budget.daily is not None and today.dollars >= budget.daily:

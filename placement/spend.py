@@ -29,10 +29,12 @@ from typing import Any
 from kube import billing as bill
 from kube import names
 from kube.reflector import Reflector
+from placement import budgets
 from placement import ledger as led
-from placement.poolcache import PoolCache
+from placement.poolcache import PoolCache, PoolState
+from placement.pools import Budget
 from placement.request import placed_pool
-from placement.spendview import Bucket, BudgetView, Money, PodSpend, PoolSpend, Rate, Series, SpendReport
+from placement.spendview import Bucket, Money, PodSpend, PoolSpend, Rate, Series, SpendReport
 
 logger = logging.getLogger(__name__)
 
@@ -106,41 +108,24 @@ def pool_of(pod: Mapping[str, Any] | None) -> str:
     return str(((pod.get("metadata") or {}).get("annotations") or {}).get(names.POOL_ANNOTATION) or "")
 
 
-def budget_view(spec: Any) -> BudgetView | None:
-    """`spec.budget` read leniently for display and the Stop rule (placement.pools validates it)."""
-    raw = spec.get("budget") if isinstance(spec, dict) else None
-    if not isinstance(raw, dict):
-        return None
-
-    def number(key: str) -> float | None:
-        value = raw.get(key)
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-    count = number("maxInstances")
-    return BudgetView(
-        max_hourly_cost=number("maxHourlyCost"),
-        daily=number("daily"),
-        monthly=number("monthly"),
-        max_instances=None if count is None else int(count),
-        on_exceeded=str(raw.get("onExceeded") or "Hold"),
-        allow_unpriced=raw.get("allowUnpriced") is True,
-    )
+def budget_of(state: PoolState | None) -> Budget | None:
+    """The pool's parsed `spec.budget` (placement.pools validated it); None: no budget, or an
+    invalid pool (placement places none of its Pods)."""
+    return None if state is None or state.pool is None else state.pool.budget
 
 
 def verdict_of(
-    pool: str, budget: BudgetView | None, rate: Rate, instances: int, today: Money, month: Money
+    pool: str, budget: Budget | None, rate: Rate, instances: int, today: Money, month: Money, now: float
 ) -> Verdict | None:
-    """Why the pool's budget holds new Pods back now (reason, message), or None."""
-    if budget is None:
-        return None
-    if budget.max_instances is not None and instances >= budget.max_instances:
-        return "MaxInstances", f"pool {pool} at {instances} of {budget.max_instances} instances"
-    if budget.max_hourly_cost is not None and rate.dollars >= budget.max_hourly_cost:
-        return "MaxHourlyCost", f"pool {pool} at {rate.text()} of ${budget.max_hourly_cost:,.2f}/h"
-    if budget.daily is not None and today.dollars >= budget.daily:
-        return "Daily", f"pool {pool} spent {today.text()} today of ${budget.daily:,.2f} (UTC day)"
-    if budget.monthly is not None and month.dollars >= budget.monthly:
-        return "Monthly", f"pool {pool} spent {month.text()} this month of ${budget.monthly:,.2f} (UTC month)"
+    """Why the pool's budget holds new Pods back now (reason, message), or None: the budget
+    book's pure verdict, read without its reservations (a SpendBook on its own, in tests)."""
+    found = budgets.verdict(
+        pool, budget, hourly=rate.dollars, instances=instances, today=today.dollars, month=month.dollars, now=now
+    )
+    if not found.allowed and found.limit is not None and found.message is not None:
+        return found.limit.value, found.message
+    if budget is not None and budget.max_hourly_cost is not None and rate.dollars >= budget.max_hourly_cost:
+        return budgets.Limit.MAX_HOURLY_COST.value, found.hourly or ""
     return None
 
 
@@ -238,14 +223,16 @@ class SpendBook:
         now = self.clock()
         settled, live = self.ledger(pool), self.live(pool)
         state = self._pools.get(pool)
-        budget = budget_view((state.raw.get("spec") if state else None) or {})
+        budget = budget_of(state)
         committed = [p for p in live if p.committed]
         rate = Rate(sum(p.price or 0.0 for p in committed), sum(1 for p in committed if p.price is None))
         today, month = self._today_month(pool, settled, live, now)
         total = Money(sum(r.dollars for r in settled.total), settled.unpriced_seconds())
         for pod in live:
             total += pod.money(now)
-        why = verdict(pool) if verdict is not None else verdict_of(pool, budget, rate, len(committed), today, month)
+        why = (
+            verdict(pool) if verdict is not None else verdict_of(pool, budget, rate, len(committed), today, month, now)
+        )
         return PoolSpend(
             pool=pool,
             rate=rate,
@@ -253,7 +240,7 @@ class SpendBook:
             today=today,
             month=month,
             total=total,
-            budget=budget,
+            budget=None if budget is None else budget.view(),
             exceeded=None if why is None else why[1],
             hours=tuple(_buckets(settled.hours, led.hour_keys(now, HOURS_SHOWN), live, now, 3_600.0))
             if buckets

@@ -14,8 +14,9 @@ from kube import billing as bill
 from kube import names
 from kube.reflector import Reflector
 from placement import ledger as led
-from placement.poolcache import PoolCache
-from placement.spend import SpendBook, budget_view
+from placement.poolcache import PoolCache, PoolState
+from placement.pools import PoolError, parse_pool
+from placement.spend import SpendBook, budget_of
 from placement.spendview import Money
 from tests.support.clock import ManualClock
 
@@ -153,12 +154,20 @@ def test_the_report_has_the_pools_the_dearest_billing_pods_and_the_series() -> N
 @pytest.mark.parametrize(
     ("spec", "text"),
     [
-        ({}, None),
-        ({"budget": {}}, "none"),
-        ({"budget": {"monthly": 5000, "maxInstances": 10}}, "$5,000.00/month, 10 instances"),
-        ({"budget": {"daily": "lots", "maxHourlyCost": True}}, "none"),
+        ({"providers": [{"name": "gpu-a"}]}, None),
+        ({"providers": [{"name": "gpu-a"}], "budget": {}}, "none"),
+        (
+            {"providers": [{"name": "gpu-a"}], "budget": {"monthly": 5000, "maxInstances": 10}},
+            "$5,000.00/month, 10 instances",
+        ),
+        ({"providers": [{"name": "gpu-a"}], "budget": {"daily": "lots"}}, None),  # invalid: placement places none
     ],
 )
-def test_budget_view_reads_the_spec_leniently(spec: dict[str, Any], text: str | None) -> None:
-    view = budget_view(spec)
-    assert (view.text() if view is not None else None) == text
+def test_the_book_reads_the_budget_placement_parsed(spec: dict[str, Any], text: str | None) -> None:
+    raw = {"metadata": {"name": "gpu"}, "spec": spec}
+    try:
+        state = PoolState("gpu", parse_pool(raw), "", raw)
+    except PoolError as exc:
+        state = PoolState("gpu", None, str(exc), raw)
+    budget = budget_of(state)
+    assert (budget.view().text() if budget is not None else None) == text
