@@ -106,8 +106,6 @@ class PlacementController:
         self.queue = queue if queue is not None else WorkQueue()
         self.attempts: Counter[str] = Counter()  # placement attempts per Pod key (tests, metrics)
         self.gated = GatedRegister()
-        self.budgets = budgets if budgets is not None else BudgetBook(clock=clock)
-        self.budgets.budget_of = budget_from(pools)
         self.not_gated = notgated.NotGatedRegister()
         self._last: dict[str, tuple[Any, float | None]] = {}  # key -> (inputs signature, fresh_at)
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
@@ -118,6 +116,9 @@ class PlacementController:
             watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
         )
         book = SpendBook(self.pods, pools, clock=clock)
+        # One clock for both books: the budget's day and month are the accrual's (a test's fake one too).
+        self.budgets = budgets if budgets is not None else BudgetBook(clock=lambda: book.clock())
+        self.budgets.budget_of = budget_from(pools)
         self.spend = SpendWork(kube, book, pools, self.pods, self.queue, self.placed_count, self.pool_changed)
         self.spend.interval = spend_interval  # its writes run here, under `spend:` keys (placement.settle)
         self.spend.verdict = self._budget_verdict  # one verdict: the budget book's, reservations included

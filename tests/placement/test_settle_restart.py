@@ -19,11 +19,24 @@ from kube.client import Kube
 from placement.settle import TICK_KEY
 from placement.ungate import JSON_PATCH
 from placement.wiring import start_placement
-from tests.placement.test_settle import PODS, budgeted_pool, create_pod, gone, settled_of, status_of, write_billing
+from tests.placement.test_settle import (
+    PODS,
+    budgeted_pool,
+    create_pod,
+    delete_now,
+    gone,
+    settled_of,
+    status_of,
+    write_billing,
+)
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
-from tests.support.rigs.placement import Stack, h100_pod_template
+from tests.support.rigs.placement import Alone, Stack, h100_pod_template
+
+
+def annotation_of(kube: Kube, name: str) -> str | None:
+    return (kube.get(f"{PODS}/{name}")["metadata"].get("annotations") or {}).get(names.BILLING_ANNOTATION)
 
 
 def vnode_stops_on_budget() -> bool:
@@ -33,19 +46,19 @@ def vnode_stops_on_budget() -> bool:
 
 
 def test_a_pod_deleted_while_placement_is_stopped_is_settled_when_it_starts_again(
-    cluster: DevCluster, kube: Kube, stack: Stack
+    cluster: DevCluster, kube: Kube, alone: Alone
 ) -> None:
     cluster.apply_manifest(budgeted_pool("later"))
     create_pod(kube, "orphan", "later")
     now = time.time()
     write_billing(kube, "orphan", bill.EMPTY.opened(now - 3600, "i-1").closed_at(now - 1800))  # $5
-    wait_for(lambda: stack.placement.spend.pool_spend("later").total.dollars == pytest.approx(5.0), what="$5 live")
-    stack.placement.stop()
-    kube.delete(f"{PODS}/orphan")
+    wait_for(lambda: alone.placement.spend.pool_spend("later").total.dollars == pytest.approx(5.0), what="$5 live")
+    alone.placement.stop()
+    delete_now(kube, "orphan")
     wait_for(lambda: kube.get(f"{PODS}/orphan")["metadata"].get("deletionTimestamp"), what="the Pod deleting")
     assert not gone(kube, "orphan")  # held by our finalizer while nobody settles it
     second = start_placement(
-        stack.providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=stack.blocklist
+        alone.providers, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=alone.blocklist
     )
     try:
         wait_for(lambda: gone(kube, "orphan"), what="settled by the next placement")
@@ -56,7 +69,7 @@ def test_a_pod_deleted_while_placement_is_stopped_is_settled_when_it_starts_agai
         second.stop()
 
 
-def test_a_pod_without_our_finalizer_is_never_folded(cluster: DevCluster, kube: Kube, stack: Stack) -> None:
+def test_a_pod_without_our_finalizer_is_never_folded(cluster: DevCluster, kube: Kube, alone: Alone) -> None:
     """A Pod placed before the finalizer existed (removed here by hand) goes at once, unsettled."""
     cluster.apply_manifest(budgeted_pool("legacy"))
     pod = create_pod(kube, "legacy", "legacy")
@@ -65,45 +78,47 @@ def test_a_pod_without_our_finalizer_is_never_folded(cluster: DevCluster, kube: 
                  content_type=JSON_PATCH)  # fmt: skip
     now = time.time()
     write_billing(kube, "legacy", bill.EMPTY.opened(now - 3600, "i-1").closed_at(now - 1800))
-    kube.delete(f"{PODS}/legacy")
+    delete_now(kube, "legacy")
     wait_for(lambda: gone(kube, "legacy"), what="the Pod gone")
-    stack.placement.controller.queue.add(TICK_KEY)
+    alone.placement.controller.queue.add(TICK_KEY)
     wait_for(lambda: status_of(kube, "legacy").get("spend"), what="a spend status")
-    assert stack.placement.controller.spend.folds == 0
+    assert alone.placement.controller.spend.folds == 0
     assert settled_of(kube, "legacy").total == ()
 
 
 @pytest.mark.skipif(importlib.util.find_spec("placement.budgets") is None, reason="needs BUDGET's branch")
 def test_daily_crossed_on_a_fake_clock_holds_new_pods_budget_exceeded(
-    cluster: DevCluster, kube: Kube, stack: Stack
+    cluster: DevCluster, kube: Kube, alone: Alone
 ) -> None:
     clock = ManualClock(bill.day_start(time.time()) + 12 * 3600)
-    stack.placement.spend.clock = clock
+    alone.placement.spend.clock = clock
     cluster.apply_manifest(budgeted_pool("held", {"daily": 5}))
     create_pod(kube, "first", "held")
     write_billing(kube, "first", bill.EMPTY.opened(clock.now - 2400, "i-1"))  # $6.67 today
-    wait_for(lambda: stack.placement.spend.spent("held")[0].dollars >= 5, what="the daily limit reached")
+    wait_for(lambda: alone.placement.spend.spent("held")[0].dollars >= 5, what="the daily limit reached")
     body = h100_pod_template("held", "second")
     body.update(apiVersion="v1", kind="Pod")
     body["metadata"].update(name="second", namespace="default")
     kube.create(PODS, body)
     held = wait_for(
-        lambda: [g for g in stack.placement.gated_pods() if g.name == "second" and g.reason],
+        lambda: [g for g in alone.placement.gated_pods() if g.name == "second" and g.reason],
         what="the new Pod held",
     )
     assert held[0].reason == names.REASON_BUDGET_EXCEEDED
-    assert held[0].message == "pool held spent $6.67 today of $5.00 (UTC day)"
+    assert held[0].message is not None
+    assert held[0].message.startswith("pool held spent $6.67 today of $5.00 (UTC day) (spec.budget.daily)")
 
 
 @pytest.mark.skipif(not vnode_stops_on_budget(), reason="needs VNODE's branch (the vnode side of Stop)")
 def test_stop_ends_the_running_pods_failed_budget_exceeded_with_disruption_target(
     cluster: DevCluster, kube: Kube, stack: Stack
 ) -> None:
-    clock = ManualClock(bill.day_start(time.time()) + 12 * 3600)
-    stack.placement.spend.clock = clock
+    """The vnode's own billing record (opened as the fake cloud created the instance, today) and
+    a clock at tomorrow noon: twelve hours billed tomorrow at $10/h, $120 of a $5 daily budget."""
     cluster.apply_manifest(budgeted_pool("stopping", {"daily": 5, "onExceeded": "Stop"}))
     create_pod(kube, "runner", "stopping")
-    write_billing(kube, "runner", bill.EMPTY.opened(clock.now - 3600, "i-1"))  # $10 today
+    wait_for(lambda: bill.parse(annotation_of(kube, "runner")).billing, what="the vnode opened its span")
+    stack.placement.spend.clock = ManualClock(bill.next_day(time.time()) + 12 * 3600)
     wait_for(lambda: stack.placement.spend.spent("stopping")[0].dollars >= 5, what="the daily limit reached")
     stack.placement.controller.queue.add(TICK_KEY)
 
@@ -113,6 +128,6 @@ def test_stop_ends_the_running_pods_failed_budget_exceeded_with_disruption_targe
 
     status = wait_for(ended, what="the Pod stopped")
     assert status["reason"] == names.REASON_BUDGET_EXCEEDED
-    assert status["message"] == "pool stopping spent $10.00 today of $5.00 (UTC day)"
+    assert status["message"] == "pool stopping spent $120.00 today of $5.00 (UTC day)"
     disruption = [c for c in status.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
     assert disruption and disruption[0]["status"] == "True" and disruption[0]["reason"] == "TerminationByKubelet"

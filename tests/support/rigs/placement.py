@@ -1,7 +1,8 @@
 """The placement rig, registered as fixtures by tests/conftest.py: `console` (the console app
-over real TLS), `webhook` (it, registered as the cluster's admission webhook) and `stack` (two
+over real TLS), `webhook` (it, registered as the cluster's admission webhook), `stack` (two
 fake providers `gpu-a` cheap and `gpu-b` dear with Runners, and placement, sharing one
-Blocklist, on a cluster with the NodePool CRD); with the H100 scenarios and object factories.
+Blocklist, on a cluster with the NodePool CRD) and `alone` (placement over gpu-a, whose Node no
+vnode serves); with the H100 scenarios and object factories.
 
 Used by tests/placement, tests/console/api and tests/nebula_site/test_webhook_view.py.
 """
@@ -23,7 +24,7 @@ from kube.client import Kube, path_for
 from nebula_site.manager import leading
 from nebula_site.manager import runners as manager_runners
 from placement.blocklist import Blocklist
-from placement.wiring import Placement
+from placement.wiring import Placement, start_placement
 from providers.base import Provider
 from providers.fake import FakeProvider
 from tests.support.fixtures import ROOT, kube_for
@@ -194,3 +195,41 @@ def stack(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Stack]:
     assert nodes.placement is not None
     yield Stack(providers, nodes.blocklist, nodes.runners, nodes.placement)
     stop_nodes(nodes)
+
+
+@dataclass
+class Alone:
+    """Placement over `providers`, with `blocklist`, and the Node of gpu-a that no vnode serves."""
+
+    providers: dict[str, FakeProvider]
+    blocklist: Blocklist
+    placement: Placement
+
+
+@pytest.fixture
+def alone(cluster: DevCluster, kube: Kube, webhook: TlsWsgiServer) -> Iterator[Alone]:
+    """Placement alone: the webhook gates opted-in Pods, placement places them on gpu-a, the
+    scheduler binds them to its Node (Ready, tainted, as a vnode registers it) and nothing serves
+    them, so the billing record a test writes is the only one. With no kubelet to complete a
+    graceful delete, tests delete with grace 0 (the spend finalizer still holds the Pod)."""
+    cluster.load_manifests((ROOT / "deploy/crds/nodepool.yaml").read_text())
+    provider = FakeProvider("gpu-a", {"cloud": f"alone-{uuid.uuid4().hex[:8]}", "scenario": h100_scenario("gpu-a")})
+    kube.create(path_for("nodes"), unserved_node("gpu-a"))
+    blocklist = Blocklist()
+    placement = start_placement(
+        {"gpu-a": provider}, kube=kube_for(cluster), watch_kube=kube_for(cluster), blocklist=blocklist
+    )
+    try:
+        yield Alone({"gpu-a": provider}, blocklist, placement)
+    finally:
+        placement.stop()
+
+
+def unserved_node(provider: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": names.node_name(provider), "labels": {names.PROVIDER_KEY: provider}},
+        "spec": {"taints": [{"key": names.PROVIDER_KEY, "value": provider, "effect": "NoSchedule"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]},
+    }
