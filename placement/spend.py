@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
 Verdict = tuple[str, str]  # (BudgetExceeded reason, message)
 SPENT_CACHE = 1.0  # seconds `spent` answers from its cache while nothing of the pool changed
+# Seconds (monotonic) a pool's cached `spent` is still used after a Pod's cost changed: bounds the
+# sums over the whole pool to 10 a second while Pods churn (one per decision would be O(N^2)).
+DIRTY_GAP = 0.1
 TOP_PODS = 20
 HOURS_SHOWN = 24
 DAYS_SHOWN = 30
@@ -147,22 +150,34 @@ class SpendBook:
         self._lock = threading.Lock()
         self._index: dict[str, set[str]] = defaultdict(set)  # pool -> Pod keys placed through it
         self._pool_of: dict[str, str] = {}  # Pod key -> its pool
-        self._spent: dict[str, tuple[float, Any, tuple[Money, Money]]] = {}  # pool -> (at, ledger rv, value)
+        self._cost_of: dict[str, tuple[Any, Any]] = {}  # Pod key -> (billing record, price) as last seen
+        # pool -> (at on `clock`, the ledger it read, the value, when on the monotonic clock)
+        self._spent: dict[str, tuple[float, Any, tuple[Money, Money], float]] = {}
+        self._dirty: set[str] = set()  # pools a Pod's cost changed in since their `spent` was cached
         self._ledgers: dict[str, tuple[Any, led.Ledger]] = {}  # pool -> (status identity, parsed)
 
     # -- inputs ------------------------------------------------------------------------------
     def pod_changed(self, key: str, pod: JsonDict | None) -> None:
-        """The controller's Pod reflector saw `key` change (called from its `_on_pod`)."""
+        """The controller's Pod reflector saw `key` change (called from its `_on_pod`). Only a
+        change of what the Pod costs (its billing record or price, or the Pod going) clears
+        the pool's `spent` cache: placing a Pod, which adds none, must not make every next
+        placement decision sum the whole pool again (bench/budgets.py)."""
         pool = pool_of(pod)
+        annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+        record = annotations.get(names.BILLING_ANNOTATION)
+        cost = (record, annotations.get(names.HOURLY_PRICE_ANNOTATION))
         with self._lock:
             before = self._pool_of.pop(key, "")
+            costed = self._cost_of.pop(key, None)
             if before:
                 self._index[before].discard(key)
-                self._spent.pop(before, None)
             if pool:
                 self._pool_of[key] = pool
                 self._index[pool].add(key)
-                self._spent.pop(pool, None)
+                self._cost_of[key] = cost
+            changed = record is not None if costed is None else cost != costed
+            if pod is None or changed or (before != pool and record is not None):
+                self._dirty.update(name for name in (before, pool) if name)
 
     # -- reads -------------------------------------------------------------------------------
     def ledger(self, pool: str) -> led.Ledger:
@@ -194,16 +209,19 @@ class SpendBook:
 
     def spent(self, pool: str) -> tuple[Money, Money]:
         """(today, this month) of `pool`: what a `daily` / `monthly` budget compares. Cheap:
-        answered from a cache for up to `cache_for` seconds while nothing of the pool changes."""
-        now = self.clock()
+        answered from a cache for up to `cache_for` seconds while nothing of the pool changes,
+        and for up to DIRTY_GAP (real) seconds after a Pod's cost changed."""
+        now, fresh = self.clock(), time.monotonic()
         settled = self.ledger(pool)
         with self._lock:
             hit = self._spent.get(pool)
             if hit is not None and hit[1] is settled and 0 <= now - hit[0] < self._cache_for:
-                return hit[2]
+                if pool not in self._dirty or fresh - hit[3] < DIRTY_GAP:
+                    return hit[2]
+            self._dirty.discard(pool)
         value = self._today_month(pool, settled, self.live(pool), now)
         with self._lock:
-            self._spent[pool] = (now, settled, value)
+            self._spent[pool] = (now, settled, value, fresh)
         return value
 
     def _today_month(self, pool: str, settled: led.Ledger, live: list[LivePod], now: float) -> tuple[Money, Money]:

@@ -14,6 +14,7 @@ from kube import billing as bill
 from kube import names
 from kube.reflector import Reflector
 from placement import ledger as led
+from placement import spend
 from placement.poolcache import PoolCache, PoolState
 from placement.pools import PoolError, parse_pool
 from placement.spend import SpendBook, budget_of
@@ -105,7 +106,7 @@ def test_an_unknown_price_is_unpriced_never_zero() -> None:
     assert rig.book.pool_spend("gpu").total == Money(0.0, 120.0)
 
 
-def test_spent_is_cached_briefly_and_follows_the_pods() -> None:
+def test_spent_is_cached_briefly_and_follows_the_pods(monkeypatch: pytest.MonkeyPatch) -> None:
     rig = Book()
     rig.put_pool(nodepool("gpu"))
     rig.put_pod(pod("p", "uid-1", price="36", start=NOW - 600, end=None))
@@ -114,7 +115,16 @@ def test_spent_is_cached_briefly_and_follows_the_pods() -> None:
     rig.clock.advance(0.5)
     assert rig.book.spent("gpu")[0] is today  # from the cache
     rig.put_pod(pod("q", "uid-2", price="36", start=NOW - 600, end=None))
-    assert rig.book.spent("gpu")[0].dollars == pytest.approx(12.0 + 0.01)  # a Pod change clears it
+    monkeypatch.setattr(spend, "DIRTY_GAP", 3600.0)
+    assert rig.book.spent("gpu")[0] is today  # a Pod's cost changed: kept for DIRTY_GAP (real) seconds
+    monkeypatch.setattr(spend, "DIRTY_GAP", 0.0)
+    assert rig.book.spent("gpu")[0].dollars == pytest.approx(12.0 + 0.01)  # then summed again
+    placed = pod("r", "uid-3", price="36", start=NOW, end=None)
+    del placed["metadata"]["annotations"][names.BILLING_ANNOTATION]
+    rig.put_pod(placed)  # placed, with no billing record yet: it adds no cost
+    monkeypatch.setattr(spend, "DIRTY_GAP", 3600.0)
+    assert "gpu" not in rig.book._dirty  # nothing to sum again
+    monkeypatch.setattr(spend, "DIRTY_GAP", 0.0)
     rig.clock.advance(600)
     assert rig.book.spent("gpu")[0].dollars == pytest.approx(24.01)
     rig.pods.cache.pop("team/q")
