@@ -4,10 +4,11 @@ Runs on the placement controller's WorkerPool under queue keys starting `spend:`
 catalog's does): `spend:tick` every `interval` seconds (and at each UTC midnight) publishes
 every pool's whole status (`status.spend`, the `BudgetExceeded` condition), drops folded uids
 whose Pods are gone and, for `onExceeded: Stop`, annotates the pool's running Pods newest
-first once `daily`/`monthly` is reached; `spend:settle:<ns/name>` folds a deleted Pod's spend
-into its pool's settled ledger (one status write conditioned on the NodePool's
-resourceVersion, the uid recorded) and then removes the `nebula.io/spend` finalizer: a crash
-between the two finds the uid in the ledger and only removes the finalizer.
+first once `daily`/`monthly` is reached; `spend:settle:<pool>` folds the spend of the pool's
+deleted Pods that are due into its settled ledger (ONE status write for all of them, conditioned
+on the NodePool's resourceVersion, their uids recorded) and then removes the `nebula.io/spend`
+finalizer of each: a crash between the two finds the uids in the ledger and only removes the
+finalizers.
 `spend:publish:<pool>` writes a pool's status again after a conflict. Never deletes a Pod,
 never touches a Pod without our finalizer (but for the Stop annotation), never folds a uid twice.
 Tests: tests/placement/test_settle.py::test_I12_spend_is_never_counted_twice_across_a_crash,
@@ -163,8 +164,8 @@ class SpendWork:
     def pod_changed(self, key: str, pod: JsonDict | None) -> None:
         """From the controller's `_on_pod`: index the Pod, and settle it if it is being deleted."""
         self.book.pod_changed(key, pod)
-        if deleting_ours(pod):
-            self._queue.add(SETTLE_KEY + key)
+        if pod is not None and deleting_ours(pod):
+            self._queue.add(SETTLE_KEY + pool_of(pod))  # coalesced: one fold per pool and burst
 
     def sync(self, key: str) -> Requeue | None:
         if key == TICK_KEY:
@@ -286,21 +287,26 @@ class SpendWork:
         logger.info("Pod %s/%s asked to stop: %s", meta["namespace"], meta["name"], message)
 
     # -- settling ------------------------------------------------------------------------------
-    def settle(self, key: str) -> Requeue | None:
-        """Fold a deleted Pod's spend into its pool's ledger (once), then remove our finalizer."""
-        with self._pods.lock:
-            pod = self._pods.cache.get(key)
-        if pod is None or not deleting_ours(pod):
-            return None
+    def settle(self, pool: str) -> Requeue | None:
+        """Fold the spend of every deleted Pod of `pool` that is due into its ledger (once each,
+        in ONE status write), then remove our finalizer from each. A Pod not due yet is looked at
+        again when it is; a conflicting write, after CONFLICT_DELAY."""
         now = self.book.clock()
-        due = settle_due(pod, now)
-        if due > now:
-            return Requeue(due - now)
-        pool = pool_of(pod)
-        if pool and not self._fold(pool, pod, now):
+        ready: list[JsonDict] = []
+        next_due: float | None = None
+        for pod in self._pods.snapshot():
+            if pool_of(pod) != pool or not deleting_ours(pod):
+                continue
+            due = settle_due(pod, now)
+            if due <= now:
+                ready.append(pod)
+            else:
+                next_due = due if next_due is None else min(next_due, due)
+        if ready and pool and not self._fold(pool, ready, now):
             return Requeue(CONFLICT_DELAY)
-        self._remove_finalizer(pod)
-        return None
+        for pod in ready:
+            self._remove_finalizer(pod)
+        return None if next_due is None else Requeue(next_due - now)
 
     def _settled_of(self, name: str, obj: JsonDict) -> led.Ledger:
         try:
@@ -309,26 +315,28 @@ class SpendWork:
             logger.warning("NodePool %s: %s; starting it again", name, exc)
             return led.EMPTY
 
-    def _fold(self, name: str, pod: JsonDict, now: float) -> bool:
+    def _fold(self, name: str, pods: list[JsonDict], now: float) -> bool:
         """Folded (or folded before, or no pool to fold into): True; a conflict: False."""
         try:
             obj = self._kube.get(f"{NODEPOOLS}/{name}")
         except NotFoundError:
-            logger.info("NodePool %s is gone; the spend of Pod %s is not kept", name, pod["metadata"].get("name"))
+            logger.info("NodePool %s is gone; the spend of %d deleted Pods is not kept", name, len(pods))
             return True
         except KubeError as exc:
             raise Retry(f"reading NodePool {name}: {exc}", delay=1.0) from exc
-        settled = self._settled_of(name, obj)
-        meta = pod["metadata"]
-        uid = str(meta.get("uid", ""))
-        if uid in settled.pods:
-            return True  # folded before a crash or by another replica: only the finalizer is left
-        provider = str(((pod.get("spec") or {}).get("nodeSelector") or {}).get(names.PROVIDER_KEY) or "")
-        piece = led.Piece(provider, str(meta.get("namespace", "")), hourly_price(pod), billing_of(pod))
-        folded = led.prune(led.fold(settled, [piece], uid, now), now)
-        if not self._write_ledger(name, obj, folded):
+        settled = folded = self._settled_of(name, obj)
+        for pod in pods:
+            meta = pod["metadata"]
+            provider = str(((pod.get("spec") or {}).get("nodeSelector") or {}).get(names.PROVIDER_KEY) or "")
+            piece = led.Piece(provider, str(meta.get("namespace", "")), hourly_price(pod), billing_of(pod))
+            # A uid folded before (a crash, another replica) is left as it is: only its finalizer is left.
+            folded = led.fold(folded, [piece], str(meta.get("uid", "")), now)
+        if folded is settled:
+            return True
+        before = len(settled.pods)
+        if not self._write_ledger(name, obj, led.prune(folded, now)):
             return False
-        self.folds += 1
+        self.folds += len(folded.pods) - before
         return True
 
     def _write_ledger(self, name: str, obj: JsonDict, settled: led.Ledger) -> bool:
@@ -355,7 +363,7 @@ class SpendWork:
             return
         except KubeError as exc:
             if exc.status in (409, 422):  # the Pod moved on: its next version is settled again
-                self._queue.add(SETTLE_KEY + f"{meta['namespace']}/{meta['name']}", delay=CONFLICT_DELAY)
+                self._queue.add(SETTLE_KEY + pool_of(pod), delay=CONFLICT_DELAY)
                 return
             raise Retry(f"removing {names.SPEND_FINALIZER} from {meta['name']}: {exc}", delay=1.0) from exc
 
