@@ -20,6 +20,7 @@ and skipping what refused recently. Map of the package:
 - `spendview`   the read side of spend (values the console shows)
 - `settle`      the writes of spend on the controller's queue: the pool status, settling deleted
                 Pods (finalizer `nebula.io/spend`), Stop's annotation
+- `replacing`   a given-up Pod a controller owns deleted, so its owner makes a fresh gated one
 - `controller`  the placement controller; `wiring.start_placement` assembles everything
 
 Imports `providers` and `kube` (client, reflector, queue, worker, events, names); never `vnode`,
