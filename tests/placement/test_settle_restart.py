@@ -1,13 +1,11 @@
 """Settling across a stopped placement, and what is not ours, on the devcluster (`stack`): a Pod
 deleted while placement is stopped is settled when the next one starts; a Pod without our
-finalizer is never folded; and, with the budget and vnode parts merged, a daily limit holds new
-Pods back and Stop ends the running ones `Failed`/`BudgetExceeded` with `DisruptionTarget`."""
+finalizer is never folded; a daily limit holds new Pods back; and Stop ends the running ones
+`Failed`/`BudgetExceeded` with `DisruptionTarget`."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,19 +28,13 @@ from tests.placement.test_settle import (
     write_billing,
 )
 from tests.support.clock import ManualClock
-from tests.support.fixtures import ROOT, kube_for
+from tests.support.fixtures import kube_for
 from tests.support.polling import wait_for
 from tests.support.rigs.placement import Alone, Stack, h100_pod_template
 
 
 def annotation_of(kube: Kube, name: str) -> str | None:
     return (kube.get(f"{PODS}/{name}")["metadata"].get("annotations") or {}).get(names.BILLING_ANNOTATION)
-
-
-def vnode_stops_on_budget() -> bool:
-    """VNODE's part reads the stop annotation (the lead merges it)."""
-    files = sorted(Path(ROOT, "vnode").rglob("*.py"))  # a list: no scandir iterator is left open
-    return any("STOP_REASON_ANNOTATION" in p.read_text() for p in files)
 
 
 def test_a_pod_deleted_while_placement_is_stopped_is_settled_when_it_starts_again(
@@ -86,7 +78,6 @@ def test_a_pod_without_our_finalizer_is_never_folded(cluster: DevCluster, kube: 
     assert settled_of(kube, "legacy").total == ()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("placement.budgets") is None, reason="needs BUDGET's branch")
 def test_daily_crossed_on_a_fake_clock_holds_new_pods_budget_exceeded(
     cluster: DevCluster, kube: Kube, alone: Alone
 ) -> None:
@@ -109,7 +100,6 @@ def test_daily_crossed_on_a_fake_clock_holds_new_pods_budget_exceeded(
     assert held[0].message.startswith("pool held spent $6.67 today of $5.00 (UTC day) (spec.budget.daily)")
 
 
-@pytest.mark.skipif(not vnode_stops_on_budget(), reason="needs VNODE's branch (the vnode side of Stop)")
 def test_stop_ends_the_running_pods_failed_budget_exceeded_with_disruption_target(
     cluster: DevCluster, kube: Kube, stack: Stack
 ) -> None:
