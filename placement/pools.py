@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from placement import blocklist
 from placement.spendview import BudgetView
@@ -178,10 +178,7 @@ def _capacity_types(raw: Any) -> tuple[Tier, ...]:
 def _strategy(raw: Any) -> Strategy:
     if raw is None:
         return Strategy.ORDERED
-    strategy = next((s for s in Strategy if s.value == raw), None)
-    if strategy is None:
-        raise PoolError(f"spec.strategy: {raw!r} is not one of Ordered, LowestPrice")
-    return strategy
+    return _enum_field(raw, Strategy, "spec.strategy")
 
 
 def _ttl(failover: Any) -> float:
@@ -209,13 +206,7 @@ def _egress(raw: Any) -> Egress:
     unknown = set(raw) - {"mode", "targets"}
     if unknown:
         raise PoolError(f"spec.egress: unknown fields {sorted(unknown)}; allowed: mode, targets")
-    value = raw.get("mode", EgressMode.OPEN.value)
-    mode = next((m for m in EgressMode if m.value == value), None)
-    if mode is None:
-        text = value.casefold() if isinstance(value, str) else None
-        folded = next((m for m in EgressMode if m.value.casefold() == text), None)
-        hint = f"; did you mean {folded.value}?" if folded is not None else ""
-        raise PoolError(f"spec.egress.mode: {value!r} is not one of Open, Blocked, Allowlist (case matters){hint}")
+    mode = _enum_field(raw.get("mode", EgressMode.OPEN.value), EgressMode, "spec.egress.mode")
     targets = raw.get("targets")
     if mode is not EgressMode.ALLOWLIST:
         if targets:
@@ -281,10 +272,20 @@ def _dollars(raw: Mapping[str, Any], key: str, example: str) -> float | None:
 def _on_exceeded(raw: Any) -> OnExceeded:
     if raw is None:
         return OnExceeded.HOLD
-    found = next((o for o in OnExceeded if o.value == raw), None)
-    if found is None:
-        text = raw.casefold() if isinstance(raw, str) else None
-        folded = next((o for o in OnExceeded if o.value.casefold() == text), None)
-        hint = f"; did you mean {folded.value}?" if folded is not None else ""
-        raise PoolError(f"spec.budget.onExceeded: {raw!r} is not one of Hold, Stop (case matters){hint}")
-    return found
+    return _enum_field(raw, OnExceeded, "spec.budget.onExceeded")
+
+
+_Choice = TypeVar("_Choice", Strategy, EgressMode, OnExceeded)
+
+
+def _enum_field(raw: Any, choices: type[_Choice], field: str) -> _Choice:
+    """`raw` as one of `choices`, spelled exactly as the CRD's enum spells it; a PoolError names
+    the field, the allowed values and, for a value off only in case, the one meant."""
+    found = next((c for c in choices if c.value == raw), None)
+    if found is not None:
+        return found
+    text = raw.casefold() if isinstance(raw, str) else None
+    folded = next((c for c in choices if c.value.casefold() == text), None)
+    hint = f"; did you mean {folded.value}?" if folded is not None else ""
+    allowed = ", ".join(c.value for c in choices)
+    raise PoolError(f"{field}: {raw!r} is not one of {allowed} (case matters){hint}")

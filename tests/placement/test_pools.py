@@ -53,6 +53,10 @@ def test_a_full_pool_parses_in_listed_order() -> None:
         ({"capacityTypes": ["Reserved"]}, "'Reserved' is not one of Spot, OnDemand (case matters)"),
         ({"capacityTypes": []}, "spec.capacityTypes: list Spot and/or OnDemand"),
         ({"strategy": "Weighted"}, "spec.strategy: 'Weighted' is not one of Ordered, LowestPrice"),
+        (
+            {"strategy": "lowestPrice"},
+            "spec.strategy: 'lowestPrice' is not one of Ordered, LowestPrice (case matters); did you mean LowestPrice?",
+        ),
         ({"failover": {"blocklistTTL": "5 minutes"}}, "blocklistTTL: '5 minutes' is not a duration"),
         ({"failover": {"blocklistTTL": "48h"}}, "use between 1s and 24h"),
         ({"failover": "5m"}, "spec.failover: must be an object"),
