@@ -188,7 +188,13 @@ class DevCluster:
         self.metrics.tls_context = self._kubelet_tls
         self.metrics.start()
         if self.kubeconfig_path:
-            tls.write_kubeconfig(self.kubeconfig_path, self.url, self._credentials)
+            self.write_kubeconfig(self.kubeconfig_path)
+
+    def write_kubeconfig(self, path: str) -> None:
+        """Write a kubeconfig for this started cluster at `path` (owner-readable, whole at once)."""
+        if self._credentials is None:
+            raise RuntimeError("the devcluster is not started: it has no credentials to write")
+        tls.write_kubeconfig(path, self.url, self._credentials)
 
     def stop(self) -> None:
         """Stop serving: end open watches and proxied streams, join every thread."""

@@ -207,9 +207,15 @@ def kubeconfig_yaml(url: str, credentials: Credentials) -> str:
 
 
 def write_kubeconfig(path: str, url: str, credentials: Credentials) -> None:
-    """Write the kubeconfig owner-readable only: it holds the bearer token."""
+    """Write the kubeconfig owner-readable only (it holds the bearer token), whole or not at all:
+    a reader waiting for the file never sees half of it."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(kubeconfig_yaml(url, credentials))
+    fd, partial = tempfile.mkstemp(dir=directory, prefix=".kubeconfig-")  # created 0600
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(kubeconfig_yaml(url, credentials))
+        os.replace(partial, path)
+    except BaseException:
+        os.unlink(partial)
+        raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -108,3 +109,28 @@ def test_a_malformed_addr_is_a_clear_error(tmp_path: Path) -> None:
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "--addr must be HOST:PORT" in done.stderr
+
+
+def test_the_kubeconfig_is_written_only_after_the_crds_load(tmp_path: Path) -> None:
+    """A client that waits for the kubeconfig (bench/sync.py --gated, the install rig) must find
+    the CRDs served: so a --crd that cannot load leaves no kubeconfig behind at all."""
+    kubeconfig = tmp_path / "kubeconfig"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: x}\n")
+    argv = [sys.executable, str(ROOT / "manage.py"), "devcluster", "--addr", "127.0.0.1:0"]
+    argv += ["--kubeconfig", str(kubeconfig), "--crd", str(bad)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"cannot load --crd {bad}" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]
+
+
+def test_the_kubeconfig_is_owner_readable_and_whole(
+    command: tuple[subprocess.Popen[str], Path, list[str]], tmp_path: Path
+) -> None:
+    """It holds the admin's bearer token; it is written to a temporary file and renamed, so no
+    reader sees half of it and no temporary file stays behind."""
+    _, kubeconfig, _ = command
+    assert stat.S_IMODE(kubeconfig.stat().st_mode) == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crd.yaml", "kubeconfig"]
+    assert "token:" in kubeconfig.read_text()

@@ -36,8 +36,9 @@ def parse_addr(addr: str) -> tuple[str, int]:
 def run_devcluster(
     host: str, port: int, *, kubeconfig: str, crds: list[str], stdout: Any, stop: threading.Event
 ) -> None:
-    """Start the cluster, load CRD manifests, print how to reach it, serve until `stop` is set."""
-    cluster = devcluster.DevCluster(host, port, kubeconfig_path=kubeconfig)
+    """Start the cluster, load CRD manifests, write the kubeconfig, print how to reach it, serve
+    until `stop` is set. The kubeconfig comes last, so a client that waits for it finds the CRDs."""
+    cluster = devcluster.DevCluster(host, port)
     try:
         cluster.start()
     except OSError as err:
@@ -48,6 +49,7 @@ def run_devcluster(
                 cluster.load_manifests(Path(path).read_text())
             except (OSError, ValueError, devcluster.errors.ApiError) as err:
                 raise CommandError(f"cannot load --crd {path}: {err}") from err
+        cluster.write_kubeconfig(kubeconfig)
         stdout.write(f"devcluster serving at {cluster.url}\n")
         stdout.write(f"kubeconfig written to {kubeconfig}\n")
         stdout.write(f"try: kubectl --kubeconfig {kubeconfig} get nodes\n")
