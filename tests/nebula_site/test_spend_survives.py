@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ from kube.times import parse_rfc3339
 from providers.fake.server import FakeCloudServer, start_server
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from tests.support.rigs.process import ManagerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -48,44 +48,25 @@ SCENARIO = {
 }
 
 
-class Manager:
+class Manager(ManagerProcess):
     """One `runvnode` process with leader election, a short Lease and its own folder."""
 
     def __init__(self, name: str, cluster: DevCluster, tmp: Path) -> None:
-        self.cwd = tmp / name
-        self.cwd.mkdir()
-        self.log = self.cwd / "manager.log"
-        self.env = dict(
+        folder = tmp / name
+        folder.mkdir()
+        env = dict(
             os.environ,
-            NEBULA_STATE_DIR=str(self.cwd / "state"),
-            NEBULA_DB_PATH=str(self.cwd / "console.sqlite3"),
+            NEBULA_STATE_DIR=str(folder / "state"),
+            NEBULA_DB_PATH=str(folder / "console.sqlite3"),
             NEBULA_SPEND_INTERVAL="1",
         )
-        self.args = [
+        args = [
             sys.executable, str(ROOT / "manage.py"), "runvnode", f"--kubeconfig={cluster.kubeconfig_path}",
             f"--providers-file={tmp / 'providers.yaml'}", f"--provider={PROVIDER}", "--poll-interval=0.3",
             "--node-ip=127.0.0.1", "--kubelet-addr=127.0.0.1:0", "--console-addr=127.0.0.1:0", "--metrics-addr=",
             "--cluster-name=spend-survives", f"--lease-duration={LEASE_SECONDS}", "--shutdown-grace=5",
         ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
-
-    def send(self, sig: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
-        self.process.wait(30)
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
+        super().__init__(args, cwd=ROOT, env=env, log=folder / "manager.log")
 
 
 @pytest.fixture
@@ -203,7 +184,7 @@ def test_I12_spend_survives_a_sigkill_of_the_manager_and_is_never_counted_twice(
     managers.append(first)
     first.start()
     keep_start, settled = run_two_pods_and_delete_one(kube, fake_cloud)
-    first.send(signal.SIGKILL)
+    first.kill()
     killed_at = time.time()
     time.sleep(3)  # the instance bills on while no manager runs
     again = Manager("again", cluster, tmp_path)
@@ -222,7 +203,7 @@ def test_I12_spend_survives_a_leader_handoff_between_two_replicas(
     keep_start, settled = run_two_pods_and_delete_one(kube, fake_cloud)
     standby.start()
     time.sleep(2)  # the standby is up and waits for the Lease
-    leader.send(signal.SIGTERM)  # a handoff: the leader releases its Lease as it stops
+    leader.end_with(signal.SIGTERM)  # a handoff: the leader releases its Lease as it stops
     handed_at = time.time()
     assert_exact(kube, keep_start, settled, after=handed_at + 1)
     assert phase_of(kube, "keep") == "Running"

@@ -14,7 +14,6 @@ import json
 import os
 import re
 import secrets
-import signal
 import ssl
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from tests.support.clients.kubectl import KUBECTL_137
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from tests.support.rigs.process import ManagerProcess
 from tests.support.servers.postgres import console_database
 
 pytestmark = pytest.mark.slow
@@ -47,27 +47,25 @@ USER, PASSWORD = "operator", secrets.token_urlsafe(12)
 PODS = ("two-0", "two-1", "two-2")
 
 
-class Replica:
+class Replica(ManagerProcess):
     """One manager process on its own loopback address, with its own folder (console CA, state)."""
 
     def __init__(self, name: str, address: str, *, cluster: DevCluster, env: dict[str, str], tmp: Path) -> None:
         self.name, self.address = name, address
-        self.cwd = tmp / name
-        self.cwd.mkdir()
-        self.env = dict(env, NEBULA_STATE_DIR=str(self.cwd / "state"))
-        self.args = [
+        folder = tmp / name
+        folder.mkdir()
+        args = [
             sys.executable, str(ROOT / "manage.py"), "runvnode", f"--kubeconfig={cluster.kubeconfig_path}",
             f"--providers-file={tmp / 'providers.yaml'}", f"--provider={PROVIDER}", "--poll-interval=0.3",
             f"--node-ip={address}", f"--kubelet-addr={address}:0", f"--console-addr={address}:0", "--console-tls",
             "--cluster-name=two-replicas", f"--lease-duration={LEASE_SECONDS}", "--shutdown-grace=5",
         ]  # fmt: skip
-        self.log = self.cwd / "manager.log"
-        self.process: subprocess.Popen[bytes] | None = None
+        env = dict(env, NEBULA_STATE_DIR=str(folder / "state"))
+        super().__init__(args, cwd=folder, env=env, log=folder / "manager.log")
         self.port = 0
 
     def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.args, cwd=self.cwd, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        super().start()
         match = wait_for(
             lambda: re.search(
                 rf"console https://{re.escape(self.address)}:(\d+)", self.log.read_text(errors="replace")
@@ -93,20 +91,6 @@ class Replica:
     def role(self) -> str:
         status, _, body = self.request("GET", "/readyz")
         return str(json.loads(body)["role"]) if status == 200 else ""
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(30)
 
 
 class Operator:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
 from collections import Counter
@@ -24,6 +22,7 @@ from kube.client import Kube, NotFoundError, path_for
 from kube.leases import KIND_LABEL, node_lease
 from providers.claim import claim_name
 from providers.fake.server import FakeCloudServer
+from tests.support.rigs.process import ManagerProcess
 
 ROOT = Path(__file__).resolve().parents[3]
 LIVE = ("provisioning", "initializing", "running")  # an instance that computes (or is about to)
@@ -31,19 +30,15 @@ IDENTITY = re.compile(r"serving a share of the providers \(lease ([\w.-]+)\)")
 KUBELET_PORT = re.compile(r"kubelet API on port (\d+);")
 
 
-class SharedManager:
+class SharedManager(ManagerProcess):
     """One replica, in the repository folder, with its own console mirror (migrated as it starts)."""
 
     def __init__(self, name: str, args: list[str], log: Path) -> None:
-        self.name, self.args, self.log = name, args, log
-        self.env = dict(os.environ, NEBULA_DB_PATH=str(log.with_suffix(".sqlite3")))  # its own console mirror
-        self.process: subprocess.Popen[bytes] | None = None
+        env = dict(os.environ, NEBULA_DB_PATH=str(log.with_suffix(".sqlite3")))  # its own console mirror
+        super().__init__(args, cwd=ROOT, env=env, log=log)
+        self.name = name
         self.identity = ""
         self.kubelet_port = 0
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def learn_identity(self) -> str | None:
         assert self.process is not None and self.process.poll() is None, self.log.read_text()[-5000:]
@@ -52,26 +47,6 @@ class SharedManager:
         self.identity = found[-1] if found else ""
         self.kubelet_port = int(port[-1]) if port else 0
         return self.identity or None
-
-    def signal(self, sig: int) -> None:
-        assert self.process is not None
-        self.process.send_signal(sig)
-
-    def kill(self) -> None:
-        self.signal(signal.SIGKILL)
-        assert self.process is not None
-        self.process.wait(30)
-
-    def close(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGCONT)
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(40)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
 
 
 class Rig:
