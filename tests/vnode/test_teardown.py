@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import uuid
 
-from providers.base import InstanceState
+from kube import billing as kbilling
+from kube import names
+from providers.base import InstanceId, InstanceState
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
 from tests.support.rigs.offline import KeptEvents, KeptPatches, adopt_new_pod, offline_handler
 from vnode.handler import Handler
+from vnode.model import billing
 from vnode.phases.teardown import Tombstone
 
 
@@ -51,3 +54,36 @@ def test_an_untracked_pod_without_an_instance_has_nothing_to_terminate() -> None
     pod = make_pod("never", namespace="default", uid=str(uuid.uuid4()))
     assert handler.teardown.terminate(pod) is None
     assert not handler.tracks("default", "never")
+
+
+def test_a_span_the_poll_closed_meanwhile_is_written_before_the_pod_goes() -> None:
+    """The race the RBAC proof caught under load (1 run in 30): while the teardown stopped the
+    Pod, the poll thread saw the instance terminating and closed its billing span in memory; the
+    teardown's own close then changed nothing, so it wrote nothing and forgot the entry, and the
+    Pod went with its span open on it (placement settles such a Pod only after its grace and two
+    minutes). Whatever of the record is unwritten is written before the Pod goes."""
+    kube = KeptPatches()
+    provider = FakeProvider("fake", {"cloud": f"teardown-{uuid.uuid4().hex}"})
+    handler = offline_handler(provider, events=KeptEvents(), kube=kube)
+    pod = adopt_new_pod(handler, "raced")
+    entry = handler.tracked("default/raced")
+    assert entry is not None and billing.current(entry).open is not None
+    handler.writer.flush(entry, pod)  # the open span on the Pod, as once it runs
+    kube.patches.clear()
+    terminate = provider.terminate
+
+    def terminate_as_the_poll_closes(instance_id: InstanceId) -> None:
+        terminate(instance_id)
+        with entry.lock:  # the poll thread's look at the terminating instance, at this moment
+            billing.close(entry, None)
+
+    provider.terminate = terminate_as_the_poll_closes  # type: ignore[method-assign]
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-12-05T12:00:00Z"}}
+    wait_for(lambda: handler.teardown.terminate(deleting) is None, what="the stop, then terminate")
+    assert handler.tracked("default/raced") is None
+    written = [
+        body["metadata"]["annotations"][names.BILLING_ANNOTATION]
+        for _, body in kube.patches
+        if names.BILLING_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
+    ]
+    assert written and kbilling.parse(written[-1]).open is None, kube.patches

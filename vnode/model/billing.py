@@ -90,6 +90,13 @@ def record(entry: Tracked, moved: Billing) -> bool:
     return True
 
 
+def unwritten(entry: Tracked) -> bool:
+    """The entry's record has moved since it was last written to its Pod (by this thread or
+    another: the poll thread may close a span while a worker stops the Pod)."""
+    desired = entry.desired_annotations.get(names.BILLING_ANNOTATION)
+    return desired is not None and entry.written_annotations.get(names.BILLING_ANNOTATION) != desired
+
+
 def observe(entry: Tracked, instance: Instance, *, now: datetime, rules: Rules) -> bool:
     """One observation (at `now`) of the entry's instance moves its record; True if it changed."""
     if entry.instance_id is not None and instance.id != entry.instance_id:

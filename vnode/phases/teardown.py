@@ -145,11 +145,15 @@ class Teardown:
     def _close_billing(self, entry: Tracked, instance: Instance | None, pod: Mapping[str, Any] | None) -> None:
         """The instance stopped: its billing span closes (at the provider's end fact, else when
         it was last seen billing) and is written before the Pod object goes. Retry if not written.
+        Written whether this close moved it or the poll thread's look did meanwhile: the entry is
+        forgotten next, and with it anything unwritten (tests/vnode/test_teardown.py::
+        test_a_span_the_poll_closed_meanwhile_is_written_before_the_pod_goes).
         A Pod whose object is gone already (`pod` None: a force delete) has nowhere to keep it."""
         with entry.lock:
             ended = instance if instance is not None and instance.state is InstanceState.TERMINATED else None
-            changed = billing.close(entry, ended)
-        if changed and pod is not None:
+            billing.close(entry, ended)
+            pending = billing.unwritten(entry)
+        if pending and pod is not None:
             self._writer.flush(entry, pod)
 
     def _close_untracked(self, pod: Mapping[str, Any], instance: Instance | None) -> None:
