@@ -6,8 +6,6 @@ SPEND/H, TODAY, MONTH and BUDGET columns. The Pod's price ceiling excludes the d
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, NotFoundError, path_for
 from placement.waiting import PLACEMENT_RECHECK
-from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.clients.kubectl import KUBECTL_137, run_kubectl
 from tests.support.polling import wait_for
 from tests.support.rigs.placement import Stack, events_for, h100_pod_template, nodepool, pods_of, provider_of, tier_of
 
@@ -65,7 +63,7 @@ def gone(kube: Kube, name: str) -> bool:
 
 
 def test_max_hourly_cost_for_two_runs_exactly_two_of_five_and_a_deletion_places_the_next(
-    cluster: DevCluster, kube: Kube, stack: Stack, tmp_path: Path
+    cluster: DevCluster, kube: Kube, stack: Stack
 ) -> None:
     cluster.apply_manifest(budget_pool("capped", {"maxHourlyCost": 20}))
     create_pods(kube, "capped", "capped", 5)
@@ -92,15 +90,9 @@ def test_max_hourly_cost_for_two_runs_exactly_two_of_five_and_a_deletion_places_
 
     if Path(KUBECTL_137).exists():
         assert cluster.kubeconfig_path
-        env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        listing = subprocess.run(
-            [KUBECTL_137, "--kubeconfig", cluster.kubeconfig_path, "get", "nodepools", "capped"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        done = run_kubectl(cluster.kubeconfig_path, "get", "nodepools", "capped")
+        assert done.returncode == 0, done.stderr
+        listing = done.stdout
         header = listing.splitlines()[0].split()
         assert header == [
             "NAME",

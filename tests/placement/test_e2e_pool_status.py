@@ -4,9 +4,7 @@ devcluster with the webhook, placement and the fake providers."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, path_for
 from placement.request import placed_pool
-from tests.support.clients.kubectl import KUBECTL_137
+from tests.support.clients.kubectl import KUBECTL_137, run_kubectl
 from tests.support.polling import wait_for
 from tests.support.rigs.placement import Stack, deployment, nodepool
 
@@ -28,9 +26,7 @@ def status_of(kube: Kube, pool: str) -> dict[str, Any]:
     return kube.get(f"{POOLS}/{pool}").get("status") or {}
 
 
-def test_placed_count_follows_the_pods_placed_through_the_pool(
-    cluster: DevCluster, kube: Kube, stack: Stack, tmp_path: Path
-) -> None:
+def test_placed_count_follows_the_pods_placed_through_the_pool(cluster: DevCluster, kube: Kube, stack: Stack) -> None:
     cluster.apply_manifest(nodepool("train", providers=["gpu-a", "gpu-b"], capacity_types=["Spot"]))
     cluster.apply_manifest(nodepool("idle", providers=["gpu-b"], capacity_types=["OnDemand"]))
     wait_for(lambda: status_of(kube, "train").get("observedGeneration"), what="the pool's first status")
@@ -43,15 +39,9 @@ def test_placed_count_follows_the_pods_placed_through_the_pool(
 
     if Path(KUBECTL_137).exists():
         assert cluster.kubeconfig_path
-        env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        listing = subprocess.run(
-            [KUBECTL_137, "--kubeconfig", cluster.kubeconfig_path, "get", "nodepools", "train"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
+        done = run_kubectl(cluster.kubeconfig_path, "get", "nodepools", "train")
+        assert done.returncode == 0, done.stderr
+        listing = done.stdout
         assert re.search(r"^train\s+Ordered\s+gpu-a,gpu-b\s+True\s+3\s.*\s\d+[smh]$", listing, re.M), listing
 
     kube.patch(f"{DEPLOYMENTS}/trainer", {"spec": {"replicas": 1}})

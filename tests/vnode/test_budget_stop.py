@@ -14,13 +14,10 @@ from typing import Any
 import pytest
 
 from kube import names
-from providers.base import InstanceState, ProvisionRequest
-from providers.claim import claim_name
 from providers.fake import FakeProvider
-from providers.podspec import pod_spec_from_dict
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import KeptEvents, KeptPatches, offline_handler
+from tests.support.rigs.offline import adopt_provisioned, kept_fake_handler
 from vnode.handler import Handler
 from vnode.model import stopping
 
@@ -68,27 +65,11 @@ def test_a_stop_is_asked_by_the_pods_annotations_its_message_bounded(
     assert stopping.stop_asked(make_pod(annotations=annotations)) == expected
 
 
-def _handler() -> tuple[Handler, KeptPatches, KeptEvents]:
-    writes, events = KeptPatches(), KeptEvents()
-    provider = FakeProvider("fake", {"cloud": f"budget-{uuid.uuid4().hex}"})
-    return offline_handler(provider, events=events, kube=writes), writes, events
-
-
 def _adopt(handler: Handler, name: str, annotations: dict[str, str], **fields: Any) -> tuple[str, dict[str, Any]]:
     pod = make_pod(
         name, namespace="default", uid=str(uuid.uuid4()), command=("sleep", "300"), annotations=annotations, **fields
     )
-    meta = pod["metadata"]
-    request = ProvisionRequest(claim=claim_name(meta["namespace"], meta["name"], meta["uid"]))
-    result = handler.provider.provision(pod_spec_from_dict(pod), request)
-    instance = wait_for(
-        lambda: (lambda i: i if i is not None and i.state is InstanceState.RUNNING else None)(
-            handler.provider.get(result.instance_id)
-        ),
-        what="the instance running",
-    )
-    handler.adopt(pod, instance)
-    return f"default/{name}", pod
+    return adopt_provisioned(handler, pod, running=True), pod
 
 
 def _calls(handler: Handler, *methods: str) -> list[str]:
@@ -97,7 +78,7 @@ def _calls(handler: Handler, *methods: str) -> list[str]:
 
 
 def test_a_pod_annotated_budget_exceeded_is_stopped_after_its_pre_stop_hook_and_its_instance_terminated() -> None:
-    handler, writes, events = _handler()
+    handler, writes, events = kept_fake_handler("budget")
     asked = {names.STOP_REASON_ANNOTATION: "BudgetExceeded", names.STOP_MESSAGE_ANNOTATION: WHY}
     hook = {"preStop": {"exec": {"command": ["echo", "draining"]}}}
     key, pod = _adopt(handler, "over", asked, container={"lifecycle": hook}, status={"phase": "Running"})
@@ -120,7 +101,7 @@ def test_a_pod_annotated_budget_exceeded_is_stopped_after_its_pre_stop_hook_and_
 
 
 def test_another_stop_reason_is_ignored_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
-    handler, _, _ = _handler()
+    handler, _, _ = kept_fake_handler("budget")
     key, pod = _adopt(handler, "other", {names.STOP_REASON_ANNOTATION: "Maintenance"}, status={"phase": "Running"})
     with caplog.at_level(logging.WARNING, logger="vnode.phases.lifecycle"):
         assert not handler.lifecycle.step_due(key)
@@ -132,7 +113,7 @@ def test_another_stop_reason_is_ignored_and_logged_once(caplog: pytest.LogCaptur
 def test_a_pod_already_terminal_is_left_alone() -> None:
     """A Succeeded Pod asked to stop: no stop, no Failed status; its still billing instance is
     only released (terminated) as any finished Pod's is."""
-    handler, writes, events = _handler()
+    handler, writes, events = kept_fake_handler("budget")
     asked = {names.STOP_REASON_ANNOTATION: "BudgetExceeded"}
     key, pod = _adopt(handler, "done", asked, status={"phase": "Succeeded"})
     entry = handler.tracked(key)

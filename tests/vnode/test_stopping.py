@@ -14,13 +14,12 @@ import pytest
 
 from kube.times import rfc3339
 from providers import errors
-from providers.base import Instance, InstanceId, InstanceState, ProvisionRequest
+from providers.base import Instance, InstanceId, InstanceState
 from providers.claim import claim_name
 from providers.fake import FakeProvider
-from providers.podspec import pod_spec_from_dict
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import KeptEvents, KeptPatches, offline_handler
+from tests.support.rigs.offline import KeptEvents, KeptPatches, adopt_provisioned, kept_fake_handler, offline_handler
 from vnode.handler import Handler
 from vnode.model import stopping
 from vnode.model.probespec import ExecAction, HttpAction, InvalidProbe
@@ -94,28 +93,6 @@ def test_a_disruption_target_is_the_kubelets_and_keeps_its_transition_time() -> 
     assert again["conditions"][0]["lastTransitionTime"] == "2026-12-05T01:00:00Z"
 
 
-def _handler(scenario: dict[str, Any] | None = None) -> tuple[Handler, KeptPatches, KeptEvents]:
-    options: dict[str, Any] = {"cloud": f"stopping-{uuid.uuid4().hex}"}
-    if scenario is not None:
-        options["scenario"] = scenario
-    writes, events = KeptPatches(), KeptEvents()
-    return offline_handler(FakeProvider("fake", options), events=events, kube=writes), writes, events
-
-
-def _adopt(handler: Handler, pod: dict[str, Any]) -> str:
-    meta = pod["metadata"]
-    request = ProvisionRequest(claim=claim_name(meta["namespace"], meta["name"], meta["uid"]))
-    result = handler.provider.provision(pod_spec_from_dict(pod), request)
-    instance = wait_for(
-        lambda: (lambda i: i if i is not None and i.state is InstanceState.RUNNING else None)(
-            handler.provider.get(result.instance_id)
-        ),
-        what="the instance running",
-    )
-    handler.adopt(pod, instance)
-    return f"{meta['namespace']}/{meta['name']}"
-
-
 def _cloud(handler: Handler) -> Any:
     assert isinstance(handler.provider, FakeProvider)
     return handler.provider.cloud
@@ -129,10 +106,10 @@ def test_a_pod_past_its_deadline_after_an_adoption_fails_deadline_exceeded_and_i
     """The deadline counts from the Pod's startTime, so a restarted manager that adopts the Pod
     late still ends it at once: Failed/DeadlineExceeded written, the kubelet's Event, then the
     container stopped, its end written, and the instance terminated."""
-    handler, writes, events = _handler()
+    handler, writes, events = kept_fake_handler("stopping")
     started = datetime.now(UTC) - timedelta(seconds=6)
     pod = _pod("late", activeDeadlineSeconds=5, status={"phase": "Running", "startTime": rfc3339(started)})
-    key = _adopt(handler, pod)
+    key = adopt_provisioned(handler, pod, running=True)
     assert handler.lifecycle.step_due(key)
     wait_for(lambda: handler.lifecycle.carry_out(key, pod) is None, what="the deadline carried out")
     statuses = [body["status"] for path, body in writes.patches if path.endswith("/status")]
@@ -154,19 +131,19 @@ def test_a_pod_past_its_deadline_after_an_adoption_fails_deadline_exceeded_and_i
 
 
 def test_a_pod_before_its_deadline_is_looked_at_again_when_it_runs_out() -> None:
-    handler, _, _ = _handler()
+    handler, _, _ = kept_fake_handler("stopping")
     pod = _pod("early", activeDeadlineSeconds=600, status={"phase": "Running", "startTime": rfc3339(datetime.now(UTC))})
-    key = _adopt(handler, pod)
+    key = adopt_provisioned(handler, pod, running=True)
     after = handler.lifecycle.carry_out(key, pod)
     assert after is not None and 590 < after <= 600
     assert not handler.lifecycle.step_due(key)
 
 
 def test_a_pre_stop_exec_hook_runs_before_the_containers_sigterm() -> None:
-    handler, _, _ = _handler()
+    handler, _, _ = kept_fake_handler("stopping")
     hook = {"preStop": {"exec": {"command": ["echo", "draining"]}}}
     pod = _pod("hooked", container={"lifecycle": hook}, status={"phase": "Running"})
-    key = _adopt(handler, pod)
+    key = adopt_provisioned(handler, pod, running=True)
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 10}}
     wait_for(lambda: handler.teardown.terminate(deleting) is None, what="the graceful stop, then terminate")
     calls = [c.method for c in _cloud(handler).call_log() if c.method in ("exec", "stop_container", "terminate")]
@@ -186,7 +163,7 @@ def test_a_provider_that_cannot_stop_one_container_has_its_instance_terminated_w
     provider = _NoStopAlone("fake", {"cloud": f"stopping-{uuid.uuid4().hex}"})
     handler = offline_handler(provider, events=events, kube=writes)
     pod = _pod("whole", status={"phase": "Running"})
-    _adopt(handler, pod)
+    adopt_provisioned(handler, pod, running=True)
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 600}}
     handler.teardown.terminate(deleting)  # no look is scheduled for a grace nobody can use
     assert [c.method for c in provider.cloud.call_log() if c.method == "terminate"] == ["terminate"]
@@ -199,9 +176,9 @@ def test_a_stop_asks_the_provider_once_and_a_grace_run_out_unseen_reads_as_sigki
     """Every ask is a SIGTERM on some providers (a trap would start over): `stop_container` is
     asked once however often the Pod is looked at. A container the provider still shows running
     when the grace and one poll have passed is written as the terminate leaves it: 137, Error."""
-    handler, writes, _ = _handler({"workload": {"sigterm": "ignore"}})
+    handler, writes, _ = kept_fake_handler("stopping", {"workload": {"sigterm": "ignore"}})
     pod = _pod("stubborn", status={"phase": "Running"})
-    key = _adopt(handler, pod)
+    key = adopt_provisioned(handler, pod, running=True)
     entry = handler.tracked(key)
     assert entry is not None and entry.last_instance is not None
     deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "x", "deletionGracePeriodSeconds": 1}}

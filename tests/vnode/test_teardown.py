@@ -9,18 +9,16 @@ import uuid
 from kube import billing as kbilling
 from kube import names
 from providers.base import InstanceId, InstanceState
-from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import KeptEvents, KeptPatches, adopt_new_pod, offline_handler
+from tests.support.rigs.offline import adopt_new_pod, kept_fake_handler
 from vnode.handler import Handler
 from vnode.model import billing
 from vnode.phases.teardown import Tombstone
 
 
 def fake_handler() -> Handler:
-    provider = FakeProvider("fake", {"cloud": f"teardown-{uuid.uuid4().hex}"})
-    return offline_handler(provider, events=KeptEvents(), kube=KeptPatches())
+    return kept_fake_handler("teardown")[0]
 
 
 def test_a_tombstone_terminates_only_the_entry_of_its_uid() -> None:
@@ -62,9 +60,8 @@ def test_a_span_the_poll_closed_meanwhile_is_written_before_the_pod_goes() -> No
     teardown's own close then changed nothing, so it wrote nothing and forgot the entry, and the
     Pod went with its span open on it (placement settles such a Pod only after its grace and two
     minutes). Whatever of the record is unwritten is written before the Pod goes."""
-    kube = KeptPatches()
-    provider = FakeProvider("fake", {"cloud": f"teardown-{uuid.uuid4().hex}"})
-    handler = offline_handler(provider, events=KeptEvents(), kube=kube)
+    handler, kube, _ = kept_fake_handler("teardown")
+    provider = handler.provider
     pod = adopt_new_pod(handler, "raced")
     entry = handler.tracked("default/raced")
     assert entry is not None and billing.current(entry).open is not None

@@ -10,8 +10,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from providers.base import Provider, ProvisionRequest
+from providers.base import Instance, InstanceState, Provider, ProvisionRequest
 from providers.claim import claim_name
+from providers.fake import FakeProvider
 from providers.podspec import pod_spec_from_dict
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
@@ -62,13 +63,35 @@ def offline_handler(provider: Provider, *, events: Any = None, kube: Any = None,
     return Handler(provider, kube=kube or NoApi(), events=events or NoApi(), **options)  # type: ignore[arg-type]
 
 
-def adopt_new_pod(handler: Handler, name: str, **annotations: str) -> dict[str, Any]:
-    """Provision an instance for a new Pod straight at the provider and adopt it, as after a
-    restart: the Handler tracks the Pod, no API call."""
-    pod = make_pod(name, namespace="default", uid=str(uuid.uuid4()), annotations=annotations, command=("sleep", "300"))
+def kept_fake_handler(prefix: str, scenario: dict[str, Any] | None = None) -> tuple[Handler, KeptPatches, KeptEvents]:
+    """A Handler over a fresh fake cloud (named `prefix-<random>`, with `scenario` if given) that
+    keeps its writes and its Events, for a test that reads them."""
+    options: dict[str, Any] = {"cloud": f"{prefix}-{uuid.uuid4().hex}"}
+    if scenario is not None:
+        options["scenario"] = scenario
+    writes, events = KeptPatches(), KeptEvents()
+    return offline_handler(FakeProvider("fake", options), events=events, kube=writes), writes, events
+
+
+def adopt_provisioned(handler: Handler, pod: dict[str, Any], *, running: bool = False) -> str:
+    """Provision `pod`'s instance straight at the provider and adopt it, as after a restart (once
+    the instance runs, when `running`): the Handler tracks the Pod, no API call. Its key."""
     meta = pod["metadata"]
-    request = ProvisionRequest(claim=claim_name(meta["namespace"], name, meta["uid"]))
+    request = ProvisionRequest(claim=claim_name(meta["namespace"], meta["name"], meta["uid"]))
     result = handler.provider.provision(pod_spec_from_dict(pod), request)
-    instance = wait_for(lambda: handler.provider.get(result.instance_id), what=f"the instance of {name}")
+
+    def seen() -> Instance | None:
+        instance = handler.provider.get(result.instance_id)
+        return instance if instance is not None and (not running or instance.state is InstanceState.RUNNING) else None
+
+    instance = wait_for(seen, what=f"the instance of {meta['name']}" + (" running" if running else ""))
     handler.adopt(pod, instance)
+    return f"{meta['namespace']}/{meta['name']}"
+
+
+def adopt_new_pod(handler: Handler, name: str, **annotations: str) -> dict[str, Any]:
+    """A new Pod whose instance is provisioned straight at the provider and adopted
+    (`adopt_provisioned`)."""
+    pod = make_pod(name, namespace="default", uid=str(uuid.uuid4()), annotations=annotations, command=("sleep", "300"))
+    adopt_provisioned(handler, pod)
     return pod
