@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from console.leaderpeer import NoLeader, Peer
 from placement.blocklist import Blocklist
+from placement.spendview import SpendReport
 from placement.wiring import Placement
 from vnode.handler import Handler
 
@@ -30,6 +31,10 @@ class Runtime:
     handlers: tuple[Handler, ...] = ()
     blocklist: Blocklist | None = None
     placement: Placement | None = None
+
+    def spend_report(self, *, charts: bool = True) -> SpendReport | None:
+        """Placement's spend report (`Placement.spend_report`), None when placement does not run here."""
+        return None if self.placement is None else self.placement.spend_report(charts=charts)
 
     def clear_block(self, entry_id: str, *, actor: str) -> bool:
         """Clear one blocklist entry in memory; False if there is none. Placement, when it

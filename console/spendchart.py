@@ -18,7 +18,9 @@ from datetime import datetime
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-MAX_BARS = {"hour": 24, "day": 30}
+from placement.spend import DAYS_SHOWN, HOURS_SHOWN
+
+MAX_BARS = {"hour": HOURS_SHOWN, "day": DAYS_SHOWN}
 MAX_SERIES = 32  # in a legend, "other" included
 OTHER = "other"
 WIDTH, HEIGHT = 720, 260

@@ -3,7 +3,7 @@
 today, this month, instances, and each budget limit) that the PrometheusRule alerts compare.
 
 Registered on `console.metrics.REGISTRY` at import (`console.exporter` imports it). Reads only
-`Placement.spend_report()` through `console.runtime`; never computes spend, never calls a
+`Placement.spend_report(charts=False)` through `console.runtime`; never computes spend, never calls a
 provider or the API. Labels are bounded: one sample per pool per family (pools are few), and
 the report caps its (pool, provider, namespace) series. An unpriced part is not in any dollar
 figure (it is not zero either: `nebula_pool_unpriced_instances` counts what bills unpriced).
@@ -19,13 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from console import metrics, runtime
-from placement.spendview import PoolSpend, SpendReport
+from placement.spendview import PoolSpend
 
 LIMITS = ("hourly", "daily", "monthly")  # nebula_pool_budget_dollars{limit}
-
-
-def report_of(current: runtime.Runtime) -> SpendReport | None:
-    return None if current.placement is None else current.placement.spend_report()
 
 
 def budget_limits(pool: PoolSpend) -> dict[str, float]:
@@ -43,7 +39,7 @@ class SpendCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Any]:
-        report = report_of(self._source())
+        report = self._source().spend_report(charts=False)  # what the families read: no buckets, no Pods
         # A counter, though recomputed from facts on every scrape (and after a restart): the
         # total is the pools' settled ledgers (deleted Pods, in the NodePool status) plus price x
         # billed seconds of live Pods, and both parts only grow, so the value never goes down

@@ -2,8 +2,8 @@
 the table of pools against their budgets and the table of the dearest Pods now, all from one
 `SpendReport`.
 
-Called by `console.views.spend` (the page) and `console.api` (the report's source,
-`current_report`). Reads spend only through `Placement.spend_report()` via `console.runtime`;
+Called by `console.views.spend` (the page) and `console.api.spend` (`shown`). Both read spend
+only through `Placement.spend_report()` via `console.runtime.Runtime.spend_report`;
 never computes spend, never calls a provider or the API. Unknown prices read "unknown"
 (`Money.text()` / `Rate.text()`), never $0.00. Bounded: `MAX_TOP_PODS` Pods, the charts'
 own bounds (`console.spendchart`).
@@ -13,20 +13,22 @@ Tests: tests/console/test_spend_page.py::test_the_page_shows_charts_pools_and_th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from console import runtime, spendchart
+from console import spendchart
+from placement.spend import TOP_PODS
 from placement.spendview import ZERO, Bucket, Money, PodSpend, PoolSpend, Rate, SpendReport
 
-MAX_TOP_PODS = 50
+MAX_TOP_PODS = TOP_PODS
 
 
-def current_report() -> SpendReport | None:
-    """Placement's report, None when placement does not run in this process."""
-    placement = runtime.current().placement
-    return None if placement is None else placement.spend_report()
+def shown(report: SpendReport | None) -> SpendReport:
+    """The report as the console shows it (the page and the REST API): an empty one when
+    placement does not run here, the pools by name."""
+    base = report if report is not None else SpendReport(at=datetime.now(UTC))
+    return replace(base, pools=tuple(sorted(base.pools, key=lambda pool: pool.pool)))
 
 
 @dataclass(frozen=True)
@@ -124,15 +126,14 @@ def totals(pools: Sequence[PoolSpend]) -> tuple[Rate, Money, Money]:
 
 def figures(report: SpendReport | None) -> dict[str, Any]:
     """Everything templates/console/spend.html needs (`running` False without placement)."""
-    shown = report if report is not None else SpendReport(at=datetime.now(UTC))
-    rate, today, month = totals(shown.pools)
+    seen = shown(report)
+    rate, today, month = totals(seen.pools)
     return {
         "running": report is not None,
         "summary": f"{rate.text()} now, {today.text()} today, {month.text()} this month",
-        "at": shown.at,
-        "charts": charts(shown),
-        "pools": [pool_line(pool) for pool in sorted(shown.pools, key=lambda p: p.pool)],
-        "pods": [pod_line(pod) for pod in shown.top_pods[:MAX_TOP_PODS]],
-        "pod_count": len(shown.top_pods),
-        "max_pods": MAX_TOP_PODS,
+        "at": seen.at,
+        "charts": charts(seen),
+        "pools": [pool_line(pool) for pool in seen.pools],
+        "pods": [pod_line(pod) for pod in seen.top_pods[:MAX_TOP_PODS]],
+        "pod_count": seen.billing_pods,
     }

@@ -21,7 +21,7 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from console import dashboard, spendpage
+from console import dashboard, runtime, spendpage
 from console.observer import installed as installed_observer
 
 REFRESH_SECONDS = 5
@@ -50,7 +50,7 @@ def panels(request: HttpRequest) -> HttpResponse:
 @staff_member_required
 def spend(request: HttpRequest) -> HttpResponse:
     """Charts and tables of spend and budgets, drawn server-side from placement's report."""
-    return render(request, "console/spend.html", spendpage.figures(spendpage.current_report()))
+    return render(request, "console/spend.html", spendpage.figures(runtime.current().spend_report()))
 
 
 @never_cache

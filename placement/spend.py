@@ -44,7 +44,7 @@ SPENT_CACHE = 1.0  # seconds `spent` answers from its cache while nothing of the
 # Seconds (monotonic) a pool's cached `spent` is still used after a Pod's cost changed: bounds the
 # sums over the whole pool to 10 a second while Pods churn (one per decision would be O(N^2)).
 DIRTY_GAP = 0.1
-TOP_PODS = 20
+TOP_PODS = 50  # the dearest billing Pods a report lists (docs/console.md, docs/api.md)
 HOURS_SHOWN = 24
 DAYS_SHOWN = 30
 
@@ -276,16 +276,19 @@ class SpendBook:
             sums[pod.provider, pod.namespace] += pod.money(now).dollars
         return [Series(pool, provider, namespace, value) for (provider, namespace), value in sorted(sums.items())]
 
-    def report(self, *, verdict: Callable[[str], Verdict | None] | None = None) -> SpendReport:
-        """Every pool's spend, the dearest billing Pods, the series, the providers' buckets."""
+    def report(self, *, verdict: Callable[[str], Verdict | None] | None = None, charts: bool = True) -> SpendReport:
+        """Every pool's spend, the series and, with `charts` (the Spend page, the REST API; not
+        the metrics), the hours' and days' buckets and the dearest billing Pods."""
         now = self.clock()
         names_ = [state.name for state in self._pools.pools()]
-        pools = tuple(self.pool_spend(name, verdict=verdict) for name in names_)
-        top = sorted(self._billing_pods(now), key=lambda p: (-(p.hourly_price or 0.0), p.namespace, p.name))
+        pools = tuple(self.pool_spend(name, verdict=verdict, buckets=charts) for name in names_)
+        billing = self._billing_pods(now) if charts else []
+        top = sorted(billing, key=lambda p: (-(p.hourly_price or 0.0), p.namespace, p.name))
         return SpendReport(
             at=datetime.fromtimestamp(now, UTC),
             pools=pools,
             top_pods=tuple(top[:TOP_PODS]),
+            billing_pods=len(top),
             series=tuple(s for name in names_ for s in self.series(name)),
             providers_hours=_sum_buckets(p.hours for p in pools),
             providers_days=_sum_buckets(p.days for p in pools),

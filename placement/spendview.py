@@ -138,6 +138,7 @@ class SpendReport:
     at: datetime
     pools: tuple[PoolSpend, ...] = ()
     top_pods: tuple[PodSpend, ...] = ()  # billing Pods, dearest hourly price first (bounded)
+    billing_pods: int = 0  # how many Pods bill now (top_pods holds the dearest of them)
     series: tuple[Series, ...] = ()
     providers_hours: tuple[Bucket, ...] = ()  # every pool together, by provider, last 24 hours
     providers_days: tuple[Bucket, ...] = ()  # every pool together, by provider, last 30 days

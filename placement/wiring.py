@@ -88,9 +88,10 @@ class Placement:
         """The Pods placement holds back, each with what it waits for (read by the console)."""
         return self.controller.gated_pods()
 
-    def spend_report(self) -> SpendReport:
-        """Spend and budgets as of now, for the console, the REST API and the metrics."""
-        return self.spend.report(verdict=self.controller.spend.verdict)
+    def spend_report(self, *, charts: bool = True) -> SpendReport:
+        """Spend and budgets as of now, for the console and the REST API (the metrics read it
+        without `charts`: no buckets, no Pods)."""
+        return self.spend.report(verdict=self.controller.spend.verdict, charts=charts)
 
     def clear_block(self, entry_id: str, *, actor: str) -> bool:
         """An operator removes a blocklist entry: logged, and an Event on the provider's node."""

@@ -1,7 +1,7 @@
 """GET /api/spend/: placement's spend report (pools against their budgets, the dearest Pods
 now, the hourly and daily buckets by provider) and its shapes, documented in /api/schema/.
 
-Mounted by `console.api.urls`; read through `console.spendpage.current_report` (placement's
+Mounted by `console.api.urls`; read through `console.runtime.Runtime.spend_report` (placement's
 `spend_report()`), never computed here. One bounded object, not a paginated list: at most
 `MAX_POOLS` pools, `spendpage.MAX_TOP_PODS` Pods, 24 hourly and 30 daily buckets each. An
 unknown amount is `unknown: true` with its `text` "unknown", never a bare 0.
@@ -11,7 +11,6 @@ Tests: tests/console/api/test_api_spend.py::test_the_report_is_served_with_unkno
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -20,13 +19,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console import kubeauth, spendpage
+from console import kubeauth, runtime, spendpage
 from console.api.views import NebulaAccess
 from kube.reviews import Access
+from placement.spend import DAYS_SHOWN, HOURS_SHOWN
 from placement.spendview import SpendReport
 
 MAX_POOLS = 1000
-HOURS, DAYS = 24, 30
 
 
 class MoneySerializer(serializers.Serializer):
@@ -95,16 +94,15 @@ class SpendReportSerializer(serializers.Serializer):
 
 def bounded(report: SpendReport | None) -> dict[str, Any]:
     """The report as the API returns it, every list cut to its bound."""
-    shown = report if report is not None else SpendReport(at=datetime.now(UTC))
-    pools = sorted(shown.pools, key=lambda pool: pool.pool)
+    seen = spendpage.shown(report)
     return {
         "running": report is not None,
-        "at": shown.at,
-        "pool_count": len(pools),
-        "pools": [replace(p, hours=p.hours[-HOURS:], days=p.days[-DAYS:]) for p in pools[:MAX_POOLS]],
-        "top_pods": shown.top_pods[: spendpage.MAX_TOP_PODS],
-        "providers_hours": shown.providers_hours[-HOURS:],
-        "providers_days": shown.providers_days[-DAYS:],
+        "at": seen.at,
+        "pool_count": len(seen.pools),
+        "pools": [replace(p, hours=p.hours[-HOURS_SHOWN:], days=p.days[-DAYS_SHOWN:]) for p in seen.pools[:MAX_POOLS]],
+        "top_pods": seen.top_pods[: spendpage.MAX_TOP_PODS],
+        "providers_hours": seen.providers_hours[-HOURS_SHOWN:],
+        "providers_days": seen.providers_days[-DAYS_SHOWN:],
     }
 
 
@@ -118,4 +116,4 @@ class SpendView(APIView):
 
     @extend_schema(responses=SpendReportSerializer)
     def get(self, request: Request) -> Response:
-        return Response(SpendReportSerializer(bounded(spendpage.current_report())).data)
+        return Response(SpendReportSerializer(bounded(runtime.current().spend_report())).data)

@@ -84,6 +84,7 @@ def report(*, pods: int = 3, pools_extra: int = 0) -> SpendReport:
         at=AT,
         pools=tuple(pools),
         top_pods=tuple(top),
+        billing_pods=len(top),
         series=series,
         providers_hours=hours({"fake-a": 9.6, "fake-b": 2.5}),
         providers_days=days({"fake-a": 230.4, "fake-b": 60.0}),
@@ -97,5 +98,5 @@ class ReportingPlacement:
         self.spend = spend
         self.blocklist = None
 
-    def spend_report(self) -> SpendReport:
+    def spend_report(self, *, charts: bool = True) -> SpendReport:
         return self.spend
