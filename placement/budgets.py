@@ -15,6 +15,7 @@ tests/placement/test_budget_book.py::test_twenty_workers_reserve_exactly_the_roo
 from __future__ import annotations
 
 import enum
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -108,12 +109,16 @@ def next_month(now: float) -> float:
 
 
 def price_of(pod: Mapping[str, Any]) -> float | None:
-    """The hourly price placement wrote on the Pod (`nebula.io/hourly-price`), None if none."""
-    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.HOURLY_PRICE_ANNOTATION)
+    """The hourly price placement wrote on the Pod (`nebula.io/hourly-price`); None when absent
+    or not a finite number >= 0 (anyone can annotate a Pod: "nan" or "inf" must not reach the
+    book's integer arithmetic, whose error would end the Pod watch that calls it). The one reader
+    of the annotation (placement.spend, placement.settle)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.HOURLY_PRICE_ANNOTATION)
     try:
-        return float(raw) if raw is not None else None
+        price = float(text) if text is not None else math.nan
     except ValueError:
         return None
+    return price if math.isfinite(price) and price >= 0 else None
 
 
 def _micro(price: float | None) -> int:

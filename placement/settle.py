@@ -31,6 +31,7 @@ from kube.times import micro_time, parse_rfc3339
 from kube.worker import Requeue, Retry
 from kube.workqueue import WorkQueue
 from placement import ledger as led
+from placement.budgets import price_of
 from placement.poolcache import NODEPOOLS, PoolCache, PoolState, pool_status, state_of
 from placement.pools import OnExceeded
 from placement.spend import (
@@ -38,7 +39,6 @@ from placement.spend import (
     Verdict,
     billing_of,
     budget_of,
-    hourly_price,
     live_pod,
     pool_of,
     verdict_of,
@@ -328,7 +328,7 @@ class SpendWork:
         for pod in pods:
             meta = pod["metadata"]
             provider = str(((pod.get("spec") or {}).get("nodeSelector") or {}).get(names.PROVIDER_KEY) or "")
-            piece = led.Piece(provider, str(meta.get("namespace", "")), hourly_price(pod), billing_of(pod))
+            piece = led.Piece(provider, str(meta.get("namespace", "")), price_of(pod), billing_of(pod))
             # A uid folded before (a crash, another replica) is left as it is: only its finalizer is left.
             folded = led.fold(folded, [piece], str(meta.get("uid", "")), now)
         if folded is settled:

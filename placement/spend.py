@@ -69,16 +69,6 @@ class LivePod:
         return Money(bill.dollars(self.price, seconds), 0.0)
 
 
-def hourly_price(pod: Mapping[str, Any]) -> float | None:
-    """The price placement wrote on the Pod; None when absent or not a finite number >= 0."""
-    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.HOURLY_PRICE_ANNOTATION)
-    try:
-        price = float(text) if text is not None else math.nan
-    except ValueError:
-        return None
-    return price if math.isfinite(price) and price >= 0 else None
-
-
 def billing_of(pod: Mapping[str, Any]) -> bill.Billing:
     """The Pod's billing record; EMPTY (with a debug line) when it is not one Nebula wrote."""
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(names.BILLING_ANNOTATION)
@@ -97,7 +87,7 @@ def live_pod(pod: Mapping[str, Any]) -> LivePod:
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
         provider=provider,
-        price=hourly_price(pod),
+        price=budgets.price_of(pod),
         billing=billing_of(pod),
         committed=bool(placed_pool(pod)),
         created=str(meta.get("creationTimestamp", "")),

@@ -48,6 +48,16 @@ def test_placed_pods_are_the_commitment_and_a_finished_or_gone_one_releases_it()
     assert book.revision("train") == revision + 2
 
 
+def test_a_price_annotation_that_is_not_a_finite_price_counts_as_unpriced_and_raises_nothing() -> None:
+    """Anyone can annotate a Pod: "nan", "inf" or a negative price must not reach the book's
+    integer arithmetic (its OverflowError or ValueError would end the Pod watch that calls
+    `observe`), and reads as unpriced, as the spend book reads it."""
+    book = BudgetBook()
+    for name, price in (("nan", "nan"), ("inf", "inf"), ("minus", "-3"), ("words", "ten")):
+        assert book.observe(f"default/{name}", pod(name, price=price)) == ""
+    assert book.state("train", HOURLY_20)[:2] == (Rate(0.0, 4), 4)
+
+
 def test_a_reservation_holds_room_until_the_pod_shows_placed_or_the_patch_fails() -> None:
     book = BudgetBook()
     book.observe("default/a", pod("a"))
