@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube import names
-from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.client import ConflictError, Kube, NotFoundError, path_for
 from kube.reflector import Reflector
 from placement.pools import NodePool, PoolError, parse_pool
 from providers.egress import OPEN, Egress
@@ -124,7 +124,9 @@ class PoolCache:
         """Replace the pool's whole status (PUT of the status subresource, conditioned on the
         resourceVersion of `raw`, by default the cached object) if it differs from the one
         `raw` holds (transition times of unchanged conditions are kept). False: the object
-        moved on since (409), the caller composes again from the newer one; True otherwise."""
+        moved on since (409), the caller composes again from the newer one; True when written,
+        unchanged or the pool is gone. Any other failure raises (KubeError): only the caller
+        knows whether it may go on without the write (the settler must not: I12)."""
         state = self.get(name)
         if raw is None:
             if state is None:
@@ -147,8 +149,6 @@ class PoolCache:
             return False
         except NotFoundError:
             return True
-        except KubeError as exc:
-            logger.warning("could not write the status of NodePool %s: %s", name, exc)
         return True
 
 

@@ -12,6 +12,7 @@ finalizers.
 `spend:publish:<pool>` writes a pool's status again after a conflict. Never deletes a Pod,
 never touches a Pod without our finalizer (but for the Stop annotation), never folds a uid twice.
 Tests: tests/placement/test_settle.py::test_I12_spend_is_never_counted_twice_across_a_crash,
+tests/placement/test_settle.py::test_I12_a_failed_ledger_write_keeps_the_finalizer_until_the_spend_is_folded,
 tests/placement/test_settle.py::test_I12_a_deleted_pods_spend_stays_in_its_pools_total.
 """
 
@@ -205,7 +206,12 @@ class SpendWork:
         status = self.compose(state, candidates, placed)
         if not moving and _steady(status) == _steady(_with_times(state.raw.get("status") or {}, status)):
             return
-        if not self._pools.write_status(name, status):
+        try:
+            written = self._pools.write_status(name, status)
+        except KubeError as exc:  # the next tick or change writes it again
+            logger.warning("could not write the status of NodePool %s: %s", name, exc)
+            return
+        if not written:
             self._queue.add(PUBLISH_KEY + name, delay=CONFLICT_DELAY)
 
     # -- the tick ------------------------------------------------------------------------------
@@ -345,7 +351,10 @@ class SpendWork:
         if candidates is None:
             candidates, placed = int(status.get("candidateCount") or 0), int(status.get("placedCount") or 0)
         composed = self.compose(state_of(name, obj), candidates, placed, settled)
-        return self._pools.write_status(name, composed, raw=obj)
+        try:
+            return self._pools.write_status(name, composed, raw=obj)
+        except KubeError as exc:  # not folded: no finalizer may go until it is (I12)
+            raise Retry(f"writing NodePool {name}'s settled ledger: {exc}", delay=1.0) from exc
 
     def _remove_finalizer(self, pod: JsonDict) -> None:
         meta = pod["metadata"]

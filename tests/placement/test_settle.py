@@ -17,7 +17,7 @@ import pytest
 from devcluster import DevCluster
 from kube import billing as bill
 from kube import names
-from kube.client import Kube, NotFoundError, path_for
+from kube.client import Kube, KubeError, NotFoundError, path_for
 from placement import ledger as led
 from placement.settle import TICK_KEY, SpendWork, deleting_ours
 from placement.ungate import ungate_patch
@@ -172,6 +172,39 @@ def test_I12_spend_is_never_counted_twice_across_a_crash(
         assert status_of(kube, "crash")["spend"]["total"] == "$5.00"
     finally:
         second.stop()
+
+
+def test_I12_a_failed_ledger_write_keeps_the_finalizer_until_the_spend_is_folded(
+    cluster: DevCluster, kube: Kube, alone: Alone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The settled ledger's write fails (a 500, not a conflict): the Pod keeps its finalizer, so
+    its spend is not lost, and the write is retried; once the API server takes it, the Pod goes
+    with its $5 folded once."""
+    cluster.apply_manifest(budgeted_pool("flaky"))
+    create_pod(kube, "flake", "flaky")
+    now = time.time()
+    write_billing(kube, "flake", bill.EMPTY.opened(now - 3600, "i-1").closed_at(now - 1800))
+    placement = alone.placement
+    wait_for(lambda: placement.spend.pool_spend("flaky").total.dollars == pytest.approx(5.0), what="$5 live")
+    pools_kube = placement.controller.spend._pools._kube
+    replace = pools_kube.replace
+    refused: list[str] = []
+
+    def failing_replace(path: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        if path.endswith("/nodepools/flaky/status") and len(refused) < 3:
+            refused.append(path)
+            raise KubeError(500, "InternalError", "etcdserver: request timed out")
+        return replace(path, body, **kwargs)
+
+    monkeypatch.setattr(pools_kube, "replace", failing_replace)
+    delete_now(kube, "flake")
+    wait_for(lambda: len(refused) >= 1, what="the first ledger write refused")
+    stuck = kube.get(f"{PODS}/flake")
+    assert names.SPEND_FINALIZER in stuck["metadata"]["finalizers"]
+    wait_for(lambda: gone(kube, "flake"), what="the Pod gone once the ledger is written")
+    assert len(refused) == 3
+    assert [round(r.dollars, 6) for r in settled_of(kube, "flaky").total] == [5.0]
+    assert placement.controller.spend.folds == 1
 
 
 def test_a_fake_clock_crossing_the_daily_limit_sets_budget_exceeded(
