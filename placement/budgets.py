@@ -199,16 +199,23 @@ class BudgetBook:
         self.spent = spent  # SPEND's accrual: (dollars today, dollars this month) of a pool
         self.clock = clock
         self.budget_of = budget_of  # `state` reads a pool's budget through it (the controller sets it)
-        self._lock = threading.Lock()  # guards the two dicts below, never held with a pool's lock
+        # Guards the two dicts below; taken before a pool's lock, never while holding one. A Pod's
+        # `_pool_of` entry and its `placed` entry change under it together (`observe`), so `release`
+        # never reads one moved without the other.
+        self._lock = threading.Lock()
         self._pools: dict[str, _PoolBook] = {}
         self._pool_of: dict[str, str] = {}  # Pod key -> the pool it is committed to or reserved in
 
     def _book(self, pool: str) -> _PoolBook:
         with self._lock:
-            book = self._pools.get(pool)
-            if book is None:
-                book = self._pools[pool] = _PoolBook()
-            return book
+            return self._book_held(pool)
+
+    def _book_held(self, pool: str) -> _PoolBook:
+        """`_book` for a caller holding `_lock`."""
+        book = self._pools.get(pool)
+        if book is None:
+            book = self._pools[pool] = _PoolBook()
+        return book
 
     def _verdict(self, pool: str, book: _PoolBook, budget: Budget | None) -> Verdict:
         needs_spend = budget is not None and (budget.daily is not None or budget.monthly is not None)
@@ -262,19 +269,17 @@ class BudgetBook:
             if pod is not None and is_placeable(pod):
                 return ""  # the version before our patch, seen late: the reservation stands
             return self._drop(key, placed=True)
-        uid = str((pod or {}).get("metadata", {}).get("uid", ""))
+        entry = (str((pod or {}).get("metadata", {}).get("uid", "")), price_of(pod or {}))
         with self._lock:
             before = self._pool_of.get(key, "")
             self._pool_of[key] = pool
-        released = self._drop_from(before, key) if before and before != pool else ""
-        book = self._book(pool)
-        with book.lock:
-            book.drop(book.reserved.pop(key, None))
-            book.drop(book.placed.pop(key, None))
-            entry = (uid, price_of(pod or {}))
-            book.placed[key] = entry
-            book.add(entry)
-        return released
+            book = self._book_held(pool)
+            with book.lock:
+                book.drop(book.reserved.pop(key, None))
+                book.drop(book.placed.pop(key, None))
+                book.placed[key] = entry
+                book.add(entry)
+        return self._drop_from(before, key) if before and before != pool else ""
 
     def _drop(self, key: str, *, placed: bool) -> str:
         with self._lock:

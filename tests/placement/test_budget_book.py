@@ -4,6 +4,7 @@ shows them, plus reservations in flight), reserved and released under the pool's
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from kube import names
@@ -137,3 +138,32 @@ def test_the_state_reads_the_pool_s_own_budget_when_none_is_given() -> None:
     assert book.state("train") == (Rate(10.0, 0), 1, "pool train at 1 of 1 instances", Limit.MAX_INSTANCES)
     book.observe("default/b", pod("b", pool="free"))
     assert book.state("free") == (Rate(10.0, 0), 1, None, None)
+
+
+def test_a_release_racing_the_placed_pods_observe_leaves_no_commitment_behind() -> None:
+    """The ungate patch timed out but took: the worker releases the reservation while the
+    reflector observes the placed Pod. The release must not find the Pod's pool set and its
+    commitment not yet there (it would forget the pool, and the Pod's later end would never drop
+    the commitment: the pool held Pods back for good). The test holds the pool's lock so the
+    observe stops inside; the release then waits for it to finish, and nothing is left once the
+    Pod goes."""
+    book = BudgetBook()
+    assert book.reserve("train", "default/a", "u-a", 10.0, HOURLY_20).allowed
+    pool_book = book._book("train")
+    pool_book.lock.acquire()
+    observing = threading.Thread(target=book.observe, args=("default/a", pod("a")))
+    releasing = threading.Thread(target=book.release, args=("default/a",))
+    try:
+        # The pauses only give the broken order its chance: whatever order the threads take,
+        # a correct book ends the same, so they cannot fail a correct book.
+        observing.start()
+        time.sleep(0.1)  # the observe runs up to the pool's lock
+        releasing.start()
+        time.sleep(0.1)  # a release that does not wait for the observe acts now
+    finally:
+        pool_book.lock.release()
+    observing.join(5)
+    releasing.join(5)
+    assert book.state("train", HOURLY_20)[1] == 1  # the placed Pod is the commitment
+    assert book.observe("default/a", None) == "train"
+    assert book.state("train", HOURLY_20)[:2] == (Rate(0.0, 0), 0)
