@@ -271,6 +271,9 @@ class PodController:
         if step.step is TakeUp.WAIT:
             raise Retry(step.why, delay=step.delay)
         if step.step is TakeUp.NOTHING:
+            # A span left open by a manager that died between releasing the instance and writing
+            # the record would count on until the Pod is deleted: it closes now.
+            self.handler.teardown.close_untracked(pod, None)
             return False
         if step.step is TakeUp.ADOPT:
             assert step.instance is not None

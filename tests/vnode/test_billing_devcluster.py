@@ -137,6 +137,46 @@ def test_billing_seen_at_is_written_and_closes_the_span_of_an_instance_gone_whil
     wait_for(lambda: phase_of(kube, "vanished") == "Failed", what="vanished Failed (InstanceLost)")
 
 
+def test_a_finished_pods_span_left_open_by_a_dead_manager_closes_when_taken_up_with_nothing_to_track(
+    cluster: DevCluster,
+    kube: Kube,
+    start_runner: Callable[..., Runner],
+    cloud_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The manager wrote the Pod's final status and died before writing its closed span; the
+    instance is gone when the next one starts (a provider that keeps nothing once terminated).
+    The finished Pod has nothing to track, but its span must not count on until it is deleted:
+    it closes at the node's billing-seen-at."""
+    monkeypatch.setattr(model, "SEEN_EVERY", 0.5)  # the minute, shortened for the test
+    provider = FakeProvider("gpu", {"cloud": cloud_name})
+    first = start_runner(provider)
+    create(kube, "done", restartPolicy="Never")
+    opened = wait_for(lambda: (lambda r: r if r.billing else None)(record_of(kube, "done")), what="the span open")
+    node = path_for("nodes", name="nebula-gpu")
+
+    def seen_at() -> float | None:
+        text = ((kube.get(node).get("metadata") or {}).get("annotations") or {}).get(names.BILLING_SEEN_ANNOTATION)
+        return parse_rfc3339(text).timestamp() if text else None
+
+    wait_for(lambda: (seen_at() or 0.0) > (opened.open or 0.0) + 0.5, what="billing-seen-at past the span's start")
+    assert first.stop(timeout=5) == []
+    anchor = seen_at()
+    kube.patch(  # the final status the dead manager did write
+        path_for("pods", namespace="default", name="done", subresource="status"),
+        {"status": {"phase": "Succeeded", "reason": None, "message": None}},
+    )
+    assert record_of(kube, "done").open == opened.open  # its close, it did not
+    provider.cloud.lose(instance_of(kube, "done"), vanish=True)
+
+    start_runner(FakeProvider("gpu", {"cloud": cloud_name}))
+    closed = wait_for(lambda: (lambda r: r if r.closed else None)(record_of(kube, "done")), what="the span closed")
+    (span,) = closed.closed
+    assert closed.open is None and span.start == opened.open
+    assert span.end == pytest.approx(anchor, abs=0.001)
+    assert phase_of(kube, "done") == "Succeeded"
+
+
 def test_where_billing_starts_with_the_workload_the_span_opens_at_its_start(
     kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
 ) -> None:

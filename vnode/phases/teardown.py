@@ -89,7 +89,7 @@ class Teardown:
             if found is Lookup.UNKNOWN:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
             if instance is None or instance.state is InstanceState.TERMINATED:
-                self._close_untracked(target, instance)
+                self.close_untracked(target, instance)
                 return None  # nothing of it is left to stop
             entry = assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
             entry.terminate_asked = instance.state is InstanceState.TERMINATING  # going already: look until gone
@@ -156,9 +156,10 @@ class Teardown:
         if pending and pod is not None:
             self._writer.flush(entry, pod)
 
-    def _close_untracked(self, pod: Mapping[str, Any], instance: Instance | None) -> None:
-        """A Pod found with no instance left (after a restart): a span still open on it closes at
-        its end fact, else at the node's billing-seen-at (or its own start), and is written."""
+    def close_untracked(self, pod: Mapping[str, Any], instance: Instance | None) -> None:
+        """A Pod found with no instance left (after a restart; being deleted, or finished and
+        taken up with nothing to track): a span still open on it closes at its end fact, else at
+        the node's billing-seen-at (or its own start), and is written. A closed record writes nothing."""
         entry = self._tracked.track(dict(pod))
         try:
             self._close_billing(entry, instance, pod)
