@@ -60,6 +60,7 @@ class Tracked:
     events: list[PodEvent] = field(default_factory=list)  # written by the next flush
     credential: dict[str, bytes] | None = None  # a minted credential not yet in its Secret
     preemption: str = ""  # a preemption's block reason, not yet reported (vnode.phases.giveup)
+    ignored_stop: str = ""  # a `nebula.io/stop-reason` not Nebula's, already logged (vnode.phases.lifecycle)
     terminate_asked: bool = False  # teardown: terminate was called once for this instance
     recheck: float = 0.0  # teardown: seconds until the next look at a going instance
     look_after: float = 0.0  # teardown: monotonic time before which a wake-up does not look again

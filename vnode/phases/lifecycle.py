@@ -70,7 +70,6 @@ class Lifecycle:
         self._recheck_cap = context.poll_interval  # a replaced instance's looks back off up to it
         self._monotonic = context.monotonic
         self._now = context.now
-        self._ignored: set[tuple[str, str]] = set()  # (uid, stop-reason) already logged as not ours
 
     def step_due(self, key: str) -> bool:
         """Whether `carry_out` would call the provider now for the tracked Pod `key`: a
@@ -136,8 +135,8 @@ class Lifecycle:
             return None
         reason, message = asked
         if reason != names.REASON_BUDGET_EXCEEDED:
-            if (entry.uid, reason) not in self._ignored:
-                self._ignored.add((entry.uid, reason))
+            if entry.ignored_stop != reason:  # logged once per Pod and reason, kept with the entry
+                entry.ignored_stop = reason
                 logger.warning(
                     "%s: %s %r is not a stop Nebula knows; ignored", entry.key, names.STOP_REASON_ANNOTATION, reason
                 )
