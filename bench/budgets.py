@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from collections import Counter
@@ -36,6 +35,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench.sync import create_all, start_devcluster  # noqa: E402
 from kube import names, observe  # noqa: E402
 from kube.client import Kube, NotFoundError, load_api_client, path_for  # noqa: E402
 from placement.blocklist import Blocklist  # noqa: E402
@@ -140,22 +140,6 @@ class Result:
         return pods / self.done if self.done else 0.0
 
 
-def create_pods(kubeconfig: str, count: int, clients: int) -> None:
-    """Create `count` gated Pods from `clients` threads (placement is not running yet)."""
-    kube = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
-    path = path_for("pods", namespace=NAMESPACE)
-
-    def work(start: int) -> None:
-        for i in range(start, count, clients):
-            kube.create(path, gated_pod(f"bench-{i}"))
-
-    workers = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-
-
 def placed_in_api(kube: Kube) -> tuple[int, int]:
     """(Pods without placement's gate, of them bound by the scheduler so far), from one list."""
     pods, _ = kube.list(path_for("pods", namespace=NAMESPACE))
@@ -202,7 +186,7 @@ def measure(run: str, args: argparse.Namespace, kubeconfig: str) -> Result:
     kube.create(NODEPOOLS, nodepool(budget))
     kube.create("/api/v1/nodes", node())
     created = time.monotonic()
-    create_pods(kubeconfig, args.pods, args.clients)
+    create_all(kube, [f"bench-{i}" for i in range(args.pods)], {}, threads=args.clients, make=gated_pod)
     print(f"[{run}] {args.pods} gated Pods created in {time.monotonic() - created:.1f}s", flush=True)
     expected = args.pods if run != "binding" else min(args.limit, args.pods)
     provider = FakeProvider(PROVIDER, {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": SCENARIO})
@@ -251,8 +235,6 @@ def measure(run: str, args: argparse.Namespace, kubeconfig: str) -> Result:
 
 
 def run_on_fresh_cluster(run: str, args: argparse.Namespace) -> Result:
-    from sync import start_devcluster  # bench/sync.py: the devcluster in its own process
-
     with tempfile.TemporaryDirectory() as folder:
         server, kubeconfig = start_devcluster(folder, crds=(os.path.join(ROOT, "deploy/crds/nodepool.yaml"),))
         try:
