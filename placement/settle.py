@@ -32,8 +32,8 @@ from kube.times import micro_time, parse_rfc3339
 from kube.worker import Requeue, Retry
 from kube.workqueue import WorkQueue
 from placement import ledger as led
-from placement.budgets import price_of
-from placement.poolcache import NODEPOOLS, PoolCache, PoolState, pool_status, state_of
+from placement.budgets import WITHIN_BUDGET, price_of
+from placement.poolcache import NODEPOOLS, PoolCache, PoolState, now_text, pool_status, state_of
 from placement.pools import OnExceeded
 from placement.spend import (
     SpendBook,
@@ -100,13 +100,13 @@ def spend_status(spend: PoolSpend, settled: led.Ledger, now: float) -> JsonDict:
 def budget_condition(spend: PoolSpend, verdict: Verdict | None) -> JsonDict | None:
     if spend.budget is None:
         return None
-    reason, message = verdict if verdict is not None else ("WithinBudget", f"pool {spend.pool} is within its budget")
+    reason, message = verdict if verdict is not None else (WITHIN_BUDGET, f"pool {spend.pool} is within its budget")
     return {
         "type": names.CONDITION_BUDGET_EXCEEDED,
         "status": "True" if verdict is not None else "False",
         "reason": reason,
         "message": message,
-        "lastTransitionTime": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lastTransitionTime": now_text(),
     }
 
 
