@@ -14,6 +14,7 @@ from typing import Any
 
 from kube.client import Kube, load_api_client
 from kube.operations import OperationLimits
+from placement.settle import SPEND_INTERVAL
 from vnode.kubelet import auth as kubeletauth
 from vnode.kubelet.limits import Limits
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
@@ -98,7 +99,7 @@ class ManagerConfig:
     share_providers: bool = False
     lease_duration: float = LEASE_DURATION
     shutdown_grace: float = SHUTDOWN_GRACE
-    spend_interval: float = 60.0  # seconds between publications of the pools' moving spend figures
+    spend_interval: float = SPEND_INTERVAL  # seconds between publications of the pools' moving spend figures
     demo: bool = False
 
     @property

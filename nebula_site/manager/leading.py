@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -49,7 +48,6 @@ class Leading:
     operations: Mapping[str, OperationLimits] = field(default_factory=dict)  # alias -> limits
     requeue_spread: float = 1.0  # placement's: seconds over which a refused Pod's retries spread
     spend_interval: float = SPEND_INTERVAL  # placement's: seconds between publications of the pools' spend
-    clock: Callable[[], float] = time.time  # placement's spend clock (epoch seconds; tests pass a fake one)
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
@@ -95,7 +93,6 @@ class Leading:
             watch_kube=watch_kube,
             blocklist=self.blocklist,
             requeue_spread=self.requeue_spread,
-            clock=self.clock,
             spend_interval=self.spend_interval,
         )
         pools: PoolPolicies = placement.pools
