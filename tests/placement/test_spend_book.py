@@ -181,3 +181,20 @@ def test_the_book_reads_the_budget_placement_parsed(spec: dict[str, Any], text: 
         state = PoolState("gpu", None, str(exc), raw)
     budget = budget_of(state)
     assert (budget.view().text() if budget is not None else None) == text
+
+
+def test_the_report_lists_the_dearest_top_pods_and_counts_every_billing_pod() -> None:
+    """The bound the console and the REST API rely on: past `TOP_PODS` billing Pods the report
+    keeps the dearest and says how many bill; the metrics' report (no charts) has no buckets and
+    no Pods, and the same pool figures."""
+    rig = Book()
+    rig.put_pool(nodepool("gpu"))
+    count = spend.TOP_PODS + 3
+    for i in range(count):
+        rig.put_pod(pod(f"p{i:03d}", f"uid-{i}", price=str(1 + i), start=NOW - 3600, end=None))
+    report = rig.book.report()
+    assert len(report.top_pods) == spend.TOP_PODS and report.billing_pods == count
+    assert report.top_pods[0].name == f"p{count - 1:03d}" and report.top_pods[-1].name == "p003"
+    bare = rig.book.report(charts=False)
+    assert bare.top_pods == () and bare.billing_pods == 0 and bare.providers_hours == ()
+    assert bare.pools[0].hours == () and bare.pools[0].total == report.pools[0].total
