@@ -53,6 +53,24 @@ ORPHANS_SWEPT = Counter(
 POLL_SECONDS = Histogram(
     "nebula_poll_seconds", "provider.list (the poll) duration", ["provider"], buckets=LATENCY_BUCKETS, registry=REGISTRY
 )
+INTERRUPTIONS = Counter(
+    "nebula_interruptions",
+    "instances the provider took back, by its notice's kind (Reclaimed: seen only after the fact)",
+    ["provider", "tier", "kind"],
+    registry=REGISTRY,
+)
+WORKLOAD_FAILURES = Counter(
+    "nebula_workload_failures",
+    "Pods whose own workload failed, by the Pod's reason",
+    ["provider", "reason"],
+    registry=REGISTRY,
+)
+UNREACHABLE_PODS = Gauge(
+    "nebula_provider_unreachable_pods",
+    "Pods waiting on a provider that does not answer (none failed for it)",
+    ["provider"],
+    registry=REGISTRY,
+)
 POLL_ERRORS = Counter("nebula_poll_errors", "provider.list calls that failed", ["provider"], registry=REGISTRY)
 PLACEMENTS = Counter("nebula_placement_decisions", "placement decisions by outcome", ["outcome"], registry=REGISTRY)
 STREAMS_OPEN = Gauge("nebula_kubelet_streams_open", "kubelet streams open by kind", ["kind"], registry=REGISTRY)

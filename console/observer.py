@@ -89,6 +89,22 @@ class ConsoleObserver:
         if not ok:
             metrics.POLL_ERRORS.labels(provider=provider).inc()
 
+    def interrupted(self, provider: str, tier: str, kind: str, subject: observe.Subject) -> None:
+        metrics.INTERRUPTIONS.labels(provider=provider, tier=tier or "unknown", kind=kind).inc()
+        logger.warning(
+            "%s interrupted on %s (%s)",
+            kind,
+            provider,
+            tier or "tier unknown",
+            extra=_extra(provider, subject, outcome=kind),
+        )
+
+    def workload_failed(self, provider: str, reason: str, subject: observe.Subject) -> None:
+        metrics.WORKLOAD_FAILURES.labels(provider=provider, reason=reason or "Failed").inc()
+
+    def reachability(self, provider: str, reachable: bool, pods: int) -> None:
+        metrics.UNREACHABLE_PODS.labels(provider=provider).set(0 if reachable else pods)
+
     def node_synced(self, node: str) -> None:
         with self._lock:
             self._node_synced[node] = self._now()

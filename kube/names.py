@@ -106,6 +106,39 @@ REASON_BUDGET_EXCEEDED = "BudgetExceeded"  # Pod reason, Event reason and NodePo
 EVENT_BUDGET_EXCEEDED = "BudgetExceeded"
 CONDITION_BUDGET_EXCEEDED = "BudgetExceeded"
 
+# Interruptions (docs/interruptions.md). The vnode records a provider's notice on its Pod (JSON:
+# kind, deadline, issuedAt, id, detail), so a restarted manager resumes the stop it began.
+INTERRUPTION_ANNOTATION = f"{PREFIX}/interruption"
+# Placement carries a workload's recent interruptions (RFC 3339 times, comma-separated, newest
+# last, bounded) on each Pod it places for it, so `interruption.fallbackToOnDemandAfter` counts
+# across Pods and manager restarts.
+INTERRUPTIONS_ANNOTATION = f"{PREFIX}/interruptions"
+# A Pod's status reason (and its Event's) for each interruption, by the notice's kind; with
+# REASON_PREEMPTED (seen only after the fact) these are the "interrupted" cause.
+REASON_SPOT_INTERRUPTED = "SpotInterrupted"
+REASON_MAINTENANCE_SCHEDULED = "MaintenanceScheduled"
+REASON_INSTANCE_STOPPING = "InstanceStopping"
+REASON_REBALANCE_RECOMMENDED = "RebalanceRecommended"  # a Pod stopped only when its pool asks `proactive`
+INTERRUPTED_REASONS = frozenset(
+    {
+        REASON_PREEMPTED,
+        REASON_SPOT_INTERRUPTED,
+        REASON_MAINTENANCE_SCHEDULED,
+        REASON_INSTANCE_STOPPING,
+        REASON_REBALANCE_RECOMMENDED,
+    }
+)
+EVENT_REBALANCE_RECOMMENDED = "RebalanceRecommended"  # a notice that took nothing: an Event only
+# The Pod condition the vnode keeps while its provider does not answer (the "unreachable" cause):
+# False with reason ProviderUnreachable; True again (reason ProviderReachable) once it answers.
+CONDITION_PROVIDER_REACHABLE = f"{PREFIX}/ProviderReachable"
+REASON_PROVIDER_REACHABLE = "ProviderReachable"
+REASON_PROVIDER_UNREACHABLE = "ProviderUnreachable"
+# Placement: a workload moved to OnDemand by `interruption.fallbackToOnDemandAfter`, and a gated
+# Pod failed once `failover.waitForCapacity` ran out with no candidate.
+EVENT_FALLBACK_TO_ON_DEMAND = "FallbackToOnDemand"
+REASON_CAPACITY_WAIT_EXCEEDED = "CapacityWaitExceeded"
+
 # The NodePool custom resource.
 NODEPOOL_GROUP = PREFIX
 NODEPOOL_VERSION = "v1alpha1"

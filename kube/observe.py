@@ -63,6 +63,16 @@ class Observer(Protocol):
         """An Event was written (or attempted) about a Pod or Node: `event` is the Event
         object's name (its repeats are written under the same name) and `count` its count so far."""
 
+    def interrupted(self, provider: str, tier: str, kind: str, subject: Subject) -> None:
+        """The provider took an instance back: `kind` is the notice's (`providers.notices.NoticeKind`
+        value) or `Reclaimed` (seen only after the fact); `tier` Spot, OnDemand or "" (unknown)."""
+
+    def workload_failed(self, provider: str, reason: str, subject: Subject) -> None:
+        """A Pod's workload failed (its own exit, not an interruption): `reason` is the Pod's."""
+
+    def reachability(self, provider: str, reachable: bool, pods: int) -> None:
+        """The provider's answers stopped (`reachable` False: `pods` Pods wait, none failed) or came back."""
+
     def placement_decided(self, outcome: str) -> None:
         """Placement decided for one Pod: placed, blocked, no_candidate, invalid, not_gated (no gate to act on)."""
 
@@ -106,6 +116,15 @@ class NullObserver:
         count: int = 1,
         event: str = "",
     ) -> None:
+        pass
+
+    def interrupted(self, provider: str, tier: str, kind: str, subject: Subject) -> None:
+        pass
+
+    def workload_failed(self, provider: str, reason: str, subject: Subject) -> None:
+        pass
+
+    def reachability(self, provider: str, reachable: bool, pods: int) -> None:
         pass
 
     def placement_decided(self, outcome: str) -> None:

@@ -1,5 +1,5 @@
-"""The provider seam: the `Provider` protocol, the optional `LogStreamer` and `Executor`
-protocols, and the frozen values that cross the seam.
+"""The provider seam: the `Provider` protocol, the optional `LogStreamer`, `Executor` and
+`NoticeSource` (`providers.notices`) protocols, and the frozen values that cross the seam.
 
 The streaming and control protocols (and `LogOptions`) live in `providers.streams`, the ids in
 `providers.ids` and the Pod's shape in `providers.shape`; this module re-exports them and is
@@ -24,6 +24,9 @@ from providers.egress import Egress, EgressMode
 from providers.errors import ProviderError, QuotaExceeded, Unauthorized
 from providers.ids import ClaimName as ClaimName
 from providers.ids import InstanceId as InstanceId
+from providers.notices import Notice as Notice
+from providers.notices import NoticeKind as NoticeKind
+from providers.notices import NoticeSource as NoticeSource
 from providers.owner import Owner
 from providers.pullauth import RegistryAuth
 from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
