@@ -131,7 +131,7 @@ INTERRUPTED_REASONS = frozenset(
 EVENT_REBALANCE_RECOMMENDED = "RebalanceRecommended"  # a notice that took nothing: an Event only
 # The Pod condition the vnode keeps while its provider does not answer (the "unreachable" cause):
 # False with reason ProviderUnreachable; True again (reason ProviderReachable) once it answers.
-CONDITION_PROVIDER_REACHABLE = f"{PREFIX}/ProviderReachable"
+POD_CONDITION_PROVIDER_REACHABLE = f"{PREFIX}/ProviderReachable"  # the Node's is CONDITION_PROVIDER_REACHABLE
 REASON_PROVIDER_REACHABLE = "ProviderReachable"
 REASON_PROVIDER_UNREACHABLE = "ProviderUnreachable"
 # Placement: a workload moved to OnDemand by `interruption.fallbackToOnDemandAfter`, and a gated
