@@ -28,17 +28,20 @@ from providers.base import (
     Capabilities,
     Instance,
     InstanceId,
+    NoticeSource,
     Provider,
 )
 from vnode.blocklister import Blocklister
 from vnode.ephemeral.containers import Ephemerals
 from vnode.model import assess
+from vnode.model.reachability import with_reachability
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.model.tracking import Rules, Tracked, TrackedMap, pod_key
 from vnode.phases.context import PhaseContext, Traits
 from vnode.phases.giveup import GiveUp
 from vnode.phases.inventory import Inventory
 from vnode.phases.lifecycle import Lifecycle, stopped_status
+from vnode.phases.notices import NoticeIntake
 from vnode.phases.provision import Provisioner
 from vnode.phases.serving import Serving
 from vnode.phases.statussync import StatusSync
@@ -90,7 +93,7 @@ class Handler:
             inventory=Inventory(
                 provider, snapshot_ttl=snapshot_ttl, failure_ttl=traits.poll_interval, monotonic=monotonic
             ),
-            writer=PodWriter(kube, events),
+            writer=PodWriter(kube, events, provider=provider.name),
             reader=PodReader(kube),
             events=events,
             traits=traits,
@@ -115,6 +118,12 @@ class Handler:
             context, provisioner=self.provisioner, teardown=self.teardown, stopping=self.stopping, give_up=self.give_up
         )
         self.serving = Serving(context)
+        # A provider that hears of interruptions ahead: its notices, read on a thread of their own.
+        self.notices = (
+            NoticeIntake(context, provider, queue=lambda key: self.queue_flush(key))
+            if isinstance(provider, NoticeSource)
+            else None
+        )
         self.prober = Prober(
             provider,
             tracked=self._tracked,
@@ -197,12 +206,28 @@ class Handler:
         if entry is not None:
             with entry.lock:
                 assess.reassess(entry, now=self._now(), at=self._monotonic(), rules=self.rules())
-                if entry.desired_status is not None:  # a deadline's or a budget's stop says so
+                if entry.desired_status is not None:  # a deadline's, a budget's or an interruption's stop says so
                     entry.desired_status = stopped_status(entry, entry.desired_status, now=rfc3339(self._now()))
+                self._say_reachability(entry)
                 if (entry.desired_status or {}).get("phase") in ("Succeeded", "Failed"):
                     self.ephemerals.stop(key)  # I10: nothing of a terminal Pod keeps running
                 self.ephemerals.overlay(entry)
             self.writer.flush(entry, current)
+
+    def _say_reachability(self, entry: Tracked) -> None:
+        """The Pod's `nebula.io/ProviderReachable` condition as the last lists say (under its lock)."""
+        current = entry.desired_status if entry.desired_status is not None else entry.pod.get("status")
+        if not current:
+            return
+        said = with_reachability(
+            current,
+            self.status_sync.reachability,
+            provider=self.provider.name,
+            now=rfc3339(self._now()),
+            seen=entry.pod.get("status"),
+        )
+        if said is not current:
+            entry.desired_status = dict(said)
 
     def _probe_changed(self, entry: Tracked) -> None:
         """The prober's `on_change` (on a probe worker): a readiness or startup verdict of

@@ -120,6 +120,9 @@ class PodController:
             ),
             "poll",
         )
+        intake = handler.notices
+        if intake is not None:  # after the Pods are reconciled, so a notice finds its Pod
+            self._spawn(lambda: intake.run(self._stop), "notices")
 
     def _spawn(self, target: Callable[[], None], label: str) -> None:
         thread = threading.Thread(target=target, name=f"{self.handler.node_name} {label}", daemon=True)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kube import names
+from kube import names, observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
 from kube.events import EventRecorder
 from kube.worker import Retry
@@ -46,8 +46,9 @@ def host_ips(addresses: Sequence[Mapping[str, str]]) -> tuple[str, ...]:
 
 
 class PodWriter:
-    def __init__(self, kube: Kube, events: EventRecorder) -> None:
+    def __init__(self, kube: Kube, events: EventRecorder, *, provider: str = "") -> None:
         self._kube = kube
+        self._provider = provider  # the metrics' label of a failure it writes
         self._events = events
         self._host_ips: tuple[str, ...] = ()
 
@@ -103,6 +104,11 @@ class PodWriter:
         except KubeError as exc:
             raise Retry(f"status write failed: {exc}") from exc
         entry.written_status = desired
+        reason = str(desired.get("reason") or "")
+        if desired.get("phase") == "Failed" and phase != "Failed" and reason not in names.INTERRUPTED_REASONS:
+            # The "failed" cause (an interruption is counted where it is noticed: vnode.phases.giveup).
+            subject = observe.Subject(entry.key, entry.claim, entry.instance_id or "")
+            observe.current().workload_failed(self._provider, reason or "Failed", subject)
 
     def write_status(self, pod: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
         """Write the status of a Pod not tracked yet (no instance: it waits to be provisioned);

@@ -25,3 +25,8 @@ class PoolPolicies(Protocol):
         """Seconds an instance of a Pod of `pool` may stay PROVISIONING; None: no limit (the
         Pod is in no pool, so nothing could take it elsewhere)."""
         ...
+
+    def replaces_on_rebalance(self, pool: str | None) -> bool:
+        """The pool's `spec.interruption.proactive`: a rebalance recommendation stops its Pods as
+        an interruption does (False for None, or for a pool not known: an Event only)."""
+        ...

@@ -53,6 +53,9 @@ class HalfSecond:
     def provisioning_timeout_of(self, pool: str | None) -> float | None:
         return None if pool is None else 0.5
 
+    def replaces_on_rebalance(self, pool: str | None) -> bool:
+        return False
+
 
 def queued_scenario(provider: str) -> dict[str, Any]:
     """`h100_scenario`, its H100 Spot offering queued for an hour (no capacity)."""

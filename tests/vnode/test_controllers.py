@@ -33,9 +33,11 @@ from vnode.sources.env import MissingSource
 class RecordingBlocklist:
     def __init__(self) -> None:
         self.records: list[tuple[str, BlockScope, str | None]] = []
+        self.interrupted: list[bool] = []  # each record's `interrupted`, in order
 
-    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None, interrupted: bool = False) -> None:
         self.records.append((provider, scope, pool))
+        self.interrupted.append(interrupted)
 
 
 def node(kube: Kube, name: str) -> dict[str, Any] | None:

@@ -29,7 +29,7 @@ def instance_of(kube: Kube, name: str) -> str:
 
 
 @pytest.mark.parametrize("policy", ["Always", "Never"])
-def test_a_preempted_spot_pod_fails_preempted_and_blocks_the_spot_tier_once(
+def test_a_preempted_spot_pod_fails_preempted_and_blocks_its_offering_once_as_an_interruption(
     kube: Kube, start_runner: Callable[..., Runner], cloud_name: str, policy: str
 ) -> None:
     provider = FakeProvider("gpu", {"cloud": cloud_name})
@@ -59,7 +59,10 @@ def test_a_preempted_spot_pod_fails_preempted_and_blocks_the_spot_tier_once(
     wait_for(lambda: len(provider.cloud.call_log("list")) >= lists + 4, what="four more polls")
     ((who, scope, pool),) = blocks.records  # once per preemption, not on every poll
     assert (who, pool) == ("gpu", "train")
-    assert (scope.provider, scope.breadth, scope.tier) == ("gpu", BlockBreadth.TIER, Tier.SPOT)
+    # The candidate it ran on (accelerator, tier, region), for the pool's interruption TTL.
+    assert (scope.provider, scope.breadth, scope.tier) == ("gpu", BlockBreadth.OFFERING, Tier.SPOT)
+    assert (scope.accelerator, scope.region) == ("h100", "us-east-1")
+    assert blocks.interrupted == [True]
     assert scope.reason.startswith("Preempted: ") and instance in scope.reason
     assert len(provider.cloud.call_log("provision")) == 1  # whatever the policy: placement's replacement restarts it
     assert phase_of(kube, "spot") == "Failed"

@@ -64,6 +64,9 @@ class Timeouts:
         self.asked.append(pool)
         return None if pool is None else self.seconds
 
+    def replaces_on_rebalance(self, pool: str | None) -> bool:
+        return False
+
 
 def plain_pod(name: str) -> dict[str, Any]:
     """A CPU Pod of pool `train` (the OnDemand offering starts at once)."""

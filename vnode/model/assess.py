@@ -72,7 +72,7 @@ def observe(
             ending_of(instance, now=now), seen_at=at, in_place=rules.in_place, bills=rules.bills, policy=rules.backoff
         )
     elif instance.state is InstanceState.TERMINATED:
-        if instance.preempted:  # the capacity is gone: the Pod fails, placement replaces it
+        if instance.preempted and not _interrupted(entry):  # the capacity is gone: the Pod fails
             return preempted(entry, instance, now=now)
         ending = ending_of(instance, now=now, reason=names.REASON_TERMINATED)
         entry.runs.end(ending, seen_at=at, in_place=False, bills=False, policy=rules.backoff)
@@ -174,6 +174,12 @@ def preempted(entry: Tracked, instance: Instance, *, now: datetime) -> bool:
     # podFailurePolicy reads DisruptionTarget as a disruption, not the workload's failure.
     entry.desired_status = stopping.with_disruption_target(given_up, message=message, now=rfc3339(now))
     return True
+
+
+def _interrupted(entry: Tracked) -> bool:
+    """A notice ahead already stops the Pod: the capacity's going is no news (no second Event
+    or block); its status stays the interruption's (`vnode.phases.lifecycle.stopped_status`)."""
+    return entry.stop is not None and entry.stop.why is stopping.Why.INTERRUPTED
 
 
 def _latest(entry: Tracked) -> Mapping[str, Any]:

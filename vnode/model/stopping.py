@@ -3,7 +3,8 @@
 Pure. `vnode.phases.stopping` carries a stop out (preStop hooks, the provider's
 `stop_container`, the look until the containers ended); the teardown starts one for a Pod
 deleted gracefully, the lifecycle one for a Pod past its `activeDeadlineSeconds` or annotated
-`nebula.io/stop-reason: BudgetExceeded` (`stop_asked`, `budget_status`). What a
+`nebula.io/stop-reason: BudgetExceeded` (`stop_asked`, `budget_status`) or interrupted by its
+provider (`vnode.model.interruption`). What a
 kubelet does is the reference: the grace is `metadata.deletionGracePeriodSeconds` of a Pod being
 deleted, else `spec.terminationGracePeriodSeconds`, else 30 s; the time the preStop hooks took is
 spent from it, but a container that ran one keeps at least 2 s after its SIGTERM; the deadline
@@ -44,6 +45,7 @@ class Why(enum.Enum):
     DELETED = "the Pod is being deleted"
     DEADLINE = "the Pod ran past its activeDeadlineSeconds"
     BUDGET = "the Pod's pool ran out of budget (nebula.io/stop-reason: BudgetExceeded)"
+    INTERRUPTED = "the provider gave notice that it takes the instance back (nebula.io/interruption)"
 
 
 def stop_asked(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -95,7 +97,8 @@ class Stop:
     why: Why
     began: float
     grace: float
-    message: str = ""  # what the Pod's status says of a stop asked with a message (Why.BUDGET)
+    message: str = ""  # what the Pod's status says of a stop asked with a message (BUDGET, INTERRUPTED)
+    reason: str = ""  # the status reason of an interruption's stop (vnode.model.interruption.reason_of)
     hooks_done: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
     hooks_ran: bool = False  # a preStop hook was started (its container keeps >= 2 s after SIGTERM)
     told: bool = False  # the Killing Event of each running container was told as the stop began

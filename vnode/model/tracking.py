@@ -20,6 +20,7 @@ from providers.base import ClaimName, Instance, InstanceId
 from providers.claim import claim_name
 from providers.shape import ContainerFacts
 from vnode.model import containerstatus, status
+from vnode.model.interruption import Noted
 from vnode.model.probestate import run_of
 from vnode.model.runs import Rules as Rules
 from vnode.model.runs import Runs, container_policy
@@ -73,6 +74,9 @@ class Tracked:
     stop: Stop | None = None  # its containers are being stopped (vnode.phases.stopping): nothing runs again
     billing: Billing | None = None  # its billing record (vnode.model.billing); None: the Pod's, not read yet
     billing_seen: float | None = None  # epoch seconds its instance was last seen billing (or the node's anchor)
+    # A provider's notice recorded on the Pod by the notice intake, before the watch brings the
+    # annotation back (vnode.model.interruption; the annotation is what a restart reads).
+    notice: Noted | None = None
 
     @property
     def key(self) -> str:

@@ -7,9 +7,10 @@ of these reasons, `placement.request.is_replaceable_failure`) goes elsewhere:
 - `assess.preempted` (pure, in the model; called by `assess.observe` on the poll thread, under the entry's lock)
   turns a TERMINATED instance the provider reports `preempted` into `Failed/Preempted`, its
   container terminated as the kubelet reports one it killed (137, `Error`), with a Warning
-  `Preempted` Event. The capacity is gone: placement's replacement is the restart. The Spot
-  tier's block is left on the entry (`Tracked.preemption`) and reported once by
-  `GiveUp.settle`.
+  `Preempted` Event. The capacity is gone: placement's replacement is the restart. The block
+  of the offering it ran on is left on the entry (`Tracked.preemption`) and reported once by
+  `GiveUp.settle`, as an interruption (`GiveUp.interrupted`: the pool's interruption TTL, the
+  `Reclaimed` kind counted). A notice ahead (`vnode.phases.notices`) blocks the same way.
 - `GiveUp.settle` (called first by `Lifecycle.carry_out`, on the pod controller's workers)
   reports that block, and gives up an instance still PROVISIONING (the provider has not
   confirmed capacity: Modal queues sandboxes when it has none) `provisioning_timeout_of(pool)`
@@ -35,7 +36,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from kube import names
+from kube import names, observe
 from kube.worker import Retry
 from providers import errors
 from providers.base import BlockBreadth, BlockScope, Instance, InstanceState, Tier
@@ -46,6 +47,7 @@ from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
 
 logger = logging.getLogger(__name__)
+RECLAIMED = "Reclaimed"  # the metric's kind of an interruption seen only after the fact (`Instance.preempted`)
 
 
 def pool_of(pod: Mapping[str, Any]) -> str | None:
@@ -93,11 +95,24 @@ class GiveUp:
     def _report_preemption(self, entry: Tracked) -> None:
         with entry.lock:
             reason, entry.preemption = entry.preemption, ""
-        if not reason or self._blocklister is None:
+            instance = entry.last_instance
+        if not reason:
             return
-        scope = BlockScope(self._provider.name, BlockBreadth.TIER, tier=Tier.SPOT, reason=reason)
-        self._blocklister.record(self._provider.name, scope, pool=pool_of(entry.pod))
-        logger.info("%s: blocked the Spot tier of %s: %s", entry.key, self._provider.name, reason)
+        self.interrupted(entry, instance, kind=RECLAIMED, reason=reason)
+
+    def interrupted(self, entry: Tracked, instance: Instance | None, *, kind: str, reason: str) -> None:
+        """The provider takes (or took) `entry`'s instance back: count it (`kind`, a notice's or
+        RECLAIMED) and block the candidate it ran on (its offering: accelerator, tier, region)
+        for its pool's `interruption.blocklistTTL`, so the replacement goes elsewhere."""
+        scope = self._candidate_scope(entry, instance, reason)
+        tier = scope.tier.value if scope.tier is not None else ""
+        observe.current().interrupted(
+            self._provider.name, tier, kind, observe.Subject(entry.key, entry.claim, entry.instance_id or "")
+        )
+        if self._blocklister is None:
+            return
+        self._blocklister.record(self._provider.name, scope, pool=pool_of(entry.pod), interrupted=True)
+        logger.info("%s: blocked %s of %s: %s", entry.key, _described(scope), self._provider.name, reason)
 
     def _queued_too_long(self, entry: Tracked) -> None:
         instance_id = entry.instance_id
@@ -137,14 +152,35 @@ class GiveUp:
 
     def _offering_scope(self, entry: Tracked, instance: Instance, message: str) -> BlockScope:
         """What a capacity refusal of this workload would block (see the module), naming why."""
-        pod = entry.pod
-        try:
-            accelerator = pod_spec_from_dict(pod).accelerator
-        except ValueError:  # it was provisioned, so the provider read it; never in practice
-            accelerator = None
-        annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        tier = instance.capacity_type or requested_tier(pod)
-        region = instance.region or annotations.get(names.REGION_ANNOTATION) or None
+        accelerator, tier, region = _candidate(entry.pod, instance)
         refusal = errors.NoCapacity(message)
         scope = self._provider.classify_provision_error(refusal, accelerator=accelerator, tier=tier, region=region)
         return dataclasses.replace(scope, reason=f"{names.REASON_QUEUED_TOO_LONG}: {message}")
+
+    def _candidate_scope(self, entry: Tracked, instance: Instance | None, reason: str) -> BlockScope:
+        accelerator, tier, region = _candidate(entry.pod, instance)
+        return BlockScope(
+            self._provider.name, BlockBreadth.OFFERING, tier=tier, accelerator=accelerator, region=region, reason=reason
+        )
+
+
+def _candidate(pod: Mapping[str, Any], instance: Instance | None) -> tuple[str | None, Tier | None, str | None]:
+    """The accelerator, tier and region the Pod's instance ran on (the instance's facts first,
+    then what placement wrote on the Pod)."""
+    try:
+        accelerator = pod_spec_from_dict(pod).accelerator
+    except ValueError:  # it was provisioned, so the provider read it; never in practice
+        accelerator = None
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    tier = (instance.capacity_type if instance is not None else None) or requested_tier(pod)
+    region = (instance.region if instance is not None else None) or annotations.get(names.REGION_ANNOTATION) or None
+    return accelerator, tier, region
+
+
+def _described(scope: BlockScope) -> str:
+    parts = [
+        scope.accelerator or "cpu",
+        scope.tier.value if scope.tier is not None else "any tier",
+        scope.region or "any region",
+    ]
+    return "offering " + "/".join(parts)

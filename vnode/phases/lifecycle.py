@@ -10,7 +10,10 @@ written first. A Pod past its `activeDeadlineSeconds` (counted from `status.star
 written `Failed/DeadlineExceeded` at once, its containers stopped within its grace
 (`vnode.phases.stopping`), its final status written, and its instance terminated; a Pod annotated
 `nebula.io/stop-reason: BudgetExceeded` is stopped the same way, `Failed/BudgetExceeded` with
-`DisruptionTarget` (tests/vnode/test_budget_stop.py). Before any of it,
+`DisruptionTarget` (tests/vnode/test_budget_stop.py), and a Pod whose provider gave notice of
+an interruption (`vnode.model.interruption`, recorded by `vnode.phases.notices`) within the
+smaller of its grace and the notice's time, `Failed` with the notice's reason and
+`DisruptionTarget` (tests/vnode/test_interruptions.py). Before any of it,
 `vnode.phases.giveup` reports a preemption's block and gives up an instance queued too long (and
 says when to look again for one still queued). Never deletes Pods.
 Tests: tests/vnode/test_lifecycle.py.
@@ -27,6 +30,7 @@ from kube.worker import Retry
 from providers import errors
 from providers.base import Instance, InstanceState, Restarter
 from vnode.model import assess, billing
+from vnode.model.interruption import Noted, grace_for, interrupted_status, noted_on
 from vnode.model.runs import Step
 from vnode.model.stopping import (
     DEADLINE_MESSAGE,
@@ -80,6 +84,8 @@ class Lifecycle:
         left = self.until_deadline(entry)
         if left is not None and left <= 0 or self.budget_stop(entry) is not None:
             return True
+        if self.interruption(entry) is not None:
+            return True
         now = self._monotonic()
         first = entry.next_due()
         if first is not None and first <= now:
@@ -102,6 +108,9 @@ class Lifecycle:
         message = self.budget_stop(entry)
         if message is not None:
             return self._budget_exceeded(entry, pod, message)
+        notice = self.interruption(entry)
+        if notice is not None:
+            return self._interrupted(entry, pod, notice)
         after = self._due_step(entry, pod)
         if left is None:
             return after
@@ -142,6 +151,35 @@ class Lifecycle:
                 )
             return None
         return message
+
+    def interruption(self, entry: Tracked) -> Noted | None:
+        """The provider's notice recorded for the Pod's current instance (by the notice intake,
+        or on the Pod by an earlier manager) whose stop is not yet carried out; None when none
+        applies (no notice, another instance's, a Pod finished or stopping for another reason)."""
+        notice = entry.notice or noted_on(entry.pod)
+        if notice is None or entry.instance_id is None or notice.instance != entry.instance_id:
+            return None
+        stop = entry.stop
+        if stop is not None:
+            return notice if stop.why is Why.INTERRUPTED and not entry.runs.released else None
+        if entry.runs.finished or entry.terminal or entry.terminate_asked:
+            return None
+        return notice
+
+    def _interrupted(self, entry: Tracked, pod: JsonDict, notice: Noted) -> float | None:
+        """An interruption, through the one stop path: `Failed` with the notice's reason and
+        `DisruptionTarget` at once, a Warning Event, the offering blocked, the containers stopped
+        within the smaller of the Pod's grace and the notice's time, the final status written,
+        then the instance terminated (I10)."""
+        if entry.stop is None:
+            message = notice.message()
+            grace = grace_for(termination_grace(entry.pod), notice, self._now())
+            self._stopping.begin(entry, Why.INTERRUPTED, grace, message=message, reason=notice.reason)
+            entry.say("Warning", notice.reason, message)
+            if self._give_up is not None:
+                self._give_up.interrupted(entry, entry.last_instance, kind=notice.kind.value, reason=message)
+            self._flush(entry, pod)
+        return self._finish_stop(entry, pod)
 
     def _budget_exceeded(self, entry: Tracked, pod: JsonDict, message: str) -> float | None:
         """A budget stop, through the one stop path: `Failed/BudgetExceeded` with the message and
@@ -318,11 +356,13 @@ class Lifecycle:
 
 
 def stopped_status(entry: Tracked, status: JsonDict, *, now: str) -> JsonDict:
-    """`status` as the entry's stop makes it read: past its deadline, or stopped for its pool's
-    budget; unchanged for any other stop (or none)."""
+    """`status` as the entry's stop makes it read: past its deadline, stopped for its pool's
+    budget, or interrupted by its provider; unchanged for any other stop (or none)."""
     stop = entry.stop
     if stop is not None and stop.why is Why.DEADLINE:
         return deadline_status(status, now=now)
     if stop is not None and stop.why is Why.BUDGET:
         return budget_status(status, message=stop.message, now=now)
+    if stop is not None and stop.why is Why.INTERRUPTED:
+        return interrupted_status(status, reason=stop.reason, message=stop.message, now=now)
     return status

@@ -8,8 +8,9 @@ past its pool's timeout (`vnode.phases.giveup` gives it up). A list that saw eve
 span billing moves the node's billing-seen-at (`vnode.model.billing.BillingSeen`). Never writes
 to the API itself.
 
-Invariant (I3): a failed list changes nothing, and one list that misses an instance changes
-nothing either; see
+Invariant (I3): a failed list changes nothing (but the Pods' `nebula.io/ProviderReachable`
+condition, `vnode.model.reachability`, which says why they hear nothing), and one list that
+misses an instance changes nothing either; see
 tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_changes_nothing and
 tests/vnode/test_lifecycle.py::test_one_list_missing_an_instance_changes_nothing.
 """
@@ -20,9 +21,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from kube import observe
 from providers import errors
 from providers.base import ClaimName, Instance
 from vnode.model import assess, billing
+from vnode.model.reachability import Reachability
 from vnode.model.runs import Step
 from vnode.model.tracking import Rules, Tracked
 from vnode.phases.context import PhaseContext
@@ -46,6 +49,7 @@ class StatusSync:
         self._monotonic = context.monotonic
         self._now = context.now
         self._billing_seen = context.billing_seen
+        self.reachability = Reachability()  # what each Pod says of the provider's answers
 
     def poll_once(
         self,
@@ -66,8 +70,15 @@ class StatusSync:
             snapshot = self._inventory.list()
         except errors.ProviderError as exc:
             logger.warning("list on %s failed; nothing changes this tick: %s", self._provider.name, exc)
-            return []
+            if not self.reachability.failed(str(exc), self._now()):
+                return []
+            keys = [entry.key for entry in self._tracked.entries() if not entry.terminal]
+            observe.current().reachability(self._provider.name, False, len(keys))
+            return keys  # each Pod says why it hears nothing (vnode.model.reachability)
         changed: list[str] = list(self._inventory.take_waiting())
+        if self.reachability.answered():
+            changed += [entry.key for entry in self._tracked.entries()]
+            observe.current().reachability(self._provider.name, True, 0)
         rules = self._rules()
         all_billing = True  # every tracked open span's instance is in this list, billing
         billing_now: set[ClaimName] = set()

@@ -113,17 +113,17 @@ class Stopping:
         self._hooks = HookPool()
 
     # -- a whole Pod ----------------------------------------------------------------------------
-    def begin(self, entry: Tracked, why: Why, grace: float, *, message: str = "") -> Stop:
+    def begin(self, entry: Tracked, why: Why, grace: float, *, message: str = "", reason: str = "") -> Stop:
         """Start stopping the Pod's running containers (once; a later call with a shorter grace
         moves the end closer). From now on nothing of the Pod runs again. `message`: what the
-        Pod's status says of the stop (a budget stop's)."""
+        Pod's status says of the stop (a budget's or an interruption's; `reason` an interruption's)."""
         now = self._monotonic()
         with entry.lock:
             stop = entry.stop
             if stop is not None:
                 stop.shorten(grace, now)
                 return stop
-            stop = entry.stop = Stop(why, began=now, grace=grace, message=message)
+            stop = entry.stop = Stop(why, began=now, grace=grace, message=message, reason=reason)
             for runs in (entry.runs, *entry.containers.values()):
                 runs.policy = "Never"  # what ends now is the last run (no restart during a stop)
                 if runs.ended is not None:

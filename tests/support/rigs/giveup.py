@@ -17,9 +17,11 @@ class RecordingBlocklister:
 
     def __init__(self) -> None:
         self.records: list[tuple[str, BlockScope, str | None]] = []
+        self.interrupted: list[bool] = []  # each record's `interrupted`, in order
 
-    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None, interrupted: bool = False) -> None:
         self.records.append((provider, scope, pool))
+        self.interrupted.append(interrupted)
 
 
 def spot_pod(name: str, **spec: Any) -> dict[str, Any]:
