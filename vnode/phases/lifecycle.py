@@ -12,8 +12,8 @@ written `Failed/DeadlineExceeded` at once, its containers stopped within its gra
 `nebula.io/stop-reason: BudgetExceeded` is stopped the same way, `Failed/BudgetExceeded` with
 `DisruptionTarget` (tests/vnode/test_budget_stop.py), and a Pod whose provider gave notice of
 an interruption (`vnode.model.interruption`, recorded by `vnode.phases.notices`) within the
-smaller of its grace and the notice's time, `Failed` with the notice's reason and
-`DisruptionTarget` (tests/vnode/test_interruptions.py). Before any of it,
+smaller of its grace and the notice's time, `DisruptionTarget` at once and `Failed` with the
+notice's reason once its containers ended (tests/vnode/test_interruptions.py). Before any of it,
 `vnode.phases.giveup` reports a preemption's block and gives up an instance queued too long (and
 says when to look again for one still queued). Never deletes Pods.
 Tests: tests/vnode/test_lifecycle.py.
@@ -38,6 +38,7 @@ from vnode.model.stopping import (
     Why,
     budget_status,
     deadline_of,
+    with_disruption_target,
     deadline_status,
     stop_asked,
     termination_grace,
@@ -167,10 +168,11 @@ class Lifecycle:
         return notice
 
     def _interrupted(self, entry: Tracked, pod: JsonDict, notice: Noted) -> float | None:
-        """An interruption, through the one stop path: `Failed` with the notice's reason and
-        `DisruptionTarget` at once, a Warning Event, the offering blocked, the containers stopped
-        within the smaller of the Pod's grace and the notice's time, the final status written,
-        then the instance terminated (I10)."""
+        """An interruption, through the one stop path: `DisruptionTarget` at once, a Warning
+        Event, the offering blocked, the containers stopped within the smaller of the Pod's grace
+        and the notice's time; then, as a kubelet shutting its node down, `Failed` with the
+        notice's reason once they ended (so an owner replaces it only then: no two run at once),
+        and the instance terminated (I10)."""
         if entry.stop is None:
             message = notice.message()
             grace = grace_for(termination_grace(entry.pod), notice, self._now())
@@ -364,5 +366,7 @@ def stopped_status(entry: Tracked, status: JsonDict, *, now: str) -> JsonDict:
     if stop is not None and stop.why is Why.BUDGET:
         return budget_status(status, message=stop.message, now=now)
     if stop is not None and stop.why is Why.INTERRUPTED:
+        if not entry.runs.finished:  # the containers still stop: not terminal yet, as a kubelet's
+            return with_disruption_target(status, message=stop.message, now=now)
         return interrupted_status(status, reason=stop.reason, message=stop.message, now=now)
     return status
