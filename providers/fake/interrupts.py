@@ -77,6 +77,7 @@ class NoticeBook:
         self._held: dict[str, HeldNotice] = {}
         self._by_target: dict[tuple[str, NoticeKind], str] = {}  # (instance, kind) -> notice id
         self._deadlines: list[tuple[float, str]] = []  # heap of (deadline, instance id)
+        self._doomed: dict[str, float] = {}  # instance id -> its earliest pending deadline
         self._counter = 0
 
     def __len__(self) -> int:
@@ -100,6 +101,7 @@ class NoticeBook:
             deadline = None if kind is NoticeKind.REBALANCE else now + notice
             if deadline is not None:
                 heapq.heappush(self._deadlines, (deadline, record.id))
+                self._doomed[record.id] = min(deadline, self._doomed.get(record.id, deadline))
             if not told:
                 continue
             self._counter += 1
@@ -107,6 +109,13 @@ class NoticeBook:
             self._hold(HeldNotice(notice_id, record.id, record.owner, kind, now, deadline))
             ids.append(notice_id)
         return ids
+
+    def noticed(self, instance_id: str, kind: NoticeKind) -> bool:
+        """Whether an interrupt of `kind` would add nothing: a notice of it is held, or (for
+        a kind that takes capacity) the instance's deadline is already set."""
+        return self.held_for(instance_id, kind) is not None or (
+            kind is not NoticeKind.REBALANCE and instance_id in self._doomed
+        )
 
     def held_for(self, instance_id: str, kind: NoticeKind) -> HeldNotice | None:
         notice_id = self._by_target.get((instance_id, kind))
@@ -150,6 +159,8 @@ class NoticeBook:
         taken = 0
         while self._deadlines and self._deadlines[0][0] <= now:
             deadline, instance_id = heapq.heappop(self._deadlines)
+            if self._doomed.get(instance_id) == deadline:
+                del self._doomed[instance_id]
             record = records.get(instance_id)
             if record is None or record.state in GOING_STATES:
                 continue
@@ -163,6 +174,7 @@ class NoticeBook:
         self._held.clear()
         self._by_target.clear()
         self._deadlines.clear()
+        self._doomed.clear()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -179,11 +191,14 @@ class NoticeBook:
             self._hold(HeldNotice.from_dict(raw))
         self._deadlines = [(float(at), str(instance)) for at, instance in data.get("deadlines") or ()]
         heapq.heapify(self._deadlines)
+        for at, instance in self._deadlines:
+            self._doomed[instance] = min(at, self._doomed.get(instance, at))
 
 
-def targets(action: Action, records: Records) -> list[InstanceRecord]:
+def targets(action: Action, records: Records, book: NoticeBook) -> list[InstanceRecord]:
     """The instances an `interrupt` names: by id or claim (one not going away), or `count` of
-    the live ones (of `tier`, if given) without such a notice yet, oldest first."""
+    the live ones (of `tier`, if given) not yet interrupted so, oldest first."""
+    kind = NoticeKind(action.notice_kind)
     if action.count is None:
         record = ownership.control_target(records, action.instance, action.claim)
         if record is None or record.state in GOING_STATES:
@@ -191,7 +206,8 @@ def targets(action: Action, records: Records) -> list[InstanceRecord]:
         return [record]
     chosen = []
     for record in records:  # in the order made: oldest first
-        if record.state in LIVE_STATES and (action.tier is None or record.tier is action.tier):
+        fits = action.tier is None or record.tier is action.tier
+        if record.state in LIVE_STATES and fits and not book.noticed(record.id, kind):
             chosen.append(record)
             if len(chosen) == action.count:
                 break
@@ -244,7 +260,7 @@ class NoticeCalls:
                 self._save()
 
     def _interrupt(self, action: Action, now: float) -> dict[str, Any]:
-        chosen = targets(action, self._instances)
+        chosen = targets(action, self._instances, self._book)
         kind = NoticeKind(action.notice_kind)
         ids = self._book.issue(chosen, kind, now=now, notice=action.notice, told=self.scenario.notices)
         self._calls.add(now, "inject", f"interrupt {kind.value} x{len(chosen)} notice={action.notice:g}", "ok")
