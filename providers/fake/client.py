@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from providers import base, errors
 from providers.fake import wire
+from providers.fake.interrupts import BATCH
 from providers.fake.logs import LogChunk
 from providers.fake.process import FinishedProcess
 
@@ -69,6 +70,15 @@ class FakeCloudClient:
         """A command without stdin or a terminal, run to its end on the service."""
         path = _path(f"/v1/instances/{_segment(instance_id)}/exec", owner=owner, container=container)
         return self._decode(wire.finished_from_json, self._call("POST", path, {"command": list(command)}))
+
+    def notices(self, *, owner: str, wait: float, limit: int = BATCH) -> builtins.list[base.Notice]:
+        """A long poll: the socket waits `wait` seconds beyond the call's own timeout."""
+        path = _path("/v1/notices", owner=owner, wait=max(0.0, wait), limit=limit)
+        answer = self._call("GET", path, timeout=self._timeout + max(0.0, wait))
+        return [self._decode(wire.notice_from_json, raw) for raw in self._items(answer, "notices")]
+
+    def ack(self, notice_id: str, *, owner: str) -> None:
+        self._call("POST", _path(f"/v1/notices/{_segment(notice_id)}/ack", owner=owner), {})
 
     def offerings(self) -> builtins.list[base.Offering]:
         answer = self._call("GET", "/v1/offerings")
@@ -126,11 +136,13 @@ class FakeCloudClient:
         self._call("POST", "/v1/reset", {})
 
     # -- transport ------------------------------------------------------------------
-    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def _call(
+        self, method: str, path: str, body: Mapping[str, Any] | None = None, *, timeout: float | None = None
+    ) -> dict[str, Any]:
         """One request; the JSON object answered, or the providers.errors it stands for."""
         payload = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"} if payload is not None else {}
-        conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout or self._timeout)
         try:
             conn.request(method, self._prefix + path, body=payload, headers=headers)
             response = conn.getresponse()

@@ -25,9 +25,10 @@ from providers.fake import ownership, workload
 from providers.fake.calllog import CallLog, CallRecord
 from providers.fake.catalog import Refusal, admits, choose_offering
 from providers.fake.faults import Action, Controls, Fault, parse_fault
+from providers.fake.interrupts import NoticeBook, NoticeCalls
 from providers.fake.logs import LogChunk, log_chunk
 from providers.fake.process import ScriptedProcess
-from providers.fake.records import GOING_STATES, InstanceRecord
+from providers.fake.records import InstanceRecord
 from providers.fake.scenario import Scenario
 from providers.fake.state import decode_snapshot, encode_snapshot
 from providers.fake.store import Records
@@ -40,9 +41,9 @@ class _Call:
         self.outcome = "ok"
 
 
-class FakeCloud(Controls):
+class FakeCloud(Controls, NoticeCalls):
     """One fake cloud account. `on_change` receives a snapshot after every change (the
-    HTTP service saves it to the state file)."""
+    HTTP service saves it to the state file). `notices`/`ack` come from `NoticeCalls`."""
 
     def __init__(
         self,
@@ -57,6 +58,8 @@ class FakeCloud(Controls):
         self._sleep = sleep
         self._on_change = on_change
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._book = NoticeBook()
         self._instances = Records()
         self._faults: dict[str, Fault] = {}
         self._counter = 0
@@ -283,6 +286,7 @@ class FakeCloud(Controls):
             self._instances.clear()
             self._faults.clear()
             self._calls.clear()
+            self._book.clear()
             self._save()
 
     def snapshot(self) -> dict[str, Any]:
@@ -293,6 +297,7 @@ class FakeCloud(Controls):
                 fault_counter=self._fault_counter,
                 records=builtins.list(self._instances),
                 faults=self._faults.values(),
+                notices=self._book.to_dict(),
             )
 
     def restore(self, state: Mapping[str, Any]) -> None:
@@ -304,6 +309,7 @@ class FakeCloud(Controls):
                 self._instances.add(record)
             self._faults = {f.id: f for f in snapshot.faults}
             self._counter, self._fault_counter = snapshot.counter, snapshot.fault_counter
+            self._book.restore(snapshot.notices)
 
     # -- rules --------------------------------------------------------------------------
     @contextmanager
@@ -340,6 +346,8 @@ class FakeCloud(Controls):
 
     def _apply(self, action: Action, now: float) -> dict[str, Any]:
         self._advance(now)
+        if action.kind == "interrupt":
+            return self._interrupt(action, now)
         record = self._instances.apply(action, now, self.scenario)
         self._calls.add(now, "inject", f"{action.kind} {record.id}", "ok")
         self._save()
@@ -358,17 +366,12 @@ class FakeCloud(Controls):
         return self._instances.require(instance_id, owner, now, self.scenario)
 
     def _require_running(self, instance_id: str, owner: str, container: str, now: float) -> ContainerRecord:
-        """The running container (empty: the first app container); NotFound otherwise."""
-        record = self._require(instance_id, owner, now)
-        found = record.require(container)
-        if record.state in GOING_STATES or not found.running:
-            raise errors.NotFound(f"fake: container {container or found.name!r} of {instance_id} is not running")
-        return found
+        return self._instances.require_running(instance_id, owner, container, now, self.scenario)
 
     def _advance(self, now: float) -> None:
         """Every record brought up to now: for the calls that read them all."""
+        self._sweep(now)  # first: an interrupt's deadline takes its instance at the deadline
         self._instances.advance_all(now, self.scenario)
-        self._sweep(now)
 
     def _counted(self, now: float) -> builtins.list[InstanceRecord]:
         """The records capacity is counted over: none unless an offering has a capacity
@@ -379,7 +382,8 @@ class FakeCloud(Controls):
         return builtins.list(self._instances)
 
     def _sweep(self, now: float) -> None:
-        if self._instances.sweep(now):
+        """The interrupts' deadlines passed by `now` take their instances; forgotten records go."""
+        if self._book.take_due(now, self._instances, self.scenario) + self._instances.sweep(now):
             self._dirty = True
 
     def _expire(self, now: float) -> None:

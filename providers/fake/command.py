@@ -16,8 +16,9 @@ from typing import Any, TextIO
 
 from providers import errors
 from providers.fake.client import FakeCloudClient
-from providers.fake.faults import REFUSE_REASONS
+from providers.fake.faults import DEFAULT_NOTICE, REFUSE_REASONS
 from providers.fake.server import start_server
+from providers.notices import NoticeKind
 
 DEFAULT_ADDR = "127.0.0.1:8600"
 
@@ -72,6 +73,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.add_argument("--container", help="the container (default: the first app container)")
             action.add_argument("--path", required=True, help="its absolute path, e.g. /tmp/ready")
             action.add_argument("--absent", dest="present", action="store_false", help="remove it instead")
+
+    interrupt = kinds.add_parser(
+        "interrupt", help="a notice now, the instance taken at its deadline (spot interruption)"
+    )
+    target = interrupt.add_mutually_exclusive_group(required=True)
+    target.add_argument("--instance", help="instance id, e.g. fake-3")
+    target.add_argument("--claim", help="claim name")
+    target.add_argument("--count", type=int, help="this many live instances, oldest first")
+    interrupt.add_argument("--tier", help="with --count: only instances of this tier (Spot or OnDemand)")
+    interrupt.add_argument(
+        "--notice", type=float, help=f"seconds from the notice to the deadline (default {DEFAULT_NOTICE:g})"
+    )
+    interrupt.add_argument(
+        "--notice-kind", dest="notice_kind", choices=[k.value for k in NoticeKind], default="SpotInterruption"
+    )
 
     _url(verbs.add_parser("faults", help="list the standing faults"))
     clear = verbs.add_parser("clear", help="clear every fault, or one with --fault")
@@ -149,6 +165,7 @@ _FAULT_KEYS: Mapping[str, tuple[str, ...]] = {
     "slow": ("delay", "seconds"),
     "hide": ("instance", "claim", "count", "seconds"),
     "lose": ("instance", "claim", "vanish"),
+    "interrupt": ("instance", "claim", "count", "tier", "notice", "notice_kind"),
     "exit": ("instance", "claim", "code", "container"),
     "file": ("instance", "claim", "container", "path", "present"),
 }

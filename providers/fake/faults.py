@@ -1,6 +1,6 @@
 """Faults the fake cloud can be told to show: what each kind is and when it applies, and
-`Controls`, the named control calls (refuse, outage, slow, hide, lose, exit, exit_container,
-put_file, remove_file) that each build one `inject` request.
+`Controls`, the named control calls (refuse, outage, slow, hide, lose, interrupt, exit,
+exit_container, put_file, remove_file) that each build one `inject` request.
 
 Parsed from control requests (`inject`) by `parse_fault`; held and applied by the cloud, which
 mixes `Controls` in (tests call it in-process; over HTTP the same dicts go to `POST /v1/faults`).
@@ -16,11 +16,14 @@ from typing import Any
 
 from providers import base, errors
 from providers.fake.scenario import OfferingSpec, parse_tier
+from providers.notices import NoticeKind
 
 # Held until cleared or expired (or, counted, used up), applied to every matching call.
 STANDING_KINDS = ("refuse", "outage", "slow", "hide")
 # Done to an instance at once; listed in the call log, not held.
-ACTION_KINDS = ("lose", "exit", "file")
+ACTION_KINDS = ("lose", "interrupt", "exit", "file")
+DEFAULT_NOTICE = 120.0  # interrupt: seconds from the notice to the deadline
+MAX_NOTICE = 7 * 86400.0
 REFUSE_REASONS: Mapping[str, type[errors.ProviderError]] = {
     "capacity": errors.NoCapacity,
     "auth": errors.Unauthorized,
@@ -92,7 +95,9 @@ class Fault:
 class Action:
     """A one-shot fault on one instance (by id or claim): `lose` it, make it `exit` (with
     `container`, only that container exits), or put a `file` at `path` in a container (or
-    with `present` false, remove it): what a scripted exec probe such as `cat` finds."""
+    with `present` false, remove it): what a scripted exec probe such as `cat` finds; or
+    `interrupt` it (or `count` live instances, of `tier`) with `notice` seconds of notice
+    of `notice_kind` (a `providers.notices.NoticeKind` value)."""
 
     kind: str
     instance: str | None = None
@@ -102,6 +107,10 @@ class Action:
     path: str = ""  # file: its absolute path
     present: bool = True  # file: put it there (True) or remove it
     vanish: bool = False  # lose: gone at once instead of TERMINATED
+    count: int | None = None  # interrupt: this many live instances, oldest first (instead of one named)
+    tier: base.Tier | None = None  # interrupt with count: only instances of this tier
+    notice: float = DEFAULT_NOTICE  # interrupt: seconds until the deadline
+    notice_kind: str = "SpotInterruption"  # interrupt: the NoticeKind value
 
 
 def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault | Action:
@@ -110,9 +119,12 @@ def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault 
     Keys: `kind`; refuse: `reason` (capacity|auth|quota|invalid|unsupported), `accelerator`,
     `tier`, `region`, `count`, `seconds`; outage: `seconds`; slow: `delay`, `seconds`; hide:
     `instance` or `claim`, `count` (lists to hide from, default 1), `seconds`; lose:
-    `instance` or `claim`, `vanish`; exit: `instance` or `claim`, `code`, `container`;
+    `instance` or `claim`, `vanish`; interrupt: `instance`, `claim` or `count` (with `tier`),
+    `notice` (seconds, default 120), `notice_kind`; exit: `instance` or `claim`, `code`, `container`;
     file: `instance` or `claim`, `container`, `path`, `present`."""
     kind = data.get("kind")
+    if kind == "interrupt":
+        return _parse_interrupt(data)
     if kind in ACTION_KINDS:
         if not data.get("instance") and not data.get("claim"):
             raise ValueError(f"{kind}: name an 'instance' id or a 'claim'")
@@ -167,6 +179,32 @@ def parse_fault(data: Mapping[str, Any], *, fault_id: str, now: float) -> Fault 
     return Fault(id=fault_id, kind="outage", until=until)
 
 
+def _parse_interrupt(data: Mapping[str, Any]) -> Action:
+    count = data.get("count")
+    if count is None and not data.get("instance") and not data.get("claim"):
+        raise ValueError("interrupt: name an 'instance' id, a 'claim', or a 'count' of live instances")
+    if count is not None and (data.get("instance") or data.get("claim")):
+        raise ValueError("interrupt: give a 'count' or name an instance or claim, not both")
+    if data.get("tier") and count is None:
+        raise ValueError("interrupt: 'tier' narrows a 'count'")
+    raw = data.get("notice")
+    notice = DEFAULT_NOTICE if raw is None else _positive(raw, "notice") if raw != 0 else 0.0
+    if notice > MAX_NOTICE:
+        raise ValueError(f"interrupt: 'notice' is 0..{MAX_NOTICE:g} seconds")
+    kind = str(data.get("notice_kind") or NoticeKind.SPOT_INTERRUPTION.value)
+    if kind not in {k.value for k in NoticeKind}:
+        raise ValueError(f"interrupt: unknown notice_kind {kind!r} (one of {', '.join(k.value for k in NoticeKind)})")
+    return Action(
+        kind="interrupt",
+        instance=_text(data.get("instance")),
+        claim=_text(data.get("claim")),
+        count=None if count is None else _integer(count, "count", minimum=1),
+        tier=parse_tier(data["tier"]) if data.get("tier") else None,
+        notice=notice,
+        notice_kind=kind,
+    )
+
+
 def _text(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
@@ -215,6 +253,21 @@ class Controls:
 
     def lose(self, instance: str | None = None, *, claim: str | None = None, vanish: bool = False) -> dict[str, Any]:
         return self.inject({"kind": "lose", "instance": instance, "claim": claim, "vanish": vanish})
+
+    def interrupt(
+        self,
+        instance: str | None = None,
+        *,
+        claim: str | None = None,
+        count: int | None = None,
+        tier: str | None = None,
+        notice: float = DEFAULT_NOTICE,
+        notice_kind: str = "SpotInterruption",
+    ) -> dict[str, Any]:
+        """A notice now, the instance taken `notice` seconds later (a rebalance takes none):
+        the one named, or `count` live instances (of `tier`), oldest first."""
+        fault = {"instance": instance, "claim": claim, "count": count, "tier": tier, "notice": notice}
+        return self.inject({"kind": "interrupt", **fault, "notice_kind": notice_kind})
 
     def exit(self, instance: str | None = None, *, code: int, claim: str | None = None) -> dict[str, Any]:
         """The workload exits: every running container ends with `code`."""

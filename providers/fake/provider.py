@@ -1,5 +1,5 @@
-"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher, Restarter,
-ContainerStopper and UsageReporter seam over a fake cloud, several containers and init containers included.
+"""`FakeProvider`: the Provider, LogStreamer, Executor, Attacher, Restarter, ContainerStopper,
+UsageReporter and NoticeSource seam over a fake cloud, several containers and init containers included.
 
 Built by the provider registry from settings (`providers.fake.FakeProvider`) and by
 tests. Reaches a cloud in-process (a process-wide cloud named by the `cloud` option) or
@@ -54,6 +54,8 @@ class _Backend(Protocol):
     def restart(self, instance_id: str, *, owner: str, container: str = "") -> None: ...
     def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None: ...
     def offerings(self) -> builtins.list[base.Offering]: ...
+    def notices(self, *, owner: str, wait: float, limit: int = ...) -> builtins.list[base.Notice]: ...
+    def ack(self, notice_id: str, *, owner: str) -> None: ...
     def log_chunk(
         self,
         instance_id: str,
@@ -237,6 +239,17 @@ class FakeProvider(Owned):
         on the wire); the scenario's `sigterm` says how the container reacts (FakeCloud)."""
         self._backend().stop_container(instance_id, container, owner=self._owner.key, grace=grace)
 
+    # -- NoticeSource -------------------------------------------------------------------------
+    def notices(self, wait: float) -> Sequence[base.Notice]:
+        """The cloud's notices of an `interrupt` fault about this owner's instances (a long
+        poll, at most 20 s, 100 a batch); a delivered one comes again after the scenario's
+        `notice_redelivery` until acked. Unavailable during an outage. With the scenario's
+        `notices: false` never any: the interruption is seen only after the fact."""
+        return self._backend().notices(owner=self._owner.key, wait=wait)
+
+    def ack(self, notice: base.Notice) -> None:
+        self._backend().ack(notice.receipt or notice.id, owner=self._owner.key)
+
     # -- internals ----------------------------------------------------------------------
     def _backend(self) -> _Backend:
         return self._client if self._client is not None else self.cloud
@@ -275,6 +288,7 @@ _check_restart: type[base.Restarter] = FakeProvider
 _check_stop: type[base.ContainerStopper] = FakeProvider
 _check_usage: type[base.UsageReporter] = FakeProvider
 _check_forward: type[base.PortForwarder] = FakeProvider
+_check_notices: type[base.NoticeSource] = FakeProvider
 
 
 def _egress_modes(raw: Any) -> frozenset[EgressMode]:

@@ -137,6 +137,8 @@ class Scenario:
     echo_ports: tuple[int, ...] = ()  # `ports: {echo: [...]}`: port-forward echoes bytes back there
     # seconds each call of a method takes before it is served (a slow cloud API), by method
     api_latency: Mapping[str, float] = field(default_factory=dict)
+    notices: bool = True  # false: the wire says nothing ahead of an interrupt (seen only after the fact)
+    notice_redelivery: float = 30.0  # seconds a delivered, unacked notice is hidden before it comes again
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False)  # as written, for GET /v1/scenario
 
     def script_for(self, name: str, *, init: bool, sidecar: bool) -> ContainerScript:
@@ -223,6 +225,8 @@ def parse_scenario(data: Mapping[str, Any]) -> Scenario:
         billing_starts=_parse_billing_starts(data.get("billing_starts", "Created")),
         echo_ports=_parse_echo_ports(data.get("ports") or {}),
         api_latency=_parse_latency(data.get("api_latency") or {}),
+        notices=_parse_flag(data.get("notices", True), "notices"),
+        notice_redelivery=_number(data.get("notice_redelivery", 30.0), "notice_redelivery", positive=True),
         raw=copy.deepcopy(dict(data)),
     )
 
@@ -245,7 +249,13 @@ def _parse_echo_ports(ports: Any) -> tuple[int, ...]:
 
 
 # The cloud's calls, as its call log names them (what `api_latency` may slow).
-CALLS = ("provision", "terminate", "get", "list", "restart", "stop_container", "offerings", "logs", "exec", "attach")
+CALLS = tuple("provision terminate get list restart stop_container offerings logs exec attach notices ack".split())
+
+
+def _parse_flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"fake scenario: '{name}' is true or false")
+    return value
 
 
 def _parse_latency(data: Any) -> dict[str, float]:
@@ -273,6 +283,8 @@ _TOP_KEYS = {
     "ports",
     "api_latency",
     "billing_starts",
+    "notices",
+    "notice_redelivery",
 }
 
 

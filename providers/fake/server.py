@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from providers import errors
 from providers.fake import wire
 from providers.fake.cloud import FakeCloud
+from providers.fake.interrupts import BATCH
 from providers.fake.process import run_to_end
 from providers.fake.scenario import load_scenario
 from providers.fake.state import read_state, write_state
@@ -232,6 +233,17 @@ def _logs(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict
     return 200, wire.chunk_to_json(chunk)
 
 
+def _notices(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    # The cloud bounds `wait` (MAX_WAIT) and `limit` (BATCH); an empty list after the wait.
+    found = cloud.notices(owner=_owner(query), wait=float(query.get("wait", 0)), limit=int(query.get("limit", BATCH)))
+    return 200, {"notices": [wire.notice_to_json(n) for n in found]}
+
+
+def _ack(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
+    cloud.ack(params[0], owner=_owner(query))
+    return 200, {}
+
+
 def _offerings(cloud: FakeCloud, params: list[str], query: dict[str, str], body: dict[str, Any]) -> tuple[int, Any]:
     return 200, {"offerings": [wire.offering_to_json(o) for o in cloud.offerings()]}
 
@@ -278,6 +290,8 @@ _ROUTES: dict[tuple[str, ...], Route] = {
     ("POST", "instances", "*", "stop"): _stop,
     ("POST", "instances", "*", "exec"): _exec,
     ("GET", "instances", "*", "logs"): _logs,
+    ("GET", "notices"): _notices,
+    ("POST", "notices", "*", "ack"): _ack,
     ("GET", "offerings"): _offerings,
     ("GET", "scenario"): _scenario,
     ("GET", "faults"): _faults,

@@ -34,10 +34,16 @@ class Snapshot:
     fault_counter: int
     records: tuple[InstanceRecord, ...]
     faults: tuple[Fault, ...]
+    notices: Mapping[str, Any]  # `NoticeBook.to_dict()`: {} in a file written before interrupts
 
 
 def encode_snapshot(
-    *, counter: int, fault_counter: int, records: Iterable[InstanceRecord], faults: Iterable[Fault]
+    *,
+    counter: int,
+    fault_counter: int,
+    records: Iterable[InstanceRecord],
+    faults: Iterable[Fault],
+    notices: Mapping[str, Any],
 ) -> dict[str, Any]:
     return {
         "version": STATE_VERSION,
@@ -45,6 +51,7 @@ def encode_snapshot(
         "fault_counter": fault_counter,
         "instances": [r.to_dict() for r in records],
         "faults": [f.to_dict() for f in faults],
+        "notices": dict(notices),
     }
 
 
@@ -58,6 +65,7 @@ def decode_snapshot(state: Mapping[str, Any]) -> Snapshot:
             fault_counter=int(state.get("fault_counter", 0)),
             records=tuple(InstanceRecord.from_dict(r) for r in state.get("instances", [])),
             faults=tuple(Fault.from_dict(f) for f in state.get("faults", [])),
+            notices=dict(state.get("notices") or {}),
         )
     except (TypeError, ValueError, KeyError) as exc:
         raise ValueError(f"fake state: malformed: {exc}") from exc

@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from providers import errors
 from providers.fake import ownership
 from providers.fake.faults import Action
-from providers.fake.records import InstanceRecord
+from providers.fake.records import GOING_STATES, InstanceRecord
 from providers.fake.scenario import Scenario
+from providers.fake.workload import ContainerRecord
 
 
 class Records:
@@ -72,6 +73,16 @@ class Records:
         if record is None:
             raise errors.NotFound(f"fake: no instance {instance_id}")
         return record
+
+    def require_running(
+        self, instance_id: str, owner: str, container: str, now: float, scenario: Scenario
+    ) -> ContainerRecord:
+        """The owner's running container (empty: the first app container); NotFound otherwise."""
+        record = self.require(instance_id, owner, now, scenario)
+        found = record.require(container)
+        if record.state in GOING_STATES or not found.running:
+            raise errors.NotFound(f"fake: container {container or found.name!r} of {instance_id} is not running")
+        return found
 
     def apply(self, action: Action, now: float, scenario: Scenario) -> InstanceRecord:
         """A one-shot control action (lose, exit, file) on the record it names, whoever owns it

@@ -19,6 +19,7 @@ from providers import base, errors
 from providers.egress import Egress, EgressMode
 from providers.fake.logs import LogChunk, LogLine
 from providers.fake.process import FinishedProcess
+from providers.notices import Notice, NoticeKind
 from providers.shape import ContainerFacts, ContainerSpec, ContainerState, Mount, Volume, VolumeFile
 
 ERROR_STATUS: Mapping[type[errors.ProviderError], int] = {
@@ -274,6 +275,30 @@ def offering_from_json(data: Mapping[str, Any]) -> base.Offering:
         hourly_price=data.get("hourly_price"),
         available=bool(data.get("available", True)),
         instance_type=str(data.get("instance_type", "")),
+    )
+
+
+def notice_to_json(notice: Notice) -> dict[str, Any]:
+    return {
+        "id": notice.id,
+        "instance_id": notice.instance_id,
+        "kind": notice.kind.value,
+        "issued_at": notice.issued_at.isoformat(),
+        "deadline": _iso(notice.deadline),
+        "detail": notice.detail,
+        "receipt": notice.receipt,
+    }
+
+
+def notice_from_json(data: Mapping[str, Any]) -> Notice:
+    return Notice(
+        id=str(data["id"]),
+        instance_id=base.InstanceId(str(data["instance_id"])),
+        kind=NoticeKind(data["kind"]),
+        issued_at=datetime.fromisoformat(str(data["issued_at"])),
+        deadline=_from_iso(data.get("deadline")),
+        detail=str(data.get("detail", "")),
+        receipt=str(data.get("receipt", "")),
     )
 
 

@@ -4,8 +4,10 @@ Called by `ModalProvider` for list and get. Pure: reads the `SandboxInfo` messag
 `SandboxList` answers with (its task's start and end times, its result, its tags).
 A sandbox Modal has not started yet (queued for capacity) is PROVISIONING; real exit
 codes are reported (no 0/137/124 folding); one its timeout (the deadline backstop) ended is
-FAILED with 137, reason Error, like any other kill.
-Tests: tests/providers/modal/test_modal_provider_provision.py.
+FAILED with 137, reason Error, like any other kill. One Modal preempted (its result an internal
+failure or a termination whose exception names a preemption `TaskTerminationReason`) is
+TERMINATED and `preempted`: an interruption seen after the fact (Modal says nothing ahead).
+Tests: tests/providers/modal/test_modal_provider_provision.py, tests/providers/modal/test_modal_preemption.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,20 @@ TAG_PROVIDER = "nebula-provider"
 SUCCESS, FAILURE, TERMINATED, TIMEOUT, INIT_FAILURE, INTERNAL_FAILURE, IDLE_TIMEOUT = 1, 2, 3, 4, 5, 6, 7
 OOM_STATUSES = frozenset({8, 9, 10})  # memory-manager eviction, thrashing eviction, kernel OOM kill
 KILLED = 137  # what a SIGKILL reports (128 + 9): a sandbox its timeout ended
+# The TaskTerminationReason names (modal_proto.api_pb2) that mean Modal took the worker back.
+# SandboxInfo carries no task state or termination reason of its own: a preempted task's
+# result is an internal failure (or a termination) whose exception names the reason.
+PREEMPTION_REASONS = (
+    "TASK_TERMINATION_REASON_PREEMPTED_BY_SCHEDULER",
+    "TASK_TERMINATION_REASON_WORKER_PREEMPTED",
+    "TASK_TERMINATION_REASON_LOW_PRIORITY_PREEMPTED_FOR_WORKER_SHUTDOWN",
+)
+
+
+def preempted(result: Any) -> bool:
+    """Whether a task's GenericResult says Modal preempted it."""
+    said = str(result.exception)
+    return int(result.status) in (TERMINATED, INTERNAL_FAILURE) and any(r in said for r in PREEMPTION_REASONS)
 
 
 def _time(value: float) -> datetime | None:
@@ -51,6 +67,11 @@ def instance_from(info: Any) -> base.Instance:
         state = base.InstanceState.RUNNING if started else base.InstanceState.PROVISIONING
         return base.Instance(state=state, **common)
     finished = finished or started
+    if preempted(result):
+        message = f"modal: preempted: {str(result.exception)[:400]}"
+        return base.Instance(
+            state=base.InstanceState.TERMINATED, finished_at=finished, preempted=True, message=message, **common
+        )
     if status == TERMINATED:
         return base.Instance(state=base.InstanceState.TERMINATED, finished_at=finished, message="terminated", **common)
     if status in (TIMEOUT, IDLE_TIMEOUT):

@@ -21,7 +21,9 @@ Methods served (all others answer UNIMPLEMENTED) and the fields honoured:
   (milli_cpu, memory_mb, gpu_config.gpu_type/count), scheduler_placement.regions,
   timeout_secs, block_network (legacy) or network_access.network_access_type BLOCKED (SDK
   1.6.4's way), network_access.allowed_cidrs and allowed_domains (`outbound_domain_allowlist`).
-- SandboxWait (timeout; SUCCESS for 0, FAILURE otherwise, TERMINATED, TIMEOUT),
+- SandboxWait (timeout; SUCCESS for 0, FAILURE otherwise, TERMINATED, TIMEOUT, and for a
+  sandbox `FakeModal.preempt` ended INTERNAL_FAILURE with an exception naming the task's
+  TaskTerminationReason, e.g. `TASK_TERMINATION_REASON_WORKER_PREEMPTED`),
   SandboxGetTaskId, SandboxList (app_id, tags, include_finished, before_timestamp),
   SandboxTagsSet/Get, SandboxTerminate, SandboxStdinWrite (input, eof),
   SandboxGetLogs (file_descriptor, last_entry_id, timeout, eof), SandboxCreateConnectToken

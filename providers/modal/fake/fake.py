@@ -15,6 +15,7 @@ from typing import Any
 
 from grpclib.const import Status
 from grpclib.server import Server
+from modal_proto import api_pb2
 
 from providers.modal.fake.router import Router
 from providers.modal.fake.server import ControlPlane
@@ -114,6 +115,21 @@ class FakeModal:
         if record.process is not None:
             record.process.end("exited", code)
             record.process.done.wait(10)
+
+    def preempt(self, sandbox_id: str, reason: str = "TASK_TERMINATION_REASON_WORKER_PREEMPTED") -> None:
+        """Modal takes the running sandbox's worker back: its container is killed (137) and its
+        task's result says so (INTERNAL_FAILURE, the exception naming `reason`, a
+        `TaskTerminationReason` name), in SandboxList, SandboxWait and SandboxGetTaskId.
+        Nothing is said ahead: Modal's wire has no notice. ValueError unless it runs."""
+        value = api_pb2.TaskTerminationReason.Value(reason)
+        with self.state.lock:
+            record = self.state.sandboxes[sandbox_id]
+            process = record.process
+            if process is None or process.done.is_set():
+                raise ValueError(f"fake modal: sandbox {sandbox_id} is not running")
+            record.preemption = value
+        process.end("preempted", 137)
+        process.done.wait(10)
 
     def calls(self) -> list[str]:
         """Names of the RPCs received so far, in order."""

@@ -55,6 +55,13 @@ def result_of(record: SandboxRecord) -> api_pb2.GenericResult | None:
     code = process.exit_code if process.exit_code is not None else -1
     if process.ended_how == "exited" and code < -1:  # killed by a signal: the shell's 128 + N
         code = 128 - code
+    if process.ended_how == "preempted":
+        # Modal took the worker back: an internal failure (what the SDK retries as "lost inputs
+        # or worker preemption"), its exception naming the task's termination reason.
+        reason = api_pb2.TaskTerminationReason.Name(record.preemption)
+        return api_pb2.GenericResult(
+            status=OK.GENERIC_STATUS_INTERNAL_FAILURE, exitcode=code, exception=f"the task was preempted ({reason})"
+        )
     status = {
         "terminated": OK.GENERIC_STATUS_TERMINATED,
         "timeout": OK.GENERIC_STATUS_TIMEOUT,

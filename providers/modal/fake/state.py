@@ -54,6 +54,7 @@ class SandboxRecord:
     process: Process | None = None
     sampler: Sampler | None = None
     terminated: bool = False
+    preemption: int = 0  # the TaskTerminationReason of a `FakeModal.preempt`; 0: not preempted
 
     @property
     def state(self) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from providers import errors
-from providers.base import InstanceState, PodSpec, ProvisionRequest, Tier
+from providers.base import InstanceState, NoticeSource, PodSpec, ProvisionRequest, Tier
 from providers.claim import claim_name
 from providers.egress import Egress, EgressMode, allowlist
 from providers.owner import Owner
@@ -110,6 +110,25 @@ def test_a_spot_pod_bids_the_minimum_and_an_interruption_is_preempted(fake: Fake
     found = provider.get(result.instance_id)
     assert found is not None and found.state is InstanceState.TERMINATED and found.preempted
     assert found.capacity_type is Tier.SPOT and found.region == "EU-RO-1"
+
+
+def test_an_on_demand_pod_stopped_outside_nebula_is_terminated_but_not_preempted(
+    fake: FakeRunPod, tmp_path: Path
+) -> None:
+    provider = make(fake, tmp_path)
+    assert not isinstance(provider, NoticeSource)  # RunPod's API says nothing ahead of a reclaim
+    spot_pod, reserved_pod = pod_of("sleep 600", accelerator="a40"), pod_of("sleep 600", accelerator="a40")
+    spot = provider.provision(spot_pod, request_of(spot_pod, capacity_type=Tier.SPOT)).instance_id
+    reserved = provider.provision(reserved_pod, request_of(reserved_pod, capacity_type=Tier.ON_DEMAND)).instance_id
+    running = {InstanceState.RUNNING}
+    wait_for(lambda: {state(provider, spot), state(provider, reserved)} == running, 30, what="both running")
+    fake.interrupt(spot)
+    with fake.lock:
+        fake.stop_pod(fake.records[reserved], "EXITED")  # someone stopped it in RunPod's console
+    listed = {i.id: i for i in provider.list()}
+    assert (listed[spot].state, listed[spot].preempted) == (InstanceState.TERMINATED, True)
+    assert (listed[reserved].state, listed[reserved].preempted) == (InstanceState.TERMINATED, False)
+    assert listed[reserved].message == "the pod was stopped outside Nebula"
 
 
 def test_offerings_carry_runpods_prices_and_regions_expand(fake: FakeRunPod, tmp_path: Path) -> None:
