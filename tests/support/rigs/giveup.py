@@ -24,12 +24,12 @@ class RecordingBlocklister:
         self.interrupted.append(interrupted)
 
 
-def spot_pod(name: str, **spec: Any) -> dict[str, Any]:
-    """An H100 Pod placed on the Spot tier from pool `train`."""
+def spot_pod(name: str, *, pool: str = "train", **spec: Any) -> dict[str, Any]:
+    """An H100 Pod placed on the Spot tier from `pool`."""
     return make_pod(
         name,
         "gpu",
-        labels={names.POOL_LABEL: "train", names.ACCELERATOR_LABEL: "h100"},
+        labels={names.POOL_LABEL: pool, names.ACCELERATOR_LABEL: "h100"},
         annotations={names.CAPACITY_TYPE_ANNOTATION: "Spot", names.REGION_ANNOTATION: "us-east-1"},
         container={"resources": {"limits": {"nvidia.com/gpu": "8"}}},
         **spec,
