@@ -38,10 +38,10 @@ from vnode.model.stopping import (
     Why,
     budget_status,
     deadline_of,
-    with_disruption_target,
     deadline_status,
     stop_asked,
     termination_grace,
+    with_disruption_target,
 )
 from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
