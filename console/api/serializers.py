@@ -87,7 +87,7 @@ class NodeSerializer(serializers.Serializer):
     pods = serializers.IntegerField()
     interruptions = serializers.DictField(
         child=serializers.IntegerField(),
-        help_text="instances the provider took back since the manager started leading, by the notice's kind "
+        help_text="instances the provider took back since this manager started, by the notice's kind "
         "(SpotInterruption, ScheduledMaintenance, InstanceStopping...; Reclaimed: seen only after the fact)",
     )
     interruption_tiers = serializers.DictField(
