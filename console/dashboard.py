@@ -2,8 +2,9 @@
 shows the same as the manager's own listener).
 
 Called by `console.views` on every page and fragment request; a handful of queries, each
-bounded. Reads only. Pods read as `kubectl get pods` prints them (console.cells).
-Tests: tests/console/test_console_browser.py.
+bounded. Reads only. Pods read as `kubectl get pods` prints them (console.cells); how a
+node's instances ended (interrupted, unreachable, failed) in `console.ends`' words.
+Tests: tests/console/test_console_browser.py, tests/console/test_console_ends.py.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Sum
+from django.utils import formats, timezone
 
-from console import cells, models
+from console import cells, ends, models
 from kube import names
 from placement.spendview import Rate
 
@@ -38,11 +40,34 @@ class Tile:
     unpriced: int = 0  # running Pods without a price (not placed by a pool): unknown, never $0
     lease_age: float | None = None  # seconds since the node's Lease was renewed
     bad: dict[str, int] = field(default_factory=dict)  # Pods per bad kubectl STATUS (CrashLoopBackOff: 2)
+    now: datetime | None = None  # the time the figures are read at
 
     @property
     def spend_text(self) -> str:
         """`$1.20/h`, `$1.20/h + 2 unpriced`, or `unknown` when only unpriced Pods run (Rate's words)."""
         return Rate(self.hourly_spend, self.unpriced).text()
+
+    @property
+    def interrupted_text(self) -> str:
+        """`3 (SpotInterruption 2, Reclaimed 1) on Spot`, or `none`: the provider took them."""
+        return ends.interrupted_text(self.node.interruptions or {}, self.node.interruption_tiers or {})
+
+    @property
+    def failed_text(self) -> str:
+        """`1 (Error 1)`, or `none`: the workload itself failed."""
+        return ends.failed_text(self.node.failures or {})
+
+    @property
+    def unreachable_text(self) -> str:
+        """`since 2026-12-05 12:01:07 UTC (5m): 4 Pods waiting, none failed`, or `no`: the provider
+        does not answer, and I3 holds (nothing is failed or killed for it)."""
+        since = self.node.unreachable_since
+        if since is None:
+            return "no"
+        at = formats.date_format(timezone.localtime(since), "DATETIME_FORMAT")
+        waiting = self.node.unreachable_pods
+        spell = f" ({cells.age_text(since, self.now)})" if self.now is not None else ""
+        return f"since {at}{spell}: {waiting} Pod{'' if waiting == 1 else 's'} waiting, none failed"
 
     @property
     def state(self) -> str:
@@ -68,7 +93,8 @@ class Block:
 
 def figures(now: datetime) -> dict[str, Any]:
     """Everything the dashboard template needs."""
-    tiles = {node.name: Tile(node, dict.fromkeys(PHASES, 0)) for node in models.VirtualNode.objects.order_by("name")}
+    nodes = models.VirtualNode.objects.order_by("name")
+    tiles = {node.name: Tile(node, dict.fromkeys(PHASES, 0), now=now) for node in nodes}
     for each in tiles.values():
         if each.node.last_lease_renewal is not None:
             each.lease_age = max(0.0, (now - each.node.last_lease_renewal).total_seconds())

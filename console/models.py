@@ -105,7 +105,8 @@ class BlocklistEntry(models.Model):
 
 
 class VirtualNode(models.Model):
-    """One virtual node (`nebula-<provider>`) and how its provider answers."""
+    """One virtual node (`nebula-<provider>`), how its provider answers, and how its instances
+    ended: interrupted (by kind and tier), failed (by reason), unreachable (since, Pods waiting)."""
 
     mirror_key = "name"
 
@@ -118,6 +119,12 @@ class VirtualNode(models.Model):
     poll_interval = models.FloatField("poll interval (s)", default=0.0)
     last_list_seconds = models.FloatField("last list (s)", default=0.0)
     last_list_error = models.CharField("last list error", max_length=1000, blank=True)
+    # How its instances ended since the manager started (console.ends): the three causes apart.
+    interruptions = models.JSONField(default=dict, help_text="taken back by the provider, by the notice's kind")
+    interruption_tiers = models.JSONField("interruptions by tier", default=dict)
+    failures = models.JSONField(default=dict, help_text="Pods whose workload failed, by the Pod's reason")
+    unreachable_since = models.DateTimeField("unreachable since", null=True, blank=True)
+    unreachable_pods = models.IntegerField("Pods waiting (unreachable)", default=0)
 
     class Meta:
         ordering = ["name"]

@@ -1,11 +1,12 @@
 """The console's observer: hears the core's facts (`kube.observe`), counts them in
 `console.metrics`, logs the ones worth knowing (Pod, claim and instance named) and keeps the
 little memory the mirror needs that no Handler holds: lease renewals, leadership, the latest
-Events (one per Event object, its repeats counted), open streams.
+Events (one per Event object, its repeats counted), open streams, and how each provider's
+instances ended (`console.ends`: interrupted, unreachable, failed; bounded).
 
 Installed by the process wiring (`nebula_site.manager`); called on the core's threads, so
 every method is cheap, thread-safe and never raises.
-Tests: tests/console/test_console_units.py.
+Tests: tests/console/test_console_units.py, tests/console/test_console_ends.py.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from console import metrics
+from console import ends, metrics
 from kube import observe
 
 logger = logging.getLogger("nebula.events")
@@ -59,6 +60,7 @@ class ConsoleObserver:
         self._leader: bool | None = None
         self._leadership_at = float("-inf")  # monotonic
         self._open_streams = dict.fromkeys(metrics.STREAM_KINDS, 0)
+        self._ends = ends.EndsMemory()
         for outcome in PLACEMENT_OUTCOMES:
             metrics.PLACEMENTS.labels(outcome=outcome)
 
@@ -90,20 +92,23 @@ class ConsoleObserver:
             metrics.POLL_ERRORS.labels(provider=provider).inc()
 
     def interrupted(self, provider: str, tier: str, kind: str, subject: observe.Subject) -> None:
-        metrics.INTERRUPTIONS.labels(provider=provider, tier=tier or "unknown", kind=kind).inc()
+        tier, kind = self._ends.interrupted(provider, tier, kind)  # the bounded names
+        metrics.INTERRUPTIONS.labels(provider=provider, tier=tier, kind=kind).inc()
         logger.warning(
             "%s interrupted on %s (%s)",
             kind,
             provider,
-            tier or "tier unknown",
+            tier if tier != ends.UNKNOWN_TIER else "tier unknown",
             extra=_extra(provider, subject, outcome=kind),
         )
 
     def workload_failed(self, provider: str, reason: str, subject: observe.Subject) -> None:
-        metrics.WORKLOAD_FAILURES.labels(provider=provider, reason=reason or "Failed").inc()
+        reason = self._ends.failed(provider, reason)
+        metrics.WORKLOAD_FAILURES.labels(provider=provider, reason=reason).inc()
 
     def reachability(self, provider: str, reachable: bool, pods: int) -> None:
-        metrics.UNREACHABLE_PODS.labels(provider=provider).set(0 if reachable else pods)
+        self._ends.reachability(provider, reachable, pods, self._now())
+        metrics.UNREACHABLE_PODS.labels(provider=provider).set(0 if reachable else max(0, pods))
 
     def node_synced(self, node: str) -> None:
         with self._lock:
@@ -167,6 +172,10 @@ class ConsoleObserver:
     def recent_events(self) -> list[EventNote]:
         with self._lock:
             return list(self._events.values())
+
+    def ends_of(self, provider: str) -> ends.Ends:
+        """How `provider`'s instances ended so far (interrupted, unreachable, failed)."""
+        return self._ends.of(provider)
 
 
 def _extra(provider: str, subject: observe.Subject, **more: str) -> dict[str, str]:

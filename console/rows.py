@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from console.ends import Ends
 from console.observer import ConsoleObserver, EventNote
 from kube import names, podstatus
 from placement.blocklist import BlockEntry, describe_scope
@@ -122,6 +123,8 @@ def claim_rows(handler: Handler, entries: Iterable[Tracked]) -> list[Row]:
 
 
 def node_row(handler: Handler, pods: int, observer: ConsoleObserver | None) -> Row:
+    """The node and its provider; how that provider's instances ended comes from the observer."""
+    ends = observer.ends_of(handler.provider.name) if observer is not None else Ends(handler.provider.name)
     return {
         "name": handler.node_name,
         "provider": handler.provider.name,
@@ -133,6 +136,11 @@ def node_row(handler: Handler, pods: int, observer: ConsoleObserver | None) -> R
         # Milliseconds are what an operator reads; finer digits would rewrite the row every poll.
         "last_list_seconds": round(handler.inventory.last_list_seconds, 3),
         "last_list_error": handler.inventory.last_list_error,
+        "interruptions": dict(ends.interruptions),
+        "interruption_tiers": dict(ends.interruption_tiers),
+        "failures": dict(ends.failures),
+        "unreachable_since": ends.unreachable_since,
+        "unreachable_pods": ends.unreachable_pods,
     }
 
 

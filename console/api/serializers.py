@@ -85,6 +85,23 @@ class NodeSerializer(serializers.Serializer):
     last_list_seconds = serializers.FloatField()
     poll_interval = serializers.FloatField()
     pods = serializers.IntegerField()
+    interruptions = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="instances the provider took back since this manager started, by the notice's kind "
+        "(SpotInterruption, ScheduledMaintenance, InstanceStopping...; Reclaimed: seen only after the fact)",
+    )
+    interruption_tiers = serializers.DictField(
+        child=serializers.IntegerField(), help_text="the same interruptions by tier (Spot, OnDemand, unknown)"
+    )
+    failures = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Pods whose own workload failed, by the Pod's reason"
+    )
+    unreachable_since = serializers.DateTimeField(
+        allow_null=True, help_text="since when the provider does not answer; null while it answers"
+    )
+    unreachable_pods = serializers.IntegerField(
+        help_text="Pods waiting on the unreachable provider (none is failed or killed for it); 0 while it answers"
+    )
 
 
 class PoolProviderSerializer(serializers.Serializer):

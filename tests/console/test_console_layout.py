@@ -21,7 +21,7 @@ from console import models, runtime
 from console import observer as console_observer
 from console.mirror import Mirror
 from devcluster import DevCluster
-from kube import names
+from kube import names, observe
 from kube.client import path_for
 from placement.blocklist import Blocklist
 from providers.base import BlockBreadth, BlockScope, ClaimName, PodSpec, ProvisionRequest, Tier
@@ -51,8 +51,9 @@ PAGES = {
     "events": "/admin/console/recentevent/",
 }
 
-# Every table and every cell of the page, measured in the browser. A word (a run without a space)
-# broken across two lines has two client rects; one on one line, or cut by an ellipsis, has one.
+# Every table and every cell of the page (and each line of a node's tile), measured in the
+# browser. A word (a run without a space) broken across two lines has two client rects; one on
+# one line, or cut by an ellipsis, has one.
 LAYOUT_CHECK = """
 const problems = [];
 const page = document.documentElement;
@@ -64,8 +65,11 @@ for (const table of document.querySelectorAll("table")) {
   if (table.scrollWidth > box.clientWidth + 1)
     problems.push(`table ${table.id || table.className} ${table.scrollWidth}px > its container ${box.clientWidth}px`);
 }
+for (const tile of document.querySelectorAll(".tile"))
+  if (tile.scrollWidth > tile.clientWidth + 1)
+    problems.push(`tile ${tile.dataset.node} ${tile.scrollWidth}px > its ${tile.clientWidth}px`);
 let words = 0;
-for (const cell of document.querySelectorAll("td, th")) {
+for (const cell of document.querySelectorAll("td, th, dd, .ends li")) {
   const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     for (const match of node.data.matchAll(/\\S+/g)) {
@@ -125,6 +129,13 @@ class Busy:
             ProvisionRequest(claim=ClaimName(f"default-{LONG}-ghost-{uuid.uuid4().hex[:8]}"[:63])),
         )
         self.orphan_id = orphan.instance_id
+        # How instances ended, as the vnode tells the observer: gpu-a lost three (one not even
+        # reported with a tier), a workload failed; gpu-crash stopped answering with 2 Pods waiting.
+        subject = observe.Subject(f"default/{LONG}-000")
+        for kind in ("SpotInterruption", "SpotInterruption", "RebalanceRecommendation"):
+            self.observer.interrupted("gpu-a", "Spot" if kind != "RebalanceRecommendation" else "", kind, subject)
+        self.observer.workload_failed("gpu-a", "OOMKilled", subject)
+        self.observer.reachability("gpu-crash", False, 2)
         wait_for(lambda: self.running("nebula-gpu-a") == PODS, timeout=60, what="every Pod on gpu-a Running")
         wait_for(lambda: self.restarts("crash-loop") >= 2, timeout=30, what="the crashing Pod restarted twice")
 
@@ -225,8 +236,21 @@ def test_every_page_fits_1280_pixels_without_mid_word_wraps(
         assert window.save_screenshot(str(ARTIFACTS / f"{page}.png"))
         assert measured["tables"] >= 1 and measured["words"] > 50, (page, measured)
         assert measured["problems"] == [], (page, measured["problems"])
+    window.get(f"{base}/")  # each virtual node's ends, the three causes apart
+    assert (
+        cause_line(window, "nebula-gpu-a", "interrupted")
+        == "3 (SpotInterruption 2, RebalanceRecommendation 1) on Spot 2, unknown 1"
+    )
+    assert cause_line(window, "nebula-gpu-a", "failed") == "1 (OOMKilled 1)"
+    assert cause_line(window, "nebula-gpu-crash", "unreachable").endswith(": 2 Pods waiting, none failed")
     # The Pod runs for 0.2 s between back-offs (then it reads Running, 1/1, as kubectl shows it).
     wait_for(lambda: dashboard_shows_the_loop(window, base), timeout=30, what="the dashboard's CrashLoopBackOff row")
+
+
+def cause_line(driver: Any, node: str, cause: str) -> str:
+    """The dashboard's line of `node` for one cause of an end, as the window shows it."""
+    script = "const line = document.querySelector(`[data-node='${arguments[0]}'] [data-cause='${arguments[1]}'] .v`);"
+    return str(driver.execute_script(script + "return line ? line.innerText : '';", node, cause))
 
 
 def dashboard_shows_the_loop(driver: Any, base: str) -> bool:

@@ -57,6 +57,7 @@ def test_promtool_checks_the_prometheusrule_spec(tmp_path: Path) -> None:
         "NebulaSpendAboveThreshold",
         "NebulaPoolBudgetNearlySpent",
         "NebulaPoolBudgetReached",
+        "NebulaInterruptionsFrequent",
     }
     assert set(alerts(spec)) == expected
     for group in spec["groups"]:
@@ -157,3 +158,17 @@ def test_the_dashboard_shows_spend_per_pool_against_its_budget() -> None:
     assert len(ids) == len(set(ids))
     boxes = {(p["gridPos"]["x"], p["gridPos"]["y"]) for p in panels.values()}
     assert len(boxes) == len(panels)  # no panel drawn over another
+
+
+def test_the_dashboard_shows_each_cause_of_an_end_on_a_panel_of_its_own() -> None:
+    """Interrupted (by kind, and by tier), unreachable (Pods waiting), failed (by reason)."""
+    panels = json.loads((MONITORING / "grafana-dashboard.json").read_text())["panels"]
+    causes = {"Interrupted", "Unreachable", "Failed"}
+    by_cause = {p["title"].split(":")[0]: [t["expr"] for t in p["targets"]] for p in panels}
+    interrupted, unreachable, failed = by_cause["Interrupted"], by_cause["Unreachable"], by_cause["Failed"]
+    assert "nebula_interruptions_total" in interrupted[0] and "by (provider, kind)" in interrupted[0]
+    assert "by (provider, tier)" in interrupted[1]
+    assert unreachable == ['max by (provider) (nebula_provider_unreachable_pods{job=~"$job"})']
+    assert "nebula_workload_failures_total" in failed[0] and "by (provider, reason)" in failed[0]
+    rows = [p["gridPos"] for p in panels if p["title"].split(":")[0] in causes]
+    assert len({(g["x"], g["y"]) for g in rows}) == 3 and sum(g["w"] for g in rows) == 24  # one row of three
