@@ -46,9 +46,11 @@ EVENT_TYPES: Mapping[tuple[str, str], NoticeKind] = {
     STATE_CHANGE: NoticeKind.STOPPING,
 }
 STOPPING_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
-# A state change whose StateReason says the VM powered itself off is the workload's own end
-# (user-data shuts down after it, `terminate_on_exit`): its exit comes from the console, not here.
-OWN_SHUTDOWN_REASONS = frozenset({"Client.InstanceInitiatedShutdown"})
+# A state change the account caused is no notice: the VM powering itself off is the workload's
+# own end (user-data shuts down after it, `terminate_on_exit`; its exit comes from the console),
+# and a stop or terminate through the API is Nebula's own (or someone's in the account: `list`
+# shows it). EC2's own (Server.*: a spot reclaim, a scheduled stop) or an unknown reason is one.
+ACCOUNT_SHUTDOWN_REASONS = frozenset({"Client.InstanceInitiatedShutdown", "Client.UserInitiatedShutdown"})
 _EC2_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 _REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d$")
 _LOG_CUT = 80
@@ -262,7 +264,7 @@ class NoticeReader:
     def _interrupts(event: Event, data: dict[str, Any]) -> bool:
         if event.kind is not NoticeKind.STOPPING:
             return True
-        return str((data.get("StateReason") or {}).get("Code") or "") not in OWN_SHUTDOWN_REASONS
+        return str((data.get("StateReason") or {}).get("Code") or "") not in ACCOUNT_SHUTDOWN_REASONS
 
     @staticmethod
     def _notice(event: Event, ec2_id: str, receipt: str) -> Notice:
@@ -285,9 +287,10 @@ class NoticeReader:
 
 
 def _tell(message: dict[str, Any], kind: str, why: str, *, warn: bool = False) -> None:
-    """One bounded log line about a deleted message: its SQS id and why, never its body."""
+    """One bounded log line about a deleted message: its SQS id and why, never its body (a
+    warning for junk; debug for the rest: a shared account's state changes are many)."""
     message_id = str(message.get("MessageId") or "?")[:_LOG_CUT]
     what = f" ({kind})" if kind else ""
-    (logger.warning if warn else logger.info)(
+    (logger.warning if warn else logger.debug)(
         "interruption queue: deleted message %s%s: %s", message_id, what, why[:_LOG_CUT]
     )

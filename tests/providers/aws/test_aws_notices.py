@@ -26,7 +26,7 @@ from providers.aws.options import parse_options
 from providers.base import InstanceId, NoticeSource
 from providers.notices import Notice, NoticeKind
 from providers.owner import Owner
-from tests.providers.aws.moto_ec2 import AMI, SHUTDOWN, make_pod, make_provider, request_for, set_state
+from tests.providers.aws.moto_ec2 import AMI, SHUTDOWN, SPOT_RECLAIM, make_pod, make_provider, request_for, set_state
 from tests.support.polling import wait_for
 
 REGION = "us-east-1"
@@ -185,14 +185,23 @@ def test_an_instance_shutting_itself_down_is_its_workloads_end_not_a_notice(aws:
     assert provider.notices(0) == [] and on_queue(url) == 0
 
 
-def test_a_terminated_instance_ec2_still_shows_is_still_ours(aws: None) -> None:
+def test_an_instance_ec2_terminated_is_still_ours_while_ec2_shows_it(aws: None) -> None:
     url = make_queue()
     provider = make_provider(interruption_queue=url)
     ours = launch(provider)
-    provider.terminate(ours)
+    set_state(ours, "terminated", reason=SPOT_RECLAIM)
     send(url, envelope(NoticeKind.STOPPING, [ec2_id(ours)], state="terminated"))
     (notice,) = provider.notices(0)
     assert notice.instance_id == ours and notice.detail.startswith("EC2 Instance State-change Notification: terminated")
+
+
+def test_a_terminate_nebula_asked_for_is_no_notice(aws: None) -> None:
+    url = make_queue()
+    provider = make_provider(interruption_queue=url)
+    ours = launch(provider)
+    provider.terminate(ours)  # EC2's StateReason: Client.UserInitiatedShutdown
+    send(url, envelope(NoticeKind.STOPPING, [ec2_id(ours)], state="shutting-down"))
+    assert provider.notices(0) == [] and on_queue(url) == 0
 
 
 # -- redelivery, junk and other owners -------------------------------------------------------------
@@ -216,7 +225,7 @@ def test_a_notice_not_acked_comes_back_after_its_visibility_timeout_with_the_sam
 def test_junk_and_other_owners_notices_are_deleted_and_yield_nothing(
     aws: None, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG)
     url = make_queue()
     alpha, beta = make_provider("alpha", interruption_queue=url), make_provider("beta")
     theirs = launch(beta)
