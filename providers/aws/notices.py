@@ -54,6 +54,7 @@ ACCOUNT_SHUTDOWN_REASONS = frozenset({"Client.InstanceInitiatedShutdown", "Clien
 _EC2_ID = re.compile(r"^i-[0-9a-f]{8,17}$")
 _REGION = re.compile(r"^[a-z]{2}(?:-[a-z]+)+-\d$")
 _LOG_CUT = 80
+_FILTER_VALUES = 200  # values one DescribeInstances filter takes
 _FORGET_AFTER = 2  # visibility timeouts: a receipt older than this has been handed out again
 
 
@@ -250,10 +251,16 @@ class NoticeReader:
                 wanted.setdefault(event.region, set()).update(event.ec2_ids)
         owned: dict[tuple[str, str], dict[str, Any]] = {}
         for region, ids in wanted.items():
-            if not ids:
-                continue
-            filters = [*self._filters(), {"Name": "instance-id", "Values": sorted(ids)}]
-            for page in self._ec2.pages(region, "describe_instances", Filters=filters):
+            ordered = sorted(ids)
+            chunks = [ordered[at : at + _FILTER_VALUES] for at in range(0, len(ordered), _FILTER_VALUES)]
+            pages = [
+                page
+                for chunk in chunks
+                for page in self._ec2.pages(
+                    region, "describe_instances", Filters=[*self._filters(), {"Name": "instance-id", "Values": chunk}]
+                )
+            ]
+            for page in pages:
                 for reservation in page.get("Reservations") or ():
                     for data in reservation.get("Instances") or ():
                         if status.is_owned(data, self._owner.key):

@@ -26,7 +26,16 @@ from providers.aws.options import parse_options
 from providers.base import InstanceId, NoticeSource
 from providers.notices import Notice, NoticeKind
 from providers.owner import Owner
-from tests.providers.aws.moto_ec2 import AMI, SHUTDOWN, SPOT_RECLAIM, make_pod, make_provider, request_for, set_state
+from tests.providers.aws.moto_ec2 import (
+    AMI,
+    SHUTDOWN,
+    SPOT_RECLAIM,
+    count_calls,
+    make_pod,
+    make_provider,
+    request_for,
+    set_state,
+)
 from tests.support.polling import wait_for
 
 REGION = "us-east-1"
@@ -174,6 +183,31 @@ def test_a_health_event_gives_one_notice_per_instance_and_its_message_goes_with_
     assert on_queue(url) == 1  # the other instance's notice is not handled yet
     provider.ack(found[1])
     assert on_queue(url) == 0
+
+
+def test_a_batch_checks_ownership_with_one_describe_instances_per_region(aws: None) -> None:
+    url = make_queue()
+    provider = make_provider(interruption_queue=url)
+    ours = [launch(provider, f"p{n}") for n in range(3)]
+    for kind, instance in zip(
+        [NoticeKind.SPOT_INTERRUPTION, NoticeKind.REBALANCE, NoticeKind.STOPPING], ours, strict=True
+    ):
+        send(url, envelope(kind, [ec2_id(instance)]))
+    assert wait_for(lambda: on_queue(url) == 3, what="three messages queued")
+    calls = count_calls(provider)
+    receives: list[str] = []
+    sqs_client = provider._notices._queue._connect()  # type: ignore[union-attr]
+    sqs_client.meta.events.register("before-call.sqs.ReceiveMessage", lambda **_: receives.append("r"))
+    found: list[Notice] = []
+
+    def read() -> bool:
+        found.extend(provider.notices(0))
+        return len(found) == 3
+
+    wait_for(read, timeout=10, what="three notices")
+    assert sorted(n.instance_id for n in found) == sorted(ours)
+    # One DescribeInstances per receive that brought messages (SQS may split a batch over receives).
+    assert 1 <= calls["DescribeInstances"] <= len(receives)
 
 
 def test_an_instance_shutting_itself_down_is_its_workloads_end_not_a_notice(aws: None) -> None:
