@@ -100,11 +100,11 @@ def parse_event(body: str) -> Event | None:
     """The interruption `body` announces; None for an event of a watched type that announces
     none (another service's health event, a state that takes nothing). Unparseable: not JSON,
     too long, not an EventBridge event, or of a type no rule sends."""
-    if len(body.encode()) > MAX_BODY:
+    if len(body) > MAX_BODY or len(body.encode(errors="replace")) > MAX_BODY:
         raise Unparseable(f"body longer than {MAX_BODY} bytes")
     try:
         event = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise Unparseable("not JSON") from exc
     if not isinstance(event, dict) or not isinstance(event.get("detail"), dict):
         raise Unparseable("not an EventBridge event")
@@ -119,40 +119,35 @@ def parse_event(body: str) -> Event | None:
     issued = _time(event.get("time"), "time")
     name = key[1]
     if kind is NoticeKind.MAINTENANCE:
-        if detail.get("service") != "EC2" or detail.get("eventTypeCategory") != "scheduledChange":
-            return None
-        entities = detail.get("affectedEntities") or ()
-        ids = tuple(
-            dict.fromkeys(
-                str(entity.get("entityValue"))
-                for entity in entities
-                if isinstance(entity, dict) and _EC2_ID.match(str(entity.get("entityValue")))
-            )
-        )
-        start = _time(detail.get("startTime"), "startTime")
-        code = str(detail.get("eventTypeCode") or "scheduled change")[:_LOG_CUT]
-        text = f"{name}: {code} starting {start.isoformat()}"
-        return Event(event_id, kind, region, ids, issued, start, text)
-    ec2_id = _instance(detail)
+        return _scheduled_change(event_id, region, issued, detail)
+    one = (_instance(detail),)
     if kind is NoticeKind.SPOT_INTERRUPTION:
         action = str(detail.get("instance-action") or "terminate")[:_LOG_CUT]
-        said = detail.get("instance-action-time") or detail.get("time")
+        said = detail.get("instance-action-time")
         deadline = _time(said, "instance-action time") if said else issued + SPOT_WARNING
-        return Event(
-            event_id,
-            kind,
-            region,
-            (ec2_id,),
-            issued,
-            deadline,
-            f"{name}: instance-action {action} at {deadline.isoformat()}",
-        )
+        text = f"{name}: instance-action {action} at {deadline.isoformat()}"
+        return Event(event_id, kind, region, one, issued, deadline, text)
     if kind is NoticeKind.REBALANCE:
-        return Event(event_id, kind, region, (ec2_id,), issued, None, f"{name} at {issued.isoformat()}")
+        return Event(event_id, kind, region, one, issued, None, f"{name} at {issued.isoformat()}")
     state = str(detail.get("state") or "").lower()
     if state not in STOPPING_STATES:
         return None
-    return Event(event_id, kind, region, (ec2_id,), issued, None, f"{name}: {state} at {issued.isoformat()}")
+    return Event(event_id, kind, region, one, issued, None, f"{name}: {state} at {issued.isoformat()}")
+
+
+def _scheduled_change(event_id: str, region: str, issued: datetime, detail: Mapping[str, Any]) -> Event | None:
+    """An AWS Health event: EC2's scheduled changes only, about each affected instance."""
+    if detail.get("service") != "EC2" or detail.get("eventTypeCategory") != "scheduledChange":
+        return None
+    entities = detail.get("affectedEntities") or []
+    if not isinstance(entities, list):
+        raise Unparseable("affectedEntities is no list")
+    values = (entity.get("entityValue") for entity in entities if isinstance(entity, dict))
+    ids = tuple(dict.fromkeys(value for value in values if isinstance(value, str) and _EC2_ID.match(value)))
+    start = _time(detail.get("startTime"), "startTime")
+    code = str(detail.get("eventTypeCode") or "scheduled change")[:_LOG_CUT]
+    text = f"{HEALTH[1]}: {code} starting {start.isoformat()}"
+    return Event(event_id, NoticeKind.MAINTENANCE, region, ids, issued, start, text)
 
 
 def notice_id(event: Event, ec2_id: str) -> str:
@@ -233,8 +228,9 @@ class NoticeReader:
         body = message.get("Body")
         try:
             event = parse_event(body if isinstance(body, str) else "")
-        except Unparseable as exc:
-            _tell(message, "", f"unparseable ({exc})", warn=True)
+        except Exception as exc:  # noqa: BLE001 - a body no check foresaw is junk too, never a poison message
+            why = str(exc) if isinstance(exc, Unparseable) else type(exc).__name__
+            _tell(message, "", f"unparseable ({why})", warn=True)
             self._queue.delete(str(message["ReceiptHandle"]))
             return None
         if event is None:

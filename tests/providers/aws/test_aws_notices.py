@@ -295,6 +295,8 @@ def test_a_body_over_256_kib_is_not_parsed() -> None:
         ),
         (envelope(NoticeKind.SPOT_INTERRUPTION, ["i-nothex"]), "no instance-id"),
         (envelope(NoticeKind.MAINTENANCE, [OTHER_ACCOUNT_INSTANCE], startTime="soon"), "startTime is no time"),
+        (envelope(NoticeKind.MAINTENANCE, [OTHER_ACCOUNT_INSTANCE], affectedEntities=5), "affectedEntities is no list"),
+        ("[" * 100_000, "not JSON"),
     ],
 )
 def test_malformed_events_are_unparseable(body: str, why: str) -> None:
