@@ -459,3 +459,12 @@ def test_ack_of_a_receipt_sqs_no_longer_takes_is_success(aws: None) -> None:
 def test_bad_interruption_options_are_refused(options: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_options({"ami": AMI, **options})
+
+
+def test_the_queue_may_be_named_by_its_arn(aws: None) -> None:
+    url = make_queue()
+    provider = make_provider(interruption_queue=f"arn:aws:sqs:{REGION}:123456789012:nebula-interruptions")
+    ours = launch(provider)
+    send(url, envelope(NoticeKind.REBALANCE, [ec2_id(ours)]))
+    (notice,) = provider.notices(0)
+    assert notice.kind is NoticeKind.REBALANCE and notice.deadline is None
