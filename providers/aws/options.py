@@ -3,7 +3,7 @@
 Called by `AwsProvider.__init__`: parsing only, no I/O (the key file is read on first
 use). Unknown keys are errors so typos surface at start-up; credentials are never
 options (boto3 finds them: environment, profile, instance role).
-Tests: tests/providers/aws/test_aws.py.
+Tests: tests/providers/aws/test_aws.py, tests/providers/aws/test_aws_notices.py.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DEFAULT_REGIONS = ("us-east-1",)
+MAX_VISIBILITY = 12 * 60 * 60  # SQS's largest VisibilityTimeout
 KNOWN_KEYS = frozenset(
     {
         "regions",
@@ -33,6 +34,8 @@ KNOWN_KEYS = frozenset(
         "read_timeout",
         "max_attempts",
         "spot_price_ttl",
+        "interruption_queue",
+        "interruption_visibility",
     }
 )
 
@@ -57,6 +60,11 @@ class AwsOptions:
     read_timeout: float = 30.0
     max_attempts: int = 3
     spot_price_ttl: float = 600.0
+    # The SQS queue (URL or name) EventBridge feeds EC2's interruption notices into; None: no
+    # notices (`notices.NoticeReader`). A notice read and not acked shows again after
+    # `interruption_visibility` seconds (SQS's VisibilityTimeout, whole seconds, <= 12 h).
+    interruption_queue: str | None = None
+    interruption_visibility: int = 60
 
     def for_region(self, values: Mapping[str, Any], region: str) -> Any:
         """The per-region value of a region mapping (`"*"` is the default), or None."""
@@ -108,6 +116,12 @@ def parse_options(options: Mapping[str, Any]) -> AwsOptions:
     root = options.get("root_volume_gib")
     if root is not None and (isinstance(root, bool) or not isinstance(root, int) or root <= 0):
         raise ValueError("aws option 'root_volume_gib' is a positive integer")
+    queue = options.get("interruption_queue")
+    if queue is not None and (not isinstance(queue, str) or not queue.strip()):
+        raise ValueError("aws option 'interruption_queue' is an SQS queue URL or name")
+    visibility = _number(options, "interruption_visibility", 60)
+    if visibility != int(visibility) or visibility > MAX_VISIBILITY:
+        raise ValueError(f"aws option 'interruption_visibility' is whole seconds, at most {MAX_VISIBILITY}")
     return AwsOptions(
         regions=tuple(dict.fromkeys(str(region) for region in regions)),
         ami={region: str(value) for region, value in ami.items()},
@@ -127,4 +141,6 @@ def parse_options(options: Mapping[str, Any]) -> AwsOptions:
         read_timeout=_number(options, "read_timeout", 30.0),
         max_attempts=int(_number(options, "max_attempts", 3)),
         spot_price_ttl=_number(options, "spot_price_ttl", 600.0),
+        interruption_queue=queue.strip() if queue is not None else None,
+        interruption_visibility=int(visibility),
     )

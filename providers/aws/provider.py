@@ -5,7 +5,8 @@ vnode and the kubelet API. Idempotency is ours, not EC2's ClientToken alone: pro
 describes by the claim and owner tags first. It sees only its owner's instances
 (`inventory`), launches through `launch`, and reads exits from the console (`exits`).
 boto3 is reached only through `providers.aws.ec2`; user-data and keys are never logged.
-Tests: tests/providers/aws/test_aws.py, tests/providers/aws/test_aws_owner.py, tests/providers/aws/test_aws_stop.py.
+Tests: tests/providers/aws/test_aws.py, tests/providers/aws/test_aws_owner.py, tests/providers/aws/test_aws_stop.py,
+tests/providers/aws/test_aws_notices.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from providers.aws.ec2 import Ec2
 from providers.aws.exits import ExitReader
 from providers.aws.inventory import Inventory
 from providers.aws.keys import OperatorKey, generate_key_pair
+from providers.aws.notices import NoticeReader
 from providers.aws.options import AwsOptions, parse_options
 from providers.aws.pricing import SpotPrices
 from providers.aws.userdata import Boot, render_user_data
@@ -80,6 +82,7 @@ class AwsProvider(Owned):
         self._exits = ExitReader(self._ec2, now=now)
         self._inventory = Inventory(self._ec2, self._options, self._owner, self._exits, name=name)
         self._usage = UsageSampler()  # one SSH read of an instance per interval, whatever the scrape rate
+        self._notices = NoticeReader(self._ec2, self._options, self._owner, self._inventory.filters)
 
     @property
     def options(self) -> AwsOptions:
@@ -213,6 +216,13 @@ class AwsProvider(Owned):
     def list(self) -> builtins.list[base.Instance]:
         """This owner's instances in every region, terminated ones included while EC2 shows them."""
         return self._inventory.list()
+
+    def notices(self, wait: float) -> builtins.list[base.Notice]:
+        """EC2's interruption notices from the `interruption_queue` (none without one): `notices`."""
+        return self._notices.notices(wait)
+
+    def ack(self, notice: base.Notice) -> None:
+        self._notices.ack(notice)
 
     # -- offerings and regions ----------------------------------------------------------------
     def offerings(self) -> builtins.list[base.Offering]:
@@ -378,7 +388,13 @@ def _secrets(request: base.ProvisionRequest) -> builtins.list[str]:
 def _conforms(
     provider: AwsProvider,
 ) -> tuple[
-    base.Provider, base.LogStreamer, base.Executor, base.ContainerStopper, base.UsageReporter, base.PortForwarder
+    base.Provider,
+    base.LogStreamer,
+    base.Executor,
+    base.ContainerStopper,
+    base.UsageReporter,
+    base.PortForwarder,
+    base.NoticeSource,
 ]:
     """mypy proves here, once, that AwsProvider satisfies the seam's protocols."""
-    return provider, provider, provider, provider, provider, provider
+    return provider, provider, provider, provider, provider, provider, provider
