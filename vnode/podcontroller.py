@@ -122,7 +122,12 @@ class PodController:
         )
         intake = handler.notices
         if intake is not None:  # after the Pods are reconciled, so a notice finds its Pod
-            self._spawn(lambda: intake.run(self._stop), "notices")
+            # Not joined by `stop`: its long poll may wait seconds, and what it read after the
+            # stop is left unacknowledged, so it comes again (vnode.phases.notices).
+            thread = threading.Thread(
+                target=lambda: intake.run(self._stop), name=f"{handler.node_name} notices", daemon=True
+            )
+            thread.start()
 
     def _spawn(self, target: Callable[[], None], label: str) -> None:
         thread = threading.Thread(target=target, name=f"{self.handler.node_name} {label}", daemon=True)

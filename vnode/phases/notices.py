@@ -1,13 +1,16 @@
 """The notice intake: a provider's notices of interruptions, read ahead and recorded on their Pods.
 
 One per Runner whose provider is a `providers.notices.NoticeSource`, on a thread of its own
-(`run`), started once the pod controller has reconciled the node. Each batch is handled in
+(`run`), started once the pod controller has reconciled the node; its stop does not wait for
+a long poll under way (what that poll returns is left unacknowledged). Each batch is handled in
 `handling_order`: a notice about a Pod's current instance is recorded on the entry and in the
 Pod's `nebula.io/interruption` annotation (`vnode.model.interruption`), and the Pod is queued
 for the pod controller's workers, the one writer of a Pod, which stop it
 (`vnode.phases.lifecycle`: `DisruptionTarget` at once, the workload stopped within the notice).
 A notice is acknowledged only once its record is written on the Pod (`settle`), so a manager that
-dies in between reads it again, and a restarted one finds the record and resumes the stop.
+dies in between reads it again, and a restarted one finds the record and resumes the stop. A
+notice delivered again (a queue's visibility timeout ran out while it waited) is acknowledged
+with its newest receipt, the one a queue honours.
 
 A rebalance recommendation takes nothing: it is an Event (`RebalanceRecommended`) unless the
 Pod's pool asks `interruption.proactive`. A notice about an instance no Pod here runs is kept
@@ -72,6 +75,8 @@ class NoticeIntake:
                 backoff = min(backoff * 2, BACKOFF_MAX)
                 continue
             backoff = BACKOFF_FIRST
+            if stop.is_set():
+                return  # read after the stop: left unacknowledged, so the next reader has it
             fresh = self.handle(batch)
             self.settle()
             spent = self._context.monotonic() - began
@@ -87,7 +92,11 @@ class NoticeIntake:
         serving = {entry.instance_id: entry for entry in self._context.tracked.entries() if entry.instance_id}
         fresh = 0
         for notice in handling_order(batch):
-            if notice.id in self._handled or notice.id in self._pending:
+            if notice.id in self._handled:  # a repeat of one already acknowledged: its new receipt too
+                self._ack(notice)
+                continue
+            if notice.id in self._pending:  # delivered again while it waits: the newest receipt acks it
+                self._pending[notice.id].notice = notice
                 continue
             entry = serving.get(notice.instance_id)
             if entry is None:
@@ -129,7 +138,10 @@ class NoticeIntake:
         self._queue(entry.key)
 
     def _hold(self, notice: Notice) -> None:
-        if notice.id not in self._unmatched and len(self._unmatched) < MAX_HELD:
+        held = self._unmatched.get(notice.id)
+        if held is not None:
+            self._unmatched[notice.id] = (notice, held[1])  # the newest receipt, the first sighting
+        elif len(self._unmatched) < MAX_HELD:
             self._unmatched[notice.id] = (notice, self._context.monotonic())
 
     def settle(self) -> None:
