@@ -224,7 +224,7 @@ class Handler:
             self.status_sync.reachability,
             provider=self.provider.name,
             now=rfc3339(self._now()),
-            seen=entry.pod.get("status"),
+            seen=(entry.written_status, entry.pod.get("status")),
         )
         if said is not current:
             entry.desired_status = dict(said)

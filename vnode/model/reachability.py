@@ -50,19 +50,31 @@ class Reachability:
 
 
 def with_reachability(
-    status: Mapping[str, Any], state: Reachability, *, provider: str, now: str, seen: Mapping[str, Any] | None = None
+    status: Mapping[str, Any],
+    state: Reachability,
+    *,
+    provider: str,
+    now: str,
+    seen: tuple[Mapping[str, Any] | None, ...] = (),
 ) -> Mapping[str, Any]:
     """`status` with the Pod's reachability condition as `state` says: False during an outage
-    (for a Pod not yet ended), True after one on a Pod that carried it (in `status`, or in `seen`,
-    the status the API server last showed), else unchanged (the same object, so the writer has
-    nothing new to write)."""
+    (for a Pod not yet ended), True after one on a Pod that carried it (in `status`, or in one of
+    `seen`: the status last written, the one the API server last showed; kept from then on),
+    else unchanged (the same object, so the writer has nothing new to write)."""
     since, error = state.view()
     conditions = list(status.get("conditions") or [])
-    old = _condition(conditions) or _condition((seen or {}).get("conditions") or [])
+    carried = _condition(conditions)
+    old = carried
+    for other in seen:
+        old = old or _condition((other or {}).get("conditions") or [])
     if since is None:
-        if old is None or old.get("status") == "True":
+        if old is None:
             return status
-        wanted = ("True", names.REASON_PROVIDER_REACHABLE, f"{provider} answers again")
+        wanted = (
+            ("True", str(old.get("reason")), str(old.get("message")))
+            if old.get("status") == "True"
+            else ("True", names.REASON_PROVIDER_REACHABLE, f"{provider} answers again")
+        )  # once a Pod carried it, it keeps it: a status rebuilt without it would drop it
     else:
         if status.get("phase") in ("Succeeded", "Failed"):
             return status
@@ -72,7 +84,7 @@ def with_reachability(
             f"{provider} has not answered since {rfc3339(since)}: {error}; nothing is stopped or taken as lost "
             "while it does not answer",
         )
-    if old is not None and (old.get("status"), old.get("reason"), old.get("message")) == wanted:
+    if carried is not None and (carried.get("status"), carried.get("reason"), carried.get("message")) == wanted:
         return status
     moved = old.get("lastTransitionTime") if old is not None and old.get("status") == wanted[0] else now
     condition = {
