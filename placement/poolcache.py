@@ -85,6 +85,16 @@ class PoolCache:
         state = self.get(name)
         return None if state is None or state.pool is None else state.pool.blocklist_ttl
 
+    def interrupted_ttl_of(self, name: str) -> float | None:
+        """The pool's `interruption.blocklistTTL` in seconds, or None for a missing or invalid pool."""
+        state = self.get(name)
+        return None if state is None or state.pool is None else state.pool.interruption.blocklist_ttl
+
+    def replaces_on_rebalance(self, pool: str | None) -> bool:
+        """The pool's `interruption.proactive`; False for None, a missing or an invalid pool."""
+        state = self._policy_state(pool)
+        return state is not None and state.pool is not None and state.pool.interruption.proactive
+
     def egress_of(self, pool: str | None) -> Egress:
         """The pool's egress policy; Open for None, a missing or an invalid pool (placement places
         no Pod of an invalid pool, so this is only read for Pods placed before it broke). Waits

@@ -14,7 +14,9 @@ from providers.base import BlockScope
 
 
 class Blocklister(Protocol):
-    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None, interrupted: bool = False) -> None:
         """Block `scope` of `provider` for the blocklist's TTL (the NodePool's, when `pool`,
-        the refused Pod's `nebula.io/pool`, names one) plus its jitter."""
+        the refused Pod's `nebula.io/pool`, names one) plus its jitter. `interrupted`: the block
+        follows an interruption of a Pod of `pool`: it lasts the pool's
+        `spec.interruption.blocklistTTL` (default 10m) instead of its `failover.blocklistTTL`."""
         ...

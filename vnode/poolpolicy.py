@@ -25,3 +25,7 @@ class PoolPolicies(Protocol):
         """Seconds an instance of a Pod of `pool` may stay PROVISIONING; None: no limit (the
         Pod is in no pool, so nothing could take it elsewhere)."""
         ...
+
+    def replaces_on_rebalance(self, pool: str | None) -> bool:
+        """The pool's `spec.interruption.proactive` (False for None, or for a pool not known)."""
+        ...
