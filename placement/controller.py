@@ -204,7 +204,7 @@ class PlacementController:
             pod = self.pods.cache.get(key)
         if pod is None:
             self._forget(key)
-            self._warn_if_not_gated(key, None)
+            self.not_gated.warn(key, None, self._event)
             return None
         if is_replaceable_failure(pod):
             self._forget(key)
@@ -212,7 +212,7 @@ class PlacementController:
             return None
         if not is_placeable(pod):
             self._forget(key)
-            self._warn_if_not_gated(key, pod)
+            self.not_gated.warn(key, pod, self._event)
             return None
         if not self._pools.synced.is_set():
             return POOLS_UNSYNCED
@@ -245,14 +245,6 @@ class PlacementController:
         with self._lock:
             self._last.pop(key, None)
         self.gated.forget(key)
-
-    def _warn_if_not_gated(self, key: str, pod: JsonDict | None) -> None:
-        """One NotGated Warning per opted-in Pod created without our gate (`notgated` has the rule)."""
-        if pod is None or not notgated.is_not_gated(pod):
-            self.not_gated.forget(key)
-        elif self.not_gated.due(key, str(pod["metadata"].get("uid", ""))):
-            observe.current().placement_decided("not_gated")
-            self._event(pod, "Warning", names.EVENT_NOT_GATED, notgated.warning(pod))
 
     def _look_delay(self, pod: JsonDict, at: float, now: float) -> float:
         """Seconds until the look due at `at` (epoch), just past it, plus the Pod's stable offset
@@ -357,9 +349,7 @@ class PlacementController:
         if self.gated.note(key, waiting):
             self._event(pod, "Warning", waiting.reason, waiting.message)
 
-    def _ungate(
-        self, key: str, pod: JsonDict, pool: NodePool, decision: Decision, fallback: Fallback | None
-    ) -> Attempt:
+    def _ungate(self, key: str, pod: JsonDict, pool: NodePool, decision: Decision, fell: Fallback | None) -> Attempt:
         """One JSON patch: nodeSelector, annotations (the workload's recent interruptions too),
         our gate removed (others kept). Its `test` ops make it apply only to the Pod as placement
         saw it; a concurrent status write (the scheduler's) does not conflict, as an update would."""
@@ -377,8 +367,8 @@ class PlacementController:
             message += "; skipped " + "; ".join(s.text() for s in decision.skipped)
         observe.current().placement_decided("placed")
         self._event(pod, "Normal", names.EVENT_PLACED, message)
-        if fallback is not None:
-            self._event(pod, "Normal", names.EVENT_FALLBACK_TO_ON_DEMAND, fallback.message)
+        if fell is not None:  # spec.interruption.fallbackToOnDemandAfter moved the workload to OnDemand
+            self._event(pod, "Normal", names.EVENT_FALLBACK_TO_ON_DEMAND, fell.message)
         return PLACED
 
     # -- offerings and pools -------------------------------------------------------------------
