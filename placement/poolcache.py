@@ -1,7 +1,8 @@
 """The NodePool cache: list-and-watch of `nodepools.nebula.io`, each parsed once per change.
 
 Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
-(`ttl_of`), the vnode Handlers (`egress_of`, `provisioning_timeout_of`: it is a
+(`ttl_of`, `interrupted_ttl_of`), the vnode Handlers (`egress_of`, `provisioning_timeout_of`,
+`replaces_on_rebalance`: it is a
 `vnode.poolpolicy.PoolPolicies` by structure, tests/placement/test_pool_policy.py) and the
 REST API (`pools`). Its one write is a NodePool's whole status (a PUT of the status
 subresource, conditioned on the resourceVersion it was composed from, so a stale writer never
