@@ -26,7 +26,7 @@ from kube import observe
 logger = logging.getLogger("nebula.events")
 
 RECENT_EVENTS = 50
-PLACEMENT_OUTCOMES = ("placed", "blocked", "no_candidate", "invalid")
+PLACEMENT_OUTCOMES = ("placed", "blocked", "no_candidate", "budget", "invalid", "not_gated", "capacity_wait_exceeded")
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,9 @@
 every botocore exception into `providers.errors`.
 
 Called by `AwsProvider`; with `providers.aws.sqs` (the interruption queue), the only module that
-touches boto3 or botocore. Every call goes through `Ec2.call` or `Ec2.pages`, so no SDK exception escapes (a test proves it). Messages
-carry the EC2 error code and a cut of AWS's message, with any secret given scrubbed.
+touches boto3 or botocore. Every call goes through `Ec2.call` or `Ec2.pages`, so no SDK exception
+escapes (a test proves it). Messages carry the EC2 error code and a cut of AWS's message, with any
+secret given scrubbed.
 Tests: tests/providers/aws/test_aws.py.
 """
 
