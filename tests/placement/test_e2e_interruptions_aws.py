@@ -232,7 +232,8 @@ def test_spot_notices_stop_gracefully_the_job_ignores_them_and_the_third_run_fal
         interrupt(kube, queue, reads, pod, file, run)
 
     third = wait_for(lambda: job_pods(kube)[2] if len(job_pods(kube)) >= 3 else None, 120, what="the third Pod")
-    assert tier_of(third) == "OnDemand" or tier_of(pod_named(kube, third["metadata"]["name"])) == "OnDemand"
+    name = third["metadata"]["name"]
+    assert wait_for(lambda: tier_of(pod_named(kube, name)), 60, what="the third Pod placed") == "OnDemand"
     fallback = wait_for(lambda: events_for(kube, names.EVENT_FALLBACK_TO_ON_DEMAND), 30, what="FallbackToOnDemand")
     assert "fallbackToOnDemandAfter" in fallback[0]["message"]
 
