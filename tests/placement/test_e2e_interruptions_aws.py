@@ -201,10 +201,9 @@ def interrupt(kube: Kube, queue: str, reads: Reads, pod: dict[str, Any], file: P
     boto3.client("sqs", region_name=REGION).send_message(QueueUrl=queue, MessageBody=body)
     notice_id = json.loads(body)["id"]
     marked = wait_for(lambda: condition(pod_named(kube, name), "DisruptionTarget"), 30, 0.02, what="DisruptionTarget")
-    seen = time.monotonic()
-    assert seen - reads.at[notice_id] <= NOTICE_TO_MARK, (
-        f"DisruptionTarget {seen - reads.at[notice_id]:.2f}s after the read"
-    )
+    took = time.monotonic() - reads.at[notice_id]
+    print(f"run {run}: DisruptionTarget {took:.3f}s after the notice was read")  # the figure, with -s
+    assert took <= NOTICE_TO_MARK, f"DisruptionTarget {took:.2f}s after the notice was read"
     assert (marked["status"], marked["reason"]) == ("True", "TerminationByKubelet")
     assert "EC2 Spot Instance Interruption Warning" in marked["message"]
 
