@@ -123,7 +123,8 @@ class PodWriter:
         return True
 
     def _write_annotations(self, entry: Tracked) -> None:
-        pending = {k: v for k, v in entry.desired_annotations.items() if entry.written_annotations.get(k) != v}
+        desired = dict(entry.desired_annotations)  # one copy: the notice intake may add one meanwhile
+        pending = {k: v for k, v in desired.items() if entry.written_annotations.get(k) != v}
         if not pending:
             return
         try:

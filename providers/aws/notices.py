@@ -211,15 +211,19 @@ class NoticeReader:
         return result
 
     def ack(self, notice: Notice) -> None:
-        """Delete the notice's message once every notice it carried is acked (idempotent)."""
+        """Delete the notice's message once every notice it carried is acked (idempotent). A receipt
+        this reader no longer holds deletes nothing: the message comes again, and the ack of that
+        delivery deletes it (a Health event's other instances are never lost with it)."""
         if self._queue is None or not notice.receipt:
             return
         with self._lock:
-            left, _ = self._pending.get(notice.receipt, (set(), 0.0))
-            left.discard(notice.id)
-            if left:
+            held = self._pending.get(notice.receipt)
+            if held is None:  # forgotten, or already deleted: a later delivery's receipt deletes it
                 return
-            self._pending.pop(notice.receipt, None)
+            held[0].discard(notice.id)
+            if held[0]:
+                return
+            del self._pending[notice.receipt]
         self._queue.delete(notice.receipt)
 
     def _parse(self, message: dict[str, Any]) -> Event | None:

@@ -14,11 +14,11 @@ from vnode.model.interruption import (
     MAX_RECORD,
     SHUTDOWN_MESSAGE,
     grace_for,
-    interrupted_status,
     noted,
     noted_on,
     record_of,
 )
+from vnode.model.stopping import disrupted_status
 
 AT = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 NOTICE = Notice(
@@ -68,7 +68,7 @@ def test_an_interrupted_pod_ends_failed_as_a_graceful_node_shutdown_ends_it_with
         "containerStatuses": [{"name": "main", "ready": True}],
     }
     now = "2026-12-05T12:00:01Z"
-    ended = interrupted_status(running, reason=value.reason, message=value.message(), now=now)
+    ended = disrupted_status(running, reason=value.reason, message=value.message(), now=now)
     assert (ended["phase"], ended["reason"]) == ("Failed", "SpotInterrupted")
     assert ended["message"].startswith(SHUTDOWN_MESSAGE) and "i-0abc" in ended["message"]
     assert "2026-12-05T12:02:00Z" in ended["message"] and "aws gave notice of a spot interruption" in ended["message"]
@@ -78,5 +78,5 @@ def test_an_interrupted_pod_ends_failed_as_a_graceful_node_shutdown_ends_it_with
     ready = next(c for c in ended["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "PodFailed")
     assert ended["containerStatuses"][0]["ready"] is False
-    again = interrupted_status(ended, reason=value.reason, message=value.message(), now="2026-12-05T12:05:00Z")
+    again = disrupted_status(ended, reason=value.reason, message=value.message(), now="2026-12-05T12:05:00Z")
     assert again == ended  # applied again, nothing moves (no status write, no moved transition time)

@@ -3,9 +3,10 @@
 Pure. The notice intake (`vnode.phases.notices`) writes `record_of(notice)` into the Pod's
 `nebula.io/interruption` annotation before it acknowledges the notice, so a restarted manager
 reads it back (`noted_on`) and resumes the stop; the lifecycle stops the Pod within `grace_for`
-and ends it `interrupted_status`: `Failed` as a kubelet's graceful node shutdown ends a Pod
-(its message, `DisruptionTarget` with reason `TerminationByKubelet`), the status reason naming
-the cause (`reason_of`), so an interruption never reads as the workload's failure.
+and ends it `Failed` as a kubelet's graceful node shutdown ends a Pod
+(`vnode.model.stopping.disrupted_status`: its message, `DisruptionTarget` with reason
+`TerminationByKubelet`), the status reason naming the cause (`reason_of`), so an interruption
+never reads as the workload's failure.
 Tests: tests/vnode/test_interruption_model.py.
 """
 
@@ -20,7 +21,6 @@ from typing import Any
 from kube import names
 from kube.times import parse_rfc3339, rfc3339
 from providers.notices import MAX_DETAIL, Notice, NoticeKind
-from vnode.model.stopping import failed_status, with_disruption_target
 
 JsonDict = dict[str, Any]
 MAX_RECORD = 2048  # characters of a `nebula.io/interruption` annotation read back
@@ -108,16 +108,21 @@ def noted_on(pod: Mapping[str, Any]) -> Noted | None:
     return Noted(fields[0], kind, fields[1], issued, deadline, fields[2], detail if isinstance(detail, str) else "")
 
 
+def sooner(new: Noted, old: Noted) -> bool:
+    """Whether `new` takes the instance before `old` does: a capacity-taking notice after a
+    rebalance recommendation, one due at once after one with a deadline, an earlier deadline."""
+    if new.kind is NoticeKind.REBALANCE:
+        return False
+    if old.kind is NoticeKind.REBALANCE:
+        return True
+    if new.deadline is None:
+        return old.deadline is not None
+    return old.deadline is not None and new.deadline < old.deadline
+
+
 def grace_for(pod_grace: float, value: Noted, now: datetime) -> float:
     """The grace of an interrupted Pod's containers: the smaller of its own and the time left
     before the capacity goes (its own when the notice names no deadline; never negative)."""
     if value.deadline is None:
         return pod_grace
     return max(min(pod_grace, (value.deadline - now).total_seconds()), 0.0)
-
-
-def interrupted_status(status: Mapping[str, Any], *, reason: str, message: str, now: str) -> JsonDict:
-    """`status` as an interrupted Pod reads: `Failed` with `reason` and `message`, not ready,
-    `DisruptionTarget=True` (`TerminationByKubelet`). Applied again, it changes nothing."""
-    failed = failed_status(status, reason=reason, message=message, now=now)
-    return with_disruption_target(failed, message=message, now=now)

@@ -170,7 +170,14 @@ def budget_status(status: Mapping[str, Any], *, message: str, now: str) -> JsonD
     """`status` as a Pod stopped for its pool's budget reads: `Failed/BudgetExceeded` with
     `message`, not ready, and `DisruptionTarget=True` (`TerminationByKubelet`), as a kubelet
     marks a Pod it ends for the node's sake. Applied again, it changes nothing."""
-    failed = failed_status(status, reason=names.REASON_BUDGET_EXCEEDED, message=message, now=now)
+    return disrupted_status(status, reason=names.REASON_BUDGET_EXCEEDED, message=message, now=now)
+
+
+def disrupted_status(status: Mapping[str, Any], *, reason: str, message: str, now: str) -> JsonDict:
+    """`status` as a Pod ended for the node's sake reads (a budget stop, an interruption):
+    `Failed` with `reason` and `message`, not ready, `DisruptionTarget=True`
+    (`TerminationByKubelet`). Applied again, it changes nothing."""
+    failed = failed_status(status, reason=reason, message=message, now=now)
     return with_disruption_target(failed, message=message, now=now)
 
 

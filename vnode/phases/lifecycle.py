@@ -30,7 +30,7 @@ from kube.worker import Retry
 from providers import errors
 from providers.base import Instance, InstanceState, Restarter
 from vnode.model import assess, billing
-from vnode.model.interruption import Noted, grace_for, interrupted_status, noted_on
+from vnode.model.interruption import Noted, grace_for, noted_on
 from vnode.model.runs import Step
 from vnode.model.stopping import (
     DEADLINE_MESSAGE,
@@ -39,6 +39,7 @@ from vnode.model.stopping import (
     budget_status,
     deadline_of,
     deadline_status,
+    disrupted_status,
     stop_asked,
     termination_grace,
     with_disruption_target,
@@ -173,12 +174,15 @@ class Lifecycle:
         and the notice's time; then, as a kubelet shutting its node down, `Failed` with the
         notice's reason once they ended (so an owner replaces it only then: no two run at once),
         and the instance terminated (I10)."""
-        if entry.stop is None:
-            message = notice.message()
+        message = notice.message()
+        if entry.stop is None or entry.stop.message != message:
             grace = grace_for(termination_grace(entry.pod), notice, self._now())
-            self._stopping.begin(entry, Why.INTERRUPTED, grace, message=message, reason=notice.reason)
+            first = entry.stop is None  # else a sooner notice came while it stops: the end moves closer
+            stop = self._stopping.begin(entry, Why.INTERRUPTED, grace, message=message, reason=notice.reason)
+            with entry.lock:
+                stop.message, stop.reason = message, notice.reason
             entry.say("Warning", notice.reason, message)
-            if self._give_up is not None:
+            if first and self._give_up is not None:  # one interruption of one instance: counted once
                 self._give_up.interrupted(entry, entry.last_instance, kind=notice.kind.value, reason=message)
             self._flush(entry, pod)
         return self._finish_stop(entry, pod)
@@ -368,5 +372,5 @@ def stopped_status(entry: Tracked, status: JsonDict, *, now: str) -> JsonDict:
     if stop is not None and stop.why is Why.INTERRUPTED:
         if not entry.runs.finished:  # the containers still stop: not terminal yet, as a kubelet's
             return with_disruption_target(status, message=stop.message, now=now)
-        return interrupted_status(status, reason=stop.reason, message=stop.message, now=now)
+        return disrupted_status(status, reason=stop.reason, message=stop.message, now=now)
     return status

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from kube import names
 from providers import errors
 from providers.notices import Notice, NoticeSource, handling_order
-from vnode.model.interruption import WORDS, noted, record_of
+from vnode.model.interruption import WORDS, noted, record_of, sooner
+from vnode.model.stopping import Why
 from vnode.model.tracking import Tracked
 from vnode.phases.context import PhaseContext
 from vnode.phases.giveup import pool_of
@@ -88,8 +89,16 @@ class NoticeIntake:
         return self._context.provider.name
 
     def handle(self, batch: Sequence[Notice]) -> int:
-        """Record each new notice of `batch` (see the module); returns how many were new."""
+        """Record each new notice of `batch`, and each held one whose Pod is now known (see the
+        module); returns how many were new."""
+        if not batch and not self._unmatched:
+            return 0
         serving = {entry.instance_id: entry for entry in self._context.tracked.entries() if entry.instance_id}
+        for held, _ in list(self._unmatched.values()):  # adopted since: taken now
+            entry = serving.get(held.instance_id)
+            if entry is not None and held.id not in self._pending:
+                del self._unmatched[held.id]
+                self._take(held, entry)
         fresh = 0
         for notice in handling_order(batch):
             if notice.id in self._handled:  # a repeat of one already acknowledged: its new receipt too
@@ -118,11 +127,17 @@ class NoticeIntake:
             self._ack(notice)
             return
         with entry.lock:
-            taken = entry.notice is not None and entry.notice.instance == entry.instance_id
+            current = entry.notice if entry.notice is not None and entry.notice.instance == entry.instance_id else None
+            interrupting = entry.stop is not None and entry.stop.why is Why.INTERRUPTED
             ending = entry.runs.finished or entry.terminal or entry.terminate_asked or entry.stop is not None
-            if not taken and not ending:
-                entry.notice, taken = value, True
+            if current is None:
+                replace = not ending
+            else:  # one already governs: a sooner one (a spot warning after a rebalance) takes over
+                replace = (interrupting or not ending) and sooner(value, current)
+            if replace:
+                entry.notice, current = value, value
                 entry.desired_annotations[names.INTERRUPTION_ANNOTATION] = record_of(value)
+            taken = current is not None
             record = entry.desired_annotations.get(names.INTERRUPTION_ANNOTATION, "") if taken else ""
         if not record:  # already ending for another reason (our own terminate's state change, say)
             logger.info(
