@@ -184,12 +184,16 @@ class NoticeBook:
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
-        """Load `to_dict`'s form (a state file); an empty mapping is an empty book."""
-        self._counter = int(data.get("counter", 0))
+        """Load `to_dict`'s form (a state file); an empty mapping is an empty book. ValueError
+        if it is not that form."""
         self.clear()
-        for raw in data.get("held") or ():
-            self._hold(HeldNotice.from_dict(raw))
-        self._deadlines = [(float(at), str(instance)) for at, instance in data.get("deadlines") or ()]
+        try:
+            self._counter = int(data.get("counter", 0))
+            for raw in data.get("held") or ():
+                self._hold(HeldNotice.from_dict(raw))
+            self._deadlines = [(float(at), str(instance)) for at, instance in data.get("deadlines") or ()]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"fake state: malformed notices: {exc}") from exc
         heapq.heapify(self._deadlines)
         for at, instance in self._deadlines:
             self._doomed[instance] = min(at, self._doomed.get(instance, at))

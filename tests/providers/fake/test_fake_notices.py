@@ -232,6 +232,15 @@ def test_the_interrupt_fault_is_parsed_and_checked() -> None:
         load_scenario({"notices": "no"})
 
 
+def test_a_malformed_notices_entry_in_a_state_file_is_refused() -> None:
+    cloud = FakeCloud(load_scenario(SCENARIO))
+    state = cloud.snapshot()
+    with pytest.raises(ValueError, match="malformed notices"):
+        cloud.restore({**state, "notices": {"held": [{"id": "n-1"}]}})
+    cloud.restore({k: v for k, v in state.items() if k != "notices"})  # a file from before interrupts
+    assert cloud.snapshot()["notices"] == {"counter": 0, "held": [], "deadlines": []}
+
+
 def test_at_most_max_notices_are_held(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(interrupts, "MAX_NOTICES", 3)
     cloud = FakeCloud(load_scenario(SCENARIO))
