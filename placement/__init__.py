@@ -3,7 +3,9 @@ and skipping what refused recently. Map of the package:
 
 - `blocklist`   the in-memory blocklist (scopes, the one TTL decision + jitter, expiry order,
                 read side); it satisfies `vnode.blocklister.Blocklister` structurally
-- `pools`       NodePool objects parsed and validated; `poolcache` lists and watches them
+- `pools`       NodePool objects parsed and validated; `poolcache` lists and watches them;
+                `interruptspec` parses spec.interruption and failover.waitForCapacity, `durations`
+                the durations and PoolError they share
 - `request`     what a Pod asks for (read by `providers.podspec`) and whether it is placeable
 - `optimizer`   pure: pool + request + offerings + blocklist lookup (+ budget headroom) -> one decision
 - `budgets`     the pure budget verdict and the BudgetBook (commitments and reservations per pool)
@@ -12,7 +14,10 @@ and skipping what refused recently. Map of the package:
 - `gated`       the register of held Pods: what each waits for, whom a change wakes (the console reads it)
 - `catalog`     each provider's offerings, cached briefly (the only provider calls here); tells
                 listeners when an offering becomes available
-- `ungate`      pure: the one JSON patch that places a Pod
+- `ungate`      pure: the one JSON patch that places a Pod (and `send`, which applies it)
+- `interruptions` each workload's interruptions (counted from the Pod watch, carried on placed
+                Pods) and the fallback to OnDemand after `fallbackToOnDemandAfter`
+- `capacitywait` a Pod failed once it waited its pool's `failover.waitForCapacity`
 - `notgated`    an opted-in Pod created without the gate (no webhook): the rule, its one Warning
 - `admission`   pure AdmissionReview decision behind the console's /webhooks/pods
 - `ledger`      pure: a pool's settled ledger (deleted Pods' spend) in its status: fold once per uid, prune
@@ -20,7 +25,8 @@ and skipping what refused recently. Map of the package:
 - `spendview`   the read side of spend (values the console shows)
 - `settle`      the writes of spend on the controller's queue: the pool status, settling deleted
                 Pods (finalizer `nebula.io/spend`), Stop's annotation
-- `replacing`   a given-up Pod a controller owns deleted, so its owner makes a fresh gated one
+- `replacing`   a given-up (refused or interrupted) Pod a ReplicaSet owns deleted, so it makes a
+                fresh gated one (a Job's is kept: the Job replaces it and reads it)
 - `controller`  the placement controller; `wiring.start_placement` assembles everything
 
 Imports `providers` and `kube` (client, reflector, queue, worker, events, names); never `vnode`,

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from placement.interruptspec import DEFAULT_INTERRUPTED_TTL
 from providers.base import BlockBreadth, BlockScope, Tier
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Blocklist:
         self._default_ttl = default_ttl
         self._uniform = uniform
         self._pool_ttl = pool_ttl
+        self._interrupted_ttl: PoolTtl | None = None
         self._slots: dict[ScopeKey, _Slot] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -110,9 +112,12 @@ class Blocklist:
         self._listeners: list[Listener] = []
 
     # -- wiring ----------------------------------------------------------------------------
-    def use_pool_ttls(self, pool_ttl: PoolTtl) -> None:
-        """Resolve a pool's `failover.blocklistTTL` by name (the pool cache offers it)."""
+    def use_pool_ttls(self, pool_ttl: PoolTtl, interrupted: PoolTtl | None = None) -> None:
+        """Resolve a pool's `failover.blocklistTTL` by name (the pool cache offers it), and its
+        `interruption.blocklistTTL` for a block that follows an interruption (`interrupted`)."""
         self._pool_ttl = pool_ttl
+        if interrupted is not None:
+            self._interrupted_ttl = interrupted
 
     def subscribe(self, listener: Listener) -> None:
         """Call `listener` (outside the lock) whenever an entry is cleared (an expiry only ever
@@ -120,23 +125,27 @@ class Blocklist:
         with self._lock:
             self._listeners.append(listener)
 
-    def _ttl_for(self, pool: str | None) -> float:
-        """The TTL a refusal of a Pod in `pool` gets: the pool's, else the default."""
-        if pool and self._pool_ttl is not None:
-            ttl = self._pool_ttl(pool)
+    def _ttl_for(self, pool: str | None, interrupted: bool = False) -> float:
+        """The TTL a refusal of a Pod in `pool` gets: the pool's, else the default. After an
+        interruption: the pool's `interruption.blocklistTTL`, else DEFAULT_INTERRUPTED_TTL (10m)."""
+        resolve = self._interrupted_ttl if interrupted else self._pool_ttl
+        if pool and resolve is not None:
+            ttl = resolve(pool)
             if ttl is not None and ttl > 0:
                 return ttl
-        return self._default_ttl
+        return DEFAULT_INTERRUPTED_TTL if interrupted else self._default_ttl
 
     # -- the write side ----------------------------------------------------------------------
-    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None) -> None:
+    def record(self, provider: str, scope: BlockScope, *, pool: str | None = None, interrupted: bool = False) -> None:
         """Block `scope` of `provider` for the TTL of `pool` (the refused Pod's `nebula.io/pool`;
-        its NodePool's `failover.blocklistTTL`), else the default TTL, plus bounded jitter. An
+        its NodePool's `failover.blocklistTTL`), else the default TTL, plus bounded jitter.
+        `interrupted`: the block follows an interruption of a Pod of `pool`, so it lasts the
+        pool's `interruption.blocklistTTL` (10m when the pool names none or is unknown). An
         identical live scope is extended, never shortened, and keeps the pool it first named.
         An empty provider, or a scope of another provider, records nothing."""
         if not provider or scope.provider != provider:
             return
-        seconds = self._ttl_for(pool)
+        seconds = self._ttl_for(pool, interrupted)
         now = self._clock()
         expires = now + seconds + self._jitter(seconds)
         key = _scope_key(provider, scope)

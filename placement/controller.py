@@ -1,19 +1,17 @@
 """The placement controller: gated, opted-in Pods get a provider, a tier and a region.
 
-Started by `placement.wiring`. Lists and watches Pods labelled `nebula.io/enabled=true`;
-for each gated one it resolves the pool, asks the optimizer, and in ONE Pod update writes
-the nodeSelector and annotations and removes only its own gate. A Pod with no candidate stays
-gated, noted in the `GatedRegister` with what it waits for (one Event per change of that), and
-is looked at again when a block lapses or is cleared, when the catalog sees its offerings come
-back, when its pool's budget regains room, and at least every `PLACEMENT_RECHECK` seconds. A
-budgeted pool's price is reserved in the `BudgetBook` before the patch, released if it fails.
-An opted-in Pod that arrived without the gate (no webhook) gets one `NotGated` Warning naming
-the webhook (`placement.notgated`). It deletes refused Pods a controller owns (so the owner
-recreates them) and publishes each NodePool's whole status (placedCount as Pods are placed and
-finish, and spend) through `placement.settle.SpendWork`, which also settles deleted Pods' spend
-on this WorkerPool. Runs on
-`kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`; never
-writes the blocklist (the vnode Handler records refusals with their pool).
+Started by `placement.wiring`. Watches Pods labelled `nebula.io/enabled=true`; for each gated
+one it resolves the pool, asks the optimizer, and in ONE Pod patch writes the nodeSelector and
+annotations and removes only its own gate. A Pod with no candidate stays gated, noted in the
+`GatedRegister` with what it waits for (one Event per change of that), and is looked at again
+when a block lapses or is cleared, when its offerings come back, when its pool's budget regains
+room, and at least every `PLACEMENT_RECHECK` seconds; past its pool's `waitForCapacity` it is
+failed (`placement.capacitywait`). A budgeted pool's price is reserved before the patch. The
+`InterruptionBook` counts each workload's interruptions from the Pod watch (fallback to
+OnDemand). It warns once of a Pod without the gate (`placement.notgated`), deletes given-up
+Pods a ReplicaSet owns, and publishes each NodePool's status through `placement.settle.SpendWork`.
+Runs on `kube.worker.WorkerPool`: `sync` returns a named `Requeue` or None and raises `Retry`;
+never writes the blocklist (the vnode Handler records refusals with their pool).
 
 Invariant (no spin): a Pod gets at most one placement attempt per change of its own, of its
 pool, of the blocklist (an expiry included) or of the offerings (one gaining an available
@@ -29,22 +27,25 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kube import names, observe
-from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.client import Kube
 from kube.events import EventRecorder
 from kube.reflector import Reflector
-from kube.worker import Requeue, Retry, WorkerPool
+from kube.worker import Requeue, WorkerPool
 from kube.workqueue import WorkQueue
-from placement import notgated
+from placement import capacitywait, notgated
 from placement.attempt import PLACED, SETTLED, Attempt, fnv1a64
 from placement.blocklist import Blocklist
 from placement.budgets import BudgetBook, Verdict, budget_from
 from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting, gated_pods
+from placement.interruptions import Fallback, InterruptionBook, fall_back, workload_of
 from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
 from placement.poolcache import PoolCache, generation
+from placement.pools import NodePool
 from placement.replacing import replace_given_up
 from placement.request import (
     RequestError,
@@ -58,7 +59,8 @@ from placement.request import (
 from placement.settle import SPEND_INTERVAL, SPEND_KEY, SpendWork
 from placement.spend import SpendBook
 from placement.spendview import Money
-from placement.ungate import JSON_PATCH, placement_annotations, ungate_patch
+from placement.ungate import LOOK_AGAIN_NOW, placement_annotations, send, ungate_patch, with_history
+from placement.ungate import PATCH_RETRY_DELAY as PATCH_RETRY_DELAY
 from placement.waiting import PLACEMENT_RECHECK, wait_for
 
 logger = logging.getLogger(__name__)
@@ -69,8 +71,6 @@ PLACED_KEY = "placed:"  # a NodePool's placedCount changed: publish it
 CATALOG_KEY = "catalog:"  # the queue key that asks the catalog again while Pods wait for offerings
 MAX_EVENT_MESSAGE = 1000
 POOLS_UNSYNCED = Requeue(0.5)  # the pool cache has not listed NodePools yet: look again shortly
-LOOK_AGAIN_NOW = Requeue(0.0)  # the Pod changed under our patch: the next look is a fresh attempt
-PATCH_RETRY_DELAY = 1.0  # seconds before retrying a Pod patch the API server failed
 EXPIRY_MARGIN = 0.05  # seconds past an expiry before looking again, so the entry has lapsed
 
 
@@ -111,6 +111,7 @@ class PlacementController:
         self._placed: dict[str, str] = {}  # Pod key -> the pool it was placed through (unfinished)
         self.placed_counts: Counter[str] = Counter()  # pool -> len of its entries in _placed
         self._lock = threading.Lock()
+        self.interruptions = InterruptionBook(blocklist.now)  # per workload, for fallbackToOnDemandAfter
         self.workers = WorkerPool(self.queue, self.sync, name="placement", workers=workers)
         self.pods = Reflector(
             watch_kube, "/api/v1/pods", on_change=self._on_pod, label_selector=f"{names.ENABLED_LABEL}=true"
@@ -138,6 +139,7 @@ class PlacementController:
     # -- inputs ------------------------------------------------------------------------------
     def _on_pod(self, key: str, pod: JsonDict | None) -> None:
         self.queue.add(key)
+        self.interruptions.observe(pod)  # a newly interrupted Pod, or the history a placed one carries
         self._budget_released(self.budgets.observe(key, pod))
         self.spend.pod_changed(key, pod)  # the spend book's index; a deleted Pod is settled
         pool = "" if pod is None else placed_pool(pod)
@@ -202,7 +204,7 @@ class PlacementController:
             pod = self.pods.cache.get(key)
         if pod is None:
             self._forget(key)
-            self._warn_if_not_gated(key, None)
+            self.not_gated.warn(key, None, self._event)
             return None
         if is_replaceable_failure(pod):
             self._forget(key)
@@ -210,7 +212,7 @@ class PlacementController:
             return None
         if not is_placeable(pod):
             self._forget(key)
-            self._warn_if_not_gated(key, pod)
+            self.not_gated.warn(key, pod, self._event)
             return None
         if not self._pools.synced.is_set():
             return POOLS_UNSYNCED
@@ -243,14 +245,6 @@ class PlacementController:
         with self._lock:
             self._last.pop(key, None)
         self.gated.forget(key)
-
-    def _warn_if_not_gated(self, key: str, pod: JsonDict | None) -> None:
-        """One NotGated Warning per opted-in Pod created without our gate (`notgated` has the rule)."""
-        if pod is None or not notgated.is_not_gated(pod):
-            self.not_gated.forget(key)
-        elif self.not_gated.due(key, str(pod["metadata"].get("uid", ""))):
-            observe.current().placement_decided("not_gated")
-            self._event(pod, "Warning", names.EVENT_NOT_GATED, notgated.warning(pod))
 
     def _look_delay(self, pod: JsonDict, at: float, now: float) -> float:
         """Seconds until the look due at `at` (epoch), just past it, plus the Pod's stable offset
@@ -302,17 +296,20 @@ class PlacementController:
             return self._wait(key, pod, request, Decision(None, "", ()), now, verdict)
         lookup = blocklist_lookup(self._blocklist, request.accelerator)
         headroom = None if verdict is None else verdict.headroom
-        decision = decide(state.pool, request, self._catalog.views(), lookup, now=now, headroom=headroom)
+        fallback = self.interruptions.fallback(workload_of(pod), state.pool, now)
+        pool, skip = fall_back(state.pool, fallback)  # OnDemand only, once the workload was interrupted enough
+        decision = decide(pool, request, self._catalog.views(), lookup, now=now, headroom=headroom)
+        decision = decision if skip is None else replace(decision, skipped=(skip, *decision.skipped))
         if decision.chosen is None:
             return self._wait(key, pod, request, decision, now, verdict)
         if budget is None:
-            return self._ungate(key, pod, pool_name, decision)
+            return self._ungate(key, pod, state.pool, decision, fallback)
         uid = str(pod["metadata"].get("uid", ""))
         if not self.budgets.reserve(pool_name, key, uid, decision.chosen.hourly_price, budget).allowed:
             return Attempt(LOOK_AGAIN_NOW, settled=False)  # another worker took the room: decide again
         attempt = Attempt(settled=False)
         try:
-            attempt = self._ungate(key, pod, pool_name, decision)
+            attempt = self._ungate(key, pod, state.pool, decision, fallback)
             return attempt
         finally:
             if not attempt.placed:  # the patch failed or met another version: the reservation goes
@@ -324,6 +321,14 @@ class PlacementController:
         """Hold the Pod for what the decision (and its pool's budget verdict) says it waits for."""
         pool_name = labels(pod).get(names.POOL_LABEL, "")
         wait = wait_for(decision, request, now=now, recheck=self._recheck, budget=budget, pool=pool_name)
+        state = self._pools.get(pool_name)
+        limit = None if state is None or state.pool is None else state.pool.wait_for_capacity
+        held = capacitywait.enforce(self._kube, pod, wait, request, limit, now, self._event)
+        if isinstance(held, Attempt):  # failover.waitForCapacity ran out: the Pod ended (or moved)
+            if held.settled:
+                self._forget(key)
+            return held
+        wait = held  # looked at again by the time its wait runs out
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         self._hold(key, pod, wait.waiting(uid))
         if wait.budget_pool and budget is not None:
@@ -344,32 +349,26 @@ class PlacementController:
         if self.gated.note(key, waiting):
             self._event(pod, "Warning", waiting.reason, waiting.message)
 
-    def _ungate(self, key: str, pod: JsonDict, pool_name: str, decision: Decision) -> Attempt:
-        """One JSON patch: nodeSelector, annotations, our gate removed (others kept). Its
-        `test` ops make it apply only to the Pod as placement saw it; a concurrent status
-        write (the scheduler's) does not conflict with it, as a full update would."""
+    def _ungate(self, key: str, pod: JsonDict, pool: NodePool, decision: Decision, fell: Fallback | None) -> Attempt:
+        """One JSON patch: nodeSelector, annotations (the workload's recent interruptions too),
+        our gate removed (others kept). Its `test` ops make it apply only to the Pod as placement
+        saw it; a concurrent status write (the scheduler's) does not conflict, as an update would."""
         chosen = decision.chosen
         assert chosen is not None
-        meta = pod["metadata"]
-        path = path_for("pods", namespace=meta["namespace"], name=meta["name"])
-        try:
-            ops = ungate_patch(pod, chosen.provider, placement_annotations(chosen, pool_name))
-            self._kube.request("PATCH", path, body=ops, content_type=JSON_PATCH)
-        except ConflictError:
-            return Attempt(LOOK_AGAIN_NOW, settled=False)  # the Pod moved under us: look at the new version
-        except NotFoundError:
+        history = self.interruptions.recent(workload_of(pod), pool.interruption.window)
+        ops = ungate_patch(pod, chosen.provider, with_history(placement_annotations(chosen, pool.name), history))
+        outcome = send(self._kube, pod, ops)  # None: applied; else the Pod moved (look again) or went
+        if outcome is None or outcome.settled:
             self.gated.forget(key)
-            return SETTLED
-        except KubeError as exc:
-            if exc.status == 422:  # a `test` op failed: the uid or our gate's position changed
-                return Attempt(LOOK_AGAIN_NOW, settled=False)
-            raise Retry(f"placing {meta['namespace']}/{meta['name']} failed: {exc}", delay=PATCH_RETRY_DELAY) from exc
-        self.gated.forget(key)
+        if outcome is not None:
+            return outcome
         message = f"placed on {chosen.label()} at {chosen.price_text()}: {decision.why}"
         if decision.skipped:
             message += "; skipped " + "; ".join(s.text() for s in decision.skipped)
         observe.current().placement_decided("placed")
         self._event(pod, "Normal", names.EVENT_PLACED, message)
+        if fell is not None:  # spec.interruption.fallbackToOnDemandAfter moved the workload to OnDemand
+            self._event(pod, "Normal", names.EVENT_FALLBACK_TO_ON_DEMAND, fell.message)
         return PLACED
 
     # -- offerings and pools -------------------------------------------------------------------

@@ -2,7 +2,7 @@
 it, as in a cluster where deploy/webhook was never applied): how to tell one, what its one
 Warning Event says, and the memory that makes that Event one per Pod.
 
-Called by the placement controller's Pod sync, which writes the Event. `is_not_gated` and
+Called by the placement controller's Pod sync (`NotGatedRegister.warn`, with its Event writer). `is_not_gated` and
 `warning` are pure; `NotGatedRegister` is thread-safe and memory only (after a restart each
 such Pod is warned once more). Never does I/O, never changes the Pod (a gate cannot be added
 after creation). Tests:
@@ -12,10 +12,10 @@ tests/placement/test_not_gated.py::test_an_ungated_opted_in_pod_gets_one_warning
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from kube import names
+from kube import names, observe
 from placement.request import FAILED_PHASE, labels
 
 WEBHOOK_CONFIGURATION = "nebula-placement"  # metadata.name in deploy/webhook/mutatingwebhookconfiguration.yaml
@@ -72,3 +72,11 @@ class NotGatedRegister:
     def forget(self, key: str) -> None:
         with self._lock:
             self._warned.pop(key, None)
+
+    def warn(self, key: str, pod: dict[str, Any] | None, say: Callable[[dict[str, Any], str, str, str], None]) -> None:
+        """One NotGated Warning (through `say`) per opted-in Pod created without our gate."""
+        if pod is None or not is_not_gated(pod):
+            self.forget(key)
+        elif self.due(key, str(pod["metadata"].get("uid", ""))):
+            observe.current().placement_decided("not_gated")
+            say(pod, "Warning", names.EVENT_NOT_GATED, warning(pod))

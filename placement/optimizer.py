@@ -64,6 +64,7 @@ class Obstacle(Enum):
     ABOVE_CEILING = "above the Pod's price ceiling"  # nebula.io/max-hourly-price
     UNPRICED = "unpriced"  # a budgeted pool without spec.budget.allowUnpriced refuses it
     BUDGET = "over the pool's budget"  # its price exceeds the pool's hourly headroom
+    FALLBACK = "skipped after interruptions"  # spec.interruption.fallbackToOnDemandAfter: OnDemand only
 
 
 PRICE_SLACK = 1e-9  # dollars an hour: sums of prices compared without float noise

@@ -1,7 +1,8 @@
 """The NodePool cache: list-and-watch of `nodepools.nebula.io`, each parsed once per change.
 
 Started by `placement.wiring`; read by the placement controller (`get`), the blocklist
-(`ttl_of`), the vnode Handlers (`egress_of`, `provisioning_timeout_of`: it is a
+(`ttl_of`, `interrupted_ttl_of`), the vnode Handlers (`egress_of`, `provisioning_timeout_of`,
+`replaces_on_rebalance`: it is a
 `vnode.poolpolicy.PoolPolicies` by structure, tests/placement/test_pool_policy.py) and the
 REST API (`pools`). Its one write is a NodePool's whole status (a PUT of the status
 subresource, conditioned on the resourceVersion it was composed from, so a stale writer never
@@ -84,6 +85,16 @@ class PoolCache:
         """The pool's blocklist TTL in seconds, or None for a missing or invalid pool."""
         state = self.get(name)
         return None if state is None or state.pool is None else state.pool.blocklist_ttl
+
+    def interrupted_ttl_of(self, name: str) -> float | None:
+        """The pool's `interruption.blocklistTTL` in seconds, or None for a missing or invalid pool."""
+        state = self.get(name)
+        return None if state is None or state.pool is None else state.pool.interruption.blocklist_ttl
+
+    def replaces_on_rebalance(self, pool: str | None) -> bool:
+        """The pool's `interruption.proactive`; False for None, a missing or an invalid pool."""
+        state = self._policy_state(pool)
+        return state is not None and state.pool is not None and state.pool.interruption.proactive
 
     def egress_of(self, pool: str | None) -> Egress:
         """The pool's egress policy; Open for None, a missing or an invalid pool (placement places

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from placement import blocklist
+from placement.durations import PoolError as PoolError
+from placement.durations import format_duration as format_duration
+from placement.durations import parse_duration
+from placement.interruptspec import Interruption, interruption, wait_for_capacity
 from placement.spendview import BudgetView
 from providers import egress as egress_policy
 from providers.base import Tier
@@ -28,17 +32,12 @@ DEFAULT_PROVISIONING_TIMEOUT = 600.0  # a pool without spec.provisioningTimeout:
 MIN_PROVISIONING_TIMEOUT, MAX_PROVISIONING_TIMEOUT = 1.0, 86_400.0
 MAX_PROVIDERS = 16
 MAX_REGIONS = 64
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class Strategy(str, enum.Enum):
     ORDERED = "Ordered"  # tiers, then providers, then regions, in listed order
     LOWEST_PRICE = "LowestPrice"  # every candidate by hourly price; ties in listed order
-
-
-class PoolError(ValueError):
-    """A NodePool that placement cannot use; the message names the field and the fix."""
 
 
 @dataclass(frozen=True)
@@ -88,26 +87,10 @@ class NodePool:
     egress: Egress = OPEN
     provisioning_timeout: float = DEFAULT_PROVISIONING_TIMEOUT  # seconds an instance may stay PROVISIONING
     budget: Budget | None = None  # None: spec.budget absent, no limit and unpriced offerings allowed
+    interruption: Interruption = Interruption()  # spec.interruption (placement.poolpolicy)
+    wait_for_capacity: float | None = None  # spec.failover.waitForCapacity in seconds; None: wait forever
     generation: int = 0
     resource_version: str = ""
-
-
-def parse_duration(text: Any) -> float:
-    """`30s`, `5m`, `1h30m`, `1.5m` (Go's units h, m, s) to seconds; PoolError otherwise."""
-    match = _DURATION.match(text.strip()) if isinstance(text, str) and text.strip() else None
-    if match is None or not any(match.groups()):
-        raise PoolError(f"{text!r} is not a duration such as 30s, 5m or 1h30m")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
-
-
-def format_duration(seconds: float) -> str:
-    """The inverse of parse_duration for display: 300 -> `5m`, 90 -> `1m30s`."""
-    whole = int(round(seconds))
-    minutes, secs = divmod(whole, 60)
-    hours, minutes = divmod(minutes, 60)
-    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "") + (f"{secs}s" if secs else "")
-    return text or "0s"
 
 
 def parse_pool(obj: Mapping[str, Any]) -> NodePool:
@@ -126,6 +109,8 @@ def parse_pool(obj: Mapping[str, Any]) -> NodePool:
         egress=_egress(spec.get("egress")),
         provisioning_timeout=_provisioning_timeout(spec.get("provisioningTimeout")),
         budget=parse_budget(spec.get("budget")),
+        interruption=interruption(spec.get("interruption")),
+        wait_for_capacity=wait_for_capacity(spec.get("failover")),
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
     )

@@ -1,5 +1,5 @@
-"""Refused Pods replaced: a given-up Pod a controller owns is deleted, so its owner makes a
-fresh gated one, which skips the blocked candidate.
+"""Given-up Pods replaced: a refused or interrupted Pod a ReplicaSet (any controller but a Job)
+owns is deleted, so its owner makes a fresh gated one, which skips the blocked candidate.
 
 Called by the placement controller for a Pod `request.is_replaceable_failure` picks; one
 delete (preconditioned on the uid) and one Event. Never writes the blocklist.

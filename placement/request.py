@@ -41,10 +41,13 @@ def labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
 
 
 def is_placeable(pod: Mapping[str, Any]) -> bool:
-    """Opted in, still carrying our gate, not bound, not deleting."""
+    """Opted in, still carrying our gate, not bound, not deleting, not ended (a Pod failed
+    gated, by `failover.waitForCapacity`, keeps the gate)."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
     if meta.get("deletionTimestamp") or spec.get("nodeName"):
+        return False
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", FAILED_PHASE):
         return False
     if labels(pod).get(names.ENABLED_LABEL) != "true":
         return False
@@ -63,21 +66,28 @@ def placed_pool(pod: Mapping[str, Any]) -> str:
 
 
 # A Failed Pod's reasons that mean "its candidate gave it up", each recording a block first:
-# refused (ProvisionFailed), reclaimed (Preempted), or still queued past the pool's timeout.
-REPLACEABLE_REASONS = frozenset({names.REASON_PROVISION_FAILED, names.REASON_PREEMPTED, names.REASON_QUEUED_TOO_LONG})
+# refused (ProvisionFailed), still queued past the pool's timeout, or interrupted (Preempted,
+# SpotInterrupted and the other kinds of notice: names.INTERRUPTED_REASONS).
+REPLACEABLE_REASONS = frozenset(
+    {names.REASON_PROVISION_FAILED, names.REASON_QUEUED_TOO_LONG, *names.INTERRUPTED_REASONS}
+)
 
 
 def is_replaceable_failure(pod: Mapping[str, Any]) -> bool:
     """An opted-in Pod its candidate gave up (Failed with a reason of REPLACEABLE_REASONS) that
-    a controller owns: deleting it lets the owner create a fresh gated Pod, which skips the
-    blocked candidate."""
+    a controller other than a Job owns: deleting it lets the owner (a ReplicaSet) create a fresh
+    gated Pod, which skips the blocked candidate. A Job's Pod is kept: the Job controller
+    replaces a Failed Pod itself, and its podFailurePolicy and backoffLimit read the Failed Pod."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     if meta.get("deletionTimestamp") or labels(pod).get(names.ENABLED_LABEL) != "true":
         return False
     if status.get("phase") != FAILED_PHASE or status.get("reason") not in REPLACEABLE_REASONS:
         return False
-    return any(ref.get("controller") is True for ref in meta.get("ownerReferences") or [])
+    owner = next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller") is True), None)
+    return owner is not None and not (
+        owner.get("kind") == "Job" and str(owner.get("apiVersion", "")).startswith("batch/")
+    )
 
 
 def replacement_cause(pod: Mapping[str, Any]) -> str:
@@ -85,6 +95,8 @@ def replacement_cause(pod: Mapping[str, Any]) -> str:
     reason = (pod.get("status") or {}).get("reason")
     if reason == names.REASON_PREEMPTED:
         return "the provider reclaimed its instance (Preempted); its owner creates a replacement that skips the tier"
+    if reason in names.INTERRUPTED_REASONS:
+        return f"the provider interrupted its instance ({reason}); its owner creates a replacement that skips it"
     if reason == names.REASON_QUEUED_TOO_LONG:
         return (
             "its instance stayed queued past the pool's provisioning timeout (QueuedTooLong); its owner creates"

@@ -3,7 +3,8 @@ scheduling gate removed, and the finalizer `nebula.io/spend` added (placement.se
 Pod's spend into its pool's ledger before removing it), as a JSON patch (RFC 6902) that applies
 only to the Pod as placement read it.
 
-Pure; the placement controller sends it. Never removes another controller's gate.
+Pure but for `send`, with which the placement controller and `placement.capacitywait` apply it.
+ Never removes another controller's gate.
 Tests: tests/placement/test_ungate_patch.py,
 tests/placement/test_settle.py::test_the_ungate_patch_adds_the_spend_finalizer_once.
 """
@@ -13,10 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 from kube import names
+from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.worker import Requeue, Retry
+from placement import interruptions
+from placement.attempt import SETTLED, Attempt
 from placement.optimizer import Candidate
 
 JsonDict = dict[str, Any]
 JSON_PATCH = "application/json-patch+json"
+LOOK_AGAIN_NOW = Requeue(0.0)  # the Pod changed under our patch: the next look is a fresh attempt
+PATCH_RETRY_DELAY = 1.0  # seconds before retrying a Pod patch the API server failed
 
 
 def placement_annotations(chosen: Candidate, pool_name: str) -> dict[str, str]:
@@ -29,6 +36,14 @@ def placement_annotations(chosen: Candidate, pool_name: str) -> dict[str, str]:
     if chosen.hourly_price is not None:
         annotations[names.HOURLY_PRICE_ANNOTATION] = f"{chosen.hourly_price:.4f}".rstrip("0").rstrip(".")
     return annotations
+
+
+def with_history(annotations: dict[str, str], history: list[float]) -> dict[str, str]:
+    """`annotations` plus the workload's recent interruptions (`nebula.io/interruptions`), when
+    it has any, so its next Pod and a restarted placement know them."""
+    if not history:
+        return annotations
+    return {**annotations, names.INTERRUPTIONS_ANNOTATION: interruptions.format_history(history)}
 
 
 def _pointer(key: str) -> str:
@@ -61,3 +76,23 @@ def ungate_patch(pod: JsonDict, provider: str, annotations: dict[str, str]) -> l
     elif names.SPEND_FINALIZER not in finalizers:
         ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": names.SPEND_FINALIZER})
     return ops
+
+
+def send(kube: Kube, pod: JsonDict, ops: list[JsonDict], *, subresource: str = "") -> Attempt | None:
+    """Apply `ops` to the Pod (or its `subresource`): None once applied; SETTLED when the Pod is
+    gone; a fresh look now when it moved under the patch (409, or a failed `test` op: 422);
+    Retry after PATCH_RETRY_DELAY for any other failure."""
+    meta = pod["metadata"]
+    path = path_for("pods", namespace=meta["namespace"], name=meta["name"]) + (f"/{subresource}" if subresource else "")
+    try:
+        kube.request("PATCH", path, body=ops, content_type=JSON_PATCH)
+    except ConflictError:
+        return Attempt(LOOK_AGAIN_NOW, settled=False)
+    except NotFoundError:
+        return SETTLED
+    except KubeError as exc:
+        if exc.status == 422:
+            return Attempt(LOOK_AGAIN_NOW, settled=False)
+        what = "placing" if not subresource else f"writing the {subresource} of"
+        raise Retry(f"{what} {meta['namespace']}/{meta['name']} failed: {exc}", delay=PATCH_RETRY_DELAY) from exc
+    return None

@@ -152,6 +152,8 @@ def describe(skip: Skip, request: WorkloadRequest) -> str:
         return f"{skip.provider} not registered on this manager"
     if skip.obstacle is Obstacle.UNKNOWN:
         return f"{skip.provider} offerings unknown (it could not be asked)"
+    if skip.obstacle is Obstacle.FALLBACK:
+        return f"Spot skipped: {skip.why}"
     if skip.obstacle in (Obstacle.UNSERVED_SHAPE, Obstacle.UNENFORCED_EGRESS):
         return f"{skip.provider} {skip.why}"
     where = f"{skip.provider}/{request.describe()}"

@@ -72,7 +72,7 @@ class Placement:
         self.spend: SpendBook = self.controller.spend.book  # what each pool spent (the budget book reads `spent`)
 
     def start(self) -> None:
-        self.blocklist.use_pool_ttls(self.pools.ttl_of)
+        self.blocklist.use_pool_ttls(self.pools.ttl_of, self.pools.interrupted_ttl_of)
         self.blocklist.subscribe(self.controller.blocklist_changed)
         self.catalog.subscribe(self.controller.offerings_changed)
         self.pools.start()

@@ -1,0 +1,195 @@
+"""Interruptions counted per workload, for a pool's `interruption.fallbackToOnDemandAfter`.
+
+A Pod that turned Failed with a reason of `names.INTERRUPTED_REASONS` is one interruption of
+its workload (the uid of its controlling ownerReference; a bare Pod is not counted: nothing
+re-runs it), at the time its `nebula.io/interruption` record's `issuedAt` says, else its
+containers' latest `finishedAt`, else now; each Pod uid counts once. The history survives a
+restart because placement writes a workload's recent times into `nebula.io/interruptions` on
+every Pod it ungates for it, and `InterruptionBook.observe` reads that back from every Pod the
+placement controller's Pod watch sees. Pure except for the book's lock; never does I/O.
+Tests: tests/placement/test_interruption_book.py, tests/placement/test_e2e_interruptions.py.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from kube import names
+from placement.durations import format_duration
+from placement.interruptspec import MAX_WINDOW
+from placement.optimizer import Obstacle, Skip
+from placement.pools import NodePool
+from providers.base import Tier
+
+MAX_HISTORY = 20  # times carried per workload (newest kept)
+MAX_WORKLOADS = 10_000  # I7: workloads remembered; the one interrupted longest ago goes first
+
+
+def workload_of(pod: Mapping[str, Any]) -> str | None:
+    """The uid of the Pod's controlling ownerReference (its ReplicaSet, Job, ...), or None."""
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    ref = next((r for r in refs if isinstance(r, Mapping) and r.get("controller") is True), None)
+    uid = None if ref is None else ref.get("uid")
+    return str(uid) if uid else None
+
+
+def is_interrupted(pod: Mapping[str, Any]) -> bool:
+    """Failed with a reason that says the provider took its instance."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Failed" and status.get("reason") in names.INTERRUPTED_REASONS
+
+
+def _epoch(text: Any) -> float | None:
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
+def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
+    """When the Pod was interrupted: its notice's `issuedAt`, else its containers' latest
+    `finishedAt`, else `now`; whole seconds, as the carried history spells them."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        record = json.loads(annotations.get(names.INTERRUPTION_ANNOTATION) or "null")
+    except ValueError:
+        record = None
+    issued = _epoch(record.get("issuedAt")) if isinstance(record, Mapping) else None
+    if issued is not None:
+        return float(int(issued))
+    status = pod.get("status") or {}
+    finished = [
+        _epoch(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        for c in status.get("containerStatuses") or []
+        if isinstance(c, Mapping)
+    ]
+    known = [f for f in finished if f is not None]
+    return float(int(max(known) if known else now))
+
+
+def parse_history(text: Any) -> list[float]:
+    """`nebula.io/interruptions` (comma-separated RFC 3339) to epoch seconds; bad items skipped."""
+    if not isinstance(text, str):
+        return []
+    times = (_epoch(part) for part in text.split(","))
+    return sorted(float(int(t)) for t in times if t is not None)
+
+
+def format_history(times: list[float]) -> str:
+    """Epoch seconds to `nebula.io/interruptions`: RFC 3339 UTC, oldest first, newest last."""
+    return ",".join(datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in sorted(times))
+
+
+@dataclass
+class _Workload:
+    seen: dict[str, float] = field(default_factory=dict)  # Pod uid -> its interruption time
+    carried: Counter[float] = field(default_factory=Counter)  # the most any one annotation carried, per time
+
+    def times(self) -> list[float]:
+        """Each time as often as the larger of: the Pods seen at it, an annotation carrying it."""
+        counts = Counter(self.seen.values())
+        merged = {t: max(counts[t], self.carried[t]) for t in set(counts) | set(self.carried)}
+        return sorted(t for t, n in merged.items() for _ in range(n))
+
+    def newest(self) -> float:
+        return max([*self.seen.values(), *self.carried, 0.0])
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A workload moved to OnDemand: how many interruptions within the window, and the words."""
+
+    count: int
+    message: str  # the FallbackToOnDemand Event's
+    why: str  # the Spot skip's
+
+
+def fall_back(pool: NodePool, fallback: Fallback | None) -> tuple[NodePool, Skip | None]:
+    """The pool to place from (OnDemand only under a fallback) and the skip that says why Spot is not tried."""
+    if fallback is None:
+        return pool, None
+    tiers = tuple(t for t in pool.capacity_types if t is not Tier.SPOT)
+    return replace(pool, capacity_types=tiers), Skip("", Obstacle.FALLBACK, fallback.why, tier=Tier.SPOT)
+
+
+class InterruptionBook:
+    """Thread-safe; fed every Pod the Pod watch sees (`observe`), asked at placement (`recent`)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._workloads: dict[str, _Workload] = {}
+
+    def observe(self, pod: Mapping[str, Any] | None) -> bool:
+        """Take what `pod` says of its workload's interruptions; True when it is a new one."""
+        workload = None if pod is None else workload_of(pod)
+        if pod is None or workload is None:
+            return False
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        carried = Counter(parse_history(annotations.get(names.INTERRUPTIONS_ANNOTATION)))
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        now = self._clock()
+        fresh = bool(uid) and is_interrupted(pod)
+        with self._lock:
+            entry = self._workloads.get(workload)
+            if entry is None and not carried and not fresh:
+                return False
+            if entry is None:
+                entry = self._workloads[workload] = _Workload()
+            for at, count in carried.items():
+                entry.carried[at] = max(entry.carried[at], count)
+            counted = fresh and uid not in entry.seen
+            if counted:
+                entry.seen[uid] = interrupted_at(pod, now)
+            self._trim_locked(entry, now)
+        return counted
+
+    def recent(self, workload: str | None, window: float, now: float | None = None) -> list[float]:
+        """The workload's interruption times within `window` seconds of now, at most
+        MAX_HISTORY, oldest first (newest last)."""
+        if workload is None:
+            return []
+        now = self._clock() if now is None else now
+        with self._lock:
+            entry = self._workloads.get(workload)
+            times = [] if entry is None else entry.times()
+        return [t for t in times if t > now - window][-MAX_HISTORY:]
+
+    def fallback(self, workload: str | None, pool: NodePool, now: float | None = None) -> Fallback | None:
+        """The fallback due to the workload under `pool`'s `spec.interruption`, or None (no limit,
+        under it, or a pool without Spot)."""
+        policy = pool.interruption
+        if policy.fallback_after is None or Tier.SPOT not in pool.capacity_types:
+            return None
+        count = len(self.recent(workload, policy.window, now))
+        if count < policy.fallback_after:
+            return None
+        counted = f"{count} interruption{'s' if count != 1 else ''}"
+        field_text = f"spec.interruption.fallbackToOnDemandAfter: {policy.fallback_after}"
+        window = format_duration(policy.window)
+        message = f"{counted} within {window} ({field_text}): placing on OnDemand"
+        return Fallback(count, message, f"{counted} of this workload within {window} ({field_text})")
+
+    def _trim_locked(self, entry: _Workload, now: float) -> None:
+        """Forget what no window can reach, keep MAX_HISTORY per workload and MAX_WORKLOADS."""
+        horizon = now - MAX_WINDOW
+        for uid, _ in sorted(entry.seen.items(), key=lambda item: item[1])[:-MAX_HISTORY]:
+            del entry.seen[uid]
+        for uid in [u for u, at in entry.seen.items() if at <= horizon]:
+            del entry.seen[uid]
+        for at in sorted(entry.carried)[: max(0, len(entry.carried) - MAX_HISTORY)]:
+            del entry.carried[at]
+        for at in [t for t in entry.carried if t <= horizon]:
+            del entry.carried[at]
+        while len(self._workloads) > MAX_WORKLOADS:
+            oldest = min(self._workloads, key=lambda w: self._workloads[w].newest())
+            del self._workloads[oldest]
