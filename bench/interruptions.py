@@ -1,25 +1,21 @@
-"""Benchmark: N spot Pods of one Deployment, K of them interrupted at once with a notice; how
-long from the notice to each replacement Running, and whether anything was duplicated, leaked
-or wrongly stopped.
+"""Benchmark: N spot Pods of one Deployment, K interrupted at once with a notice: notice ->
+each replacement Running, and whether anything was duplicated, leaked or wrongly stopped.
 
-As deployed: the devcluster in its own process (the API server, its scheduler and its
-Deployment/ReplicaSet controllers); one `manage.py runvnode` process (leader election on) that
-runs the virtual node, placement and the console, the console over TLS serving the placement
-webhook that deploy/webhook registers (pointed at it); the fake cloud's HTTP service in this
-process, selling CPU Spot in us-east-1 ($0.03/h) and us-west-2 ($0.04/h) and OnDemand in
-us-east-1 ($0.10/h). The NodePool `spot` takes [Spot, OnDemand] LowestPrice, so every Pod
-starts on us-east-1 Spot. Once all N run, one `interrupt` fault (count K, tier Spot, a notice of
---notice s) takes K of them. Per interrupted Pod the vnode records the notice, stops the
-workload, ends the Pod Failed (SpotInterrupted, DisruptionTarget), terminates the instance and
-blocks us-east-1 Spot for the pool's interruption.blocklistTTL; the ReplicaSet replaces the
-Pod, and placement puts the replacement elsewhere.
+As deployed: the devcluster in its own process (API server, scheduler, Deployment and ReplicaSet
+controllers); one `manage.py runvnode` process (leader election on: the virtual node, placement,
+the console over TLS serving the placement webhook, registered as deploy/webhook does); the fake
+cloud's HTTP service in this process, selling CPU Spot in us-east-1 ($0.03/h) and us-west-2
+($0.04/h) and OnDemand in us-east-1 ($0.10/h). NodePool `spot`: [Spot, OnDemand], LowestPrice, so
+every Pod starts on us-east-1 Spot. Once all N run, one `interrupt` fault (count K, tier Spot,
+notice --notice s) takes K of them; the interrupted offering is then blocked for the pool's
+interruption.blocklistTTL, so the ReplicaSet's replacements must go elsewhere.
 
-    python bench/interruptions.py [--pods 200] [--interrupt 50] [--notice 120] [--poll 1]
+    python bench/interruptions.py [--pods 200] [--interrupt 50] [--notice 120] [--poll 1] [--checkpoint 0]
 
-Prints notice -> replacement Running p50/p99/max (and the steps between), then the checks:
-0 duplicates, 0 leaks, 0 healthy Pods stopped, each interrupted Pod Failed as specified and
-replaced exactly once, no replacement on the blocked offering. Exits non-zero naming every
-check that failed. Smoke-tested, never timed: tests/bench/test_bench_interruptions.py.
+Prints notice -> replacement Running p50/p99/max and the steps between, then the checks (0
+duplicates, 0 leaks, 0 healthy Pods stopped, each interrupted Pod Failed SpotInterrupted with
+DisruptionTarget and replaced once, none back on the blocked offering); exits non-zero naming
+each that failed. Smoke-tested, never timed: tests/bench/test_bench_interruptions.py.
 """
 
 from __future__ import annotations
@@ -61,7 +57,9 @@ CONSOLE = re.compile(r"console (https://[\d.]+:\d+)")
 
 def scenario(args: argparse.Namespace) -> dict[str, Any]:
     cpu = {"accelerator": None, "gpu_count": 0, "provisioning_delay": args.boot}
+    trap = {"workload": {"sigterm": {"seconds": args.checkpoint, "exit_code": 0}}} if args.checkpoint else {}
     return {
+        **trap,
         "poll_interval": args.poll,
         "regions": {"us": [EAST, WEST]},
         "offerings": [
@@ -141,12 +139,8 @@ class Watch(threading.Thread):
         gates = [g.get("name") for g in spec.get("schedulingGates") or []]
         if spec.get("nodeName") or names.PLACEMENT_GATE not in gates:
             times.setdefault("placed", now)
-        if "running" in times and (
-            status.get("phase") != "Running"
-            or kind == "DELETED"
-            or disrupted(pod)
-            or pod["metadata"].get("deletionTimestamp")
-        ):
+        ended = kind == "DELETED" or pod["metadata"].get("deletionTimestamp")
+        if "running" in times and (status.get("phase") != "Running" or ended or disrupted(pod)):
             self.after_running.setdefault(uid, []).append(f"{kind} phase={status.get('phase')} at {now:.2f}")
         if status.get("phase") == "Running":
             times.setdefault("running", now)
@@ -157,16 +151,13 @@ class Watch(threading.Thread):
         if kind == "DELETED":
             times.setdefault("deleted", now)
 
-    def pods(self, *, live: bool = True) -> dict[str, dict[str, Any]]:
-        """uid -> last object (`live`: not deleted, not deleting)."""
-        return {
-            u: p
-            for u, p in list(self.last.items())
-            if not live or ("deleted" not in self.seen[u] and not p["metadata"].get("deletionTimestamp"))
-        }
-
     def running(self) -> dict[str, dict[str, Any]]:
-        return {u: p for u, p in self.pods().items() if (p.get("status") or {}).get("phase") == "Running"}
+        """uid -> last object of each Pod Running, not deleted or being deleted."""
+        last = list(self.last.items())
+        return {u: p for u, p in last if (p.get("status") or {}).get("phase") == "Running" and self.live(u)}
+
+    def live(self, uid: str) -> bool:
+        return "deleted" not in self.seen[uid] and not self.last[uid]["metadata"].get("deletionTimestamp")
 
 
 class Sampler(threading.Thread):
@@ -208,36 +199,11 @@ def start_manager(folder: Path, kubeconfig: str, cloud: FakeCloudServer, poll: f
     (folder / "console-key.pem").write_bytes(pair.key_pem)
     entry = {"backend": "providers.fake.FakeProvider", "options": {"url": cloud.url}}
     (folder / "providers.yaml").write_text(yaml.safe_dump({PROVIDER: entry}))
-    args = [
-        sys.executable,
-        "manage.py",
-        "runvnode",
-        "--kubeconfig",
-        kubeconfig,
-        "--providers-file",
-        str(folder / "providers.yaml"),
-        f"--provider={PROVIDER}",
-        "--poll-interval",
-        str(poll),
-        "--node-ip",
-        "127.0.0.1",
-        "--kubelet-addr",
-        "127.0.0.1:0",
-        "--console-addr",
-        "127.0.0.1:0",
-        "--console-cert",
-        str(folder / "console.pem"),
-        "--console-key",
-        str(folder / "console-key.pem"),
-        "--metrics-addr",
-        "",
-        "--namespace",
-        NS,
-        "--cluster-name",
-        "bench-interruptions",
-        "--shutdown-grace",
-        "5",
-    ]
+    flags = f"--node-ip 127.0.0.1 --kubelet-addr 127.0.0.1:0 --console-addr 127.0.0.1:0 --namespace {NS}"
+    flags += f" --cluster-name bench-interruptions --shutdown-grace 5 --poll-interval {poll} --provider={PROVIDER}"
+    files = ["--providers-file", str(folder / "providers.yaml"), "--kubeconfig", kubeconfig, "--metrics-addr="]
+    files += ["--console-cert", str(folder / "console.pem"), "--console-key", str(folder / "console-key.pem")]
+    args = [sys.executable, "manage.py", "runvnode", *flags.split(), *files]
     env = dict(os.environ, NEBULA_DB_PATH=str(folder / "mirror.sqlite3"))
     manager = ManagerProcess(args, cwd=ROOT, env=env, log=folder / "manager.log")
     manager.start()
@@ -280,10 +246,10 @@ def run(args: argparse.Namespace, folder: Path) -> list[str]:
             path_for("mutatingwebhookconfigurations", group="admissionregistration.k8s.io"),
             webhook_configuration(console()[0], (folder / "ca.pem").read_bytes()),
         )
-        wait(lambda: _served(kube), 60, "the NodePool CRD served", manager)
+        wait(lambda: answers(kube, NODEPOOLS), 60, "the NodePool CRD served", manager)
         kube.create(NODEPOOLS, nodepool(args))
         node = path_for("nodes", name=names.node_name(PROVIDER))
-        wait(lambda: _exists(kube, node), 120, "the virtual node registered", manager)
+        wait(lambda: answers(kube, node), 120, "the virtual node registered", manager)
         watch.start()
         started = time.monotonic()
         kube.create(path_for("deployments", namespace=NS, group="apps"), deployment(args.pods))
@@ -292,26 +258,22 @@ def run(args: argparse.Namespace, folder: Path) -> list[str]:
         originals = watch.running()
         tiers = Counter(where(p) for p in originals.values())
         print(f"placed on: {dict(tiers)}", flush=True)
+        if tiers != {("Spot", EAST): args.pods}:
+            raise SystemExit(f"FAILED: not every Pod on Spot {EAST} before the interruption: {dict(tiers)}")
         instance_of = {str(i["claim"]): str(i["id"]) for i in cloud.cloud.instances() if i.get("state") in LIVE}
         sampler.start()
         issued = time.time()
         taken = interrupt(cloud, args.interrupt, args.notice)
         by_instance = {instance_of.get(claim_of(p)): u for u, p in originals.items()}
         hit = {by_instance[i] for i in taken if i in by_instance}
-        print(
-            f"interrupted {len(taken)} instances at once (tier Spot, notice {args.notice:g}s, poll {args.poll:g}s)",
-            flush=True,
-        )
+        print(f"interrupted {len(taken)} instances at once (tier Spot, notice {args.notice:g}s)", flush=True)
 
         def replaced() -> bool:
             new = [u for u, p in watch.running().items() if u not in originals]
             return len(new) >= len(hit) and all("failed" in watch.seen[u] for u in hit)
 
         took = wait(replaced, args.timeout, f"{len(hit)} replacements Running", manager, 0.2)
-        print(
-            f"all {len(hit)} replacements Running {took:.1f}s after the notice; watching {args.settle:g}s more",
-            flush=True,
-        )
+        print(f"all {len(hit)} replacements Running {took:.1f}s after the notice; {args.settle:g}s more", flush=True)
         time.sleep(args.settle)  # anything more (a second replacement, a late stop) shows up in the checks
         return report(args, watch, sampler, cloud, originals, hit, set(taken), instance_of, issued)
     finally:
@@ -323,18 +285,9 @@ def run(args: argparse.Namespace, folder: Path) -> list[str]:
         server.wait(30)
 
 
-def _served(kube: Kube) -> bool:
+def answers(kube: Kube, path: str) -> bool:
     try:
-        kube.list(NODEPOOLS)
-        return True
-    except NotFoundError:
-        return False
-
-
-def _exists(kube: Kube, path: str) -> bool:
-    try:
-        kube.get(path)
-        return True
+        return bool(kube.request("GET", path))
     except NotFoundError:
         return False
 
@@ -355,70 +308,56 @@ def report(
     new = {u: t for u, t in seen.items() if u not in originals}
     replacements = [t["running"] - issued for t in new.values() if "running" in t]
     print(f"notice -> replacement Running ({len(replacements)} Pods): {figures(replacements)}")
-    for step, key, pods in (
-        ("DisruptionTarget", "disrupted", hit),
-        ("Failed", "failed", hit),
-        ("deleted by placement", "deleted", hit),
-        ("replacement created", "created", new),
-        ("replacement placed", "placed", new),
-    ):
+    steps = [("DisruptionTarget", "disrupted", hit), ("Failed", "failed", hit), ("deleted", "deleted", hit)]
+    steps += [("replacement created", "created", set(new)), ("replacement placed", "placed", set(new))]
+    for step, key, pods in steps:
         print(f"  notice -> {step}: {figures([seen[u][key] - issued for u in pods if key in seen[u]])}")
-    # Duplicates: one live instance per claim; never more live than N + K; one replacement per interruption.
+    # Duplicates: one live instance per claim, never more than N + K live, one replacement per interruption.
+    most, limit = sampler.most_live, args.pods + len(hit)
     print(
-        f"cloud samples {sampler.samples}: most live instances of one claim {sampler.most_per_claim}, "
-        f"most live in all {sampler.most_live} (at most {args.pods + len(hit)})"
+        f"{sampler.samples} cloud samples: live instances of one claim at most {sampler.most_per_claim}, "
+        f"in all at most {most} (limit {limit}); {len(new)} Pods created for {len(hit)} interrupted"
     )
-    if sampler.most_per_claim > 1 or sampler.most_live > args.pods + len(hit):
-        failed.append(f"duplicates: {sampler.most_per_claim} live instances of one claim, {sampler.most_live} in all")
-    if len(new) != len(hit) or len(taken) != args.interrupt or len(hit) != len(taken):
+    if sampler.most_per_claim > 1 or most > limit or len({len(new), len(hit), len(taken), args.interrupt}) > 1:
         failed.append(
-            f"{len(new)} Pods created after the notice for {len(hit)} interrupted Pods "
-            f"({len(taken)} instances interrupted, {args.interrupt} asked)"
+            f"duplicates: {sampler.most_per_claim} live instances of one claim, {most} in all, "
+            f"{len(new)} Pods created for {len(hit)} interrupted ({len(taken)} instances taken)"
         )
-    # Leaks: every live instance claimed by a live Pod; the interrupted ones terminated.
+    # Leaks: every live instance claimed by a Running Pod, and the other way round; the interrupted terminated.
     records = cloud.cloud.instances()
-    live = Counter(str(i["claim"]) for i in records if i.get("state") in LIVE)
+    live = {str(i["claim"]) for i in records if i.get("state") in LIVE}
     claims = {claim_of(p) for p in watch.running().values()}
-    leaked, missing = set(live) - claims, claims - set(live)
     ended = {str(i["id"]): i for i in records if str(i["id"]) in taken}
-    not_ended = sorted(i for i in taken if ended.get(i, {}).get("state") != "terminated")
-    at_deadline = sorted(i for i, r in ended.items() if r.get("preempted"))
+    on = sorted(i for i in taken if ended.get(i, {}).get("state") != "terminated")
+    late = sum(1 for r in ended.values() if r.get("preempted"))
     print(
-        f"leaks: {len(leaked)} live instances of no live Pod, {len(missing)} Running Pods without one; "
-        f"interrupted instances terminated {len(taken) - len(not_ended)}/{len(taken)} "
-        f"({len(at_deadline)} only taken at the notice's deadline)"
+        f"leaks: {len(live - claims)} live instances of no Running Pod, {len(claims - live)} Running Pods without "
+        f"one; interrupted instances terminated {len(taken) - len(on)}/{len(taken)} ({late} at the deadline)"
     )
-    if leaked or missing or not_ended:
-        failed.append(
-            f"leaks: {sorted(leaked)[:5]} unclaimed, {sorted(missing)[:5]} Pods without an instance, "
-            f"{not_ended[:5]} interrupted instances not terminated"
-        )
-    # Healthy Pods: same uid, Running throughout, never stopped or terminated.
+    if live != claims or on:
+        failed.append(f"leaks: {sorted(live - claims)[:5]} unclaimed, {sorted(claims - live)[:5]} without, {on[:5]} on")
+    # Healthy Pods: the same uid, Running throughout, their instances never stopped nor terminated.
     healthy = set(originals) - hit
     touched = {u: watch.after_running[u] for u in healthy if u in watch.after_running}
     gone = healthy - set(watch.running())
-    calls = [r.args for m in ("stop_container", "terminate") for r in cloud.cloud.call_log(m)]
-    healthy_ids = {instance_of.get(claim_of(originals[u]), "") for u in healthy}
-    stopped = {i for i in healthy_ids if any(f"id={i} " in a or a.endswith(f"id={i}") for a in calls)}
+    calls = [r.args + " " for m in ("stop_container", "terminate") for r in cloud.cloud.call_log(m)]
+    ids = {instance_of.get(claim_of(originals[u]), "") for u in healthy}
+    stopped = sorted(i for i in ids if any(f"id={i} " in a for a in calls))
     print(
-        f"healthy Pods: {len(healthy) - len(touched | dict.fromkeys(gone))}/{len(healthy)} Running throughout "
-        f"with their uid; {len(stopped)} of their instances stopped or terminated"
+        f"healthy Pods: {len(healthy - set(touched) - gone)}/{len(healthy)} Running throughout with their uid; "
+        f"{len(stopped)} of their instances stopped or terminated"
     )
     if touched or gone or stopped:
-        failed.append(
-            f"healthy Pods failed: {list(touched.items())[:3]}; {len(gone)} gone; stopped {sorted(stopped)[:5]}"
-        )
-    # How each interrupted Pod ended, and where the replacements went.
+        failed.append(f"healthy Pods failed: {list(touched.items())[:3]}; {len(gone)} gone; stopped {stopped[:5]}")
+    # How each interrupted Pod ended (its last object), and where the replacements went.
     ends: Counter[tuple[Any, ...]] = Counter()
-    for u in hit:
-        pod = watch.last[u]
-        status = pod.get("status") or {}
-        has_record = names.INTERRUPTION_ANNOTATION in (pod["metadata"].get("annotations") or {})
-        ends[(status.get("phase"), status.get("reason"), disrupted(pod), has_record)] += 1
+    for pod in (watch.last[u] for u in hit):
+        status, notes = pod.get("status") or {}, pod["metadata"].get("annotations") or {}
+        ends[(status.get("phase"), status.get("reason"), disrupted(pod), names.INTERRUPTION_ANNOTATION in notes)] += 1
     good = ends[("Failed", names.REASON_SPOT_INTERRUPTED, True, True)]
     print(
-        f"interrupted Pods Failed with {names.REASON_SPOT_INTERRUPTED}, DisruptionTarget and the notice's record: "
-        f"{good}/{len(hit)}" + ("" if good == len(hit) else f" (seen: {dict(ends)})")
+        f"interrupted Pods Failed, reason {names.REASON_SPOT_INTERRUPTED}, DisruptionTarget, the notice recorded: "
+        f"{good}/{len(hit)}" + ("" if good == len(hit) else f" (phase, reason, DisruptionTarget, record: {ends})")
     )
     if good != len(hit):
         failed.append(f"interrupted Pods ended otherwise: {dict(ends)}")
@@ -435,6 +374,7 @@ def main() -> None:
     parser.add_argument("--interrupt", type=int, default=50, help="instances interrupted at once")
     parser.add_argument("--notice", type=float, default=120.0, help="the notice window, seconds")
     parser.add_argument("--poll", type=float, default=1.0, help="the provider's poll interval, seconds")
+    parser.add_argument("--checkpoint", type=float, default=0.0, help="seconds the workload works after SIGTERM")
     parser.add_argument("--boot", type=float, default=0.0, help="each offering's provisioning delay, seconds")
     parser.add_argument("--ttl", default="10m", help="the pool's interruption.blocklistTTL")
     parser.add_argument("--settle", type=float, default=5.0, help="seconds watched after the last replacement")
