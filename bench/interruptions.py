@@ -237,15 +237,10 @@ def run(args: argparse.Namespace, folder: Path) -> list[str]:
     kube = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
     watch, sampler = Watch(Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))), Sampler(cloud)
     try:
-
-        def console() -> list[str]:
-            return CONSOLE.findall(manager.log.read_text(errors="replace"))
-
-        wait(console, 120, "the manager's console listening", manager)
-        kube.create(
-            path_for("mutatingwebhookconfigurations", group="admissionregistration.k8s.io"),
-            webhook_configuration(console()[0], (folder / "ca.pem").read_bytes()),
-        )
+        wait(lambda: CONSOLE.search(manager.log.read_text()), 120, "the manager's console listening", manager)
+        url = CONSOLE.findall(manager.log.read_text())[0]
+        hook = webhook_configuration(url, (folder / "ca.pem").read_bytes())
+        kube.create(path_for("mutatingwebhookconfigurations", group="admissionregistration.k8s.io"), hook)
         wait(lambda: answers(kube, NODEPOOLS), 60, "the NodePool CRD served", manager)
         kube.create(NODEPOOLS, nodepool(args))
         node = path_for("nodes", name=names.node_name(PROVIDER))
@@ -330,12 +325,17 @@ def report(
     ended = {str(i["id"]): i for i in records if str(i["id"]) in taken}
     on = sorted(i for i in taken if ended.get(i, {}).get("state") != "terminated")
     late = sum(1 for r in ended.values() if r.get("preempted"))
+    acked = len({r.args for r in cloud.cloud.call_log("ack") if r.outcome == "ok"})  # each notice's first ack
     print(
         f"leaks: {len(live - claims)} live instances of no Running Pod, {len(claims - live)} Running Pods without "
-        f"one; interrupted instances terminated {len(taken) - len(on)}/{len(taken)} ({late} at the deadline)"
+        f"one; interrupted instances terminated {len(taken) - len(on)}/{len(taken)} ({late} at the deadline); "
+        f"notices acknowledged {acked}/{len(taken)}"
     )
-    if live != claims or on:
-        failed.append(f"leaks: {sorted(live - claims)[:5]} unclaimed, {sorted(claims - live)[:5]} without, {on[:5]} on")
+    if live != claims or on or acked != len(taken):
+        failed.append(
+            f"leaks: {sorted(live - claims)[:5]} unclaimed, {sorted(claims - live)[:5]} without, {on[:5]} "
+            f"on, {acked}/{len(taken)} notices acknowledged"
+        )
     # Healthy Pods: the same uid, Running throughout, their instances never stopped nor terminated.
     healthy = set(originals) - hit
     touched = {u: watch.after_running[u] for u in healthy if u in watch.after_running}

@@ -36,6 +36,7 @@ def test_four_of_twelve_spot_pods_interrupted_are_replaced_elsewhere_and_nothing
     assert f"{INTERRUPTED} Pods created for {INTERRUPTED} interrupted" in out
     assert "leaks: 0 live instances of no Running Pod, 0 Running Pods without one; " in out
     assert f"interrupted instances terminated {INTERRUPTED}/{INTERRUPTED} (0 at the deadline)" in out
+    assert f"notices acknowledged {INTERRUPTED}/{INTERRUPTED}" in out
     healthy = PODS - INTERRUPTED
     assert f"healthy Pods: {healthy}/{healthy} Running throughout with their uid; 0 of their instances stopped" in out
     assert f"the notice recorded: {INTERRUPTED}/{INTERRUPTED}" in out
