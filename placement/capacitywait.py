@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from kube import names, observe
 from kube.client import Kube
+from kube.times import parse_rfc3339
 from placement.attempt import SETTLED, Attempt
 from placement.durations import format_duration
 from placement.request import WorkloadRequest
@@ -35,10 +35,10 @@ Say = Callable[[JsonDict, str, str, str], None]  # (pod, type, reason, message):
 def created_at(pod: Mapping[str, Any]) -> float | None:
     """The Pod's `metadata.creationTimestamp` in epoch seconds, or None when it has none."""
     text = (pod.get("metadata") or {}).get("creationTimestamp")
-    if not isinstance(text, str) or not text:
+    if not isinstance(text, str) or not text.strip():
         return None
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        return parse_rfc3339(text).timestamp()
     except ValueError:
         return None
 

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube import names
+from kube.times import parse_rfc3339, rfc3339
 from placement.durations import format_duration
 from placement.interruptspec import MAX_WINDOW
 from placement.optimizer import Obstacle, Skip
@@ -49,10 +50,9 @@ def _epoch(text: Any) -> float | None:
     if not isinstance(text, str) or not text.strip():
         return None
     try:
-        stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return parse_rfc3339(text).timestamp()
     except ValueError:
         return None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
 
 
 def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
@@ -86,7 +86,7 @@ def parse_history(text: Any) -> list[float]:
 
 def format_history(times: list[float]) -> str:
     """Epoch seconds to `nebula.io/interruptions`: RFC 3339 UTC, oldest first, newest last."""
-    return ",".join(datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ") for t in sorted(times))
+    return ",".join(rfc3339(datetime.fromtimestamp(t, UTC)) for t in sorted(times))
 
 
 @dataclass

@@ -6,6 +6,7 @@ injected clock; the status write is also sent to a real (embedded) API server.""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from kube import names
 from kube.client import Kube, path_for
 from kube.worker import Requeue
+from placement.capacitywait import created_at
 from placement.controller import EXPIRY_MARGIN
 from placement.poolcache import PoolState
 from placement.pools import NodePool, PoolProvider
@@ -127,3 +129,19 @@ def test_the_api_server_takes_the_failed_status_of_a_gated_pod(kube: Kube) -> No
     assert pod["status"]["reason"] == names.REASON_CAPACITY_WAIT_EXCEEDED
     assert "spec.failover.waitForCapacity: 1m" in pod["status"]["message"]
     assert pod["spec"]["schedulingGates"] == [{"name": names.PLACEMENT_GATE}]
+
+
+def test_a_creation_time_without_a_zone_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As kube.times reads every API timestamp: a naive one is UTC, not the manager's local time."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        pod = make_pod("trainer", metadata={"creationTimestamp": "2027-01-15T08:00:00"})
+        assert created_at(pod) == 1_800_000_000.0
+        pod["metadata"]["creationTimestamp"] = "2027-01-15T08:00:00Z"
+        assert created_at(pod) == 1_800_000_000.0
+        pod["metadata"]["creationTimestamp"] = "not a time"
+        assert created_at(pod) is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()
