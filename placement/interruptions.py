@@ -3,10 +3,12 @@
 A Pod that turned Failed with a reason of `names.INTERRUPTED_REASONS` is one interruption of
 its workload (the uid of its controlling ownerReference; a bare Pod is not counted: nothing
 re-runs it), at the time its `nebula.io/interruption` record's `issuedAt` says, else its
-containers' latest `finishedAt`, else now; each Pod uid counts once. The history survives a
-restart because placement writes a workload's recent times into `nebula.io/interruptions` on
-every Pod it ungates for it, and `InterruptionBook.observe` reads that back from every Pod the
-placement controller's Pod watch sees. Pure except for the book's lock; never does I/O.
+containers' latest `finishedAt`, else its `DisruptionTarget` (else `Ready=False`) condition's
+`lastTransitionTime`, else now; each Pod uid counts once, even after it is trimmed (a bounded
+memory of trimmed uids). The history survives a restart because placement writes a workload's
+recent times into `nebula.io/interruptions` on every Pod it ungates for it, and
+`InterruptionBook.observe` reads that back from every Pod the placement controller's Pod watch
+sees. Pure except for the book's lock; never does I/O.
 Tests: tests/placement/test_interruption_book.py, tests/placement/test_e2e_interruptions.py.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -30,6 +32,8 @@ from providers.base import Tier
 
 MAX_HISTORY = 20  # times carried per workload (newest kept)
 MAX_WORKLOADS = 10_000  # I7: workloads remembered; the one interrupted longest ago goes first
+MAX_FORGOTTEN = 20_000  # I7: uids of Pods counted and since trimmed, never counted again (oldest go first)
+DISRUPTION_TARGET = "DisruptionTarget"  # the kubelet's Pod condition (vnode sets it on an interrupted Pod)
 
 
 def workload_of(pod: Mapping[str, Any]) -> str | None:
@@ -57,7 +61,9 @@ def _epoch(text: Any) -> float | None:
 
 def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
     """When the Pod was interrupted: its notice's `issuedAt`, else its containers' latest
-    `finishedAt`, else `now`; whole seconds, as the carried history spells them."""
+    `finishedAt`, else its `DisruptionTarget` condition's `lastTransitionTime`, else its
+    `Ready=False` one's (the same at every sighting, so a restart re-reads the same time), else
+    `now`; whole seconds, as the carried history spells them."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
         record = json.loads(annotations.get(names.INTERRUPTION_ANNOTATION) or "null")
@@ -73,7 +79,16 @@ def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
         if isinstance(c, Mapping)
     ]
     known = [f for f in finished if f is not None]
-    return float(int(max(known) if known else now))
+    if known:
+        return float(int(max(known)))
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, Mapping)]
+    for kind, value in ((DISRUPTION_TARGET, "True"), ("Ready", "False")):
+        for condition in conditions:
+            if condition.get("type") == kind and condition.get("status") == value:
+                changed = _epoch(condition.get("lastTransitionTime"))
+                if changed is not None:
+                    return float(int(changed))
+    return float(int(now))
 
 
 def parse_history(text: Any) -> list[float]:
@@ -128,6 +143,7 @@ class InterruptionBook:
         self._clock = clock
         self._lock = threading.Lock()
         self._workloads: dict[str, _Workload] = {}
+        self._forgotten: OrderedDict[str, None] = OrderedDict()  # uids trimmed: counted once already
 
     def observe(self, pod: Mapping[str, Any] | None) -> bool:
         """Take what `pod` says of its workload's interruptions; True when it is a new one."""
@@ -147,7 +163,7 @@ class InterruptionBook:
                 entry = self._workloads[workload] = _Workload()
             for at, count in carried.items():
                 entry.carried[at] = max(entry.carried[at], count)
-            counted = fresh and uid not in entry.seen
+            counted = fresh and uid not in entry.seen and uid not in self._forgotten
             if counted:
                 entry.seen[uid] = interrupted_at(pod, now)
             self._trim_locked(entry, now)
@@ -183,13 +199,22 @@ class InterruptionBook:
         """Forget what no window can reach, keep MAX_HISTORY per workload and MAX_WORKLOADS."""
         horizon = now - MAX_WINDOW
         for uid, _ in sorted(entry.seen.items(), key=lambda item: item[1])[:-MAX_HISTORY]:
-            del entry.seen[uid]
+            self._forget_locked(entry, uid)
         for uid in [u for u, at in entry.seen.items() if at <= horizon]:
-            del entry.seen[uid]
+            self._forget_locked(entry, uid)
         for at in sorted(entry.carried)[: max(0, len(entry.carried) - MAX_HISTORY)]:
             del entry.carried[at]
         for at in [t for t in entry.carried if t <= horizon]:
             del entry.carried[at]
         while len(self._workloads) > MAX_WORKLOADS:
             oldest = min(self._workloads, key=lambda w: self._workloads[w].newest())
+            for uid in list(self._workloads[oldest].seen):
+                self._forget_locked(self._workloads[oldest], uid)
             del self._workloads[oldest]
+
+    def _forget_locked(self, entry: _Workload, uid: str) -> None:
+        """Drop `uid` from `entry`, remembering it (bounded) so it is never counted again."""
+        del entry.seen[uid]
+        self._forgotten[uid] = None
+        while len(self._forgotten) > MAX_FORGOTTEN:
+            self._forgotten.popitem(last=False)
