@@ -31,7 +31,7 @@ from placement.pools import NodePool
 from providers.base import Tier
 
 MAX_HISTORY = 20  # times carried per workload (newest kept)
-MAX_WORKLOADS = 10_000  # I7: workloads remembered; the one interrupted longest ago goes first
+MAX_WORKLOADS = 10_000  # I7: workloads remembered; the least recently seen or asked goes first
 MAX_FORGOTTEN = 20_000  # I7: uids of Pods counted and since trimmed, never counted again (oldest go first)
 DISRUPTION_TARGET = "DisruptionTarget"  # the kubelet's Pod condition (vnode sets it on an interrupted Pod)
 
@@ -108,15 +108,13 @@ def format_history(times: list[float]) -> str:
 class _Workload:
     seen: dict[str, float] = field(default_factory=dict)  # Pod uid -> its interruption time
     carried: Counter[float] = field(default_factory=Counter)  # the most any one annotation carried, per time
+    text: str | None = None  # the last `nebula.io/interruptions` read for it: the same text is not parsed again
 
     def times(self) -> list[float]:
         """Each time as often as the larger of: the Pods seen at it, an annotation carrying it."""
         counts = Counter(self.seen.values())
         merged = {t: max(counts[t], self.carried[t]) for t in set(counts) | set(self.carried)}
         return sorted(t for t, n in merged.items() for _ in range(n))
-
-    def newest(self) -> float:
-        return max([*self.seen.values(), *self.carried, 0.0])
 
 
 @dataclass(frozen=True)
@@ -139,10 +137,11 @@ def fall_back(pool: NodePool, fallback: Fallback | None) -> tuple[NodePool, Skip
 class InterruptionBook:
     """Thread-safe; fed every Pod the Pod watch sees (`observe`), asked at placement (`recent`)."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float], *, max_workloads: int = MAX_WORKLOADS) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._workloads: dict[str, _Workload] = {}
+        self._max_workloads = max_workloads
+        self._workloads: OrderedDict[str, _Workload] = OrderedDict()  # least recently used first
         self._forgotten: OrderedDict[str, None] = OrderedDict()  # uids trimmed: counted once already
 
     def observe(self, pod: Mapping[str, Any] | None) -> bool:
@@ -151,23 +150,34 @@ class InterruptionBook:
         if pod is None or workload is None:
             return False
         annotations = (pod.get("metadata") or {}).get("annotations") or {}
-        carried = Counter(parse_history(annotations.get(names.INTERRUPTIONS_ANNOTATION)))
+        text = annotations.get(names.INTERRUPTIONS_ANNOTATION)
+        text = text if isinstance(text, str) and text else None
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         now = self._clock()
         fresh = bool(uid) and is_interrupted(pod)
         with self._lock:
             entry = self._workloads.get(workload)
+            reread = text is not None and (entry is None or entry.text != text)
+            carried = Counter(parse_history(text)) if reread else Counter[float]()
             if entry is None and not carried and not fresh:
                 return False
             if entry is None:
                 entry = self._workloads[workload] = _Workload()
+            self._workloads.move_to_end(workload)
+            if reread:
+                entry.text = text
             for at, count in carried.items():
                 entry.carried[at] = max(entry.carried[at], count)
             counted = fresh and uid not in entry.seen and uid not in self._forgotten
             if counted:
                 entry.seen[uid] = interrupted_at(pod, now)
-            self._trim_locked(entry, now)
+            self._trim_locked(workload, entry, now)
         return counted
+
+    def __len__(self) -> int:
+        """The workloads remembered (each with some time within reach of a window)."""
+        with self._lock:
+            return len(self._workloads)
 
     def recent(self, workload: str | None, window: float, now: float | None = None) -> list[float]:
         """The workload's interruption times within `window` seconds of now, at most
@@ -177,6 +187,8 @@ class InterruptionBook:
         now = self._clock() if now is None else now
         with self._lock:
             entry = self._workloads.get(workload)
+            if entry is not None:
+                self._workloads.move_to_end(workload)
             times = [] if entry is None else entry.times()
         return [t for t in times if t > now - window][-MAX_HISTORY:]
 
@@ -195,8 +207,9 @@ class InterruptionBook:
         message = f"{counted} within {window} ({field_text}): placing on OnDemand"
         return Fallback(count, message, f"{counted} of this workload within {window} ({field_text})")
 
-    def _trim_locked(self, entry: _Workload, now: float) -> None:
-        """Forget what no window can reach, keep MAX_HISTORY per workload and MAX_WORKLOADS."""
+    def _trim_locked(self, workload: str, entry: _Workload, now: float) -> None:
+        """Forget what no window can reach and keep MAX_HISTORY per workload; drop the workload
+        when nothing is left of it, and the least recently used past `max_workloads`."""
         horizon = now - MAX_WINDOW
         for uid, _ in sorted(entry.seen.items(), key=lambda item: item[1])[:-MAX_HISTORY]:
             self._forget_locked(entry, uid)
@@ -206,11 +219,12 @@ class InterruptionBook:
             del entry.carried[at]
         for at in [t for t in entry.carried if t <= horizon]:
             del entry.carried[at]
-        while len(self._workloads) > MAX_WORKLOADS:
-            oldest = min(self._workloads, key=lambda w: self._workloads[w].newest())
-            for uid in list(self._workloads[oldest].seen):
-                self._forget_locked(self._workloads[oldest], uid)
-            del self._workloads[oldest]
+        if not entry.seen and not entry.carried:
+            del self._workloads[workload]
+        while len(self._workloads) > self._max_workloads:
+            _, evicted = self._workloads.popitem(last=False)
+            for uid in list(evicted.seen):
+                self._forget_locked(evicted, uid)
 
     def _forget_locked(self, entry: _Workload, uid: str) -> None:
         """Drop `uid` from `entry`, remembering it (bounded) so it is never counted again."""

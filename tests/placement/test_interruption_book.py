@@ -183,3 +183,51 @@ def test_a_trimmed_pod_seen_again_is_never_counted_again() -> None:
     assert book.observe(interrupted("b", clock.now)) is True  # trims "a": no window reaches it
     assert book.observe(kept) is False  # a resync shows the kept Pod again
     assert book.recent(RS, 3600) == [clock.now]
+
+
+def carrying(uid: str, workload: str, times: list[float]) -> dict[str, Any]:
+    """A placed Pod of `workload` carrying its interruption times."""
+    pod = owned(uid, workload=workload, status={"phase": "Running"})
+    pod["metadata"]["annotations"] = {names.INTERRUPTIONS_ANNOTATION: format_history(times)}
+    return pod
+
+
+def test_a_workload_with_nothing_left_is_dropped() -> None:
+    clock = ManualClock(NOW)
+    book = InterruptionBook(clock)
+    book.observe(interrupted("a", NOW - 60))
+    book.observe(carrying("b", "job-uid", [NOW - 30]))
+    assert len(book) == 2
+    clock.advance(MAX_WINDOW)
+    book.observe(interrupted("c", clock.now, reason=names.REASON_FAILED))  # not an interruption; trims RS
+    book.observe(carrying("d", "job-uid", [NOW - 30]))  # its only time is out of reach now
+    assert len(book) == 0
+    assert book.recent(RS, MAX_WINDOW) == [] and book.recent("job-uid", MAX_WINDOW) == []
+
+
+def test_the_least_recently_used_workload_goes_past_the_bound() -> None:
+    book = InterruptionBook(ManualClock(NOW), max_workloads=2)
+    book.observe(carrying("a", "old", [NOW - 3000]))  # interrupted longest ago ...
+    book.observe(carrying("b", "new", [NOW - 60]))
+    assert book.recent("old", 3600) == [NOW - 3000]  # ... but asked for since: used most recently
+    book.observe(carrying("c", "third", [NOW - 30]))
+    assert len(book) == 2
+    assert book.recent("new", 3600) == []  # the least recently used went
+    assert book.recent("old", 3600) == [NOW - 3000]
+    assert book.recent("third", 3600) == [NOW - 30]
+
+
+def test_the_same_carried_text_is_parsed_once(monkeypatch: Any) -> None:
+    parsed: list[str] = []
+
+    def counting(text: Any) -> list[float]:
+        parsed.append(text)
+        return parse_history(text)
+
+    monkeypatch.setattr("placement.interruptions.parse_history", counting)
+    book = InterruptionBook(ManualClock(NOW))
+    for _ in range(3):  # a status write, a resync, another Pod of the workload carrying the same
+        book.observe(carrying("a", RS, [NOW - 60]))
+    assert len(parsed) == 1
+    book.observe(carrying("a", RS, [NOW - 60, NOW - 30]))
+    assert len(parsed) == 2 and book.recent(RS, 3600) == [NOW - 60, NOW - 30]
