@@ -2,11 +2,14 @@
 it was created is failed (phase Failed, reason `CapacityWaitExceeded`, a message naming what held
 each candidate and the field), with a Warning Event of the same reason.
 
-Called by the placement controller for a Pod whose wait is `WaitingForCapacity` (some candidate
-sold out, blocked or unknown). The clock is the Pod's own `metadata.creationTimestamp`, so the
-wait survives a restart. One status write (a JSON patch of the status subresource whose `test`
-ops make it apply only to this Pod, still gated); a Pod without a controller stays Failed as the
-record, one with a controller is replaced by it as any Failed Pod is (the new Pod waits afresh).
+Called by the placement controller for every Pod that waits; it acts only while every candidate
+is sold out or blocked (`exhausted`: an interrupted candidate is blocked). A provider whose
+offerings are unknown (it could not be asked: an outage, a failing first ask after a restart)
+keeps the Pod waiting, however long (I3: an unreachable provider fails nothing). The clock is
+the Pod's own `metadata.creationTimestamp`, so the wait survives a restart. One status write (a
+JSON patch of the status subresource whose `test` ops make it apply only to this Pod, still
+gated); a Pod without a controller stays Failed as the record, one with a controller is replaced
+by it as any Failed Pod is (the new Pod waits afresh).
 Tests: tests/placement/test_capacity_wait.py.
 """
 
@@ -22,6 +25,7 @@ from kube.client import Kube
 from kube.times import parse_rfc3339
 from placement.attempt import SETTLED, Attempt
 from placement.durations import format_duration
+from placement.optimizer import Obstacle
 from placement.request import WorkloadRequest
 from placement.ungate import send
 from placement.waiting import Wait, describe
@@ -49,6 +53,15 @@ def deadline(pod: Mapping[str, Any], limit: float | None) -> float | None:
     return None if limit is None or created is None else created + limit
 
 
+def exhausted(wait: Wait) -> bool:
+    """The Pod waits for capacity and every candidate it could use is sold out or blocked: none
+    is unknown (obstacles that no passing of time ends, a shape no provider serves say, are not
+    candidates)."""
+    return wait.reason == names.EVENT_WAITING_FOR_CAPACITY and all(
+        s.obstacle is not Obstacle.UNKNOWN for s in wait.obstacles
+    )
+
+
 def message(wait: Wait, request: WorkloadRequest, limit: float) -> str:
     """The Pod's status message and Event: how long, the field, and what held each candidate."""
     held = ", ".join(describe(s, request) for s in wait.obstacles) or "no candidate"
@@ -60,9 +73,9 @@ def enforce(
     kube: Kube, pod: JsonDict, wait: Wait, request: WorkloadRequest, limit: float | None, now: float, say: Say
 ) -> Wait | Attempt:
     """The wait to hold the Pod for, looked at again by its deadline at the latest; or, once a
-    Pod waiting for capacity has waited `limit` since its creation, the Pod ended (`fail`) and
-    the attempt's outcome."""
-    ends = deadline(pod, limit) if wait.reason == names.EVENT_WAITING_FOR_CAPACITY else None
+    Pod whose candidates are all sold out or blocked (`exhausted`) has waited `limit` since its
+    creation, the Pod ended (`fail`) and the attempt's outcome."""
+    ends = deadline(pod, limit) if exhausted(wait) else None
     if ends is None or limit is None:
         return wait
     if now < ends:

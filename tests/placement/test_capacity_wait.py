@@ -41,9 +41,12 @@ class Recording:
         return {}
 
 
-def waiting_harness(wait: float | None = WAIT, *, created_ago: float = 0.0, kube: Any = None) -> Harness:
-    """A Pod of pool `train` (Spot only on gpu-a) whose one offering is sold out."""
-    harness = Harness(offerings=SOLD_OUT)
+def waiting_harness(
+    wait: float | None = WAIT, *, created_ago: float = 0.0, kube: Any = None, offerings: Any = SOLD_OUT
+) -> Harness:
+    """A Pod of pool `train` (Spot only on gpu-a) whose one offering is sold out (`offerings`
+    None: gpu-a cannot be asked)."""
+    harness = Harness(offerings=offerings)
     pool = NodePool("train", (PoolProvider("gpu-a"),), capacity_types=(Tier.SPOT,), wait_for_capacity=wait)
     harness.controller._pools.states["train"] = PoolState("train", pool, "", {"metadata": {"generation": 2}})  # type: ignore[attr-defined]
     harness.controller._recheck = 600.0  # so the deadline, not the recheck, is the next look
@@ -98,6 +101,28 @@ def test_capacity_returning_before_the_wait_ends_places_the_pod() -> None:
     assert path == "/api/v1/namespaces/default/pods/trainer"
     assert {"op": "remove", "path": "/spec/schedulingGates/0"} in ops
     assert harness.events.reasons == [names.EVENT_WAITING_FOR_CAPACITY, names.EVENT_PLACED]
+
+
+def test_a_provider_that_cannot_be_asked_keeps_the_pod_waiting_past_the_limit() -> None:
+    """I3: offerings unknown (an outage, or the first ask after a restart failing) is not "sold
+    out": a Pod older than waitForCapacity stays gated; once the provider answers sold out, it fails."""
+    harness = waiting_harness(created_ago=WAIT * 10, offerings=None)
+    kube: Recording = harness.controller._kube  # type: ignore[assignment]
+    assert harness.controller.sync(KEY) == Requeue(pytest.approx(600.0 + EXPIRY_MARGIN))
+    assert kube.writes == []
+    assert harness.events.reasons == [names.EVENT_WAITING_FOR_CAPACITY]
+    assert "gpu-a offerings unknown" in harness.events.messages[-1]
+    harness.clock.advance(7 * 86_400.0)  # the longest waitForCapacity, and more: still waiting
+    harness.step()
+    assert harness.controller.sync(KEY) is not None and kube.writes == []
+
+    harness.provider.offerings_now = SOLD_OUT  # it answers again: sold out
+    harness.clock.advance(CATALOG_TTL)
+    harness.controller._catalog.views()
+    harness.controller.pool_changed("train")  # a look now, not at the recheck
+    harness.step()
+    assert [path.rsplit("/", 1)[-1] for path, _ in kube.writes] == ["status"]
+    assert harness.events.reasons[-1] == names.REASON_CAPACITY_WAIT_EXCEEDED
 
 
 def test_without_wait_for_capacity_a_pod_waits_on() -> None:
