@@ -80,16 +80,14 @@ def enforce(
         return wait
     if now < ends:
         return replace(wait, next_look=min(wait.next_look, ends))
-    outcome = fail(kube, pod, message(wait, request, limit), say)
-    if outcome.settled:
-        observe.current().placement_decided("capacity_wait_exceeded")
-    return outcome
+    return fail(kube, pod, message(wait, request, limit), say)
 
 
 def fail(kube: Kube, pod: JsonDict, text: str, say: Say) -> Attempt:
-    """End the gated Pod: phase Failed, reason CapacityWaitExceeded, `text` as its message and
-    a Warning Event. SETTLED once written (or gone); a fresh look when it moved under the write;
-    Retry on other failures."""
+    """End the gated Pod: phase Failed, reason CapacityWaitExceeded, `text` as its message, a
+    Warning Event and the `capacity_wait_exceeded` outcome, the last two only once the write
+    applied. SETTLED once written (or gone); a fresh look when it moved under the write; Retry
+    on other failures."""
     meta = pod["metadata"]
     gates = (pod.get("spec") or {}).get("schedulingGates") or []
     index = next(i for i, g in enumerate(gates) if g.get("name") == names.PLACEMENT_GATE)
@@ -107,4 +105,5 @@ def fail(kube: Kube, pod: JsonDict, text: str, say: Say) -> Attempt:
         return outcome
     logger.info("failed %s/%s: %s", meta["namespace"], meta["name"], text)
     say(pod, "Warning", names.REASON_CAPACITY_WAIT_EXCEEDED, text)
+    observe.current().placement_decided("capacity_wait_exceeded")
     return SETTLED

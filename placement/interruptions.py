@@ -126,6 +126,23 @@ class Fallback:
     why: str  # the Spot skip's
 
 
+def fallback_of(pool: NodePool, recent: list[float]) -> Fallback | None:
+    """The fallback due under `pool`'s `spec.interruption` to a workload interrupted at `recent`
+    (its times within the pool's window, `InterruptionBook.recent`), or None (no limit, under
+    it, or a pool without Spot)."""
+    policy = pool.interruption
+    if policy.fallback_after is None or Tier.SPOT not in pool.capacity_types:
+        return None
+    count = len(recent)
+    if count < policy.fallback_after:
+        return None
+    counted = f"{count} interruption{'s' if count != 1 else ''}"
+    field_text = f"spec.interruption.fallbackToOnDemandAfter: {policy.fallback_after}"
+    window = format_duration(policy.window)
+    message = f"{counted} within {window} ({field_text}): placing on OnDemand"
+    return Fallback(count, message, f"{counted} of this workload within {window} ({field_text})")
+
+
 def fall_back(pool: NodePool, fallback: Fallback | None) -> tuple[NodePool, Skip | None]:
     """The pool to place from (OnDemand only under a fallback) and the skip that says why Spot is not tried."""
     if fallback is None:
@@ -193,19 +210,8 @@ class InterruptionBook:
         return [t for t in times if t > now - window][-MAX_HISTORY:]
 
     def fallback(self, workload: str | None, pool: NodePool, now: float | None = None) -> Fallback | None:
-        """The fallback due to the workload under `pool`'s `spec.interruption`, or None (no limit,
-        under it, or a pool without Spot)."""
-        policy = pool.interruption
-        if policy.fallback_after is None or Tier.SPOT not in pool.capacity_types:
-            return None
-        count = len(self.recent(workload, policy.window, now))
-        if count < policy.fallback_after:
-            return None
-        counted = f"{count} interruption{'s' if count != 1 else ''}"
-        field_text = f"spec.interruption.fallbackToOnDemandAfter: {policy.fallback_after}"
-        window = format_duration(policy.window)
-        message = f"{counted} within {window} ({field_text}): placing on OnDemand"
-        return Fallback(count, message, f"{counted} of this workload within {window} ({field_text})")
+        """The fallback due to the workload under `pool`'s `spec.interruption` (`fallback_of`)."""
+        return fallback_of(pool, self.recent(workload, pool.interruption.window, now))
 
     def _trim_locked(self, workload: str, entry: _Workload, now: float) -> None:
         """Forget what no window can reach and keep MAX_HISTORY per workload; drop the workload

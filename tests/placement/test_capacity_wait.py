@@ -7,13 +7,14 @@ injected clock; the status write is also sent to a real (embedded) API server.""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from kube import names
-from kube.client import Kube, path_for
+from kube import names, observe
+from kube.client import Kube, NotFoundError, path_for
 from kube.worker import Requeue
 from placement.capacitywait import created_at
 from placement.controller import EXPIRY_MARGIN
@@ -170,3 +171,43 @@ def test_a_creation_time_without_a_zone_is_utc_whatever_the_local_zone(monkeypat
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+class Outcomes(observe.NullObserver):
+    """The placement outcomes reported (the label values of nebula_placement_decisions_total)."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def placement_decided(self, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+class Gone(Recording):
+    """The Pod was deleted before the status write reached the API server."""
+
+    def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None) -> Any:
+        self.writes.append((path, body))
+        raise NotFoundError(404, "NotFound", 'pods "trainer" not found')
+
+
+@pytest.fixture
+def outcomes() -> Iterator[Outcomes]:
+    recorded = Outcomes()
+    observe.install(recorded)
+    yield recorded
+    observe.install(None)
+
+
+@pytest.mark.parametrize(
+    ("api", "expected"), [(Recording, ["capacity_wait_exceeded"]), (Gone, [])], ids=["applied", "gone"]
+)
+def test_the_outcome_is_counted_only_when_the_pod_was_failed(
+    api: type[Recording], expected: list[str], outcomes: Outcomes
+) -> None:
+    kube = api()
+    harness = waiting_harness(created_ago=WAIT + 5, kube=kube)
+    assert harness.controller.sync(KEY) is None  # settled either way: nothing left to wait for
+    assert len(kube.writes) == 1
+    assert outcomes.outcomes == expected
+    assert harness.events.reasons == ([names.REASON_CAPACITY_WAIT_EXCEEDED] if expected else [])
