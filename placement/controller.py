@@ -42,7 +42,7 @@ from placement.blocklist import Blocklist
 from placement.budgets import BudgetBook, Verdict, budget_from
 from placement.catalog import Catalog
 from placement.gated import GatedPod, GatedRegister, Waiting, gated_pods
-from placement.interruptions import Fallback, InterruptionBook, fall_back, workload_of
+from placement.interruptions import Fallback, InterruptionBook, fall_back, fallback_of, workload_of
 from placement.optimizer import Decision, blocklist_lookup, count_candidates, decide
 from placement.poolcache import PoolCache, generation
 from placement.pools import NodePool
@@ -58,7 +58,7 @@ from placement.request import (
 )
 from placement.settle import SPEND_INTERVAL, SPEND_KEY, SpendWork
 from placement.spend import SpendBook
-from placement.spendview import Money
+from placement.spendview import dollars
 from placement.ungate import LOOK_AGAIN_NOW, placement_annotations, send, ungate_patch, with_history
 from placement.ungate import PATCH_RETRY_DELAY as PATCH_RETRY_DELAY
 from placement.waiting import PLACEMENT_RECHECK, wait_for
@@ -72,10 +72,6 @@ CATALOG_KEY = "catalog:"  # the queue key that asks the catalog again while Pods
 MAX_EVENT_MESSAGE = 1000
 POOLS_UNSYNCED = Requeue(0.5)  # the pool cache has not listed NodePools yet: look again shortly
 EXPIRY_MARGIN = 0.05  # seconds past an expiry before looking again, so the entry has lapsed
-
-
-def _dollars(today: Money, month: Money) -> tuple[float, float]:
-    return today.dollars, month.dollars
 
 
 class PlacementController:
@@ -123,7 +119,7 @@ class PlacementController:
         self.spend = SpendWork(kube, book, pools, self.pods, self.queue, self.placed_count, self.pool_changed)
         self.spend.interval = spend_interval  # its writes run here, under `spend:` keys (placement.settle)
         self.spend.verdict = self._budget_verdict  # one verdict: the budget book's, reservations included
-        self.budgets.spent = lambda pool: _dollars(*book.spent(pool))
+        self.budgets.spent = lambda pool: dollars(book.spent(pool))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -293,37 +289,42 @@ class PlacementController:
         budget = state.pool.budget
         verdict = None if budget is None else self.budgets.check(pool_name, budget)
         if verdict is not None and not verdict.allowed:
-            return self._wait(key, pod, request, Decision(None, "", ()), now, verdict)
+            return self._wait(key, pod, request, Decision(None, "", ()), now, verdict, state.pool)
         lookup = blocklist_lookup(self._blocklist, request.accelerator)
         headroom = None if verdict is None else verdict.headroom
-        fallback = self.interruptions.fallback(workload_of(pod), state.pool, now)
+        history = self.interruptions.recent(workload_of(pod), state.pool.interruption.window, now)
+        fallback = fallback_of(state.pool, history)
         pool, skip = fall_back(state.pool, fallback)  # OnDemand only, once the workload was interrupted enough
         decision = decide(pool, request, self._catalog.views(), lookup, now=now, headroom=headroom)
         decision = decision if skip is None else replace(decision, skipped=(skip, *decision.skipped))
         if decision.chosen is None:
-            return self._wait(key, pod, request, decision, now, verdict)
+            return self._wait(key, pod, request, decision, now, verdict, state.pool)
         if budget is None:
-            return self._ungate(key, pod, state.pool, decision, fallback)
+            return self._ungate(key, pod, state.pool, decision, fallback, history)
         uid = str(pod["metadata"].get("uid", ""))
         if not self.budgets.reserve(pool_name, key, uid, decision.chosen.hourly_price, budget).allowed:
             return Attempt(LOOK_AGAIN_NOW, settled=False)  # another worker took the room: decide again
         attempt = Attempt(settled=False)
         try:
-            attempt = self._ungate(key, pod, state.pool, decision, fallback)
+            attempt = self._ungate(key, pod, state.pool, decision, fallback, history)
             return attempt
         finally:
             if not attempt.placed:  # the patch failed or met another version: the reservation goes
                 self._budget_released(self.budgets.release(key))
 
     def _wait(
-        self, key: str, pod: JsonDict, request: WorkloadRequest, decision: Decision, now: float, budget: Verdict | None
+        self,
+        key: str,
+        pod: JsonDict,
+        request: WorkloadRequest,
+        decision: Decision,
+        now: float,
+        budget: Verdict | None,
+        pool: NodePool,
     ) -> Attempt:
-        """Hold the Pod for what the decision (and its pool's budget verdict) says it waits for."""
-        pool_name = labels(pod).get(names.POOL_LABEL, "")
-        wait = wait_for(decision, request, now=now, recheck=self._recheck, budget=budget, pool=pool_name)
-        state = self._pools.get(pool_name)
-        limit = None if state is None or state.pool is None else state.pool.wait_for_capacity
-        held = capacitywait.enforce(self._kube, pod, wait, request, limit, now, self._event)
+        """Hold the Pod for what the decision (and `pool`'s budget verdict) says it waits for."""
+        wait = wait_for(decision, request, now=now, recheck=self._recheck, budget=budget, pool=pool.name)
+        held = capacitywait.enforce(self._kube, pod, wait, request, pool.wait_for_capacity, now, self._event)
         if isinstance(held, Attempt):  # failover.waitForCapacity ran out: the Pod ended (or moved)
             if held.settled:
                 self._forget(key)
@@ -332,7 +333,7 @@ class PlacementController:
         uid = str((pod.get("metadata") or {}).get("uid", ""))
         self._hold(key, pod, wait.waiting(uid))
         if wait.budget_pool and budget is not None:
-            self.budgets.note_held(pool_name, budget)
+            self.budgets.note_held(pool.name, budget)
         outcome = "budget" if wait.budget_pool else "blocked" if decision.retry_at is not None else "no_candidate"
         observe.current().placement_decided(outcome)
         if wait.watched:  # ask the catalog again after its TTL, while someone waits for it
@@ -349,13 +350,14 @@ class PlacementController:
         if self.gated.note(key, waiting):
             self._event(pod, "Warning", waiting.reason, waiting.message)
 
-    def _ungate(self, key: str, pod: JsonDict, pool: NodePool, decision: Decision, fell: Fallback | None) -> Attempt:
-        """One JSON patch: nodeSelector, annotations (the workload's recent interruptions too),
+    def _ungate(
+        self, key: str, pod: JsonDict, pool: NodePool, decision: Decision, fell: Fallback | None, history: list[float]
+    ) -> Attempt:
+        """One JSON patch: nodeSelector, annotations (the workload's recent interruptions, `history`),
         our gate removed (others kept). Its `test` ops make it apply only to the Pod as placement
         saw it; a concurrent status write (the scheduler's) does not conflict, as an update would."""
         chosen = decision.chosen
         assert chosen is not None
-        history = self.interruptions.recent(workload_of(pod), pool.interruption.window)
         ops = ungate_patch(pod, chosen.provider, with_history(placement_annotations(chosen, pool.name), history))
         outcome = send(self._kube, pod, ops)  # None: applied; else the Pod moved (look again) or went
         if outcome is None or outcome.settled:

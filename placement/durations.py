@@ -1,7 +1,7 @@
 """Durations as a NodePool spells them (`30s`, `5m`, `1h30m`: Go's units h, m, s) and the
 error every NodePool field reports through (`PoolError`, naming the field and the fix).
 
-Pure; `placement.pools` and `placement.poolpolicy` parse with it (and re-export it).
+Pure; `placement.pools` and `placement.interruptspec` parse with it (`placement.pools` re-exports it).
 Tests: tests/placement/test_pool_interruption.py.
 """
 

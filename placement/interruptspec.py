@@ -19,7 +19,7 @@ DEFAULT_WINDOW = 3600.0  # spec.interruption.window: 1h
 MIN_WINDOW, MAX_WINDOW = 60.0, 7 * 86_400.0  # 1m .. 168h (7 days)
 MIN_WAIT, MAX_WAIT = 60.0, 7 * 86_400.0  # spec.failover.waitForCapacity: 1m .. 168h (7 days)
 INTERRUPTION_FIELDS = ("blocklistTTL", "fallbackToOnDemandAfter", "window", "proactive")
-FAILOVER_FIELDS = ("blocklistTTL", "waitForCapacity")
+FAILOVER_FIELDS = ("blocklistTTL", "waitForCapacity")  # spec.failover's, checked by placement.pools
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,7 @@ def interruption(raw: Any) -> Interruption:
     )
 
 
-def wait_for_capacity(failover: Any) -> float | None:
-    """`spec.failover.waitForCapacity` in seconds; None when absent (a Pod waits as long as it takes).
-    `spec.failover` itself is checked by `placement.pools`."""
-    if not isinstance(failover, Mapping):
-        return None
-    unknown = sorted(str(k) for k in set(failover) - set(FAILOVER_FIELDS))
-    if unknown:
-        raise PoolError(f"spec.failover: unknown fields {unknown}; allowed: {', '.join(FAILOVER_FIELDS)}")
-    raw = failover.get("waitForCapacity")
+def wait_for_capacity(raw: Any) -> float | None:
+    """`spec.failover.waitForCapacity` (the field's value) in seconds; None when absent (a Pod
+    waits as long as it takes). `spec.failover` itself is read once, by `placement.pools`."""
     return None if raw is None else bounded_duration(raw, "spec.failover.waitForCapacity", MIN_WAIT, MAX_WAIT)

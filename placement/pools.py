@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 
 from placement import blocklist
 from placement.durations import PoolError as PoolError
+from placement.durations import bounded_duration
 from placement.durations import format_duration as format_duration
-from placement.durations import parse_duration
-from placement.interruptspec import Interruption, interruption, wait_for_capacity
+from placement.durations import parse_duration as parse_duration
+from placement.interruptspec import FAILOVER_FIELDS, Interruption, interruption, wait_for_capacity
 from placement.spendview import BudgetView
 from providers import egress as egress_policy
 from providers.base import Tier
@@ -87,7 +88,7 @@ class NodePool:
     egress: Egress = OPEN
     provisioning_timeout: float = DEFAULT_PROVISIONING_TIMEOUT  # seconds an instance may stay PROVISIONING
     budget: Budget | None = None  # None: spec.budget absent, no limit and unpriced offerings allowed
-    interruption: Interruption = Interruption()  # spec.interruption (placement.poolpolicy)
+    interruption: Interruption = Interruption()  # spec.interruption (placement.interruptspec)
     wait_for_capacity: float | None = None  # spec.failover.waitForCapacity in seconds; None: wait forever
     generation: int = 0
     resource_version: str = ""
@@ -100,17 +101,18 @@ def parse_pool(obj: Mapping[str, Any]) -> NodePool:
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         raise PoolError("spec: required; give at least spec.providers")
+    blocklist_ttl, wait = _failover(spec.get("failover"))
     return NodePool(
         name=name,
         providers=_providers(spec.get("providers")),
         capacity_types=_capacity_types(spec.get("capacityTypes")),
         strategy=_strategy(spec.get("strategy")),
-        blocklist_ttl=_ttl(spec.get("failover")),
+        blocklist_ttl=blocklist_ttl,
         egress=_egress(spec.get("egress")),
         provisioning_timeout=_provisioning_timeout(spec.get("provisioningTimeout")),
         budget=parse_budget(spec.get("budget")),
         interruption=interruption(spec.get("interruption")),
-        wait_for_capacity=wait_for_capacity(spec.get("failover")),
+        wait_for_capacity=wait,
         generation=int(meta.get("generation") or 0),
         resource_version=str(meta.get("resourceVersion") or ""),
     )
@@ -166,21 +168,19 @@ def _strategy(raw: Any) -> Strategy:
     return _enum_field(raw, Strategy, "spec.strategy")
 
 
-def _ttl(failover: Any) -> float:
-    if failover is None:
-        return DEFAULT_BLOCKLIST_TTL
-    if not isinstance(failover, Mapping):
-        raise PoolError("spec.failover: must be an object such as {blocklistTTL: 5m}")
-    raw = failover.get("blocklistTTL")
+def _failover(raw: Any) -> tuple[float, float | None]:
+    """`spec.failover`, read once: its blocklistTTL and its waitForCapacity (None: wait forever)."""
     if raw is None:
-        return DEFAULT_BLOCKLIST_TTL
-    try:
-        seconds = parse_duration(raw)
-    except PoolError as exc:
-        raise PoolError(f"spec.failover.blocklistTTL: {exc}") from None
-    if not MIN_TTL <= seconds <= MAX_TTL:
-        raise PoolError(f"spec.failover.blocklistTTL: {raw!r} is out of range; use between 1s and 24h")
-    return seconds
+        return DEFAULT_BLOCKLIST_TTL, None
+    if not isinstance(raw, Mapping):
+        raise PoolError("spec.failover: must be an object such as {blocklistTTL: 5m}")
+    unknown = sorted(str(k) for k in set(raw) - set(FAILOVER_FIELDS))
+    if unknown:
+        raise PoolError(f"spec.failover: unknown fields {unknown}; allowed: {', '.join(FAILOVER_FIELDS)}")
+    ttl = raw.get("blocklistTTL")
+    if ttl is not None:
+        ttl = bounded_duration(ttl, "spec.failover.blocklistTTL", MIN_TTL, MAX_TTL)
+    return DEFAULT_BLOCKLIST_TTL if ttl is None else ttl, wait_for_capacity(raw.get("waitForCapacity"))
 
 
 def _egress(raw: Any) -> Egress:
@@ -209,13 +209,7 @@ def _egress(raw: Any) -> Egress:
 def _provisioning_timeout(raw: Any) -> float:
     if raw is None:
         return DEFAULT_PROVISIONING_TIMEOUT
-    try:
-        seconds = parse_duration(raw)
-    except PoolError as exc:
-        raise PoolError(f"spec.provisioningTimeout: {exc}") from None
-    if not MIN_PROVISIONING_TIMEOUT <= seconds <= MAX_PROVISIONING_TIMEOUT:
-        raise PoolError(f"spec.provisioningTimeout: {raw!r} is out of range; use between 1s and 24h")
-    return seconds
+    return bounded_duration(raw, "spec.provisioningTimeout", MIN_PROVISIONING_TIMEOUT, MAX_PROVISIONING_TIMEOUT)
 
 
 def parse_budget(raw: Any) -> Budget | None:

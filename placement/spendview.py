@@ -37,6 +37,11 @@ class Money:
         return Money(self.dollars + other.dollars, self.unpriced_seconds + other.unpriced_seconds)
 
 
+def dollars(today_month: tuple[Money, Money]) -> tuple[float, float]:
+    """(today, this month) in dollars: what a budget's `daily` / `monthly` limit compares."""
+    return today_month[0].dollars, today_month[1].dollars
+
+
 ZERO = Money()
 
 

@@ -3,8 +3,9 @@ scheduling gate removed, and the finalizer `nebula.io/spend` added (placement.se
 Pod's spend into its pool's ledger before removing it), as a JSON patch (RFC 6902) that applies
 only to the Pod as placement read it.
 
-Pure but for `send`, with which the placement controller and `placement.capacitywait` apply it.
- Never removes another controller's gate.
+The patch is built by pure functions (`ungate_patch`, `placement_annotations`, `with_history`);
+`send` does the I/O: one PATCH, with which the placement controller and `placement.capacitywait`
+apply theirs. Never removes another controller's gate.
 Tests: tests/placement/test_ungate_patch.py,
 tests/placement/test_settle.py::test_the_ungate_patch_adds_the_spend_finalizer_once.
 """

@@ -6,14 +6,17 @@ injected clock; the status write is also sent to a real (embedded) API server.""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from kube import names
-from kube.client import Kube, path_for
+from kube import names, observe
+from kube.client import Kube, NotFoundError, path_for
 from kube.worker import Requeue
+from placement.capacitywait import created_at
 from placement.controller import EXPIRY_MARGIN
 from placement.poolcache import PoolState
 from placement.pools import NodePool, PoolProvider
@@ -39,9 +42,12 @@ class Recording:
         return {}
 
 
-def waiting_harness(wait: float | None = WAIT, *, created_ago: float = 0.0, kube: Any = None) -> Harness:
-    """A Pod of pool `train` (Spot only on gpu-a) whose one offering is sold out."""
-    harness = Harness(offerings=SOLD_OUT)
+def waiting_harness(
+    wait: float | None = WAIT, *, created_ago: float = 0.0, kube: Any = None, offerings: Any = SOLD_OUT
+) -> Harness:
+    """A Pod of pool `train` (Spot only on gpu-a) whose one offering is sold out (`offerings`
+    None: gpu-a cannot be asked)."""
+    harness = Harness(offerings=offerings)
     pool = NodePool("train", (PoolProvider("gpu-a"),), capacity_types=(Tier.SPOT,), wait_for_capacity=wait)
     harness.controller._pools.states["train"] = PoolState("train", pool, "", {"metadata": {"generation": 2}})  # type: ignore[attr-defined]
     harness.controller._recheck = 600.0  # so the deadline, not the recheck, is the next look
@@ -98,6 +104,28 @@ def test_capacity_returning_before_the_wait_ends_places_the_pod() -> None:
     assert harness.events.reasons == [names.EVENT_WAITING_FOR_CAPACITY, names.EVENT_PLACED]
 
 
+def test_a_provider_that_cannot_be_asked_keeps_the_pod_waiting_past_the_limit() -> None:
+    """I3: offerings unknown (an outage, or the first ask after a restart failing) is not "sold
+    out": a Pod older than waitForCapacity stays gated; once the provider answers sold out, it fails."""
+    harness = waiting_harness(created_ago=WAIT * 10, offerings=None)
+    kube: Recording = harness.controller._kube  # type: ignore[assignment]
+    assert harness.controller.sync(KEY) == Requeue(pytest.approx(600.0 + EXPIRY_MARGIN))
+    assert kube.writes == []
+    assert harness.events.reasons == [names.EVENT_WAITING_FOR_CAPACITY]
+    assert "gpu-a offerings unknown" in harness.events.messages[-1]
+    harness.clock.advance(7 * 86_400.0)  # the longest waitForCapacity, and more: still waiting
+    harness.step()
+    assert harness.controller.sync(KEY) is not None and kube.writes == []
+
+    harness.provider.offerings_now = SOLD_OUT  # it answers again: sold out
+    harness.clock.advance(CATALOG_TTL)
+    harness.controller._catalog.views()
+    harness.controller.pool_changed("train")  # a look now, not at the recheck
+    harness.step()
+    assert [path.rsplit("/", 1)[-1] for path, _ in kube.writes] == ["status"]
+    assert harness.events.reasons[-1] == names.REASON_CAPACITY_WAIT_EXCEEDED
+
+
 def test_without_wait_for_capacity_a_pod_waits_on() -> None:
     harness = waiting_harness(None, created_ago=7 * 86_400.0)
     assert harness.controller.sync(KEY) == Requeue(pytest.approx(600.0 + EXPIRY_MARGIN))
@@ -127,3 +155,59 @@ def test_the_api_server_takes_the_failed_status_of_a_gated_pod(kube: Kube) -> No
     assert pod["status"]["reason"] == names.REASON_CAPACITY_WAIT_EXCEEDED
     assert "spec.failover.waitForCapacity: 1m" in pod["status"]["message"]
     assert pod["spec"]["schedulingGates"] == [{"name": names.PLACEMENT_GATE}]
+
+
+def test_a_creation_time_without_a_zone_is_utc_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As kube.times reads every API timestamp: a naive one is UTC, not the manager's local time."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        pod = make_pod("trainer", metadata={"creationTimestamp": "2027-01-15T08:00:00"})
+        assert created_at(pod) == 1_800_000_000.0
+        pod["metadata"]["creationTimestamp"] = "2027-01-15T08:00:00Z"
+        assert created_at(pod) == 1_800_000_000.0
+        pod["metadata"]["creationTimestamp"] = "not a time"
+        assert created_at(pod) is None
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+class Outcomes(observe.NullObserver):
+    """The placement outcomes reported (the label values of nebula_placement_decisions_total)."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def placement_decided(self, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+class Gone(Recording):
+    """The Pod was deleted before the status write reached the API server."""
+
+    def request(self, method: str, path: str, *, body: Any = None, content_type: str | None = None) -> Any:
+        self.writes.append((path, body))
+        raise NotFoundError(404, "NotFound", 'pods "trainer" not found')
+
+
+@pytest.fixture
+def outcomes() -> Iterator[Outcomes]:
+    recorded = Outcomes()
+    observe.install(recorded)
+    yield recorded
+    observe.install(None)
+
+
+@pytest.mark.parametrize(
+    ("api", "expected"), [(Recording, ["capacity_wait_exceeded"]), (Gone, [])], ids=["applied", "gone"]
+)
+def test_the_outcome_is_counted_only_when_the_pod_was_failed(
+    api: type[Recording], expected: list[str], outcomes: Outcomes
+) -> None:
+    kube = api()
+    harness = waiting_harness(created_ago=WAIT + 5, kube=kube)
+    assert harness.controller.sync(KEY) is None  # settled either way: nothing left to wait for
+    assert len(kube.writes) == 1
+    assert outcomes.outcomes == expected
+    assert harness.events.reasons == ([names.REASON_CAPACITY_WAIT_EXCEEDED] if expected else [])

@@ -16,6 +16,7 @@ from placement.interruptions import (
     interrupted_at,
     parse_history,
 )
+from placement.interruptspec import MAX_WINDOW
 from placement.pools import NodePool, PoolProvider, parse_pool
 from providers.base import Tier
 from tests.support.clock import ManualClock
@@ -133,3 +134,100 @@ def test_a_pool_falls_back_to_on_demand_after_n_within_the_window() -> None:
     assert book.fallback(RS, pool, NOW + 3600 - 599) is None  # the first left the window
     never = NodePool("p", (PoolProvider("gpu-a"),), capacity_types=(Tier.SPOT, Tier.ON_DEMAND))
     assert book.fallback(RS, never) is None  # no fallbackToOnDemandAfter: never
+
+
+def reclaimed(uid: str, condition: dict[str, Any] | None) -> dict[str, Any]:
+    """A Pod a provider reclaimed without notice: no `nebula.io/interruption`, no container
+    finish, only the condition the vnode set when it ended it."""
+    status: dict[str, Any] = {"phase": "Failed", "reason": names.REASON_PREEMPTED}
+    if condition is not None:
+        status["conditions"] = [
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2027-01-15T07:00:00Z"},
+            condition,
+        ]
+    return owned(uid, status=status)
+
+
+def test_without_notice_or_finish_the_time_is_the_pods_own_at_every_sighting() -> None:
+    target = {"type": "DisruptionTarget", "status": "True", "lastTransitionTime": "2027-01-15T07:58:00Z"}
+    assert interrupted_at(reclaimed("r", target), NOW) == NOW - 120
+    assert interrupted_at(reclaimed("r", target), NOW + 999) == NOW - 120  # seen again later: the same time
+    not_ready = {"type": "Ready", "status": "False", "lastTransitionTime": "2027-01-15T07:57:00Z"}
+    pod = reclaimed("r", not_ready)
+    pod["status"]["conditions"] = pod["status"]["conditions"][1:]  # only Ready=False
+    assert interrupted_at(pod, NOW + 999) == NOW - 180
+    assert interrupted_at(reclaimed("r", None), NOW + 0.7) == NOW  # nothing on the Pod: when it was seen
+
+
+def test_a_kept_failed_pod_seen_after_a_restart_is_not_counted_twice() -> None:
+    """A Job keeps its Failed Pod; the Pod placed after it carries the interruption's time. A new
+    book that sees both (in either order) counts one interruption, not two."""
+    target = {"type": "DisruptionTarget", "status": "True", "lastTransitionTime": "2027-01-15T07:58:00Z"}
+    before = InterruptionBook(ManualClock(NOW - 100))
+    before.observe(reclaimed("a", target))
+    placed = owned("b", status={"phase": "Running"})
+    placed["metadata"]["annotations"] = {names.INTERRUPTIONS_ANNOTATION: format_history(before.recent(RS, 3600))}
+
+    after = InterruptionBook(ManualClock(NOW + 600))  # the restart, later
+    after.observe(placed)
+    after.observe(reclaimed("a", target))
+    assert after.recent(RS, 3600) == [NOW - 120]
+
+
+def test_a_trimmed_pod_seen_again_is_never_counted_again() -> None:
+    clock = ManualClock(NOW)
+    book = InterruptionBook(clock)
+    kept = reclaimed("a", None)  # nothing stable on it: its time is when it was first seen
+    assert book.observe(kept) is True
+    clock.advance(MAX_WINDOW + 1)
+    assert book.observe(interrupted("b", clock.now)) is True  # trims "a": no window reaches it
+    assert book.observe(kept) is False  # a resync shows the kept Pod again
+    assert book.recent(RS, 3600) == [clock.now]
+
+
+def carrying(uid: str, workload: str, times: list[float]) -> dict[str, Any]:
+    """A placed Pod of `workload` carrying its interruption times."""
+    pod = owned(uid, workload=workload, status={"phase": "Running"})
+    pod["metadata"]["annotations"] = {names.INTERRUPTIONS_ANNOTATION: format_history(times)}
+    return pod
+
+
+def test_a_workload_with_nothing_left_is_dropped() -> None:
+    clock = ManualClock(NOW)
+    book = InterruptionBook(clock)
+    book.observe(interrupted("a", NOW - 60))
+    book.observe(carrying("b", "job-uid", [NOW - 30]))
+    assert len(book) == 2
+    clock.advance(MAX_WINDOW)
+    book.observe(interrupted("c", clock.now, reason=names.REASON_FAILED))  # not an interruption; trims RS
+    book.observe(carrying("d", "job-uid", [NOW - 30]))  # its only time is out of reach now
+    assert len(book) == 0
+    assert book.recent(RS, MAX_WINDOW) == [] and book.recent("job-uid", MAX_WINDOW) == []
+
+
+def test_the_least_recently_used_workload_goes_past_the_bound() -> None:
+    book = InterruptionBook(ManualClock(NOW), max_workloads=2)
+    book.observe(carrying("a", "old", [NOW - 3000]))  # interrupted longest ago ...
+    book.observe(carrying("b", "new", [NOW - 60]))
+    assert book.recent("old", 3600) == [NOW - 3000]  # ... but asked for since: used most recently
+    book.observe(carrying("c", "third", [NOW - 30]))
+    assert len(book) == 2
+    assert book.recent("new", 3600) == []  # the least recently used went
+    assert book.recent("old", 3600) == [NOW - 3000]
+    assert book.recent("third", 3600) == [NOW - 30]
+
+
+def test_the_same_carried_text_is_parsed_once(monkeypatch: Any) -> None:
+    parsed: list[str] = []
+
+    def counting(text: Any) -> list[float]:
+        parsed.append(text)
+        return parse_history(text)
+
+    monkeypatch.setattr("placement.interruptions.parse_history", counting)
+    book = InterruptionBook(ManualClock(NOW))
+    for _ in range(3):  # a status write, a resync, another Pod of the workload carrying the same
+        book.observe(carrying("a", RS, [NOW - 60]))
+    assert len(parsed) == 1
+    book.observe(carrying("a", RS, [NOW - 60, NOW - 30]))
+    assert len(parsed) == 2 and book.recent(RS, 3600) == [NOW - 60, NOW - 30]
