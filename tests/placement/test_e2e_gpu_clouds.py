@@ -2,8 +2,8 @@
 its vendor's SDK against a fake of the vendor's API (tests/support/rigs/clouds.py). An
 opted-in Pod runs on Modal and kubectl's logs -f and exec (stdin, TTY size and resize, exit
 codes) reach it; Modal queueing past the pool's provisioningTimeout sends the replacement
-to RunPod; a RunPod spot interruption fails the Pod `Preempted`, blocks the Spot tier and
-replaces it; a restarted manager adopts on both without duplicates; a second cluster on the
+to RunPod; a RunPod spot interruption fails the Pod `Preempted`, blocks the Spot offering it ran on
+and replaces it; a restarted manager adopts on both without duplicates; a second cluster on the
 same Modal app and RunPod account touches nothing of the first's; no secret reaches a log
 or an Event or a console page."""
 
@@ -205,7 +205,7 @@ def test_modal_queueing_past_the_provisioning_timeout_sends_the_replacement_to_r
     assert_no_secret(clouds, caplog)
 
 
-def test_a_runpod_spot_interruption_fails_the_pod_preempted_blocks_spot_and_replaces_it(clouds: CloudStack) -> None:
+def test_a_runpod_spot_interruption_fails_the_pod_preempted_blocks_its_spot_offering_and_replaces_it(clouds: CloudStack) -> None:
     clouds.cluster.apply_manifest(pool("spot", ["runpod"], ["Spot", "OnDemand"]))
     start(clouds, "spotty", "spot")
     pod = wait_for(lambda: running(clouds.kube, "spotty"), 120)
@@ -220,7 +220,8 @@ def test_a_runpod_spot_interruption_fails_the_pod_preempted_blocks_spot_and_repl
     wait_for(failed_preempted, 60)
     assert events_for(clouds.kube, names.EVENT_PREEMPTED)
     [entry] = [e for e in clouds.blocklist.entries() if e.scope.provider == "runpod"]
-    assert entry.scope.breadth is BlockBreadth.TIER and entry.scope.tier is Tier.SPOT
+    # The offering it ran on (an interruption's block): RunPod's one region here, so Spot is out.
+    assert entry.scope.breadth is BlockBreadth.OFFERING and entry.scope.tier is Tier.SPOT
     replacement = wait_for(lambda: running(clouds.kube, "spotty"), 120)
     assert replacement["metadata"]["name"] != first and tier_of(replacement) == "OnDemand"
 

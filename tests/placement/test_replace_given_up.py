@@ -120,7 +120,7 @@ def replaced_for(kube: Kube, reason: str) -> list[str]:
     return [e["message"] for e in events_for(kube, names.EVENT_REPLACING) if reason in e["message"]]
 
 
-def test_a_preempted_owned_pod_is_replaced_off_the_spot_tier_and_an_unowned_one_stays_failed(
+def test_a_preempted_owned_pod_is_replaced_off_its_spot_offering_and_an_unowned_one_stays_failed(
     cluster: DevCluster, kube: Kube, webhook: TlsWsgiServer
 ) -> None:
     with stack_of(cluster, queued=False) as stack:
@@ -138,10 +138,12 @@ def test_a_preempted_owned_pod_is_replaced_off_the_spot_tier_and_an_unowned_one_
 
         reclaim(running(kube, "bare")[0])
         wait_for(lambda: status_of(get(kube, "bare")) == ("Failed", names.REASON_PREEMPTED), what="bare fails")
-        (entry,) = wait_for(lambda: stack.blocklist.entries(), what="the Spot tier is blocked")
+        (entry,) = wait_for(lambda: stack.blocklist.entries(), what="the reclaimed offering is blocked")
+        # The candidate it ran on, as an interruption (docs/interruptions.md): gpu-a sells Spot H100s
+        # in one region, so its Spot offering is where the replacement cannot go.
         assert (entry.provider, entry.scope.breadth, entry.scope.tier, entry.pool) == (
             "gpu-a",
-            BlockBreadth.TIER,
+            BlockBreadth.OFFERING,
             Tier.SPOT,
             "reclaim",
         )
