@@ -241,15 +241,23 @@ def test_a_terminate_nebula_asked_for_is_no_notice(aws: None) -> None:
 # -- redelivery, junk and other owners -------------------------------------------------------------
 
 
-def test_a_notice_not_acked_comes_back_after_its_visibility_timeout_with_the_same_id(aws: None) -> None:
+def test_a_notice_not_acked_comes_back_after_its_visibility_timeout_with_the_same_id(
+    aws: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import moto.sqs.models
+
+    clock = [moto.sqs.models.unix_time_millis()]  # moto's SQS clock, moved by hand (no race with load)
+    monkeypatch.setattr(moto.sqs.models, "unix_time_millis", lambda: clock[0])
     url = make_queue()
-    provider = make_provider(interruption_queue=url, interruption_visibility=1)
+    provider = make_provider(interruption_queue=url, interruption_visibility=60)
     ours = launch(provider)
     send(url, envelope(NoticeKind.SPOT_INTERRUPTION, [ec2_id(ours)]))
     (first,) = provider.notices(0)
+    clock[0] += 59_000
     assert provider.notices(0) == []  # hidden while its visibility timeout runs
 
-    again: list[Notice] = wait_for(lambda: provider.notices(0), timeout=10, what="the unacked notice again")
+    clock[0] += 2_000
+    again = provider.notices(0)
 
     assert [notice.id for notice in again] == [first.id]
     provider.ack(again[0])
