@@ -205,7 +205,9 @@ def test_modal_queueing_past_the_provisioning_timeout_sends_the_replacement_to_r
     assert_no_secret(clouds, caplog)
 
 
-def test_a_runpod_spot_interruption_fails_the_pod_preempted_blocks_its_spot_offering_and_replaces_it(clouds: CloudStack) -> None:
+def test_a_runpod_spot_interruption_fails_the_pod_preempted_blocks_its_spot_offering_and_replaces_it(
+    clouds: CloudStack,
+) -> None:
     clouds.cluster.apply_manifest(pool("spot", ["runpod"], ["Spot", "OnDemand"]))
     start(clouds, "spotty", "spot")
     pod = wait_for(lambda: running(clouds.kube, "spotty"), 120)
