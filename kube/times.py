@@ -1,12 +1,13 @@
 """The API server's two timestamp forms, written the same way by every writer in Nebula.
 
 Used by Event recording, the leader Lease, Node conditions and Pod status; pure.
-Tests: tests/kube/test_leader.py.
+Tests: tests/kube/test_leader.py, tests/kube/test_times.py.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 
 def rfc3339(moment: datetime) -> str:
@@ -23,3 +24,14 @@ def parse_rfc3339(text: str) -> datetime:
     """A timestamp in either form, as an aware UTC datetime; ValueError if it is neither."""
     moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def epoch_of(text: Any) -> float | None:
+    """`text` (either form) in epoch seconds; None when it is no timestamp (a missing or damaged
+    field of an object read from the API)."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        return parse_rfc3339(text).timestamp()
+    except ValueError:
+        return None

@@ -22,7 +22,7 @@ from typing import Any
 
 from kube import names, observe
 from kube.client import Kube
-from kube.times import parse_rfc3339
+from kube.times import epoch_of
 from placement.attempt import SETTLED, Attempt
 from placement.durations import format_duration
 from placement.optimizer import Obstacle
@@ -38,13 +38,7 @@ Say = Callable[[JsonDict, str, str, str], None]  # (pod, type, reason, message):
 
 def created_at(pod: Mapping[str, Any]) -> float | None:
     """The Pod's `metadata.creationTimestamp` in epoch seconds, or None when it has none."""
-    text = (pod.get("metadata") or {}).get("creationTimestamp")
-    if not isinstance(text, str) or not text.strip():
-        return None
-    try:
-        return parse_rfc3339(text).timestamp()
-    except ValueError:
-        return None
+    return epoch_of((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
 def deadline(pod: Mapping[str, Any], limit: float | None) -> float | None:

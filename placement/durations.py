@@ -8,6 +8,7 @@ Tests: tests/placement/test_pool_interruption.py.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
@@ -45,3 +46,14 @@ def bounded_duration(raw: Any, field: str, low: float, high: float) -> float:
         span = f"between {format_duration(low)} and {format_duration(high)}"
         raise PoolError(f"{field}: {raw!r} is out of range; use {span}")
     return seconds
+
+
+def fields_of(raw: Any, field: str, allowed: Sequence[str], example: str) -> Mapping[str, Any]:
+    """`raw` as the object `field` must be, with no field but `allowed`; PoolError naming an
+    example of one, or the unknown fields and the allowed ones."""
+    if not isinstance(raw, Mapping):
+        raise PoolError(f"{field}: must be an object such as {example}")
+    unknown = sorted(str(k) for k in set(raw) - set(allowed))
+    if unknown:
+        raise PoolError(f"{field}: unknown fields {unknown}; allowed: {', '.join(allowed)}")
+    return raw

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kube import names
-from kube.times import parse_rfc3339, rfc3339
+from kube.times import epoch_of, rfc3339
 from placement.durations import format_duration
 from placement.interruptspec import MAX_WINDOW
 from placement.optimizer import Obstacle, Skip
@@ -50,15 +50,6 @@ def is_interrupted(pod: Mapping[str, Any]) -> bool:
     return status.get("phase") == "Failed" and status.get("reason") in names.INTERRUPTED_REASONS
 
 
-def _epoch(text: Any) -> float | None:
-    if not isinstance(text, str) or not text.strip():
-        return None
-    try:
-        return parse_rfc3339(text).timestamp()
-    except ValueError:
-        return None
-
-
 def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
     """When the Pod was interrupted: its notice's `issuedAt`, else its containers' latest
     `finishedAt`, else its `DisruptionTarget` condition's `lastTransitionTime`, else its
@@ -69,12 +60,12 @@ def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
         record = json.loads(annotations.get(names.INTERRUPTION_ANNOTATION) or "null")
     except ValueError:
         record = None
-    issued = _epoch(record.get("issuedAt")) if isinstance(record, Mapping) else None
+    issued = epoch_of(record.get("issuedAt")) if isinstance(record, Mapping) else None
     if issued is not None:
         return float(int(issued))
     status = pod.get("status") or {}
     finished = [
-        _epoch(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+        epoch_of(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
         for c in status.get("containerStatuses") or []
         if isinstance(c, Mapping)
     ]
@@ -85,7 +76,7 @@ def interrupted_at(pod: Mapping[str, Any], now: float) -> float:
     for kind, value in ((DISRUPTION_TARGET, "True"), ("Ready", "False")):
         for condition in conditions:
             if condition.get("type") == kind and condition.get("status") == value:
-                changed = _epoch(condition.get("lastTransitionTime"))
+                changed = epoch_of(condition.get("lastTransitionTime"))
                 if changed is not None:
                     return float(int(changed))
     return float(int(now))
@@ -95,7 +86,7 @@ def parse_history(text: Any) -> list[float]:
     """`nebula.io/interruptions` (comma-separated RFC 3339) to epoch seconds; bad items skipped."""
     if not isinstance(text, str):
         return []
-    times = (_epoch(part) for part in text.split(","))
+    times = (epoch_of(part) for part in text.split(","))
     return sorted(float(int(t)) for t in times if t is not None)
 
 

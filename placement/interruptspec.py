@@ -7,11 +7,10 @@ Tests: tests/placement/test_pool_interruption.py.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from placement.durations import PoolError, bounded_duration
+from placement.durations import PoolError, bounded_duration, fields_of
 
 DEFAULT_INTERRUPTED_TTL = 600.0  # spec.interruption.blocklistTTL: 10m
 MIN_INTERRUPTED_TTL, MAX_INTERRUPTED_TTL = 1.0, 86_400.0  # 1s .. 24h
@@ -38,11 +37,7 @@ def interruption(raw: Any) -> Interruption:
     """`spec.interruption` (absent: the defaults); PoolError names the field and the fix."""
     if raw is None:
         return Interruption()
-    if not isinstance(raw, Mapping):
-        raise PoolError("spec.interruption: must be an object such as {fallbackToOnDemandAfter: 2, window: 1h}")
-    unknown = sorted(str(k) for k in set(raw) - set(INTERRUPTION_FIELDS))
-    if unknown:
-        raise PoolError(f"spec.interruption: unknown fields {unknown}; allowed: {', '.join(INTERRUPTION_FIELDS)}")
+    raw = fields_of(raw, "spec.interruption", INTERRUPTION_FIELDS, "{fallbackToOnDemandAfter: 2, window: 1h}")
     after = raw.get("fallbackToOnDemandAfter")
     if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 1):
         raise PoolError(

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from placement import blocklist
 from placement.durations import PoolError as PoolError
-from placement.durations import bounded_duration
+from placement.durations import bounded_duration, fields_of
 from placement.durations import format_duration as format_duration
 from placement.durations import parse_duration as parse_duration
 from placement.interruptspec import FAILOVER_FIELDS, Interruption, interruption, wait_for_capacity
@@ -172,11 +172,7 @@ def _failover(raw: Any) -> tuple[float, float | None]:
     """`spec.failover`, read once: its blocklistTTL and its waitForCapacity (None: wait forever)."""
     if raw is None:
         return DEFAULT_BLOCKLIST_TTL, None
-    if not isinstance(raw, Mapping):
-        raise PoolError("spec.failover: must be an object such as {blocklistTTL: 5m}")
-    unknown = sorted(str(k) for k in set(raw) - set(FAILOVER_FIELDS))
-    if unknown:
-        raise PoolError(f"spec.failover: unknown fields {unknown}; allowed: {', '.join(FAILOVER_FIELDS)}")
+    raw = fields_of(raw, "spec.failover", FAILOVER_FIELDS, "{blocklistTTL: 5m}")
     ttl = raw.get("blocklistTTL")
     if ttl is not None:
         ttl = bounded_duration(ttl, "spec.failover.blocklistTTL", MIN_TTL, MAX_TTL)
@@ -216,11 +212,7 @@ def parse_budget(raw: Any) -> Budget | None:
     """`spec.budget` to a Budget (None when absent); PoolError names the field and the fix."""
     if raw is None:
         return None
-    if not isinstance(raw, Mapping):
-        raise PoolError("spec.budget: must be an object such as {maxHourlyCost: 20, daily: 300}")
-    unknown = sorted(str(k) for k in set(raw) - set(BUDGET_FIELDS))
-    if unknown:
-        raise PoolError(f"spec.budget: unknown fields {unknown}; allowed: {', '.join(BUDGET_FIELDS)}")
+    raw = fields_of(raw, "spec.budget", BUDGET_FIELDS, "{maxHourlyCost: 20, daily: 300}")
     count = raw.get("maxInstances")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise PoolError(f"spec.budget.maxInstances: {count!r} is not a whole number >= 0, e.g. 10")
