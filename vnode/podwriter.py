@@ -5,7 +5,9 @@ first, so whoever reads a status can also find the instance (design §1.6); a st
 API already shows as terminal is frozen. Every status it writes carries the node's address
 as `hostIP`/`hostIPs`, as a kubelet's does (told by the node controller, `advertise_node`;
 tests/vnode/test_status_details.py::test_every_status_written_carries_the_nodes_address).
-Writes only: what a Pod reads (its Secrets and ConfigMaps) is `vnode.sources.reader`'s.
+A first write of `Failed` that is no interruption is the "failed" cause, told once per Pod to
+the observer (tests/vnode/test_failure_counted_once.py). Writes only: what a Pod reads (its
+Secrets and ConfigMaps) is `vnode.sources.reader`'s.
 Never logs a Secret's content (I4; see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret).
 """
@@ -93,7 +95,7 @@ class PodWriter:
         if phase in ("Succeeded", "Failed") and not finishing:
             entry.written_status = entry.desired_status
             return
-        desired = entry.desired_status
+        desired, before = entry.desired_status, entry.written_status
         try:
             self._kube.patch(
                 path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"),
@@ -105,7 +107,8 @@ class PodWriter:
             raise Retry(f"status write failed: {exc}") from exc
         entry.written_status = desired
         reason = str(desired.get("reason") or "")
-        if desired.get("phase") == "Failed" and phase != "Failed" and reason not in names.INTERRUPTED_REASONS:
+        failed_before = "Failed" in (phase, (before or {}).get("phase"))  # the API's, or our last write's
+        if desired.get("phase") == "Failed" and not failed_before and reason not in names.INTERRUPTED_REASONS:
             # The "failed" cause (an interruption is counted where it is noticed: vnode.phases.giveup).
             subject = observe.Subject(entry.key, entry.claim, entry.instance_id or "")
             observe.current().workload_failed(self._provider, reason or "Failed", subject)
