@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from kube import names
 from kube.client import Kube
 from kube.events import EventRecorder
@@ -16,6 +18,7 @@ from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from vnode.handler import Handler
 from vnode.model.interruption import noted, sooner
+from vnode.phases import notices as notices_module
 from vnode.phases.notices import ADOPTION_WAIT, NoticeIntake
 
 AT = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
@@ -125,3 +128,14 @@ def test_sooner_orders_notices_by_when_the_capacity_goes() -> None:
     assert sooner(spot_1, spot_2) and not sooner(spot_2, spot_1)  # type: ignore[arg-type]
     assert sooner(stopping, spot_1) and not sooner(spot_1, stopping)  # type: ignore[arg-type]
     assert not sooner(dataclasses.replace(spot_2), spot_2)  # type: ignore[type-var, arg-type]
+
+
+def test_what_the_intake_holds_is_bounded(kube: Kube, cloud_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(notices_module, "MAX_HELD", 3)
+    handler, intake, source, _ = rig(kube, cloud_name, [0.0])
+    batch = [dataclasses.replace(spot(f"fake-{i}"), id=f"n-{i}") for i in range(5)]
+    intake.handle(batch)  # about no Pod here: held, but at most MAX_HELD of them
+    assert len(intake._unmatched) == 3
+    for i in range(5):  # acknowledged ids are remembered, the oldest forgotten past the bound
+        intake._ack(dataclasses.replace(spot("fake-x"), id=f"a-{i}"))
+    assert list(intake._handled) == ["a-2", "a-3", "a-4"]

@@ -6,6 +6,7 @@ True and the Pods run on, never having read as interrupted or failed."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from kube import names
@@ -14,6 +15,7 @@ from providers.fake import FakeProvider
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from vnode.model.reachability import MAX_ERROR, Reachability, with_reachability
 from vnode.runner import Runner
 
 POLL = 0.2  # the test runners' poll interval (tests/support/rigs/runners.py)
@@ -65,3 +67,12 @@ def test_an_unreachable_provider_for_three_poll_intervals_fails_no_pod_terminate
         assert (reachable_condition(kube, name) or {}).get("reason") == names.REASON_PROVIDER_REACHABLE
     assert [phase_of(kube, name) for name in pods] == ["Running", "Running"]
     assert not cloud.call_log("terminate") and len(cloud.call_log("provision")) == 2
+
+
+def test_the_providers_error_a_pod_carries_is_bounded() -> None:
+    state = Reachability()
+    state.failed("x" * 5000, datetime(2026, 12, 5, 12, 0, tzinfo=UTC))
+    said = with_reachability({"phase": "Running"}, state, provider="gpu", now="2026-12-05T12:00:01Z")
+    (condition,) = said["conditions"]
+    assert condition["status"] == "False" and len(state.view()[1]) == MAX_ERROR
+    assert "x" * MAX_ERROR not in condition["message"] and condition["message"].count("x") == MAX_ERROR - 3
