@@ -79,12 +79,15 @@ def test_a_pod_deploys_lists_and_terminates_with_runpods_shapes(fake: FakeRunPod
         ("TOKEN",), A40, 2, "SECURE", "US-TX-3",
     )  # fmt: skip
     assert "s3cr3t" not in repr(view)
+    box = fake.box(created["id"])
+    # Its memory is read once its command runs. Just after the start only the first process is
+    # counted (the namespace's members are known once the image script wrote its `ns`), and it
+    # may have next to nothing resident yet: 0.0 % was read once under load.
+    wait_for(lambda: b"started" in (box.folder / "container.log").read_bytes(), what="the start command's output")
     runtime_fields = "runtime { uptimeInSeconds container { memoryPercent } }"
     query = f'query {{ pod(input: {{podId: "{created["id"]}"}}) {{ {runtime_fields} }} }}'
     runtime = run_graphql_query(query)["data"]["pod"]["runtime"]
     assert runtime["uptimeInSeconds"] >= 0 and 0 < runtime["container"]["memoryPercent"] < 100
-    box = fake.box(created["id"])
-    wait_for(lambda: b"started" in (box.folder / "container.log").read_bytes(), what="the start command's output")
     ctl_commands.terminate_pod(created["id"])
     assert ctl_commands.get_pods() == [] and ctl_commands.get_pod(created["id"]) is None
     assert not box.running and fake.pods() == []
