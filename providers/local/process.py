@@ -33,6 +33,10 @@ class _Pump:
 
     def __init__(self, fd: int, name: str) -> None:
         self._fd = fd
+        # poll, not select: select refuses a descriptor numbered 1024 or more, which a busy
+        # manager (many Pods, streams and clients) reaches.
+        self._poller = select.poll()
+        self._poller.register(fd, select.POLLIN | select.POLLPRI | select.POLLHUP | select.POLLERR)
         self._buffer = bytearray()
         self._eof = False
         self._stop = threading.Event()
@@ -47,7 +51,7 @@ class _Pump:
                     if len(self._buffer) >= MAX_BUFFER:
                         self._cond.wait(_POLL_SECONDS)
                         continue
-                if not select.select([self._fd], [], [], _POLL_SECONDS)[0]:
+                if not self._poller.poll(_POLL_SECONDS * 1000):
                     continue
                 try:
                     data = os.read(self._fd, 65536)

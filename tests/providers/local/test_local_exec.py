@@ -133,3 +133,25 @@ def test_exec_needs_a_running_instance(provider: LocalProvider) -> None:
 def test_a_missing_command_is_not_found(provider: LocalProvider, running: InstanceId) -> None:
     with pytest.raises(NotFound):
         provider.exec(running, ["/nonexistent/tool"], tty=False, stdin=False)
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_an_exec_reads_its_output_when_the_manager_holds_over_1024_descriptors(tty: bool) -> None:
+    """select() refuses a descriptor numbered 1024 or more; a manager with many Pods, streams and
+    clients open gets such numbers, and the exec's pumps must still read (they poll)."""
+    from providers.local.process import start_process
+
+    held = [os.dup(0) for _ in range(1100)]  # the next descriptors opened are numbered past 1024
+    try:
+        process = start_process(["sh", "-c", "echo out; echo err >&2"], cwd="/", env={}, tty=tty, stdin=False)
+        try:
+            assert process.wait(10) == 0
+            out = b""
+            while chunk := process.read_stdout(65536):
+                out += chunk
+            assert b"out" in out
+        finally:
+            process.close()
+    finally:
+        for fd in held:
+            os.close(fd)
