@@ -13,7 +13,9 @@ RUNPOD_TCP_PORT_22, PATH, HOME=/root) and nothing of the test's environment.
 starts sshd there; this fake always starts it, as the brief of this fake asks.)
 
 A halt kills every process of the pod: every process in its mount namespace (the main one, its
-sshd and every SSH session), found by the namespace's inode.
+sshd and every SSH session), found by the namespace's inode. The box holds the namespace open
+(`pin`) from its start to the end of its halt: a freed namespace's inode number is given to the
+next one made, and a halt that read a stale number killed another pod's container.
 Imported by tests/providers/runpod/fake_runpod.py; nothing here is a test.
 
 Tests: tests/providers/runpod/test_fake_runpod.py
@@ -79,6 +81,7 @@ class PodBox:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     exit_codes: list[int] = field(default_factory=list)
+    pin: int | None = None  # an open descriptor of the container's mount namespace
 
     @property
     def root(self) -> Path:
@@ -110,6 +113,31 @@ class PodBox:
         )  # fmt: skip
         output.close()
         self.started_at = time.monotonic()
+        self._pin_namespace(self.process)
+
+    def _pin_namespace(self, process: subprocess.Popen[bytes]) -> None:
+        """Hold the container's mount namespace open once `unshare` has made it (a few ms)."""
+        own = os.readlink("/proc/self/ns/mnt")
+        deadline = time.monotonic() + 10.0
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                link = f"/proc/{process.pid}/ns/mnt"
+                if os.readlink(link) != own:
+                    fd = os.open(link, os.O_RDONLY)
+                    if os.readlink(f"/proc/self/fd/{fd}") != own:
+                        self.pin = fd
+                        return
+                    os.close(fd)
+            except OSError:
+                pass
+            time.sleep(0.005)
+
+    def _namespace(self) -> str:
+        """The container's mount namespace ("mnt:[inode]"), or "" while it is not known."""
+        if self.pin is not None:
+            return os.readlink(f"/proc/self/fd/{self.pin}")
+        ns_file = self.folder / "ns"
+        return ns_file.read_text().strip() if ns_file.exists() else ""
 
     def _write_config(self) -> None:
         (self.folder / "sshd_config").write_text(
@@ -164,6 +192,9 @@ class PodBox:
                 except subprocess.TimeoutExpired:
                     pass
         process.wait(30)
+        if self.pin is not None:
+            os.close(self.pin)
+            self.pin = None
         self.exit_codes.append(process.returncode if code is None else code)
 
     def usage(self) -> tuple[float, float]:
@@ -193,8 +224,7 @@ class PodBox:
             found.add(main)
         except (ProcessLookupError, PermissionError):
             pass
-        ns_file = self.folder / "ns"
-        namespace = ns_file.read_text().strip() if ns_file.exists() else ""
+        namespace = self._namespace()
         own = os.readlink("/proc/self/ns/mnt")
         if not namespace or namespace == own:
             return sorted(found)
