@@ -1,10 +1,11 @@
 """Gauges read from the manager's memory at scrape time (no hook to feed them, never stale):
 the blocklist, tracked Pods, providers up, orphan instances, instances billing behind
-finished Pods, the estimated spend, leadership and the mirror's lag.
+finished Pods, the estimated spend, leadership, the mirror's lag and the nodes served here.
 
 Registered on `console.metrics.REGISTRY` at import (`console.exporter` imports it). Pure reads
 of `console.runtime`, the console's observer and each Handler's last list; never calls a
-provider or the Kubernetes API. Labels are provider and node only.
+provider or the Kubernetes API. Labels are provider and node only (and the replica's own
+identity on `nebula_node_served`).
 Tests: tests/console/test_metrics_gauges.py.
 """
 
@@ -111,7 +112,20 @@ class MemoryCollector(Collector):
         lag = GaugeMetricFamily("nebula_mirror_lag_seconds", "seconds since the mirror last committed (-1: never)")
         synced = metrics.mirror_synced_at()
         lag.add_metric([], time.monotonic() - synced if synced is not None else -1.0)
-        yield from (lead, lag)
+        yield from (lead, lag, _served())
+
+
+def _served() -> GaugeMetricFamily:
+    """`nebula_node_served{node,replica}`: 1 for each virtual node this replica serves (with
+    providers shared out, each replica exports its own share; summed over replicas, each node
+    reads 1 once the sharing has settled, 2 never)."""
+    replica, nodes = runtime.served()
+    served = GaugeMetricFamily(
+        "nebula_node_served", "1 for each virtual node this replica serves", labels=["node", "replica"]
+    )
+    for node in nodes:
+        served.add_metric([node, replica], 1.0)
+    return served
 
 
 def _blocklist(current: runtime.Runtime) -> Iterator[GaugeMetricFamily]:

@@ -107,3 +107,29 @@ def locate_leader() -> Peer:
     if locate is None:
         raise NoLeader("this replica has no way to find the leader")
     return locate()
+
+
+# Which virtual nodes this replica's Runners serve now, and the replica's name (its Lease
+# identity): the `nebula_node_served` gauge, on every replica, leader or not.
+_replica = ""
+_served: tuple[str, ...] = ()
+
+
+def set_replica(identity: str) -> None:
+    """This process's identity, as its Leases name it (`runvnode` sets it once)."""
+    global _replica
+    with _lock:
+        _replica = identity
+
+
+def set_served(nodes: Sequence[str]) -> None:
+    """The virtual nodes whose Runners run in this process now (every change of them)."""
+    global _served
+    with _lock:
+        _served = tuple(sorted(nodes))
+
+
+def served() -> tuple[str, tuple[str, ...]]:
+    """(this replica's identity, the nodes it serves)."""
+    with _lock:
+        return _replica, _served

@@ -111,6 +111,7 @@ class Leading:
     def runners_changed(self, runners: Sequence[Runner]) -> None:
         """The Runners serving here now: the kubelet registry follows, and the console while leading."""
         handlers = [r.handler for r in runners]
+        runtime.set_served([h.node_name for h in handlers])
         with self._lock:
             for gone in set(self.registry.handlers()) - set(handlers):
                 self.registry.remove(gone)

@@ -166,6 +166,7 @@ def lead(
     )
     kubeauth.install(Reviewer(kube))  # Kubernetes token logins, on a standby too
     identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    runtime.set_replica(identity)
     duration = config.lease_duration
     elector = LeaderElector(
         kube,

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from console import gauges, metrics
+from console import gauges, metrics, runtime
 from console.observer import ConsoleObserver
 from kube import names
 from providers.base import ClaimName, ProvisionRequest
@@ -111,3 +111,19 @@ def test_the_gauges_read_memory_at_scrape_time(
     assert after["nebula_spend_dollars_per_hour"][(("provider", "scrape"),)] == 0.5
     assert after["nebula_orphan_instances"][(("provider", "scrape"),)] == 0.0
     assert after["nebula_leader"][()] == 0.0
+
+
+def test_nebula_node_served_names_each_node_this_replica_serves() -> None:
+    runtime.set_replica("manager-a-1")
+    try:
+        runtime.set_served(["nebula-b", "nebula-a"])
+        served = scrape()["nebula_node_served"]
+        assert served == {
+            (("node", "nebula-a"), ("replica", "manager-a-1")): 1.0,
+            (("node", "nebula-b"), ("replica", "manager-a-1")): 1.0,
+        }
+        runtime.set_served([])  # a replica that serves nothing (a standby, or all given back)
+        assert "nebula_node_served" not in scrape()
+    finally:
+        runtime.set_replica("")
+        runtime.set_served([])

@@ -1,15 +1,15 @@
 """The RBAC proof: the manager's own API calls, recorded, against the rendered roles.
 
-`manage.py runvnode` runs as a child process (production settings, leader election on, the fake
-cloud over HTTP) against the embedded API server, through a scenario that reaches every path
-the process has: the rendered webhook gating an opted-in Pod that placement places (NodePool
-status), Pods with env from Secrets and ConfigMaps, Pods waiting for a missing Secret or
-ConfigMap, a REST API read with a ServiceAccount's token bound to the rendered
-`nebula-console-viewer` (TokenReview, SubjectAccessReview), a refused provision, connect
-Secrets, Events, the Node and its Lease, the leader Lease, an orphan sweep, deletions, and
-SIGTERM releasing leadership. The embedded server records every request; each one the manager
-made (User-Agent nebula-vnode/...) must be allowed by the rendered ClusterRole and Roles, and
-every granted verb must be used.
+`manage.py runvnode` runs as a child process (production settings: leader election on, the
+providers shared out; the fake cloud over HTTP) against the embedded API server, through a
+scenario that reaches every path the process has: the rendered webhook gating an opted-in Pod
+that placement places (NodePool status), Pods with env from Secrets and ConfigMaps, Pods
+waiting for a missing Secret or ConfigMap, a REST API read with a ServiceAccount's token bound
+to the rendered `nebula-console-viewer` (TokenReview, SubjectAccessReview), a refused
+provision, connect Secrets, Events, the Node and its Lease, the leader Lease, the shared node
+and member Leases, an orphan sweep, deletions, and SIGTERM releasing leadership. The embedded
+server records every request; each one the manager made (User-Agent nebula-vnode/...) must be
+allowed by the rendered ClusterRole and Roles, and every granted verb must be used.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from devcluster import DevCluster, RequestRecord
-from kube import names
+from kube import leases, names
 from kube.client import USER_AGENT, Kube, NotFoundError, path_for
 from providers.base import ClaimName, ProvisionRequest
 from providers.fake import FakeProvider
@@ -201,6 +201,12 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     manager.migrate()
     manager.start()
     wait_for(lambda: get(kube, path_for("nodes", name=NODE)), what="the node is registered")
+    # The production overlay shares the providers out: the node is served under its own Lease,
+    # and the replica renews a member Lease (list, create, update of the shared Leases).
+    shared = path_for("leases", namespace=NAMESPACE, group=leases.GROUP)
+    wait_for(lambda: get(kube, f"{shared}/nebula-node-{PROVIDER}"), what="the node Lease is held")
+    members = [m for m in kube.list(shared)[0] if m["metadata"]["name"].startswith("nebula-member-")]
+    assert len(members) == 1, members
     port = wait_for(manager.console_port, what="the console listens")
     assert_console_probes_answer(port)
     assert_a_token_login_reads_the_api(cluster, kube, port)
@@ -290,8 +296,10 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     for name in finished:
         wait_for(functools.partial(has_phase, kube, name, None), what=f"{name} is gone")
 
-    # Leadership is released on SIGTERM (an update of the leader Lease).
+    # Leadership is released on SIGTERM (an update of the leader Lease), the node Lease too, and
+    # the replica deletes its member Lease (the Role's `delete`).
     assert manager.stop() == 0
+    assert get(kube, f"{shared}/{members[0]['metadata']['name']}") is None
     assert "Traceback" not in manager.log.read_text(errors="replace")
 
 
