@@ -86,12 +86,22 @@ def test_I7_events_queue_is_bounded_when_the_api_server_is_unreachable(
     counter reads exactly the difference."""
     gave_up = threading.Event()
 
-    def fence() -> None:  # after the assertions: the replica lets go, so the backlog settles
+    def fence() -> None:
         if gave_up.is_set():
             raise FencedError("nebula-node-x")
 
     recorder = EventRecorder(kube.fenced(fence), component="test", host="h", min_interval=0.05)
     cluster.stop()
+    try:
+        assert_bounded_while_unreachable(recorder)
+    finally:  # the replica lets go: the backlog settles and the flusher ends, pass or fail
+        gave_up.set()
+        recorder.flush()
+    wait_for(lambda: recorder.backlog() == 0, 30, what="the backlog settled once fenced")
+
+
+def assert_bounded_while_unreachable(recorder: EventRecorder) -> None:
+    """10,000 Events recorded, then the queue, every structure, memory and the counter checked."""
     before = dropped_total()
     tracemalloc.start()
     try:
@@ -111,9 +121,6 @@ def test_I7_events_queue_is_bounded_when_the_api_server_is_unreachable(
     # 5,000 more Events past the bound keep nothing: unbounded, their series would add about
     # 3 MiB (some 650 B each); what moves is dict tables resizing (measured: about 240 KiB).
     assert at_end - halfway < 1024 * 1024, (halfway, at_end)
-    gave_up.set()
-    recorder.flush()
-    wait_for(lambda: recorder.backlog() == 0, 30, what="the backlog settled once fenced")
 
 
 def test_a_burst_of_drops_is_told_in_one_warning_a_minute(
@@ -166,6 +173,32 @@ def test_a_dropped_series_forgets_what_it_never_wrote_and_counts_on_from_what_it
     assert [e["count"] for e in events_about(kube, "p-never", namespace="later")] == [1]  # afresh
     assert [e["count"] for e in events_about(kube, "p-later", namespace="later")] == [1]
     assert structures(recorder)["_series"] == 3
+
+
+class SlowKube(Kube):
+    """Creates an Event only once the test lets it: the API server answering slowly."""
+
+    def __init__(self, inner: Kube) -> None:
+        self.__dict__.update(inner.__dict__)
+        self.entered, self.answer = threading.Event(), threading.Event()
+
+    def create(self, path: str, obj: Any) -> dict[str, Any]:
+        self.entered.set()
+        assert self.answer.wait(60), "the test never let the create answer"
+        return super().create(path, obj)
+
+
+def test_a_series_being_written_is_never_dropped_the_newest_goes_instead(kube: Kube, drops: Drops) -> None:
+    slow = SlowKube(kube)
+    recorder = EventRecorder(slow, component="test", max_queued=1, min_interval=INTERVAL)
+    recorder.pod(make_pod("p-writing", uid="uid-writing"), "Normal", "Started", "started")
+    assert slow.entered.wait(60), "the flusher never wrote"
+    recorder.pod(make_pod("p-new", uid="uid-new"), "Normal", "Started", "started")
+    assert drops.lost == [1] and recorder.backlog() == 1
+    slow.answer.set()
+    wait_for(lambda: recorder.backlog() == 0, 30, what="the one being written settled")
+    assert [e["count"] for e in events_about(kube, "p-writing")] == [1]
+    assert events_about(kube, "p-new") == []
 
 
 def test_a_queue_bound_below_one_is_refused(kube: Kube) -> None:
