@@ -78,6 +78,11 @@ API_REQUESTS = Counter(
     "nebula_api_requests", "console API requests by verb and code", ["verb", "code"], registry=REGISTRY
 )
 EVENTS = Counter("nebula_events", "Kubernetes Events the manager wrote", ["kind", "type"], registry=REGISTRY)
+EVENTS_DROPPED = Counter(
+    "nebula_events_dropped",
+    "Event occurrences never written: the recorder's queue of series to write was full",
+    registry=REGISTRY,
+)
 MIRROR_SYNC_SECONDS = Histogram(
     "nebula_mirror_sync_seconds",
     "one mirror sync (read memory, write changed rows)",

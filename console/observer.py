@@ -142,6 +142,9 @@ class ConsoleObserver:
             while len(self._events) > RECENT_EVENTS:
                 self._events.popitem(last=False)
 
+    def event_dropped(self, occurrences: int) -> None:
+        metrics.EVENTS_DROPPED.inc(occurrences)
+
     def placement_decided(self, outcome: str) -> None:
         metrics.PLACEMENTS.labels(outcome=outcome).inc()
 

@@ -10,19 +10,21 @@ EventRecorder does for core/v1 Events; the repeat is written as a merge PATCH of
 `lastTimestamp` and `message`, at most once per `min_interval` seconds per key. Repeats in
 between are accumulated and written by a background flusher once the interval has passed, so
 a burst of N repeats costs a handful of writes and the Event still reaches count N: the bound
-is on writes, never on occurrences (client-go's spam filter, a token bucket per object, drops
-Events instead; here nothing is dropped). A PATCH that finds no Event (it expired) creates it
+is on writes, not on occurrences (client-go's spam filter, a token bucket per object, drops
+Events instead). A PATCH that finds no Event (it expired) creates it
 again with the same name and the accumulated count, as client-go does. Like client-go's
 EventAggregator, once 10 different messages for one (object, type, reason) arrive within 10
 minutes, further ones become one Event "(combined from similar events): <latest message>",
 counted the same way. A failed write is logged, never raised, and retried with the
 accumulated count after a back-off (`min_interval`, doubling, at most 5 minutes). Writes are
 paced as the kubelet paces its own (`--event-qps` 50, `--event-burst` 100): what waits for a
-token stays pending, counted, never dropped.
+token stays pending, counted. The series waiting to be written are bounded (`max_queued`,
+1000 as the kubelet's broadcaster queue; I7): past it the oldest one not being written is
+dropped, its pending occurrences never written (`observe.event_dropped`, one WARNING a minute).
 Messages are built by the caller from fixed text and provider error messages, which never
 carry secrets (I4); see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret.
-Tests: tests/kube/test_events.py.
+Tests: tests/kube/test_events.py, tests/kube/test_events_bound.py.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ MAX_REMEMBERED = 4096  # client-go's LRU cache size for event series
 # of Pods must not turn into a burst of Event writes that slows the API server's other work.
 EVENT_QPS = 50.0
 EVENT_BURST = 100
+# client-go's `maxQueuedEvents` (tools/record): the kubelet's broadcaster drops Events past a
+# queue of 1000 (DropIfChannelFull). A constant there too: each recorder is one node's.
+MAX_QUEUED = 1000
+DROP_LOG_INTERVAL = 60.0  # seconds between two "dropped" WARNINGs of one recorder
 
 _Similar = tuple[str, str, str, str, str, str]  # kind, namespace, name, uid, type, reason
 _Key = tuple[_Similar, str | None]  # the similar-key and the message (None: combined)
@@ -92,7 +98,18 @@ class _Messages:
 
 class EventRecorder:
     """Thread-safe. `record` never blocks on the API: the flusher thread writes (unless
-    `inline`, where a due write happens in `record`, for tests that step a fake clock)."""
+    `inline`, where a due write happens in `record`, for tests that step a fake clock).
+
+    Invariant (I7): at most `max_queued` series wait to be written (`backlog()`), however slow
+    or unreachable the API server, and every structure here stays bounded (`_series` by
+    `max_queued` + MAX_REMEMBERED, `_similar` by MAX_REMEMBERED); see
+    tests/kube/test_events_bound.py::test_I7_events_queue_is_bounded_when_the_api_server_is_unreachable.
+    A series that would pass the bound drops the oldest one not being written (or itself, when
+    every other is being written). Dropped means: its occurrences not yet written are lost and
+    counted in `observe.event_dropped`. A series never written is forgotten entirely: its next
+    occurrence starts afresh (a new Event, count 1). A series whose Event exists keeps what it
+    wrote, as client-go's correlator (after the kubelet's queue) never saw the dropped ones:
+    its next occurrence counts on that Event from its written count."""
 
     def __init__(
         self,
@@ -104,10 +121,16 @@ class EventRecorder:
         qps: float = EVENT_QPS,
         burst: int = EVENT_BURST,
         inline: bool = False,
+        max_queued: int = MAX_QUEUED,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
+        if max_queued < 1:
+            raise ValueError(f"max_queued must be at least 1, not {max_queued}")
         self._kube = kube
+        self._max_queued = max_queued
+        self._unlogged: tuple[int, int] = (0, 0)  # (series, occurrences) dropped since the last WARNING
+        self._drop_logged_at = float("-inf")
         self._inline = inline  # write a due Event in `record` itself (the counting tests' fake clocks)
         self._qps, self._burst = qps, float(burst)
         self._tokens, self._tokens_at = float(burst), clock()
@@ -153,10 +176,20 @@ class EventRecorder:
             series.count += 1
             series.message, series.last_seen = message, stamp
             self._unsettled[id(series)] = series
-            now_due = self._inline and not series.writing and self._clock() >= series.due(self._min_interval)
-            series.writing = now_due
+            lost = self._drop_past_bound()
+            now_due = (
+                self._inline
+                and id(series) in self._unsettled
+                and not series.writing
+                and self._clock() >= series.due(self._min_interval)
+            )
+            series.writing = series.writing or now_due
             if not now_due:
                 self._start_flusher()
+            report = self._drop_report()
+        if lost:
+            observe.current().event_dropped(lost)
+        self._warn_dropped(report)
         if now_due:
             self._write(series)
 
@@ -199,6 +232,44 @@ class EventRecorder:
             return (similar, message), message
         messages.seen.pop()  # never more than the limit: one new message combines again
         return (similar, None), COMBINED_PREFIX + message
+
+    # -- the bound -----------------------------------------------------------------------------
+    def _drop_past_bound(self) -> int:
+        """Under the lock: drop the oldest unsettled series not being written until at most
+        `max_queued` wait; the occurrences lost (see the class docstring for what is kept)."""
+        lost = 0
+        while len(self._unsettled) > self._max_queued:
+            oldest = next(((i, s) for i, s in self._unsettled.items() if not s.writing), None)
+            if oldest is None:  # cannot happen: the series just added is not being written
+                break
+            ident, series = oldest
+            del self._unsettled[ident]
+            lost += series.count - series.written
+            self._unlogged = (self._unlogged[0] + 1, self._unlogged[1] + series.count - series.written)
+            if series.created:  # its Event holds `written`: a later repeat counts on from there
+                series.count = series.written
+                self._forgettable[ident] = series.key
+            else:
+                del self._series[series.key]
+        return lost
+
+    def _drop_report(self) -> tuple[int, int]:
+        """Under the lock: the (series, occurrences) to tell in a WARNING now, (0, 0) if none
+        were dropped since the last one or it is less than DROP_LOG_INTERVAL ago."""
+        if self._unlogged == (0, 0) or self._clock() - self._drop_logged_at < DROP_LOG_INTERVAL:
+            return 0, 0
+        report, self._unlogged, self._drop_logged_at = self._unlogged, (0, 0), self._clock()
+        return report
+
+    def _warn_dropped(self, report: tuple[int, int]) -> None:
+        if report[0]:
+            logger.warning(
+                "dropped %d Events (%d occurrences) since the last such line: more than %d waited to be"
+                " written (is the API server slow or unreachable?)",
+                report[0],
+                report[1],
+                self._max_queued,
+            )
 
     def _forget_old(self) -> None:
         """Keep at most MAX_REMEMBERED series while some are settled, forgetting those settled
@@ -305,6 +376,8 @@ class EventRecorder:
                     series.writing = True
                 if not due and delay == float("inf"):  # every unsettled one is being written
                     delay = self._min_interval
+                report = self._drop_report()
+            self._warn_dropped(report)
             for series in due:
                 self._write(series)
             if not due:

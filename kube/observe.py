@@ -63,6 +63,9 @@ class Observer(Protocol):
         """An Event was written (or attempted) about a Pod or Node: `event` is the Event
         object's name (its repeats are written under the same name) and `count` its count so far."""
 
+    def event_dropped(self, occurrences: int) -> None:
+        """The Event recorder's queue was full: `occurrences` of Events were never written (I7)."""
+
     def interrupted(self, provider: str, tier: str, kind: str, subject: Subject) -> None:
         """The provider took an instance back: `kind` is the notice's (`providers.notices.NoticeKind`
         value) or `Reclaimed` (seen only after the fact); `tier` Spot, OnDemand or "" (unknown)."""
@@ -116,6 +119,9 @@ class NullObserver:
         count: int = 1,
         event: str = "",
     ) -> None:
+        pass
+
+    def event_dropped(self, occurrences: int) -> None:
         pass
 
     def interrupted(self, provider: str, tier: str, kind: str, subject: Subject) -> None:
