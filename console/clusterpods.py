@@ -1,6 +1,6 @@
 """The Pods and virtual Nodes of the providers this process does not serve, read from the
-cluster (`ClusterView`): one list-and-watch of Pods per remote node (`spec.nodeName=`) and one
-of Nebula's Nodes, each object kept as a slim projection (`ClusterPod`, `ClusterNode`), bounded.
+cluster (`ClusterView`): one list-and-watch of Pods per remote node (`spec.nodeName=`), kept
+as a slim projection per Pod (`ClusterPod`), bounded; the remote Nodes read every few seconds.
 
 Built, told the nodes its Handlers serve (`serve_here`) and stopped by the process wiring
 (`nebula_site.manager.leading`) where the console serves; read by `console.rows`. Never writes
@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from kube import names, podstatus
-from kube.client import GoneError, Kube, KubeError, path_for
+from kube.client import GoneError, Kube, KubeError, NotFoundError, path_for
 from kube.reflector import object_key
 from kube.times import parse_rfc3339
 from vnode.model.tracking import pod_claim
@@ -32,7 +32,7 @@ JsonDict = dict[str, Any]
 T = TypeVar("T")
 
 MAX_PODS_PER_NODE = 50_000  # the scale one manager is built for (docs/benchmarks.md); past it: counted
-MAX_NODES = 1_000  # Nebula's virtual Nodes, every replica's
+NODE_INTERVAL = 5.0  # seconds between reads of the remote Nodes (a kubelet writes its status every 10 s)
 WATCH_TIMEOUT = 60  # seconds: a feed stopped mid-watch ends by then at the latest
 NO_STATUS_YET = "Pending"  # a kubelet's phase for a Pod it took and has not started (console.rows' too)
 
@@ -228,7 +228,8 @@ class Feed(Generic[T]):
 
 class ClusterView:
     """The configured providers' virtual nodes that no local Handler serves (`serve_here`
-    says which are served), with their Pods and Node objects, from the cluster."""
+    says which are served): their Pods, watched, and their Node objects, read every
+    `node_interval` seconds (a `get` each: the manager's ClusterRole lists no Nodes)."""
 
     def __init__(
         self,
@@ -237,25 +238,30 @@ class ClusterView:
         *,
         max_pods: int = MAX_PODS_PER_NODE,
         watch_timeout: int = WATCH_TIMEOUT,
+        node_interval: float = NODE_INTERVAL,
     ) -> None:
         self._kube = kube
         self._providers = {names.node_name(p): p for p in providers}  # node name -> provider
         self._max_pods = max_pods
         self._watch_timeout = watch_timeout
+        self._node_interval = node_interval
         self._pods: dict[str, Feed[ClusterPod]] = {}  # remote node name -> its Pods
-        self._nodes: Feed[ClusterNode] | None = None
+        self._nodes: dict[str, ClusterNode | None] = {}  # remote node name -> its Node (None: none yet)
         self._lock = threading.Lock()
-        self._stopped = False
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._reader: threading.Thread | None = None
 
     def serve_here(self, nodes: Iterable[str]) -> None:
         """`nodes` are served by this process now: every other configured node is watched from
         now on, and a node served here is no longer (its rows go at once)."""
         with self._lock:
-            if self._stopped:
+            if self._stop.is_set():
                 return
             remote = set(self._providers) - set(nodes)
             for node in sorted(set(self._pods) - remote):
                 self._pods.pop(node).stop()
+                self._nodes.pop(node, None)
             for node in sorted(remote - set(self._pods)):
                 feed = Feed(
                     self._kube,
@@ -267,19 +273,10 @@ class ClusterView:
                 )
                 self._pods[node] = feed
                 feed.start()
-            if remote and self._nodes is None:
-                self._nodes = Feed(
-                    self._kube,
-                    path_for("nodes"),
-                    cluster_node,
-                    bound=MAX_NODES,
-                    label_selector=names.PROVIDER_KEY,
-                    watch_timeout=self._watch_timeout,
-                )
-                self._nodes.start()
-            elif not remote and self._nodes is not None:
-                self._nodes.stop()
-                self._nodes = None
+            if remote and self._reader is None:
+                self._reader = threading.Thread(target=self._read_nodes, name="console remote nodes", daemon=True)
+                self._reader.start()
+        self._wake.set()
 
     def remote(self) -> dict[str, str]:
         """The watched nodes, each with its provider."""
@@ -294,8 +291,7 @@ class ClusterView:
     def nodes(self) -> dict[str, ClusterNode]:
         """The remote nodes' Node objects by name (a node not registered yet has none)."""
         with self._lock:
-            feed, remote = self._nodes, set(self._pods)
-        return {n.name: n for n in (feed.values() if feed is not None else []) if n.name in remote}
+            return {name: node for name, node in self._nodes.items() if node is not None}
 
     def unlisted(self) -> int:
         """Pods on remote nodes past the bound: counted, not shown."""
@@ -303,22 +299,34 @@ class ClusterView:
             return sum(feed.unlisted for feed in self._pods.values())
 
     def synced(self) -> bool:
-        """Every watch has listed once."""
+        """Every watch has listed once and every remote Node was read once."""
         with self._lock:
-            feeds = self._feeds()
-        return all(feed.synced.is_set() for feed in feeds)
+            return set(self._nodes) >= set(self._pods) and all(f.synced.is_set() for f in self._pods.values())
 
     def stop(self) -> None:
         """Every watch stops; the view is empty and stays so."""
         with self._lock:
-            self._stopped = True
-            for feed in self._feeds():
+            self._stop.set()
+            for feed in self._pods.values():
                 feed.stop()
-            self._pods, self._nodes = {}, None
+            self._pods, self._nodes = {}, {}
+        self._wake.set()
 
-    def _feeds(self) -> list[Feed[ClusterPod] | Feed[ClusterNode]]:
-        nodes: list[Feed[ClusterPod] | Feed[ClusterNode]] = [self._nodes] if self._nodes is not None else []
-        return [*self._pods.values(), *nodes]
+    def _read_nodes(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            for node in self.remote():
+                try:
+                    seen: ClusterNode | None = cluster_node(self._kube.get(path_for("nodes", name=node)))
+                except NotFoundError:
+                    seen = None
+                except KubeError as exc:
+                    logger.warning("reading node %s for the console failed: %s; keeping what was read", node, exc)
+                    continue
+                with self._lock:
+                    if node in self._pods:
+                        self._nodes[node] = seen
+            self._wake.wait(self._node_interval)
 
 
 def _interned(value: Any) -> str | None:

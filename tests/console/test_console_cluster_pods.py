@@ -5,8 +5,11 @@ replica is listed once; the view keeps one bounded slim row per Pod, never an en
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +23,11 @@ from console.observer import ConsoleObserver
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, NotFoundError, path_for
+from providers.fake.server import start_server
 from tests.support.factories import make_node, make_pod
 from tests.support.fixtures import kube_for
 from tests.support.polling import wait_for
+from tests.support.rigs.managers import Rig, SharedManager, node_holders, running
 from tests.support.rigs.offline import adopt_new_pod, adopt_provisioned, offline_handler
 
 SECRET = "s3cr3t-value-never-shown"
@@ -214,3 +219,61 @@ def test_a_pod_recreated_under_its_name_shows_its_new_uid(kube: Kube, view: Call
     wait_for(lambda: cluster_view.pods() == [], what="the delete", ignoring=(NotFoundError,))
     second = bound_pod(kube, "again", "nebula-b", instance=f"i-{uuid.uuid4().hex[:6]}")
     wait_for(lambda: [p.uid for p in cluster_view.pods()] == [second["metadata"]["uid"]], what="the new Pod")
+
+
+@pytest.fixture
+def two_replicas(cluster: DevCluster, tmp_path: Path) -> Iterator[Rig]:
+    """Two `runvnode --share-providers` processes, one provider each, on one fake cloud."""
+    assert cluster.kubeconfig_path is not None
+    cloud = start_server()
+    rig = Rig(cluster.kubeconfig_path, cloud, tmp_path, ["p0", "p1"], lease=4, poll=0.5)
+    try:
+        yield rig
+    finally:
+        rig.close()
+        cloud.close()
+
+
+def mirrored(manager: SharedManager, table: str, columns: str) -> list[tuple[Any, ...]]:
+    """Rows of a replica's own mirror (its SQLite file), as its dashboard reads them."""
+    with contextlib.closing(sqlite3.connect(manager.log.with_suffix(".sqlite3"), timeout=10)) as db:
+        try:
+            return list(db.execute(f"SELECT {columns} FROM console_{table} ORDER BY name"))  # noqa: S608 (ours)
+        except sqlite3.OperationalError:
+            return []  # not migrated yet
+
+
+@pytest.mark.slow
+def test_the_leaders_console_lists_the_pods_of_both_replicas(kube: Kube, two_replicas: Rig) -> None:
+    """Real processes: the leader's console (its mirror, which its dashboard reads) lists the Pod
+    it serves and the one the other replica serves, each Running with its instance, and both
+    virtual nodes, each marked by whether the leader serves it."""
+    managers = [two_replicas.manager(name) for name in ("a", "b")]
+    for manager in managers:
+        wait_for(manager.learn_identity, 60, 0.2, what=f"{manager.name} shares")
+    holders = wait_for(
+        lambda: (h := node_holders(kube, ["p0", "p1"])) and len(set(h.values()) - {""}) == 2 and h,
+        60,
+        0.2,
+        what="one provider each",
+    )
+    for alias in ("p0", "p1"):
+        kube.create(path_for("pods", namespace="default"), make_pod(f"job-{alias}", alias))
+    wait_for(lambda: running(kube, {"job-p0", "job-p1"}), 90, 0.2, what="both Pods Running")
+    lead = wait_for(lambda: next((m for m in managers if m.identity == leader_of(kube)), None), 30, 0.2)
+    served = {f"job-{alias}": int(holder == lead.identity) for alias, holder in holders.items()}
+    wanted = [(name, served[name], "Running") for name in sorted(served)]
+    wait_for(
+        lambda: [(n, s, p) for n, s, p, i in mirrored(lead, "trackedpod", "name, served_here, phase, instance_id") if i]
+        == wanted,
+        60,
+        0.2,
+        what="the leader's mirror lists both Pods Running with their instances",
+    )
+    nodes = {name: here for name, here in mirrored(lead, "virtualnode", "name, served_here")}
+    assert nodes == {names.node_name(alias): int(holder == lead.identity) for alias, holder in holders.items()}
+
+
+def leader_of(kube: Kube) -> str:
+    lease = kube.get(path_for("leases", namespace="default", name="nebula-manager", group="coordination.k8s.io"))
+    return str(lease["spec"].get("holderIdentity") or "")
