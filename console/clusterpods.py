@@ -182,6 +182,8 @@ class Feed(Generic[T]):
             except GoneError:
                 logger.info("watch of %s expired; re-listing", self.what)
             except KubeError as exc:
+                if self._stop.is_set():
+                    return  # stopped mid-watch: what failed is no longer wanted
                 logger.warning("list/watch of %s failed: %s; retrying in %.1fs", self.what, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(self._max_backoff, backoff * 2)

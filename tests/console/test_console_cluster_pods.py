@@ -109,7 +109,8 @@ def test_pods_of_a_node_another_replica_serves_show_in_the_api_and_the_mirror(
     """Provider `a` is served here (its Handler), `b` by another replica: b's Pods come from the
     cluster with the phase, status, instance and annotations its replica wrote, b's node from
     its Node object; a Pod bound to a node served here is never read from the cluster; a Pod
-    deleted reads Terminating, and once gone leaves the API and, at the next sync, the mirror."""
+    deleted reads Terminating, and once gone leaves the API and, at the next sync, the mirror;
+    the dashboard counts b's Pods on b's tile, marked as served by another replica."""
     handler = offline_handler(fake_provider("a"))
     adopt_new_pod(handler, "here-0")
     remote_node(kube, "b")
@@ -142,6 +143,12 @@ def test_pods_of_a_node_another_replica_serves_show_in_the_api_and_the_mirror(
     mirrored = models.TrackedPod.objects.get(name="b-run")
     assert (mirrored.phase, mirrored.instance_id, mirrored.served_here) == ("Running", "i-b-run", False)
     assert models.VirtualNode.objects.get(name="nebula-b").served_here is False
+    staff = Client()
+    staff.force_login(User.objects.create_user("staff", password="pw-staff-12345", is_staff=True))
+    page = staff.get("/").content.decode()
+    assert "3 pods" in page and 'data-node="nebula-b"' in page  # the dashboard counts b's Pods
+    tile = page[page.index('data-node="nebula-b"') :]
+    assert "by another replica" in tile[: tile.index("</section>")]
 
     doomed = path_for("pods", namespace="default", name="b-new")
     kube.delete(doomed)  # graceful: Terminating until its kubelet (b's replica) confirms
