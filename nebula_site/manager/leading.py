@@ -1,5 +1,5 @@
 """What runs while this process leads: `Leading` (placement, the Runners it builds with
-`runners.build_runner`, and the console's runtime and mirror).
+`runners.build_runner`, and the console's runtime, mirror and cluster view).
 
 Started by `nebula_site.manager.main` (through a runner source, `sources`) and, without the
 console, by the rigs that run placement beside virtual nodes (tests/support/rigs/placement.py).
