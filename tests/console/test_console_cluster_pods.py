@@ -9,6 +9,7 @@ import contextlib
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,35 @@ def test_pods_of_a_node_another_replica_serves_show_in_the_api_and_the_mirror(
     mirror.sync_once()
     assert not models.TrackedPod.objects.filter(name="b-new").exists()
     assert api(reader, "nodes")["nebula-b"]["pods"] == 1
+
+
+def test_the_mirror_row_and_the_api_row_of_a_remote_pod_agree(
+    kube: Kube,
+    view: Callable[..., ClusterView],
+    reader: Client,
+    observer: ConsoleObserver,
+    installed_runtime: Callable[..., Any],
+) -> None:
+    """As test_console_units.py::test_the_mirror_row_and_the_api_row_of_a_pod_agree for a served
+    Pod: every field the API returns for a Pod read from the cluster reads the same in the
+    mirror (a NOT NULL text column holds "" for the API's null), prices and times included."""
+    priced = {names.HOURLY_PRICE_ANNOTATION: "2.5", names.POOL_ANNOTATION: "train", names.REGION_ANNOTATION: "eu-1"}
+    pod = make_pod("b-0", annotations={names.INSTANCE_ID_ANNOTATION: "i-b-0", **priced}, nodeName="nebula-b")
+    kube.create(path_for("pods", namespace="default"), pod)
+    kube.patch(path_for("pods", namespace="default", name="b-0", subresource="status"), {"status": RUNNING})
+    cluster_view = view(["b"], here=[])
+    wait_for(lambda: [p.phase for p in cluster_view.pods()] == ["Running"], what="b-0 Running in the view")
+    installed_runtime(handlers=[])
+    runtime.install(cluster=cluster_view)
+    Mirror(runtime.current, observer=lambda: observer).sync_once()
+    (row,) = api(reader, "pods").values()
+    stored = models.TrackedPod.objects.values().get(uid=row["uid"])
+    for name, value in row.items():
+        kept = stored[name]
+        if isinstance(kept, datetime):
+            kept, value = kept.isoformat().replace("+00:00", "Z"), value and value.replace("+00:00", "Z")
+        assert kept == ("" if value is None and isinstance(kept, str) else value), name
+    assert (row["hourly_price"], row["pool"], row["region"], row["provisioned_at"]) == (2.5, "train", "eu-1", None)
 
 
 def test_a_provider_moved_to_this_replica_is_listed_once(
