@@ -3,6 +3,7 @@ database, the admin over it, the dashboard, the REST API, Prometheus metrics and
 
 - `observer`   hears the core's facts (kube.observe) and keeps the little memory they need
 - `runtime`    the registry of running machinery (Handlers, Blocklist, placement) it reads
+- `clusterpods` the Pods and nodes other replicas serve, watched from the cluster, slim and bounded
 - `rows`       the one read-side projection: memory into rows, for the mirror and the API alike
 - `snapshot`   those rows keyed per mirror table and fitted to its columns
 - `mirror`     the single writer: rows diffed and written at most once a second

@@ -168,8 +168,11 @@ class Mirror:
 
     def _first_seen_for(self, table: str, row: snapshot.Row, now: datetime) -> datetime | None:
         """Claims: when this process first saw the instance. Pods: when the instance was
-        created, as the provider says; else when this process first saw it served."""
-        if table == "pods" and (row.get("provisioned_at") is not None or not row.get("instance_id")):
+        created, as the provider says; else when this process first saw it served (never for
+        a Pod another replica serves: the API says null for it, and so does the mirror)."""
+        if table == "pods" and (
+            row.get("provisioned_at") is not None or not row.get("instance_id") or row.get("served_here") is False
+        ):
             return row.get("provisioned_at")
         key = f"{table}/{row[TABLES[table].mirror_key]}"
         return self._first_seen.setdefault(key, now)

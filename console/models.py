@@ -42,6 +42,9 @@ class TrackedPod(models.Model):
     provisioned_at = models.DateTimeField("provisioned at", null=True, blank=True)
     wait_reason = models.CharField("waits (reason)", max_length=80, blank=True, db_index=True)
     waiting_for = models.CharField("waiting for", max_length=1000, blank=True)
+    # True: a virtual node of this process tracks it; False: another replica's, read from the
+    # cluster (console.clusterpods); None: gated, no node yet.
+    served_here = models.BooleanField("served here", null=True)
     last_seen = models.DateTimeField("last seen", null=True, blank=True)
 
     class Meta:
@@ -116,8 +119,9 @@ class VirtualNode(models.Model):
     last_lease_renewal = models.DateTimeField("last lease renewal", null=True, blank=True)
     capacity = models.JSONField(default=dict)
     pods = models.IntegerField(default=0)
-    poll_interval = models.FloatField("poll interval (s)", default=0.0)
-    last_list_seconds = models.FloatField("last list (s)", default=0.0)
+    # Known only to the replica serving the node: None on the others.
+    poll_interval = models.FloatField("poll interval (s)", null=True, blank=True)
+    last_list_seconds = models.FloatField("last list (s)", null=True, blank=True)
     last_list_error = models.CharField("last list error", max_length=1000, blank=True)
     # How its instances ended since the manager started (console.ends): the three causes apart.
     interruptions = models.JSONField(default=dict, help_text="taken back by the provider, by the notice's kind")
@@ -125,6 +129,7 @@ class VirtualNode(models.Model):
     failures = models.JSONField(default=dict, help_text="Pods whose workload failed, by the Pod's reason")
     unreachable_since = models.DateTimeField("unreachable since", null=True, blank=True)
     unreachable_pods = models.IntegerField("Pods waiting (unreachable)", default=0)
+    served_here = models.BooleanField("served here", default=True)  # False: another replica's, from its Node
 
     class Meta:
         ordering = ["name"]

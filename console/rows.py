@@ -1,9 +1,10 @@
 """The one read-side projection: the manager's memory as plain rows, one function per kind.
 
 Serialised by both readers, `console.snapshot` (the mirror) and `console.api` (REST). Pure
-reads of Handlers, the Blocklist, placement's pool cache and gated Pods, and the console's
-observer; never calls a provider or the Kubernetes API, never copies an env value or a
-credential (I4).
+reads of Handlers, the Blocklist, placement's pool cache and gated Pods, the console's
+observer, and the cluster's copy of the Pods and nodes other replicas serve
+(`console.clusterpods`); never calls a provider or the Kubernetes API, never copies an env
+value or a credential (I4).
 
 Invariant: the mirror and the API show one Pod alike; see
 tests/console/test_console_units.py::test_the_mirror_row_and_the_api_row_of_a_pod_agree.
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from console.clusterpods import NO_STATUS_YET, ClusterNode, ClusterPod, ClusterView
 from console.ends import Ends
 from console.observer import ConsoleObserver, EventNote
 from kube import names, podstatus
@@ -26,11 +28,11 @@ from vnode.model.tracking import Tracked
 
 Row = dict[str, Any]  # an absent value is None; a NOT NULL text column of the mirror holds ""
 
-# What a kubelet reports for a Pod it has taken but not yet started: the phase is never empty.
-NO_STATUS_YET = "Pending"
+# NO_STATUS_YET ("Pending"): what a kubelet reports for a Pod it has taken but not yet started.
 REFUSED = "Failed"  # a refused Pod has no instance and never will
 # What the API server reports for a Pod a scheduling gate holds: Pending, reason SchedulingGated.
 GATED_PHASE = "Pending"
+TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
 def pod_row(handler: Handler, entry: Tracked) -> Row:
@@ -65,6 +67,38 @@ def pod_row(handler: Handler, entry: Tracked) -> Row:
         "provisioned_at": instance.created_at if instance is not None else None,
         "wait_reason": None,
         "waiting_for": None,
+        "served_here": True,
+    }
+
+
+def cluster_pod_row(pod: ClusterPod) -> Row:
+    """A Pod bound to a node another replica serves, as the cluster shows it (the serving
+    replica writes its status and annotations): `pod_row`'s shape; what only that replica
+    knows (when its instance was created) is None."""
+    return {
+        "uid": pod.uid,
+        "namespace": pod.namespace,
+        "name": pod.name,
+        "provider": pod.provider,
+        "node": pod.node,
+        "claim": pod.claim,
+        "instance_id": pod.instance_id,
+        "phase": pod.phase,
+        "reason": pod.reason,
+        "status": pod.status,
+        "ready": pod.ready,
+        "restarts": pod.restarts,
+        "last_restart_at": pod.last_restart_at,
+        "created_at": pod.created_at,
+        "endpoint": pod.endpoint,
+        "capacity_type": pod.capacity_type,
+        "region": pod.region,
+        "hourly_price": _price(pod.hourly_price),
+        "pool": pod.pool,
+        "provisioned_at": None,
+        "wait_reason": None,
+        "waiting_for": None,
+        "served_here": False,
     }
 
 
@@ -95,6 +129,7 @@ def gated_pod_row(gated: GatedPod) -> Row:
         "provisioned_at": None,
         "wait_reason": gated.reason,
         "waiting_for": gated.message,
+        "served_here": None,  # no node serves it yet
     }
 
 
@@ -141,6 +176,31 @@ def node_row(handler: Handler, pods: int, observer: ConsoleObserver | None) -> R
         "failures": dict(ends.failures),
         "unreachable_since": ends.unreachable_since,
         "unreachable_pods": ends.unreachable_pods,
+        "served_here": True,
+    }
+
+
+def cluster_node_row(name: str, provider: str, node: ClusterNode | None, pods: Iterable[ClusterPod]) -> Row:
+    """A node another replica serves, from its Node object (None: not registered yet). How its
+    instances ended and its provider's list times are known only to that replica: None or empty."""
+    counted = list(pods)
+    unreachable = node is not None and node.unreachable_since is not None
+    return {
+        "name": name,
+        "provider": provider,
+        "ready": node.ready if node is not None else None,
+        "last_lease_renewal": node.heartbeat if node is not None else None,
+        "capacity": dict(node.capacity) if node is not None else {},
+        "pods": len(counted),
+        "poll_interval": None,
+        "last_list_seconds": None,
+        "last_list_error": node.unreachable_error if node is not None else "",
+        "interruptions": {},
+        "interruption_tiers": {},
+        "failures": {},
+        "unreachable_since": node.unreachable_since if node is not None else None,
+        "unreachable_pods": sum(p.phase not in TERMINAL_PHASES for p in counted) if unreachable else 0,
+        "served_here": False,
     }
 
 
@@ -195,10 +255,18 @@ def pool_row(state: PoolState) -> Row:
 
 
 # -- whole lists, in the order a reader shows them ------------------------------------------------
-def pod_rows(handlers: Iterable[Handler], placement: Placement | None = None) -> list[Row]:
-    """The tracked Pods and the gated ones. A Pod just placed may still read gated in placement's
-    watch while a Handler tracks it: the Handler's row wins (one row per uid)."""
+def pod_rows(
+    handlers: Iterable[Handler], placement: Placement | None = None, cluster: ClusterView | None = None
+) -> list[Row]:
+    """The tracked Pods, those of nodes other replicas serve (`cluster`) and the gated ones, one
+    row per uid: a Pod just placed may still read gated in placement's watch while it is bound
+    (the bound copy wins), and a node that just came here may still be in the cluster's copy
+    (a Handler's row wins, and a node served here is never read from the cluster)."""
+    handlers = list(handlers)
+    here = {handler.node_name for handler in handlers}
     by_uid = {g.uid: gated_pod_row(g) for g in (placement.gated_pods() if placement is not None else [])}
+    remote = cluster.pods() if cluster is not None else []
+    by_uid.update((pod.uid, cluster_pod_row(pod)) for pod in remote if pod.node not in here)
     by_uid.update((entry.uid, pod_row(handler, entry)) for handler in handlers for entry in handler.tracked_entries())
     return sorted(by_uid.values(), key=lambda r: (r["namespace"], r["name"]))
 
@@ -208,8 +276,25 @@ def all_claim_rows(handlers: Iterable[Handler]) -> list[Row]:
     return sorted(rows, key=lambda r: (r["provider"], r["claim"]))
 
 
-def node_rows(handlers: Iterable[Handler], observer: ConsoleObserver | None) -> list[Row]:
-    return [node_row(handler, len(handler.tracked_entries()), observer) for handler in handlers]
+def node_rows(
+    handlers: Iterable[Handler], observer: ConsoleObserver | None, cluster: ClusterView | None = None
+) -> list[Row]:
+    handlers = list(handlers)
+    served = [node_row(handler, len(handler.tracked_entries()), observer) for handler in handlers]
+    return served + cluster_node_rows(handlers, cluster)
+
+
+def cluster_node_rows(handlers: Iterable[Handler], cluster: ClusterView | None) -> list[Row]:
+    """The nodes other replicas serve (none served here), each with its Pods counted."""
+    if cluster is None:
+        return []
+    here = {handler.node_name for handler in handlers}
+    on: dict[str, list[ClusterPod]] = {}
+    for pod in cluster.pods():
+        on.setdefault(pod.node, []).append(pod)
+    seen = cluster.nodes()
+    remote = {name: provider for name, provider in cluster.remote().items() if name not in here}
+    return [cluster_node_row(name, provider, seen.get(name), on.get(name, [])) for name, provider in remote.items()]
 
 
 def _price(value: Any) -> float | None:

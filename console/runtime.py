@@ -1,5 +1,6 @@
 """The process-wide registry of running machinery the console reads: Handlers, the Blocklist,
-placement (pool cache included), and this replica's role: whether it leads, and how a
+placement (pool cache included), the cluster's view of the nodes other replicas serve
+(`console.clusterpods`), and this replica's role: whether it leads, and how a
 standby finds the leader (`forwards`, `locate_leader`, read by `console.forward`).
 
 The process wiring (`nebula_site.manager`) fills it (`install`) once Runners and placement
@@ -17,6 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from console.clusterpods import ClusterView
 from console.leaderpeer import NoLeader, Peer
 from placement.blocklist import Blocklist
 from placement.spendview import SpendReport
@@ -31,6 +33,7 @@ class Runtime:
     handlers: tuple[Handler, ...] = ()
     blocklist: Blocklist | None = None
     placement: Placement | None = None
+    cluster: ClusterView | None = None  # the Pods and nodes of providers no Handler here serves
 
     def spend_report(self, *, charts: bool = True) -> SpendReport | None:
         """Placement's spend report (`Placement.spend_report`), None when placement does not run here."""
@@ -52,14 +55,18 @@ _current = Runtime()
 
 
 def install(
-    *, handlers: Sequence[Handler] = (), blocklist: Blocklist | None = None, placement: Placement | None = None
+    *,
+    handlers: Sequence[Handler] = (),
+    blocklist: Blocklist | None = None,
+    placement: Placement | None = None,
+    cluster: ClusterView | None = None,
 ) -> None:
     """Publish what this process runs (the blocklist defaults to placement's)."""
     global _current
     if blocklist is None and placement is not None:
         blocklist = placement.blocklist
     with _lock:
-        _current = Runtime(tuple(handlers), blocklist, placement)
+        _current = Runtime(tuple(handlers), blocklist, placement, cluster)
 
 
 def current() -> Runtime:

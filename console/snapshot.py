@@ -1,4 +1,5 @@
-"""The mirror's view of memory: `console.rows` keyed per table and fitted to its columns.
+"""The mirror's view of memory (and of the cluster's copy of what other replicas serve):
+`console.rows` keyed per table and fitted to its columns.
 
 Called by `console.mirror` once per sync. Adds no value of its own: each row is the one
 projection's, with only what the table cannot hold changed (`fit`): keys the table has no
@@ -39,11 +40,12 @@ class Snapshot:
 
 def take(current: Runtime, observer: ConsoleObserver | None) -> Snapshot:
     found: dict[str, list[Row]] = {table: [] for table in TABLES}
-    found["pods"] = rows.pod_rows(current.handlers, current.placement)
+    found["pods"] = rows.pod_rows(current.handlers, current.placement, current.cluster)
     for handler in current.handlers:
         entries = handler.tracked_entries()
         found["claims"] += rows.claim_rows(handler, entries)
         found["nodes"].append(rows.node_row(handler, len(entries), observer))
+    found["nodes"] += rows.cluster_node_rows(current.handlers, current.cluster)
     found["blocks"] = [
         rows.block_row(e) for e in (current.blocklist.entries() if current.blocklist is not None else [])
     ]

@@ -61,6 +61,11 @@ class PodSerializer(serializers.Serializer):
         help_text="a gated Pod: the reason of placement's last Event (WaitingForCapacity, NoPool, BudgetExceeded...)",
     )
     waiting_for = serializers.CharField(allow_null=True, help_text="a gated Pod: what that Event says it waits for")
+    served_here = serializers.BooleanField(
+        allow_null=True,
+        help_text="true: a virtual node of the replica answering tracks it; false: another replica serves it "
+        "(read from the cluster); null: gated, no node yet",
+    )
 
 
 class ClaimSerializer(serializers.Serializer):
@@ -82,8 +87,8 @@ class NodeSerializer(serializers.Serializer):
     last_lease_renewal = serializers.DateTimeField(allow_null=True)
     capacity = serializers.DictField(child=serializers.CharField())
     last_list_error = serializers.CharField()
-    last_list_seconds = serializers.FloatField()
-    poll_interval = serializers.FloatField()
+    last_list_seconds = serializers.FloatField(allow_null=True, help_text="null on a replica not serving the node")
+    poll_interval = serializers.FloatField(allow_null=True, help_text="null on a replica not serving the node")
     pods = serializers.IntegerField()
     interruptions = serializers.DictField(
         child=serializers.IntegerField(),
@@ -101,6 +106,10 @@ class NodeSerializer(serializers.Serializer):
     )
     unreachable_pods = serializers.IntegerField(
         help_text="Pods waiting on the unreachable provider (none is failed or killed for it); 0 while it answers"
+    )
+    served_here = serializers.BooleanField(
+        help_text="false: another replica serves the node; this one reads it from its Node object, "
+        "and knows neither list times nor how its instances ended"
     )
 
 

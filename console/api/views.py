@@ -66,15 +66,16 @@ class _ListView(mixins.ListModelMixin, viewsets.GenericViewSet):
 
 
 class PodViewSet(_ListView):
-    """Pods the virtual nodes track, with the instance serving each, and the Pods placement
-    still holds gated, with what each waits for."""
+    """Pods the virtual nodes track, with the instance serving each (those of nodes another
+    replica serves as the cluster shows them), and the Pods placement still holds gated, with
+    what each waits for."""
 
     resource = "pods"
     serializer_class = serializers.PodSerializer
 
     def get_queryset(self) -> list[dict[str, Any]]:
         current = runtime.current()
-        return rows.pod_rows(current.handlers, current.placement)
+        return rows.pod_rows(current.handlers, current.placement, current.cluster)
 
 
 class ClaimViewSet(_ListView):
@@ -88,13 +89,15 @@ class ClaimViewSet(_ListView):
 
 
 class NodeViewSet(_ListView):
-    """The virtual nodes, one per provider, and whether their provider answers."""
+    """The virtual nodes, one per provider (those another replica serves from their Node
+    objects), and whether their provider answers."""
 
     resource = "nodes"
     serializer_class = serializers.NodeSerializer
 
     def get_queryset(self) -> list[dict[str, Any]]:
-        return rows.node_rows(runtime.current().handlers, installed_observer())
+        current = runtime.current()
+        return rows.node_rows(current.handlers, installed_observer(), current.cluster)
 
 
 class PoolViewSet(_ListView):

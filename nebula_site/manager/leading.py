@@ -1,5 +1,5 @@
 """What runs while this process leads: `Leading` (placement, the Runners it builds with
-`runners.build_runner`, and the console's runtime and mirror).
+`runners.build_runner`, and the console's runtime, mirror and cluster view).
 
 Started by `nebula_site.manager.main` (through a runner source, `sources`) and, without the
 console, by the rigs that run placement beside virtual nodes (tests/support/rigs/placement.py).
@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from console import runtime
+from console.clusterpods import ClusterView
 from console.mirror import Mirror
 from kube.client import Kube
 from kube.operations import OperationLimits
@@ -51,6 +52,7 @@ class Leading:
     runners: list[Runner] = field(default_factory=list)
     placement: Placement | None = None
     mirror: Mirror | None = None
+    cluster: ClusterView | None = None  # the console's copy of the nodes other replicas serve
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _publishing: bool = False  # the console reads this process's Runners (it leads)
 
@@ -77,6 +79,7 @@ class Leading:
         `runners` (providers shared out: the sharing loop's, read once publishing), placement,
         the mirror and the console only."""
         self.start_nodes(kube, watch_kube, own_runners=runners is None)
+        self.cluster = ClusterView(watch_kube, [provider.name for provider in self.providers.values()])
         self._publishing = True
         self.runners_changed(self.runners if runners is None else runners())
         runtime.set_leading(True)  # the console serves from here on, and standbys forward here
@@ -117,7 +120,9 @@ class Leading:
                 self.registry.remove(gone)
             self.registry.add_all(handlers)
             if self._publishing and self.placement is not None:
-                runtime.install(handlers=handlers, placement=self.placement)
+                if self.cluster is not None:
+                    self.cluster.serve_here(handler.node_name for handler in handlers)
+                runtime.install(handlers=handlers, placement=self.placement, cluster=self.cluster)
 
     def stop_steps(self) -> list[manager_shutdown.Stopper]:
         """Placement first (no new placements), then the mirror and the console's registry,
@@ -142,6 +147,9 @@ class Leading:
         with self._lock:
             self._publishing = False
             runtime.clear()
+            cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.stop()
         return busy
 
 
