@@ -7,11 +7,15 @@ server would be) over real HTTPS. Pods are bound straight to the virtual node
 latency, and the manager's API requests per Pod by verb (the bench's own requests are
 told apart by user agent). The creating clients and their watch run in a child process of
 their own (`--clients-in-process`: in the manager's, as before 2026-12-04).
-Usage: python bench/sync.py [--pods 500] [--poll 1.0] [--gated]
+Usage: python bench/sync.py [--pods 500] [--poll 1.0] [--gated] [--serial]
 
 --gated: the opted-in path instead. Pods carry `nebula.io/enabled` and a pool; the
 devcluster calls the console's admission webhook (the Django app over real TLS in this
 process), placement ungates them, the scheduler binds them. Adds "placed" timings.
+
+--serial: the latency of one Pod. Each Pod is created, watched to Running, deleted and watched
+gone before the next is created, so nothing queues behind other Pods; prints the per-Pod
+create -> Running and delete -> gone p50/p99 (issue 37: within one poll, not at the next).
 
 --provision-latency S / --terminate-latency S: every provision (terminate) call of the fake
 cloud takes S seconds, as a GPU cloud's API does. --operations-concurrency, --operations-rate
@@ -187,6 +191,7 @@ def main() -> None:
     parser.add_argument("--operations-rate", type=float, default=defaults.rate, help="operations started per second")
     parser.add_argument("--operations-burst", type=int, default=defaults.burst)
     parser.add_argument("--gated", action="store_true", help="webhook -> placement -> Running -> drained")
+    parser.add_argument("--serial", action="store_true", help="one Pod at a time: create, Running, delete, gone")
     parser.add_argument(
         "--clients",
         type=int,
@@ -205,7 +210,9 @@ def main() -> None:
         args.clients = 16 if args.gated else 4
     args.driver_cpu = 0.0
     if args.drive:
-        phases = drive_pods(args.drive, args.pods, args.clients, gated=args.gated, timeout=args.timeout)
+        phases = drive_pods(
+            args.drive, args.pods, args.clients, gated=args.gated, timeout=args.timeout, serial=args.serial
+        )
         times = os.times()
         print(json.dumps(dict(phases, cpu=times.user + times.system)))
         return
@@ -319,15 +326,20 @@ class GatedPath:
 Phases = dict[str, Any]  # start, created_all, running_all, delete_start, gone_all (monotonic), names, per-Pod times
 
 
-def drive_pods(kubeconfig: str, pods: int, clients: int, *, gated: bool, timeout: float) -> Phases:
+def drive_pods(
+    kubeconfig: str, pods: int, clients: int, *, gated: bool, timeout: float, serial: bool = False
+) -> Phases:
     """The clients' side: create `pods` Pods from `clients` threads, watch them to Running,
-    delete them and watch them go. Times are CLOCK_MONOTONIC, comparable across processes."""
+    delete them and watch them go (`serial`: one Pod at a time, each through its whole life
+    before the next). Times are CLOCK_MONOTONIC, comparable across processes."""
     bench = Kube(load_api_client(kubeconfig, user_agent="nebula-bench"))
     watcher = Watcher(Kube(load_api_client(kubeconfig, user_agent="nebula-bench")))
     watcher.start()
     time.sleep(0.3)
     names = [f"bench-{i}" for i in range(pods)]
     created: dict[str, float] = {}
+    if serial:
+        return drive_serially(bench, watcher, names, gated=gated, timeout=timeout)
     start = time.monotonic()
     create_all(bench, names, created, threads=clients, gated=gated)
     created_all = time.monotonic()
@@ -347,11 +359,32 @@ def drive_pods(kubeconfig: str, pods: int, clients: int, *, gated: bool, timeout
     }  # fmt: skip
 
 
+def drive_serially(bench: Kube, watcher: Watcher, names: list[str], *, gated: bool, timeout: float) -> Phases:
+    """`drive_pods --serial`: each Pod created, Running, deleted and gone before the next."""
+    created: dict[str, float] = {}
+    deleted: dict[str, float] = {}
+    start = time.monotonic()
+    for name in names:
+        create_all(bench, [name], created, threads=1, gated=gated)
+        wait(lambda name=name: name in watcher.running, timeout)
+        delete_all(bench, [name], deleted, threads=1)
+        wait(lambda name=name: name in watcher.gone, timeout)
+    end = time.monotonic()
+    watcher.stop = True
+    watcher.join(1)
+    return {
+        "names": names, "created": created, "deleted": deleted, "start": start, "created_all": end,
+        "running_all": end, "delete_start": end, "gone_all": end, "serial": True,
+        "running": watcher.running, "gone": watcher.gone, "placed": watcher.placed,
+    }  # fmt: skip
+
+
 def drive_in_a_child(kubeconfig: str, args: argparse.Namespace) -> Phases:
     """`drive_pods` in its own process (`--drive`), so the clients and their watch do not share
     the manager's GIL: a real cluster's clients are other processes. Its CPU is printed apart."""
     command = [sys.executable, os.path.abspath(__file__), "--drive", kubeconfig, "--pods", str(args.pods)]
     command += ["--clients", str(args.clients), "--timeout", str(args.timeout)] + (["--gated"] if args.gated else [])
+    command += ["--serial"] if args.serial else []
     answer = subprocess.run(command, capture_output=True, text=True, check=False)
     if answer.returncode != 0:
         raise SystemExit(f"the driving process failed: {answer.stderr[-3000:]}")
@@ -384,17 +417,16 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
         gated.start_placement(provider, args.workers)
     skip = len(request_log(kubeconfig))
     if args.clients_in_process:
-        phases = drive_pods(kubeconfig, args.pods, args.clients, gated=gated is not None, timeout=args.timeout)
+        phases = drive_pods(
+            kubeconfig, args.pods, args.clients, gated=gated is not None, timeout=args.timeout, serial=args.serial
+        )
     else:
         phases = drive_in_a_child(kubeconfig, args)
     backlog = runner.events.backlog()
     runner.stop(timeout=5)
     names, created, deleted = phases["names"], phases["created"], phases["deleted"]
-    start, created_all, running_all = phases["start"], phases["created_all"], phases["running_all"]
-    delete_start, gone_all = phases["delete_start"], phases["gone_all"]
-    watcher = argparse.Namespace(running=phases["running"], gone=phases["gone"], placed=phases["placed"])
-    to_running = [watcher.running[n] - created[n] for n in names]
-    to_gone = [watcher.gone[n] - deleted[n] for n in names]
+    to_running = [phases["running"][n] - created[n] for n in names]
+    to_gone = [phases["gone"][n] - deleted[n] for n in names]
     ours = [r for r in request_log(kubeconfig)[skip:] if r["user_agent"].startswith(USER_AGENT)]
     by_verb = Counter(r["verb"] for r in ours)
     writes_on_pods = Counter(
@@ -408,10 +440,47 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
         f"clients: {args.clients}, mode: {mode}, provision/terminate latency: "
         f"{args.provision_latency}/{args.terminate_latency}s, operations: {operations}"
     )
+    if phases.get("serial"):
+        print_one_pod(to_running, to_gone)
+    else:
+        print_batch(args, phases, created, to_running, to_gone, placed=gated is not None)
+    print("manager API requests per Pod by verb:", {v: round(c / args.pods, 2) for v, c in sorted(by_verb.items())})
+    total_writes = sum(c for (v, _), c in writes_on_pods.items())
+    events = sum(c for (_, resource), c in writes_on_pods.items() if resource == "events")
+    print(
+        f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}, "
+        f"of which Events {events / args.pods:.2f}; without Events {(total_writes - events) / args.pods:.2f}"
+    )
+    print(f"Events still to write when the last Pod was gone: {backlog} (the recorder paces them, as a kubelet does)")
+    for (verb, resource), count in sorted(writes_on_pods.items()):
+        print(f"  {verb:7s} {resource:14s} {count / args.pods:.2f}/Pod")
+
+
+def print_one_pod(to_running: list[float], to_gone: list[float]) -> None:
+    """`--serial`: the latency of one Pod, nothing queued behind others."""
+    print(
+        f"one Pod at a time: create -> Running per Pod p50 {statistics.median(to_running):.3f}s "
+        f"p99 {percentile(to_running, 0.99):.3f}s; delete -> gone per Pod p50 {statistics.median(to_gone):.3f}s "
+        f"p99 {percentile(to_gone, 0.99):.3f}s"
+    )
+
+
+def print_batch(
+    args: argparse.Namespace,
+    phases: Phases,
+    created: dict[str, float],
+    to_running: list[float],
+    to_gone: list[float],
+    *,
+    placed: bool,
+) -> None:
+    """All Pods at once: the time to all Running and all gone, and each Pod's own latency."""
+    start, created_all, running_all = phases["start"], phases["created_all"], phases["running_all"]
+    delete_start, gone_all, names = phases["delete_start"], phases["gone_all"], phases["names"]
     print(f"create requests sent in {created_all - start:.2f}s")
-    if gated is not None:
-        to_placed = [watcher.placed[n] - created[n] for n in names]
-        placed_all = max(watcher.placed[n] for n in names)
+    if placed:
+        to_placed = [phases["placed"][n] - created[n] for n in names]
+        placed_all = max(phases["placed"][n] for n in names)
         print(
             f"create -> all placed:  {placed_all - start:.2f}s; "
             f"per Pod p50 {statistics.median(to_placed):.3f}s p99 {percentile(to_placed, 0.99):.3f}s"
@@ -425,16 +494,6 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
         f"delete -> all gone:    {drain:.2f}s ({args.pods / drain:.0f} pods/s); "
         f"per Pod p50 {statistics.median(to_gone):.3f}s p99 {percentile(to_gone, 0.99):.3f}s"
     )
-    print("manager API requests per Pod by verb:", {v: round(c / args.pods, 2) for v, c in sorted(by_verb.items())})
-    total_writes = sum(c for (v, _), c in writes_on_pods.items())
-    events = sum(c for (_, resource), c in writes_on_pods.items() if resource == "events")
-    print(
-        f"manager API writes per Pod lifecycle: {total_writes / args.pods:.2f}, "
-        f"of which Events {events / args.pods:.2f}; without Events {(total_writes - events) / args.pods:.2f}"
-    )
-    print(f"Events still to write when the last Pod was gone: {backlog} (the recorder paces them, as a kubelet does)")
-    for (verb, resource), count in sorted(writes_on_pods.items()):
-        print(f"  {verb:7s} {resource:14s} {count / args.pods:.2f}/Pod")
 
 
 if __name__ == "__main__":

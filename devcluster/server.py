@@ -35,6 +35,10 @@ DRAIN_LIMIT = 4 * MAX_BODY
 class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = True
+    # socketserver's default backlog is 5: a burst of new connections (a manager's workers all
+    # dialling at once) overflowed it and each dropped SYN came back after Linux's 1 s retry.
+    # A real API server listens with the kernel's somaxconn.
+    request_queue_size = socket.SOMAXCONN
 
     def __init__(
         self,

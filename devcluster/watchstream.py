@@ -167,12 +167,16 @@ class WatchHub:
                             stream.events = events
 
     def _drain_wake(self) -> None:
-        self._signalled = False
+        # Drained before the flag is cleared: cleared first, a wake landing in between was
+        # drained with the flag left set, and every later wake then skipped its byte, so each
+        # change waited for the IDLE_TICK (a 0.5 s watch lag, for good). A wake after the drain
+        # sends one spare byte at worst; the pump that follows sees every change offered before.
         try:
             while self._wake_r.recv(4096):
                 pass
         except (BlockingIOError, OSError):
             pass
+        self._signalled = False
 
     def _pump(self, stream: WatchStream, now: float) -> bool:
         """Move ready changes into the stream and write; True when the stream has ended."""

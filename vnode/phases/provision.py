@@ -32,7 +32,7 @@ from providers.base import ClaimName, Instance, InstanceState, PodSpec, Provisio
 from providers.egress import OPEN as OPEN_EGRESS
 from providers.podspec import pod_spec_from_dict, requested_tier
 from vnode.model import assess, containerstatus, status, stopping
-from vnode.model.tracking import pod_claim, pod_key
+from vnode.model.tracking import Tracked, pod_claim, pod_key
 from vnode.phases.context import PhaseContext
 from vnode.sources.env import EnvError, MissingSource, PodFields, resolve_pod_env
 from vnode.sources.pullsecrets import PullAuth, resolve_pull_auth
@@ -97,6 +97,7 @@ class Provisioner:
         self._provider = context.provider
         self._pools = context.pools
         self._tracked = context.tracked
+        self._inventory = context.inventory
         self._writer = context.writer
         self._reader = context.reader
         self._events = context.events
@@ -293,6 +294,16 @@ class Provisioner:
         if not self._capabilities().pulls_images:
             message = f"{self._provider.name} does not pull container images; image {spec.image!r} is not used"
             self._events.pod(pod, "Normal", names.EVENT_IMAGE_NOT_USED, message)
+        self._take_first_answer(entry, result)
+
+    def _take_first_answer(self, entry: Tracked, result: ProvisionResult) -> None:
+        """One `get` right after provisioning, fed to the status decision a poll's list feeds
+        (`assess.observe`): the caller's flush writes the Pod Running at once when the instance
+        runs already, not at the next poll. Asked at `provisioned_at`, so a list begun before
+        it is older and the status sync skips it; a list begun after it that already shows the
+        instance is newer, and this answer is dropped. Neither regresses the other.
+        Tests: tests/vnode/test_one_pod_latency.py."""
+        asked = entry.provisioned_at = self._monotonic()
         try:
             instance = self._provider.get(result.instance_id)
         except errors.ProviderError:
@@ -300,7 +311,10 @@ class Provisioner:
         if instance is None:
             state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
             instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
-        assess.observe(entry, instance, now=self._now(), at=self._monotonic(), rules=self._rules())
+        with entry.lock:
+            if self._inventory.shows_since(instance, asked):
+                return  # a newer list's view: the status sync applies it
+            assess.observe(entry, instance, now=self._now(), at=self._monotonic(), rules=self._rules())
 
     def _past_deadline(self, pod: JsonDict) -> None:
         """A Pod that never got an instance (it waited for a Secret) and ran past its

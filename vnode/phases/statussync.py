@@ -117,6 +117,8 @@ class StatusSync:
         now, at = self._now(), self._monotonic()
         if instance is not None and instance.id == entry.instance_id:
             entry.misses, entry.missing_since = 0, None
+            if _older_than_recorded(entry, begun):
+                return False
             return assess.observe(entry, instance, now=now, at=at, rules=rules)
         if entry.runs.finished or entry.runs.due is not None and entry.runs.due.step is Step.REPLACE:
             return False
@@ -156,3 +158,10 @@ class StatusSync:
             for key in self.poll_once(live_claims(), open_spans):
                 changed(key)
             stop.wait(interval())
+
+
+def _older_than_recorded(entry: Tracked, begun: float) -> bool:
+    """A list begun before the instance was recorded with its first facts (`provisioned_at`:
+    provisioning's own `get`, or the adoption's) is older than them: applied after them, it
+    would move the Pod back (Running to Pending). Tests: tests/vnode/test_one_pod_latency.py."""
+    return begun < entry.provisioned_at and entry.last_instance is not None

@@ -177,14 +177,15 @@ class Stopping:
             if remaining <= 0:
                 return None  # killed at once: terminate follows without a look
             stop.look_after = now + min(FIRST_LOOK, remaining)
+            # One look right after the signal: most containers end on SIGTERM at once, and are
+            # seen ended now rather than a FIRST_LOOK later (tests/vnode/test_one_pod_latency.py).
+            if self._still_running(entry, at=now) is None:
+                return None
             return stop.look_after - now
         if now < stop.look_after:
             return stop.look_after - now  # woken early (an Event, a status write): the look is not due
-        instance = self._look(entry)
-        if instance is None or self._ended(instance):
-            if instance is not None:
-                with entry.lock:
-                    assess.observe(entry, instance, now=self._now(), at=now, rules=self._rules())
+        instance = self._still_running(entry, at=now)
+        if instance is None:
             return None
         assert stop.kill_by is not None
         if now >= stop.kill_by + self._poll_interval():
@@ -285,6 +286,17 @@ class Stopping:
             except errors.ProviderError as exc:
                 raise Retry(f"stopping container {name} failed: {type(exc).__name__}: {exc}") from exc
         return True
+
+    def _still_running(self, entry: Tracked, *, at: float) -> Instance | None:
+        """Look at the instance: its facts while its containers still run; None once they ended
+        (their final facts observed) or it is gone. Raises Retry when the provider could not be asked."""
+        instance = self._look(entry)
+        if instance is not None and not self._ended(instance):
+            return instance
+        if instance is not None:
+            with entry.lock:
+                assess.observe(entry, instance, now=self._now(), at=at, rules=self._rules())
+        return None
 
     def _look(self, entry: Tracked) -> Instance | None:
         assert entry.instance_id is not None

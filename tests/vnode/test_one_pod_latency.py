@@ -1,0 +1,209 @@
+"""The latency of one Pod (issue 37): provisioning's own answer writes a Pod Running and a
+terminate's answer lets it go, without waiting for the next poll's list; and neither answer
+moves a Pod back past a newer one (vnode.phases.provision `_take_first_answer`,
+vnode.phases.statussync `_older_than_recorded`, vnode.phases.stopping's look right after the
+SIGTERM). Behaviour only: the figures are `python bench/sync.py --pods 20 --serial`'s.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kube.client import Kube, path_for
+from kube.events import EventRecorder
+from providers.base import Instance, InstanceId, InstanceState, PodSpec, ProvisionRequest, ProvisionResult
+from providers.fake import FakeProvider
+from tests.support.factories import make_pod
+from tests.support.pods import get_pod, phase_of
+from tests.support.polling import wait_for
+from tests.support.rigs.offline import adopt_provisioned, kept_fake_handler
+from vnode.handler import Handler
+from vnode.model.stopping import Why
+from vnode.phases.stopping import FIRST_LOOK
+from vnode.runner import Runner
+
+NEVER = 3600.0  # a poll interval no test outlives: a poll after the first would take an hour
+BOOT = 3.0  # seconds the fake takes from PROVISIONING to RUNNING in the stale-answer tests
+SLOW_BOOT = {
+    "offerings": [
+        {"accelerator": None, "gpu_count": 0, "tier": "OnDemand", "region": "us-east-1", "provisioning_delay": BOOT}
+    ]
+}
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _count_ticks(handler: Handler) -> list[int]:
+    """Counts the status sync's poll ticks from now (its loop calls `self.poll_once`)."""
+    ticks = [0]
+    tick = handler.status_sync.poll_once
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        ticks[0] += 1
+        return tick(*args, **kwargs)
+
+    handler.status_sync.poll_once = counted  # type: ignore[method-assign]
+    return ticks
+
+
+def test_a_pod_is_written_running_and_removed_after_delete_without_waiting_for_a_poll(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """Poll interval one hour: the startup's poll has run, the next would come in an hour, yet
+    the Pod reads Running (with the status a poll would write: a tick by hand finds nothing
+    to write) and, once deleted, is gone: both from the provider's own answers."""
+    runner = start_runner(FakeProvider("gpu", {"cloud": cloud_name}), poll_interval=NEVER)
+    handler = runner.handler
+    wait_for(lambda: handler.inventory.lists_ok >= 1, what="the startup's poll")
+    ticks = _count_ticks(handler)
+    name = _name("quick")
+    kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    wait_for(lambda: phase_of(kube, name) == "Running", timeout=60, what="Running before any poll")
+    pod = get_pod(kube, name)
+    assert pod is not None and {c["type"]: c["status"] for c in pod["status"]["conditions"]}["Ready"] == "True"
+    entry = handler.tracked(f"default/{name}")
+    assert entry is not None and entry.last_instance is not None
+    assert entry.last_instance.state is InstanceState.RUNNING
+    wait_for(lambda: not handler.writer.needs_flush(entry), what="the provisioning's writes done")
+    assert ticks[0] == 0  # no poll brought it there
+    assert f"default/{name}" not in handler.status_sync.poll_once()  # a poll has nothing to add
+    ticks[0] = 0
+    kube.delete(path_for("pods", namespace="default", name=name))  # graceful: 30 s, the default
+    wait_for(lambda: get_pod(kube, name) is None, timeout=60, what="gone before any poll")
+    assert ticks[0] == 0
+    instance = handler.provider.get(entry.last_instance.id)
+    assert instance is not None and instance.state is InstanceState.TERMINATED
+
+
+class HeldGet:
+    """A provider whose first `get` reads its answer at once and hands it back only when
+    released: by then the answer is stale (the instance booted meanwhile)."""
+
+    def __init__(self, inner: FakeProvider) -> None:
+        self.inner = inner
+        self.asked = threading.Event()
+        self.release = threading.Event()
+        self.answers: list[Instance | None] = []
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        answer = self.inner.get(instance_id)
+        if not self.answers:
+            self.answers.append(answer)
+            self.asked.set()
+            assert self.release.wait(60)
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_provision_answer_older_than_a_list_already_applied_does_not_move_the_pod_back(
+    kube: Kube, cloud_name: str
+) -> None:
+    provider = HeldGet(FakeProvider("gpu", {"cloud": cloud_name, "scenario": SLOW_BOOT}))
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    name = _name("stale-get")
+    pod = kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    creating = threading.Thread(target=handler.provisioner.create_pod, args=(pod,))
+    creating.start()
+    assert provider.asked.wait(60)
+    (stale,) = provider.answers
+    assert stale is not None and stale.state is InstanceState.PROVISIONING  # read before it booted
+    wait_for(lambda: (provider.inner.get(stale.id) or stale).state is InstanceState.RUNNING, what="booted")
+    handler.status_sync.poll_once()  # a list begun after the get was asked: Running
+    entry = handler.tracked(f"default/{name}")
+    assert entry is not None and (entry.desired_status or {}).get("phase") == "Running"
+    provider.release.set()
+    creating.join(60)
+    assert not creating.is_alive()
+    assert entry.last_instance is not None and entry.last_instance.state is InstanceState.RUNNING
+    assert (entry.desired_status or {}).get("phase") == "Running"
+
+
+class ListDuringProvision:
+    """A provider whose provision returns only once a poll's list has read the new instance
+    (still booting), that list held until released; its `get` answers once the instance runs:
+    the list is older than provisioning's answer and arrives after it."""
+
+    def __init__(self, inner: FakeProvider) -> None:
+        self.inner = inner
+        self.provisioned = threading.Event()
+        self.listed = threading.Event()
+        self.release = threading.Event()
+        self.listed_states: list[InstanceState] = []
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        result = self.inner.provision(pod, request)
+        self.provisioned.set()
+        assert self.listed.wait(60)
+        return result
+
+    def list(self) -> list[Instance]:
+        answer = self.inner.list()
+        if self.provisioned.is_set() and not self.listed.is_set():
+            self.listed_states = [i.state for i in answer]
+            self.listed.set()
+            assert self.release.wait(60)
+        return answer
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        def running() -> Instance | None:
+            got = self.inner.get(instance_id)
+            return got if got is not None and got.state is InstanceState.RUNNING else None
+
+        found: Instance = wait_for(running, what="booted")
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_list_begun_before_provisioning_answered_does_not_move_the_pod_back(kube: Kube, cloud_name: str) -> None:
+    provider = ListDuringProvision(FakeProvider("gpu", {"cloud": cloud_name, "scenario": SLOW_BOOT}))
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    name = _name("stale-list")
+    pod = kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    creating = threading.Thread(target=handler.provisioner.create_pod, args=(pod,))
+    creating.start()
+    assert provider.provisioned.wait(60)
+    polled: list[list[str]] = []
+    poll = threading.Thread(target=lambda: polled.append(handler.status_sync.poll_once()))
+    poll.start()
+    creating.join(60)
+    assert not creating.is_alive()
+    assert provider.listed_states == [InstanceState.PROVISIONING]  # the held list read it booting
+    entry = handler.tracked(f"default/{name}")
+    assert entry is not None and (entry.desired_status or {}).get("phase") == "Running"
+    provider.release.set()
+    poll.join(60)
+    assert len(polled) == 1
+    assert entry.last_instance is not None and entry.last_instance.state is InstanceState.RUNNING
+    assert (entry.desired_status or {}).get("phase") == "Running"
+
+
+def test_a_container_that_ends_on_sigterm_is_seen_ended_by_the_look_right_after_the_signal() -> None:
+    handler, _, _ = kept_fake_handler("latency")
+    pod = make_pod(_name("ends"), namespace="default", uid=str(uuid.uuid4()), status={"phase": "Running"})
+    entry = handler.tracked(adopt_provisioned(handler, pod, running=True))
+    assert entry is not None
+    handler.stopping.begin(entry, Why.DELETED, 30.0)
+    assert handler.stopping.advance(entry) is None  # ended: terminate may follow at once
+    assert entry.last_instance is not None and entry.last_instance.state is InstanceState.FAILED
+    assert entry.last_instance.exit_code == 143
+
+
+def test_a_container_that_traps_sigterm_keeps_its_grace_and_is_looked_at_again() -> None:
+    handler, _, _ = kept_fake_handler("latency", {"workload": {"sigterm": {"seconds": 300}}})
+    pod = make_pod(_name("traps"), namespace="default", uid=str(uuid.uuid4()), status={"phase": "Running"})
+    entry = handler.tracked(adopt_provisioned(handler, pod, running=True))
+    assert entry is not None
+    handler.stopping.begin(entry, Why.DELETED, 30.0)
+    after = handler.stopping.advance(entry)
+    assert after is not None and 0 < after <= FIRST_LOOK  # still running: the next look, as before
+    assert entry.last_instance is not None and entry.last_instance.state is InstanceState.RUNNING
+    assert entry.stop is not None and entry.stop.kill_by is not None  # its SIGKILL still a grace away
