@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from kube.client import Kube
+from kube.client import Kube, KubeError, NotFoundError
 from kube.reflector import Reflector
 from placement.blocklist import MAX_ENTRIES, BlockEntry, Blocklist
 from placement.blockobject import ENTRIES, BlockObjectError, decode, expires_of
@@ -42,6 +42,7 @@ class Blockstore:
         max_backoff: float = 10.0,
     ) -> None:
         self.blocklist = blocklist
+        self._kube = kube
         self.writer = BlockWriter(kube, clock=blocklist.now, max_pending=max_pending, max_backoff=max_backoff)
         self.reflector = Reflector(watch_kube, ENTRIES, on_change=self._changed, max_backoff=max_backoff)
         self._sweep_interval = sweep_interval
@@ -70,6 +71,21 @@ class Blockstore:
     def synced(self) -> threading.Event:
         """Set once the first list has been applied to memory."""
         return self.reflector.synced
+
+    def wait_listed(self, timeout: float) -> bool:
+        """Wait (up to `timeout`) for the first list: True once memory holds every entry the
+        cluster holds. False at once when the cluster does not serve BlocklistEntry (its CRD
+        not installed: the blocklist is this replica's memory only, logged) or at the timeout."""
+        if self.synced.is_set():
+            return True
+        try:
+            self._kube.list(ENTRIES, limit="1")
+        except NotFoundError:
+            logger.warning("the cluster serves no blocklistentries.nebula.io (CRD not installed): refusals stay here")
+            return False
+        except KubeError:
+            pass  # not answering: wait for the watch's list as long as allowed
+        return self.synced.wait(timeout)
 
     def lead(self, leading: bool) -> None:
         """While leading, this replica sweeps expired objects (one sweeper: no write storm)."""
