@@ -24,6 +24,7 @@ from placement.blockstore import Blockstore
 from placement.blockwriter import BlockWriter
 from providers.base import BlockBreadth, BlockScope, Tier
 from tests.placement.blockrelay import Relay
+from tests.support.clients.kubectl import KUBECTL_137, run_kubectl
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
@@ -249,3 +250,25 @@ def test_memory_honours_at_most_max_entries_objects(
     kube.delete(entry_path(gone))  # the watch delivers in order: once this lands, so did the ten
     wait_for(lambda: len(reader.blocklist.entries()) == 19, what="the reader drops the deleted one")
     assert all(e.provider == "gpu-b" for e in reader.blocklist.entries()), "past the bound, nothing more is held"
+
+
+def test_kubectl_get_shows_scope_reason_and_time_left_and_kubectl_delete_clears_every_replica(
+    replicas: Callable[..., Replica], cluster: DevCluster
+) -> None:
+    if not Path(KUBECTL_137).exists():
+        pytest.skip(f"kubectl is not installed at {KUBECTL_137}")
+    assert cluster.kubeconfig_path is not None
+    a, b = replicas("a"), replicas("b")
+    a.blocklist.record("gpu-a", offering())
+    wait_for(b.blocked, what="b holds a's refusal")
+    name = entry_id("gpu-a", offering())
+    listed = run_kubectl(cluster.kubeconfig_path, "get", "nbl")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split() == ["NAME", "PROVIDER", "SCOPE", "REASON", "TTL", "AGE", "EXPIRES"]
+    assert row.startswith(name) and "gpu-a h100 Spot us-east-1" in row and "NoCapacity: full" in row
+    assert 290 <= int(row.split()[-3]) <= 300  # TTL (from creation) minus AGE is the time left
+    assert row.split()[-1].endswith("Z")
+    deleted = run_kubectl(cluster.kubeconfig_path, "delete", "blocklistentry", name)
+    assert deleted.returncode == 0, deleted.stderr
+    wait_for(lambda: not a.blocked() and not b.blocked(), what="kubectl delete clears every replica")
