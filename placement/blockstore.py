@@ -126,10 +126,10 @@ class Blockstore:
         self._complained.discard(name)
         self.writer.seen(name, None)
         if self.writer.holds_record(name):
-            logger.info("blocklist entry %s deleted in the cluster; a newer refusal here writes it again", name)
+            logger.info("BlocklistEntry %s deleted in the cluster; a newer refusal here writes it again", name)
             return
         if self.blocklist.drop(name):
-            logger.info("blocklist entry %s deleted in the cluster: cleared here too", name)
+            logger.info("BlocklistEntry %s deleted in the cluster: the entry is cleared here too", name)
 
     # -- the sweep -----------------------------------------------------------------------------
     def _sweep_loop(self) -> None:

@@ -177,9 +177,9 @@ class BlockWriter:
             if warn:
                 self._logged_at = time.monotonic()
         if not retried:
-            logger.error("blocklist entry %s not written (kept in memory only): %s", name, exc)
+            logger.error("BlocklistEntry %s not written (the entry is kept in memory only): %s", name, exc)
         elif warn:
-            logger.warning("blocklist entry %s not written yet (retrying with back-off): %s", name, exc)
+            logger.warning("BlocklistEntry %s not written yet (retrying with back-off): %s", name, exc)
 
     def _queue_locked(self, name: str, op: _Op) -> None:
         if name not in self._pending and len(self._pending) >= self._max_pending:
