@@ -1,7 +1,7 @@
 """The blocklist shared by real `manage.py runvnode --share-providers` processes (I6): three
 replicas on one embedded cluster and one fake cloud, each serving one provider. A refusal seen
-by a replica that does not lead is honoured by placement on the leader, and still by the next
-leader once the first is SIGKILLed.
+by a replica that does not lead gets its pool's TTL there and is honoured by placement on the
+leader, and still by the next leader once the first is SIGKILLed.
 """
 
 from __future__ import annotations
@@ -75,13 +75,17 @@ def test_I6_a_refusal_on_a_replica_that_does_not_lead_is_honoured_by_every_leade
         holders = node_holders(kube, aliases)
         refuser = next(a for a in aliases if holders[a] != first_leader)  # served by a replica that does not lead
         fallback = next(a for a in aliases if a != refuser)
-        cluster.apply_manifest(nodepool(POOL, providers=[refuser, fallback], capacity_types=["OnDemand"]))
-        # Without the pool's TTL in play: an Unauthorized refusal blocks the whole provider.
-        kube.create(path_for("pods", namespace="default"), make_pod("refused", refuser))
+        pool = nodepool(POOL, providers=[refuser, fallback], capacity_types=["OnDemand"], ttl="17m")
+        cluster.apply_manifest(pool)
+        # A Pod of the pool bound straight to the refuser's node; Unauthorized blocks the whole provider.
+        refused = make_pod("refused", refuser, labels={names.POOL_LABEL: POOL})
+        kube.create(path_for("pods", namespace="default"), refused)
         cloud.cloud.refuse("auth", count=1)
         wait_for(lambda: phase(kube, "refused") == "Failed", 60, what="the refused Pod fails")
         (entry,) = wait_for(lambda: kube.list(ENTRIES)[0], 30, what="the refusal as a BlocklistEntry")
-        assert (entry["spec"]["provider"], entry["spec"]["breadth"]) == (refuser, "provider")
+        spec = entry["spec"]
+        assert (spec["provider"], spec["breadth"], spec["pool"]) == (refuser, "provider", POOL)
+        assert 17 * 60 - 10 <= spec["ttlSeconds"] <= 17 * 60 + 31, "the pool's TTL, from a replica that does not lead"
 
         kube.create(path_for("pods", namespace="default"), opted_in("placed-1"))
         assert wait_for(lambda: placed_on(kube, "placed-1"), 60, what="placement places placed-1") == fallback
