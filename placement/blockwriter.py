@@ -131,7 +131,8 @@ class BlockWriter:
         self._thread.start()
 
     def stop(self, timeout: float) -> list[threading.Thread]:
-        """Write what is queued (within `timeout`), then end. Returns the thread if still busy."""
+        """Try each queued write once more (within `timeout`; a failure is not retried now), then
+        end. Returns the thread if still busy."""
         with self._cond:
             self._stopping = True
             self._deadline = time.monotonic() + timeout
@@ -160,8 +161,7 @@ class BlockWriter:
                 backoff = self._initial_backoff
             except KubeError as exc:
                 self._failed(name, op, exc)
-                if self._stopped.wait(backoff):  # stopping: the deadline bounds the retries instead
-                    time.sleep(min(backoff, max(0.0, self._deadline - time.monotonic())))
+                self._stopped.wait(backoff)
                 backoff = min(self._max_backoff, backoff * 2)
             finally:
                 with self._cond:
@@ -171,7 +171,7 @@ class BlockWriter:
         retried = exc.status in _RETRIED or exc.status >= 500
         with self._cond:
             self.failures += 1
-            if retried and name not in self._pending:
+            if retried and name not in self._pending and not self._stopping:  # stopping: one try each
                 self._queue_locked(name, op)
             warn = self._logged_at + LOG_EVERY <= time.monotonic()
             if warn:

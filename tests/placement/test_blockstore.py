@@ -272,3 +272,24 @@ def test_kubectl_get_shows_scope_reason_and_time_left_and_kubectl_delete_clears_
     deleted = run_kubectl(cluster.kubeconfig_path, "delete", "blocklistentry", name)
     assert deleted.returncode == 0, deleted.stderr
     wait_for(lambda: not a.blocked() and not b.blocked(), what="kubectl delete clears every replica")
+
+
+def test_a_stop_with_the_api_server_down_tries_each_write_once_and_ends(cluster: DevCluster, tmp_path: Path) -> None:
+    address = urlparse(cluster.url)
+    relay = Relay((str(address.hostname), int(address.port or 443)))  # never up: connection refused
+    down = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=5.0)
+    try:
+        blocklist = Blocklist(uniform=lambda: 0.0)
+        writer = BlockWriter(down, max_backoff=0.3)
+        for i in range(3):
+            blocklist.record("gpu-a", offering(region=f"r{i}"))
+        for entry in blocklist.entries():
+            writer.put(entry)
+        writer.start()
+        wait_for(lambda: writer.failures >= 1, what="the first write fails")
+        before = writer.failures
+        assert writer.stop(60.0) == []
+        assert writer.failures <= before + 4, "one more try of each write (and the one under way), no retries"
+        assert writer.pending() == 0 and len(blocklist.entries()) == 3, "memory keeps them"
+    finally:
+        down.close()
