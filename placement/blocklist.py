@@ -1,15 +1,15 @@
-"""The blocklist: which candidates a provider refused recently, held in memory until a TTL lapses.
+"""The blocklist: which candidates a provider refused recently, the working copy in memory (I6).
 
-Written by the vnode Handler (through the `Blocklister` protocol) and by operators (`clear`);
-read by the placement controller, the console and the REST API. Keyed by block scope; identical
-scopes coalesce (the expiry only moves later). Alone decides how long an entry lives. Never does
-I/O; an empty set after a restart is correct (I6). Tested in
-tests/placement/test_blocklist.py::test_a_refusal_in_a_pool_gets_the_pools_ttl_and_keeps_the_first_pool_named.
+Written by the vnode Handler (through the `Blocklister` protocol), by operators (`clear`) and by
+the cluster's copy (`apply`, `drop`: `placement.blockstore`, which its `BlockSink` feeds); read by
+placement, the console and the REST API. Keyed by block scope, whose hash is the entry's id on
+every replica; the expiry only moves later. Alone decides a TTL. Never does I/O. Tested in
+tests/placement/test_blocklist.py and tests/placement/test_blockstore.py.
 """
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import logging
 import random
 import threading
@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import Protocol
 
 from placement.interruptspec import DEFAULT_INTERRUPTED_TTL
 from providers.base import BlockBreadth, BlockScope, Tier
@@ -30,6 +31,7 @@ DEFAULT_TTL = 300.0  # seconds (5m): a refusal of a Pod whose pool names no TTL,
 
 PoolTtl = Callable[[str], float | None]
 Listener = Callable[[], None]
+ID_DIGITS = 12  # an entry id is `b` and 12 digits (the console's and the API's id pattern)
 ScopeKey = tuple[str, BlockBreadth, Tier | None, str | None, str | None]
 
 
@@ -77,6 +79,24 @@ def _scope_key(provider: str, scope: BlockScope) -> ScopeKey:
     return (provider, scope.breadth, scope.tier, _fold(scope.accelerator), scope.region)
 
 
+def entry_id(provider: str, scope: BlockScope) -> str:
+    """Pure: the id of the entry blocking `scope` of `provider`, the same on every replica and the
+    name of its object in the cluster (a hash of the scope key: `b` and 12 digits)."""
+    key = _scope_key(provider, scope)
+    text = "\x1f".join("" if part is None else str(getattr(part, "value", part)) for part in key)
+    digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+    return f"b{digest % 10**ID_DIGITS:0{ID_DIGITS}d}"
+
+
+class BlockSink(Protocol):
+    """Where the blocklist reports its local changes (the cluster's copy, `placement.blockstore`).
+    Called outside the lock, after memory changed; must not block."""
+
+    def recorded(self, entry: BlockEntry) -> None: ...
+
+    def cleared(self, entry_id: str) -> None: ...
+
+
 @dataclass
 class _Slot:
     id: str
@@ -107,9 +127,9 @@ class Blocklist:
         self._interrupted_ttl: PoolTtl | None = None
         self._slots: dict[ScopeKey, _Slot] = {}
         self._lock = threading.Lock()
-        self._ids = itertools.count(1)
         self._revision = 0
         self._listeners: list[Listener] = []
+        self._sink: BlockSink | None = None
 
     # -- wiring ----------------------------------------------------------------------------
     def use_pool_ttls(self, pool_ttl: PoolTtl, interrupted: PoolTtl | None = None) -> None:
@@ -119,9 +139,13 @@ class Blocklist:
         if interrupted is not None:
             self._interrupted_ttl = interrupted
 
+    def attach(self, sink: BlockSink) -> None:
+        """Report every local record and clear to `sink` from now on (the cluster's copy)."""
+        self._sink = sink
+
     def subscribe(self, listener: Listener) -> None:
-        """Call `listener` (outside the lock) whenever an entry is cleared (an expiry only ever
-        moves later otherwise), so Pods waiting for an expiry can be looked at again at once."""
+        """Call `listener` (outside the lock) whenever an entry is cleared or dropped (an expiry
+        only ever moves later otherwise), so Pods waiting for an expiry are looked at again at once."""
         with self._lock:
             self._listeners.append(listener)
 
@@ -157,14 +181,63 @@ class Blocklist:
                 slot.scope = scope
                 slot.pool = slot.pool or pool
             elif len(self._slots) < MAX_ENTRIES:
-                self._slots[key] = _Slot(f"b{next(self._ids)}", provider, scope, pool, now, expires)
+                slot = self._slots[key] = _Slot(entry_id(provider, scope), provider, scope, pool, now, expires)
             self._revision += 1
+            recorded = None if slot is None else _entry(slot, now)
         logger.info("blocked %s for %.0fs: %s", describe_scope(provider, scope), seconds, scope.reason)
+        if recorded is not None and self._sink is not None:
+            self._sink.recorded(recorded)
 
     def clear(self, entry_id: str) -> bool:
         """Remove one entry (an operator's action). False if there is no such live entry."""
         with self._lock:
             self._purge_locked(self._clock())
+            key = next((k for k, s in self._slots.items() if s.id == entry_id), None)
+            if key is None:
+                return False
+            del self._slots[key]
+            self._revision += 1
+        if self._sink is not None:
+            self._sink.cleared(entry_id)
+        self._notify()
+        return True
+
+    # -- the cluster's copy (placement.blockstore) -----------------------------------------
+    def apply(self, entry: BlockEntry) -> bool:
+        """An entry as the cluster holds it (any replica's record): upserted under its scope,
+        the expiry only moving later, the pool first named kept. Nothing for an entry already
+        expired, one whose id is not its scope's, or past MAX_ENTRIES (I7). Not reported to the
+        sink. True when memory holds it."""
+        if not entry.provider or entry.scope.provider != entry.provider:
+            return False
+        if entry.id != entry_id(entry.provider, entry.scope):
+            return False
+        now = self._clock()
+        expires = entry.expires_at.timestamp()
+        if expires <= now:
+            return False
+        key = _scope_key(entry.provider, entry.scope)
+        with self._lock:
+            self._purge_locked(now)
+            slot = self._slots.get(key)
+            if slot is None:
+                if len(self._slots) >= MAX_ENTRIES:
+                    return False
+                recorded = entry.recorded_at.timestamp()
+                self._slots[key] = _Slot(entry.id, entry.provider, entry.scope, entry.pool, recorded, expires)
+                self._revision += 1
+            elif expires > slot.expires_at:
+                slot.expires_at = expires
+                slot.scope = entry.scope
+                slot.pool = slot.pool or entry.pool
+                self._revision += 1
+            return True
+
+    def drop(self, entry_id: str) -> bool:
+        """The cluster no longer holds the entry (cleared on another replica, deleted by hand,
+        or expired): removed here too, without telling the sink, and the subscribers told, as
+        for a clear. False if memory held no such entry."""
+        with self._lock:
             key = next((k for k, s in self._slots.items() if s.id == entry_id), None)
             if key is None:
                 return False

@@ -26,6 +26,8 @@ from nebula_site.manager import config as manager_config
 from nebula_site.manager import runners as manager_runners
 from nebula_site.manager import shutdown as manager_shutdown
 from placement.blocklist import Blocklist
+from placement.blockstore import Blockstore
+from placement.poolcache import PoolCache
 from placement.settle import SPEND_INTERVAL
 from placement.wiring import Placement
 from providers.base import Provider
@@ -36,11 +38,16 @@ from vnode.runner import Runner
 
 logger = logging.getLogger(__name__)
 
+BLOCKLIST_SYNC_WAIT = 10.0  # seconds placement waits for the blocklist's first list before it places
+
 
 @dataclass
 class Leading:
     """Placement and the Runners it places onto, sharing one Blocklist (`start_nodes`), and,
-    in the manager, the console's runtime and mirror too (`start`); stopped by `stop_steps`."""
+    in the manager, the console's runtime and mirror too (`start`); stopped by `stop_steps`.
+    With `blockstore` (the Blocklist's cluster copy) placement waits for its first list and this
+    process sweeps expired entries while placement runs; with `ttl_pools` (providers shared out)
+    the Blocklist reads pool TTLs from it again once placement stops."""
 
     providers: Mapping[str, Provider]
     registry: HandlerRegistry
@@ -53,6 +60,8 @@ class Leading:
     placement: Placement | None = None
     mirror: Mirror | None = None
     cluster: ClusterView | None = None  # the console's copy of the nodes other replicas serve
+    blockstore: Blockstore | None = None
+    ttl_pools: PoolCache | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _publishing: bool = False  # the console reads this process's Runners (it leads)
 
@@ -107,9 +116,17 @@ class Leading:
                 runner.start()
                 logger.info("virtual node %s started", runner.handler.node_name)
             self.registry.add_all([r.handler for r in self.runners])
+        self._await_blocklist()
         placement.start()
         self.placement = placement
+        if self.blockstore is not None:
+            self.blockstore.lead(True)
         return placement
+
+    def _await_blocklist(self) -> None:
+        """A new leader places nothing before it holds every replica's refusals (I6)."""
+        if self.blockstore is not None and not self.blockstore.wait_listed(BLOCKLIST_SYNC_WAIT):
+            logger.warning("the blocklist is not listed from the cluster; placing with what memory holds")
 
     def runners_changed(self, runners: Sequence[Runner]) -> None:
         """The Runners serving here now: the kubelet registry follows, and the console while leading."""
@@ -138,7 +155,12 @@ class Leading:
 
     def _stop_placement(self, timeout: float) -> list[threading.Thread]:
         placement, self.placement = self.placement, None  # once: a later start builds a new one
-        return placement.stop(timeout) if placement is not None else []
+        if self.blockstore is not None:
+            self.blockstore.lead(False)
+        busy = placement.stop(timeout) if placement is not None else []
+        if self.ttl_pools is not None:
+            self.blocklist.use_pool_ttls(self.ttl_pools.ttl_of, self.ttl_pools.interrupted_ttl_of)
+        return busy
 
     def _stop_mirror(self, timeout: float) -> list[threading.Thread]:
         mirror, self.mirror = self.mirror, None

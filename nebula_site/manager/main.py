@@ -30,6 +30,7 @@ from nebula_site.manager import listeners as manager_listeners
 from nebula_site.manager import runners as manager_runners
 from nebula_site.manager import shutdown as manager_shutdown
 from placement.blocklist import Blocklist
+from placement.blockstore import Blockstore
 from providers.base import Provider
 from vnode.kubelet.resolve import HandlerRegistry
 
@@ -147,8 +148,9 @@ def lead(
        token Reviewer (Kubernetes logins, on this manager's own client) and, with leader
        election, the console's leader locator: until this process leads, its console
        forwards to the one whose Lease names `console` (`advertised_console`);
-    2. prepare the runner source (`sources`: with providers shared out, this replica's share
-       is served from now on);
+    2. start the blocklist's cluster copy (`placement.blockstore`: every replica writes the
+       refusals it sees and watches everyone's into its memory), then prepare the runner source
+       (`sources`: with providers shared out, this replica's share is served from now on);
     3. wait for the leader Lease (unless leader election is off); a stop while waiting ends here;
     4. as leader, start `Leading` through the source (static: learn the cluster identity and
        build the providers owned by it first) and call `on_leading`;
@@ -183,7 +185,11 @@ def lead(
         locator = leaderpeer.LeaseLocator(kube, namespace=config.namespace, name=LEADER_LEASE, identity=identity)
         runtime.install_locator(locator)
     options = manager_leading.with_port(config.runner, kubelet_port)
-    wiring = sources.Wiring(config, kube, watch_kube, registry, Blocklist(), options, build_providers)
+    blocklist = Blocklist()
+    blockstore = Blockstore(blocklist, kube, watch_kube)
+    blockstore.start()
+    shutdown.push(blockstore.stop)  # after the Runners stop (pushed before them): their last refusals written
+    wiring = sources.Wiring(config, kube, watch_kube, registry, blocklist, options, build_providers, blockstore)
     source: sources.RunnerSource = (
         sources.SharedRunners(wiring, identity) if config.shares else sources.StaticRunners(wiring)
     )

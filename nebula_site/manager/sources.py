@@ -21,6 +21,7 @@ from nebula_site.manager import config as manager_config
 from nebula_site.manager import leading as manager_leading
 from nebula_site.manager import shutdown as manager_shutdown
 from placement.blocklist import Blocklist
+from placement.blockstore import Blockstore
 from placement.poolcache import PoolCache
 from providers.base import Provider
 from vnode.kubelet.resolve import HandlerRegistry
@@ -55,7 +56,8 @@ def cluster_identity(
 
 @dataclass(frozen=True)
 class Wiring:
-    """What both sources build with: the process's clients, kubelet registry and Blocklist."""
+    """What both sources build with: the process's clients, kubelet registry, Blocklist and its
+    cluster copy (`blockstore`: the leader sweeps expired entries)."""
 
     config: manager_config.ManagerConfig
     kube: Kube
@@ -64,6 +66,7 @@ class Wiring:
     blocklist: Blocklist
     options: manager_config.RunnerOptions  # with the bound kubelet port
     build_providers: ProviderFactory
+    blockstore: Blockstore | None = None
 
     def leading(self, providers: Mapping[str, Provider]) -> manager_leading.Leading:
         return manager_leading.Leading(
@@ -73,6 +76,7 @@ class Wiring:
             self.options,
             operations=self.config.operations,
             spend_interval=self.config.spend_interval,
+            blockstore=self.blockstore,
         )
 
 
@@ -118,8 +122,9 @@ class StaticRunners:
 
 class SharedRunners:
     """Every replica serves its share of the providers from before it seeks the leader Lease
-    (`Sharing`, on node Leases, with a pool cache of its own: placement's runs only while
-    leading); leading adds placement, the mirror and the console, and losing it stands by."""
+    (`Sharing`, on node Leases, with a pool cache of its own, which also gives the blocklist its
+    pools' TTLs: placement's runs only while leading); leading adds placement, the mirror and the
+    console, and losing it stands by."""
 
     stands_by = True
 
@@ -139,6 +144,10 @@ class SharedRunners:
         self._pools = pools = PoolCache(wiring.kube, wiring.watch_kube)
         pools.start()
         self._leading = leading = wiring.leading(providers)
+        # A refusal seen here gets its pool's TTL though placement (and its pool cache) runs on
+        # the leader only: this replica's own pool cache answers, leading or not.
+        leading.ttl_pools = pools
+        wiring.blocklist.use_pool_ttls(pools.ttl_of, pools.interrupted_ttl_of)
         duration = config.lease_duration
         leases = SharedLeases(
             wiring.kube, namespace=config.namespace, identity=self._identity, duration=duration, margin=duration / 3

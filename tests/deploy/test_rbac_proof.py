@@ -25,7 +25,9 @@ import signal
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,9 @@ import yaml
 from devcluster import DevCluster, RequestRecord
 from kube import leases, names
 from kube.client import USER_AGENT, Kube, NotFoundError, path_for
-from providers.base import ClaimName, ProvisionRequest
+from placement.blocklist import BlockEntry, entry_id
+from placement.blockobject import ENTRIES, encode, entry_path, expires_of, time_text
+from providers.base import BlockBreadth, BlockScope, ClaimName, ProvisionRequest
 from providers.fake import FakeProvider
 from providers.fake.server import FakeCloudServer, start_server
 from providers.owner import Owner
@@ -193,6 +197,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     """Every path of the manager that reaches the API server today, in order."""
     pods = path_for("pods", namespace=WORKLOADS)
     install_from_manifests(cluster)
+    kube.create(ENTRIES, expired_block_entry())  # the leader sweeps it (a delete)
     kube.create(path_for("secrets", namespace=WORKLOADS), secret("app-secret", TOKEN="t0ken", USER="ada"))
     kube.create(
         path_for("configmaps", namespace=WORKLOADS),
@@ -232,6 +237,7 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     cloud.cloud.refuse("capacity", count=1)
     kube.create(pods, pod("refused"))
     wait_for(lambda: phase(kube, "refused") == "Failed", what="the refused Pod fails")
+    assert_a_refusal_extends_the_blocklist_entry_another_replica_wrote(kube, cloud, pods)
 
     # Env from a Secret and a ConfigMap; a Pod waiting for a Secret that appears later.
     env_pod = pod(
@@ -301,6 +307,38 @@ def run_scenario(cluster: DevCluster, kube: Kube, cloud: FakeCloudServer, manage
     assert manager.stop() == 0
     assert get(kube, f"{shared}/{members[0]['metadata']['name']}") is None
     assert "Traceback" not in manager.log.read_text(errors="replace")
+
+
+def expired_block_entry() -> dict[str, Any]:
+    """A BlocklistEntry that lapsed a minute ago, as a replica long gone left it."""
+    scope = BlockScope(PROVIDER, BlockBreadth.PROVIDER, reason="NoCapacity: long ago")
+    lapsed = datetime.now(UTC) - timedelta(minutes=1)
+    entry = BlockEntry(entry_id(PROVIDER, scope), PROVIDER, scope, scope.reason, None, lapsed, lapsed, 0.0)
+    return encode(entry, created=lapsed.timestamp() - 60)
+
+
+def assert_a_refusal_extends_the_blocklist_entry_another_replica_wrote(
+    kube: Kube, cloud: FakeCloudServer, pods: str
+) -> None:
+    """The refusal is a BlocklistEntry (create); the test stands in for another replica that
+    wrote the same scope with a short expiry; the next refusal extends it (get, update)."""
+    wait_for(lambda: kube.list(ENTRIES)[0], what="the refusal is written as a BlocklistEntry")
+    (written,) = kube.list(ENTRIES)[0]
+    name = written["metadata"]["name"]
+    kube.delete(entry_path(name))
+    soon = time.time() + 20
+    spec = dict(written["spec"], expiresAt=time_text(soon), ttlSeconds=20)
+    kube.create(
+        ENTRIES,
+        {"apiVersion": written["apiVersion"], "kind": written["kind"], "metadata": {"name": name}, "spec": spec},
+    )
+    cloud.cloud.refuse("capacity", count=1)
+    kube.create(pods, pod("refused-again"))
+    wait_for(lambda: phase(kube, "refused-again") == "Failed", what="the second refused Pod fails")
+    wait_for(
+        lambda: (expires_of(kube.get(entry_path(name))) or 0) > soon + 60, what="the second refusal extends the entry"
+    )
+    kube.delete(path_for("pods", namespace=WORKLOADS, name="refused-again"))
 
 
 def has_phase(kube: Kube, name: str, wanted: str | None) -> bool:

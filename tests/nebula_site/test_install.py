@@ -103,9 +103,10 @@ def test_nebula_version_is_the_package_metadata_and_the_code_comes_from_the_inst
 
 @pytest.mark.slow
 def test_the_installed_crd_is_deploys_file_and_templates_ship(installed: Installed) -> None:
-    crd = installed.site_packages / "nebula_site" / "crds" / "nodepool.yaml"
-    assert not crd.is_symlink()
-    assert crd.read_bytes() == (ROOT / "deploy" / "crds" / "nodepool.yaml").read_bytes()
+    for name in ("nodepool.yaml", "blocklistentry.yaml"):
+        crd = installed.site_packages / "nebula_site" / "crds" / name
+        assert not crd.is_symlink()
+        assert crd.read_bytes() == (ROOT / "deploy" / "crds" / name).read_bytes()
     assert (installed.site_packages / "nebula_site" / "templates" / "console" / "dashboard.html").is_file()
     assert (installed.site_packages / "console" / "migrations" / "0001_initial.py").is_file()
 

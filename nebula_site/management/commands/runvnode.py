@@ -38,12 +38,17 @@ from providers.owner import STANDALONE_CLUSTER
 from vnode.model.runs import BackoffPolicy
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
-# Package data of an installed Nebula (the build copies deploy/crds/nodepool.yaml, which the
-# checkout's nebula_site/crds/nodepool.yaml links to); deploy/ itself in a checkout without it.
-_PACKAGED_CRD = Path(str(resources.files("nebula_site").joinpath("crds", "nodepool.yaml")))
-NODEPOOL_CRD = (
-    _PACKAGED_CRD if _PACKAGED_CRD.exists() else Path(settings.BASE_DIR) / "deploy" / "crds" / "nodepool.yaml"
-)
+
+
+def _crd(file: str) -> Path:
+    """Package data of an installed Nebula (the build copies deploy/crds/<file>, which the
+    checkout's nebula_site/crds/<file> links to); deploy/ itself in a checkout without it."""
+    packaged = Path(str(resources.files("nebula_site").joinpath("crds", file)))
+    return packaged if packaged.exists() else Path(settings.BASE_DIR) / "deploy" / "crds" / file
+
+
+NODEPOOL_CRD = _crd("nodepool.yaml")
+BLOCKLIST_CRD = _crd("blocklistentry.yaml")
 CONSOLE_CA = ".nebula/console-ca.pem"
 DEV_CLUSTER_NAME = "dev-cluster"  # --dev-cluster's owner name: a fresh embedded store keeps its instances
 DEV_KUBELET_ADDR = "127.0.0.1:0"  # --dev-cluster without --kubelet-addr: loopback, any free port
@@ -333,7 +338,8 @@ def parse_dev_cluster_addr(addr: str) -> manager_config.Address:
 
 
 def start_dev_cluster(addr: manager_config.Address, *, say: startup.Say) -> Any:
-    """The embedded cluster, started (the manager stops it), with the NodePool CRD loaded."""
+    """The embedded cluster, started (the manager stops it), with the NodePool and
+    BlocklistEntry CRDs loaded."""
     import devcluster
 
     Path(DEV_KUBECONFIG).parent.mkdir(parents=True, exist_ok=True)
@@ -342,11 +348,12 @@ def start_dev_cluster(addr: manager_config.Address, *, say: startup.Say) -> Any:
         cluster.start()
     except OSError as exc:
         raise startup.StartError(f"cannot start the embedded cluster on {addr[0]}:{addr[1]}: {exc}") from exc
-    # The NodePool CRD, as `kubectl apply -f deploy/crds` would install it, so placement
-    # and `kubectl get nodepools` work against the embedded cluster too.
-    if NODEPOOL_CRD.exists():
-        cluster.load_manifests(NODEPOOL_CRD.read_text())
-    else:
-        logging.getLogger(__name__).warning("%s is missing: no NodePools in the embedded cluster", NODEPOOL_CRD)
+    # The CRDs, as `kubectl apply -k deploy/crds` would install them, so placement, the
+    # blocklist's cluster copy and `kubectl get nodepools,nbl` work against it too.
+    for crd, what in ((NODEPOOL_CRD, "NodePools"), (BLOCKLIST_CRD, "blocklist entries")):
+        if crd.exists():
+            cluster.load_manifests(crd.read_text())
+        else:
+            logging.getLogger(__name__).warning("%s is missing: no %s in the embedded cluster", crd, what)
     say(f"embedded cluster at {cluster.url}; kubeconfig {DEV_KUBECONFIG}")
     return cluster

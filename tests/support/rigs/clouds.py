@@ -185,6 +185,7 @@ def pool(name: str, providers: list[str], capacity_types: list[str], *, timeout:
 def serving(stack: CloudStack) -> Iterator[CloudStack]:
     """`stack`'s manager with its kubelet API listener, stopped on exit."""
     stack.cluster.load_manifests((ROOT / "deploy/crds/nodepool.yaml").read_text())
+    stack.cluster.load_manifests((ROOT / "deploy/crds/blocklistentry.yaml").read_text())
     stack.listeners = Listeners(stack.registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
     stack.listeners.start()
     try:

@@ -186,6 +186,7 @@ def stack(cluster: DevCluster, webhook: TlsWsgiServer) -> Iterator[Stack]:
     """gpu-a and gpu-b virtual nodes plus placement, sharing one Blocklist, once the cluster
     serves NodePools."""
     cluster.load_manifests((ROOT / "deploy/crds/nodepool.yaml").read_text())
+    cluster.load_manifests((ROOT / "deploy/crds/blocklistentry.yaml").read_text())
     suffix = uuid.uuid4().hex[:8]
     providers = {
         name: FakeProvider(name, {"cloud": f"{name}-{suffix}", "scenario": h100_scenario(name)})
@@ -213,6 +214,7 @@ def alone(cluster: DevCluster, kube: Kube, webhook: TlsWsgiServer) -> Iterator[A
     them, so the billing record a test writes is the only one. With no kubelet to complete a
     graceful delete, tests delete with grace 0 (the spend finalizer still holds the Pod)."""
     cluster.load_manifests((ROOT / "deploy/crds/nodepool.yaml").read_text())
+    cluster.load_manifests((ROOT / "deploy/crds/blocklistentry.yaml").read_text())
     provider = FakeProvider("gpu-a", {"cloud": f"alone-{uuid.uuid4().hex[:8]}", "scenario": h100_scenario("gpu-a")})
     kube.create(path_for("nodes"), unserved_node("gpu-a"))
     blocklist = Blocklist()

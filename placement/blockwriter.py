@@ -1,0 +1,255 @@
+"""The blocklist's writer: local records and clears carried to the cluster on one background thread.
+
+Fed by `placement.blockstore` (a record from any Handler, a clear, a sweep of an expired object);
+writes `blocklistentries.nebula.io`. Never blocks its callers: a bounded queue coalescing by
+name (I7), each failed write retried with back-off and logged. Never shortens an expiry.
+Tests: tests/placement/test_blockstore.py::test_with_the_api_server_down_memory_holds_and_the_write_lands_later.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kube.client import ConflictError, Kube, KubeError, NotFoundError
+from placement.blocklist import JITTER_FRACTION, MAX_ENTRIES, MAX_JITTER, BlockEntry
+from placement.blockobject import ENTRIES, created_of, encode, entry_path, expires_of
+
+logger = logging.getLogger(__name__)
+
+MAX_PENDING = 1024  # writes waiting (one per name); past it a write is dropped, memory keeps the entry
+MAX_CONFLICTS = 5  # read-and-extend rounds one write tries before it waits and retries
+LOG_EVERY = 30.0  # seconds between two warnings about failing writes (or dropped ones)
+_RETRIED = {0, 404, 409, 429}  # unreachable, the CRD not installed yet, conflicts, throttled
+
+
+@dataclass(frozen=True)
+class _Put:
+    entry: BlockEntry
+
+
+@dataclass(frozen=True)
+class _Delete:
+    resource_version: str | None  # a sweep's precondition; None: an operator's clear
+
+
+_Op = _Put | _Delete
+
+
+class BlockWriter:
+    """Thread-safe. `clock` gives epoch seconds (the blocklist's)."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        *,
+        clock: Callable[[], float] = time.time,
+        max_pending: int = MAX_PENDING,
+        initial_backoff: float = 0.2,
+        max_backoff: float = 10.0,
+    ) -> None:
+        self._kube = kube
+        self._clock = clock
+        self._max_pending = max_pending
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._pending: OrderedDict[str, _Op] = OrderedDict()
+        self._in_flight: tuple[str, _Op] | None = None
+        self._written: dict[str, float] = {}  # name -> the expiry the cluster is known to hold
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._stopped = threading.Event()  # wakes a back-off wait at once
+        self._deadline = 0.0
+        self._thread: threading.Thread | None = None
+        self.dropped = 0  # writes refused by a full queue
+        self.failures = 0  # writes that failed (each retried unless superseded or refused)
+        self._logged_at = -LOG_EVERY
+
+    # -- what callers ask for ------------------------------------------------------------------
+    def put(self, entry: BlockEntry) -> None:
+        """Write `entry` (create, or extend the existing object). Skipped when the cluster
+        already holds an expiry this close (within the jitter's width): no write per refusal."""
+        expires = entry.expires_at.timestamp()
+        slack = min(MAX_JITTER, JITTER_FRACTION * max(0.0, expires - self._clock()))
+        with self._cond:
+            if self._written.get(entry.id, float("-inf")) >= expires - slack and entry.id not in self._pending:
+                return
+            queued = self._pending.get(entry.id)
+            if isinstance(queued, _Put) and queued.entry.expires_at >= entry.expires_at:
+                return
+            self._queue_locked(entry.id, _Put(entry))
+
+    def delete(self, name: str, *, resource_version: str | None = None) -> None:
+        """Delete the object. With `resource_version` (a sweep of an expired object) only that
+        version, and never in place of a record waiting to be written; without (a clear), in
+        place of anything queued for the name."""
+        with self._cond:
+            if resource_version is not None and isinstance(self._pending.get(name), _Put):
+                return
+            self._queue_locked(name, _Delete(resource_version))
+
+    def holds_record(self, name: str) -> bool:
+        """A local record of `name` not written yet (queued or being written): it is newer than
+        what the cluster holds, so a deletion seen now must not drop it (the write recreates it)."""
+        with self._cond:
+            return any(isinstance(op, _Put) for op in self._ops_locked(name))
+
+    def clearing(self, name: str) -> bool:
+        """An operator's clear of `name` is queued or being written (the watch may still show it)."""
+        with self._cond:
+            return any(isinstance(op, _Delete) and op.resource_version is None for op in self._ops_locked(name))
+
+    def _ops_locked(self, name: str) -> list[_Op | None]:
+        in_flight = self._in_flight[1] if self._in_flight is not None and self._in_flight[0] == name else None
+        return [self._pending.get(name), in_flight]
+
+    def seen(self, name: str, expires: float | None) -> None:
+        """The cluster holds `name` until `expires` (None: no longer holds it)."""
+        with self._cond:
+            if expires is None:
+                self._written.pop(name, None)
+            else:
+                self._written[name] = max(expires, self._written.get(name, float("-inf")))
+                self._trim_written_locked()
+
+    def idle(self) -> bool:
+        """Nothing queued and nothing being written."""
+        with self._cond:
+            return not self._pending and self._in_flight is None
+
+    def pending(self) -> int:
+        with self._cond:
+            return len(self._pending)
+
+    # -- the thread ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="blocklist writer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> list[threading.Thread]:
+        """Try each queued write once more (within `timeout`; a failure is not retried now), then
+        end. Returns the thread if still busy."""
+        with self._cond:
+            self._stopping = True
+            self._deadline = time.monotonic() + timeout
+            self._cond.notify_all()
+        self._stopped.set()
+        thread = self._thread
+        if thread is None:
+            return []
+        thread.join(timeout)
+        return [thread] if thread.is_alive() else []
+
+    def _run(self) -> None:
+        backoff = self._initial_backoff
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopping:
+                    self._cond.wait()
+                if not self._pending or (self._stopping and time.monotonic() >= self._deadline):
+                    if self._pending:
+                        logger.warning("stopping with %d blocklist writes not made", len(self._pending))
+                    return
+                name, op = self._pending.popitem(last=False)
+                self._in_flight = (name, op)
+            try:
+                self._write(name, op)
+                backoff = self._initial_backoff
+            except KubeError as exc:
+                self._failed(name, op, exc)
+                self._stopped.wait(backoff)
+                backoff = min(self._max_backoff, backoff * 2)
+            finally:
+                with self._cond:
+                    self._in_flight = None
+
+    def _failed(self, name: str, op: _Op, exc: KubeError) -> None:
+        retried = exc.status in _RETRIED or exc.status >= 500
+        with self._cond:
+            self.failures += 1
+            if retried and name not in self._pending and not self._stopping:  # stopping: one try each
+                self._queue_locked(name, op)
+            warn = self._logged_at + LOG_EVERY <= time.monotonic()
+            if warn:
+                self._logged_at = time.monotonic()
+        if not retried:
+            logger.error("BlocklistEntry %s not written (the entry is kept in memory only): %s", name, exc)
+        elif warn:
+            logger.warning("BlocklistEntry %s not written yet (retrying with back-off): %s", name, exc)
+
+    def _queue_locked(self, name: str, op: _Op) -> None:
+        if name not in self._pending and len(self._pending) >= self._max_pending:
+            self.dropped += 1
+            if self._logged_at + LOG_EVERY <= time.monotonic():
+                self._logged_at = time.monotonic()
+                logger.warning(
+                    "blocklist writes queue full (%d): %s kept in memory only (%d dropped so far)",
+                    self._max_pending,
+                    name,
+                    self.dropped,
+                )
+            return
+        self._pending[name] = op
+        self._cond.notify_all()
+
+    def _trim_written_locked(self) -> None:
+        if len(self._written) > MAX_ENTRIES:
+            now = self._clock()
+            self._written = {k: v for k, v in self._written.items() if v > now}
+            while len(self._written) > MAX_ENTRIES:
+                self._written.pop(next(iter(self._written)))
+
+    # -- the writes ------------------------------------------------------------------------------
+    def _write(self, name: str, op: _Op) -> None:
+        if isinstance(op, _Put):
+            self._extend(op.entry)
+            return
+        options: dict[str, object] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if op.resource_version is not None:
+            options["preconditions"] = {"resourceVersion": op.resource_version}
+        try:
+            self._kube.request("DELETE", entry_path(name), body=options)
+        except NotFoundError:
+            pass  # gone already (cleared elsewhere, swept, deleted by hand)
+        except ConflictError:
+            if op.resource_version is None:
+                raise
+            return  # a sweep: the object moved on (extended since it was read)
+        self.seen(name, None)
+
+    def _extend(self, entry: BlockEntry) -> None:
+        """Create the object; if it exists, move its expiry to ours when ours is later (never
+        earlier), on its resourceVersion, reading again after a conflict."""
+        expires = entry.expires_at.timestamp()
+        for _ in range(MAX_CONFLICTS):
+            try:
+                self._kube.create(ENTRIES, encode(entry, created=self._clock()))
+                self.seen(entry.id, expires)
+                return
+            except ConflictError:
+                pass  # it exists: read and extend it
+            try:
+                current = self._kube.get(entry_path(entry.id))
+            except NotFoundError:
+                continue  # deleted in between: create it again
+            held = expires_of(current)
+            if held is not None and held >= expires:
+                self.seen(entry.id, held)
+                return
+            created = created_of(current) or self._clock()
+            body = encode(entry, created=created)
+            spec = dict(current.get("spec") or {})
+            keep = {k: spec[k] for k in ("recordedAt", "pool") if spec.get(k)}
+            body["spec"] |= keep
+            body["metadata"] = dict(current.get("metadata") or {}, name=entry.id)
+            try:
+                self._kube.replace(entry_path(entry.id), body)
+            except (ConflictError, NotFoundError):
+                continue  # another replica extended it, or it went: read (or create) again
+            self.seen(entry.id, expires)
+            return
+        raise ConflictError(409, "Conflict", f"blocklist entry {entry.id}: {MAX_CONFLICTS} conflicting writes in a row")
