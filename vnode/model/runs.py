@@ -143,7 +143,7 @@ class Rules:
 DEFAULT_RULES = Rules()
 
 
-@dataclass
+@dataclass(slots=True)  # one per tracked Pod (and per container): no per-object __dict__
 class Runs:
     """What the vnode knows of one Pod's runs. `restarts` and `last` start from the Pod's
     own status (so a restarted manager counts on); the back-off is in memory, as the

@@ -38,7 +38,7 @@ class Lookup(enum.Enum):
 PodEvent = tuple[str, str, str]  # type, reason, message
 
 
-@dataclass
+@dataclass(slots=True)  # one per tracked Pod: no per-object __dict__ (bench/poll.py: RSS per Pod)
 class Tracked:
     """What the Handler knows of one Pod bound to its node."""
 
