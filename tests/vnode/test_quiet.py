@@ -166,3 +166,22 @@ def test_a_quiet_tick_hands_back_only_the_pods_whose_write_failed_or_whose_facts
     assert entries[2].instance_id is not None
     provider.terminate(entries[2].instance_id)
     assert handler.status_sync.poll_once(None) == ["ns/p2"], "its instance is going: its status moves"
+
+
+def test_the_quiet_path_decides_billing_again_when_the_record_the_facts_or_the_rules_change() -> None:
+    entry = adopted()
+    assert quiet.settled(entry, running(), rules=RULES, seen_at=SEEN_AT)
+    assert entry.quiet_record is entry.billing and entry.quiet_facts is entry.last_instance
+    assert entry.billing is not None and entry.billing.open is not None
+    entry.billing = entry.billing.closed_at(entry.billing.open + 1)  # closed meanwhile (a stop)
+    assert not quiet.settled(entry, running(), rules=RULES, seen_at=SEEN_AT + 1), "a closed span: decided again"
+    assert entry.billing_seen == SEEN_AT, "not moved by a Pod that was not quiet"
+    fresh = adopted()
+    assert quiet.settled(fresh, running(), rules=RULES, seen_at=SEEN_AT)
+    fresh.last_instance = running(message="another fact object, equal")  # as the full path leaves it
+    assert quiet.settled(fresh, running(message="another fact object, equal"), rules=RULES, seen_at=SEEN_AT)
+    assert fresh.quiet_facts is fresh.last_instance, "decided again for the new facts"
+    quiet.forget_rules([fresh])
+    assert fresh.quiet_facts is None and fresh.quiet_record is None
+    assert quiet.settled(fresh, running(message="another fact object, equal"), rules=RULES, seen_at=SEEN_AT + 2)
+    assert fresh.quiet_record is fresh.billing and fresh.billing_seen == SEEN_AT + 2

@@ -8,6 +8,8 @@ tests/vnode/test_quiet.py::test_a_settled_pod_takes_the_quiet_path_only_when_obs
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from providers.base import Instance, InstanceState
 from vnode.model.runs import Rules
 from vnode.model.tracking import Tracked
@@ -19,7 +21,9 @@ def settled(entry: Tracked, instance: Instance, *, rules: Rules, seen_at: float)
     forget, not queued (a queued instance has a deadline), and a billing record that already
     says what these facts say (a billing instance's span open for it, else none open). Then only
     `entry.billing_seen` moves to `seen_at` (epoch seconds), as `vnode.model.billing.observe`
-    would move it. False: the caller takes the full path (`assess.observe`)."""
+    would move it. False: the caller takes the full path (`assess.observe`). Whether the record
+    agrees is remembered on the entry with the facts and record it was found for (both immutable;
+    the caller forgets it when `rules` change, `forget_rules`)."""
     runs = entry.runs
     if (
         runs.finished
@@ -36,14 +40,19 @@ def settled(entry: Tracked, instance: Instance, *, rules: Rules, seen_at: float)
     if instance is not last and instance != last:
         return False
     record = entry.billing
-    if record is None:
-        return False
-    if rules.billing(instance):
-        if record.open is None or record.instance != instance.id:
+    if entry.quiet_facts is last and entry.quiet_record is record:
+        bills = entry.quiet_bills  # the same facts and record as last tick: they agreed then
+    else:
+        if record is None:
             return False
+        bills = rules.billing(instance)
+        if bills and (record.open is None or record.instance != instance.id):
+            return False  # a span to open (or another instance's to close): the full path
+        if not bills and record.open is not None:
+            return False  # a span to close: the full path
+        entry.quiet_facts, entry.quiet_record, entry.quiet_bills = last, record, bills
+    if bills:
         entry.billing_seen = seen_at
-    elif record.open is not None:
-        return False
     return True
 
 
@@ -57,3 +66,9 @@ def written(entry: Tracked) -> bool:
         and entry.credential is None
         and entry.desired_annotations == entry.written_annotations
     )
+
+
+def forget_rules(entries: Iterable[Tracked]) -> None:
+    """The provider's rules changed: whether facts bill is to be decided again for every entry."""
+    for entry in entries:
+        entry.quiet_facts = entry.quiet_record = None

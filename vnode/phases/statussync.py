@@ -25,7 +25,7 @@ from kube import observe
 from providers import errors
 from providers.base import ClaimName, Instance
 from vnode.model import assess, billing
-from vnode.model.quiet import settled, written
+from vnode.model.quiet import forget_rules, settled, written
 from vnode.model.reachability import Reachability
 from vnode.model.runs import Step
 from vnode.model.tracking import Rules, Tracked
@@ -51,6 +51,7 @@ class StatusSync:
         self._now = context.now
         self._billing_seen = context.billing_seen
         self.reachability = Reachability()  # what each Pod says of the provider's answers
+        self._quiet_rules: Rules | None = None  # the rules the quiet path's billing answers hold for
 
     def poll_once(
         self,
@@ -81,6 +82,9 @@ class StatusSync:
             changed += [entry.key for entry in self._tracked.entries()]
             observe.current().reachability(self._provider.name, True, 0)
         rules = self._rules()
+        if rules != self._quiet_rules:  # a setting changed what bills: decide it afresh
+            self._quiet_rules = rules
+            forget_rules(self._tracked.entries())
         # The node's billing-seen-at is written at most once a minute: other ticks need not
         # check which instances bill.
         want_billing = open_spans is not None and self._billing_seen.wanted(begun_at)
