@@ -94,6 +94,8 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="profile the ticks (cProfile), print the top frames")
     args = parser.parse_args()
+    if args.pods < 1 or args.ticks < 1:
+        parser.error("--pods and --ticks must be at least 1")
     provider = FakeProvider("bench", {"cloud": f"poll-{uuid.uuid4().hex}"})
     uids = [str(uuid.uuid4()) for _ in range(args.pods)]
     instances = []
