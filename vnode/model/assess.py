@@ -119,12 +119,12 @@ def adopt(
 def adopted(entry: Tracked, instance: Instance) -> None:
     """An instance found again: its runs, and each container's, were told before."""
     entry.runs.awaiting_run = instance.runs
-    entry.runs.started_runs.add(instance.runs)
+    entry.runs.started_runs += (instance.runs,)
     for fact in instance.containers:
         runs = entry.container_runs(fact.name)
         if runs is not None:
             runs.awaiting_run = fact.runs
-            runs.started_runs.add(fact.runs)
+            runs.started_runs += (fact.runs,)
 
 
 def replaced(entry: Tracked, *, policy: BackoffPolicy, cause: Ending | None) -> None:
@@ -220,7 +220,7 @@ def _observe_containers(entry: Tracked, instance: Instance, *, now: datetime, at
             continue
         if fact.state is not ContainerState.WAITING and fact.runs > 0 and fact.runs not in runs.started_runs:
             # A short run may have ended between two lists: it started all the same.
-            runs.started_runs.add(fact.runs)
+            runs.started_runs += (fact.runs,)
             entry.say("Normal", names.EVENT_STARTED, f"Started container {name}")
         if fact.state is ContainerState.TERMINATED:
             if index >= apps and apps_done and runs.policy == "Always":
@@ -280,7 +280,7 @@ def _view(entry: Tracked, at: float, runs: Runs | None = None, container: str = 
 
 def _note_start(entry: Tracked, instance: Instance) -> None:
     if instance.state is InstanceState.RUNNING and instance.runs not in entry.runs.started_runs:
-        entry.runs.started_runs.add(instance.runs)
+        entry.runs.started_runs += (instance.runs,)
         entry.say("Normal", names.EVENT_STARTED, f"Started container {entry.container}")
 
 

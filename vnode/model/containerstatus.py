@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from kube import names
-from kube.times import rfc3339
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
 from vnode.model import imageref, status
@@ -82,7 +81,7 @@ def config_error_status(pod: Mapping[str, Any], failed: Mapping[str, str], *, no
         if entry["name"] in chosen:
             message = failed[entry["name"]]
             entry["state"] = {"waiting": {"reason": names.REASON_CREATE_CONTAINER_CONFIG_ERROR, "message": message}}
-    result.setdefault("startTime", rfc3339(now))  # a kubelet stamps it when it first syncs the Pod
+    result.setdefault("startTime", status.stamp(now))  # a kubelet stamps it when it first syncs the Pod
     return result
 
 
@@ -122,7 +121,7 @@ def status_from_containers(
         del result["initContainerStatuses"]
     status.pod_details(result, pod)
     if "startTime" not in result and instance.state is not InstanceState.PROVISIONING:
-        result["startTime"] = rfc3339(instance.started_at or now)
+        result["startTime"] = status.stamp(instance.started_at or now)
     status.add_pod_ip(result, instance)
     return result
 
@@ -145,7 +144,7 @@ def _container_status(
         state: JsonDict = {"waiting": {"reason": waiting}}
     elif running:
         started = facts.started_at or instance.started_at or instance.created_at
-        state = {"running": {"startedAt": rfc3339(started)}}
+        state = {"running": {"startedAt": status.stamp(started)}}
     elif view.again and view.waiting is not None:
         state = {"waiting": {"reason": names.REASON_CRASH_LOOP, "message": view.waiting}}
     else:
@@ -175,8 +174,8 @@ def terminated_of(facts: ContainerFacts, instance: Instance) -> JsonDict:
     code = GONE_EXIT_CODE if facts.exit_code is None else facts.exit_code
     result: JsonDict = {"exitCode": code, "reason": facts.exit_reason or ("Completed" if code == 0 else "Error")}
     if facts.started_at is not None:
-        result["startedAt"] = rfc3339(facts.started_at)
-    result["finishedAt"] = rfc3339(facts.finished_at or facts.started_at or instance.created_at)
+        result["startedAt"] = status.stamp(facts.started_at)
+    result["finishedAt"] = status.stamp(facts.finished_at or facts.started_at or instance.created_at)
     if facts.message:
         result["message"] = facts.message
     return result

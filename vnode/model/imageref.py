@@ -15,6 +15,8 @@ Tests: tests/vnode/test_status_details.py.
 
 from __future__ import annotations
 
+import sys
+
 RUNTIME = "nebula"
 DEFAULT_REGISTRY = "docker.io"
 _DOCKER_HUB_ALIASES = ("index.docker.io", "registry-1.docker.io")
@@ -61,7 +63,7 @@ def identify(entry: dict[str, object], instance_id: str) -> None:
     """Set `containerID` and `imageID` of one container status (its `name` and `image`) whose
     container runs in `instance_id`."""
     entry["containerID"] = container_id(instance_id, str(entry["name"]))
-    entry["imageID"] = image_id(str(entry.get("image") or ""))
+    entry["imageID"] = sys.intern(image_id(str(entry.get("image") or "")))  # many Pods, one image
 
 
 def instance_of(container_id: str) -> str:

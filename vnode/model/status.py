@@ -11,6 +11,7 @@ Tested in tests/vnode/test_status.py.
 from __future__ import annotations
 
 import ipaddress
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -78,6 +79,12 @@ class Verdicts:
 NO_VERDICTS = Verdicts()
 
 
+def stamp(moment: datetime) -> str:
+    """`rfc3339(moment)`, one string for each second shown: the statuses of many Pods hold the
+    same stamps (the conditions of one status, Pods started together), so they share it."""
+    return sys.intern(rfc3339(moment))
+
+
 def _phase_reason_message(instance: Instance) -> tuple[str, str, str]:
     state = instance.state
     if state is InstanceState.PROVISIONING:
@@ -101,7 +108,7 @@ def _container_state(instance: Instance, reason: str) -> tuple[JsonDict, bool]:
     state = instance.state
     if state in (InstanceState.RUNNING, InstanceState.TERMINATING):
         started = instance.started_at or instance.created_at
-        return {"running": {"startedAt": rfc3339(started)}}, state is InstanceState.RUNNING
+        return {"running": {"startedAt": stamp(started)}}, state is InstanceState.RUNNING
     if state in (InstanceState.PROVISIONING, InstanceState.INITIALIZING):
         return {"waiting": {"reason": reason}}, False
     exit_code = instance.exit_code
@@ -113,8 +120,8 @@ def _container_state(instance: Instance, reason: str) -> tuple[JsonDict, bool]:
         "reason": word if state in (InstanceState.SUCCEEDED, InstanceState.FAILED) else reason,
     }
     if instance.started_at:
-        terminated["startedAt"] = rfc3339(instance.started_at)
-    terminated["finishedAt"] = rfc3339(instance.finished_at or instance.started_at or instance.created_at)
+        terminated["startedAt"] = stamp(instance.started_at)
+    terminated["finishedAt"] = stamp(instance.finished_at or instance.started_at or instance.created_at)
     return {"terminated": terminated}, False
 
 
@@ -130,9 +137,9 @@ def condition(
     `message` are kept only while it is not True."""
     previous = old.get(kind)
     if previous is None or previous.get("status") != status:
-        moved_at = rfc3339(now)
+        moved_at = stamp(now)
     else:
-        moved_at = previous.get("lastTransitionTime") or rfc3339(now)
+        moved_at = previous.get("lastTransitionTime") or stamp(now)
     result: JsonDict = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": moved_at}
     if reason and status != "True":
         result["reason"] = reason
@@ -255,7 +262,7 @@ def status_from_instance(
         verdicts=verdicts,
     )
     if "startTime" not in status and phase != "Pending":
-        status["startTime"] = rfc3339(instance.started_at or now)
+        status["startTime"] = stamp(instance.started_at or now)
     add_pod_ip(status, instance)
     return status
 
@@ -269,7 +276,7 @@ def add_pod_ip(status: JsonDict, instance: Instance) -> None:
 
 def lost_status(pod: Mapping[str, Any], *, now: datetime, message: str = "", run: RunView = NO_HISTORY) -> JsonDict:
     """`Failed/InstanceLost`: the provider confirms the Pod's instance is gone."""
-    state = {"terminated": {"exitCode": 137, "reason": names.REASON_INSTANCE_LOST, "finishedAt": rfc3339(now)}}
+    state = {"terminated": {"exitCode": 137, "reason": names.REASON_INSTANCE_LOST, "finishedAt": stamp(now)}}
     message = message or "the provider no longer lists this Pod's instance, and says it is gone"
     return _compose(
         pod,

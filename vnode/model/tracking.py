@@ -38,7 +38,7 @@ class Lookup(enum.Enum):
 PodEvent = tuple[str, str, str]  # type, reason, message
 
 
-@dataclass
+@dataclass(slots=True)  # one per tracked Pod: no per-object __dict__ (bench/poll.py: RSS per Pod)
 class Tracked:
     """What the Handler knows of one Pod bound to its node."""
 
@@ -77,6 +77,11 @@ class Tracked:
     # A provider's notice recorded on the Pod by the notice intake, before the watch brings the
     # annotation back (vnode.model.interruption; the annotation is what a restart reads).
     notice: Noted | None = None
+    # The poll tick's quiet path (vnode.model.quiet): the facts and billing record last found to
+    # agree, and whether those facts bill; kept while both are the very same objects.
+    quiet_facts: Instance | None = field(default=None, repr=False, compare=False)
+    quiet_record: Billing | None = field(default=None, repr=False, compare=False)
+    quiet_bills: bool = field(default=False, repr=False, compare=False)
 
     @property
     def key(self) -> str:

@@ -25,6 +25,7 @@ from kube import observe
 from providers import errors
 from providers.base import ClaimName, Instance
 from vnode.model import assess, billing
+from vnode.model.quiet import forget_rules, settled, written
 from vnode.model.reachability import Reachability
 from vnode.model.runs import Step
 from vnode.model.tracking import Rules, Tracked
@@ -50,6 +51,7 @@ class StatusSync:
         self._now = context.now
         self._billing_seen = context.billing_seen
         self.reachability = Reachability()  # what each Pod says of the provider's answers
+        self._quiet_rules: Rules | None = None  # the rules the quiet path's billing answers hold for
 
     def poll_once(
         self,
@@ -80,27 +82,44 @@ class StatusSync:
             changed += [entry.key for entry in self._tracked.entries()]
             observe.current().reachability(self._provider.name, True, 0)
         rules = self._rules()
+        if rules != self._quiet_rules:  # a setting changed what bills: decide it afresh
+            self._quiet_rules = rules
+            forget_rules(self._tracked.entries())
+        # The node's billing-seen-at is written at most once a minute: other ticks need not
+        # check which instances bill.
+        want_billing = open_spans is not None and self._billing_seen.wanted(begun_at)
         all_billing = True  # every tracked open span's instance is in this list, billing
         billing_now: set[ClaimName] = set()
+        seen_at = self._now().timestamp()  # this list's sighting, for the quiet path's billing
+        needs_flush, quiet, get = self._writer.needs_flush, settled, snapshot.get
         for entry in self._tracked.entries():
-            if self._seen_billing(entry, snapshot.get(entry.claim), rules):
-                billing_now.add(entry.claim)
-            elif billing.current(entry).open is not None:
-                all_billing = False
+            instance = get(entry.claim)
+            if want_billing:
+                if self._seen_billing(entry, instance, rules):
+                    billing_now.add(entry.claim)
+                elif billing.current(entry).open is not None:
+                    all_billing = False
             if entry.terminal or entry.instance_id is None:
                 continue
             if entry.terminate_asked and entry.runs.due is None:
                 continue  # being torn down (or released): teardown looks at it on its own back-off
+            if instance is not None:
+                with entry.lock:
+                    unmoved = quiet(entry, instance, rules=rules, seen_at=seen_at)
+                if unmoved:  # the same facts, nothing due (vnode.model.quiet): only a failed write is
+                    if not written(entry) and needs_flush(entry):
+                        changed.append(entry.key)
+                    continue
             with entry.lock:
-                moved = self._observe(entry, snapshot.get(entry.claim), begun=begun, rules=rules)
+                moved = self._observe(entry, instance, begun=begun, rules=rules)
             due = entry.next_due()
             queued = self._give_up.deadline(entry) if self._give_up is not None else None
             late = any(at is not None and at <= self._monotonic() for at in (due, queued))
-            if moved or self._writer.needs_flush(entry) or late:
+            if moved or needs_flush(entry) or late:
                 changed.append(entry.key)  # a queued instance past its deadline: given up (vnode.phases.giveup)
         if live_claims is not None:
             self._sweep.sweep(snapshot, set(live_claims) | self._tracked.claims())
-        if all_billing and open_spans is not None and self._billing_seen.wanted(begun_at):
+        if want_billing and all_billing and open_spans is not None and self._billing_seen.wanted(begun_at):
             spans = open_spans()  # the Pods' own records: an untracked Pod's open span counts too
             if spans is not None and spans <= billing_now:
                 self._billing_seen.saw(begun_at)
