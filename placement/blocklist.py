@@ -149,6 +149,11 @@ class Blocklist:
         with self._lock:
             self._listeners.append(listener)
 
+    def unsubscribe(self, listener: Listener) -> None:
+        """Stop calling `listener` (a placement that stops: each leadership subscribes its own)."""
+        with self._lock:
+            self._listeners = [known for known in self._listeners if known != listener]
+
     def _ttl_for(self, pool: str | None, interrupted: bool = False) -> float:
         """The TTL a refusal of a Pod in `pool` gets: the pool's, else the default. After an
         interruption: the pool's `interruption.blocklistTTL`, else DEFAULT_INTERRUPTED_TTL (10m)."""

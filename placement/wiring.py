@@ -81,6 +81,7 @@ class Placement:
     def stop(self, timeout: float = 30.0) -> list[threading.Thread]:
         """Stop intake; in-flight placements finish (bounded by `timeout`). Returns the
         workers still busy then."""
+        self.blocklist.unsubscribe(self.controller.blocklist_changed)
         self.pools.stop()
         return self.controller.stop(timeout)
 

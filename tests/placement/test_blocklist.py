@@ -127,6 +127,21 @@ def test_clear_notifies_subscribers_and_record_does_not() -> None:
     assert woken == [1]
 
 
+def test_an_unsubscribed_listener_is_not_told() -> None:
+    woken: list[str] = []
+    blocklist = Blocklist(clock=ManualClock(1_800_000_000.0), uniform=lambda: 0.0)
+
+    def first() -> None:
+        woken.append("first")
+
+    blocklist.subscribe(first)
+    blocklist.subscribe(lambda: woken.append("second"))
+    blocklist.unsubscribe(first)
+    blocklist.record("gpu-a", offering())
+    assert blocklist.clear(blocklist.entries()[0].id)
+    assert woken == ["second"]
+
+
 def test_revision_changes_on_record_clear_and_expiry() -> None:
     clock = ManualClock(1_800_000_000.0)
     blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, default_ttl=10.0)
