@@ -38,7 +38,14 @@ from vnode.runner import Runner
 
 logger = logging.getLogger(__name__)
 
-BLOCKLIST_SYNC_WAIT = 10.0  # seconds placement waits for the blocklist's first list before it places
+BLOCKLIST_SYNC_WAIT = 10.0  # seconds a replica waits for the blocklist's first list before it seeks the Lease
+BLOCKLIST_LAST_WAIT = 2.0  # seconds a new leader waits for it still (nothing renews the Lease meanwhile)
+
+
+def await_blocklist(blockstore: Blockstore | None, timeout: float) -> None:
+    """Wait up to `timeout` for the blocklist's cluster copy to be listed; log when it is not."""
+    if blockstore is not None and not blockstore.wait_listed(timeout):
+        logger.warning("the blocklist is not listed from the cluster; placing with what memory holds")
 
 
 @dataclass
@@ -124,9 +131,10 @@ class Leading:
         return placement
 
     def _await_blocklist(self) -> None:
-        """A new leader places nothing before it holds every replica's refusals (I6)."""
-        if self.blockstore is not None and not self.blockstore.wait_listed(BLOCKLIST_SYNC_WAIT):
-            logger.warning("the blocklist is not listed from the cluster; placing with what memory holds")
+        """A new leader places nothing before it holds every replica's refusals (I6). The
+        manager waited before it sought the Lease (`await_blocklist`): this is the short last
+        check, well inside the Lease's renew deadline."""
+        await_blocklist(self.blockstore, BLOCKLIST_LAST_WAIT)
 
     def runners_changed(self, runners: Sequence[Runner]) -> None:
         """The Runners serving here now: the kubelet registry follows, and the console while leading."""

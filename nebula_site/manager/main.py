@@ -21,6 +21,7 @@ from console import kubeauth, leaderpeer, runtime
 from console import observer as console_observer
 from kube.client import Kube, load_api_client
 from kube.leader import LeaderElector
+from kube.operations import OperationLimits
 from kube.reviews import Reviewer
 from kube.worker import describe
 from nebula_site.manager import config as manager_config
@@ -162,7 +163,10 @@ def lead(
     """
     console_observer.install()
     shutdown.push_untimed(_uninstall)
-    kube = Kube(load_api_client(config.kubeconfig))
+    limits = [config.operations.get(alias) or OperationLimits() for alias in config.aliases]
+    kube = Kube(
+        load_api_client(config.kubeconfig, pool_size=manager_runners.api_pool_size(limits, config.runner.workers))
+    )
     watch_kube = Kube(
         load_api_client(config.kubeconfig, pool_size=manager_runners.watch_pool_size(len(config.aliases)))
     )
@@ -197,6 +201,9 @@ def lead(
     kept = True
     ready = source.prepare(stop)
     while ready and not stop.is_set():
+        # Before seeking the Lease, not after: between acquiring it and keeping it nothing renews
+        # it, so a wait there could outlast the renew deadline and the fence.
+        manager_leading.await_blocklist(blockstore, manager_leading.BLOCKLIST_SYNC_WAIT)
         if config.leader_election and not elector.acquire(stop):
             break
         leading = source.lead(stop)
