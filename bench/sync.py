@@ -405,7 +405,7 @@ def run(args: argparse.Namespace, kubeconfig: str, gated: GatedPath | None = Non
         manager_config.RunnerOptions(
             node_ip="127.0.0.1", kubelet_port=10250, poll_interval=args.poll, workers=args.workers
         ),
-        kube=Kube(load_api_client(kubeconfig)),
+        kube=Kube(load_api_client(kubeconfig, pool_size=manager_runners.api_pool_size([operations], args.workers))),
         watch_kube=Kube(load_api_client(kubeconfig)),
         blocklister=gated.blocklist if gated is not None else None,
         operations=operations,

@@ -1,5 +1,6 @@
 """The one place a `vnode.runner.Runner` is constructed (`build_runner`), from the process's
-`RunnerOptions` and the per-Runner pieces; and how many connections the shared watch client needs.
+`RunnerOptions` and the per-Runner pieces; and how many connections the shared write and watch
+clients need.
 
 Called by `leading.Leading` (the manager, static or shared providers) and by the tests' rigs and
 the benches, so every Runner is built alike. Imports no Django: benches use it before set-up.
@@ -7,6 +8,8 @@ Tests: tests/vnode/test_restart.py, tests/nebula_site/test_manager.py.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from kube.client import Kube
 from kube.leases import node_lease
@@ -53,6 +56,15 @@ def build_runner(
         probe_workers=options.probe_workers,
         operations=operations,
     )
+
+
+def api_pool_size(operations: Iterable[OperationLimits], workers: int) -> int:
+    """Connections for the client every write shares: each provider's operations in flight
+    (`concurrency`) and pod workers, and a margin for placement, the Event flushers and the
+    leases. urllib3 opens more when they all write at once, but a pool smaller than that closes
+    each extra connection after its one request, and the next write pays a new TCP connection
+    and TLS handshake (py-spy of `bench/sync.py --pods 10000`: a quarter of the manager's time)."""
+    return 16 + sum(limits.concurrency + workers for limits in operations)
 
 
 def watch_pool_size(providers: int) -> int:
