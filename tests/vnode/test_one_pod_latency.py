@@ -1,8 +1,9 @@
 """The latency of one Pod (issue 37): provisioning's own answer writes a Pod Running and a
 terminate's answer lets it go, without waiting for the next poll's list; and neither answer
-moves a Pod back past a newer one (vnode.phases.provision `_take_first_answer`,
-vnode.phases.statussync `_older_than_recorded`, vnode.phases.stopping's look right after the
-SIGTERM). Behaviour only: the figures are `python bench/sync.py --pods 20 --serial`'s.
+moves a Pod back past a newer one, in either order (facts ordered by when they were read:
+vnode.phases.provision `_take_first_answer`, vnode.phases.statussync `_older_than_recorded`),
+and vnode.phases.stopping's look right after the SIGTERM. Behaviour only: the figures are
+`python bench/sync.py --pods 20 --serial`'s.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from kube.client import Kube, path_for
 from kube.events import EventRecorder
+from providers import errors
 from providers.base import Instance, InstanceId, InstanceState, PodSpec, ProvisionRequest, ProvisionResult
 from providers.fake import FakeProvider
 from tests.support.factories import make_pod
@@ -184,6 +188,169 @@ def test_a_list_begun_before_provisioning_answered_does_not_move_the_pod_back(ku
     assert len(polled) == 1
     assert entry.last_instance is not None and entry.last_instance.state is InstanceState.RUNNING
     assert (entry.desired_status or {}).get("phase") == "Running"
+
+
+class GetOutDuringList:
+    """A provider whose `get` after provisioning, once asked, waits for `answer`, then answers
+    as `mode` says: "running" (once the instance runs), "none" or "unavailable". Its first
+    `list` begun after the get was asked reads the instance and is held until `release`: the
+    list begins after the get and reads before it, landing before or after it. `early`: that
+    list is the first begun once the instance exists, and `provision` returns only once it
+    has read the instance (the list begins before provisioning answered)."""
+
+    def __init__(self, inner: FakeProvider, mode: str = "running", *, early: bool = False) -> None:
+        self.inner, self.mode, self.early = inner, mode, early
+        self.provisioned = threading.Event()
+        self.asked = threading.Event()
+        self.read = threading.Event()
+        self.answer = threading.Event()
+        self.release = threading.Event()
+        self.listed: list[InstanceState] | None = None
+
+    def provision(self, pod: PodSpec, request: ProvisionRequest) -> ProvisionResult:
+        result = self.inner.provision(pod, request)
+        self.provisioned.set()
+        assert not self.early or self.read.wait(60)
+        return result
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        self.asked.set()
+        assert self.answer.wait(60)
+        if self.mode == "unavailable":
+            raise errors.Unavailable("held get failed")
+        if self.mode == "none":
+            return None
+
+        def running() -> Instance | None:
+            got = self.inner.get(instance_id)
+            return got if got is not None and got.state is InstanceState.RUNNING else None
+
+        found: Instance = wait_for(running, what="booted")
+        return found
+
+    def list(self) -> list[Instance]:
+        answer = self.inner.list()
+        if (self.provisioned if self.early else self.asked).is_set() and self.listed is None:
+            self.listed = [i.state for i in answer]
+            self.read.set()
+            assert self.release.wait(60)
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _provisioning(kube: Kube, provider: Any, prefix: str) -> tuple[Handler, str, threading.Thread]:
+    """A Handler on `provider` and a Pod being provisioned on a thread, its get asked."""
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))
+    name = _name(prefix)
+    pod = kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    creating = threading.Thread(target=handler.provisioner.create_pod, args=(pod,))
+    creating.start()
+    assert provider.asked.wait(60)
+    return handler, f"default/{name}", creating
+
+
+def _phase(handler: Handler, key: str) -> str | None:
+    entry = handler.tracked(key)
+    assert entry is not None
+    return (entry.desired_status or {}).get("phase")
+
+
+def test_a_list_begun_after_the_get_but_read_before_it_does_not_move_the_pod_back(kube: Kube, cloud_name: str) -> None:
+    """The review's probe: the list lands after the get's answer (Running) was applied."""
+    provider = GetOutDuringList(FakeProvider("gpu", {"cloud": cloud_name, "scenario": SLOW_BOOT}))
+    handler, key, creating = _provisioning(kube, provider, "list-after-get")
+    poll = threading.Thread(target=handler.status_sync.poll_once)
+    poll.start()  # begun after the get was asked
+    wait_for(lambda: provider.listed is not None, what="the list read")
+    assert provider.listed == [InstanceState.PROVISIONING]
+    provider.answer.set()
+    creating.join(60)
+    assert not creating.is_alive() and _phase(handler, key) == "Running"
+    provider.release.set()
+    poll.join(60)
+    entry = handler.tracked(key)
+    assert entry is not None and entry.last_instance is not None
+    assert entry.last_instance.state is InstanceState.RUNNING and _phase(handler, key) == "Running"
+
+
+def test_a_get_answer_read_after_a_list_that_landed_first_is_dropped_and_the_next_list_applies(
+    kube: Kube, cloud_name: str
+) -> None:
+    """The other order: the list (booting) lands while the get is out; the get's answer,
+    begun before that list returned, cannot be ordered after it, so it is dropped (never
+    applied over a list it may predate); the next list applies Running."""
+    provider = GetOutDuringList(FakeProvider("gpu", {"cloud": cloud_name, "scenario": SLOW_BOOT}))
+    handler, key, creating = _provisioning(kube, provider, "get-after-list")
+    provider.release.set()
+    handler.status_sync.poll_once()
+    assert provider.listed == [InstanceState.PROVISIONING] and _phase(handler, key) == "Pending"
+    provider.answer.set()
+    creating.join(60)
+    assert not creating.is_alive()
+    entry = handler.tracked(key)
+    assert entry is not None and entry.last_instance is not None
+    assert entry.last_instance.state is InstanceState.PROVISIONING  # the list's facts stand
+    handler.status_sync.poll_once()
+    assert entry.last_instance.state is InstanceState.RUNNING and _phase(handler, key) == "Running"
+
+
+@pytest.mark.parametrize("early", [True, False], ids=["list-begun-before-provision-answered", "list-begun-after-get"])
+@pytest.mark.parametrize("mode", ["none", "unavailable"])
+def test_a_failed_or_empty_get_after_provisioning_does_not_override_a_list_applied_meanwhile(
+    kube: Kube, cloud_name: str, mode: str, early: bool
+) -> None:
+    """The get answers nothing usable: what provisioning said (booting) is older than the
+    list applied while the get was out (Running), and is not applied over it."""
+    provider = GetOutDuringList(FakeProvider("gpu", {"cloud": cloud_name}), mode, early=early)  # runs at once
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    name = _name(f"failed-get-{mode}")
+    pod = kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    creating = threading.Thread(target=handler.provisioner.create_pod, args=(pod,))
+    poll = threading.Thread(target=handler.status_sync.poll_once)
+    creating.start()
+    assert (provider.provisioned if early else provider.asked).wait(60)
+    poll.start()
+    assert provider.asked.wait(60)  # the get is out; the list has read the instance, held
+    provider.release.set()
+    poll.join(60)
+    key = f"default/{name}"
+    assert provider.listed == [InstanceState.RUNNING] and _phase(handler, key) == "Running"
+    provider.answer.set()
+    creating.join(60)
+    assert not creating.is_alive()
+    entry = handler.tracked(key)
+    assert entry is not None and entry.last_instance is not None
+    assert entry.last_instance.state is InstanceState.RUNNING and _phase(handler, key) == "Running"
+
+
+class LookupDuringGet:
+    """A provider whose `get` first has a cold lookup list (`Inventory.lookup`, which the
+    status sync never applies) read the instance, then answers once it runs."""
+
+    def __init__(self, inner: FakeProvider) -> None:
+        self.inner = inner
+        self.lookup: Callable[[], object] = lambda: None
+
+    def get(self, instance_id: InstanceId) -> Instance | None:
+        self.lookup()
+        return self.inner.get(instance_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_cold_lookup_list_during_the_get_does_not_drop_its_answer(kube: Kube, cloud_name: str) -> None:
+    provider = LookupDuringGet(FakeProvider("gpu", {"cloud": cloud_name}))  # runs at once
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    name = _name("cold-lookup")
+    pod = kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    lists = handler.inventory.lists_ok
+    provider.lookup = lambda: handler.inventory.lookup(pod)
+    handler.provisioner.create_pod(pod)
+    assert handler.inventory.lists_ok == lists + 1  # the lookup listed, after the get began
+    assert _phase(handler, f"default/{name}") == "Running"  # the get's answer, no poll needed
 
 
 def test_a_container_that_ends_on_sigterm_is_seen_ended_by_the_look_right_after_the_signal() -> None:

@@ -110,7 +110,7 @@ def adopt(
     """Track an instance found again (after a restart, or a cold map); no provider call."""
     entry = tracked.track(pod)
     entry.instance_id = instance.id
-    entry.provisioned_at = at
+    entry.provisioned_at = entry.facts_read = at  # the lookup's list returned before `at`
     adopted(entry, instance)  # its start was told before the restart
     observe(entry, instance, now=now, at=at, rules=rules)
     return entry

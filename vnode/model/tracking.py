@@ -55,6 +55,9 @@ class Tracked:
     desired_status: JsonDict | None = None
     written_status: JsonDict | None = None
     last_instance: Instance | None = None  # unchanged facts need no new status
+    # Monotonic time the read behind `last_instance` returned (None: no read applied yet): a read
+    # begun before it may be older, and is not applied (vnode.phases.provision, .statussync).
+    facts_read: float | None = None
     runs: Runs = field(default_factory=Runs)
     misses: int = 0  # successful lists in a row that did not show the instance
     missing_since: float | None = None  # monotonic: when the first of them began

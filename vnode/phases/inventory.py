@@ -40,7 +40,6 @@ class Inventory:
         self._lock = threading.Lock()
         self._snapshot: dict[ClaimName, Instance] | None = None
         self._snapshot_at = -1e18
-        self._snapshot_begun = -1e18  # when the list behind `_snapshot` began (monotonic)
         self._failed_at: float | None = None  # the last list failed then (monotonic)
         self._waiting: set[str] = set()  # Pod keys whose lookup could not ask
         self.last_list_ok: bool | None = None  # None until the first list
@@ -70,7 +69,7 @@ class Inventory:
             kept = snapshot.get(instance.claim)
             if kept is None or _newer(instance, kept):
                 snapshot[instance.claim] = instance
-        self._snapshot, self._snapshot_at, self._snapshot_begun = snapshot, self._monotonic(), started
+        self._snapshot, self._snapshot_at = snapshot, self._monotonic()
         return snapshot
 
     def lookup(self, pod: Mapping[str, Any]) -> tuple[Lookup, Instance | None]:
@@ -97,13 +96,6 @@ class Inventory:
                     return Lookup.UNKNOWN, None
         instance = snapshot.get(claim)
         return (Lookup.FOUND, instance) if instance is not None else (Lookup.NOT_FOUND, None)
-
-    def shows_since(self, instance: Instance, since: float) -> bool:
-        """The last successful list began at or after `since` (monotonic) and shows `instance`:
-        its view of that instance is at least as new as an answer asked at `since`."""
-        begun = self._snapshot_begun  # read first: a list landing meanwhile is newer still
-        shown = (self._snapshot or {}).get(instance.claim)
-        return begun >= since and shown is not None and shown.id == instance.id
 
     def take_waiting(self) -> set[str]:
         """The keys of Pods whose lookup could not ask since the last call (cleared)."""

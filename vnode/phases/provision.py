@@ -97,7 +97,6 @@ class Provisioner:
         self._provider = context.provider
         self._pools = context.pools
         self._tracked = context.tracked
-        self._inventory = context.inventory
         self._writer = context.writer
         self._reader = context.reader
         self._events = context.events
@@ -280,7 +279,8 @@ class Provisioner:
     def _record_instance(self, incoming: IncomingPod, spec: PodSpec, result: ProvisionResult, *, took: float) -> None:
         pod = incoming.pod
         entry = self._tracked.track(pod)
-        entry.instance_id = result.instance_id
+        with entry.lock:  # a replacement's entry: no read of the new instance applied yet
+            entry.facts_read, entry.instance_id = None, result.instance_id
         entry.provisioned_at = self._monotonic()
         entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = result.instance_id
         if result.endpoint:
@@ -299,21 +299,29 @@ class Provisioner:
     def _take_first_answer(self, entry: Tracked, result: ProvisionResult) -> None:
         """One `get` right after provisioning, fed to the status decision a poll's list feeds
         (`assess.observe`): the caller's flush writes the Pod Running at once when the instance
-        runs already, not at the next poll. Asked at `provisioned_at`, so a list begun before
-        it is older and the status sync skips it; a list begun after it that already shows the
-        instance is newer, and this answer is dropped. Neither regresses the other.
+        runs already, not at the next poll. Facts are ordered by when they were read: the
+        answer is applied only if the get began at or after the read behind the facts applied
+        last returned (`facts_read`), and stamps them with when it returned, so a list begun
+        before then is skipped by the status sync (`_older_than_recorded`). A failed or empty
+        get says only what provisioning said (the instance exists since `provisioned_at`): it
+        is applied only when no read was. Neither regresses the other.
         Tests: tests/vnode/test_one_pod_latency.py."""
-        asked = entry.provisioned_at = self._monotonic()
+        begun = self._monotonic()
         try:
             instance = self._provider.get(result.instance_id)
         except errors.ProviderError:
             instance = None
-        if instance is None:
-            state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
-            instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
+        read = self._monotonic()
         with entry.lock:
-            if self._inventory.shows_since(instance, asked):
-                return  # a newer list's view: the status sync applies it
+            if instance is None:
+                if entry.facts_read is not None:
+                    return  # a list's read is applied already: it says more than provisioning
+                state = InstanceState.INITIALIZING if result.reserved else InstanceState.PROVISIONING
+                instance = Instance(result.instance_id, entry.claim, state, created_at=self._now())
+                read = entry.provisioned_at
+            elif entry.facts_read is not None and begun < entry.facts_read:
+                return  # a list that may have read the instance later is applied already
+            entry.facts_read = read
             assess.observe(entry, instance, now=self._now(), at=self._monotonic(), rules=self._rules())
 
     def _past_deadline(self, pod: JsonDict) -> None:

@@ -70,6 +70,7 @@ class StatusSync:
         begun, begun_at = self._monotonic(), self._now().timestamp()
         try:
             snapshot = self._inventory.list()
+            read = self._monotonic()  # the list's facts were read before this
         except errors.ProviderError as exc:
             logger.warning("list on %s failed; nothing changes this tick: %s", self._provider.name, exc)
             if not self.reachability.failed(str(exc), self._now()):
@@ -111,7 +112,7 @@ class StatusSync:
                         changed.append(entry.key)
                     continue
             with entry.lock:
-                moved = self._observe(entry, instance, begun=begun, rules=rules)
+                moved = self._observe(entry, instance, begun=begun, read=read, rules=rules)
             due = entry.next_due()
             queued = self._give_up.deadline(entry) if self._give_up is not None else None
             late = any(at is not None and at <= self._monotonic() for at in (due, queued))
@@ -130,7 +131,7 @@ class StatusSync:
         """This list shows the entry's instance billing."""
         return instance is not None and instance.id == entry.instance_id and rules.billing(instance)
 
-    def _observe(self, entry: Tracked, instance: Instance | None, *, begun: float, rules: Rules) -> bool:
+    def _observe(self, entry: Tracked, instance: Instance | None, *, begun: float, read: float, rules: Rules) -> bool:
         """Apply one list's view of the entry's instance. Gone only when lists past the list
         lag keep missing it AND `get` says so: one list that misses it changes nothing."""
         now, at = self._now(), self._monotonic()
@@ -138,6 +139,7 @@ class StatusSync:
             entry.misses, entry.missing_since = 0, None
             if _older_than_recorded(entry, begun):
                 return False
+            entry.facts_read = read
             return assess.observe(entry, instance, now=now, at=at, rules=rules)
         if entry.runs.finished or entry.runs.due is not None and entry.runs.due.step is Step.REPLACE:
             return False
@@ -157,7 +159,7 @@ class StatusSync:
             logger.info("%s missing from lists; get failed, so nothing changes: %s", entry.instance_id, exc)
             return False
         if found is not None:  # the list was late or partial: the instance lives
-            entry.misses, entry.missing_since = 0, None
+            entry.misses, entry.missing_since, entry.facts_read = 0, None, self._monotonic()
             return assess.observe(entry, found, now=now, at=at, rules=rules)
         assess.lose(entry, now=now, at=at, rules=rules)
         return True
@@ -180,7 +182,8 @@ class StatusSync:
 
 
 def _older_than_recorded(entry: Tracked, begun: float) -> bool:
-    """A list begun before the instance was recorded with its first facts (`provisioned_at`:
-    provisioning's own `get`, or the adoption's) is older than them: applied after them, it
-    would move the Pod back (Running to Pending). Tests: tests/vnode/test_one_pod_latency.py."""
-    return begun < entry.provisioned_at and entry.last_instance is not None
+    """A list begun before the read behind the entry's applied facts returned (`facts_read`:
+    provisioning's own `get`, the adoption's, a get here) may have read the instance before
+    them: applied after them, it could move the Pod back (Running to Pending). Skipped; the
+    next list, begun after, is applied. Tests: tests/vnode/test_one_pod_latency.py."""
+    return entry.facts_read is not None and begun < entry.facts_read
