@@ -21,7 +21,7 @@ from placement.blocklist import BlockEntry, Blocklist, entry_id
 from placement.blockobject import ENTRIES, encode, entry_path
 from placement.blockwriter import BlockWriter
 from tests.placement.blockrelay import Relay
-from tests.placement.blockreplicas import Replica, objects, offering, start_replicas
+from tests.placement.blockreplicas import HeldRelay, Replica, objects, offering, start_replicas
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
@@ -65,6 +65,34 @@ def test_I6_a_clear_elsewhere_drops_the_pending_write_of_an_older_record_on_ever
     finally:
         relay.down()
         down.close()
+
+
+def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
+    replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
+) -> None:
+    address = urlparse(cluster.url)
+    relay = HeldRelay((str(address.hostname), int(address.port or 443)))
+    relay.up()
+    held = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=60.0)
+    clock = ManualClock(time.time())
+    try:
+        a = replicas("flight-a", clock=clock, default_ttl=100.0)
+        b = replicas("flight-b", clock=clock, default_ttl=100.0, writer_kube=held)
+        a.blocklist.record("gpu-a", offering())
+        wait_for(b.blocked, what="b holds a's refusal")
+        clock.advance(50.0)
+        b.blocklist.record("gpu-a", offering())  # its write goes out and is held in the relay
+        wait_for(lambda: relay.held >= 1 and b.store.writer.pending() == 0, what="b's write is under way")
+        assert a.blocklist.clear(NAME)
+        wait_for(lambda: not b.blocked() and not objects(kube), what="b sees the clear while its write is held")
+        assert not b.store.writer.holds_record(NAME), "the write under way is withdrawn"
+        relay.released.set()  # the stale write lands now...
+        wait_for(b.store.writer.idle, what="b's write and its undoing are done")
+        wait_for(lambda: not objects(kube) and not a.blocked() and not b.blocked(), what="...and is deleted again")
+    finally:
+        relay.released.set()
+        relay.down()
+        held.close()
 
 
 def test_a_refusal_recorded_right_after_our_own_clear_is_written(replicas: Callable[..., Replica], kube: Kube) -> None:
