@@ -90,7 +90,9 @@ def entry_id(provider: str, scope: BlockScope) -> str:
 
 class BlockSink(Protocol):
     """Where the blocklist reports its local changes (the cluster's copy, `placement.blockstore`).
-    Called outside the lock, after memory changed; must not block."""
+    Called under the blocklist's lock, right after memory changed, so a record and a clear reach
+    it in the order memory saw them (a later clear always wins); must not block and must not call
+    back into the Blocklist."""
 
     def recorded(self, entry: BlockEntry) -> None: ...
 
@@ -188,10 +190,9 @@ class Blocklist:
             elif len(self._slots) < MAX_ENTRIES:
                 slot = self._slots[key] = _Slot(entry_id(provider, scope), provider, scope, pool, now, expires)
             self._revision += 1
-            recorded = None if slot is None else _entry(slot, now)
+            if slot is not None and self._sink is not None:
+                self._sink.recorded(_entry(slot, now))
         logger.info("blocked %s for %.0fs: %s", describe_scope(provider, scope), seconds, scope.reason)
-        if recorded is not None and self._sink is not None:
-            self._sink.recorded(recorded)
 
     def clear(self, entry_id: str) -> bool:
         """Remove one entry (an operator's action). False if there is no such live entry."""
@@ -202,8 +203,8 @@ class Blocklist:
                 return False
             del self._slots[key]
             self._revision += 1
-        if self._sink is not None:
-            self._sink.cleared(entry_id)
+            if self._sink is not None:
+                self._sink.cleared(entry_id)
         self._notify()
         return True
 
@@ -238,16 +239,21 @@ class Blocklist:
                 self._revision += 1
             return True
 
-    def drop(self, entry_id: str) -> bool:
+    def drop(self, entry_id: str, *, then: Callable[[str], None] | None = None) -> bool:
         """The cluster no longer holds the entry (cleared on another replica, deleted by hand,
         or expired): removed here too, without telling the sink, and the subscribers told, as
-        for a clear. False if memory held no such entry."""
+        for a clear. `then(entry_id)` runs under the lock right after (held or not), so no record
+        lands between the two (the blockstore withdraws the writes of older records). False if
+        memory held no such entry."""
         with self._lock:
             key = next((k for k, s in self._slots.items() if s.id == entry_id), None)
+            if key is not None:
+                del self._slots[key]
+                self._revision += 1
+            if then is not None:
+                then(entry_id)
             if key is None:
                 return False
-            del self._slots[key]
-            self._revision += 1
         self._notify()
         return True
 

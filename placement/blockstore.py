@@ -2,9 +2,9 @@
 
 Built and started by the manager on every replica (`nebula_site.manager.main`), attached to the
 replica's `Blocklist` as its sink: a local record or clear goes to the `BlockWriter`; the watch
-feeds every object into memory (`apply`) and every deletion out of it (`drop`); while this
-replica leads (`lead`) it deletes expired objects. Never blocks a record or a clear on the API.
-Tests: tests/placement/test_blockstore.py::test_I6_a_refusal_seen_by_any_replica_is_honoured_by_the_leader.
+feeds every object into memory (`apply`) and every deletion out of it (`drop`: a clear wins over
+older records, a sweep does not); while leading (`lead`) it deletes expired objects. Never blocks
+a record or a clear on the API. Tests: tests/placement/test_blockstore.py, test_blockstore_clear.py.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class Blockstore:
         self._stop = threading.Event()
         self._sweeper: threading.Thread | None = None
         self._complained: set[str] = set()  # malformed objects already logged (bounded: MAX_ENTRIES)
+        self._held: dict[str, float] = {}  # name -> the expiry its object last showed (bounded: MAX_ENTRIES)
 
     # -- life ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,6 +108,7 @@ class Blockstore:
         if obj is None:
             self._deleted(name)
             return
+        self._remember(name, expires_of(obj))
         if self.writer.clearing(name):
             return  # cleared here; the delete is on its way
         try:
@@ -119,16 +121,36 @@ class Blockstore:
         self.writer.seen(name, entry.expires_at.timestamp())
         self.blocklist.apply(entry)
 
-    def _deleted(self, name: str) -> None:
-        """Deleted in the cluster (a clear on any replica, `kubectl delete`, a sweep): dropped
-        from memory, unless this replica holds a record of it not yet written, which is newer
-        than what was deleted (its write creates the object again)."""
-        self._complained.discard(name)
-        self.writer.seen(name, None)
-        if self.writer.holds_record(name):
-            logger.info("BlocklistEntry %s deleted in the cluster; a newer refusal here writes it again", name)
+    def _remember(self, name: str, expires: float | None) -> None:
+        if expires is None:
+            self._held.pop(name, None)
             return
-        if self.blocklist.drop(name):
+        if name not in self._held and len(self._held) >= MAX_ENTRIES:
+            now = self.blocklist.now()
+            self._held = {k: v for k, v in self._held.items() if v > now - self._sweep_grace}
+            if len(self._held) >= MAX_ENTRIES:
+                return  # unknown at its deletion: taken for a clear
+        self._held[name] = expires
+
+    def _deleted(self, name: str) -> None:
+        """Deleted in the cluster. Our own clear: memory dropped it then; a record made here since
+        is newer and stays. A sweep (the deleted object had expired): a record here expiring later
+        stays and is written again. Otherwise a clear on another replica or `kubectl delete`
+        (an unknown expiry counts as one): dropped, with every write of a record made before now."""
+        self._complained.discard(name)
+        deleted = self._held.pop(name, None)
+        self.writer.seen(name, None)
+        if self.writer.own_deletion(name):
+            return
+        if deleted is not None and deleted <= self.blocklist.now():
+            local = self.blocklist.get(name)
+            if local is not None and local.expires_at.timestamp() > deleted:
+                logger.info("BlocklistEntry %s swept; a later refusal here writes it again", name)
+                self.writer.put(local)
+                return
+            self.blocklist.drop(name)
+            return
+        if self.blocklist.drop(name, then=self.writer.withdraw):
             logger.info("BlocklistEntry %s deleted in the cluster: the entry is cleared here too", name)
 
     # -- the sweep -----------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 Fed by `placement.blockstore` (a record from any Handler, a clear, a sweep of an expired object);
 writes `blocklistentries.nebula.io`. Never blocks its callers: a bounded queue coalescing by
-name (I7), each failed write retried with back-off and logged. Never shortens an expiry.
-Tests: tests/placement/test_blockstore.py::test_with_the_api_server_down_memory_holds_and_the_write_lands_later.
+name (I7), each failed write retried with back-off and logged. Never shortens an expiry, and
+never writes back a record older than a clear it was told of (`withdraw`).
+Tests: tests/placement/test_blockstore.py, tests/placement/test_blockstore_clear.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _RETRIED = {0, 404, 409, 429}  # unreachable, the CRD not installed yet, conflic
 @dataclass(frozen=True)
 class _Put:
     entry: BlockEntry
+    replace: bool = False  # in place of our own clear still queued: delete the object, then create
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class BlockWriter:
         self._pending: OrderedDict[str, _Op] = OrderedDict()
         self._in_flight: tuple[str, _Op] | None = None
         self._written: dict[str, float] = {}  # name -> the expiry the cluster is known to hold
+        self._cleared: set[str] = set()  # our own deletions whose DELETED the watch has not shown yet
+        self._withdrawn: set[str] = set()  # the name in flight, if its record was withdrawn meanwhile
         self._cond = threading.Condition()
         self._stopping = False
         self._stopped = threading.Event()  # wakes a back-off wait at once
@@ -72,36 +76,70 @@ class BlockWriter:
     # -- what callers ask for ------------------------------------------------------------------
     def put(self, entry: BlockEntry) -> None:
         """Write `entry` (create, or extend the existing object). Skipped when the cluster
-        already holds an expiry this close (within the jitter's width): no write per refusal."""
+        already holds an expiry this close (within the jitter's width): no write per refusal;
+        never skipped while a deletion of the name is queued or being written (the object is
+        going). In place of our own clear still queued, the write deletes, then creates."""
         expires = entry.expires_at.timestamp()
         slack = min(MAX_JITTER, JITTER_FRACTION * max(0.0, expires - self._clock()))
         with self._cond:
-            if self._written.get(entry.id, float("-inf")) >= expires - slack and entry.id not in self._pending:
+            ops = self._ops_locked(entry.id)
+            deleting = any(isinstance(op, _Delete) or (isinstance(op, _Put) and op.replace) for op in ops)
+            if not deleting and self._written.get(entry.id, float("-inf")) >= expires - slack:
                 return
             queued = self._pending.get(entry.id)
             if isinstance(queued, _Put) and queued.entry.expires_at >= entry.expires_at:
                 return
-            self._queue_locked(entry.id, _Put(entry))
+            replace = isinstance(queued, _Delete) and queued.resource_version is None
+            replace = replace or (isinstance(queued, _Put) and queued.replace)
+            self._queue_locked(entry.id, _Put(entry, replace=replace))
 
     def delete(self, name: str, *, resource_version: str | None = None) -> None:
         """Delete the object. With `resource_version` (a sweep of an expired object) only that
-        version, and never in place of a record waiting to be written; without (a clear), in
-        place of anything queued for the name."""
+        version, and never in place of a record waiting to be written or of a clear; without (a
+        clear), in place of anything queued for the name."""
         with self._cond:
-            if resource_version is not None and isinstance(self._pending.get(name), _Put):
+            queued = self._pending.get(name)
+            if resource_version is not None and (isinstance(queued, _Put) or queued == _Delete(None)):
                 return
+            if resource_version is None:
+                self._cleared.add(name)
+                self._trim_cleared_locked()
             self._queue_locked(name, _Delete(resource_version))
 
     def holds_record(self, name: str) -> bool:
-        """A local record of `name` not written yet (queued or being written): it is newer than
-        what the cluster holds, so a deletion seen now must not drop it (the write recreates it)."""
+        """A local record of `name` not written yet (queued, or being written and not withdrawn)."""
         with self._cond:
-            return any(isinstance(op, _Put) for op in self._ops_locked(name))
+            queued, in_flight = self._ops_locked(name)
+            return isinstance(queued, _Put) or (isinstance(in_flight, _Put) and name not in self._withdrawn)
 
     def clearing(self, name: str) -> bool:
-        """An operator's clear of `name` is queued or being written (the watch may still show it)."""
+        """A clear of `name` made here is queued or being written, or the record being written was
+        withdrawn (the watch may still show an object that is going)."""
         with self._cond:
-            return any(isinstance(op, _Delete) and op.resource_version is None for op in self._ops_locked(name))
+            ops = self._ops_locked(name)
+            return name in self._withdrawn or any(
+                (isinstance(op, _Delete) and op.resource_version is None) or (isinstance(op, _Put) and op.replace)
+                for op in ops
+            )
+
+    def own_deletion(self, name: str) -> bool:
+        """The watch shows `name` deleted: True (once) when this writer deleted it on a clear made
+        here; a record made here since is newer than that clear and stays."""
+        with self._cond:
+            if name in self._cleared:
+                self._cleared.discard(name)
+                return True
+            return False
+
+    def withdraw(self, name: str) -> None:
+        """Someone else's clear of `name` was seen: drop the record queued (or waiting out a
+        back-off) for it; the one being written, if any, is deleted again once written (on its
+        resourceVersion). Records put after this call are new and are written."""
+        with self._cond:
+            if isinstance(self._pending.get(name), _Put):
+                del self._pending[name]
+            if self._in_flight is not None and self._in_flight[0] == name and isinstance(self._in_flight[1], _Put):
+                self._withdrawn.add(name)
 
     def _ops_locked(self, name: str) -> list[_Op | None]:
         in_flight = self._in_flight[1] if self._in_flight is not None and self._in_flight[0] == name else None
@@ -166,12 +204,14 @@ class BlockWriter:
             finally:
                 with self._cond:
                     self._in_flight = None
+                    self._withdrawn.discard(name)
 
     def _failed(self, name: str, op: _Op, exc: KubeError) -> None:
         retried = exc.status in _RETRIED or exc.status >= 500
         with self._cond:
             self.failures += 1
-            if retried and name not in self._pending and not self._stopping:  # stopping: one try each
+            withdrawn = name in self._withdrawn  # cleared elsewhere meanwhile: not written again
+            if retried and name not in self._pending and not self._stopping and not withdrawn:  # stopping: one try each
                 self._queue_locked(name, op)
             warn = self._logged_at + LOG_EVERY <= time.monotonic()
             if warn:
@@ -196,6 +236,10 @@ class BlockWriter:
         self._pending[name] = op
         self._cond.notify_all()
 
+    def _trim_cleared_locked(self) -> None:
+        while len(self._cleared) > MAX_ENTRIES:  # a DELETED never seen (the object never written)
+            self._cleared.pop()
+
     def _trim_written_locked(self) -> None:
         if len(self._written) > MAX_ENTRIES:
             now = self._clock()
@@ -206,30 +250,58 @@ class BlockWriter:
     # -- the writes ------------------------------------------------------------------------------
     def _write(self, name: str, op: _Op) -> None:
         if isinstance(op, _Put):
-            self._extend(op.entry)
+            if op.replace:
+                self._delete(name, None)
+            version = self._extend(op.entry)
+            with self._cond:
+                withdrawn = name in self._withdrawn
+                if withdrawn and version is not None:
+                    self._cleared.add(name)  # our own deletion: not a clear of what is recorded since
+            if withdrawn and version is not None:
+                self._undo(name, version)
             return
+        self._delete(name, op.resource_version)
+
+    def _undo(self, name: str, version: str) -> None:
+        """Delete what a withdrawn record just wrote (on its resourceVersion: a later write stays)."""
+        try:
+            gone = self._delete(name, version)
+        except KubeError:
+            with self._cond:
+                if name not in self._pending:
+                    self._queue_locked(name, _Delete(version))  # retried: the object is stale
+            return
+        if not gone:
+            with self._cond:
+                self._cleared.discard(name)  # nothing deleted: no DELETED to wait for
+
+    def _delete(self, name: str, resource_version: str | None) -> bool:
+        """True when this call deleted the object."""
         options: dict[str, object] = {"kind": "DeleteOptions", "apiVersion": "v1"}
-        if op.resource_version is not None:
-            options["preconditions"] = {"resourceVersion": op.resource_version}
+        if resource_version is not None:
+            options["preconditions"] = {"resourceVersion": resource_version}
         try:
             self._kube.request("DELETE", entry_path(name), body=options)
         except NotFoundError:
-            pass  # gone already (cleared elsewhere, swept, deleted by hand)
+            self.seen(name, None)
+            return False  # gone already (cleared elsewhere, swept, deleted by hand)
         except ConflictError:
-            if op.resource_version is None:
+            if resource_version is None:
                 raise
-            return  # a sweep: the object moved on (extended since it was read)
+            return False  # a sweep: the object moved on (extended since it was read)
         self.seen(name, None)
+        return True
 
-    def _extend(self, entry: BlockEntry) -> None:
+    def _extend(self, entry: BlockEntry) -> str | None:
         """Create the object; if it exists, move its expiry to ours when ours is later (never
-        earlier), on its resourceVersion, reading again after a conflict."""
+        earlier), on its resourceVersion, reading again after a conflict. The resourceVersion
+        written, or None when the cluster already held a later expiry."""
         expires = entry.expires_at.timestamp()
         for _ in range(MAX_CONFLICTS):
             try:
-                self._kube.create(ENTRIES, encode(entry, created=self._clock()))
+                made = self._kube.create(ENTRIES, encode(entry, created=self._clock()))
                 self.seen(entry.id, expires)
-                return
+                return _version(made)
             except ConflictError:
                 pass  # it exists: read and extend it
             try:
@@ -239,7 +311,7 @@ class BlockWriter:
             held = expires_of(current)
             if held is not None and held >= expires:
                 self.seen(entry.id, held)
-                return
+                return None
             created = created_of(current) or self._clock()
             body = encode(entry, created=created)
             spec = dict(current.get("spec") or {})
@@ -247,9 +319,15 @@ class BlockWriter:
             body["spec"] |= keep
             body["metadata"] = dict(current.get("metadata") or {}, name=entry.id)
             try:
-                self._kube.replace(entry_path(entry.id), body)
+                replaced = self._kube.replace(entry_path(entry.id), body)
             except (ConflictError, NotFoundError):
                 continue  # another replica extended it, or it went: read (or create) again
             self.seen(entry.id, expires)
-            return
+            return _version(replaced)
         raise ConflictError(409, "Conflict", f"blocklist entry {entry.id}: {MAX_CONFLICTS} conflicting writes in a row")
+
+
+def _version(obj: dict[str, object]) -> str | None:
+    meta = obj.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+    return str(version) if version else None

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlparse
 
 import pytest
@@ -20,66 +18,18 @@ from kube.client import Kube, load_api_client
 from placement import blocklist as blocklist_module
 from placement.blocklist import Blocklist, entry_id
 from placement.blockobject import ENTRIES, encode, entry_path, expires_of
-from placement.blockstore import Blockstore
 from placement.blockwriter import BlockWriter
-from providers.base import BlockBreadth, BlockScope, Tier
 from tests.placement.blockrelay import Relay
+from tests.placement.blockreplicas import Replica, objects, offering, start_replicas
 from tests.support.clients.kubectl import KUBECTL_137, run_kubectl
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
 
-CANDIDATE: dict[str, Any] = {"accelerator": "h100", "tier": Tier.SPOT, "region": "us-east-1"}
-
-
-def offering(provider: str = "gpu-a", region: str = "us-east-1") -> BlockScope:
-    return BlockScope(
-        provider, BlockBreadth.OFFERING, tier=Tier.SPOT, accelerator="h100", region=region, reason="NoCapacity: full"
-    )
-
-
-@dataclass
-class Replica:
-    blocklist: Blocklist
-    store: Blockstore
-    kube: Kube
-    told: list[int] = field(default_factory=list)  # one per blocklist_changed call
-
-    def blocked(self) -> bool:
-        return self.blocklist.blocked("gpu-a", **CANDIDATE) is not None
-
 
 @pytest.fixture
 def replicas(cluster: DevCluster) -> Iterator[Callable[..., Replica]]:
-    """Start replicas on `cluster` (the BlocklistEntry CRD loaded); all stopped at the end."""
-    cluster.load_manifests((ROOT / "deploy/crds/blocklistentry.yaml").read_text())
-    started: list[Replica] = []
-
-    def start(
-        name: str,
-        *,
-        clock: Callable[[], float] = time.time,
-        default_ttl: float = 300.0,
-        writer_kube: Kube | None = None,
-        **options: Any,
-    ) -> Replica:
-        blocklist = Blocklist(clock=clock, uniform=lambda: 0.0, default_ttl=default_ttl)
-        kube = kube_for(cluster, user_agent=f"{name}/1")
-        store = Blockstore(blocklist, writer_kube or kube, kube_for(cluster, user_agent=f"{name}/1"), **options)
-        replica = Replica(blocklist, store, kube)
-        blocklist.subscribe(lambda: replica.told.append(1))
-        store.start()
-        wait_for(store.synced.is_set, what=f"{name} listed the blocklist")
-        started.append(replica)
-        return replica
-
-    yield start
-    for replica in started:
-        replica.store.stop(5.0)
-
-
-def objects(kube: Kube) -> list[dict[str, Any]]:
-    return kube.list(ENTRIES)[0]
+    yield from start_replicas(cluster)
 
 
 def test_I6_a_refusal_seen_by_any_replica_is_honoured_by_the_leader(replicas: Callable[..., Replica]) -> None:
@@ -190,26 +140,29 @@ def test_with_the_api_server_down_memory_holds_and_the_write_lands_later(
         down.close()
 
 
-def test_a_deletion_does_not_drop_a_newer_record_not_yet_written(
+def test_a_sweep_does_not_drop_a_later_record_not_yet_written(
     replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
 ) -> None:
     address = urlparse(cluster.url)
     relay = Relay((str(address.hostname), int(address.port or 443)))
     down = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=5.0)
     clock = ManualClock(time.time())
+    name = entry_id("gpu-a", offering())
     try:
         writer = replicas("writer", clock=clock, default_ttl=100.0)
-        cut = replicas("late", clock=clock, default_ttl=100.0, writer_kube=down, max_backoff=0.3)
+        cut = replicas("late", clock=clock, default_ttl=300.0, writer_kube=down, max_backoff=0.3)
         writer.blocklist.record("gpu-a", offering())
         wait_for(cut.blocked, what="the late replica holds the entry")
         clock.advance(50.0)
-        cut.blocklist.record("gpu-a", offering())  # newer: its write cannot land yet
-        assert cut.store.writer.holds_record(entry_id("gpu-a", offering()))
-        kube.delete(entry_path(entry_id("gpu-a", offering())))
-        wait_for(lambda: not writer.blocked(), what="the writer replica drops it")
-        assert cut.blocked(), "the newer record survives the deletion"
+        cut.blocklist.record("gpu-a", offering())  # expires later (t+350): its write cannot land yet
+        assert cut.store.writer.holds_record(name)
+        clock.advance(60.0)  # the object (t+100) expired, past the sweep's grace
+        assert writer.store.sweep() == 1
+        wait_for(lambda: not objects(kube), what="the expired object is swept")
+        wait_for(lambda: not cut.store.reflector.snapshot(), what="the late replica saw the deletion")
+        assert cut.blocked(), "the later record survives the sweep"
         relay.up()
-        wait_for(writer.blocked, what="the newer record is written again and reaches every replica")
+        wait_for(writer.blocked, what="the later record is written again and reaches every replica")
     finally:
         relay.down()
         down.close()
