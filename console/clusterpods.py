@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 from kube import names, podstatus
 from kube.client import GoneError, Kube, KubeError, NotFoundError, path_for
 from kube.reflector import object_key
-from kube.times import parse_rfc3339
+from kube.times import moment_of
 from vnode.model.tracking import pod_claim
 
 logger = logging.getLogger(__name__)
@@ -114,9 +114,9 @@ def cluster_node(node: JsonDict) -> ClusterNode:
     return ClusterNode(
         name=str((node.get("metadata") or {}).get("name") or ""),
         ready={"True": True, "False": False}.get(str(ready.get("status"))),
-        heartbeat=_time(ready.get("lastHeartbeatTime")),
+        heartbeat=moment_of(ready.get("lastHeartbeatTime")),
         capacity=tuple(sorted((str(k), str(v)) for k, v in (status.get("capacity") or {}).items())),
-        unreachable_since=_time(reachable.get("lastTransitionTime")) if cut else None,
+        unreachable_since=moment_of(reachable.get("lastTransitionTime")) if cut else None,
         unreachable_error=str(reachable.get("message") or "") if cut else "",
     )
 
@@ -333,12 +333,3 @@ class ClusterView:
 
 def _interned(value: Any) -> str | None:
     return sys.intern(str(value)) if value not in (None, "") else None
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError:
-        return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from kube.times import parse_rfc3339
+from kube.times import moment_of
 
 NODE_LOST = "NodeLost"  # the node controller's reason for a Pod on an unreachable node
 
@@ -139,7 +139,7 @@ def age(since: datetime | None, now: datetime) -> str:
 
 def created_at(pod: Mapping[str, Any]) -> datetime | None:
     """The Pod's creationTimestamp, None when absent or unparsable."""
-    return _time(_section(pod, "metadata").get("creationTimestamp"))
+    return moment_of(_section(pod, "metadata").get("creationTimestamp"))
 
 
 def _ended(prefix: str, terminated: Mapping[str, Any]) -> str:
@@ -157,22 +157,13 @@ def _is_sidecar(container: Mapping[str, Any] | None) -> bool:
 
 
 def _last_finished(container: Mapping[str, Any]) -> datetime | None:
-    return _time(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+    return moment_of(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
 
 
 def _later(one: datetime | None, other: datetime | None) -> datetime | None:
     if one is None or other is None:
         return one or other
     return max(one, other)
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError:
-        return None
 
 
 def _section(obj: Mapping[str, Any], name: str) -> Mapping[str, Any]:

@@ -26,12 +26,18 @@ def parse_rfc3339(text: str) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-def epoch_of(text: Any) -> float | None:
-    """`text` (either form) in epoch seconds; None when it is no timestamp (a missing or damaged
-    field of an object read from the API)."""
+def moment_of(text: Any) -> datetime | None:
+    """`text` (either form) as an aware UTC datetime; None when it is no timestamp (a missing or
+    damaged field of an object read from the API)."""
     if not isinstance(text, str) or not text.strip():
         return None
     try:
-        return parse_rfc3339(text).timestamp()
+        return parse_rfc3339(text)
     except ValueError:
         return None
+
+
+def epoch_of(text: Any) -> float | None:
+    """`text` (either form) in epoch seconds; None when it is no timestamp."""
+    moment = moment_of(text)
+    return None if moment is None else moment.timestamp()

@@ -77,10 +77,11 @@ class Relay:
                     return
                 self._open += [client, server]
             for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+                threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def pipe(source: socket.socket, sink: socket.socket) -> None:
+    """Copy `source` to `sink` until either ends, then close both (one direction of a relay)."""
     try:
         while data := source.recv(65536):
             sink.sendall(data)

@@ -19,7 +19,7 @@ from placement.blocklist import Blocklist
 from placement.blockobject import ENTRIES
 from placement.blockstore import Blockstore
 from providers.base import BlockBreadth, BlockScope, Tier
-from tests.placement.blockrelay import Relay
+from tests.placement.blockrelay import Relay, pipe
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
 
@@ -96,19 +96,4 @@ class HeldRelay(Relay):
         self.released.wait()
         server = socket.create_connection(self._upstream)
         for source, sink in ((client, server), (server, client)):
-            threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
-
-
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for sock in (source, sink):
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            sock.close()
+            threading.Thread(target=pipe, args=(source, sink), daemon=True).start()
