@@ -198,7 +198,7 @@ class Blocklist:
         """Remove one entry (an operator's action). False if there is no such live entry."""
         with self._lock:
             self._purge_locked(self._clock())
-            key = next((k for k, s in self._slots.items() if s.id == entry_id), None)
+            key = self._key_of_locked(entry_id)
             if key is None:
                 return False
             del self._slots[key]
@@ -246,7 +246,7 @@ class Blocklist:
         lands between the two (the blockstore withdraws the writes of older records). False if
         memory held no such entry."""
         with self._lock:
-            key = next((k for k, s in self._slots.items() if s.id == entry_id), None)
+            key = self._key_of_locked(entry_id)
             if key is not None:
                 del self._slots[key]
                 self._revision += 1
@@ -270,8 +270,8 @@ class Blocklist:
         now = self._clock()
         with self._lock:
             self._purge_locked(now)
-            slot = next((s for s in self._slots.values() if s.id == entry_id), None)
-            return None if slot is None else _entry(slot, now)
+            key = self._key_of_locked(entry_id)
+            return None if key is None else _entry(self._slots[key], now)
 
     def blocked(
         self, provider: str, *, accelerator: str | None, tier: Tier | None, region: str | None
@@ -303,6 +303,10 @@ class Blocklist:
     # -- internals ---------------------------------------------------------------------------
     def _jitter(self, ttl: float) -> float:
         return self._uniform() * min(MAX_JITTER, JITTER_FRACTION * ttl)
+
+    def _key_of_locked(self, entry_id: str) -> ScopeKey | None:
+        """The scope key of the entry `entry_id`, if memory holds it."""
+        return next((key for key, slot in self._slots.items() if slot.id == entry_id), None)
 
     def _purge_locked(self, now: float) -> None:
         expired = [k for k, s in self._slots.items() if s.expires_at <= now]
