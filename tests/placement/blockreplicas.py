@@ -1,13 +1,11 @@
 """Replicas of the blocklist's cluster copy for tests: each a Blocklist with its Blockstore on one
 devcluster over HTTP (`start_replicas`, which the `replicas` fixtures of
-tests/placement/test_blockstore.py and tests/placement/test_blockstore_clear.py wrap), and a TCP
-relay that holds each connection until released (`HeldRelay`: a write kept in flight). Nothing here is a test.
+tests/placement/test_blockstore.py and tests/placement/test_blockstore_clear.py wrap). Nothing
+here is a test.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -19,7 +17,6 @@ from placement.blocklist import Blocklist
 from placement.blockobject import ENTRIES
 from placement.blockstore import Blockstore
 from providers.base import BlockBreadth, BlockScope, Tier
-from tests.placement.blockrelay import Relay, pipe
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
 
@@ -73,27 +70,3 @@ def start_replicas(cluster: DevCluster) -> Iterator[Callable[..., Replica]]:
 
 def objects(kube: Kube) -> list[dict[str, Any]]:
     return kube.list(ENTRIES)[0]
-
-
-class HeldRelay(Relay):
-    """A relay that accepts each connection at once but forwards it only once `released` is set."""
-
-    def __init__(self, upstream: tuple[str, int]) -> None:
-        super().__init__(upstream)
-        self.released = threading.Event()
-        self.held = 0  # connections accepted so far
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            self.held += 1
-            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
-
-    def _forward(self, client: socket.socket) -> None:
-        self.released.wait()
-        server = socket.create_connection(self._upstream)
-        for source, sink in ((client, server), (server, client)):
-            threading.Thread(target=pipe, args=(source, sink), daemon=True).start()

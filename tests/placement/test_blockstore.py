@@ -9,17 +9,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
 
 from devcluster import DevCluster
-from kube.client import Kube, load_api_client
+from kube.client import Kube
 from placement import blocklist as blocklist_module
 from placement.blocklist import Blocklist, entry_id
 from placement.blockobject import ENTRIES, encode, entry_path, expires_of
 from placement.blockwriter import BlockWriter
-from tests.placement.blockrelay import Relay
+from tests.placement.blockrelay import Relay, relayed
 from tests.placement.blockreplicas import Replica, objects, offering, start_replicas
 from tests.support.clients.kubectl import KUBECTL_137, run_kubectl
 from tests.support.clock import ManualClock
@@ -122,10 +121,7 @@ def test_the_leader_sweeps_an_expired_object_and_a_follower_does_not(
 def test_with_the_api_server_down_memory_holds_and_the_write_lands_later(
     replicas: Callable[..., Replica], cluster: DevCluster, tmp_path: Path
 ) -> None:
-    address = urlparse(cluster.url)
-    relay = Relay((str(address.hostname), int(address.port or 443)))
-    down = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=5.0)
-    try:
+    with relayed(cluster, tmp_path, Relay) as (relay, down):
         cut = replicas("cut", writer_kube=down, max_backoff=0.3)
         other = replicas("other")
         cut.blocklist.record("gpu-a", offering())
@@ -135,20 +131,14 @@ def test_with_the_api_server_down_memory_holds_and_the_write_lands_later(
         relay.up()
         wait_for(other.blocked, what="the write lands once the API server answers")
         assert len(objects(other.kube)) == 1 and cut.store.writer.pending() == 0
-    finally:
-        relay.down()
-        down.close()
 
 
 def test_a_sweep_does_not_drop_a_later_record_not_yet_written(
     replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
 ) -> None:
-    address = urlparse(cluster.url)
-    relay = Relay((str(address.hostname), int(address.port or 443)))
-    down = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=5.0)
     clock = ManualClock(time.time())
     name = entry_id("gpu-a", offering())
-    try:
+    with relayed(cluster, tmp_path, Relay) as (relay, down):
         writer = replicas("writer", clock=clock, default_ttl=100.0)
         cut = replicas("late", clock=clock, default_ttl=300.0, writer_kube=down, max_backoff=0.3)
         writer.blocklist.record("gpu-a", offering())
@@ -163,9 +153,6 @@ def test_a_sweep_does_not_drop_a_later_record_not_yet_written(
         assert cut.blocked(), "the later record survives the sweep"
         relay.up()
         wait_for(writer.blocked, what="the later record is written again and reaches every replica")
-    finally:
-        relay.down()
-        down.close()
 
 
 def test_the_writers_queue_is_bounded_and_memory_keeps_what_it_drops(cluster: DevCluster, kube: Kube) -> None:
@@ -228,10 +215,7 @@ def test_kubectl_get_shows_scope_reason_and_time_left_and_kubectl_delete_clears_
 
 
 def test_a_stop_with_the_api_server_down_tries_each_write_once_and_ends(cluster: DevCluster, tmp_path: Path) -> None:
-    address = urlparse(cluster.url)
-    relay = Relay((str(address.hostname), int(address.port or 443)))  # never up: connection refused
-    down = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=5.0)
-    try:
+    with relayed(cluster, tmp_path, Relay) as (relay, down):  # never up: connection refused
         blocklist = Blocklist(uniform=lambda: 0.0)
         writer = BlockWriter(down, max_backoff=0.3)
         for i in range(3):
@@ -244,5 +228,3 @@ def test_a_stop_with_the_api_server_down_tries_each_write_once_and_ends(cluster:
         assert writer.stop(60.0) == []
         assert writer.failures <= before + 4, "one more try of each write (and the one under way), no retries"
         assert writer.pending() == 0 and len(blocklist.entries()) == 3, "memory keeps them"
-    finally:
-        down.close()

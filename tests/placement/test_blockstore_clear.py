@@ -11,17 +11,16 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import pytest
 
 from devcluster import DevCluster
-from kube.client import Kube, load_api_client
+from kube.client import Kube
 from placement.blocklist import BlockEntry, Blocklist, entry_id
 from placement.blockobject import ENTRIES, encode, entry_path
 from placement.blockwriter import BlockWriter
-from tests.placement.blockrelay import Relay
-from tests.placement.blockreplicas import HeldRelay, Replica, objects, offering, start_replicas
+from tests.placement.blockrelay import HeldRelay, Relay, relayed
+from tests.placement.blockreplicas import Replica, objects, offering, start_replicas
 from tests.support.clock import ManualClock
 from tests.support.fixtures import ROOT, kube_for
 from tests.support.polling import wait_for
@@ -37,11 +36,8 @@ def replicas(cluster: DevCluster) -> Iterator[Callable[..., Replica]]:
 def test_I6_a_clear_elsewhere_drops_the_pending_write_of_an_older_record_on_every_replica(
     replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
 ) -> None:
-    address = urlparse(cluster.url)
-    relay = Relay((str(address.hostname), int(address.port or 443)))
-    down = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=5.0)
     clock = ManualClock(time.time())
-    try:
+    with relayed(cluster, tmp_path, Relay) as (relay, down):
         a = replicas("clear-a", clock=clock, default_ttl=100.0)
         b = replicas("clear-b", clock=clock, default_ttl=100.0, writer_kube=down, max_backoff=0.3)
         a.blocklist.record("gpu-a", offering())
@@ -62,20 +58,14 @@ def test_I6_a_clear_elsewhere_drops_the_pending_write_of_an_older_record_on_ever
         assert not a.blocked() and not b.blocked()
         b.blocklist.record("gpu-a", offering())  # recorded after b saw the clear: a new refusal, written
         wait_for(a.blocked, what="a new refusal after the clear reaches every replica")
-    finally:
-        relay.down()
-        down.close()
 
 
 def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
     replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
 ) -> None:
-    address = urlparse(cluster.url)
-    relay = HeldRelay((str(address.hostname), int(address.port or 443)))
-    relay.up()
-    held = Kube(load_api_client(relay.kubeconfig(cluster, tmp_path)), timeout=60.0)
     clock = ManualClock(time.time())
-    try:
+    with relayed(cluster, tmp_path, HeldRelay, timeout=60.0) as (relay, held):
+        relay.up()
         a = replicas("flight-a", clock=clock, default_ttl=100.0)
         b = replicas("flight-b", clock=clock, default_ttl=100.0, writer_kube=held)
         a.blocklist.record("gpu-a", offering())
@@ -89,10 +79,6 @@ def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
         relay.released.set()  # the stale write lands now...
         wait_for(b.store.writer.idle, what="b's write and its undoing are done")
         wait_for(lambda: not objects(kube) and not a.blocked() and not b.blocked(), what="...and is deleted again")
-    finally:
-        relay.released.set()
-        relay.down()
-        held.close()
 
 
 def test_a_refusal_recorded_right_after_our_own_clear_is_written(replicas: Callable[..., Replica], kube: Kube) -> None:
