@@ -10,7 +10,9 @@ namespace, labelled `nebula.io/lease`:
 The rules, for every Lease here (client-go's leaderelection, plus a fence):
 - A Lease is alive while it names a holder and its (holder, renewTime) changed less than its
   leaseDurationSeconds ago *by this replica's monotonic clock* (`LeaseView`): no replica trusts
-  another's wall clock, so a taker waits a full duration after it last saw a renewal.
+  another's wall clock, so a taker waits a full duration after it last saw a renewal. A change
+  is dated when the read that showed it *answered*, not when it was sent: a renewal may have
+  begun after a slow read was sent, and its holder's fence runs from that beginning.
 - A Lease held by someone alive is never written; a free, released or dead one is taken by
   a write carrying the resourceVersion this replica read, so two takers never both win.
 - A holder's `Fence` is valid until the start of its last successful renewal + the duration
@@ -198,12 +200,13 @@ class LeaseReader:
         return lease_path(self._namespace, name)
 
     def observe(self, name: str) -> Seen | None:
-        """Read the Lease `name` (None: it does not exist). Raises KubeError."""
-        at = self.clock()
+        """Read the Lease `name` (None: it does not exist). Raises KubeError. A change is dated
+        when the read answered, not when it was sent (see the module docstring)."""
         try:
             lease: JsonDict | None = self._kube.get(self._path(name))
         except NotFoundError:
             lease = None
+        at = self.clock()
         with self._reading:
             return self.view.saw(name, lease, at)
 
@@ -246,9 +249,8 @@ class SharedLeases(LeaseReader):
 
     def refresh(self) -> None:
         """List the shared Leases (labelled with their kind). Raises KubeError."""
-        at = self.clock()
         items, _ = self._kube.list(self._path(), labelSelector=KIND_LABEL)
-        self.view.update(items, at)
+        self.view.update(items, self.clock())  # dated when it answered, as `observe`
         for name in list(self._fences):
             self._revoke_if_taken(name)
 

@@ -7,7 +7,8 @@ rest."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
@@ -85,6 +86,56 @@ def test_a_live_lease_is_never_written_and_a_dead_one_is_taken_after_a_full_dura
     assert not holder.fence(NAME).valid()  # ...until it saw the Lease taken
     assert not holder.hold(NAME, NODE)
     assert lease(kube)["spec"]["holderIdentity"] == "taker"
+
+
+class SlowReads:
+    """A Kube whose reads take `latency` seconds of the reader's clock, with `during` run while
+    the read is on the wire (before the server answers it)."""
+
+    def __init__(self, kube: Kube, clock: ManualClock, latency: float) -> None:
+        self._kube, self._clock, self.latency = kube, clock, latency
+        self.during: Callable[[], None] = lambda: None
+
+    def get(self, path: str) -> Any:
+        self._clock.now += self.latency / 2  # sent...
+        self.during()
+        answer = self._kube.get(path)
+        self._clock.now += self.latency / 2  # ...answered
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
+
+
+def test_a_taker_dates_a_renewal_from_when_its_slow_read_answered_so_the_holders_fence_ends_first(kube: Kube) -> None:
+    holder_clock, taker_clock = ManualClock(1000.0), ManualClock(50.0)
+    holder = replica(kube, "holder", holder_clock)
+    slow = SlowReads(kube, taker_clock, latency=2 * MARGIN)  # a read slower than the fencing margin
+    taker = SharedLeases(
+        cast(Kube, slow), namespace="default", identity="taker", duration=DURATION, margin=MARGIN, clock=taker_clock
+    )
+    holder.refresh()
+    assert holder.hold(NAME, NODE)
+
+    def renew() -> None:  # the holder's renewal begins and lands after the taker's read was sent
+        holder_clock.now += 1.0
+        assert holder.hold(NAME, NODE)
+
+    slow.during = renew
+    taker.observe(NAME)  # sent at 50, the renewal lands, answered at 60
+    slow.during = lambda: None
+    fence_left = DURATION - MARGIN  # the holder may write until this long after its renewal began
+    # The holder's renewal began while the read was on the wire, at the taker's 55 at the latest:
+    # the holder writes until 55 + fence_left; the taker may not begin before that, plus the margin.
+    taker_clock.now = 50.0 + DURATION + 0.1  # a duration after the read was *sent*: too soon
+    slow.latency = 0.0
+    taker.observe(NAME)
+    assert not taker.hold(NAME, NODE)
+    assert lease(kube)["spec"]["holderIdentity"] == "holder"
+    taker_clock.now = 60.0 + DURATION  # a duration after it *answered*: the holder's fence ran out
+    assert taker_clock.now >= 55.0 + fence_left + MARGIN
+    taker.observe(NAME)
+    assert taker.hold(NAME, NODE)
 
 
 def test_two_takers_never_both_win_a_lease_they_both_saw_free(kube: Kube) -> None:

@@ -26,7 +26,16 @@ from kube.client import Kube, path_for
 from providers.fake.server import FakeCloudServer, start_server
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.rigs.managers import InvariantWatch, Rig, delete_pod, kubelet_port, node_holders, running, shares
+from tests.support.rigs.managers import (
+    InvariantWatch,
+    Rig,
+    SharedManager,
+    delete_pod,
+    kubelet_port,
+    node_holders,
+    running,
+    shares,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +69,17 @@ def rig_for(cluster: DevCluster, cloud: FakeCloudServer, tmp_path: Path) -> Iter
 def leader(kube: Kube) -> str:
     lease = kube.get(path_for("leases", namespace="default", name="nebula-manager", group="coordination.k8s.io"))
     return str(lease["spec"].get("holderIdentity") or "")
+
+
+def leadership_lines(*managers: SharedManager) -> str:
+    """Each manager's log lines about the leader Lease, for a failed assertion to show."""
+    marks = ("kube.leader", "leader lease", "leader election")
+    return "\n".join(
+        f"{m.name} ({m.identity}): {line}"
+        for m in managers
+        for line in m.log.read_text(errors="replace").splitlines()
+        if any(mark in line for mark in marks)
+    )
 
 
 def create(kube: Kube, name: str, alias: str) -> str:
@@ -149,7 +169,7 @@ def test_a_paused_manager_past_its_lease_is_fenced_and_the_two_share_again_once_
             0.2,
             what="one each again",
         )
-        assert leader(kube) == second.identity
+        assert leader(kube) == second.identity, leadership_lines(first, second)
         assert first.process is not None and first.process.poll() is None  # it stood by, and did not exit
         assert "lost the leader lease: placement, the mirror and the console stop here; standing by" in (
             first.log.read_text(errors="replace")
