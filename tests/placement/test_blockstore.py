@@ -15,8 +15,10 @@ import pytest
 from devcluster import DevCluster
 from kube.client import Kube
 from placement import blocklist as blocklist_module
+from placement import blockstore as blockstore_module
 from placement.blocklist import Blocklist, entry_id
 from placement.blockobject import ENTRIES, encode, entry_path, expires_of
+from placement.blockstore import SWEEP_GRACE
 from placement.blockwriter import BlockWriter
 from tests.placement.blockrelay import Relay, relayed
 from tests.placement.blockreplicas import Replica, objects, offering, start_replicas
@@ -190,6 +192,30 @@ def test_memory_honours_at_most_max_entries_objects(
     kube.delete(entry_path(gone))  # the watch delivers in order: once this lands, so did the ten
     wait_for(lambda: len(reader.blocklist.entries()) == 19, what="the reader drops the deleted one")
     assert all(e.provider == "gpu-b" for e in reader.blocklist.entries()), "past the bound, nothing more is held"
+
+
+def test_I7_the_expiries_a_store_remembers_are_bounded_and_expired_ones_make_room(
+    replicas: Callable[..., Replica], kube: Kube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(blockstore_module, "MAX_ENTRIES", 5)  # memory itself keeps its own 10,000
+    clock = ManualClock(time.time())
+    writer, reader = replicas("writer", clock=clock, default_ttl=60.0), replicas("reader", clock=clock)
+    for i in range(8):
+        writer.blocklist.record("gpu-b", offering("gpu-b", region=f"r{i}"))
+    wait_for(lambda: len(reader.blocklist.entries()) == 8, what="the reader holds all eight")
+    remembered = dict(reader.store._held)
+    assert len(remembered) == 5, "past the bound, an expiry is not remembered"
+    # Deleted, one whose expiry was not remembered counts as a clear: the reader drops it.
+    (forgotten, *_) = [e.id for e in reader.blocklist.entries() if e.id not in remembered]
+    kube.delete(entry_path(forgotten))
+    wait_for(lambda: len(reader.blocklist.entries()) == 7, what="the reader drops the deleted one")
+    assert forgotten not in {e.id for e in reader.blocklist.entries()}
+    # Once the remembered ones are past their expiry and the sweep's grace, they make room.
+    clock.advance(60.0 + SWEEP_GRACE + 1.0)
+    writer.blocklist.record("gpu-b", offering("gpu-b", region="late"))
+    late = entry_id("gpu-b", offering("gpu-b", region="late"))
+    wait_for(lambda: late in reader.store._held, what="the new object's expiry is remembered")
+    assert len(reader.store._held) <= 5
 
 
 def test_kubectl_get_shows_scope_reason_and_time_left_and_kubectl_delete_clears_every_replica(
