@@ -149,6 +149,9 @@ def test_a_paused_manager_past_its_lease_is_fenced_and_the_two_share_again_once_
         wait_for(
             lambda: shares(kube, aliases) == {second.identity: 2}, 2 * LEASE + POLL + 10, 0.1, what="second holds both"
         )
+        # The leader Lease too, before the first resumes: the sharing round and the elector poll
+        # apart, so the node Leases may pass first; resumed before this, the first still leads.
+        wait_for(lambda: leader(kube) == second.identity, 2 * LEASE + 10, 0.1, what="second leads")
         # While the first is paused: new Pods on its old node, and some deleted.
         late = {create(kube, f"late-{i}", paused_alias) for i in range(3)}
         gone = {f"job-{paused_alias}-0", f"job-{paused_alias}-1"}
