@@ -1,7 +1,8 @@
 """The Event recorders' bound (I7): past `max_queued` series waiting to be written in the process
-(one budget shared by every recorder, `kube.eventbudget`), the oldest of any recorder is dropped, counted in `nebula_events_dropped_total` and told in at most one WARNING a minute;
-a dropped series never written starts afresh, one whose Event exists counts on from what it
-wrote. Real HTTP to the embedded API server, stopped for the unreachable case."""
+(one budget shared by every recorder, `kube.eventbudget`), the oldest of any recorder is
+dropped, counted in `nebula_events_dropped_total` and told in at most one WARNING a minute; a
+dropped series never written starts afresh, one whose Event exists counts on from what it wrote.
+Real HTTP to the embedded API server, stopped for the unreachable case."""
 
 from __future__ import annotations
 
@@ -16,9 +17,8 @@ import pytest
 from console import metrics
 from console import observer as console_observer
 from devcluster import DevCluster
-from kube import eventbudget
+from kube import eventbudget, observe
 from kube import events as events_module
-from kube import observe
 from kube.client import Kube, path_for
 from kube.events import MAX_QUEUED, MAX_REMEMBERED, EventBudget, EventRecorder
 from kube.leases import FencedError
