@@ -7,12 +7,33 @@ mutate only the copy they are handed and never touch the store.
 from __future__ import annotations
 
 import base64
+import copy
 from typing import Any
 
 from devcluster.errors import Cause, invalid, invalid_value, required
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 DEFAULT_GRACE_SECONDS = 30
+# What a Pod's status subresource takes from the body besides the status: podStatusStrategy
+# resets only spec, ownerReferences and deletionTimestamp (unlike ResetObjectMetaForStatus).
+POD_STATUS_METADATA = ("labels", "annotations", "finalizers")
+
+
+def status_update(old: dict[str, Any], new: dict[str, Any], *, pod: bool) -> dict[str, Any]:
+    """The object a write to the status subresource stores: `old` with `new`'s status and,
+    for a Pod (`pod`), `new`'s labels, annotations and finalizers, as the real server does
+    (kubelets and virtual kubelets write a Pod's annotations with its status in one write)."""
+    merged = copy.deepcopy(old)
+    if "status" in new:
+        merged["status"] = new["status"]
+    else:
+        merged.pop("status", None)
+    for key in POD_STATUS_METADATA if pod else ():
+        if key in new["metadata"]:
+            merged["metadata"][key] = new["metadata"][key]
+        else:
+            merged["metadata"].pop(key, None)
+    return merged
 
 
 def default_pod(pod: dict[str, Any]) -> None:

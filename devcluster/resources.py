@@ -265,12 +265,7 @@ class Resources:
             new = csrkind.prepare_update(old, new, subresource=subresource, now=timestamp(self.clock()))
             new = new if subresource else self._keep_system_fields(rt, old, new)
         elif subresource == "status":
-            merged = copy.deepcopy(old)
-            if "status" in new:
-                merged["status"] = new["status"]
-            else:
-                merged.pop("status", None)
-            new = merged
+            new = kinds.status_update(old, new, pod=rt.kind == "Pod" and rt.builtin)
         elif subresource == ephemeral.SUBRESOURCE:
             new = ephemeral.merge_update(old, new)
             kinds.default_pod(new)

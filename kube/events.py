@@ -18,9 +18,10 @@ minutes, further ones become one Event "(combined from similar events): <latest 
 counted the same way. A failed write is logged, never raised, and retried with the
 accumulated count after a back-off (`min_interval`, doubling, at most 5 minutes). Writes are
 paced as the kubelet paces its own (`--event-qps` 50, `--event-burst` 100): what waits for a
-token stays pending, counted. The series waiting to be written are bounded (`max_queued`,
-1000 as the kubelet's broadcaster queue; I7): past it the oldest one not being written is
-dropped, its pending occurrences never written (`observe.event_dropped`, one WARNING a minute).
+token stays pending, counted. The series waiting to be written are bounded once per process
+(`kube.eventbudget`: 1000 across every recorder, as the kubelet's one broadcaster queue; I7):
+past it the oldest one not being written, whichever recorder holds it, is dropped, its pending
+occurrences never written (`observe.event_dropped`, one WARNING a minute per process).
 Messages are built by the caller from fixed text and provider error messages, which never
 carry secrets (I4); see
 tests/vnode/test_secrets.py::test_I4_env_values_and_credentials_reach_only_the_provider_and_connect_secret.
@@ -30,9 +31,9 @@ Tests: tests/kube/test_events.py, tests/kube/test_events_bound.py.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ from typing import Any
 
 from kube import observe
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.eventbudget import MAX_QUEUED, PROCESS_BUDGET, EventBudget, Waiting
 from kube.leases import FencedError
 from kube.times import rfc3339
 
@@ -57,10 +59,8 @@ MAX_REMEMBERED = 4096  # client-go's LRU cache size for event series
 # of Pods must not turn into a burst of Event writes that slows the API server's other work.
 EVENT_QPS = 50.0
 EVENT_BURST = 100
-# client-go's `maxQueuedEvents` (tools/record): the kubelet's broadcaster drops Events past a
-# queue of 1000 (DropIfChannelFull). A constant there too: each recorder is one node's.
-MAX_QUEUED = 1000
-DROP_LOG_INTERVAL = 60.0  # seconds between two "dropped" WARNINGs of one recorder
+__all__ = ["MAX_QUEUED", "MAX_REMEMBERED", "EventBudget", "EventRecorder"]
+_names = random.Random()  # Event names' suffixes: no syscall under the lock (uuid4 reads urandom)
 
 _Similar = tuple[str, str, str, str, str, str]  # kind, namespace, name, uid, type, reason
 _Key = tuple[_Similar, str | None]  # the similar-key and the message (None: combined)
@@ -100,12 +100,14 @@ class EventRecorder:
     """Thread-safe. `record` never blocks on the API: the flusher thread writes (unless
     `inline`, where a due write happens in `record`, for tests that step a fake clock).
 
-    Invariant (I7): at most `max_queued` series wait to be written (`backlog()`), however slow
-    or unreachable the API server, and every structure here stays bounded (`_series` by
-    `max_queued` + MAX_REMEMBERED, `_similar` by MAX_REMEMBERED); see
-    tests/kube/test_events_bound.py::test_I7_events_queue_is_bounded_when_the_api_server_is_unreachable.
-    A series that would pass the bound drops the oldest one not being written (or itself, when
-    every other is being written). Dropped means: its occurrences not yet written are lost and
+    Invariant (I7): at most `budget.max_queued` series wait to be written across every recorder
+    sharing the budget (the process's, `PROCESS_BUDGET`, unless `budget` or `max_queued` give
+    one of its own), however slow or unreachable the API server, and every structure here stays
+    bounded (`_series` by the bound + MAX_REMEMBERED, `_similar` by MAX_REMEMBERED); see
+    tests/kube/test_events_bound.py::test_I7_events_queue_is_bounded_when_the_api_server_is_unreachable
+    and ::test_I7_one_event_bound_per_process_across_recorders. A series that would pass the
+    bound drops the oldest one not being written, of any recorder (or itself, when every other
+    is being written). Dropped means: its occurrences not yet written are lost and
     counted in `observe.event_dropped`. A series never written is forgotten entirely: its next
     occurrence starts afresh (a new Event, count 1). A series whose Event exists keeps what it
     wrote, as client-go's correlator (after the kubelet's queue) never saw the dropped ones:
@@ -121,16 +123,15 @@ class EventRecorder:
         qps: float = EVENT_QPS,
         burst: int = EVENT_BURST,
         inline: bool = False,
-        max_queued: int = MAX_QUEUED,
+        max_queued: int | None = None,
+        budget: EventBudget | None = None,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        if max_queued < 1:
-            raise ValueError(f"max_queued must be at least 1, not {max_queued}")
+        if max_queued is not None and budget is not None:
+            raise ValueError("give max_queued (a budget of its own) or budget (a shared one), not both")
         self._kube = kube
-        self._max_queued = max_queued
-        self._unlogged: tuple[int, int] = (0, 0)  # (series, occurrences) dropped since the last WARNING
-        self._drop_logged_at = float("-inf")
+        self._budget = budget or (PROCESS_BUDGET if max_queued is None else EventBudget(max_queued))
         self._inline = inline  # write a due Event in `record` itself (the counting tests' fake clocks)
         self._qps, self._burst = qps, float(burst)
         self._tokens, self._tokens_at = float(burst), clock()
@@ -145,7 +146,7 @@ class EventRecorder:
         # Kept apart so that forgetting never walks a backlog of unsettled ones.
         self._forgettable: OrderedDict[int, _Key] = OrderedDict()
         self._similar: OrderedDict[_Similar, _Messages] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = self._budget.lock  # one lock for every recorder of the budget: drops cross them
         self._settled = threading.Condition(self._lock)  # notified whenever a write ends
         self._wake = threading.Event()
         self._flusher: threading.Thread | None = None
@@ -175,8 +176,10 @@ class EventRecorder:
                 self._forgettable.pop(id(series), None)
             series.count += 1
             series.message, series.last_seen = message, stamp
-            self._unsettled[id(series)] = series
-            lost = self._drop_past_bound()
+            if id(series) not in self._unsettled:
+                self._unsettled[id(series)] = series
+                self._budget.enter(series, self._dropped)
+            lost = self._budget.drop_past_bound()
             now_due = (
                 self._inline
                 and id(series) in self._unsettled
@@ -186,12 +189,17 @@ class EventRecorder:
             series.writing = series.writing or now_due
             if not now_due:
                 self._start_flusher()
-            report = self._drop_report()
+            report = self._budget.drop_report(self._clock())
         if lost:
             observe.current().event_dropped(lost)
         self._warn_dropped(report)
         if now_due:
             self._write(series)
+
+    @property
+    def budget(self) -> EventBudget:
+        """The bound this recorder shares (the process's unless it was given one)."""
+        return self._budget
 
     def pod(self, pod: Mapping[str, Any], event_type: str, reason: str, message: str) -> None:
         self.record(pod, "Pod", event_type, reason, message)
@@ -234,32 +242,19 @@ class EventRecorder:
         return (similar, None), COMBINED_PREFIX + message
 
     # -- the bound -----------------------------------------------------------------------------
-    def _drop_past_bound(self) -> int:
-        """Under the lock: drop the oldest unsettled series not being written until at most
-        `max_queued` wait; the occurrences lost (see the class docstring for what is kept)."""
-        lost = 0
-        while len(self._unsettled) > self._max_queued:
-            oldest = next(((i, s) for i, s in self._unsettled.items() if not s.writing), None)
-            if oldest is None:  # cannot happen: the series just added is not being written
-                break
-            ident, series = oldest
-            del self._unsettled[ident]
-            lost += series.count - series.written
-            self._unlogged = (self._unlogged[0] + 1, self._unlogged[1] + series.count - series.written)
-            if series.created:  # its Event holds `written`: a later repeat counts on from there
-                series.count = series.written
-                self._forgettable[ident] = series.key
-            else:
-                del self._series[series.key]
+    def _dropped(self, waiting: Waiting) -> int:
+        """Under the lock, called by the budget: forget one unsettled series of this recorder;
+        the occurrences lost (see the class docstring for what is kept)."""
+        assert isinstance(waiting, _Series)
+        series = waiting
+        del self._unsettled[id(series)]
+        lost = series.count - series.written
+        if series.created:  # its Event holds `written`: a later repeat counts on from there
+            series.count = series.written
+            self._forgettable[id(series)] = series.key
+        else:
+            del self._series[series.key]
         return lost
-
-    def _drop_report(self) -> tuple[int, int]:
-        """Under the lock: the (series, occurrences) to tell in a WARNING now, (0, 0) if none
-        were dropped since the last one or it is less than DROP_LOG_INTERVAL ago."""
-        if self._unlogged == (0, 0) or self._clock() - self._drop_logged_at < DROP_LOG_INTERVAL:
-            return 0, 0
-        report, self._unlogged, self._drop_logged_at = self._unlogged, (0, 0), self._clock()
-        return report
 
     def _warn_dropped(self, report: tuple[int, int]) -> None:
         if report[0]:
@@ -268,7 +263,7 @@ class EventRecorder:
                 " written (is the API server slow or unreachable?)",
                 report[0],
                 report[1],
-                self._max_queued,
+                self._budget.max_queued,
             )
 
     def _forget_old(self) -> None:
@@ -283,7 +278,7 @@ class EventRecorder:
         return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "metadata": {"name": f"{involved['name']}.{_names.getrandbits(64):016x}", "namespace": namespace},
             "involvedObject": involved,
             "reason": reason,
             "type": event_type,
@@ -335,6 +330,7 @@ class EventRecorder:
             if series.pending:
                 self._start_flusher()
             elif self._unsettled.pop(id(series), None) is not None:
+                self._budget.leave(series)
                 self._forgettable[id(series)] = series.key
             self._settled.notify_all()
 
@@ -376,7 +372,7 @@ class EventRecorder:
                     series.writing = True
                 if not due and delay == float("inf"):  # every unsettled one is being written
                     delay = self._min_interval
-                report = self._drop_report()
+                report = self._budget.drop_report(now)
             self._warn_dropped(report)
             for series in due:
                 self._write(series)

@@ -75,36 +75,42 @@ class PodWriter:
     def flush(self, entry: Tracked, current: Mapping[str, Any] | None) -> None:
         """Write what changed: the Events the entry has to tell, annotations, the connect
         Secret of a credential not yet written, then status (skipped once the Pod is terminal
-        in the API: a terminal status is frozen). Raises Retry on an API failure; what was not
-        written stays pending for the next flush."""
+        in the API: a terminal status is frozen). Annotations due with a status go in the same
+        PATCH of `pods/status` (which takes a Pod's annotations, as the real API server's
+        podStatusStrategy does: one write, and nobody reads the status without them); alone, or
+        before a connect Secret, they are a PATCH of the Pod. Raises Retry on an API failure;
+        what was not written stays pending for the next flush (tests/vnode/test_podwriter.py)."""
         if current is not None and (current.get("metadata") or {}).get("uid") != entry.uid:
             return  # a Pod recreated under the same name is not this entry's
         events, entry.events = entry.events, []
         for event_type, reason, message in events:
             self._events.pod(entry.pod, event_type, reason, message)
-        self._write_annotations(entry)
+        desired, before = entry.desired_status, entry.written_status
+        phase = ((current or {}).get("status") or {}).get("phase")
+        # A terminal phase is frozen; a Pod stopped at its deadline still tells its containers' ends.
+        frozen = phase in ("Succeeded", "Failed") and not (
+            entry.stop is not None and (desired or {}).get("phase") == phase
+        )
+        due = desired is not None and desired != before and not frozen
+        if not due or entry.credential is not None:
+            self._write_annotations(entry)  # alone: the Secret (if any) comes between them and status
         if entry.credential is not None:
             self.write_connect_secret(entry.pod, entry.credential)
             entry.credential = None
-        if entry.desired_status is None or entry.desired_status == entry.written_status:
-            entry.written_status = entry.desired_status  # equal in value: nothing to write
+        if desired is None or not due:
+            entry.written_status = desired  # equal in value, or frozen: nothing to write
             return
-        phase = ((current or {}).get("status") or {}).get("phase")
-        # A terminal phase is frozen; a Pod stopped at its deadline still tells its containers' ends.
-        finishing = entry.stop is not None and entry.desired_status.get("phase") == phase
-        if phase in ("Succeeded", "Failed") and not finishing:
-            entry.written_status = entry.desired_status
-            return
-        desired, before = entry.desired_status, entry.written_status
+        annotations = self._pending_annotations(entry)
+        body: dict[str, Any] = {"status": self._stamped(desired)}
+        if annotations:
+            body["metadata"] = {"annotations": annotations}
         try:
-            self._kube.patch(
-                path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"),
-                {"status": self._stamped(desired)},
-            )
+            self._kube.patch(path_for("pods", namespace=entry.namespace, name=entry.name, subresource="status"), body)
         except NotFoundError:
             return
         except KubeError as exc:
             raise Retry(f"status write failed: {exc}") from exc
+        entry.written_annotations.update(annotations)
         entry.written_status = desired
         reason = str(desired.get("reason") or "")
         failed_before = "Failed" in (phase, (before or {}).get("phase"))  # the API's, or our last write's
@@ -125,9 +131,13 @@ class PodWriter:
             return False
         return True
 
-    def _write_annotations(self, entry: Tracked) -> None:
+    @staticmethod
+    def _pending_annotations(entry: Tracked) -> dict[str, str]:
         desired = dict(entry.desired_annotations)  # one copy: the notice intake may add one meanwhile
-        pending = {k: v for k, v in desired.items() if entry.written_annotations.get(k) != v}
+        return {k: v for k, v in desired.items() if entry.written_annotations.get(k) != v}
+
+    def _write_annotations(self, entry: Tracked) -> None:
+        pending = self._pending_annotations(entry)
         if not pending:
             return
         try:

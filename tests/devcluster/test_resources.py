@@ -183,9 +183,9 @@ def test_a_secret_owned_by_a_pod_is_collected_when_the_pod_goes(cluster: DevClus
 def test_status_subresource_only_touches_status_and_main_updates_ignore_it(core: Any) -> None:
     core.create_namespaced_pod("default", make_pod(spec={"schedulerName": "none"}))
     running = core.patch_namespaced_pod_status(
-        "p1", "default", {"status": {"phase": "Running"}, "metadata": {"labels": {"x": "y"}}}
+        "p1", "default", {"status": {"phase": "Running"}, "spec": {"activeDeadlineSeconds": 5}}
     )
-    assert running.status.phase == "Running" and not running.metadata.labels
+    assert running.status.phase == "Running" and running.spec.active_deadline_seconds is None
     ignored = core.patch_namespaced_pod(
         "p1", "default", {"status": {"phase": "Failed"}, "metadata": {"labels": {"a": "b"}}}
     )
@@ -193,6 +193,23 @@ def test_status_subresource_only_touches_status_and_main_updates_ignore_it(core:
     node = core.create_node(make_node("n1"))
     node.status.conditions[0].status = "False"
     assert core.replace_node_status("n1", node).status.conditions[0].status == "False"
+
+
+def test_a_pods_status_subresource_takes_its_labels_and_annotations_but_not_its_owners(core: Any) -> None:
+    """podStatusStrategy: a pods/status write keeps spec, ownerReferences and deletionTimestamp
+    but takes labels, annotations and finalizers (what lets a kubelet write both at once)."""
+    owner = [{"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "u"}]
+    core.create_namespaced_pod("default", make_pod(spec={"schedulerName": "none"}, annotations={"kept": "1"}))
+    body = {
+        "status": {"phase": "Running"},
+        "metadata": {"labels": {"x": "y"}, "annotations": {"a": "b"}, "ownerReferences": owner},
+    }
+    running = core.patch_namespaced_pod_status("p1", "default", body)
+    assert running.status.phase == "Running" and running.metadata.labels == {"x": "y"}
+    assert running.metadata.annotations == {"kept": "1", "a": "b"} and not running.metadata.owner_references
+    running.metadata.annotations = {"only": "this"}
+    replaced = core.replace_namespaced_pod_status("p1", "default", running)
+    assert replaced.metadata.annotations == {"only": "this"} and replaced.status.phase == "Running"
 
 
 def test_strategic_merge_patch_merges_containers_by_name(raw: Raw) -> None:

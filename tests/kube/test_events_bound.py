@@ -1,7 +1,8 @@
-"""The Event recorder's bound (I7): past `max_queued` series waiting to be written, the oldest
-is dropped, counted in `nebula_events_dropped_total` and told in at most one WARNING a minute;
-a dropped series never written starts afresh, one whose Event exists counts on from what it
-wrote. Real HTTP to the embedded API server, stopped for the unreachable case."""
+"""The Event recorders' bound (I7): past `max_queued` series waiting to be written in the process
+(one budget shared by every recorder, `kube.eventbudget`), the oldest of any recorder is
+dropped, counted in `nebula_events_dropped_total` and told in at most one WARNING a minute; a
+dropped series never written starts afresh, one whose Event exists counts on from what it wrote.
+Real HTTP to the embedded API server, stopped for the unreachable case."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ import pytest
 from console import metrics
 from console import observer as console_observer
 from devcluster import DevCluster
+from kube import eventbudget, observe
 from kube import events as events_module
-from kube import observe
 from kube.client import Kube, path_for
-from kube.events import MAX_QUEUED, MAX_REMEMBERED, EventRecorder
+from kube.events import MAX_QUEUED, MAX_REMEMBERED, EventBudget, EventRecorder
 from kube.leases import FencedError
 from tests.kube.test_events import INTERVAL, Clocks, events_about
 from tests.support.factories import make_pod
@@ -73,8 +74,10 @@ def structures(recorder: EventRecorder) -> dict[str, int]:
 
 
 def recorded_in_events_py() -> int:
-    """Bytes still allocated by lines of kube/events.py (the recorder's own memory)."""
-    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(True, events_module.__file__)])
+    """Bytes still allocated by lines of kube/events.py and kube/eventbudget.py (the recorder's
+    own memory and its share of the budget's)."""
+    files = [tracemalloc.Filter(True, module.__file__) for module in (events_module, eventbudget)]
+    snapshot = tracemalloc.take_snapshot().filter_traces(files)
     return sum(stat.size for stat in snapshot.statistics("filename"))
 
 
@@ -90,7 +93,8 @@ def test_I7_events_queue_is_bounded_when_the_api_server_is_unreachable(
         if gave_up.is_set():
             raise FencedError("nebula-node-x")
 
-    recorder = EventRecorder(kube.fenced(fence), component="test", host="h", min_interval=0.05)
+    # A budget of the process's size, of its own: what other tests left waiting is not counted.
+    recorder = EventRecorder(kube.fenced(fence), component="test", host="h", min_interval=0.05, budget=EventBudget())
     cluster.stop()
     try:
         assert_bounded_while_unreachable(recorder)
@@ -204,3 +208,52 @@ def test_a_series_being_written_is_never_dropped_the_newest_goes_instead(kube: K
 def test_a_queue_bound_below_one_is_refused(kube: Kube) -> None:
     with pytest.raises(ValueError, match="max_queued must be at least 1, not 0"):
         EventRecorder(kube, component="test", max_queued=0)
+
+
+def test_a_recorder_is_given_a_bound_or_a_budget_not_both(kube: Kube) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        EventRecorder(kube, component="test", max_queued=5, budget=EventBudget(5))
+
+
+def test_recorders_share_the_process_budget_unless_given_one(kube: Kube) -> None:
+    node, placement = EventRecorder(kube, component="node"), EventRecorder(kube, component="placement")
+    assert node.budget is placement.budget is eventbudget.PROCESS_BUDGET
+    assert eventbudget.PROCESS_BUDGET.max_queued == MAX_QUEUED == 1000
+    assert EventRecorder(kube, component="own", max_queued=5).budget.max_queued == 5
+
+
+def test_I7_one_event_bound_per_process_across_recorders(
+    kube: Kube, clocks: Clocks, drops: Drops, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Four recorders (three nodes' and placement's) on one budget of 100, none writing: 1,000
+    Events round-robin leave 100 waiting in all, the newest 100 whichever recorder holds them,
+    900 occurrences dropped across recorders, told in one WARNING; the oldest go first even
+    when the one recording is not the one that holds them."""
+    budget = EventBudget(100)
+    recorders = [
+        EventRecorder(kube, component=f"c{n}", budget=budget, clock=clocks.monotonic, now=clocks.now, **STARVED)
+        for n in range(4)
+    ]
+    with caplog.at_level(logging.WARNING, logger="kube.events"):
+        for number in range(1_000):
+            pod = make_pod(f"p{number}", uid=f"uid-{number}")
+            recorders[number % 4].pod(pod, "Normal", "Scheduled", "assigned")
+    lines = [r.getMessage() for r in caplog.records if r.name == "kube.events" and "dropped" in r.getMessage()]
+    assert budget.waiting() == sum(r.backlog() for r in recorders) == 100
+    assert [r.backlog() for r in recorders] == [25, 25, 25, 25]
+    assert sum(drops.lost) == 900 and len(lines) == 1 and "more than 100 waited" in lines[0]
+    # One recorder alone now: it drops the others' oldest first, not its own.
+    for number in range(1_000, 1_050):
+        recorders[0].pod(make_pod(f"p{number}", uid=f"uid-{number}"), "Normal", "Scheduled", "assigned")
+    assert [r.backlog() for r in recorders] == [25 - 13 + 50, 25 - 13, 25 - 12, 25 - 12]  # p900..p949 gone
+    assert sum(drops.lost) == 950 and budget.waiting() == 100
+    for recorder in recorders:
+        recorder.flush()
+    assert budget.waiting() == 0
+    survivors = sorted(int(e["involvedObject"]["name"][1:]) for e in all_events(kube))
+    assert survivors == list(range(950, 1_050))
+
+
+def all_events(kube: Kube) -> list[dict[str, Any]]:
+    items, _ = kube.list(path_for("events", namespace="default"))
+    return items

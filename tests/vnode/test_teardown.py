@@ -84,3 +84,41 @@ def test_a_span_the_poll_closed_meanwhile_is_written_before_the_pod_goes() -> No
         if names.BILLING_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
     ]
     assert written and kbilling.parse(written[-1]).open is None, kube.patches
+
+
+def test_a_graceful_delete_writes_the_containers_ends_with_the_closed_span_in_one_write() -> None:
+    """A Pod deleted with its instance stopping at once (the fake's terminate): its containers
+    stop, the instance is terminated, and the final status (the containers' ends) and the closed
+    billing span go in one PATCH of pods/status, before the Pod object goes."""
+    handler, kube, _ = kept_fake_handler("teardown")
+    pod = adopt_new_pod(handler, "ended")
+    entry = handler.tracked("default/ended")
+    assert entry is not None and billing.current(entry).open is not None
+    handler.writer.flush(entry, pod)  # the open span on the Pod, as once it runs
+    kube.patches.clear()
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-12-05T12:00:00Z"}}
+    wait_for(lambda: handler.teardown.terminate(deleting) is None, what="the stop, then terminate")
+    assert handler.tracked("default/ended") is None
+    assert handler.provider.cloud.call_log("terminate")
+    ((path, body),) = kube.patches
+    assert path.endswith("/pods/ended/status")
+    assert kbilling.parse(body["metadata"]["annotations"][names.BILLING_ANNOTATION]).open is None
+    statuses = body["status"]["containerStatuses"]
+    assert statuses and all("terminated" in s["state"] for s in statuses), statuses
+
+
+def test_the_containers_ends_are_written_at_once_when_the_instance_takes_its_time_to_go() -> None:
+    """An instance still terminating at the first look: the final status is written then (the
+    span stays open until it stopped), not held back until the instance is gone."""
+    handler, kube, _ = kept_fake_handler("teardown", {"termination_delay": 60})
+    pod = adopt_new_pod(handler, "slow")
+    entry = handler.tracked("default/slow")
+    assert entry is not None
+    handler.writer.flush(entry, pod)
+    kube.patches.clear()
+    deleting = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": "2026-12-05T12:00:00Z"}}
+    wait_for(lambda: handler.teardown.terminate(deleting) is not None and entry.terminate_asked, what="terminating")
+    assert handler.tracked("default/slow") is not None
+    ((path, body),) = kube.patches
+    assert path.endswith("/pods/slow/status") and "annotations" not in (body.get("metadata") or {})
+    assert all("terminated" in s["state"] for s in body["status"]["containerStatuses"])

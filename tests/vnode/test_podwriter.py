@@ -1,0 +1,80 @@
+"""PodWriter.flush's writes (vnode/podwriter.py): annotations due with a status go in one PATCH of
+`pods/status` (the real API server's podStatusStrategy takes a Pod's annotations with it), alone
+they are a PATCH of the Pod, and a connect Secret still comes between the annotations and the
+status; a write that failed leaves both pending. Real HTTP to the embedded API server."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devcluster import DevCluster
+from kube import names
+from kube.client import Kube, path_for
+from kube.events import EventRecorder
+from kube.worker import Retry
+from tests.support.factories import make_pod
+from vnode.model.tracking import Tracked, TrackedMap
+from vnode.podwriter import PodWriter
+
+
+def patches(cluster: DevCluster) -> dict[str, int]:
+    log = cluster.request_log
+    return {
+        "pods": log.count(verb="patch", resource="pods", subresource=""),
+        "pods/status": log.count(verb="patch", resource="pods", subresource="status"),
+    }
+
+
+def tracked(kube: Kube, name: str) -> tuple[dict[str, Any], Tracked, PodWriter]:
+    pod = kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    return pod, TrackedMap().track(pod), PodWriter(kube, EventRecorder(kube, component="test"), provider="gpu")
+
+
+def read(kube: Kube, name: str) -> dict[str, Any]:
+    return kube.get(path_for("pods", namespace="default", name=name))
+
+
+def test_annotations_due_with_a_status_are_written_with_it_in_one_write(cluster: DevCluster, kube: Kube) -> None:
+    pod, entry, writer = tracked(kube, "together")
+    before = patches(cluster)
+    entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = "i-1"
+    entry.desired_annotations[names.BILLING_ANNOTATION] = "b"
+    entry.desired_status = {"phase": "Running"}
+    writer.flush(entry, pod)
+    after = patches(cluster)
+    assert after["pods/status"] - before["pods/status"] == 1 and after["pods"] == before["pods"]
+    written = read(kube, "together")
+    assert written["status"]["phase"] == "Running"
+    assert written["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION] == "i-1"
+    assert written["metadata"]["annotations"][names.BILLING_ANNOTATION] == "b"
+    assert not writer.needs_flush(entry)
+    writer.flush(entry, written)  # nothing changed: nothing written
+    assert patches(cluster) == after
+
+
+def test_annotations_alone_or_before_a_connect_secret_are_a_patch_of_the_pod(cluster: DevCluster, kube: Kube) -> None:
+    pod, entry, writer = tracked(kube, "alone")
+    entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = "i-2"
+    before = patches(cluster)
+    writer.flush(entry, pod)  # no status yet (provisioned, not looked at)
+    assert patches(cluster) == {"pods": before["pods"] + 1, "pods/status": before["pods/status"]}
+    entry.desired_annotations[names.ENDPOINT_ANNOTATION] = "10.0.0.1"
+    entry.credential = {"token": b"t"}
+    entry.desired_status = {"phase": "Running"}
+    writer.flush(entry, pod)  # annotations, then the Secret, then the status: three writes
+    assert patches(cluster) == {"pods": before["pods"] + 2, "pods/status": before["pods/status"] + 1}
+    written = read(kube, "alone")
+    assert written["metadata"]["annotations"][names.ENDPOINT_ANNOTATION] == "10.0.0.1"
+    assert kube.get(path_for("secrets", namespace="default", name=names.connect_secret_name("alone")))
+
+
+def test_a_folded_write_that_failed_leaves_annotations_and_status_pending(cluster: DevCluster, kube: Kube) -> None:
+    pod, entry, writer = tracked(kube, "retried")
+    entry.desired_annotations[names.BILLING_ANNOTATION] = "b"
+    entry.desired_status = {"phase": "Running"}
+    cluster.stop()
+    with pytest.raises(Retry):
+        writer.flush(entry, pod)
+    assert entry.written_annotations == {} and entry.written_status is None and writer.needs_flush(entry)
