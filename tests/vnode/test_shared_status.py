@@ -1,5 +1,6 @@
-"""Equal status pieces of many Pods are one frozen dict (vnode.model.shared): never changed in
-place, a copy is a plain dict, the status reads and serialises as before, and the table is bounded."""
+"""Equal status pieces of many Pods are one frozen dict or list (vnode.model.shared): never changed
+in place, a copy is a plain dict or list, the status reads and serialises as before, and the tables
+are bounded."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _instance(instance_id: str) -> Instance:
 def test_equal_conditions_and_running_states_of_two_pods_are_one_frozen_dict() -> None:
     one = status_from_instance(_pod("a"), _instance("i-a"), now=NOW)
     two = status_from_instance(_pod("b"), _instance("i-b"), now=NOW)
-    assert one["conditions"] == two["conditions"]
+    assert one["conditions"] is two["conditions"] and isinstance(one["conditions"], shared.FrozenList)
     for mine, theirs in zip(one["conditions"], two["conditions"], strict=True):
         assert mine is theirs and isinstance(mine, shared.Frozen)
     assert one["containerStatuses"][0]["state"] is two["containerStatuses"][0]["state"]
@@ -65,9 +66,22 @@ def test_a_shared_status_piece_is_never_changed_in_place() -> None:
         lambda: piece.update(status="False"),
         lambda: piece.__ior__({"status": "False"}),
         lambda: status["containerStatuses"][0]["state"]["running"].__setitem__("startedAt", "x"),
+        lambda: status["conditions"].append({"type": "DisruptionTarget"}),
+        lambda: status["conditions"].__setitem__(0, {}),
+        lambda: status["conditions"].__delitem__(0),
+        lambda: status["conditions"].__iadd__([{}]),
+        lambda: status["conditions"].__imul__(2),
+        lambda: status["conditions"].extend([{}]),
+        lambda: status["conditions"].insert(0, {}),
+        lambda: status["conditions"].pop(),
+        lambda: status["conditions"].remove(piece),
+        status["conditions"].clear,
+        status["conditions"].sort,
+        status["conditions"].reverse,
     ):
         with pytest.raises(TypeError, match="never changed in place"):
             change()
+    assert len(status["conditions"]) == 4 and status["conditions"][3] is piece
     assert piece == before and status_from_instance(_pod("b"), _instance("i-b"), now=NOW)["conditions"][3] == before
 
 
@@ -77,7 +91,12 @@ def test_a_copy_of_a_shared_piece_is_a_plain_dict_and_the_status_serialises_as_b
     for copied in (dict(piece), copy.copy(piece), {**piece}):
         assert type(copied) is dict and copied == piece
         copied["status"] = "False"
+    for listed in (list(status["conditions"]), copy.copy(status["conditions"]), [*status["conditions"]]):
+        assert type(listed) is list and listed == status["conditions"]
+        listed.append({"type": "DisruptionTarget"})
     deep = copy.deepcopy(status)
+    assert type(deep["conditions"]) is list and type(deep["conditions"][0]) is dict
+    deep["conditions"].pop()
     deep["conditions"][0]["status"] = "False"
     deep["containerStatuses"][0]["state"]["running"]["startedAt"] = "x"
     assert piece["status"] == "True"
@@ -103,4 +122,11 @@ def test_the_shared_table_is_bounded() -> None:
         status_from_instance(_pod("a"), _instance("i-a"), now=moment)
     assert shared.condition.cache_info().currsize == shared.MAX_SHARED
     assert shared.running.cache_info().currsize <= shared.MAX_SHARED
-    assert shared.table_size() <= 2 * shared.MAX_SHARED
+    assert shared._conditions.cache_info().currsize == shared.MAX_SHARED
+    assert shared.table_size() <= 3 * shared.MAX_SHARED
+
+
+def test_a_list_of_conditions_not_all_shared_is_a_plain_list_of_its_own() -> None:
+    unshared = {"type": "Ready", "status": "True", "lastTransitionTime": 0}
+    pieces = [shared.condition("PodScheduled", "True", "2026-11-30T12:00:00Z"), unshared]
+    assert shared.conditions(pieces) is pieces and type(pieces) is list

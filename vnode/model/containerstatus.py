@@ -277,9 +277,11 @@ def _conditions(
     else:
         reason, message = NOT_READY, f"containers with unready status: [{' '.join(sorted(unready))}]"
     word = "False" if unready or phase in ("Succeeded", "Failed") else "True"
-    return [
-        status.condition(old, "PodScheduled", "True", now),
-        initialized,
-        status.condition(old, "ContainersReady", word, now, reason, message),
-        status.condition(old, "Ready", word, now, reason, message),
-    ]
+    return shared.conditions(
+        [
+            status.condition(old, "PodScheduled", "True", now),
+            initialized,
+            status.condition(old, "ContainersReady", word, now, reason, message),
+            status.condition(old, "Ready", word, now, reason, message),
+        ]
+    )

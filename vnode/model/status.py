@@ -196,12 +196,14 @@ def _compose(
         "phase": phase,
         "reason": reason,
         "message": message,
-        "conditions": [
-            condition(old, "PodScheduled", "True", now),
-            condition(old, "Initialized", "True", now),
-            condition(old, "ContainersReady", ready_word, now, not_ready),
-            condition(old, "Ready", ready_word, now, not_ready),
-        ],
+        "conditions": shared.conditions(
+            [
+                condition(old, "PodScheduled", "True", now),
+                condition(old, "Initialized", "True", now),
+                condition(old, "ContainersReady", ready_word, now, not_ready),
+                condition(old, "Ready", ready_word, now, not_ready),
+            ]
+        ),
         "containerStatuses": container_statuses,
     }
     pod_details(status, pod)
