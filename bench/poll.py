@@ -7,8 +7,12 @@ and reports the process's resident memory growth per tracked Pod. Each tick's ow
 `provider.list()` (as `Inventory.last_list_seconds` measured it inside the tick) is printed
 apart, and Nebula's own part (the tick less its list) as its own line. No API server is
 involved: a tick where nothing changed makes no API call (tests/vnode prove that).
-`--profile` runs the ticks under cProfile and prints the top frames by own time.
-Usage: python bench/poll.py [--pods 10000] [--ticks 20] [--profile]
+`--profile` runs the ticks under cProfile and prints the top frames by own time. `--trace` takes
+tracemalloc snapshots around the set-up and prints what the Pods and their tracking hold, by line
+(its own memory makes that run's RSS figure meaningless). `--unshared` turns off the sharing of
+equal status pieces (`vnode.model.shared`): the tracking as it costs when no two Pods' conditions
+or start times fall in the same second.
+Usage: python bench/poll.py [--pods 10000] [--ticks 20] [--profile] [--trace] [--unshared]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import pstats
 import statistics
 import sys
 import time
+import tracemalloc
 import uuid
 from typing import Any
 
@@ -30,6 +35,7 @@ from providers.base import PodSpec, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
+from vnode.model import shared  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -93,9 +99,14 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=10000)
     parser.add_argument("--ticks", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="profile the ticks (cProfile), print the top frames")
+    parser.add_argument("--trace", action="store_true", help="tracemalloc: what the Pods and their tracking hold")
+    parser.add_argument("--unshared", action="store_true", help="no sharing of equal status pieces between Pods")
     args = parser.parse_args()
     if args.pods < 1 or args.ticks < 1:
         parser.error("--pods and --ticks must be at least 1")
+    if args.unshared:
+        for name in ("condition", "running", "_conditions"):
+            setattr(shared, name, getattr(shared, name).__wrapped__)  # the builders without their tables
     provider = FakeProvider("bench", {"cloud": f"poll-{uuid.uuid4().hex}"})
     uids = [str(uuid.uuid4()) for _ in range(args.pods)]
     instances = []
@@ -106,11 +117,18 @@ def main() -> None:
     by_id = {i.id: i for i in provider.list()}
     handler = Handler(provider, kube=NoKube(), events=NoKube(), poll_interval=1.0)  # type: ignore[arg-type]
     gc.collect()
+    snapshots = []
+    if args.trace:
+        tracemalloc.start()
+        snapshots.append(tracemalloc.take_snapshot())
     before = rss_bytes()
     # The Pods as the pod controller's cache holds them (its memory counts too).
     pods = [realistic_pod(i) for i in range(args.pods)]
     for pod, uid in zip(pods, uids, strict=True):
         pod["metadata"]["uid"] = uid
+    if args.trace:
+        gc.collect()
+        snapshots.append(tracemalloc.take_snapshot())
     for pod, result in zip(pods, instances, strict=True):
         handler.adopt(pod, by_id[result.instance_id])
         entry = handler.tracked(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}")
@@ -119,6 +137,10 @@ def main() -> None:
         entry.written_annotations.update(entry.desired_annotations)
     gc.collect()
     after = rss_bytes()
+    if args.trace:
+        snapshots.append(tracemalloc.take_snapshot())
+        tracemalloc.stop()
+        print_trace(snapshots, args.pods)
     handler.status_sync.poll_once(None)  # warm up
     inventory = handler.inventory
     profile = cProfile.Profile() if args.profile else None
@@ -147,6 +169,21 @@ def main() -> None:
     )
     if profile is not None:
         pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
+def print_trace(snapshots: list[tracemalloc.Snapshot], pods: int) -> None:
+    """Bytes per Pod the Pods' JSON and their tracking hold after a collection, and the lines
+    that allocated the tracking's (12 largest)."""
+    before, with_pods, tracked = snapshots
+    for what, start, end in (("the Pods' JSON", before, with_pods), ("their tracking", with_pods, tracked)):
+        print(
+            f"tracemalloc: {what}: {sum(s.size_diff for s in end.compare_to(start, 'filename')) / pods:.0f} B per Pod"
+        )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    for stat in tracked.compare_to(with_pods, "lineno")[:12]:
+        frame = stat.traceback[0]
+        where = f"{frame.filename.removeprefix(root)}:{frame.lineno}"
+        print(f"  {stat.size_diff / pods:6.0f} B {stat.count_diff / pods:4.1f} blocks per Pod  {where}")
 
 
 def ms(values: list[float]) -> str:

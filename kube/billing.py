@@ -26,7 +26,7 @@ class BillingError(ValueError):
     """The annotation is not a billing record Nebula wrote."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Span:
     """Billing between `start` and `end` (epoch seconds): `seconds` billed within them (equal to
     `end - start` unless merged from several spans)."""
@@ -44,7 +44,7 @@ class Span:
         return self.seconds if width <= 0 else self.seconds * (hi - lo) / width
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per tracked Pod: no per-object __dict__ (bench/poll.py: RSS)
 class Billing:
     """`open`: epoch seconds the current instance (`instance`) began billing; None when nothing
     bills now. `closed`: earlier spans, oldest first."""

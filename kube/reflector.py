@@ -2,7 +2,7 @@
 
 Used by the pod controller (Pods on its node; Secrets and ConfigMaps that Pods wait for).
 Calls `on_change(key, obj_or_None)` for every add, update and delete, on its own thread;
-never writes to the API.
+never writes to the API. Drops `metadata.managedFields` on intake (nothing in Nebula reads them).
 Tests: tests/kube/test_reflector.py.
 """
 
@@ -20,6 +20,16 @@ logger = logging.getLogger(__name__)
 
 JsonDict = dict[str, Any]
 OnChange = Callable[[str, JsonDict | None], None]
+
+
+def intake(obj: JsonDict) -> JsonDict:
+    """`obj` as the cache keeps it: without `metadata.managedFields` (server-side apply's field
+    owners, often larger than the rest of a Pod; Nebula never reads them, and the API server
+    keeps them when an update omits them). Changes `obj` in place: it is fresh from the wire."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def object_key(obj: JsonDict) -> str:
@@ -82,7 +92,7 @@ class Reflector:
 
     def _relist(self) -> str:
         items, version = self._kube.list(self._path, **self._selectors)
-        fresh = {object_key(obj): obj for obj in items}
+        fresh = {object_key(obj): intake(obj) for obj in items}
         with self.lock:
             gone = [key for key in self.cache if key not in fresh]
             changed = [key for key, obj in fresh.items() if self.cache.get(key) != obj]
@@ -104,7 +114,7 @@ class Reflector:
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            key = object_key(obj)
+            key = object_key(intake(obj))
             with self.lock:
                 if kind == "DELETED":
                     self.cache.pop(key, None)

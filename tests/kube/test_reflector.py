@@ -9,6 +9,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from devcluster import DevCluster
 from kube.client import GoneError, Kube, path_for
 from kube.reflector import Reflector
@@ -101,3 +103,30 @@ def test_a_relist_after_410_reports_the_deletes_and_changes_it_missed(cluster: D
             [("default/goes", None), ("default/stays", "2"), ("default/new", "1")], key=str
         )
         assert {k: v["data"]["v"] for k, v in reflector.cache.items()} == {"default/stays": "2", "default/new": "1"}
+
+
+MANAGED = [{"manager": "kubectl", "operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {}}]
+
+
+def test_the_cache_keeps_no_managed_fields(kube: Kube) -> None:
+    """Invariant: no object in a Reflector's cache (or handed to `on_change`) carries
+    `metadata.managedFields`, from the first list or from the watch; the rest is kept."""
+    listed = _configmap("listed", v="1")
+    listed["metadata"]["managedFields"] = MANAGED
+    kube.create(CONFIGMAPS, listed)
+    path = path_for("configmaps", namespace="default", name="listed")
+    if "managedFields" not in (kube.get(path).get("metadata") or {}):
+        pytest.skip("this API server does not keep managedFields")
+    handed: list[dict[str, Any]] = []
+    reflector = Reflector(kube, CONFIGMAPS, on_change=lambda _k, o: handed.append(o or {}), label_selector="t=r")
+    with _started(reflector):
+        watched = _configmap("watched", v="2")
+        watched["metadata"]["managedFields"] = MANAGED
+        kube.create(CONFIGMAPS, watched)
+        wait_for(lambda: "default/watched" in reflector.cache, what="the watched ConfigMap in the cache")
+        assert sorted(reflector.cache) == ["default/listed", "default/watched"]
+        for obj in [*reflector.snapshot(), *handed]:
+            assert "managedFields" not in obj["metadata"]
+            assert obj["metadata"]["labels"] == {"t": "r"}
+        data = {k: v["data"]["v"] for k, v in reflector.cache.items()}
+        assert data == {"default/listed": "1", "default/watched": "2"}

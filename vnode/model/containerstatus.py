@@ -17,7 +17,7 @@ from typing import Any
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode.model import imageref, status
+from vnode.model import imageref, shared, status
 from vnode.model.runs import GONE_EXIT_CODE
 from vnode.model.status import NO_HISTORY, RunView, Verdicts
 
@@ -144,7 +144,7 @@ def _container_status(
         state: JsonDict = {"waiting": {"reason": waiting}}
     elif running:
         started = facts.started_at or instance.started_at or instance.created_at
-        state = {"running": {"startedAt": status.stamp(started)}}
+        state = shared.running(status.stamp(started))
     elif view.again and view.waiting is not None:
         state = {"waiting": {"reason": names.REASON_CRASH_LOOP, "message": view.waiting}}
     else:
@@ -277,9 +277,11 @@ def _conditions(
     else:
         reason, message = NOT_READY, f"containers with unready status: [{' '.join(sorted(unready))}]"
     word = "False" if unready or phase in ("Succeeded", "Failed") else "True"
-    return [
-        status.condition(old, "PodScheduled", "True", now),
-        initialized,
-        status.condition(old, "ContainersReady", word, now, reason, message),
-        status.condition(old, "Ready", word, now, reason, message),
-    ]
+    return shared.conditions(
+        [
+            status.condition(old, "PodScheduled", "True", now),
+            initialized,
+            status.condition(old, "ContainersReady", word, now, reason, message),
+            status.condition(old, "Ready", word, now, reason, message),
+        ]
+    )

@@ -20,7 +20,7 @@ from typing import Any
 from kube import names
 from kube.times import rfc3339
 from providers.base import Instance, InstanceState
-from vnode.model import imageref, qos
+from vnode.model import imageref, qos, shared
 
 JsonDict = dict[str, Any]
 
@@ -108,7 +108,7 @@ def _container_state(instance: Instance, reason: str) -> tuple[JsonDict, bool]:
     state = instance.state
     if state in (InstanceState.RUNNING, InstanceState.TERMINATING):
         started = instance.started_at or instance.created_at
-        return {"running": {"startedAt": stamp(started)}}, state is InstanceState.RUNNING
+        return shared.running(stamp(started)), state is InstanceState.RUNNING
     if state in (InstanceState.PROVISIONING, InstanceState.INITIALIZING):
         return {"waiting": {"reason": reason}}, False
     exit_code = instance.exit_code
@@ -140,10 +140,14 @@ def condition(
         moved_at = stamp(now)
     else:
         moved_at = previous.get("lastTransitionTime") or stamp(now)
+    if status == "True":
+        reason = message = ""
+    if isinstance(moved_at, str):  # equal conditions of many Pods: one frozen dict (bench/poll.py: RSS)
+        return shared.condition(kind, status, moved_at, reason, message)
     result: JsonDict = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": moved_at}
-    if reason and status != "True":
+    if reason:
         result["reason"] = reason
-    if message and status != "True":
+    if message:
         result["message"] = message
     return result
 
@@ -192,12 +196,14 @@ def _compose(
         "phase": phase,
         "reason": reason,
         "message": message,
-        "conditions": [
-            condition(old, "PodScheduled", "True", now),
-            condition(old, "Initialized", "True", now),
-            condition(old, "ContainersReady", ready_word, now, not_ready),
-            condition(old, "Ready", ready_word, now, not_ready),
-        ],
+        "conditions": shared.conditions(
+            [
+                condition(old, "PodScheduled", "True", now),
+                condition(old, "Initialized", "True", now),
+                condition(old, "ContainersReady", ready_word, now, not_ready),
+                condition(old, "Ready", ready_word, now, not_ready),
+            ]
+        ),
         "containerStatuses": container_statuses,
     }
     pod_details(status, pod)

@@ -13,6 +13,7 @@ import enum
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from kube.billing import Billing
@@ -36,6 +37,7 @@ class Lookup(enum.Enum):
 
 
 PodEvent = tuple[str, str, str]  # type, reason, message
+NO_CONTAINERS: Mapping[str, Runs] = MappingProxyType({})  # every Tracked's `containers` until one has facts
 
 
 @dataclass(slots=True)  # one per tracked Pod: no per-object __dict__ (bench/poll.py: RSS per Pod)
@@ -72,7 +74,9 @@ class Tracked:
     probe_verdicts: status.Verdicts = status.NO_VERDICTS
     # Held while the facts or the probes' verdicts are turned into a status (poll thread, flush).
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-    containers: dict[str, Runs] = field(default_factory=dict)  # each container's runs (from container facts)
+    # Each container's runs (from container facts); replaced whole when one is added, never changed
+    # in place, so a Pod with no container facts holds no dict of its own (bench/poll.py: RSS).
+    containers: Mapping[str, Runs] = field(default_factory=lambda: NO_CONTAINERS)
     judged_by: status.Verdicts | None = None  # the prober's verdicts (as written) the status was computed from
     stop: Stop | None = None  # its containers are being stopped (vnode.phases.stopping): nothing runs again
     billing: Billing | None = None  # its billing record (vnode.model.billing); None: the Pod's, not read yet
@@ -120,7 +124,8 @@ class Tracked:
             policy = container_policy(self.runs.policy, init=init, sidecar=containerstatus.is_sidecar(spec))
             statuses = (self.pod.get("status") or {}).get("initContainerStatuses" if init else "containerStatuses")
             old = next((e for e in statuses or [] if isinstance(e, Mapping) and e.get("name") == name), {})
-            runs = self.containers[name] = Runs.from_status(old, policy=policy)
+            runs = Runs.from_status(old, policy=policy)
+            self.containers = {**self.containers, name: runs}
             return runs
         return None
 
