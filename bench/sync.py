@@ -348,14 +348,15 @@ def drive_pods(
     deleted: dict[str, float] = {}
     delete_start = time.monotonic()
     delete_all(bench, names, deleted)
+    deleted_all = time.monotonic()
     wait(lambda: len(watcher.gone) >= pods, timeout)
     gone_all = time.monotonic()
     watcher.stop = True
     watcher.join(1)
     return {
         "names": names, "created": created, "deleted": deleted, "start": start, "created_all": created_all,
-        "running_all": running_all, "delete_start": delete_start, "gone_all": gone_all,
-        "running": watcher.running, "gone": watcher.gone, "placed": watcher.placed,
+        "running_all": running_all, "delete_start": delete_start, "deleted_all": deleted_all,
+        "gone_all": gone_all, "running": watcher.running, "gone": watcher.gone, "placed": watcher.placed,
     }  # fmt: skip
 
 
@@ -490,6 +491,7 @@ def print_batch(
         f"per Pod p50 {statistics.median(to_running):.3f}s p99 {percentile(to_running, 0.99):.3f}s"
     )
     drain = gone_all - delete_start
+    print(f"delete requests sent in {phases['deleted_all'] - delete_start:.2f}s")
     print(
         f"delete -> all gone:    {drain:.2f}s ({args.pods / drain:.0f} pods/s); "
         f"per Pod p50 {statistics.median(to_gone):.3f}s p99 {percentile(to_gone, 0.99):.3f}s"
