@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from kube.worker import Retry
 from providers import errors
 from providers.base import (
     Capabilities,
+    ClaimName,
     Instance,
     InstanceId,
     NoticeSource,
@@ -157,6 +158,10 @@ class Handler:
 
     def tracked(self, key: str) -> Tracked | None:
         return self._tracked.get(key)
+
+    def claims_of(self, pods: Iterable[Mapping[str, Any]]) -> set[ClaimName]:
+        """The claims of `pods` (`TrackedMap.claims_of`: a tracked Pod's from its entry)."""
+        return self._tracked.claims_of(pods)
 
     def tracked_entries(self) -> list[Tracked]:
         """Every tracked Pod's record, for readers (the console's mirror); never mutate them."""

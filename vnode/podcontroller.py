@@ -206,7 +206,7 @@ class PodController:
         """Claims of every Pod on the node, or None until the startup reconcile is done."""
         if not self._reconciled.is_set():
             return None
-        return {pod_claim(pod) for pod in self.pods.snapshot()}
+        return self.handler.claims_of(self.pods.snapshot())
 
     # -- work ---------------------------------------------------------------------------
     def open_billing_claims(self) -> set[ClaimName] | None:

@@ -185,3 +185,20 @@ def test_the_quiet_path_decides_billing_again_when_the_record_the_facts_or_the_r
     assert fresh.quiet_facts is None and fresh.quiet_record is None
     assert quiet.settled(fresh, running(message="another fact object, equal"), rules=RULES, seen_at=SEEN_AT + 2)
     assert fresh.quiet_record is fresh.billing and fresh.billing_seen == SEEN_AT + 2
+
+
+def test_the_claims_of_the_nodes_pods_come_from_tracking_and_are_those_of_their_uids() -> None:
+    tracked = TrackedMap()
+    held = make_pod("held", "bench", namespace="default", uid=str(uuid.uuid4()))
+    other = make_pod("other", "bench", namespace="default", uid=str(uuid.uuid4()))
+    renamed = make_pod("held", "bench", namespace="default", uid=str(uuid.uuid4()))  # took the name
+    entry = tracked.track(held)
+    claims = tracked.claims_of([held, other, renamed])
+    assert claims == {
+        claim_name("default", p["metadata"]["name"], p["metadata"]["uid"]) for p in (held, other, renamed)
+    }
+    assert entry.claim in claims and len(claims) == 3
+    entry.claim = ClaimName("from-the-entry")  # read from tracking, not hashed again
+    assert tracked.claims_of([held]) == {ClaimName("from-the-entry")}
+    assert tracked.claims_of([renamed]) == {claim_name("default", "held", renamed["metadata"]["uid"])}
+    assert tracked.claims_of([]) == set()

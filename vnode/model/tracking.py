@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -168,6 +168,18 @@ class TrackedMap:
     def claims(self) -> set[ClaimName]:
         with self._lock:
             return {entry.claim for entry in self._entries.values()}
+
+    def claims_of(self, pods: Iterable[Mapping[str, Any]]) -> set[ClaimName]:
+        """The claims of `pods`: a tracked Pod's (same key and UID) from its entry, the others
+        hashed (`pod_claim`); one lock for all, no SHA-256 per tracked Pod on each poll."""
+        claims: set[ClaimName] = set()
+        with self._lock:
+            entries = self._entries
+            for pod in pods:
+                meta = pod.get("metadata") or {}
+                entry = entries.get(f"{meta.get('namespace')}/{meta.get('name')}")
+                claims.add(entry.claim if entry is not None and entry.uid == meta.get("uid") else pod_claim(pod))
+        return claims
 
     def track(self, pod: JsonDict) -> Tracked:
         """The entry for this Pod (a new one if the name now belongs to a new UID), holding
