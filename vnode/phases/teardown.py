@@ -1,16 +1,14 @@
 """Teardown: terminating the instance of a deleted Pod, and sweeping orphans.
 
 A Pod deleted gracefully has its containers stopped first (`vnode.phases.stopping`: preStop
-hooks, SIGTERM, SIGKILL at the end of its `deletionGracePeriodSeconds`), then its instance
-terminated and its final status written at the first look after (with the closed billing span in
-one write when the instance stopped at once), before the Pod object goes; a Pod already gone
-from the API (a force delete) is stopped with no grace. `Teardown.terminate` (one entry point: a
-Pod, or the `Tombstone` of a tracked one) is called by the pod controller's workers,
-`Teardown.release` by the lifecycle phase, and `OrphanSweep.sweep` by the status sync's poll
-tick. A stopped instance's billing span is closed and written before the Pod object goes
-(vnode.model.billing). Calls only `provider.terminate` and `provider.get`; never deletes a Pod
-object (the pod controller does, once the instance is gone) and never terminates an instance a
-live Pod claims.
+hooks, SIGTERM, SIGKILL at the end of its `deletionGracePeriodSeconds`) and its final status
+written, then its instance terminated; a Pod already gone from the API (a force delete) is
+stopped with no grace. `Teardown.terminate` (one entry point: a Pod, or the `Tombstone` of a tracked one) is called by
+the pod controller's workers, `Teardown.release` by the lifecycle phase, and `OrphanSweep.sweep`
+by the status sync's poll tick. A stopped instance's billing span is closed and written before
+the Pod object goes (vnode.model.billing). Calls only `provider.terminate` and `provider.get`; never
+deletes a Pod object (the pod controller does, once the instance is gone) and never terminates
+an instance a live Pod claims.
 
 Tests: tests/vnode/test_teardown.py.
 
@@ -109,13 +107,13 @@ class Teardown:
         if entry.instance_id is None:
             self._tracked.forget(entry)
             return None
-        ends = False  # the containers' ends to write at the first look, before the Pod goes
         if not entry.terminate_asked:
             stop = self._stopping.begin(entry, Why.DELETED, grace)
             after = self._stopping.advance(entry)
             if after is not None:
                 return after
-            ends = pod is not None and stop.signalled_at is not None
+            if pod is not None and stop.signalled_at is not None:
+                self._writer.flush(entry, pod)  # the containers' ends, before the instance and the Pod go
         now = self._monotonic()
         if entry.terminate_asked and now < entry.look_after:
             return entry.look_after - now  # woken early (an Event, a status write): the look is not due
@@ -132,20 +130,14 @@ class Teardown:
                 self._provider.terminate(entry.instance_id)  # it did not take (or it came back)
         except errors.Unavailable as exc:
             observe.current().terminated(self._provider.name, "unavailable", who)
-            if ends and pod is not None:
-                self._writer.flush(entry, pod)  # the provider may stay away: the ends are written now
             raise Retry(f"provider unreachable: {exc}", delay=exc.retry_after) from exc
         except errors.ProviderError as exc:
             observe.current().terminated(self._provider.name, "error", who)
-            if ends and pod is not None:
-                self._writer.flush(entry, pod)
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
         if instance is None or instance.state in STOPPED:
-            self._close_billing(entry, instance, pod)  # with the containers' ends: one write
+            self._close_billing(entry, instance, pod)
             self._tracked.forget(entry)
             return None
-        if ends and pod is not None:
-            self._writer.flush(entry, pod)  # the instance takes its time to go: the ends now
         entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
         entry.look_after = now + entry.recheck
         return entry.recheck
@@ -161,7 +153,7 @@ class Teardown:
             ended = instance if instance is not None and instance.state is InstanceState.TERMINATED else None
             billing.close(entry, ended)
             pending = billing.unwritten(entry)
-        if pod is not None and (pending or self._writer.needs_flush(entry)):
+        if pending and pod is not None:
             self._writer.flush(entry, pod)
 
     def close_untracked(self, pod: Mapping[str, Any], instance: Instance | None) -> None:
