@@ -109,6 +109,10 @@ class PodWriter:
         except NotFoundError:
             return
         except KubeError as exc:
+            if annotations and 400 <= exc.status < 500:
+                # The status refused (a 422, say): the annotations (the billing record) must not
+                # wait on it; they go alone, and the status is retried.
+                self._write_annotations(entry)
             raise Retry(f"status write failed: {exc}") from exc
         entry.written_annotations.update(annotations)
         entry.written_status = desired

@@ -1,17 +1,18 @@
 """PodWriter.flush's writes (vnode/podwriter.py): annotations due with a status go in one PATCH of
 `pods/status` (the real API server's podStatusStrategy takes a Pod's annotations with it), alone
 they are a PATCH of the Pod, and a connect Secret still comes between the annotations and the
-status; a write that failed leaves both pending. Real HTTP to the embedded API server."""
+status; a write that failed leaves both pending, and a status the API server refuses does not hold
+the annotations back. Real HTTP to the embedded API server."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from devcluster import DevCluster
 from kube import names
-from kube.client import Kube, path_for
+from kube.client import Kube, KubeError, path_for
 from kube.events import EventRecorder
 from kube.worker import Retry
 from tests.support.factories import make_pod
@@ -78,3 +79,33 @@ def test_a_folded_write_that_failed_leaves_annotations_and_status_pending(cluste
     with pytest.raises(Retry):
         writer.flush(entry, pod)
     assert entry.written_annotations == {} and entry.written_status is None and writer.needs_flush(entry)
+
+
+class RefusingStatus:
+    """The embedded API server, but every write of `pods/status` refused as invalid (a real
+    server's 422 for a status it will not take; the embedded one validates no Pod status)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def patch(self, path: str, body: Any, **options: Any) -> Any:
+        if path.endswith("/status"):
+            raise KubeError(422, "Invalid", "status refused")
+        return self._kube.patch(path, body, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
+
+
+def test_annotations_do_not_wait_on_a_status_the_api_server_refuses(cluster: DevCluster, kube: Kube) -> None:
+    pod, entry, _ = tracked(kube, "refused")
+    writer = PodWriter(cast(Kube, RefusingStatus(kube)), EventRecorder(kube, component="test"), provider="gpu")
+    entry.desired_annotations[names.BILLING_ANNOTATION] = "b"
+    entry.desired_status = {"phase": "Running"}
+    with pytest.raises(Retry, match="status write failed"):
+        writer.flush(entry, pod)
+    written = read(kube, "refused")
+    assert written["metadata"]["annotations"][names.BILLING_ANNOTATION] == "b"  # the billing record landed
+    assert written["status"].get("phase") != "Running"
+    assert writer.needs_flush(entry)  # the status is still due, and retried
+    assert entry.written_annotations[names.BILLING_ANNOTATION] == "b"
