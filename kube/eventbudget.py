@@ -8,6 +8,7 @@ Tests: tests/kube/test_events_bound.py::test_I7_one_event_bound_per_process_acro
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
@@ -29,10 +30,11 @@ class EventBudget:
     (`PROCESS_BUDGET` unless a recorder is given another): past it, the oldest one not being
     written, whichever recorder holds it, is dropped by that recorder's `drop` callback."""
 
-    def __init__(self, max_queued: int = MAX_QUEUED) -> None:
+    def __init__(self, max_queued: int = MAX_QUEUED, *, clock: Callable[[], float] = time.monotonic) -> None:
         if max_queued < 1:
             raise ValueError(f"max_queued must be at least 1, not {max_queued}")
         self.max_queued = max_queued
+        self._clock = clock  # its own: recorders sharing it may each have another (tests' fakes)
         self.lock = threading.Lock()
         # Every waiting series, oldest first: id -> (the series, its recorder's drop callback).
         self._waiting: OrderedDict[int, tuple[Waiting, Callable[[Waiting], int]]] = OrderedDict()
@@ -65,9 +67,11 @@ class EventBudget:
             self._unlogged = (self._unlogged[0] + 1, self._unlogged[1] + occurrences)
         return lost
 
-    def drop_report(self, now: float) -> tuple[int, int]:
+    def drop_report(self) -> tuple[int, int]:
         """Under the lock: the (series, occurrences) to tell in a WARNING now, (0, 0) if none
-        were dropped since the last one or it is less than DROP_LOG_INTERVAL ago."""
+        were dropped since the last one or it is less than DROP_LOG_INTERVAL ago (by the
+        budget's own clock)."""
+        now = self._clock()
         if self._unlogged == (0, 0) or now - self._logged_at < DROP_LOG_INTERVAL:
             return 0, 0
         report, self._unlogged, self._logged_at = self._unlogged, (0, 0), now

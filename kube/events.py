@@ -131,7 +131,7 @@ class EventRecorder:
         if max_queued is not None and budget is not None:
             raise ValueError("give max_queued (a budget of its own) or budget (a shared one), not both")
         self._kube = kube
-        self._budget = budget or (PROCESS_BUDGET if max_queued is None else EventBudget(max_queued))
+        self._budget = budget or (PROCESS_BUDGET if max_queued is None else EventBudget(max_queued, clock=clock))
         self._inline = inline  # write a due Event in `record` itself (the counting tests' fake clocks)
         self._qps, self._burst = qps, float(burst)
         self._tokens, self._tokens_at = float(burst), clock()
@@ -189,7 +189,7 @@ class EventRecorder:
             series.writing = series.writing or now_due
             if not now_due:
                 self._start_flusher()
-            report = self._budget.drop_report(self._clock())
+            report = self._budget.drop_report()
         if lost:
             observe.current().event_dropped(lost)
         self._warn_dropped(report)
@@ -372,7 +372,7 @@ class EventRecorder:
                     series.writing = True
                 if not due and delay == float("inf"):  # every unsettled one is being written
                     delay = self._min_interval
-                report = self._budget.drop_report(now)
+                report = self._budget.drop_report()
             self._warn_dropped(report)
             for series in due:
                 self._write(series)

@@ -26,3 +26,14 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _mirror_dir is not None:
         shutil.rmtree(_mirror_dir, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _a_fresh_event_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's recorders share a process budget of their own (kube.eventbudget): Events that
+    an earlier test left waiting neither count against it nor are dropped by it."""
+    from kube import eventbudget, events
+
+    fresh = eventbudget.EventBudget()
+    monkeypatch.setattr(eventbudget, "PROCESS_BUDGET", fresh)
+    monkeypatch.setattr(events, "PROCESS_BUDGET", fresh)
