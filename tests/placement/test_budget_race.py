@@ -54,11 +54,15 @@ class LiveCount:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
+        self._sample()  # the moment the block ends is one too: a starved thread may not have seen it
+
+    def _sample(self) -> None:
+        self.most = max(self.most, self.count())
+        self.samples += 1
 
     def _run(self) -> None:
         while not self._stop.wait(0.005):
-            self.most = max(self.most, self.count())
-            self.samples += 1
+            self._sample()
 
 
 def live(instances: list[dict[str, Any]]) -> int:
