@@ -176,9 +176,9 @@ class TrackedMap:
         with self._lock:
             entries = self._entries
             for pod in pods:
-                meta = pod.get("metadata") or {}
-                entry = entries.get(f"{meta.get('namespace')}/{meta.get('name')}")
-                claims.add(entry.claim if entry is not None and entry.uid == meta.get("uid") else pod_claim(pod))
+                entry = entries.get(pod_key(pod))
+                uid = (pod.get("metadata") or {}).get("uid")
+                claims.add(entry.claim if entry is not None and entry.uid == uid else pod_claim(pod))
         return claims
 
     def track(self, pod: JsonDict) -> Tracked:
