@@ -114,7 +114,8 @@ class Reflector:
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
             if kind == "BOOKMARK":
                 continue
-            key = object_key(intake(obj))
+            intake(obj)
+            key = object_key(obj)
             with self.lock:
                 if kind == "DELETED":
                     self.cache.pop(key, None)
