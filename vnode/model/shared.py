@@ -80,15 +80,21 @@ class FrozenList(list[Any]):
         return FrozenList, (list(self),)
 
 
-@lru_cache(maxsize=MAX_SHARED)
-def condition(kind: str, status: str, moved_at: Any, reason: str = "", message: str = "") -> Frozen:
-    """The condition `kind` (`lastProbeTime` null), with `reason` and `message` when given."""
+def condition_dict(kind: str, status: str, moved_at: Any, reason: str = "", message: str = "") -> dict[str, Any]:
+    """The condition `kind` (`lastProbeTime` null), with `reason` and `message` when given: a
+    plain dict of its own (`condition` is the shared one)."""
     piece: dict[str, Any] = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": moved_at}
     if reason:
         piece["reason"] = reason
     if message:
         piece["message"] = message
-    return Frozen(piece)
+    return piece
+
+
+@lru_cache(maxsize=MAX_SHARED)
+def condition(kind: str, status: str, moved_at: Any, reason: str = "", message: str = "") -> Frozen:
+    """`condition_dict`, one frozen dict for every equal condition."""
+    return Frozen(condition_dict(kind, status, moved_at, reason, message))
 
 
 @lru_cache(maxsize=MAX_SHARED)

@@ -144,12 +144,7 @@ def condition(
         reason = message = ""
     if isinstance(moved_at, str):  # equal conditions of many Pods: one frozen dict (bench/poll.py: RSS)
         return shared.condition(kind, status, moved_at, reason, message)
-    result: JsonDict = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": moved_at}
-    if reason:
-        result["reason"] = reason
-    if message:
-        result["message"] = message
-    return result
+    return shared.condition_dict(kind, status, moved_at, reason, message)
 
 
 def _compose(
