@@ -7,9 +7,9 @@ mutate only the copy they are handed and never touch the store.
 from __future__ import annotations
 
 import base64
-import copy
 from typing import Any
 
+from devcluster.clone import clone
 from devcluster.errors import Cause, invalid, invalid_value, required
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -23,7 +23,7 @@ def status_update(old: dict[str, Any], new: dict[str, Any], *, pod: bool) -> dic
     """The object a write to the status subresource stores: `old` with `new`'s status and,
     for a Pod (`pod`), `new`'s labels, annotations and finalizers, as the real server does
     (kubelets and virtual kubelets write a Pod's annotations with its status in one write)."""
-    merged = copy.deepcopy(old)
+    merged = clone(old)
     if "status" in new:
         merged["status"] = new["status"]
     else:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any
 
+from devcluster.clone import clone
+
 _PATCH = "$patch"
 _RETAIN_KEYS = "$retainKeys"
 _SET_ORDER = "$setElementOrder/"
@@ -104,7 +106,7 @@ def json_merge_patch(target: Any, patch: Any) -> Any:
     """Apply an RFC 7386 merge patch: objects merge recursively, `null` deletes, anything else replaces."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    result = clone(target) if isinstance(target, dict) else {}
     _merge_into(result, patch)
     return result
 
@@ -132,7 +134,7 @@ def strategic_merge_patch(target: dict[str, Any], patch: dict[str, Any], kind: s
     """
     if not isinstance(target, dict) or not isinstance(patch, dict):
         raise PatchError("a strategic merge patch and its target must both be JSON objects")
-    merged = _merge_map(copy.deepcopy(target), patch, _root_schema(kind))
+    merged = _merge_map(clone(target), patch, _root_schema(kind))
     return merged if merged is not None else {}
 
 

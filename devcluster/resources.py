@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from devcluster import crddefaults, csrkind, ephemeral, jobkind, kinds, patch
+from devcluster.clone import clone
 from devcluster.errors import ApiError, Cause, already_exists, bad_request, conflict, invalid, not_found, required
 from devcluster.registry import Registry, ResourceType
 from devcluster.store import Store
@@ -156,7 +157,7 @@ class Resources:
     def _checked_body(self, rt: ResourceType, namespace: str, body: Any, *, name: str | None = None) -> Obj:
         if not isinstance(body, dict):
             raise bad_request(f"the body of the request must be a {rt.kind} object")
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         if obj.get("kind") not in (None, "", rt.kind):
             raise bad_request(f"the kind in the request body ({obj['kind']}) does not match the resource ({rt.kind})")
         meta = obj.get("metadata")
@@ -297,7 +298,7 @@ class Resources:
                 meta.pop(key, None)
         if rt.status_subresource:
             if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
+                new["status"] = clone(old["status"])
             else:
                 new.pop("status", None)
         if rt.kind == "Secret" and rt.builtin:

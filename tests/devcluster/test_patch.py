@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devcluster import patch
+from devcluster.clone import clone
 from tests.support.factories import make_pod
 
 _scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3)
@@ -407,3 +408,14 @@ def test_json_patch_add_then_remove_is_identity(target: dict[str, Any], key: str
 def test_json_patch_test_op_accepts_what_add_wrote(target: dict[str, Any], key: str, value: Any) -> None:
     ops = [{"op": "add", "path": f"/{key}", "value": value}, {"op": "test", "path": f"/{key}", "value": value}]
     assert patch.json_patch(target, ops)[key] == value
+
+
+def test_clone_is_a_deep_copy_of_json_shaped_data_that_shares_nothing() -> None:
+    shared = {"ip": "10.0.0.1"}
+    original = {"a": [1, 2.5, True, None, "x", {"b": shared}], "c": shared, "d": {"e": []}}
+    copied = clone(original)
+    assert copied == copy.deepcopy(original) and list(copied) == list(original)  # equal, and in order
+    copied["a"][5]["b"]["ip"] = "changed"
+    copied["d"]["e"].append(1)
+    assert original == {"a": [1, 2.5, True, None, "x", {"b": {"ip": "10.0.0.1"}}], "c": shared, "d": {"e": []}}
+    assert copied["c"] is copied["a"][5]["b"]  # shared within the copy, as deepcopy keeps it
