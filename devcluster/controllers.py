@@ -80,7 +80,7 @@ class AppsController(ControlLoop):
         for deployment in deployments:
             self._sync_deployment(deployment)
         replicasets, _ = store.list_objects(REPLICASETS)
-        pods, _ = store.list_objects(PODS)
+        pods = store.list_owned(PODS)  # a Pod no ReplicaSet owns is not this controller's
         owned: dict[str, list[Obj]] = {}
         for pod in pods:
             uid = _controller_uid(pod)

@@ -68,7 +68,7 @@ class JobController(ControlLoop):
     def run_once(self) -> None:
         self._due = None
         jobs, _ = self.resources.store.list_objects(JOBS)
-        pods, _ = self.resources.store.list_objects(PODS)
+        pods = self.resources.store.list_owned(PODS)  # a Pod no Job owns is not this controller's
         owned: dict[str, list[Obj]] = {}
         for pod in pods:
             uid = _owner_uid(pod)
