@@ -109,7 +109,7 @@ class Handler:
         # Set once the node controller read the node's billing-seen-at (or found none): Pods are
         # reconciled after it, so a span whose instance is gone closes at it (vnode.model.billing).
         self.billing_anchor_read = threading.Event()
-        self.provisioner = Provisioner(context)
+        self.provisioner = Provisioner(context, flush=self.flush)
         self.sweep = OrphanSweep(context)
         self.give_up = GiveUp(context)
         self.status_sync = StatusSync(context, sweep=self.sweep, give_up=self.give_up)

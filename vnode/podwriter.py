@@ -1,4 +1,4 @@
-"""Everything the vnode writes about a Pod: annotations, then status, and the connect Secret.
+"""Everything the vnode writes about a Pod: the connect Secret, then annotations and status.
 
 Called by the Handler's phases. `flush` is the one path Pod metadata takes: annotations
 first, so whoever reads a status can also find the instance (design §1.6); a status the
@@ -73,13 +73,15 @@ class PodWriter:
         return pending or pending_annotations or (desired is not None and desired is not entry.written_status)
 
     def flush(self, entry: Tracked, current: Mapping[str, Any] | None) -> None:
-        """Write what changed: the Events the entry has to tell, annotations, the connect
-        Secret of a credential not yet written, then status (skipped once the Pod is terminal
-        in the API: a terminal status is frozen). Annotations due with a status go in the same
-        PATCH of `pods/status` (which takes a Pod's annotations, as the real API server's
-        podStatusStrategy does: one write, and nobody reads the status without them); alone, or
-        before a connect Secret, they are a PATCH of the Pod. Raises Retry on an API failure;
-        what was not written stays pending for the next flush (tests/vnode/test_podwriter.py)."""
+        """Write what changed: the Events the entry has to tell, the connect Secret of a
+        credential not yet written, then annotations and status (the status skipped once the
+        Pod is terminal in the API: a terminal status is frozen). Annotations due with a status
+        go in the same PATCH of `pods/status` (which takes a Pod's annotations, as the real API
+        server's podStatusStrategy does: one write, and nobody reads the status without them);
+        with no status due, or when the Secret's write failed, they are a PATCH of the Pod alone.
+        The Secret comes first, so a Pod that reads Running has its connect Secret. Raises Retry
+        on an API failure; what was not written stays pending for the next flush
+        (tests/vnode/test_podwriter.py)."""
         if current is not None and (current.get("metadata") or {}).get("uid") != entry.uid:
             return  # a Pod recreated under the same name is not this entry's
         events, entry.events = entry.events, []
@@ -92,11 +94,15 @@ class PodWriter:
             entry.stop is not None and (desired or {}).get("phase") == phase
         )
         due = desired is not None and desired != before and not frozen
-        if not due or entry.credential is not None:
-            self._write_annotations(entry)  # alone: the Secret (if any) comes between them and status
         if entry.credential is not None:
-            self.write_connect_secret(entry.pod, entry.credential)
+            try:
+                self.write_connect_secret(entry.pod, entry.credential)
+            except Retry:
+                self._write_annotations(entry)  # the instance must not wait on its Secret (I2)
+                raise
             entry.credential = None
+        if not due:
+            self._write_annotations(entry)  # alone: no status to carry them
         if desired is None or not due:
             entry.written_status = desired  # equal in value, or frozen: nothing to write
             return

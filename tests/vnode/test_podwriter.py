@@ -1,8 +1,8 @@
 """PodWriter.flush's writes (vnode/podwriter.py): annotations due with a status go in one PATCH of
 `pods/status` (the real API server's podStatusStrategy takes a Pod's annotations with it), alone
-they are a PATCH of the Pod, and a connect Secret still comes between the annotations and the
-status; a write that failed leaves both pending, and a status the API server refuses does not hold
-the annotations back. Real HTTP to the embedded API server."""
+they are a PATCH of the Pod, and a connect Secret comes before both (a Pod that reads Running has
+its Secret); a write that failed leaves both pending, and neither a refused status nor a refused
+Secret holds the annotations back. Real HTTP to the embedded API server."""
 
 from __future__ import annotations
 
@@ -55,7 +55,9 @@ def test_annotations_due_with_a_status_are_written_with_it_in_one_write(cluster:
     assert patches(cluster) == after
 
 
-def test_annotations_alone_or_before_a_connect_secret_are_a_patch_of_the_pod(cluster: DevCluster, kube: Kube) -> None:
+def test_annotations_alone_are_a_patch_of_the_pod_and_a_connect_secret_comes_before_the_status(
+    cluster: DevCluster, kube: Kube
+) -> None:
     pod, entry, writer = tracked(kube, "alone")
     entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = "i-2"
     before = patches(cluster)
@@ -64,11 +66,46 @@ def test_annotations_alone_or_before_a_connect_secret_are_a_patch_of_the_pod(clu
     entry.desired_annotations[names.ENDPOINT_ANNOTATION] = "10.0.0.1"
     entry.credential = {"token": b"t"}
     entry.desired_status = {"phase": "Running"}
-    writer.flush(entry, pod)  # annotations, then the Secret, then the status: three writes
-    assert patches(cluster) == {"pods": before["pods"] + 2, "pods/status": before["pods/status"] + 1}
+    secrets_before = cluster.request_log.count(verb="create", resource="secrets")
+    writer.flush(entry, pod)  # the Secret, then the annotations with the status: two writes
+    assert patches(cluster) == {"pods": before["pods"] + 1, "pods/status": before["pods/status"] + 1}
+    assert cluster.request_log.count(verb="create", resource="secrets") == secrets_before + 1
     written = read(kube, "alone")
     assert written["metadata"]["annotations"][names.ENDPOINT_ANNOTATION] == "10.0.0.1"
+    assert written["status"]["phase"] == "Running"
     assert kube.get(path_for("secrets", namespace="default", name=names.connect_secret_name("alone")))
+    assert entry.credential is None and not writer.needs_flush(entry)
+
+
+class RefusingSecrets:
+    """The embedded API server, but every Secret create refused (a quota, an admission webhook)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self._kube = kube
+
+    def create(self, path: str, body: Any, **options: Any) -> Any:
+        if "/secrets" in path:
+            raise KubeError(403, "Forbidden", "secrets refused")
+        return self._kube.create(path, body, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._kube, name)
+
+
+def test_a_refused_connect_secret_holds_back_the_status_but_not_the_instance_annotation(
+    cluster: DevCluster, kube: Kube
+) -> None:
+    pod, entry, _ = tracked(kube, "nosecret")
+    writer = PodWriter(cast(Kube, RefusingSecrets(kube)), EventRecorder(kube, component="test"), provider="gpu")
+    entry.desired_annotations[names.INSTANCE_ID_ANNOTATION] = "i-3"
+    entry.credential = {"token": b"t"}
+    entry.desired_status = {"phase": "Running"}
+    with pytest.raises(Retry, match="connect Secret write failed"):
+        writer.flush(entry, pod)
+    written = read(kube, "nosecret")
+    assert written["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION] == "i-3"  # I2: on the Pod
+    assert written["status"].get("phase") != "Running"  # not Running without its Secret
+    assert entry.credential is not None and writer.needs_flush(entry)  # kept, and retried
 
 
 def test_a_folded_write_that_failed_leaves_annotations_and_status_pending(cluster: DevCluster, kube: Kube) -> None:

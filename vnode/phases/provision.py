@@ -20,7 +20,7 @@ tests/vnode/test_invariants.py::test_I3_provider_unreachable_across_a_restart_ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,8 +93,9 @@ class IncomingPod:
 
 
 class Provisioner:
-    def __init__(self, context: PhaseContext) -> None:
+    def __init__(self, context: PhaseContext, *, flush: Callable[[str, Mapping[str, Any] | None], None]) -> None:
         self._provider = context.provider
+        self._flush = flush  # the Handler's: the status recomputed with everything it says, then written
         self._pools = context.pools
         self._tracked = context.tracked
         self._writer = context.writer
@@ -290,11 +291,13 @@ class Provisioner:
             # below (or of the Secret itself) is retried by the next flush, never lost.
             entry.credential = dict(result.credential.data)
         entry.say("Normal", names.EVENT_PROVISIONED, f"instance {result.instance_id} provisioned in {took:.1f}s")
-        self._writer.flush(entry, pod)  # I2: on the Pod before we report success
         if not self._capabilities().pulls_images:
             message = f"{self._provider.name} does not pull container images; image {spec.image!r} is not used"
             self._events.pod(pod, "Normal", names.EVENT_IMAGE_NOT_USED, message)
         self._take_first_answer(entry, result)
+        # I2: on the Pod before we report success. After the first answer, so the instance's
+        # annotations and the status it reads (Running, when it runs at once) are one write.
+        self._flush(entry.key, pod)
 
     def _take_first_answer(self, entry: Tracked, result: ProvisionResult) -> None:
         """One `get` right after provisioning, fed to the status decision a poll's list feeds
