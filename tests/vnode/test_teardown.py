@@ -5,15 +5,17 @@ untracked one's claim is looked up and its instance adopted first)."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from kube import billing as kbilling
 from kube import names
 from providers.base import InstanceId, InstanceState
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import adopt_new_pod, kept_fake_handler
+from tests.support.rigs.offline import KeptPatches, adopt_new_pod, kept_fake_handler
 from vnode.handler import Handler
 from vnode.model import billing
+from vnode.model.containerstatus import UNLOCATED, UNLOCATED_AT_TERMINATION, UNLOCATED_WHEN_DELETED
 from vnode.phases.teardown import Tombstone
 
 
@@ -84,3 +86,108 @@ def test_a_span_the_poll_closed_meanwhile_is_written_before_the_pod_goes() -> No
         if names.BILLING_ANNOTATION in ((body.get("metadata") or {}).get("annotations") or {})
     ]
     assert written and kbilling.parse(written[-1]).open is None, kube.patches
+
+
+def _deleting(pod: dict[str, Any], status: dict[str, Any] | None = None) -> dict[str, Any]:
+    meta = dict(pod["metadata"])
+    meta["deletionTimestamp"] = "2026-12-05T12:00:00Z"
+    return {**pod, "metadata": meta, **({"status": status} if status is not None else {})}
+
+
+def _status_writes(kube: KeptPatches) -> list[dict[str, Any]]:
+    return [body for path, body in kube.patches if path.endswith("/status")]
+
+
+def test_a_deleted_pods_final_status_and_closed_span_are_one_write() -> None:
+    """The containers' ends (seen right after the SIGTERM) and the closed billing span go in
+    one PATCH of pods/status after the instance stopped: no write of their own before it."""
+    handler, kube, _ = kept_fake_handler("teardown")
+    pod = adopt_new_pod(handler, "ended")
+    entry = handler.tracked("default/ended")
+    assert entry is not None
+    handler.writer.flush(entry, pod)  # Running, with its open span, as once it runs
+    kube.patches.clear()
+    wait_for(lambda: handler.teardown.terminate(_deleting(pod)) is None, what="the stop, then terminate")
+    assert len(kube.patches) == 1, kube.patches
+    [body] = _status_writes(kube)
+    assert kbilling.parse(body["metadata"]["annotations"][names.BILLING_ANNOTATION]).open is None
+    [container] = body["status"]["containerStatuses"]
+    assert "terminated" in container["state"] and container["state"]["terminated"]["reason"] != UNLOCATED
+    assert body["status"]["phase"] in ("Succeeded", "Failed")
+
+
+def test_a_manager_that_died_before_the_final_write_writes_the_pods_end_as_a_kubelet_does() -> None:
+    """Killed between the terminate and the write of the Pod's end: the next manager finds the
+    Pod being deleted with its instance gone, and writes what a kubelet's TerminatePod writes
+    for containers it can no longer find (ContainerStatusUnknown, 137; the running one's unseen
+    end as lastState; Failed; not ready), with the billing span closed, in one write."""
+    handler, kube, _ = kept_fake_handler("teardown", {"retention_seconds": 0})  # gone once terminated
+    pod = adopt_new_pod(handler, "orphaned")
+    entry = handler.tracked("default/orphaned")
+    assert entry is not None and entry.instance_id is not None
+    handler.writer.flush(entry, pod)
+    [running] = _status_writes(kube)
+    on_api = {**pod, "metadata": {**pod["metadata"], "annotations": dict(running["metadata"]["annotations"])}}
+    handler.provider.terminate(entry.instance_id)  # the terminate landed; then the manager died
+    handler.context.tracked.forget(entry)  # a cold map, as after a restart
+    kube.patches.clear()
+    assert handler.teardown.terminate(_deleting(on_api, running["status"])) is None
+    assert len(kube.patches) == 1, kube.patches
+    [body] = _status_writes(kube)
+    status = body["status"]
+    assert status["phase"] == "Failed"
+    [container] = status["containerStatuses"]
+    assert container["state"]["terminated"]["reason"] == UNLOCATED
+    assert container["state"]["terminated"]["exitCode"] == 137
+    assert container["state"]["terminated"]["message"] == UNLOCATED_AT_TERMINATION
+    assert container["lastState"]["terminated"]["message"] == UNLOCATED_WHEN_DELETED
+    assert container["ready"] is False
+    assert all(c["status"] == "False" for c in status["conditions"] if c["type"] in ("Ready", "ContainersReady"))
+    assert kbilling.parse(body["metadata"]["annotations"][names.BILLING_ANNOTATION]).open is None
+    assert not handler.tracks("default", "orphaned")
+
+
+def test_a_pod_whose_end_was_written_is_not_written_again_after_a_restart() -> None:
+    """The write of the end landed and the manager died before the delete: the Pod reads
+    terminal with its span closed, so the next manager writes nothing more of it (a terminal
+    status is frozen) and lets the Pod go."""
+    handler, kube, _ = kept_fake_handler("teardown")
+    pod = adopt_new_pod(handler, "written")
+    entry = handler.tracked("default/written")
+    assert entry is not None and entry.instance_id is not None
+    handler.writer.flush(entry, pod)
+    with entry.lock:
+        billing.close(entry, None)
+    handler.writer.flush(entry, pod)
+    closed = kube.patches[-1][1]["metadata"]["annotations"]
+    ended = {"phase": "Succeeded", "containerStatuses": [{"name": "main", "state": {"terminated": {"exitCode": 0}}}]}
+    on_api = _deleting({**pod, "metadata": {**pod["metadata"], "annotations": dict(closed)}}, ended)
+    handler.provider.terminate(entry.instance_id)
+    handler.context.tracked.forget(entry)
+    kube.patches.clear()
+    assert handler.teardown.terminate(on_api) is None
+    assert kube.patches == []
+
+
+def test_after_a_restart_a_deleted_pods_end_is_read_from_the_providers_terminated_record() -> None:
+    """As above, but the provider still lists the terminated instance with its containers' ends
+    (the fake's retention, EC2's hour): those are written, not ContainerStatusUnknown."""
+    handler, kube, _ = kept_fake_handler("teardown")
+    pod = adopt_new_pod(handler, "recorded")
+    entry = handler.tracked("default/recorded")
+    assert entry is not None and entry.instance_id is not None
+    handler.writer.flush(entry, pod)
+    [running] = _status_writes(kube)
+    handler.provider.terminate(entry.instance_id)
+    [record] = [i for i in handler.provider.list() if i.id == entry.instance_id]
+    assert record.state is InstanceState.TERMINATED and record.containers
+    handler.context.tracked.forget(entry)
+    kube.patches.clear()
+    on_api = {**pod, "metadata": {**pod["metadata"], "annotations": dict(running["metadata"]["annotations"])}}
+    assert handler.teardown.terminate(_deleting(on_api, running["status"])) is None
+    [body] = _status_writes(kube)
+    [container] = body["status"]["containerStatuses"]
+    [fact] = record.containers
+    assert container["state"]["terminated"]["exitCode"] == fact.exit_code
+    assert container["state"]["terminated"]["reason"] != UNLOCATED and "lastState" not in container
+    assert body["status"]["phase"] == "Failed"

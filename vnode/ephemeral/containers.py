@@ -23,13 +23,14 @@ from kube.times import rfc3339
 from providers import errors
 from providers.base import Executor, InstanceId, LogOptions, Process, Provider
 from vnode.ephemeral.streams import Attachment, Fanout, LogReader
+from vnode.model.containerstatus import UNLOCATED
 from vnode.model.tracking import Tracked
 
 logger = logging.getLogger(__name__)
 JsonDict = dict[str, Any]
 CREATING = "ContainerCreating"
 NOT_SUPPORTED = "EphemeralContainersNotSupported"
-LOST = "ContainerStatusUnknown"  # the kubelet's reason for a container it lost track of
+LOST = UNLOCATED  # the kubelet's reason for a container it lost track of
 # Fields an ephemeral container may set that a process started through `Executor` cannot
 # honour (it runs in its target's context): said in a Warning Event, never dropped silently (I9).
 _UNSERVED = ("env", "envFrom", "workingDir", "volumeMounts", "volumeDevices", "securityContext")

@@ -17,7 +17,7 @@ from typing import Any
 from kube import names
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from providers.shape import ContainerFacts, ContainerState
-from vnode.model import imageref, shared, status
+from vnode.model import imageref, shared, status, stopping
 from vnode.model.runs import GONE_EXIT_CODE
 from vnode.model.status import NO_HISTORY, RunView, Verdicts
 
@@ -179,6 +179,51 @@ def terminated_of(facts: ContainerFacts, instance: Instance) -> JsonDict:
     if facts.message:
         result["message"] = facts.message
     return result
+
+
+UNLOCATED = "ContainerStatusUnknown"  # the kubelet's reason for a container it can no longer find
+UNLOCATED_AT_TERMINATION = "The container could not be located when the pod was terminated"
+UNLOCATED_WHEN_DELETED = (
+    "The container could not be located when the pod was deleted.  The container used to be Running"
+)
+
+
+def unlocated_status(status: Mapping[str, Any], instance: Instance | None, *, now: str) -> JsonDict:
+    """`status` as a kubelet's TerminatePod leaves a deleted Pod whose containers it can no
+    longer find (here: a manager that died between terminating the instance and writing the
+    final status). Each container not terminated reads the end `instance` (a terminated one
+    the provider still lists) reports for it, else terminated `ContainerStatusUnknown` (137);
+    one that was running also gets that unseen end as `lastState`, as the kubelet's status
+    conversion gives it. The phase turns `Failed` (a terminal one stays); nothing is ready.
+    Tests: tests/vnode/test_teardown.py."""
+    ended = {c.name: c for c in (instance.containers if instance else ()) if c.state is ContainerState.TERMINATED}
+    result = dict(status)
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if key not in result:
+            continue
+        entries = []
+        for old in result[key]:
+            entry = {**old, "ready": False, "started": False}
+            state = old.get("state") or {}
+            if "terminated" not in state:
+                fact = ended.get(str(old.get("name")))
+                if fact is not None and instance is not None:
+                    entry["state"] = {"terminated": terminated_of(fact, instance)}
+                else:
+                    if "running" in state:
+                        entry["lastState"] = {"terminated": _unlocated(UNLOCATED_WHEN_DELETED)}
+                    entry["state"] = {"terminated": _unlocated(UNLOCATED_AT_TERMINATION)}
+            entries.append(entry)
+        result[key] = entries
+    if result.get("phase") not in ("Succeeded", "Failed"):
+        result["phase"] = "Failed"
+    result["conditions"] = stopping.not_ready(result.get("conditions") or [], now=now)
+    return result
+
+
+def _unlocated(message: str) -> JsonDict:
+    # The kubelet leaves both times at their zero value, which the API writes as null.
+    return {"exitCode": GONE_EXIT_CODE, "reason": UNLOCATED, "message": message, "startedAt": None, "finishedAt": None}
 
 
 def _by_name(statuses: Sequence[JsonDict]) -> dict[str, JsonDict]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -188,18 +188,24 @@ def failed_status(status: Mapping[str, Any], *, reason: str, message: str, now: 
         return dict(status) if not isinstance(status, dict) else status
     result = dict(status)
     result["phase"], result["reason"], result["message"] = "Failed", reason, message
-    conditions = []
-    for condition in result.get("conditions") or []:
+    result["conditions"] = not_ready(result.get("conditions") or [], now=now)
+    for key in ("containerStatuses", "initContainerStatuses"):
+        if key in result:
+            result[key] = [{**entry, "ready": False} for entry in result[key]]
+    return result
+
+
+def not_ready(conditions: Sequence[Mapping[str, Any]], *, now: str) -> list[JsonDict]:
+    """`conditions` of a Pod that failed: `Ready` and `ContainersReady` False (`PodFailed`),
+    moved at `now` unless they were False already; the others as they are."""
+    result = []
+    for condition in conditions:
         kind = condition.get("type")
         if kind in ("Ready", "ContainersReady"):
             moved = condition.get("lastTransitionTime") if condition.get("status") == "False" else now
             condition = {**condition, "status": "False", "reason": "PodFailed", "lastTransitionTime": moved}
             condition.pop("message", None)
-        conditions.append(condition)
-    result["conditions"] = conditions
-    for key in ("containerStatuses", "initContainerStatuses"):
-        if key in result:
-            result[key] = [{**entry, "ready": False} for entry in result[key]]
+        result.append(dict(condition))
     return result
 
 

@@ -27,10 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from kube import names, observe
+from kube.times import rfc3339
 from kube.worker import Retry
 from providers import errors
 from providers.base import ClaimName, Instance, InstanceId, InstanceState
-from vnode.model import assess, billing
+from vnode.model import assess, billing, containerstatus
 from vnode.model.stopping import Why, deletion_grace
 from vnode.model.tracking import Lookup, Tracked, pod_key
 from vnode.phases.context import PhaseContext
@@ -89,7 +90,7 @@ class Teardown:
             if found is Lookup.UNKNOWN:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
             if instance is None or instance.state is InstanceState.TERMINATED:
-                self.close_untracked(target, instance)
+                self.close_untracked(target, instance, deleted=True)
                 return None  # nothing of it is left to stop
             entry = assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
             entry.terminate_asked = instance.state is InstanceState.TERMINATING  # going already: look until gone
@@ -108,15 +109,36 @@ class Teardown:
             self._tracked.forget(entry)
             return None
         if not entry.terminate_asked:
-            stop = self._stopping.begin(entry, Why.DELETED, grace)
+            self._stopping.begin(entry, Why.DELETED, grace)
             after = self._stopping.advance(entry)
             if after is not None:
                 return after
-            if pod is not None and stop.signalled_at is not None:
-                self._writer.flush(entry, pod)  # the containers' ends, before the instance and the Pod go
         now = self._monotonic()
         if entry.terminate_asked and now < entry.look_after:
             return entry.look_after - now  # woken early (an Event, a status write): the look is not due
+        try:
+            instance = self._terminate_and_look(entry, key)
+        except Retry:
+            if pod is not None:
+                self._writer.flush(entry, pod)  # the containers' ends are told while the provider cannot be asked
+            raise
+        if instance is None or instance.state in STOPPED:
+            # The containers' ends and the closed span in one write, then the Pod object goes.
+            # A manager that dies before that write finds the instance stopped when it starts
+            # again, and writes the Pod's end as a kubelet does (`close_untracked`).
+            self._close_billing(entry, instance, pod)
+            self._tracked.forget(entry)
+            return None
+        if pod is not None:
+            self._writer.flush(entry, pod)  # the containers' ends, while the instance goes
+        entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
+        entry.look_after = now + entry.recheck
+        return entry.recheck
+
+    def _terminate_and_look(self, entry: Tracked, key: str) -> Instance | None:
+        """Ask the instance to terminate (once), then look at it: its state, None once gone.
+        Retry when the provider could not be asked."""
+        assert entry.instance_id is not None
         who = observe.Subject(key, entry.claim, entry.instance_id)
         try:
             if not entry.terminate_asked:
@@ -134,34 +156,36 @@ class Teardown:
         except errors.ProviderError as exc:
             observe.current().terminated(self._provider.name, "error", who)
             raise Retry(f"{type(exc).__name__}: {exc}") from exc
-        if instance is None or instance.state in STOPPED:
-            self._close_billing(entry, instance, pod)
-            self._tracked.forget(entry)
-            return None
-        entry.recheck = min(max(entry.recheck * 2, RECHECK_FIRST), self._recheck_cap())
-        entry.look_after = now + entry.recheck
-        return entry.recheck
+        return instance
 
     def _close_billing(self, entry: Tracked, instance: Instance | None, pod: Mapping[str, Any] | None) -> None:
         """The instance stopped: its billing span closes (at the provider's end fact, else when
-        it was last seen billing) and is written before the Pod object goes. Retry if not written.
-        Written whether this close moved it or the poll thread's look did meanwhile: the entry is
-        forgotten next, and with it anything unwritten (tests/vnode/test_teardown.py::
+        it was last seen billing) and is written, with whatever else is due (the containers'
+        ends), before the Pod object goes. Retry if not written. Written whether this close
+        moved it or the poll thread's look did meanwhile: the entry is forgotten next, and with
+        it anything unwritten (tests/vnode/test_teardown.py::
         test_a_span_the_poll_closed_meanwhile_is_written_before_the_pod_goes).
         A Pod whose object is gone already (`pod` None: a force delete) has nowhere to keep it."""
         with entry.lock:
             ended = instance if instance is not None and instance.state is InstanceState.TERMINATED else None
             billing.close(entry, ended)
-            pending = billing.unwritten(entry)
-        if pending and pod is not None:
+        if pod is not None and self._writer.needs_flush(entry):
             self._writer.flush(entry, pod)
 
-    def close_untracked(self, pod: Mapping[str, Any], instance: Instance | None) -> None:
+    def close_untracked(self, pod: Mapping[str, Any], instance: Instance | None, *, deleted: bool = False) -> None:
         """A Pod found with no instance left (after a restart; being deleted, or finished and
         taken up with nothing to track): a span still open on it closes at its end fact, else at
-        the node's billing-seen-at (or its own start), and is written. A closed record writes nothing."""
+        the node's billing-seen-at (or its own start), and is written. A closed record writes nothing.
+        `deleted`: the Pod is being deleted and its instance is gone or terminated, so its
+        containers' ends are written as a kubelet writes those it can no longer find
+        (`containerstatus.unlocated_status`; a status the API shows terminal stays)."""
         entry = self._tracked.track(dict(pod))
         try:
+            if deleted:
+                with entry.lock:
+                    entry.desired_status = containerstatus.unlocated_status(
+                        pod.get("status") or {}, instance, now=rfc3339(self._now())
+                    )
             self._close_billing(entry, instance, pod)
         finally:
             self._tracked.forget(entry)
