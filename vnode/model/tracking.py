@@ -166,19 +166,21 @@ class TrackedMap:
             return list(self._entries.values())
 
     def claims(self) -> set[ClaimName]:
-        with self._lock:
-            return {entry.claim for entry in self._entries.values()}
+        return {entry.claim for entry in self.entries()}
 
     def claims_of(self, pods: Iterable[Mapping[str, Any]]) -> set[ClaimName]:
         """The claims of `pods`: a tracked Pod's (same key and UID) from its entry, the others
-        hashed (`pod_claim`); one lock for all, no SHA-256 per tracked Pod on each poll."""
-        claims: set[ClaimName] = set()
+        hashed (`pod_claim`); no SHA-256 per tracked Pod on each poll. The map is copied under
+        its lock and read outside it: a loop over 10,000 Pods holding the lock kept every
+        operation thread that tracks or forgets a Pod waiting for it (and, under the GIL, for
+        the holder to be scheduled again), which was most of a mass delete's time."""
         with self._lock:
-            entries = self._entries
-            for pod in pods:
-                entry = entries.get(pod_key(pod))
-                uid = (pod.get("metadata") or {}).get("uid")
-                claims.add(entry.claim if entry is not None and entry.uid == uid else pod_claim(pod))
+            entries = dict(self._entries)  # one C-level copy
+        claims: set[ClaimName] = set()
+        for pod in pods:
+            entry = entries.get(pod_key(pod))
+            uid = (pod.get("metadata") or {}).get("uid")
+            claims.add(entry.claim if entry is not None and entry.uid == uid else pod_claim(pod))
         return claims
 
     def track(self, pod: JsonDict) -> Tracked:
