@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -21,6 +23,7 @@ from kubernetes import config as k8s_config
 JsonDict = dict[str, Any]
 
 MERGE_PATCH = "application/merge-patch+json"
+AUTH_REFRESH = 1.0  # seconds a request's credentials are reused before the ApiClient is asked again
 
 
 class KubeError(Exception):
@@ -116,6 +119,9 @@ class Kube:
         self._api = api_client
         self._timeout = timeout
         self._host = api_client.configuration.host.rstrip("/")
+        self._auth_lock = threading.Lock()
+        self._auth: dict[str, str] = {}
+        self._auth_until = float("-inf")
 
     def fenced(self, check: Callable[[], None]) -> Kube:
         """A client on the same connections that calls `check` before every write (any method
@@ -138,18 +144,41 @@ class Kube:
         timeout: float | tuple[float, float] | None = None,
     ) -> urllib3.BaseHTTPResponse:
         headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": self._api.user_agent}
-        self._api.update_params_for_auth(headers, [], ["BearerToken"], path, method, body)
+        headers.update(self._auth_headers())
         url = self._host + path + (f"?{urlencode(list(query))}" if query else "")
+        wait = timeout or self._timeout
         try:
-            response = self._api.rest_client.request(
-                method, url, headers=headers, body=body, _request_timeout=timeout or self._timeout
+            # The ApiClient's own pool (TLS, client certificate, proxy), asked directly: its REST
+            # wrapper re-ran the credentials' refresh hook and matched content types by regex on
+            # every call, a third of a request's CPU in the client (bench/sync.py, issue 37).
+            raw: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
+                method,
+                url,
+                body=None if body is None else json.dumps(body),
+                headers=headers,
+                timeout=urllib3.Timeout(connect=wait[0], read=wait[1])
+                if isinstance(wait, tuple)
+                else urllib3.Timeout(total=wait),
+                preload_content=False,
             )
-        except (urllib3.exceptions.HTTPError, OSError, k8s_client.ApiException) as exc:
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
-        raw: urllib3.BaseHTTPResponse = response.response
         if raw.status >= 400:
             raise _error(raw.status, _read_body(raw, method, path))
         return raw
+
+    def _auth_headers(self) -> dict[str, str]:
+        """The credentials' headers (a bearer token; none with a client certificate alone), asked
+        of the ApiClient at most once every AUTH_REFRESH seconds: its refresh hook (a rotated
+        token file read again, an exec plugin run when the token expired) runs then, not on
+        every request. Tests: tests/kube/test_client.py."""
+        now = time.monotonic()
+        with self._auth_lock:
+            if now >= self._auth_until:
+                headers: dict[str, str] = {}
+                self._api.update_params_for_auth(headers, [], ["BearerToken"], "", "GET", None)
+                self._auth, self._auth_until = headers, now + AUTH_REFRESH
+            return self._auth
 
     def request(
         self,
