@@ -15,6 +15,7 @@ import pytest
 from providers.base import ClaimName, Instance, InstanceId, InstanceState, PodSpec, ProvisionRequest
 from providers.claim import claim_name
 from providers.fake import FakeProvider
+from providers.shape import ContainerFacts, ContainerState
 from tests.support.factories import make_pod
 from vnode.handler import Handler
 from vnode.model import assess, quiet
@@ -133,6 +134,57 @@ def test_a_settled_pod_takes_the_quiet_path_only_when_observe_would_change_nothi
         assert moved is False
         assert state(quick) == state(full), "the quiet path left the entry as the full assessment does"
         assert quick.billing_seen == SEEN_AT, "seen billing in this list"
+
+
+TWO = {"containers": [{"name": n, "image": "busybox", "command": ["sleep", "300"]} for n in ("main", "side")]}
+
+
+def containers(**main: Any) -> tuple[ContainerFacts, ...]:
+    facts = {"name": "main", "state": ContainerState.RUNNING, "started_at": T0, "runs": 1}
+    facts.update(main)
+    return (ContainerFacts(**facts), ContainerFacts("side", ContainerState.RUNNING, started_at=T0, runs=1))
+
+
+def adopted_with_containers() -> Tracked:
+    """A Pod of two containers adopted with its running instance, which reports each."""
+    pod = make_pod("p2", namespace="ns", uid="u2", spec=TWO)
+    entry = assess.adopt(TrackedMap(), pod, running(containers=containers()), at=1.0, now=T0, rules=RULES)
+    entry.written_status = entry.desired_status
+    entry.written_annotations.update(entry.desired_annotations)
+    return entry
+
+
+def container_restart_due(entry: Tracked) -> Instance:
+    entry.containers["side"].due = Due(Step.RESTART, 5.0)
+    return running(containers=containers())
+
+
+CONTAINER_CASES: list[tuple[str, Callable[[Tracked], Instance], bool]] = [
+    ("each container's same facts in a new object", lambda entry: running(containers=containers()), True),
+    (
+        "a container ended",
+        lambda entry: running(containers=containers(state=ContainerState.TERMINATED, exit_code=1, finished_at=T0)),
+        False,
+    ),
+    ("a container restarted", lambda entry: running(containers=containers(runs=2)), False),
+    ("a container's restart is due", container_restart_due, False),
+]
+
+
+@pytest.mark.parametrize(("what", "change", "expected"), CONTAINER_CASES, ids=[case[0] for case in CONTAINER_CASES])
+def test_a_settled_pod_of_several_containers_takes_the_quiet_path_only_when_observe_would_change_nothing(
+    what: str, change: Callable[[Tracked], Instance], expected: bool
+) -> None:
+    quick, full = adopted_with_containers(), adopted_with_containers()
+    assert quick.containers, "the entry weighs each container"
+    facts_quick, facts_full = change(quick), change(full)
+    settled = quiet.settled(quick, facts_quick, rules=RULES, seen_at=SEEN_AT)
+    assert settled is expected, what
+    if settled:
+        moved = assess.observe(full, facts_full, now=datetime.fromtimestamp(SEEN_AT, UTC), at=2.0, rules=RULES)
+        assert moved is False
+        assert full.next_due() is None  # nor would the tick find a step due
+        assert state(quick) == state(full), "the quiet path left the entry as the full assessment does"
 
 
 class NoKube:

@@ -17,7 +17,9 @@ from vnode.model.tracking import Tracked
 
 def settled(entry: Tracked, instance: Instance, *, rules: Rules, seen_at: float) -> bool:
     """True if `instance` (the entry's, in this list) changes nothing: the facts equal the last
-    ones its status was computed from, with the same probe verdicts, no step due, no list miss to
+    ones its status was computed from (each container's included: equal facts are where the full
+    assessment stops too, before it weighs containers), with the same probe verdicts, no step
+    of the Pod or of a container due, no list miss to
     forget, not queued (a queued instance has a deadline), and a billing record that already
     says what these facts say (a billing instance's span open for it, else none open). Then only
     `entry.billing_seen` moves to `seen_at` (epoch seconds), as `vnode.model.billing.observe`
@@ -28,7 +30,7 @@ def settled(entry: Tracked, instance: Instance, *, rules: Rules, seen_at: float)
     if (
         runs.finished
         or runs.due is not None
-        or entry.containers  # each container's own runs and dues: the full path weighs them
+        or any(runs.due is not None for runs in entry.containers.values())  # a container's step due
         or entry.misses
         or entry.desired_status is None
         or entry.probe_verdicts is not entry.judged_by
