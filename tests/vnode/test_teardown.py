@@ -5,17 +5,23 @@ untracked one's claim is looked up and its instance adopted first)."""
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 from kube import billing as kbilling
 from kube import names
-from providers.base import InstanceId, InstanceState
+from providers.base import ClaimName, Instance, InstanceId, InstanceState
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
 from tests.support.rigs.offline import KeptPatches, adopt_new_pod, kept_fake_handler
 from vnode.handler import Handler
 from vnode.model import billing
-from vnode.model.containerstatus import UNLOCATED, UNLOCATED_AT_TERMINATION, UNLOCATED_WHEN_DELETED
+from vnode.model.containerstatus import (
+    UNLOCATED,
+    UNLOCATED_AT_TERMINATION,
+    UNLOCATED_WHEN_DELETED,
+    unlocated_status,
+)
 from vnode.phases.teardown import Tombstone
 
 
@@ -191,3 +197,25 @@ def test_after_a_restart_a_deleted_pods_end_is_read_from_the_providers_terminate
     assert container["state"]["terminated"]["exitCode"] == fact.exit_code
     assert container["state"]["terminated"]["reason"] != UNLOCATED and "lastState" not in container
     assert body["status"]["phase"] == "Failed"
+
+
+def test_after_a_restart_one_containers_end_is_the_exit_the_provider_read_for_its_instance() -> None:
+    """A provider that reports no per-container facts (one container, the instance's facts are
+    its own) but learnt the exit of the terminated instance: that exit is the container's end."""
+    ended = Instance(
+        InstanceId("i-9"),
+        ClaimName("c"),
+        InstanceState.TERMINATED,
+        created_at=datetime(2026, 12, 6, tzinfo=UTC),
+        started_at=datetime(2026, 12, 6, tzinfo=UTC),
+        finished_at=datetime(2026, 12, 6, 0, 1, tzinfo=UTC),
+        exit_code=143,
+    )
+    running = {"phase": "Running", "containerStatuses": [{"name": "main", "state": {"running": {}}, "ready": True}]}
+    status = unlocated_status(running, ended, now="2026-12-06T00:02:00Z")
+    [container] = status["containerStatuses"]
+    assert container["state"]["terminated"]["exitCode"] == 143
+    assert container["state"]["terminated"]["reason"] == "Error" and "lastState" not in container
+    assert status["phase"] == "Failed" and container["ready"] is False
+    alone = unlocated_status(running, None, now="2026-12-06T00:02:00Z")  # nothing known: the kubelet's word
+    assert alone["containerStatuses"][0]["state"]["terminated"]["reason"] == UNLOCATED

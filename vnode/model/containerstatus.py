@@ -192,11 +192,24 @@ def unlocated_status(status: Mapping[str, Any], instance: Instance | None, *, no
     """`status` as a kubelet's TerminatePod leaves a deleted Pod whose containers it can no
     longer find (here: a manager that died between terminating the instance and writing the
     final status). Each container not terminated reads the end `instance` (a terminated one
-    the provider still lists) reports for it, else terminated `ContainerStatusUnknown` (137);
+    the provider still lists) reports for it (its own facts, or the instance's exit for a Pod
+    of one container), else terminated `ContainerStatusUnknown` (137);
     one that was running also gets that unseen end as `lastState`, as the kubelet's status
     conversion gives it. The phase turns `Failed` (a terminal one stays); nothing is ready.
     Tests: tests/vnode/test_teardown.py."""
     ended = {c.name: c for c in (instance.containers if instance else ()) if c.state is ContainerState.TERMINATED}
+    apps = status.get("containerStatuses") or []
+    if instance is not None and not instance.containers and instance.exit_code is not None and len(apps) == 1:
+        # The instance's facts are its one container's: an exit the provider learnt is that end.
+        name = str(apps[0].get("name"))
+        ended[name] = ContainerFacts(
+            name,
+            ContainerState.TERMINATED,
+            started_at=instance.started_at,
+            finished_at=instance.finished_at,
+            exit_code=instance.exit_code,
+            exit_reason=instance.exit_reason,
+        )
     result = dict(status)
     for key in ("initContainerStatuses", "containerStatuses"):
         if key not in result:
