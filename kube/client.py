@@ -2,8 +2,11 @@
 
 Built on the official client's ApiClient (kubeconfig, in-cluster auth, TLS, pooling) but
 skips its model classes: the controllers work on plain dicts, which is what they compare
-and patch. Every urllib3/ApiException failure becomes a `KubeError` subclass here.
-Tests: tests/vnode/test_controllers.py, tests/kube/test_reviews.py (close).
+and patch. Requests go to the ApiClient's own urllib3 pool (its TLS, client certificate and
+proxy), past its REST wrapper; the bearer token is taken from it at most once a second
+(`AUTH_REFRESH`), so its refresh hook still rotates tokens. Every urllib3 failure becomes a
+`KubeError` subclass here.
+Tests: tests/vnode/test_controllers.py, tests/kube/test_reviews.py (close), tests/kube/test_client.py.
 """
 
 from __future__ import annotations
