@@ -319,7 +319,7 @@ class PodController:
 
     def _terminate_tombstone(self, key: str, decision: Decision) -> Requeue | None:
         assert decision.pod is not None
-        after = self.handler.teardown.terminate(decision.pod)
+        after = self.handler.teardown.terminate(decision.pod, gone=True)  # its name may be a new Pod's
         if after is not None:
             return Requeue(after)
         with self._lock:

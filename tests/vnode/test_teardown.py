@@ -212,10 +212,104 @@ def test_after_a_restart_one_containers_end_is_the_exit_the_provider_read_for_it
         exit_code=143,
     )
     running = {"phase": "Running", "containerStatuses": [{"name": "main", "state": {"running": {}}, "ready": True}]}
-    status = unlocated_status(running, ended, now="2026-12-06T00:02:00Z")
+    pod = make_pod("one", namespace="default", uid="u1")
+    status = unlocated_status(pod, running, ended, now="2026-12-06T00:02:00Z")
     [container] = status["containerStatuses"]
     assert container["state"]["terminated"]["exitCode"] == 143
     assert container["state"]["terminated"]["reason"] == "Error" and "lastState" not in container
     assert status["phase"] == "Failed" and container["ready"] is False
-    alone = unlocated_status(running, None, now="2026-12-06T00:02:00Z")  # nothing known: the kubelet's word
+    alone = unlocated_status(pod, running, None, now="2026-12-06T00:02:00Z")  # nothing known: the kubelet's word
     assert alone["containerStatuses"][0]["state"]["terminated"]["reason"] == UNLOCATED
+
+
+def test_a_restart_that_finds_the_instance_still_going_writes_the_pods_end_not_running() -> None:
+    """Killed between the terminate and the write of the end, while the instance still shuts
+    down (EC2's shutting-down): the next manager adopts it going, waits for it to go, and then
+    writes the end a kubelet writes for containers it cannot find, never `Running`."""
+    handler, kube, _ = kept_fake_handler("teardown", {"termination_delay": 0.3, "retention_seconds": 0})
+    pod = adopt_new_pod(handler, "going")
+    entry = handler.tracked("default/going")
+    assert entry is not None and entry.instance_id is not None
+    handler.writer.flush(entry, pod)
+    [running] = _status_writes(kube)
+    handler.provider.terminate(entry.instance_id)  # landed; then the manager died
+    handler.context.tracked.forget(entry)
+    kube.patches.clear()
+    on_api = {**pod, "metadata": {**pod["metadata"], "annotations": dict(running["metadata"]["annotations"])}}
+    target = _deleting(on_api, running["status"])
+    wait_for(lambda: handler.teardown.terminate(target) is None, what="the going instance gone")
+    writes = _status_writes(kube)
+    assert all(body["status"]["phase"] == "Failed" for body in writes), writes  # never Running
+    body = writes[-1]
+    [container] = body["status"]["containerStatuses"]
+    assert "terminated" in container["state"] and container["ready"] is False
+    assert kbilling.parse(body["metadata"]["annotations"][names.BILLING_ANNOTATION]).open is None
+
+
+def test_a_pod_known_only_by_its_tombstone_gets_nothing_written_to_its_name() -> None:
+    """A force-deleted Pod whose in-flight teardown forgot it is terminated from its last state;
+    its name may already be a new Pod's (a StatefulSet's `web-0`), so nothing is written to it."""
+    handler, kube, _ = kept_fake_handler("teardown", {"retention_seconds": 0})
+    pod = adopt_new_pod(handler, "web-0")
+    entry = handler.tracked("default/web-0")
+    assert entry is not None and entry.instance_id is not None
+    handler.writer.flush(entry, pod)
+    tombstone = dict(entry.pod)  # no deletionTimestamp: force-deleted
+    handler.context.tracked.forget(entry)
+    kube.patches.clear()
+    wait_for(lambda: handler.teardown.terminate(tombstone, gone=True) is None, what="the stop, then terminate")
+    assert kube.patches == []
+    assert all(i.state is not InstanceState.RUNNING for i in handler.provider.list())
+    handler2, kube2, _ = kept_fake_handler("teardown", {"retention_seconds": 0})
+    pod2 = adopt_new_pod(handler2, "web-0")
+    entry2 = handler2.tracked("default/web-0")
+    assert entry2 is not None and entry2.instance_id is not None
+    handler2.provider.terminate(entry2.instance_id)  # its instance is gone already
+    handler2.context.tracked.forget(entry2)
+    kube2.patches.clear()
+    assert handler2.teardown.terminate(dict(pod2), gone=True) is None
+    assert kube2.patches == []
+
+
+INIT_SPEC = {
+    "initContainers": [{"name": n, "image": "busybox"} for n in ("fetch", "warm")],
+    "containers": [{"name": "main", "image": "busybox"}],
+}
+
+
+def _cs(name: str, state: dict[str, Any], last: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"name": name, "state": state, "lastState": last or {}, "ready": False}
+
+
+def test_the_kubelets_rules_for_a_pod_still_initializing_leave_what_never_started_waiting() -> None:
+    """TerminatePod's two rules: app containers are ended only once the Pod initialized, and of
+    the init containers all but the trailing ones with no sign of a start."""
+    pod = make_pod("init", namespace="default", uid="u", spec=INIT_SPEC)
+    status = {
+        "phase": "Pending",
+        "initContainerStatuses": [
+            _cs("fetch", {"running": {}}),
+            _cs("warm", {"waiting": {"reason": "PodInitializing"}}),
+        ],
+        "containerStatuses": [_cs("main", {"waiting": {"reason": "PodInitializing"}})],
+    }
+    ended = unlocated_status(pod, status, None, now="2026-12-06T00:00:00Z")
+    fetch, warm = ended["initContainerStatuses"]
+    assert fetch["state"]["terminated"]["reason"] == UNLOCATED and fetch["lastState"]["terminated"]
+    assert "waiting" in warm["state"]  # never started: left waiting
+    assert "waiting" in ended["containerStatuses"][0]["state"]  # the Pod never initialized
+    assert ended["phase"] == "Failed"
+    nothing_started = {
+        **status,
+        "initContainerStatuses": [_cs(n, {"waiting": {"reason": "PodInitializing"}}) for n in ("fetch", "warm")],
+    }
+    first, second = unlocated_status(pod, nothing_started, None, now="2026-12-06T00:00:00Z")["initContainerStatuses"]
+    assert "terminated" in first["state"] and "waiting" in second["state"]  # the first always counts
+    initialized = {
+        "phase": "Running",
+        "initContainerStatuses": [_cs(n, {"terminated": {"exitCode": 0}}) for n in ("fetch", "warm")],
+        "containerStatuses": [_cs("main", {"running": {}})],
+    }
+    [main] = unlocated_status(pod, initialized, None, now="2026-12-06T00:00:00Z")["containerStatuses"]
+    assert main["state"]["terminated"]["reason"] == UNLOCATED
+    assert main["lastState"]["terminated"]["message"] == UNLOCATED_WHEN_DELETED

@@ -188,17 +188,22 @@ UNLOCATED_WHEN_DELETED = (
 )
 
 
-def unlocated_status(status: Mapping[str, Any], instance: Instance | None, *, now: str) -> JsonDict:
-    """`status` as a kubelet's TerminatePod leaves a deleted Pod whose containers it can no
-    longer find (here: a manager that died between terminating the instance and writing the
-    final status). Each container not terminated reads the end `instance` (a terminated one
-    the provider still lists) reports for it (its own facts, or the instance's exit for a Pod
-    of one container), else terminated `ContainerStatusUnknown` (137);
-    one that was running also gets that unseen end as `lastState`, as the kubelet's status
-    conversion gives it. The phase turns `Failed` (a terminal one stays); nothing is ready.
-    Tests: tests/vnode/test_teardown.py."""
+def unlocated_status(
+    pod: Mapping[str, Any], status: Mapping[str, Any], instance: Instance | None, *, now: str
+) -> JsonDict:
+    """`status` (of `pod`) as a kubelet's TerminatePod leaves a deleted Pod whose containers it
+    can no longer find: a manager that died between terminating the instance and writing the
+    final status, or an instance found already going. Each container the rules below reach that
+    is not terminated reads the end `instance` (a terminated one the provider still lists)
+    reports for it (its own facts, or the instance's exit for a Pod of one container), else
+    terminated `ContainerStatusUnknown` (137); one that was running also gets that unseen end as
+    `lastState`, as the kubelet's status conversion gives it. As the kubelet: app containers only
+    once the Pod has initialized (`_initialized`), and init containers all but the trailing ones
+    that never started (`_started_inits`). The phase turns `Failed` (a terminal one stays);
+    nothing is ready. Tests: tests/vnode/test_teardown.py."""
     ended = {c.name: c for c in (instance.containers if instance else ()) if c.state is ContainerState.TERMINATED}
-    apps = status.get("containerStatuses") or []
+    apps = list(status.get("containerStatuses") or [])
+    inits = list(status.get("initContainerStatuses") or [])
     if instance is not None and not instance.containers and instance.exit_code is not None and len(apps) == 1:
         # The instance's facts are its one container's: an exit the provider learnt is that end.
         name = str(apps[0].get("name"))
@@ -210,28 +215,57 @@ def unlocated_status(status: Mapping[str, Any], instance: Instance | None, *, no
             exit_code=instance.exit_code,
             exit_reason=instance.exit_reason,
         )
+
+    def end(old: Mapping[str, Any], reached: bool) -> JsonDict:
+        entry = {**old, "ready": False, "started": False}
+        state = old.get("state") or {}
+        if not reached or "terminated" in state:
+            return entry
+        fact = ended.get(str(old.get("name")))
+        if fact is not None and instance is not None:
+            entry["state"] = {"terminated": terminated_of(fact, instance)}
+            return entry
+        if "running" in state:
+            entry["lastState"] = {"terminated": _unlocated(UNLOCATED_WHEN_DELETED)}
+        entry["state"] = {"terminated": _unlocated(UNLOCATED_AT_TERMINATION)}
+        return entry
+
     result = dict(status)
-    for key in ("initContainerStatuses", "containerStatuses"):
-        if key not in result:
-            continue
-        entries = []
-        for old in result[key]:
-            entry = {**old, "ready": False, "started": False}
-            state = old.get("state") or {}
-            if "terminated" not in state:
-                fact = ended.get(str(old.get("name")))
-                if fact is not None and instance is not None:
-                    entry["state"] = {"terminated": terminated_of(fact, instance)}
-                else:
-                    if "running" in state:
-                        entry["lastState"] = {"terminated": _unlocated(UNLOCATED_WHEN_DELETED)}
-                    entry["state"] = {"terminated": _unlocated(UNLOCATED_AT_TERMINATION)}
-            entries.append(entry)
-        result[key] = entries
+    if "containerStatuses" in result:
+        reached = _initialized(pod, apps, inits)
+        result["containerStatuses"] = [end(old, reached) for old in apps]
+    if "initContainerStatuses" in result:
+        started = _started_inits(inits)
+        result["initContainerStatuses"] = [end(old, index < started) for index, old in enumerate(inits)]
     if result.get("phase") not in ("Succeeded", "Failed"):
         result["phase"] = "Failed"
     result["conditions"] = stopping.not_ready(result.get("conditions") or [], now=now)
     return result
+
+
+def _initialized(pod: Mapping[str, Any], apps: Sequence[Mapping[str, Any]], inits: Sequence[Mapping[str, Any]]) -> bool:
+    """The kubelet's hasPodInitialized: no init containers, or an app container that ever left
+    waiting, or a last init container that completed with 0."""
+    if not (pod.get("spec") or {}).get("initContainers"):
+        return True
+    if any(_left_waiting(s) for s in apps):
+        return True
+    last = ((inits[-1].get("state") or {}).get("terminated") or {}) if inits else {}
+    return bool(last) and last.get("exitCode") == 0
+
+
+def _started_inits(inits: Sequence[Mapping[str, Any]]) -> int:
+    """The kubelet's initializedContainers: how many init containers, from the first, to treat
+    as started (all but the trailing ones still waiting with no earlier end; at least one)."""
+    for index in range(len(inits) - 1, -1, -1):
+        if _left_waiting(inits[index]):
+            return index + 1
+    return min(1, len(inits))
+
+
+def _left_waiting(entry: Mapping[str, Any]) -> bool:
+    """Not waiting, or waiting after an earlier end (the kubelet's evidence of a start)."""
+    return "waiting" not in (entry.get("state") or {}) or "terminated" in (entry.get("lastState") or {})
 
 
 def _unlocated(message: str) -> JsonDict:

@@ -67,7 +67,7 @@ class Teardown:
         self._monotonic = context.monotonic
         self._now = context.now
 
-    def terminate(self, target: Mapping[str, Any] | Tombstone) -> float | None:
+    def terminate(self, target: Mapping[str, Any] | Tombstone, *, gone: bool = False) -> float | None:
         """Terminate the instance of a Pod: None once the instance is gone (or released) and
         the Pod dropped from tracking; else the seconds until the next look. Retry if we could
         not ask (I3: the Pod object stays until the provider answers).
@@ -76,6 +76,8 @@ class Teardown:
         an untracked one (cold map, or its object already gone) has its claim looked up and
         its instance adopted first. Or it is the `Tombstone` of a tracked Pod deleted from the
         API: only the entry of that UID is terminated, and its ephemeral containers end.
+        `gone`: `target` is the last state of a Pod whose object is gone from the API: nothing is
+        written to its name (a new Pod may have taken it), as for a Tombstone.
 
         Bounded calls: terminate is asked once (again only if a look shows it did not take),
         and the looks back off from RECHECK_FIRST doubling to the poll interval, so an
@@ -90,11 +92,12 @@ class Teardown:
             if found is Lookup.UNKNOWN:
                 raise Retry("provider unreachable: cannot tell whether the Pod has an instance")
             if instance is None or instance.state is InstanceState.TERMINATED:
-                self.close_untracked(target, instance, deleted=True)
+                if not gone:
+                    self.close_untracked(target, instance, deleted=True)
                 return None  # nothing of it is left to stop
             entry = assess.adopt(self._tracked, dict(target), instance, at=self._monotonic(), now=self._now())
             entry.terminate_asked = instance.state is InstanceState.TERMINATING  # going already: look until gone
-        return self._terminate_tracked(key, grace=deletion_grace(target), pod=target)
+        return self._terminate_tracked(key, grace=deletion_grace(target), pod=None if gone else target)
 
     def _terminate_tracked(
         self, key: str, *, uid: str | None = None, grace: float, pod: Mapping[str, Any] | None = None
@@ -118,14 +121,26 @@ class Teardown:
             return entry.look_after - now  # woken early (an Event, a status write): the look is not due
         try:
             instance = self._terminate_and_look(entry, key)
-        except Retry:
-            if pod is not None:
-                self._writer.flush(entry, pod)  # the containers' ends are told while the provider cannot be asked
+        except BaseException:
+            if pod is not None:  # the containers' ends are told while the provider cannot be asked
+                try:
+                    self._writer.flush(entry, pod)
+                except Retry as exc:
+                    logger.info("%s: the final status waits for the API server: %s", key, exc)
             raise
+        if pod is not None and (entry.desired_status or {}).get("phase") not in ("Succeeded", "Failed"):
+            # No end was seen (an instance found already going after a restart, or one that
+            # could only be terminated whole): the end a kubelet writes for containers it can
+            # no longer find, from what the provider still says of them.
+            with entry.lock:
+                base = entry.desired_status or pod.get("status") or {}
+                entry.desired_status = containerstatus.unlocated_status(
+                    entry.pod, base, instance, now=rfc3339(self._now())
+                )
         if instance is None or instance.state in STOPPED:
             # The containers' ends and the closed span in one write, then the Pod object goes.
-            # A manager that dies before that write finds the instance stopped when it starts
-            # again, and writes the Pod's end as a kubelet does (`close_untracked`).
+            # A manager that dies before that write finds the instance stopped (or still going)
+            # when it starts again, and writes the Pod's end as above.
             self._close_billing(entry, instance, pod)
             self._tracked.forget(entry)
             return None
@@ -184,7 +199,7 @@ class Teardown:
             if deleted:
                 with entry.lock:
                     entry.desired_status = containerstatus.unlocated_status(
-                        pod.get("status") or {}, instance, now=rfc3339(self._now())
+                        pod, pod.get("status") or {}, instance, now=rfc3339(self._now())
                     )
             self._close_billing(entry, instance, pod)
         finally:
