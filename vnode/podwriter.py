@@ -115,10 +115,14 @@ class PodWriter:
         except NotFoundError:
             return
         except KubeError as exc:
-            if annotations and 400 <= exc.status < 500:
-                # The status refused (a 422, say): the annotations (the billing record) must not
-                # wait on it; they go alone, and the status is retried.
-                self._write_annotations(entry)
+            if annotations:
+                # The status refused (a 422, say) or not answered: the annotations (the instance
+                # id, the billing record) must not wait on it; they go alone, and the status is
+                # retried.
+                try:
+                    self._write_annotations(entry)
+                except Retry as alone:
+                    logger.info("annotations of %s not written alone either: %s", entry.key, alone)
             raise Retry(f"status write failed: {exc}") from exc
         entry.written_annotations.update(annotations)
         entry.written_status = desired

@@ -6,6 +6,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from devcluster import DevCluster
 from kube import names
 from kube.client import Kube, NotFoundError, path_for
@@ -320,6 +322,26 @@ def test_I2_the_instance_id_is_on_the_pod_before_create_pod_returns(kube: Kube, 
     assert names.INSTANCE_ID_ANNOTATION not in provider.seen_at_get[0]
     assert on_pod["status"]["phase"] == "Running"
     assert handler.writer.needs_flush(entry) is False  # nothing left for the caller's flush
+
+
+class BrokenAnswer(WatchingProvision):
+    """A provider whose `get` right after provisioning fails with something no provider should
+    raise (a bug in an SDK): the instance id must reach the Pod all the same."""
+
+    def get(self, instance_id: str) -> Instance | None:
+        raise RuntimeError("the SDK broke")
+
+
+def test_I2_the_instance_id_reaches_the_pod_even_when_the_first_answer_breaks(kube: Kube, cloud_name: str) -> None:
+    provider = BrokenAnswer(FakeProvider("gpu", {"cloud": cloud_name}), kube)
+    handler = Handler(provider, kube=kube, events=EventRecorder(kube, component="test"))  # type: ignore[arg-type]
+    pod = kube.create(path_for("pods", namespace="default"), make_pod("broken", "gpu"))
+    with pytest.raises(RuntimeError, match="the SDK broke"):
+        handler.provisioner.create_pod(pod)  # not a success: the worker retries it
+    entry = handler.tracked("default/broken")
+    assert entry is not None and entry.instance_id is not None
+    on_pod = get_pod(kube, "broken") or {}
+    assert on_pod["metadata"]["annotations"][names.INSTANCE_ID_ANNOTATION] == entry.instance_id
 
 
 def test_I7_missing_sources_watched_at_once_are_bounded(

@@ -119,24 +119,29 @@ def test_a_folded_write_that_failed_leaves_annotations_and_status_pending(cluste
 
 
 class RefusingStatus:
-    """The embedded API server, but every write of `pods/status` refused as invalid (a real
-    server's 422 for a status it will not take; the embedded one validates no Pod status)."""
+    """The embedded API server, but every write of `pods/status` refused (`status`: a real
+    server's 422 for a status it will not take, the embedded one validating no Pod status; or a
+    503 of an API server in trouble)."""
 
-    def __init__(self, kube: Kube) -> None:
+    def __init__(self, kube: Kube, status: int = 422) -> None:
         self._kube = kube
+        self._status = status
 
     def patch(self, path: str, body: Any, **options: Any) -> Any:
         if path.endswith("/status"):
-            raise KubeError(422, "Invalid", "status refused")
+            raise KubeError(self._status, "Invalid" if self._status == 422 else "ServiceUnavailable", "refused")
         return self._kube.patch(path, body, **options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._kube, name)
 
 
-def test_annotations_do_not_wait_on_a_status_the_api_server_refuses(cluster: DevCluster, kube: Kube) -> None:
+@pytest.mark.parametrize("refusal", [422, 503])
+def test_annotations_do_not_wait_on_a_status_the_api_server_refuses(
+    cluster: DevCluster, kube: Kube, refusal: int
+) -> None:
     pod, entry, _ = tracked(kube, "refused")
-    writer = PodWriter(cast(Kube, RefusingStatus(kube)), EventRecorder(kube, component="test"), provider="gpu")
+    writer = PodWriter(cast(Kube, RefusingStatus(kube, refusal)), EventRecorder(kube, component="test"), provider="gpu")
     entry.desired_annotations[names.BILLING_ANNOTATION] = "b"
     entry.desired_status = {"phase": "Running"}
     with pytest.raises(Retry, match="status write failed"):

@@ -294,10 +294,13 @@ class Provisioner:
         if not self._capabilities().pulls_images:
             message = f"{self._provider.name} does not pull container images; image {spec.image!r} is not used"
             self._events.pod(pod, "Normal", names.EVENT_IMAGE_NOT_USED, message)
-        self._take_first_answer(entry, result)
-        # I2: on the Pod before we report success. After the first answer, so the instance's
-        # annotations and the status it reads (Running, when it runs at once) are one write.
-        self._flush(entry.key, pod)
+        try:
+            self._take_first_answer(entry, result)
+        finally:
+            # I2: on the Pod before we report success (whatever the answer did). After the first
+            # answer, so the instance's annotations and the status it reads (Running, when it runs
+            # at once) are one write.
+            self._flush(entry.key, pod)
 
     def _take_first_answer(self, entry: Tracked, result: ProvisionResult) -> None:
         """One `get` right after provisioning, fed to the status decision a poll's list feeds
