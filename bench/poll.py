@@ -11,13 +11,16 @@ involved: a tick where nothing changed makes no API call (tests/vnode prove that
 tracemalloc snapshots around the set-up and prints what the Pods and their tracking hold, by line
 (its own memory makes that run's RSS figure meaningless). `--unshared` turns off the sharing of
 equal status pieces (`vnode.model.shared`): the tracking as it costs when no two Pods' conditions
-or start times fall in the same second.
-Usage: python bench/poll.py [--pods 10000] [--ticks 20] [--profile] [--trace] [--unshared]
+or start times fall in the same second. `--fresh`: every list builds new Instance objects (the
+fake hands back the same object for an instance that did not change; a cloud's SDK builds new
+ones), so the quiet path compares facts by value; the copying counts in the list's own time.
+Usage: python bench/poll.py [--pods 10000] [--ticks 20] [--profile] [--trace] [--unshared] [--fresh]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import cProfile
 import gc
 import os
@@ -31,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from providers.base import PodSpec, ProvisionRequest  # noqa: E402
+from providers.base import Instance, PodSpec, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
@@ -101,6 +104,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="profile the ticks (cProfile), print the top frames")
     parser.add_argument("--trace", action="store_true", help="tracemalloc: what the Pods and their tracking hold")
     parser.add_argument("--unshared", action="store_true", help="no sharing of equal status pieces between Pods")
+    parser.add_argument("--fresh", action="store_true", help="every list builds new Instance objects, as a cloud's SDK")
     args = parser.parse_args()
     if args.pods < 1 or args.ticks < 1:
         parser.error("--pods and --ticks must be at least 1")
@@ -115,6 +119,13 @@ def main() -> None:
         spec = PodSpec(namespace="training", name=name, uid=uid, container="main", image="x")
         instances.append(provider.provision(spec, ProvisionRequest(claim=claim_name("training", name, uid))))
     by_id = {i.id: i for i in provider.list()}
+    if args.fresh:
+        fake_list = provider.list
+
+        def fresh_list() -> list[Instance]:  # the copies are made inside the list's own time
+            return [copy.deepcopy(instance) for instance in fake_list()]
+
+        provider.list = fresh_list  # type: ignore[method-assign]
     handler = Handler(provider, kube=NoKube(), events=NoKube(), poll_interval=1.0)  # type: ignore[arg-type]
     gc.collect()
     snapshots = []
