@@ -191,6 +191,9 @@ def test_concurrent_restarts_from_threads_and_processes_start_one_workload(
     assert sorted(outcomes) == ["refused"] * 5 + ["restarted"]
     wait_for(lambda: in_state(provider, instance_id, InstanceState.RUNNING))
     path = provider.root / CLAIM
+    # Running says the process started, not that its first line ran: wait for its mark (a
+    # stress run read the file between the two), then check no third run ever started.
+    wait_for(lambda: (path / "starts").read_text() != "x\n", what="the second run's first line")
     assert (path / "starts").read_text() == "x\nx\n" and len(live_supervisors(path)) == 1
     instance = provider.get(instance_id)
     assert instance is not None and instance.runs == 2
