@@ -120,11 +120,11 @@ CASES: list[tuple[str, Callable[[Tracked], Instance], bool]] = [
 ]
 
 
-@pytest.mark.parametrize(("what", "change", "expected"), CASES, ids=[case[0] for case in CASES])
-def test_a_settled_pod_takes_the_quiet_path_only_when_observe_would_change_nothing(
-    what: str, change: Callable[[Tracked], Instance], expected: bool
+def check_quiet_against_full(
+    quick: Tracked, full: Tracked, what: str, change: Callable[[Tracked], Instance], expected: bool
 ) -> None:
-    quick, full = adopted(), adopted()
+    """Two equal entries: `change` applied to both; the quiet path on one must answer
+    `expected`, and where it passes the Pod over, leave it as the full assessment leaves the other."""
     facts_quick, facts_full = change(quick), change(full)
     assert facts_quick == facts_full
     settled = quiet.settled(quick, facts_quick, rules=RULES, seen_at=SEEN_AT)
@@ -132,8 +132,16 @@ def test_a_settled_pod_takes_the_quiet_path_only_when_observe_would_change_nothi
     if settled:
         moved = assess.observe(full, facts_full, now=datetime.fromtimestamp(SEEN_AT, UTC), at=2.0, rules=RULES)
         assert moved is False
+        assert full.next_due() is None  # nor would the tick find a step due
         assert state(quick) == state(full), "the quiet path left the entry as the full assessment does"
         assert quick.billing_seen == SEEN_AT, "seen billing in this list"
+
+
+@pytest.mark.parametrize(("what", "change", "expected"), CASES, ids=[case[0] for case in CASES])
+def test_a_settled_pod_takes_the_quiet_path_only_when_observe_would_change_nothing(
+    what: str, change: Callable[[Tracked], Instance], expected: bool
+) -> None:
+    check_quiet_against_full(adopted(), adopted(), what, change, expected)
 
 
 TWO = {"containers": [{"name": n, "image": "busybox", "command": ["sleep", "300"]} for n in ("main", "side")]}
@@ -177,14 +185,7 @@ def test_a_settled_pod_of_several_containers_takes_the_quiet_path_only_when_obse
 ) -> None:
     quick, full = adopted_with_containers(), adopted_with_containers()
     assert quick.containers, "the entry weighs each container"
-    facts_quick, facts_full = change(quick), change(full)
-    settled = quiet.settled(quick, facts_quick, rules=RULES, seen_at=SEEN_AT)
-    assert settled is expected, what
-    if settled:
-        moved = assess.observe(full, facts_full, now=datetime.fromtimestamp(SEEN_AT, UTC), at=2.0, rules=RULES)
-        assert moved is False
-        assert full.next_due() is None  # nor would the tick find a step due
-        assert state(quick) == state(full), "the quiet path left the entry as the full assessment does"
+    check_quiet_against_full(quick, full, what, change, expected)
 
 
 class NoKube:
