@@ -265,7 +265,7 @@ def _started_inits(inits: Sequence[Mapping[str, Any]]) -> int:
 
 def _left_waiting(entry: Mapping[str, Any]) -> bool:
     """Not waiting, or waiting after an earlier end (the kubelet's evidence of a start)."""
-    return "waiting" not in (entry.get("state") or {}) or "terminated" in (entry.get("lastState") or {})
+    return "waiting" not in (entry.get("state") or {}) or _ended_before(entry)
 
 
 def _unlocated(message: str) -> JsonDict:
@@ -277,7 +277,7 @@ def _by_name(statuses: Sequence[JsonDict]) -> dict[str, JsonDict]:
     return {str(s["name"]): s for s in statuses}
 
 
-def _ended_before(entry: JsonDict) -> bool:
+def _ended_before(entry: Mapping[str, Any]) -> bool:
     return "terminated" in (entry.get("lastState") or {})
 
 

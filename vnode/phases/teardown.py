@@ -132,11 +132,7 @@ class Teardown:
             # No end was seen (an instance found already going after a restart, or one that
             # could only be terminated whole): the end a kubelet writes for containers it can
             # no longer find, from what the provider still says of them.
-            with entry.lock:
-                base = entry.desired_status or pod.get("status") or {}
-                entry.desired_status = containerstatus.unlocated_status(
-                    entry.pod, base, instance, now=rfc3339(self._now())
-                )
+            self._end_unseen(entry, entry.desired_status or pod.get("status") or {}, instance)
         if instance is None or instance.state in STOPPED:
             # The containers' ends and the closed span in one write, then the Pod object goes.
             # A manager that dies before that write finds the instance stopped (or still going)
@@ -197,13 +193,16 @@ class Teardown:
         entry = self._tracked.track(dict(pod))
         try:
             if deleted:
-                with entry.lock:
-                    entry.desired_status = containerstatus.unlocated_status(
-                        pod, pod.get("status") or {}, instance, now=rfc3339(self._now())
-                    )
+                self._end_unseen(entry, pod.get("status") or {}, instance)
             self._close_billing(entry, instance, pod)
         finally:
             self._tracked.forget(entry)
+
+    def _end_unseen(self, entry: Tracked, base: Mapping[str, Any], instance: Instance | None) -> None:
+        """The entry's status becomes `base` ended as a kubelet ends containers it can no longer
+        find (`containerstatus.unlocated_status`), from what `instance` still says of them."""
+        with entry.lock:
+            entry.desired_status = containerstatus.unlocated_status(entry.pod, base, instance, now=rfc3339(self._now()))
 
     def release(self, entry: Tracked) -> None:
         """The Pod finished and its instance still bills: terminate it once. The Pod stays
