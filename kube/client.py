@@ -2,15 +2,18 @@
 
 Built on the official client's ApiClient (kubeconfig, in-cluster auth, TLS, pooling) but
 skips its model classes: the controllers work on plain dicts, which is what they compare
-and patch. Requests go to the ApiClient's own urllib3 pool (its TLS, client certificate and
-proxy), past its REST wrapper; the bearer token is taken from it at most once a second
+and patch. Calls go over the ApiClient's pool's connections (its TLS, client certificate) kept
+by `kube.lane`; watches, and everything through a proxy, go to its urllib3 pool manager, past
+its REST wrapper. The bearer token is taken from it at most once a second
 (`AUTH_REFRESH`), so its refresh hook still rotates tokens. Every urllib3 failure becomes a
 `KubeError` subclass here.
-Tests: tests/vnode/test_controllers.py, tests/kube/test_reviews.py (close), tests/kube/test_client.py.
+Tests: tests/vnode/test_controllers.py, tests/kube/test_reviews.py (close), tests/kube/test_client.py,
+tests/kube/test_lane.py.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -22,6 +25,8 @@ from urllib.parse import quote, urlencode
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
+
+from kube.lane import Lane
 
 JsonDict = dict[str, Any]
 
@@ -125,6 +130,7 @@ class Kube:
         self._auth_lock = threading.Lock()
         self._auth: dict[str, str] = {}
         self._auth_until = float("-inf")
+        self._lane = Lane.of(api_client)
 
     def fenced(self, check: Callable[[], None]) -> Kube:
         """A client on the same connections that calls `check` before every write (any method
@@ -134,6 +140,8 @@ class Kube:
     def close(self) -> None:
         """Close the pooled connections (a later call opens new ones). The ApiClient closes
         nothing when it is collected, so an owner that is done with a client calls this."""
+        if self._lane is not None:
+            self._lane.close()
         self._api.close()
 
     def _send(
@@ -193,10 +201,28 @@ class Kube:
         content_type: str = "application/json",
     ) -> JsonDict:
         """One call; the decoded JSON answer. Raises KubeError subclasses."""
-        raw = self._send(method, path, query=query, body=body, content_type=content_type)
-        data = _read_body(raw, method, path)
+        if self._lane is None:  # through a proxy: urllib3's pool manager does it all
+            raw = self._send(method, path, query=query, body=body, content_type=content_type)
+            data = _read_body(raw, method, path)
+        else:
+            data = self._ask(method, path, query=query, body=body, content_type=content_type)
         result: JsonDict = json.loads(data) if data else {}
         return result
+
+    def _ask(self, method: str, path: str, *, query: Sequence[tuple[str, str]], body: Any, content_type: str) -> bytes:
+        """`request` over the lane's kept connections: the answer's body, or the KubeError."""
+        assert self._lane is not None
+        headers = {"Accept": "application/json", "Content-Type": content_type, "User-Agent": self._api.user_agent}
+        headers.update(self._auth_headers())
+        target = path + (f"?{urlencode(list(query))}" if query else "")
+        payload = None if body is None else json.dumps(body).encode()
+        try:
+            status, data = self._lane.send(method, target, payload, headers, self._timeout)
+        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
+            raise UnreachableError(0, "Unreachable", f"{method} {path}: {type(exc).__name__}") from exc
+        if status >= 400:
+            raise _error(status, data)
+        return data
 
     def get(self, path: str) -> JsonDict:
         return self.request("GET", path)
