@@ -16,6 +16,14 @@ from typing import Any
 MAX_CALLS = 10_000
 
 
+class Call:
+    """One call while it runs: its time, and the outcome it will be logged with."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.outcome = "ok"
+
+
 @dataclass(frozen=True)
 class CallRecord:
     at: float  # clock time

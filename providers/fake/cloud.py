@@ -22,7 +22,7 @@ from typing import Any
 
 from providers import base, errors
 from providers.fake import ownership, workload
-from providers.fake.calllog import CallLog, CallRecord
+from providers.fake.calllog import Call, CallLog, CallRecord
 from providers.fake.catalog import Refusal, admits, choose_offering
 from providers.fake.faults import Action, Controls, Fault, parse_fault
 from providers.fake.interrupts import NoticeBook, NoticeCalls
@@ -30,15 +30,10 @@ from providers.fake.logs import LogChunk, log_chunk
 from providers.fake.process import ScriptedProcess
 from providers.fake.records import InstanceRecord
 from providers.fake.scenario import Scenario
+from providers.fake.serial import CallThread, routed
 from providers.fake.state import decode_snapshot, encode_snapshot
 from providers.fake.store import Records
 from providers.fake.workload import ContainerRecord
-
-
-class _Call:
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self.outcome = "ok"
 
 
 class FakeCloud(Controls, NoticeCalls):
@@ -59,6 +54,7 @@ class FakeCloud(Controls, NoticeCalls):
         self._on_change = on_change
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
+        self._serial = CallThread(self._lock)  # where the routed calls run (providers/fake/serial.py)
         self._book = NoticeBook()
         self._instances = Records()
         self._faults: dict[str, Fault] = {}
@@ -68,6 +64,7 @@ class FakeCloud(Controls, NoticeCalls):
         self._calls = CallLog()
 
     # -- the provider's calls: each sees only `owner`'s instances -------------------------
+    @routed("provision")
     def provision(self, pod: base.PodSpec, request: base.ProvisionRequest, *, owner: str) -> base.ProvisionResult:
         """Idempotent on the owner's claim, ignoring instances that are going away."""
         tier = request.capacity_type.value if request.capacity_type else "-"
@@ -119,11 +116,12 @@ class FakeCloud(Controls, NoticeCalls):
                 base.InstanceId(record.id), reserved=True, credential=credential, endpoint=record.endpoint
             )
 
+    @routed("terminate")
     def terminate(self, instance_id: str, *, owner: str) -> None:
         """TERMINATING for the scenario's termination_delay, then TERMINATED (listed, output
         readable) for its retention_seconds, then gone. Idempotent."""
         with self._call("terminate", f"owner={owner} id={instance_id}", owner=owner) as call:
-            record = self._owned(instance_id, owner, call.now)
+            record = self._instances.owned(instance_id, owner, call.now, self.scenario)
             if record is None:
                 call.outcome = "ok already gone"
                 return
@@ -133,9 +131,10 @@ class FakeCloud(Controls, NoticeCalls):
             self._sweep(call.now)
             self._dirty = True
 
+    @routed("get")
     def get(self, instance_id: str, *, owner: str) -> base.Instance | None:
         with self._call("get", f"owner={owner} id={instance_id}", owner=owner) as call:
-            record = self._owned(instance_id, owner, call.now)
+            record = self._instances.owned(instance_id, owner, call.now, self.scenario)
             call.outcome = "ok gone" if record is None else f"ok {record.state.value}"
             return None if record is None else record.to_instance()
 
@@ -166,6 +165,7 @@ class FakeCloud(Controls, NoticeCalls):
             self._dirty = True
             call.outcome = f"ok run {record.runs}"
 
+    @routed("stop_container")
     def stop_container(self, instance_id: str, container: str, *, owner: str, grace: float = 0.0) -> None:
         """SIGTERM to one container, SIGKILL `grace` seconds later (at once for `grace <= 0`);
         the scenario's `sigterm` says how it reacts (dies at once: 143; traps it and exits
@@ -313,17 +313,14 @@ class FakeCloud(Controls, NoticeCalls):
 
     # -- rules --------------------------------------------------------------------------
     @contextmanager
-    def _call(self, method: str, summary: str, *, owner: str | None = None, record: bool = True) -> Iterator[_Call]:
-        """Every cloud call: slow faults sleep (outside the lock), outages refuse to answer,
-        a provider call without owner is refused, time-driven transitions are applied, the
-        outcome is logged, changes are saved."""
-        delay = self.scenario.api_latency.get(method, 0.0)
-        if self._faults:  # unlocked peek: most calls meet no fault at all
-            delay += sum(f.delay for f in self.faults() if f.kind == "slow")
-        if delay:
-            self._sleep(delay)
+    def _call(self, method: str, summary: str, *, owner: str | None = None, record: bool = True) -> Iterator[Call]:
+        """Every cloud call: slow faults sleep (outside the lock; a routed call's in its caller's
+        thread), outages refuse to answer, a provider call without owner is refused, time-driven
+        transitions are applied, the outcome is logged, changes are saved."""
+        if not self._serial.on_thread():
+            self._pause(method)
         with self._lock:
-            call = _Call(self._clock())
+            call = Call(self._clock())
             try:
                 self._expire(call.now)
                 outage = next((f for f in self._faults.values() if f.kind == "outage"), None)
@@ -344,6 +341,13 @@ class FakeCloud(Controls, NoticeCalls):
             if record:
                 self._calls.add(call.now, method, summary, call.outcome)
 
+    def _pause(self, method: str) -> None:
+        delay = self.scenario.api_latency.get(method, 0.0)
+        if self._faults:  # unlocked peek: most calls meet no fault at all
+            delay += sum(f.delay for f in self.faults() if f.kind == "slow")
+        if delay:
+            self._sleep(delay)
+
     def _apply(self, action: Action, now: float) -> dict[str, Any]:
         self._advance(now)
         if action.kind == "interrupt":
@@ -358,9 +362,6 @@ class FakeCloud(Controls, NoticeCalls):
         if fault.remaining is not None:
             self._faults[fault.id] = replace(fault, remaining=fault.remaining - 1)
             self._dirty = True
-
-    def _owned(self, instance_id: str, owner: str, now: float) -> InstanceRecord | None:
-        return self._instances.owned(instance_id, owner, now, self.scenario)
 
     def _require(self, instance_id: str, owner: str, now: float) -> InstanceRecord:
         return self._instances.require(instance_id, owner, now, self.scenario)
