@@ -9,7 +9,6 @@ timeout, server stop, client disconnect, or expiry (an ERROR event carrying 410 
 
 from __future__ import annotations
 
-import json
 import logging
 import selectors
 import socket
@@ -22,6 +21,7 @@ from typing import Any
 from devcluster import crddefaults, tables
 from devcluster.api import WatchReply
 from devcluster.errors import failure_status
+from devcluster.replybytes import encode_event
 from devcluster.store import Expired, Store
 from devcluster.watch import Change, Watcher, transition
 
@@ -29,10 +29,6 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING = 8 * 1024 * 1024  # bytes buffered for one slow client before it stops taking events
 IDLE_TICK = 0.5
-
-
-def encode_event(event_type: str, obj: dict[str, Any]) -> bytes:
-    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
 def chunk(data: bytes) -> bytes:
@@ -218,8 +214,13 @@ def _visible(reply: WatchReply, obj: Mapping[str, Any]) -> bool:
     return reply.label.matches(obj) and reply.field.matches(obj)
 
 
+def _everything(obj: Mapping[str, Any]) -> bool:
+    return True
+
+
 def _change_line(reply: WatchReply, change: Change) -> bytes | None:
-    result = transition(change, lambda obj: _visible(reply, obj))
+    everything = reply.label.empty and reply.field.empty  # no selector: skip matching each object twice
+    result = transition(change, _everything if everything else lambda obj: _visible(reply, obj))
     if result is None:
         return None
     event_type, obj = result
