@@ -1,8 +1,9 @@
 """The HTTP transport: a threading HTTPS server, request parsing, replies, watch and proxy streams.
 
 `DevCluster` starts `ApiServer`; each connection gets a thread that does the TLS handshake,
-then HTTP/1.1 keep-alive requests handed to `Api.handle`. Bounds live here (body size, header
-limits, handshake timeout). It never interprets resources itself.
+then HTTP/1.1 keep-alive requests handed to `Api.handle`. Bounds live here (body size, handshake
+timeout; header limits in `httphead`). It never interprets resources itself.
+Tests: tests/devcluster/test_server.py, test_httphead.py.
 """
 
 from __future__ import annotations
