@@ -167,9 +167,10 @@ class WatchHub:
         # drained with the flag left set, and every later wake then skipped its byte, so each
         # change waited for the IDLE_TICK (a 0.5 s watch lag, for good). A wake after the drain
         # sends one spare byte at worst; the pump that follows sees every change offered before.
+        # One read takes them all (a byte or two: one per flag clear), so no second read to see
+        # EAGAIN; were any left, the selector would just report the socket ready again.
         try:
-            while self._wake_r.recv(4096):
-                pass
+            self._wake_r.recv(4096)
         except (BlockingIOError, OSError):
             pass
         self._signalled = False
