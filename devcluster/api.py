@@ -7,9 +7,8 @@ proxying need the socket, so they come back as `WatchReply` / `ProxyReply` for t
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from devcluster import (
@@ -22,6 +21,7 @@ from devcluster import (
     negotiation,
     nodeaddress,
     openapi,
+    replybytes,
     reviews,
     scale,
     selectors,
@@ -101,7 +101,7 @@ AnyReply = Reply | WatchReply | ProxyReply
 
 
 def json_reply(code: int, obj: Any) -> Reply:
-    return Reply(code, json.dumps(obj, separators=(",", ":")).encode())
+    return Reply(code, replybytes.encode_object(obj))
 
 
 def status_reply(err: ApiError) -> Reply:
@@ -124,6 +124,7 @@ class Api:
         self.server_address = server_address
         self.preferred_address_types = tuple(preferred_address_types)
         self.metrics: MetricsStore | None = None  # the embedded metrics-server's points, once started
+        self.written = replybytes.WrittenObjects(resources.store)  # write replies share their watch lines
 
     def handle(self, request: Request, info: Info) -> AnyReply:
         try:
@@ -235,7 +236,7 @@ class Api:
                     body = csrkind.with_requester(body, username=caller.username, uid=caller.uid, groups=caller.groups)
                 obj = self.resources.create(rt, ns, body, dry_run=dry_run)
                 info.name = obj["metadata"].get("name", "")
-                return replace(json_reply(201, obj), warnings=tuple(warnings))
+                return Reply(201, self.written.encode(obj), warnings=tuple(warnings))
             if request.param("watch") in _TRUE:
                 info.verb = "watch"
                 return self._watch(request, route)
@@ -259,9 +260,8 @@ class Api:
             return json_reply(200, obj)
         if method == "PUT":
             info.verb = "update"
-            return json_reply(
-                200, self.resources.replace(rt, ns, route.name, _body(request), subresource=sub, dry_run=dry_run)
-            )
+            obj = self.resources.replace(rt, ns, route.name, _body(request), subresource=sub, dry_run=dry_run)
+            return Reply(200, self.written.encode(obj))
         if method == "PATCH":
             info.verb = "patch"
             content_type = negotiation.media_type(request.header("content-type"))
@@ -274,11 +274,11 @@ class Api:
             obj, created = self.resources.patch(
                 rt, ns, route.name, content_type, request.body, subresource=sub, dry_run=dry_run
             )
-            return json_reply(201 if created else 200, obj)
+            return Reply(201 if created else 200, self.written.encode(obj))
         info.verb = "delete"
         options = _body(request) if request.body.strip() else {}
         options = self._delete_options(request, options)
-        return json_reply(200, self.resources.delete(rt, ns, route.name, options, dry_run=dry_run))
+        return Reply(200, self.written.encode(self.resources.delete(rt, ns, route.name, options, dry_run=dry_run)))
 
     @staticmethod
     def _delete_options(request: Request, options: Any) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The HTTP transport: a threading HTTPS server, request parsing, replies, watch and proxy streams.
 
 `DevCluster` starts `ApiServer`; each connection gets a thread that does the TLS handshake,
-then HTTP/1.1 keep-alive requests handed to `Api.handle`. Bounds live here (body size, header
-limits, handshake timeout). It never interprets resources itself.
+then HTTP/1.1 keep-alive requests handed to `Api.handle`. Bounds live here (body size, handshake
+timeout; header limits in `httphead`). It never interprets resources itself.
+Tests: tests/devcluster/test_server.py, test_httphead.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from devcluster import proxy, tunnel
+from devcluster import httphead, proxy, tunnel
 from devcluster.api import MAX_BODY, Api, Info, ProxyReply, Reply, Request, WatchReply, json_reply
 from devcluster.errors import failure_status
 from devcluster.requestlog import RequestLog, RequestRecord
@@ -98,6 +99,8 @@ class Handler(BaseHTTPRequestHandler):
     sys_version = ""
     server: ApiServer
     timeout = IDLE_TIMEOUT
+    head: httphead.Head
+    raw_requestline: bytes
 
     def setup(self) -> None:
         raw: socket.socket = self.request
@@ -122,6 +125,16 @@ class Handler(BaseHTTPRequestHandler):
                 except OSError:
                     pass
                 self.request.close()
+
+    def parse_request(self) -> bool:
+        head = httphead.parse_request(self, self.raw_requestline)
+        if head is None:
+            return False
+        self.head = head
+        return True
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        return httphead.http_date(time.time() if timestamp is None else timestamp)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         log.debug("%s " + format, self.address_string(), *args)
@@ -157,7 +170,7 @@ class Handler(BaseHTTPRequestHandler):
             if isinstance(body, Reply):
                 reply: Reply | WatchReply | ProxyReply = body
             else:
-                headers = {k.lower(): v for k, v in self.headers.items()}
+                headers = dict(self.head.last)
                 query = parse_qsl(split.query, keep_blank_values=True)
                 request = Request(self.command, split.path, query, headers, body)
                 if split.path == "/debug/requests":
@@ -195,16 +208,16 @@ class Handler(BaseHTTPRequestHandler):
                 subresource=info.subresource,
                 namespace=info.namespace,
                 name=info.name,
-                user_agent=self.headers.get("User-Agent", ""),
+                user_agent=self.head.first.get("user-agent", ""),
                 code=code,
                 path=path,
             )
         )
 
     def _read_body(self) -> bytes | Reply:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        if self.head.first.get("transfer-encoding", "").lower() == "chunked":
             return self._read_chunked()
-        length_text = self.headers.get("Content-Length") or "0"
+        length_text = self.head.first.get("content-length") or "0"
         try:
             length = int(length_text)
         except ValueError:
@@ -243,17 +256,25 @@ class Handler(BaseHTTPRequestHandler):
             self.rfile.readline(1024)
 
     def _send(self, reply: Reply) -> None:
-        self.send_response(reply.code)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body)))
-        self.send_header("Cache-Control", "no-cache, private")
-        for text in reply.warnings:
-            self.send_header("Warning", warning_header(text))
+        """The reply as one write (one TLS record): the head http.server's send_response and
+        send_header calls wrote, byte for byte, then the body."""
+        if log.isEnabledFor(logging.DEBUG):
+            self.log_request(reply.code)
+        lines = [
+            f"Content-Type: {reply.content_type}\r\n",
+            f"Content-Length: {len(reply.body)}\r\n",
+            "Cache-Control: no-cache, private\r\n",
+        ]
+        lines += [f"Warning: {warning_header(text)}\r\n" for text in reply.warnings]
         if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(reply.body)
+            lines.append("Connection: close\r\n")
+        head = b""
+        if self.request_version != "HTTP/0.9":
+            status = self.responses[reply.code][0] if reply.code in self.responses else ""
+            server = f"Server: {self.version_string()}\r\nDate: {self.date_time_string()}\r\n"
+            text = f"{self.protocol_version} {reply.code} {status}\r\n{server}{''.join(lines)}\r\n"
+            head = text.encode("latin-1", "strict")
+        self.wfile.write(head + reply.body if self.command != "HEAD" else head)
         self.wfile.flush()
 
     def _watch(self, reply: WatchReply) -> None:

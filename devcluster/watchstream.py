@@ -9,7 +9,6 @@ timeout, server stop, client disconnect, or expiry (an ERROR event carrying 410 
 
 from __future__ import annotations
 
-import json
 import logging
 import selectors
 import socket
@@ -22,6 +21,7 @@ from typing import Any
 from devcluster import crddefaults, tables
 from devcluster.api import WatchReply
 from devcluster.errors import failure_status
+from devcluster.replybytes import encode_event
 from devcluster.store import Expired, Store
 from devcluster.watch import Change, Watcher, transition
 
@@ -29,10 +29,6 @@ log = logging.getLogger(__name__)
 
 MAX_PENDING = 8 * 1024 * 1024  # bytes buffered for one slow client before it stops taking events
 IDLE_TICK = 0.5
-
-
-def encode_event(event_type: str, obj: dict[str, Any]) -> bytes:
-    return json.dumps({"type": event_type, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
 def chunk(data: bytes) -> bytes:
@@ -171,9 +167,10 @@ class WatchHub:
         # drained with the flag left set, and every later wake then skipped its byte, so each
         # change waited for the IDLE_TICK (a 0.5 s watch lag, for good). A wake after the drain
         # sends one spare byte at worst; the pump that follows sees every change offered before.
+        # One read takes them all (a byte or two: one per flag clear), so no second read to see
+        # EAGAIN; were any left, the selector would just report the socket ready again.
         try:
-            while self._wake_r.recv(4096):
-                pass
+            self._wake_r.recv(4096)
         except (BlockingIOError, OSError):
             pass
         self._signalled = False
@@ -218,8 +215,13 @@ def _visible(reply: WatchReply, obj: Mapping[str, Any]) -> bool:
     return reply.label.matches(obj) and reply.field.matches(obj)
 
 
+def _everything(obj: Mapping[str, Any]) -> bool:
+    return True
+
+
 def _change_line(reply: WatchReply, change: Change) -> bytes | None:
-    result = transition(change, lambda obj: _visible(reply, obj))
+    everything = reply.label.empty and reply.field.empty  # no selector: skip matching each object twice
+    result = transition(change, _everything if everything else lambda obj: _visible(reply, obj))
     if result is None:
         return None
     event_type, obj = result
