@@ -317,7 +317,7 @@ class FakeCloud(Controls, NoticeCalls):
         """Every cloud call: slow faults sleep (outside the lock; a routed call's in its caller's
         thread), outages refuse to answer, a provider call without owner is refused, time-driven
         transitions are applied, the outcome is logged, changes are saved."""
-        if not self._serial.on_thread():
+        if not self._serial.serving():
             self._pause(method)
         with self._lock:
             call = Call(self._clock())

@@ -1,12 +1,12 @@
-"""The fake cloud's call thread: its busiest calls run one after another on one thread of its
-own, in batches under the cloud's lock, as a cloud's API server serves requests.
+"""The fake cloud's busiest calls, never queued on its lock: each runs in its caller's thread
+when the lock is free, else on a call thread of the cloud's own, in batches under the lock.
 
-Why: with every caller taking the cloud's lock itself, a contended lock under the GIL queues
-its callers (a woken waiter holds the lock while it waits for the GIL), so the fake, not the
-code under test, bounded `bench/sync.py` (four calls per deleted Pod each waited 50-110 ms).
-A caller here waits on a lock of its own; nothing shared is held while it waits. `FakeCloud`
-routes `get`, `terminate`, `stop_container` and `provision` (`routed`); a slow fault's delay is
-slept in the caller's thread first. The thread ends after IDLE seconds without a call.
+Why: with every caller waiting for the cloud's lock itself, a contended lock under the GIL
+queues its callers (a woken waiter holds the lock while it waits for the GIL), so the fake, not
+the code under test, bounded `bench/sync.py` (four calls per deleted Pod each waited 50-110 ms).
+Here the lock is only ever taken without waiting, or by the call thread. `FakeCloud` routes
+`get`, `terminate`, `stop_container` and `provision` (`routed`); a slow fault's delay is slept
+in the caller's thread first. The call thread ends after IDLE seconds without a call.
 Tests: tests/providers/fake/test_fake_serial.py.
 """
 
@@ -44,11 +44,20 @@ class CallThread:
         self._guard = threading.Lock()  # taken only to start or end the thread
         self._alive = False
         self._ident: int | None = None
+        self._inline = threading.local()  # .active: this thread runs a call in place
 
     def run(self, call: Callable[[], T]) -> T:
-        """`call()`'s result (or what it raised), run on the call thread."""
-        if threading.get_ident() == self._ident:  # a call made by a call: run it in place
+        """`call()`'s result (or what it raised): run in the caller's thread when the lock is
+        free (taken without waiting, so never queued on), else on the call thread."""
+        if self.serving():  # a call made by a call: run it in place
             return call()
+        if self._lock.acquire(blocking=False):
+            self._inline.active = True
+            try:
+                return call()
+            finally:
+                self._inline.active = False
+                self._lock.release()
         waiter: _Waiter[T] = _Waiter()
         self._queue.put((call, waiter))
         if not self._alive:
@@ -61,8 +70,9 @@ class CallThread:
             raise waiter.error
         return waiter.result  # type: ignore[return-value]  # set by the call: T
 
-    def on_thread(self) -> bool:
-        return threading.get_ident() == self._ident
+    def serving(self) -> bool:
+        """Whether this thread is running a call now (the call thread, or a caller in place)."""
+        return threading.get_ident() == self._ident or getattr(self._inline, "active", False)
 
     def _serve(self) -> None:
         self._ident = threading.get_ident()
@@ -122,7 +132,7 @@ def routed(method: str) -> Callable[[Callable[Concatenate[S, P], T]], Callable[C
 
     def wrap(fn: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], T]:
         def call(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-            if not self._serial.on_thread():
+            if not self._serial.serving():
                 self._pause(method)
             return self._serial.run(lambda: fn(self, *args, **kwargs))
 

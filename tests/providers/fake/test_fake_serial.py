@@ -80,6 +80,29 @@ def test_a_slow_fault_is_slept_in_the_callers_thread_not_the_call_thread() -> No
     assert sleepers == [caller, caller, caller]
 
 
+def test_a_call_runs_in_its_callers_thread_when_the_lock_is_free_else_on_the_call_thread() -> None:
+    lock = threading.RLock()
+    calls = CallThread(lock)
+    where: list[str] = []
+    calls.run(lambda: where.append(threading.current_thread().name))
+    assert where == [threading.current_thread().name]  # free: in place, no thread woken
+    assert not calls._alive
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # what a `list` of 10,000 instances does for a while
+        with lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.2, release.set).start()
+    calls.run(lambda: where.append(threading.current_thread().name))
+    holder.join(30)
+    assert where[1] == "fake-cloud-calls"  # held: queued to the call thread, which waited for the lock
+
+
 def test_a_call_made_by_a_call_runs_in_place() -> None:
     calls = CallThread(threading.RLock())
     threads: list[str] = []
@@ -89,23 +112,23 @@ def test_a_call_made_by_a_call_runs_in_place() -> None:
         return 7
 
     assert calls.run(lambda: calls.run(inner) * 6) == 42
-    assert threads == ["fake-cloud-calls"]
+    assert threads == [threading.current_thread().name]
+    assert calls.run(lambda: calls.serving()) and not calls.serving()
 
 
 def test_more_calls_than_a_batch_queued_at_once_all_run() -> None:
-    calls = CallThread(threading.RLock())
-    gate = threading.Event()
-    first = threading.Thread(target=lambda: calls.run(gate.wait))  # holds the call thread
-    first.start()
-    wait_for(lambda: calls._alive, timeout=10)
+    lock = threading.RLock()
+    calls = CallThread(lock)
+    lock.acquire()  # held: every call below queues to the call thread
     results: list[int] = []
     threads = [
         threading.Thread(target=lambda n=n: results.append(calls.run(lambda: n))) for n in range(3 * serial.BATCH)
     ]
     for thread in threads:
         thread.start()
-    gate.set()
-    for thread in threads + [first]:
+    wait_for(lambda: calls._alive, timeout=10)
+    lock.release()
+    for thread in threads:
         thread.join(60)
     assert sorted(results) == list(range(3 * serial.BATCH))
 
@@ -114,15 +137,23 @@ def test_the_call_thread_ends_when_idle_and_never_strands_a_call_queued_as_it_en
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(serial, "IDLE", 0.001)
-    calls = CallThread(threading.RLock())
-    assert calls.run(lambda: 1) == 1
-    wait_for(lambda: not calls._alive, timeout=10)  # ended
+    lock = threading.RLock()
+    calls = CallThread(lock)
+    stop = threading.Event()
+
+    def busy() -> None:  # holds the lock now and then, so calls queue around the thread's idle end
+        while not stop.is_set():
+            with lock:
+                time.sleep(0.0005)
+            time.sleep(0.0005)
+
+    threading.Thread(target=busy, daemon=True).start()
     done: list[int] = []
 
     def caller(n: int) -> None:
         rng = random.Random(n)
         for i in range(150):
-            time.sleep(rng.random() * 0.002)  # around the idle end, again and again
+            time.sleep(rng.random() * 0.002)
             done.append(calls.run(lambda i=i: i))
 
     threads = [threading.Thread(target=caller, args=(n,), daemon=True) for n in range(3)]
@@ -130,5 +161,6 @@ def test_the_call_thread_ends_when_idle_and_never_strands_a_call_queued_as_it_en
         thread.start()
     for thread in threads:
         thread.join(120)
+    stop.set()
     assert not any(thread.is_alive() for thread in threads), "a call was stranded in the queue"
     assert len(done) == 450
