@@ -252,6 +252,8 @@ class PodController:
             return None
         pod = dict(decision.pod)
         if decision.action is Action.TERMINATE_THEN_DELETE:
+            if self._deleted_already(key, pod["metadata"].get("uid")):
+                return None  # the status write's own watch event, after the delete: nothing to hand off
             return Handoff(lambda: self._terminate_then_delete(pod))
         if decision.action is Action.UPDATE:
             self.handler.update_pod(pod)
@@ -317,6 +319,14 @@ class PodController:
                 del self._tombstones[key]  # its instance is gone: nothing left to remember
         return Requeue(0.0) if decision.successor else None  # then serve the Pod that took the name
 
+    def _deleted_already(self, key: str, uid: str | None) -> bool:
+        """This manager deleted the Pod of `uid` (grace 0) and its DELETED event is on its way.
+        Checked before a teardown is handed off too: a handoff takes one of the provider's
+        operation tokens (its API quota), and the watch event of the final status write, which
+        lands after the delete, would otherwise spend one on a step that calls nothing."""
+        with self._lock:
+            return self._deleted.get(key, ("", 0.0))[0] == uid
+
     def _terminate_tombstone(self, key: str, decision: Decision) -> Requeue | None:
         assert decision.pod is not None
         after = self.handler.teardown.terminate(decision.pod, gone=True)  # its name may be a new Pod's
@@ -336,9 +346,8 @@ class PodController:
             cached = self.pods.cache.get(key)
         if (cached or {}).get("metadata", {}).get("uid") != meta["uid"]:
             return None  # gone from the API since this step was handed off (a tombstone terminates it)
-        with self._lock:
-            if self._deleted.get(key, ("", 0.0))[0] == meta["uid"]:
-                return None  # deleted already; its watch event is on its way
+        if self._deleted_already(key, meta["uid"]):
+            return None
         after = self.handler.teardown.terminate(pod)
         if after is not None:
             return Requeue(after)
