@@ -326,7 +326,7 @@ class Resources:
         current = meta.get("deletionGracePeriodSeconds")
         if meta.get("deletionTimestamp") and current is not None and current <= grace:
             return obj
-        marked = copy.deepcopy(obj)
+        marked = clone(obj)
         marked["metadata"]["deletionTimestamp"] = timestamp(self.clock() + timedelta(seconds=grace))
         marked["metadata"]["deletionGracePeriodSeconds"] = grace
         return marked if dry_run else self.store.put(rt.storage_key, marked)
