@@ -26,7 +26,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from nebula_site import cli, kubeletflags, servingcert
+from nebula_site import cli, gcpace, kubeletflags, servingcert
 from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from nebula_site.manager import config as manager_config
 from nebula_site.manager import listeners as manager_listeners
@@ -219,7 +219,9 @@ class Command(cli.NebulaCommand, BaseCommand):
             )
         say = functools.partial(say_line, self.stdout)
         stop = threading.Event()
-        with stop_on_signals(stop):  # from here on SIGTERM/SIGINT ask for an orderly stop, start-up included
+        # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included; the collector
+        # runs at the pace of a process holding every Pod of its nodes (nebula_site/gcpace.py).
+        with stop_on_signals(stop), gcpace.paced_for_a_large_heap():
             try:
                 kept = manager_main.main(
                     config,

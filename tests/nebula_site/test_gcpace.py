@@ -1,0 +1,22 @@
+"""nebula_site.gcpace: the collector's pace is set for the block only, with the objects alive at
+its start frozen, and put back after it (a command run in-process by a test leaves the test
+process as it found it), even when the block raises."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from nebula_site import gcpace
+
+
+def test_the_pace_holds_inside_the_block_and_is_put_back_after_even_on_error() -> None:
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    with pytest.raises(RuntimeError, match="boom"), gcpace.paced_for_a_large_heap():
+        assert gc.get_threshold() == gcpace.THRESHOLDS
+        assert gc.get_freeze_count() > frozen
+        assert gc.isenabled()  # slower, never off: cycles are still collected
+        raise RuntimeError("boom")
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
