@@ -5,7 +5,8 @@ delay) against the devcluster in its own process (`manage.py devcluster`, as a r
 server would be) over real HTTPS. Pods are bound straight to the virtual node
 (spec.nodeName), so the scheduler is not measured. Prints pods/s per phase, p50/p99
 latency, and the manager's API requests per Pod by verb (the bench's own requests are
-told apart by user agent). The creating clients and their watch run in a child process of
+told apart by user agent), and each phase's CPU seconds by process with how busy the machine's
+cores were (what bounds a phase on a small machine). The creating clients and their watch run in a child process of
 their own (`--clients-in-process`: in the manager's, as before 2026-12-04).
 Usage: python bench/sync.py [--pods 500] [--poll 1.0] [--gated] [--serial]
 
@@ -46,6 +47,7 @@ from kube.operations import OperationLimits  # noqa: E402
 from providers.fake import FakeProvider  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from nebula_site import gcpace  # noqa: E402
 from nebula_site.manager import config as manager_config  # noqa: E402
 from nebula_site.manager import runners as manager_runners  # noqa: E402
 
@@ -205,26 +207,37 @@ def main() -> None:
         help="run the creating clients and the watch in the manager's process (before 2026-12-04, the only way)",
     )
     parser.add_argument("--drive", metavar="KUBECONFIG", help=argparse.SUPPRESS)  # the child of drive_in_a_child
+    parser.add_argument("--pids", default="", help=argparse.SUPPRESS)  # manager=P,devcluster=P: whose CPU to mark
     args = parser.parse_args()
     if args.clients is None:
         args.clients = 16 if args.gated else 4
     args.driver_cpu = 0.0
     if args.drive:
-        phases = drive_pods(
-            args.drive, args.pods, args.clients, gated=args.gated, timeout=args.timeout, serial=args.serial
-        )
+        pids = {label: int(pid) for label, _, pid in (p.partition("=") for p in args.pids.split(",") if p)}
+        with gcpace.paced_for_a_large_heap():  # a client holding 10,000 Pods too
+            phases = drive_pods(
+                args.drive,
+                args.pods,
+                args.clients,
+                gated=args.gated,
+                timeout=args.timeout,
+                serial=args.serial,
+                pids=pids,
+            )
         times = os.times()
         print(json.dumps(dict(phases, cpu=times.user + times.system)))
         return
     with tempfile.TemporaryDirectory() as folder:
         crds = (os.path.join(ROOT, "deploy/crds/nodepool.yaml"),) if args.gated else ()
         server, kubeconfig = start_devcluster(folder, crds=crds)
+        args.devcluster_pid = server.pid
         try:
-            if args.gated:
-                with GatedPath(kubeconfig) as gated:
-                    run(args, kubeconfig, gated)
-            else:
-                run(args, kubeconfig)
+            with gcpace.paced_for_a_large_heap():  # the collector's pace runvnode sets for the manager
+                if args.gated:
+                    with GatedPath(kubeconfig) as gated:
+                        run(args, kubeconfig, gated)
+                else:
+                    run(args, kubeconfig)
         finally:
             server.terminate()
             server.wait(30)
@@ -326,8 +339,32 @@ class GatedPath:
 Phases = dict[str, Any]  # start, created_all, running_all, delete_start, gone_all (monotonic), names, per-Pod times
 
 
+def cpu_mark(pids: dict[str, int]) -> dict[str, float]:
+    """CPU seconds used so far by each process of `pids` and by this one ("clients"), and the
+    machine's busy and total CPU seconds over all its cores (Linux's /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    marks: dict[str, float] = {}
+    for label, pid in pids.items():
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        marks[label] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    times = os.times()
+    marks["clients"] = times.user + times.system
+    with open("/proc/stat") as stat:
+        cpu = [int(x) for x in stat.readline().split()[1:9]]
+    marks["machine_busy"], marks["machine_total"] = (sum(cpu) - cpu[3] - cpu[4]) / tick, sum(cpu) / tick
+    return marks
+
+
 def drive_pods(
-    kubeconfig: str, pods: int, clients: int, *, gated: bool, timeout: float, serial: bool = False
+    kubeconfig: str,
+    pods: int,
+    clients: int,
+    *,
+    gated: bool,
+    timeout: float,
+    serial: bool = False,
+    pids: dict[str, int] | None = None,
 ) -> Phases:
     """The clients' side: create `pods` Pods from `clients` threads, watch them to Running,
     delete them and watch them go (`serial`: one Pod at a time, each through its whole life
@@ -340,23 +377,27 @@ def drive_pods(
     created: dict[str, float] = {}
     if serial:
         return drive_serially(bench, watcher, names, gated=gated, timeout=timeout)
+    marks = [cpu_mark(pids or {})]
     start = time.monotonic()
     create_all(bench, names, created, threads=clients, gated=gated)
     created_all = time.monotonic()
     wait(lambda: len(watcher.running) >= pods, timeout)
     running_all = time.monotonic()
+    marks.append(cpu_mark(pids or {}))
     deleted: dict[str, float] = {}
     delete_start = time.monotonic()
     delete_all(bench, names, deleted)
     deleted_all = time.monotonic()
     wait(lambda: len(watcher.gone) >= pods, timeout)
     gone_all = time.monotonic()
+    marks.append(cpu_mark(pids or {}))
     watcher.stop = True
     watcher.join(1)
     return {
         "names": names, "created": created, "deleted": deleted, "start": start, "created_all": created_all,
         "running_all": running_all, "delete_start": delete_start, "deleted_all": deleted_all,
         "gone_all": gone_all, "running": watcher.running, "gone": watcher.gone, "placed": watcher.placed,
+        "cpu_marks": marks,
     }  # fmt: skip
 
 
@@ -386,6 +427,7 @@ def drive_in_a_child(kubeconfig: str, args: argparse.Namespace) -> Phases:
     command = [sys.executable, os.path.abspath(__file__), "--drive", kubeconfig, "--pods", str(args.pods)]
     command += ["--clients", str(args.clients), "--timeout", str(args.timeout)] + (["--gated"] if args.gated else [])
     command += ["--serial"] if args.serial else []
+    command += ["--pids", f"manager={os.getpid()},devcluster={args.devcluster_pid}"]
     answer = subprocess.run(command, capture_output=True, text=True, check=False)
     if answer.returncode != 0:
         raise SystemExit(f"the driving process failed: {answer.stderr[-3000:]}")
@@ -496,6 +538,15 @@ def print_batch(
         f"delete -> all gone:    {drain:.2f}s ({args.pods / drain:.0f} pods/s); "
         f"per Pod p50 {statistics.median(to_gone):.3f}s p99 {percentile(to_gone, 0.99):.3f}s"
     )
+    marks = phases.get("cpu_marks") or []
+    for label, before, after in zip(("create -> all Running", "delete -> all gone"), marks, marks[1:], strict=False):
+        spent = {k: after[k] - before[k] for k in after}
+        processes = ", ".join(f"{k} {spent[k]:.1f}" for k in ("manager", "devcluster", "clients") if k in spent)
+        busy = spent["machine_busy"] / spent["machine_total"] if spent["machine_total"] else 0.0
+        print(
+            f"CPU seconds in {label}: {processes}; the machine's {os.cpu_count()} cores {busy:.0%} busy "
+            "(every process on it)"
+        )
 
 
 if __name__ == "__main__":
