@@ -374,3 +374,38 @@ def test_a_container_that_traps_sigterm_keeps_its_grace_and_is_looked_at_again()
     assert after is not None and 0 < after <= FIRST_LOOK  # still running: the next look, as before
     assert entry.last_instance is not None and entry.last_instance.state is InstanceState.RUNNING
     assert entry.stop is not None and entry.stop.kill_by is not None  # its SIGKILL still a grace away
+
+
+def test_a_deleted_pod_takes_one_operation_and_the_event_of_its_final_status_write_none(
+    kube: Kube, start_runner: Callable[..., Runner], cloud_name: str
+) -> None:
+    """Each handoff to the operation pool spends one of the provider's operation tokens (its API
+    quota). The final status write's watch event lands after the grace-0 delete, while the
+    cache still holds the Pod: its sync must not hand the Pod over again for a step that calls
+    nothing (10,000 deletions spent 17,555 handoffs, bench/sync.py)."""
+    runner = start_runner(FakeProvider("gpu", {"cloud": cloud_name}), poll_interval=NEVER)
+    name = _name("once")
+    kube.create(path_for("pods", namespace="default"), make_pod(name, "gpu"))
+    wait_for(lambda: phase_of(kube, name) == "Running", timeout=60, what="Running")
+    key = f"default/{name}"
+    handed: list[str] = []
+    submit = runner.pods.operations.submit
+
+    def counted(work: Callable[[], None]) -> bool:
+        handed.append(key)
+        return submit(work)
+
+    runner.pods.operations.submit = counted  # type: ignore[method-assign]
+    being_deleted = kube.delete(path_for("pods", namespace="default", name=name))
+    assert being_deleted["metadata"].get("deletionTimestamp")
+    wait_for(lambda: get_pod(kube, name) is None, timeout=60, what="gone")
+    wait_for(lambda: runner.pods.pods.cache.get(key) is None, timeout=30, what="the DELETED event applied")
+    assert handed == [key]  # the teardown, once
+    with runner.pods.pods.lock:  # as the cache held it between the final status write and DELETED
+        runner.pods.pods.cache[key] = being_deleted
+    try:
+        assert runner.pods.sync(key) is None
+    finally:
+        with runner.pods.pods.lock:
+            runner.pods.pods.cache.pop(key, None)
+    assert handed == [key]
