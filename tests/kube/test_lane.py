@@ -24,13 +24,15 @@ OK = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r
 class Scripted:
     """Answers each request by the next step of its connection's script: "ok" (answered, kept),
     "hangup" (read, then closed unanswered), "half" (a head and half a body, then closed),
-    "idle-close" (answered, then closed at once as if idle too long), "silent" (never answers)."""
+    "idle-close" (answered, then closed at once as if idle too long), "silent" (never answers),
+    "held" (answered once `release` is set)."""
 
     def __init__(self, scripts: list[list[str]]) -> None:
         self.scripts = scripts
         self.requests: list[str] = []  # request lines, as received
         self.connections = 0
         self.closed = 0  # connections the server has closed
+        self.release = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
@@ -70,6 +72,8 @@ class Scripted:
                     return
                 if step == "hangup":
                     return
+                if step == "held":
+                    self.release.wait(30)
                 if step == "half":
                     conn.sendall(OK[: len(OK) - 5])
                     return
@@ -124,13 +128,54 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_before_it_is_used
     assert server.requests == ["PATCH /api/v1/namespaces/default/pods/a/status HTTP/1.1"] * 2  # never sent twice
 
 
-def test_a_kept_connection_ended_before_any_answer_sends_the_call_once_more_on_a_new_one(server_of) -> None:  # type: ignore[no-untyped-def]
+def test_a_get_on_a_kept_connection_ended_before_any_answer_is_sent_once_more_on_a_new_one(server_of) -> None:  # type: ignore[no-untyped-def]
     server = server_of(["ok", "hangup"], ["ok"])
     kube = kube_for(server)
     assert kube.get("/api/v1/namespaces") == {"ok": True}
-    assert kube.create("/api/v1/namespaces/default/pods", {"metadata": {"name": "a"}}) == {"ok": True}
+    assert kube.get("/api/v1/namespaces/default/pods/a") == {"ok": True}
     assert server.connections == 2
-    assert server.requests[1:] == ["POST /api/v1/namespaces/default/pods HTTP/1.1"] * 2
+    assert server.requests[1:] == ["GET /api/v1/namespaces/default/pods/a HTTP/1.1"] * 2
+
+
+@pytest.mark.parametrize("write", ["POST", "PATCH", "DELETE"])
+def test_a_write_the_server_read_is_never_sent_twice_even_on_a_kept_connection(server_of, write: str) -> None:  # type: ignore[no-untyped-def]
+    """The server read the whole request and then closed: it may have acted on it (an API
+    server restarting after its commit). A second send could create twice or report a create
+    that worked as AlreadyExists; the caller's queue asks again if it must."""
+    server = server_of(["ok", "hangup"], ["ok"])
+    kube = kube_for(server)
+    kube.get("/api/v1/namespaces")
+    with pytest.raises(UnreachableError, match=write):
+        kube.request(write, "/api/v1/namespaces/default/pods/a", body={"metadata": {"name": "a"}})
+    assert [r.split()[0] for r in server.requests] == ["GET", write]
+    assert server.connections == 1
+
+
+def test_calls_go_under_the_path_of_the_server_address(server_of) -> None:  # type: ignore[no-untyped-def]
+    """A kubeconfig `server:` with a path (an API behind a proxy's path, Rancher's
+    /k8s/clusters/<id>): every call goes under it, as the watches do."""
+    server = server_of(["ok"])
+    configuration = k8s_client.Configuration(host=f"http://127.0.0.1:{server.port}/k8s/clusters/c-1/")
+    KUBES.append(Kube(k8s_client.ApiClient(configuration)))
+    assert KUBES[-1].get("/api/v1/namespaces?limit=1") == {"ok": True}
+    assert server.requests == ["GET /k8s/clusters/c-1/api/v1/namespaces?limit=1 HTTP/1.1"]
+
+
+def test_a_connection_in_use_when_the_client_is_closed_is_closed_when_its_call_ends(server_of) -> None:  # type: ignore[no-untyped-def]
+    server = server_of(["held", "ok"])
+    kube = kube_for(server)
+    lane = Lane.of(kube._api)
+    assert lane is not None
+    answers: list[object] = []
+    call = threading.Thread(target=lambda: answers.append(kube.get("/api/v1/namespaces")))
+    call.start()
+    wait_for(lambda: len(server.requests) == 1, timeout=10, what="the call in flight")
+    kube.close()
+    server.release.set()
+    call.join(30)
+    assert answers == [{"ok": True}]
+    assert lane.idle() == 0  # not kept after the close
+    wait_for(lambda: server.closed == 1, timeout=10, what="the server to see it closed")
 
 
 def test_a_new_connection_ended_before_any_answer_is_unreachable_and_not_sent_again(server_of) -> None:  # type: ignore[no-untyped-def]
