@@ -4,7 +4,8 @@ when the lock is free, else on a call thread of the cloud's own, in batches unde
 Why: with every caller waiting for the cloud's lock itself, a contended lock under the GIL
 queues its callers (a woken waiter holds the lock while it waits for the GIL), so the fake, not
 the code under test, bounded `bench/sync.py` (four calls per deleted Pod each waited 50-110 ms).
-Here the lock is only ever taken without waiting, or by the call thread. `FakeCloud` routes
+A routed call takes the lock only without waiting, or on the call thread; the cloud's other
+calls (`list`, `restart`, `notices`, the controls) wait for it as before. `FakeCloud` routes
 `get`, `terminate`, `stop_container` and `provision` (`routed`); a slow fault's delay is slept
 in the caller's thread first. The call thread ends after IDLE seconds without a call.
 Tests: tests/providers/fake/test_fake_serial.py.

@@ -97,7 +97,12 @@ def test_a_call_runs_in_its_callers_thread_when_the_lock_is_free_else_on_the_cal
     holder = threading.Thread(target=hold)
     holder.start()
     held.wait(10)
-    threading.Timer(0.2, release.set).start()
+
+    def release_once_queued() -> None:
+        wait_for(lambda: not calls._queue.empty() or calls._alive, timeout=30, what="the call queued")
+        release.set()
+
+    threading.Thread(target=release_once_queued).start()
     calls.run(lambda: where.append(threading.current_thread().name))
     holder.join(30)
     assert where[1] == "fake-cloud-calls"  # held: queued to the call thread, which waited for the lock
