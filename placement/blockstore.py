@@ -111,6 +111,8 @@ class Blockstore:
         self._remember(name, expires_of(obj))
         if self.writer.clearing(name):
             return  # cleared here; the delete is on its way
+        if self.writer.undone(name, (obj.get("metadata") or {}).get("resourceVersion")):
+            return  # a withdrawn write of ours that landed late, deleted again already
         try:
             entry = decode(obj, now=self.blocklist.now())
         except BlockObjectError as exc:

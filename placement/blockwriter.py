@@ -63,6 +63,10 @@ class BlockWriter:
         self._in_flight: tuple[str, _Op] | None = None
         self._written: dict[str, float] = {}  # name -> the expiry the cluster is known to hold
         self._cleared: set[str] = set()  # our own deletions whose DELETED the watch has not shown yet
+        # Withdrawn writes that landed and were deleted again: name -> the resourceVersion written,
+        # until the watch shows the deletion. Its ADDED may reach the watch after the write and
+        # its undoing both ended: that object is not a record (`undone`).
+        self._undone: dict[str, str] = {}
         self._withdrawn: set[str] = set()  # the name in flight, if its record was withdrawn meanwhile
         self._cond = threading.Condition()
         self._stopping = False
@@ -122,10 +126,16 @@ class BlockWriter:
                 for op in ops
             )
 
+    def undone(self, name: str, resource_version: object) -> bool:
+        """The watch shows the object this writer wrote for a withdrawn record and deleted again."""
+        with self._cond:
+            return resource_version is not None and self._undone.get(name) == resource_version
+
     def own_deletion(self, name: str) -> bool:
         """The watch shows `name` deleted: True (once) when this writer deleted it on a clear made
         here; a record made here since is newer than that clear and stays."""
         with self._cond:
+            self._undone.pop(name, None)
             if name in self._cleared:
                 self._cleared.discard(name)
                 return True
@@ -257,6 +267,9 @@ class BlockWriter:
                 withdrawn = name in self._withdrawn
                 if withdrawn and version is not None:
                     self._cleared.add(name)  # our own deletion: not a clear of what is recorded since
+                    self._undone[name] = version
+                    while len(self._undone) > MAX_ENTRIES:  # a DELETED never seen
+                        self._undone.pop(next(iter(self._undone)))
             if withdrawn and version is not None:
                 self._undo(name, version)
             return

@@ -81,6 +81,39 @@ def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
         wait_for(lambda: not objects(kube) and not a.blocked() and not b.blocked(), what="...and is deleted again")
 
 
+def test_a_write_that_lands_late_and_is_undone_before_its_own_watch_event_blocks_nothing(
+    replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
+) -> None:
+    """The race of the test above, in its other order: the withdrawn write lands and is deleted
+    again before the writer's own watch shows the object it wrote. That ADDED is not a record:
+    the replica stays unblocked (its DELETED is our own deletion, which clears nothing)."""
+    clock = ManualClock(time.time())
+    with relayed(cluster, tmp_path, HeldRelay, timeout=60.0) as (relay, held):
+        relay.up()
+        a = replicas("late-a", clock=clock, default_ttl=100.0)
+        b = replicas("late-b", clock=clock, default_ttl=100.0, writer_kube=held)
+        a.blocklist.record("gpu-a", offering())
+        wait_for(b.blocked, what="b holds a's refusal")
+        clock.advance(50.0)
+        b.blocklist.record("gpu-a", offering())
+        wait_for(lambda: relay.held >= 1 and b.store.writer.pending() == 0, what="b's write is under way")
+        assert a.blocklist.clear(NAME)
+        wait_for(lambda: not b.blocked() and not objects(kube), what="b sees the clear while its write is held")
+        events = b.store.reflector._on_change
+
+        def after_the_undoing(name: str, obj: dict[str, object] | None) -> None:
+            if obj is not None:  # the landed write's ADDED: let the write and its undoing end first
+                wait_for(b.store.writer.idle, what="b's write and its undoing are done")
+            events(name, obj)
+
+        b.store.reflector._on_change = after_the_undoing
+        relay.released.set()
+        wait_for(b.store.writer.idle, what="b's write and its undoing are done")
+        wait_for(lambda: not objects(kube), what="deleted again")
+        wait_for(lambda: not b.store.writer._undone, what="b's watch showed the deletion")
+        assert not a.blocked() and not b.blocked()
+
+
 def test_a_refusal_recorded_right_after_our_own_clear_is_written(replicas: Callable[..., Replica], kube: Kube) -> None:
     a, b = replicas("own-a"), replicas("own-b")
 
