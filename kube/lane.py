@@ -84,7 +84,7 @@ class Lane:
             except _CLOSED_WHILE_IDLE:
                 if not kept or (sent and method not in REPLAYABLE):
                     raise  # the server may have acted on it: the caller decides whether to ask again
-                conn.close()  # closed by the server before it read the request: once more, anew
+                conn.close()  # nothing it could have acted on (or a GET): once more, on a new one
                 conn = self._new()
                 _send(conn, method, target, body, headers, deadline)
                 response = _answer(conn, deadline)
