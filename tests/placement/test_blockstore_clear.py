@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +61,17 @@ def test_I6_a_clear_elsewhere_drops_the_pending_write_of_an_older_record_on_ever
         wait_for(a.blocked, what="a new refusal after the clear reaches every replica")
 
 
-def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
-    replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
-) -> None:
+@contextmanager
+def held_write_cleared(
+    replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path, prefix: str
+) -> Iterator[tuple[HeldRelay, Replica, Replica]]:
+    """b's write of a record (newer than a's) held in a relay while a's clear is seen by b: the
+    write is under way and withdrawn, not yet landed; the relay not released."""
     clock = ManualClock(time.time())
     with relayed(cluster, tmp_path, HeldRelay, timeout=60.0) as (relay, held):
         relay.up()
-        a = replicas("flight-a", clock=clock, default_ttl=100.0)
-        b = replicas("flight-b", clock=clock, default_ttl=100.0, writer_kube=held)
+        a = replicas(f"{prefix}-a", clock=clock, default_ttl=100.0)
+        b = replicas(f"{prefix}-b", clock=clock, default_ttl=100.0, writer_kube=held)
         a.blocklist.record("gpu-a", offering())
         wait_for(b.blocked, what="b holds a's refusal")
         clock.advance(50.0)
@@ -75,6 +79,13 @@ def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
         wait_for(lambda: relay.held >= 1 and b.store.writer.pending() == 0, what="b's write is under way")
         assert a.blocklist.clear(NAME)
         wait_for(lambda: not b.blocked() and not objects(kube), what="b sees the clear while its write is held")
+        yield relay, a, b
+
+
+def test_a_write_under_way_when_a_clear_is_seen_is_deleted_again_once_it_lands(
+    replicas: Callable[..., Replica], cluster: DevCluster, kube: Kube, tmp_path: Path
+) -> None:
+    with held_write_cleared(replicas, cluster, kube, tmp_path, "flight") as (relay, a, b):
         assert not b.store.writer.holds_record(NAME), "the write under way is withdrawn"
         relay.released.set()  # the stale write lands now...
         wait_for(b.store.writer.idle, what="b's write and its undoing are done")
@@ -87,18 +98,7 @@ def test_a_write_that_lands_late_and_is_undone_before_its_own_watch_event_blocks
     """The race of the test above, in its other order: the withdrawn write lands and is deleted
     again before the writer's own watch shows the object it wrote. That ADDED is not a record:
     the replica stays unblocked (its DELETED is our own deletion, which clears nothing)."""
-    clock = ManualClock(time.time())
-    with relayed(cluster, tmp_path, HeldRelay, timeout=60.0) as (relay, held):
-        relay.up()
-        a = replicas("late-a", clock=clock, default_ttl=100.0)
-        b = replicas("late-b", clock=clock, default_ttl=100.0, writer_kube=held)
-        a.blocklist.record("gpu-a", offering())
-        wait_for(b.blocked, what="b holds a's refusal")
-        clock.advance(50.0)
-        b.blocklist.record("gpu-a", offering())
-        wait_for(lambda: relay.held >= 1 and b.store.writer.pending() == 0, what="b's write is under way")
-        assert a.blocklist.clear(NAME)
-        wait_for(lambda: not b.blocked() and not objects(kube), what="b sees the clear while its write is held")
+    with held_write_cleared(replicas, cluster, kube, tmp_path, "late") as (relay, a, b):
         events = b.store.reflector._on_change
 
         def after_the_undoing(name: str, obj: dict[str, object] | None) -> None:
