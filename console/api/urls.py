@@ -6,7 +6,6 @@ Tests: tests/console/api/test_api.py.
 from __future__ import annotations
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from console.api import docs, spend, views
@@ -20,7 +19,7 @@ router.register("nodes", views.NodeViewSet, basename="node")
 router.register("pools", views.PoolViewSet, basename="pool")
 
 urlpatterns = [
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("schema/", docs.SchemaView.as_view(), name="schema"),
     path("docs/", docs.SwaggerDocsView.as_view(url_name="schema"), name="api-docs"),
     path("spend/", spend.SpendView.as_view(), name="spend"),
     path("", include(router.urls)),

@@ -170,6 +170,35 @@ def test_a_token_without_the_right_rbac_is_403_naming_the_missing_permission(
     assert live["blocklist"].get(entry) is not None
 
 
+def test_the_schema_and_the_docs_need_the_consoles_read_permission_not_just_any_identity(
+    db: Any, kube: Kube, live: dict[str, Any], console: TlsWsgiServer, clock: ManualClock
+) -> None:
+    nobody = service_account(kube, "nobody")
+    token = api_token(kube, "nobody")
+    status, body = call(console, "GET", "/api/schema/?format=json", token)
+    assert status == 403
+    assert body["detail"] == f'User "{nobody}" cannot get resource "console" in API group "nebula.io"'
+    assert fetch_docs(console, token) == 403
+    service_account(kube, "viewer", "nebula-console-viewer")
+    token = api_token(kube, "viewer")
+    status, schema = call(console, "GET", "/api/schema/?format=json", token)
+    assert status == 200 and "/api/pods/" in schema["paths"]
+    assert fetch_docs(console, token) == 200
+
+
+def fetch_docs(console: TlsWsgiServer, token: str) -> int:
+    """The status of /api/docs/ as a browser asks it (the page renders only HTML)."""
+    port = int(console.url.rsplit(":", 1)[1])
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=console.client_context(), timeout=30)
+    try:
+        connection.request("GET", "/api/docs/", headers={"Authorization": f"Bearer {token}", "Accept": "text/html"})
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
 def test_garbage_and_expired_tokens_are_401_and_an_unreachable_cluster_503(
     db: Any,
     cluster: DevCluster,

@@ -1,6 +1,6 @@
 """/api/docs/ over real HTTP: a browser without a session (Accept: text/html) is sent to the
 login page with `?next=/api/docs/` and, once logged in, lands on the docs; an API client
-without credentials still gets 401."""
+without credentials still gets 401; OPTIONS answers the allowed methods (it was a 500)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import requests
 from django.contrib.auth.models import User
+from django.test import Client
 
 BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
 
@@ -38,3 +39,17 @@ def test_an_api_client_without_credentials_still_gets_401(live_server: Any, tran
             f"{live_server.url}/api/docs/", headers={"Accept": accept}, timeout=30, allow_redirects=False
         )
         assert answer.status_code == 401, (accept, answer.status_code)
+
+
+
+def test_options_on_the_docs_answers_the_allowed_methods_and_logs_no_error(db: Any, caplog: Any) -> None:
+    client = Client()
+    client.force_login(User.objects.create_user("reader", password="pw-reader-12345"))
+    with caplog.at_level("ERROR"):
+        answer = client.options("/api/docs/")
+        anonymous = Client().options("/api/docs/")
+    assert answer.status_code == 200, answer.content[:300]
+    assert {m.strip() for m in answer.headers["Allow"].split(",")} >= {"GET", "OPTIONS"}
+    assert answer.content == b""
+    assert anonymous.status_code == 401
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
