@@ -8,6 +8,7 @@ Tests: tests/vnode/kubelet/test_kubelet_params.py.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from datetime import datetime, timedelta
 from urllib.parse import parse_qsl
@@ -15,6 +16,7 @@ from urllib.parse import parse_qsl
 from providers.base import LogOptions
 
 MAX_QUERY = 8192  # I7: the longest legitimate query is well under 200 bytes
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
 _FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
 
@@ -33,8 +35,10 @@ def parse_bool(name: str, text: str) -> bool:
 
 
 def parse_int(name: str, text: str) -> int:
+    """Go's strconv.ParseInt(text, 10, 64) as to syntax: an optional sign, then ASCII digits
+    only (Python's int() also takes other scripts' digits, such as Arabic-Indic)."""
     try:
-        if not text.lstrip("+-").isdigit():
+        if _DECIMAL.fullmatch(text) is None:
             raise ValueError
         return int(text)
     except ValueError:

@@ -62,6 +62,9 @@ def test_log_options_are_parsed_like_the_kubelet() -> None:
     [
         ("tailLines=-1", '"tailLines" is -1'),
         ("tailLines=x", 'could not parse "tailLines"'),
+        ("tailLines=\u0663", 'could not parse "tailLines"'),  # Arabic-Indic 3: Go's ParseInt takes ASCII digits only
+        ("limitBytes=\uff15", 'could not parse "limitBytes"'),  # a full-width 5
+        ("sinceSeconds=+-5", 'could not parse "sinceSeconds"'),
         ("limitBytes=0", '"limitBytes" is 0'),
         ("sinceSeconds=-10", '"sinceSeconds" is -10'),
         ("sinceSeconds=99999999999999999999", "too large"),  # I7: past datetime's range, not a 500
