@@ -288,7 +288,9 @@ def release(channel: Any) -> None:
 # -- connections ---------------------------------------------------------------------------
 class ConnectionCaps(WrappingFactory):
     """Refuses a connection at accept (closed at once, nothing read) past `per_client` from
-    its address or `total` in all; says so in the log at most every LOG_EVERY seconds."""
+    its address or `total` in all; says so in the log at most every LOG_EVERY seconds, each
+    line counting every refusal since the previous one (the last ones are said LOG_EVERY
+    after the previous line, or when the listener stops), never with a traceback."""
 
     noisy = False  # no "Starting factory" lines
 
@@ -299,8 +301,10 @@ class ConnectionCaps(WrappingFactory):
         self.name = name
         self.open: Counter[str] = Counter()
         self.refused = 0
-        self._logged = 0.0
+        self._logged = -LOG_EVERY
         self._unlogged = 0
+        self._last_host = ""
+        self._pending: Any = None  # the delayed call that says the refusals not yet said
 
     def buildProtocol(self, addr: Any) -> Any:
         host = str(getattr(addr, "host", addr))
@@ -318,17 +322,32 @@ class ConnectionCaps(WrappingFactory):
         if self.open[host] <= 0:
             del self.open[host]
 
+    def doStop(self) -> None:
+        self._say_refused()
+        super().doStop()  # type: ignore[no-untyped-call]
+
     def _refused(self, host: str) -> None:
         self.refused += 1
         self._unlogged += 1
-        now = time.monotonic()
-        if now - self._logged >= LOG_EVERY:
-            logger.warning(
-                "%s listener: refused %d connection(s) over the caps (%d per client, %d in all); last from %s",
-                self.name,
-                self._unlogged,
-                self.per_client,
-                self.total,
-                host,
-            )
-            self._logged, self._unlogged = now, 0
+        self._last_host = host
+        wait = self._logged + LOG_EVERY - time.monotonic()
+        if wait <= 0:
+            self._say_refused()
+        elif self._pending is None:
+            self._pending = reactor.callLater(wait, self._say_refused)
+
+    def _say_refused(self) -> None:
+        if self._pending is not None and self._pending.active():
+            self._pending.cancel()
+        self._pending = None
+        if not self._unlogged:
+            return
+        logger.warning(
+            "%s listener: refused %d connection(s) over the caps (%d per client, %d in all); last from %s",
+            self.name,
+            self._unlogged,
+            self.per_client,
+            self.total,
+            self._last_host,
+        )
+        self._logged, self._unlogged = time.monotonic(), 0

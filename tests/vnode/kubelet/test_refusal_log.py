@@ -1,0 +1,74 @@
+"""The connection caps' log line (vnode/kubelet/limits.py `ConnectionCaps`), over real sockets:
+every refused connection is counted in some line (the last ones too, said LOG_EVERY after the
+previous line), lines are at most one per LOG_EVERY, and none carries a traceback, at DEBUG too."""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.polling import wait_for
+from tests.support.rigs.vnode import loopback_listeners
+from vnode.kubelet import limits
+from vnode.kubelet.limits import Limits
+from vnode.kubelet.resolve import HandlerRegistry
+
+REFUSED = re.compile(r"console listener: refused (\d+) connection\(s\) over the caps \(2 per client")
+
+
+class Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def kept() -> Iterator[Kept]:
+    """Every record of the listener's loggers, at DEBUG (a handler of the test's own: the
+    process's logging set-up may replace the root's handlers)."""
+    handler = Kept()
+    loggers = [logging.getLogger(name) for name in ("vnode.kubelet", "twisted", "daphne")]
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.addHandler(handler)
+        each.setLevel(logging.DEBUG)
+    yield handler
+    for each, level in zip(loggers, levels, strict=True):
+        each.removeHandler(handler)
+        each.setLevel(level)
+
+
+def test_I7_every_refused_connection_is_counted_in_the_log_and_none_logs_a_traceback(
+    kept: Kept, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "LOG_EVERY", 0.5)
+    with loopback_listeners(HandlerRegistry(), Limits(per_client=2)) as running:
+        held = [socket.create_connection(("127.0.0.1", running.console_port), timeout=10) for _ in range(2)]
+        wait_for(lambda: sum(running_caps_open(running).values()) == 2, what="the two held connections counted")
+        for _ in range(88):
+            with socket.create_connection(("127.0.0.1", running.console_port), timeout=10) as refused:
+                assert refused.recv(1) == b""  # closed at accept, nothing read or answered
+
+        def counted() -> int:
+            return sum(int(m.group(1)) for r in kept.records if (m := REFUSED.search(r.getMessage())))
+
+        wait_for(lambda: counted() == 88, what="88 refusals counted in the log", timeout=30)
+        lines = [r for r in kept.records if REFUSED.search(r.getMessage())]
+        for sock in held:
+            sock.close()
+    assert counted() == 88
+    assert 1 <= len(lines) <= 2 + int((lines[-1].created - lines[0].created) / 0.5), [r.getMessage() for r in lines]
+    assert not [r for r in kept.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def running_caps_open(running: object) -> dict[str, int]:
+    """The console listener's open connections by client address, as its caps count them."""
+    port = running._ports["console"]  # type: ignore[attr-defined]
+    return dict(port.factory.open)
