@@ -31,6 +31,7 @@ class KubeletApp:
 
 
 async def refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
-    """The console serves no websocket: refuse the handshake (403)."""
+    """The console serves no websocket. `KubeletRequest` answers such an upgrade 404 before
+    Daphne sees it (I5); this refusal (403) is the fallback should one get through."""
     await receive()
     await send({"type": "websocket.close"})

@@ -87,9 +87,33 @@ class KubeletRequest(WebRequest):  # type: ignore[misc]
                 self._answer(Problem(500, "internal error during the SPDY upgrade"))
             return None
         if upgrade == b"websocket":
+            if not self._serves_websocket():
+                self._not_found()  # I5: a request on the wrong listener is a 404, an upgrade too
+                return None
             self._upgrade_websocket()
             return None
         return super().process()
+
+    def _serves_websocket(self) -> bool:
+        """Only the kubelet listener serves websockets, and only on its streaming routes
+        (exec, attach, portForward); the console serves none."""
+        if self.nebula_listener != KUBELET:
+            return False
+        try:
+            route = routes.resolve(self.method.decode("latin-1"), self.uri.split(b"?", 1)[0].decode("latin-1"))
+        except routes.MethodNotAllowed:
+            return True  # the consumer answers it, as for any other refusal of a known route
+        return route is not None and (route.kind in routes.STREAMING or route.kind is routes.Kind.PORT_FORWARD)
+
+    def _not_found(self) -> None:
+        body = b"404 request not found"  # what the kubelet routes answer for any other path (views.serve_http)
+        self.setResponseCode(404)
+        self.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        self.setHeader(b"content-length", str(len(body)).encode())
+        self.setHeader(b"connection", b"close")
+        self.channel.persistent = False
+        self.write(body)
+        self.finish()
 
     # -- websocket: Daphne's own hand-off, plus the listener tag -----------------------------
     def _upgrade_websocket(self) -> None:

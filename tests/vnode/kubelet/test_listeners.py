@@ -61,6 +61,35 @@ def test_I5_the_kubelet_listener_serves_only_kubelet_routes_and_the_console_only
         console.close()
 
 
+def upgrade_status(port: int, path: str, *, tls: bool) -> tuple[int, bytes]:
+    """A websocket handshake for `path` as kubectl sends one: the status and body answered."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock = ssl._create_unverified_context().wrap_socket(raw) if tls else raw
+    with sock:
+        sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n".encode()
+        )
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    return int(head[9:12]), body
+
+
+def test_I5_a_websocket_upgrade_on_the_wrong_listener_or_path_is_a_404_not_a_403(
+    server: Listeners, fake_handler: Handler
+) -> None:
+    adopt_new_pod(fake_handler, "i5ws")
+    exec_path = "/exec/default/i5ws/main?command=ls&stdout=1"
+    assert server.console_port
+    assert upgrade_status(server.console_port, exec_path, tls=False) == (404, b"404 request not found")
+    assert upgrade_status(server.console_port, "/admin/", tls=False)[0] == 404
+    assert upgrade_status(server.kubelet_port, "/admin/", tls=True) == (404, b"404 request not found")
+    assert upgrade_status(server.kubelet_port, exec_path, tls=True)[0] == 101  # the right listener still upgrades
+
+
 def test_healthz_pods_runningpods_stats_and_metrics_answer(server: Listeners, fake_handler: Handler) -> None:
     adopt_new_pod(fake_handler, "listed")
     assert https_get(server.kubelet_port, "/healthz")[2] == b"ok"
