@@ -41,7 +41,6 @@ def test_an_api_client_without_credentials_still_gets_401(live_server: Any, tran
         assert answer.status_code == 401, (accept, answer.status_code)
 
 
-
 def test_options_on_the_docs_answers_the_allowed_methods_and_logs_no_error(db: Any, caplog: Any) -> None:
     client = Client()
     client.force_login(User.objects.create_user("reader", password="pw-reader-12345"))
