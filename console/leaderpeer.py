@@ -6,7 +6,7 @@ write, and installs `LeaseLocator` in `console.runtime` so a standby's forwarder
 process's monotonic clock, never the holder's wall clock). The fingerprint is a SHA-256 of the
 certificate the leader's console serves: the API server is the trusted channel for it, since the
 replicas' certificates do not name the Pod IPs. Never a secret here: a URL and a certificate hash.
-Tests: tests/console/test_forward.py, tests/kube/test_leader.py.
+Tests: tests/console/test_forward.py, tests/kube/test_leader.py, tests/kube/test_holders.py.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from kube import leases, names
 from kube.client import Kube, KubeError
+from kube.holders import ANY, Holders
 
 FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
@@ -93,7 +94,10 @@ def peer_from(published: Mapping[str, str]) -> Peer:
 class LeaseLocator:
     """Reads the leader Lease on each call (into one `kube.leases` view, so a holder that stops
     renewing is gone a duration after this process last saw it renew): the console of whoever
-    holds it, unless that is this process (`identity`), which serves its own requests once it leads."""
+    holds it, unless that is this process (`identity`), which serves its own requests once it leads.
+    With `holders` that check Pods (`kube.holders.PodHolders`), only a replica of this install
+    leads, and its console URL must name one of its Pod's IPs: a Lease edited by someone else
+    sends no request elsewhere."""
 
     def __init__(
         self,
@@ -103,8 +107,10 @@ class LeaseLocator:
         name: str,
         identity: str,
         clock: Callable[[], float] = time.monotonic,
+        holders: Holders = ANY,
     ) -> None:
-        self._reader = leases.LeaseReader(kube, namespace=namespace, clock=clock)
+        self._reader = leases.LeaseReader(kube, namespace=namespace, clock=clock, holders=holders)
+        self._holders = holders
         self._name = name
         self._identity = identity
 
@@ -117,4 +123,8 @@ class LeaseLocator:
             raise NoLeader("no replica holds the leader Lease")
         if holder.identity == self._identity:
             raise HeldHere()
-        return peer_from(holder.annotations)
+        peer = peer_from(holder.annotations)
+        addresses = self._holders.addresses(holder.identity)
+        if addresses is not None and peer.host not in addresses:
+            raise NoLeader(f"the leader Lease names a console at {peer.host}, not an address of its holder's Pod")
+        return peer

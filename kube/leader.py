@@ -5,7 +5,8 @@ same rules as every other: another's Lease is alive until it stayed unchanged fo
 by this process's monotonic clock, writes carry the resourceVersion, and `fence` (valid until
 `renew_deadline` after the start of the last successful renewal) is what the leader's own
 writers check. Released on a clean shutdown so a standby takes over at once; the holder's
-`annotations` are written with every acquisition and renewal, and removed on release.
+`annotations` are written with every acquisition and renewal, and removed on release. A holder
+`holders` does not trust (a spoofed write) is nobody.
 Tests: tests/kube/test_leader.py.
 """
 
@@ -19,6 +20,7 @@ from datetime import UTC, datetime
 
 from kube import observe
 from kube.client import Kube, KubeError
+from kube.holders import ANY, Holders
 from kube.leases import Fence, Holder, SharedLeases
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,7 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         annotations: Mapping[str, str] | None = None,
+        holders: Holders = ANY,
     ) -> None:
         if not 0 < renew_deadline < lease_duration:
             raise ValueError(f"renew_deadline ({renew_deadline}s) must be between 0 and the lease duration")
@@ -52,6 +55,7 @@ class LeaderElector:
             margin=lease_duration - renew_deadline,
             clock=clock,
             now=now,
+            holders=holders,
         )
         self._namespace = namespace
         self._name = name

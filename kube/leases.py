@@ -15,10 +15,12 @@ The rules, for every Lease here (client-go's leaderelection, plus a fence):
   begun after a slow read was sent, and its holder's fence runs from that beginning.
 - A Lease held by someone alive is never written; a free, released or dead one is taken by
   a write carrying the resourceVersion this replica read, so two takers never both win.
+- A holder `kube.holders` does not trust (not a replica of this install: a spoofed write) is
+  nobody: its Lease is takeable, it is no member, and it revokes no fence.
 - A holder's `Fence` is valid until the start of its last successful renewal + the duration
   − `margin` (monotonic): it stops writing for that Lease `margin` seconds before any taker can
   have begun, even when its renewals hang or the process was paused.
-Tests: tests/kube/test_leases.py, tests/kube/test_leader.py.
+Tests: tests/kube/test_leases.py, tests/kube/test_leader.py, tests/kube/test_holders.py.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 
 from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.holders import ANY, Holders
 from kube.times import micro_time
 
 logger = logging.getLogger(__name__)
@@ -134,10 +137,12 @@ class Seen:
 
 
 class LeaseView:
-    """Pure but for its memory: the Leases this replica read, each with when it last changed."""
+    """Pure but for its memory: the Leases this replica read, each with when it last changed.
+    A holder `holders` does not trust counts as nobody."""
 
-    def __init__(self) -> None:
+    def __init__(self, holders: Holders = ANY) -> None:
         self._seen: dict[str, Seen] = {}
+        self.holders = holders
 
     def update(self, leases: list[JsonDict], at: float) -> None:
         """A full list: Leases not in it are forgotten (deleted)."""
@@ -165,16 +170,20 @@ class LeaseView:
 
     def members(self, at: float) -> list[str]:
         """The identities of the live members."""
-        return sorted(s.holder for s in self._seen.values() if s.kind == MEMBER and s.alive(at))
+        live = (s.holder for s in self._seen.values() if s.kind == MEMBER and s.alive(at))
+        return sorted(holder for holder in live if self.holders.trusted(holder))
 
     def dead_members(self, at: float, *, after: float) -> list[Seen]:
         """Member Leases nobody renewed for `after` seconds (their replica is gone)."""
         return [s for s in self._seen.values() if s.kind == MEMBER and at - s.changed_at >= after]
 
     def takeable(self, name: str, identity: str, at: float) -> bool:
-        """Not held by anyone else alive: missing, released, ours, or unchanged for its duration."""
+        """Not held by anyone else alive: missing, released, ours, unchanged for its duration,
+        or held by someone who is not a replica of this install."""
         seen = self._seen.get(name)
-        return seen is None or seen.holder in ("", identity) or not seen.alive(at)
+        if seen is None or seen.holder in ("", identity) or not seen.alive(at):
+            return True
+        return not self.holders.trusted(seen.holder)
 
 
 def annotated(metadata: JsonDict, ours: Mapping[str, str], *, keep: bool) -> JsonDict:
@@ -189,11 +198,13 @@ class LeaseReader:
     """Reads Leases of `namespace` into a `LeaseView` on this process's monotonic clock: who
     holds one is judged by the one alive rule. Safe to call from any thread."""
 
-    def __init__(self, kube: Kube, *, namespace: str, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, kube: Kube, *, namespace: str, clock: Callable[[], float] = time.monotonic, holders: Holders = ANY
+    ) -> None:
         self._kube = kube
         self._namespace = namespace
         self.clock = clock
-        self.view = LeaseView()
+        self.view = LeaseView(holders)
         self._reading = threading.Lock()
 
     def _path(self, name: str | None = None) -> str:
@@ -212,9 +223,11 @@ class LeaseReader:
 
     def holder(self, name: str) -> Holder | None:
         """Who holds the Lease `name` now (None: nobody, it ran out, or it does not exist).
-        A holder first seen now is alive for a full duration from now. Raises KubeError."""
+        A holder first seen now is alive for a full duration from now; one that is not a
+        replica of this install is nobody. Raises KubeError."""
         seen = self.observe(name)
-        return None if seen is None else seen.holder_at(self.clock())
+        holder = None if seen is None else seen.holder_at(self.clock())
+        return holder if holder is not None and self.view.holders.trusted(holder.identity) else None
 
 
 class SharedLeases(LeaseReader):
@@ -232,10 +245,11 @@ class SharedLeases(LeaseReader):
         margin: float,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        holders: Holders = ANY,
     ) -> None:
         if not 0 < margin < duration:
             raise ValueError(f"the fencing margin ({margin}s) must be between 0 and the lease duration ({duration}s)")
-        super().__init__(kube, namespace=namespace, clock=clock)
+        super().__init__(kube, namespace=namespace, clock=clock, holders=holders)
         self.identity = identity
         self.duration = duration
         self._margin = margin
@@ -261,8 +275,12 @@ class SharedLeases(LeaseReader):
         return seen
 
     def _revoke_if_taken(self, name: str) -> None:
+        """Another replica holds it now: stop writing. Not for a write no replica made (an
+        emptied or spoofed holder): the fence holds, and the next renewal takes it back."""
         seen, fence = self.view.get(name), self._fences.get(name)
-        if seen is not None and fence is not None and seen.holder != self.identity and fence.valid():
+        if seen is None or fence is None or seen.holder in ("", self.identity) or not fence.valid():
+            return
+        if self.view.holders.trusted(seen.holder):
             logger.error("lease %s is now held by %s: this replica stops writing for it", name, seen.holder)
             fence.revoke()
 

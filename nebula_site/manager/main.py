@@ -11,10 +11,7 @@ Tests: tests/nebula_site/test_manager.py, tests/vnode/test_invariants.py.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 
 from console import kubeauth, leaderpeer, runtime
@@ -25,7 +22,7 @@ from kube.operations import OperationLimits
 from kube.reviews import Reviewer
 from kube.worker import describe
 from nebula_site.manager import config as manager_config
-from nebula_site.manager import devteardown, sources, startup
+from nebula_site.manager import devteardown, replica, sources, startup
 from nebula_site.manager import leading as manager_leading
 from nebula_site.manager import listeners as manager_listeners
 from nebula_site.manager import runners as manager_runners
@@ -171,7 +168,7 @@ def lead(
         load_api_client(config.kubeconfig, pool_size=manager_runners.watch_pool_size(len(config.aliases)))
     )
     kubeauth.install(Reviewer(kube))  # Kubernetes token logins, on a standby too
-    identity = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    identity, holders = replica.replica(kube, config.namespace)
     runtime.set_replica(identity)
     duration = config.lease_duration
     elector = LeaderElector(
@@ -183,10 +180,13 @@ def lead(
         renew_deadline=duration * 2 / 3,
         retry_period=duration * 2 / 15,
         annotations=leaderpeer.lease_annotations(console),
+        holders=holders,
     )
     shutdown.push_untimed(elector.release)
     if config.leader_election:
-        locator = leaderpeer.LeaseLocator(kube, namespace=config.namespace, name=LEADER_LEASE, identity=identity)
+        locator = leaderpeer.LeaseLocator(
+            kube, namespace=config.namespace, name=LEADER_LEASE, identity=identity, holders=holders
+        )
         runtime.install_locator(locator)
     options = manager_leading.with_port(config.runner, kubelet_port)
     blocklist = Blocklist()
@@ -195,7 +195,7 @@ def lead(
     shutdown.push(blockstore.stop)  # after the Runners stop (pushed before them): their last refusals written
     wiring = sources.Wiring(config, kube, watch_kube, registry, blocklist, options, build_providers, blockstore)
     source: sources.RunnerSource = (
-        sources.SharedRunners(wiring, identity) if config.shares else sources.StaticRunners(wiring)
+        sources.SharedRunners(wiring, identity, holders) if config.shares else sources.StaticRunners(wiring)
     )
     shutdown.push(lambda timeout: manager_shutdown.stop_in_order(source.stop_steps(), timeout))
     kept = True

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kube.client import Kube, KubeError, path_for
+from kube.holders import ANY, Holders
 from kube.leases import SharedLeases
 from kube.sharing import Sharing, Term
 from nebula_site.manager import config as manager_config
@@ -128,9 +129,10 @@ class SharedRunners:
 
     stands_by = True
 
-    def __init__(self, wiring: Wiring, identity: str) -> None:
+    def __init__(self, wiring: Wiring, identity: str, holders: Holders = ANY) -> None:
         self._wiring = wiring
         self._identity = identity
+        self._holders = holders  # who may hold a node or member Lease (a spoofed holder is nobody)
         self._leading: manager_leading.Leading | None = None
         self._sharing: Sharing | None = None
         self._pools: PoolCache | None = None
@@ -150,7 +152,12 @@ class SharedRunners:
         wiring.blocklist.use_pool_ttls(pools.ttl_of, pools.interrupted_ttl_of)
         duration = config.lease_duration
         leases = SharedLeases(
-            wiring.kube, namespace=config.namespace, identity=self._identity, duration=duration, margin=duration / 3
+            wiring.kube,
+            namespace=config.namespace,
+            identity=self._identity,
+            duration=duration,
+            margin=duration / 3,
+            holders=self._holders,
         )
 
         def build(alias: str, term: Term) -> Runner:

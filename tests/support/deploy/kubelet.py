@@ -52,12 +52,14 @@ class PodFacts:
     service_env: dict[str, str]  # KUBERNETES_SERVICE_HOST/PORT
     service_account: dict[str, bytes]  # token, ca.crt, namespace
     volumes_root: Path
+    uid: str = "3f1c2a9e-5b7d-4e8f-9a0b-1c2d3e4f5a6b"  # the Pod's metadata.uid
     _made: dict[str, Path] = field(default_factory=dict)
 
     def field_value(self, path: str) -> str:
         values = {
             "metadata.name": self.name,
             "metadata.namespace": self.namespace,
+            "metadata.uid": self.uid,
             "status.podIP": self.pod_ip,
             "status.podIPs": self.pod_ip,
         }

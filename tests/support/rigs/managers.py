@@ -33,8 +33,8 @@ KUBELET_PORT = re.compile(r"kubelet API on port (\d+);")
 class SharedManager(ManagerProcess):
     """One replica, in the repository folder, with its own console mirror (migrated as it starts)."""
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
-        env = dict(os.environ, NEBULA_DB_PATH=str(log.with_suffix(".sqlite3")))  # its own console mirror
+    def __init__(self, name: str, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ, NEBULA_DB_PATH=str(log.with_suffix(".sqlite3")), **(env or {}))  # its own mirror
         super().__init__(args, cwd=ROOT, env=env, log=log)
         self.name = name
         self.identity = ""
@@ -62,7 +62,7 @@ class Rig:
         self.providers_file.write_text(yaml.safe_dump(dict.fromkeys(aliases, entry)))
         self.managers: list[SharedManager] = []
 
-    def manager(self, name: str, *flags: str) -> SharedManager:
+    def manager(self, name: str, *flags: str, env: dict[str, str] | None = None) -> SharedManager:
         args = [
             sys.executable, "manage.py", "runvnode", "--kubeconfig", self.kubeconfig,
             "--providers-file", str(self.providers_file), *(f"--provider={a}" for a in self.aliases),
@@ -71,7 +71,7 @@ class Rig:
             "--cluster-name", "sharing-tests", f"--lease-duration={self.lease}", "--shutdown-grace=5",
             "--share-providers", *flags,
         ]  # fmt: skip
-        manager = SharedManager(name, args, self.tmp / f"{name}.log")
+        manager = SharedManager(name, args, self.tmp / f"{name}.log", env)
         manager.start()
         self.managers.append(manager)
         return manager
