@@ -6,9 +6,9 @@ revocation) through `Holders.trusted`, and by the console's leader peer (`addres
 replica that runs as a Pod names itself `<pod name>_<pod uid>` (`pod_identity`); `PodHolders`
 trusts a holder only if that Pod exists in the manager's namespace with that UID and carries
 the manager's labels. Anything else (a made-up name, a Pod that is gone or is another's) is
-ignored, and said once per holder in the log. It fails open: when the Pod cannot be read (the
-API server errs), the holder is trusted, since wrongly distrusting a live replica would let
-two replicas serve one provider. `ANY` trusts everyone (not running as a Pod: dev and tests).
+ignored, and said once per holder in the log. It fails open: when the Pods cannot be listed
+(the API server errs), every holder is trusted, since wrongly distrusting a live replica would
+let two replicas serve one provider. `ANY` trusts everyone (not running as a Pod: dev and tests).
 Tests: tests/kube/test_holders.py, tests/nebula_site/test_sharing_managers.py (spoofed Leases).
 """
 
@@ -19,15 +19,17 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Protocol
 
-from kube.client import Kube, KubeError, NotFoundError, path_for
+from kube.client import Kube, KubeError, path_for
 
 logger = logging.getLogger(__name__)
 
 SEPARATOR = "_"  # in no Pod name and no UID
-TRUST_TTL = 10.0  # seconds a judgement of one holder is kept
-REMEMBERED = 256  # holders judged and remembered at most (I7: spoofed names cannot grow memory)
+TRUST_TTL = 10.0  # seconds the list of the manager's Pods is kept
+REFRESH = 1.0  # seconds at least between two lists, when a holder is not among the Pods listed
+REMEMBERED = 256  # holders already said in the log, remembered at most (I7: made-up names cannot grow memory)
+MAX_PODS = 1024  # manager Pods kept from one list (I7)
 
 
 def pod_identity(pod: str, uid: str) -> str:
@@ -66,7 +68,9 @@ ANY = AnyHolder()
 
 class PodHolders:
     """Trusts holders that are live manager Pods of `namespace` (see the module docstring).
-    Thread-safe; at most one read of a Pod per holder per TRUST_TTL."""
+    Thread-safe. The Pods are listed (by the manager's labels) at most every TRUST_TTL, and
+    again, at most every REFRESH seconds, when a holder is not among them: a replica that just
+    started is known within a round, and no number of made-up holders costs more reads."""
 
     def __init__(
         self,
@@ -82,59 +86,69 @@ class PodHolders:
         self._own = own
         self._labels = dict(labels)
         self._clock = clock
-        self._judged: OrderedDict[str, tuple[float, bool, frozenset[str]]] = OrderedDict()
+        self._pods: dict[str, tuple[str, frozenset[str]]] = {}  # Pod name -> (uid, IPs)
+        self._listed_at = float("-inf")
         self._reported: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
 
     def trusted(self, identity: str) -> bool:
         if identity in ("", self._own):
             return True
-        return self._judge(identity)[0]
+        why = self._judge(identity)
+        if why:
+            self._report(identity, why)
+        return not why
 
     def addresses(self, identity: str) -> frozenset[str] | None:
-        return self._judge(identity)[1]
-
-    def _judge(self, identity: str) -> tuple[bool, frozenset[str]]:
-        now = self._clock()
+        named = parse_identity(identity)
+        if named is None or self._judge(identity):
+            return frozenset()
         with self._lock:
-            kept = self._judged.get(identity)
-            if kept is not None and now - kept[0] < TRUST_TTL:
-                return kept[1], kept[2]
-        trusted, addresses, why = self._read(identity)
-        with self._lock:
-            self._judged[identity] = (now, trusted, addresses)
-            self._judged.move_to_end(identity)
-            while len(self._judged) > REMEMBERED:
-                self._judged.popitem(last=False)
-            first = not trusted and identity not in self._reported
-            if first:
-                self._reported[identity] = None
-                while len(self._reported) > REMEMBERED:
-                    self._reported.popitem(last=False)
-        if first:
-            logger.warning("lease holder %r is not a replica of this install (%s): ignored", identity[:300], why)
-        return trusted, addresses
+            return self._pods.get(named[0], ("", frozenset()))[1]
 
-    def _read(self, identity: str) -> tuple[bool, frozenset[str], str]:
+    def _judge(self, identity: str) -> str:
+        """Why `identity` is not trusted ("": it is)."""
         named = parse_identity(identity)
         if named is None:
-            return False, frozenset(), "not of the form <pod>_<uid>"
-        pod_name, uid = named
+            return "not of the form <pod>_<uid>"
+        pod, uid = named
+        with self._lock:
+            age = self._clock() - self._listed_at
+            known = self._pods.get(pod)
+        if age >= TRUST_TTL or (known is None or known[0] != uid) and age >= REFRESH:
+            if not self._list():
+                return ""  # fail open: distrusting a live replica would let two serve one provider
+            with self._lock:
+                known = self._pods.get(pod)
+        if known is None:
+            return f"no manager Pod {self._namespace}/{pod}"
+        if known[0] != uid:
+            return f"Pod {self._namespace}/{pod} has another UID"
+        return ""
+
+    def _list(self) -> bool:
+        selector = ",".join(f"{key}={value}" for key, value in sorted(self._labels.items()))
         try:
-            pod: dict[str, Any] = self._kube.get(path_for("pods", namespace=self._namespace, name=pod_name))
-        except NotFoundError:
-            return False, frozenset(), f"no Pod {self._namespace}/{pod_name}"
-        except KubeError as exc:  # fail open: distrusting a live replica would double-serve
-            logger.debug("cannot read the Pod of lease holder %r (trusted meanwhile): %s", identity, exc)
-            return True, frozenset(), ""
-        meta = pod.get("metadata") or {}
-        if meta.get("uid") != uid:
-            return False, frozenset(), f"Pod {self._namespace}/{pod_name} has another UID"
-        labels = meta.get("labels") or {}
-        if any(labels.get(k) != v for k, v in self._labels.items()):
-            return False, frozenset(), f"Pod {self._namespace}/{pod_name} is not a manager Pod (labels)"
-        status = pod.get("status") or {}
-        ips = {str(p.get("ip")) for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip")}
-        if status.get("podIP"):
-            ips.add(str(status["podIP"]))
-        return True, frozenset(ips), ""
+            items, _ = self._kube.list(path_for("pods", namespace=self._namespace), labelSelector=selector)
+        except KubeError as exc:
+            logger.debug("cannot list the manager's Pods (every Lease holder trusted meanwhile): %s", exc)
+            return False
+        pods: dict[str, tuple[str, frozenset[str]]] = {}
+        for item in items[:MAX_PODS]:
+            meta, status = item.get("metadata") or {}, item.get("status") or {}
+            ips = {str(p.get("ip")) for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip")}
+            if status.get("podIP"):
+                ips.add(str(status["podIP"]))
+            pods[str(meta.get("name", ""))] = (str(meta.get("uid", "")), frozenset(ips))
+        with self._lock:
+            self._pods, self._listed_at = pods, self._clock()
+        return True
+
+    def _report(self, identity: str, why: str) -> None:
+        with self._lock:
+            if identity in self._reported:
+                return
+            self._reported[identity] = None
+            while len(self._reported) > REMEMBERED:
+                self._reported.popitem(last=False)
+        logger.warning("lease holder %r is not a replica of this install (%s): ignored", identity[:300], why)

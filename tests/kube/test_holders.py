@@ -44,9 +44,9 @@ def test_only_a_live_manager_pod_with_its_uid_is_trusted_and_each_stranger_is_sa
     assert holders.trusted(other) and holders.addresses(other) == frozenset({"10.0.0.8"})
     strangers = {
         "mallory": "not of the form",
-        pod_identity("gone", str(uuid.uuid4())): "no Pod default/gone",
+        pod_identity("gone", str(uuid.uuid4())): "no manager Pod default/gone",
         pod_identity("manager-b", str(uuid.uuid4())): "another UID",
-        tenant: "not a manager Pod",
+        tenant: "no manager Pod default/tenant-app",  # not one of the manager's labels
     }
     with caplog.at_level(logging.WARNING, logger="kube.holders"):
         for identity in strangers:
@@ -59,19 +59,27 @@ def test_only_a_live_manager_pod_with_its_uid_is_trusted_and_each_stranger_is_sa
 
 def test_a_holder_whose_pod_cannot_be_read_is_trusted_so_no_live_replica_is_ever_taken_over(kube: Kube) -> None:
     class Erring:
-        def get(self, path: str, **_: Any) -> Any:
+        def list(self, path: str, **_: Any) -> Any:
             raise UnreachableError(0, "Unreachable", "the API server does not answer")
 
     holders = PodHolders(Erring(), namespace=NS, own="x_1", labels=LABELS)  # type: ignore[arg-type]
     assert holders.trusted(pod_identity("manager-z", str(uuid.uuid4())))
 
 
-def test_I7_spoofed_holders_are_remembered_within_a_bound(kube: Kube, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_I7_made_up_holders_cost_neither_memory_nor_a_read_each(kube: Kube, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(holders_module, "REMEMBERED", 16)
-    holders = PodHolders(kube, namespace=NS, own="x_1", labels=LABELS)
-    for i in range(100):
-        assert not holders.trusted(f"mallory-{i}")
-    assert len(holders._judged) <= 16 and len(holders._reported) <= 16
+    lists: list[str] = []
+
+    class Counting:
+        def list(self, path: str, **selectors: str) -> Any:
+            lists.append(path)
+            return kube.list(path, **selectors)
+
+    holders = PodHolders(Counting(), namespace=NS, own="x_1", labels=LABELS, clock=lambda: 100.0)  # type: ignore[arg-type]
+    for i in range(1000):
+        assert not holders.trusted(pod_identity(f"mallory-{i}", str(uuid.uuid4())))
+    assert len(holders._reported) <= 16
+    assert len(lists) == 1  # one list for all of them (the clock stands still: no REFRESH second passed)
 
 
 def test_a_spoofed_node_lease_stays_takeable_revokes_no_fence_and_spoofed_members_do_not_count(kube: Kube) -> None:
