@@ -163,7 +163,7 @@ def test_every_overlay_serves_metrics_on_the_port_its_service_and_network_policy
     ]
 
 
-def test_I7_the_overlay_docs_monitoring_md_gives_admits_the_prometheus_of_another_namespace_only(
+def test_I7_the_overlay_in_docs_monitoring_md_admits_only_the_prometheus_of_another_namespace(
     tmp_path: Path,
 ) -> None:
     docs = (ROOT / "docs" / "monitoring.md").read_text()
