@@ -11,7 +11,7 @@ database, the admin over it, the dashboard, the REST API, Prometheus metrics and
 - `dashboard`  the dashboard's figures, from the mirror; `views` the pages and /readyz
 - `metrics`    the Prometheus registry; `middleware` counts API requests
 - `gauges`     the gauges read from memory at scrape time (providers up, orphans, spend, leader)
-- `exporter`   the metrics listener: /metrics on a port of its own, optional TLS and token auth
+- `exporter`   the metrics listener's app: /metrics, optional token auth (served by nebula_site.manager.listeners)
 - `api`        the REST API (DRF) over the same rows
 - `forward`    a standby's forwarder to the leader's console; `leaderpeer` where that is
 

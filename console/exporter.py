@@ -1,25 +1,20 @@
-"""The metrics listener: `/metrics` of `console.metrics.REGISTRY` on its own port, apart from
-the console, so Prometheus scrapes every replica (a standby too) in plain HTTP by default.
+"""The metrics listener's app: `/metrics` of `console.metrics.REGISTRY`, on a port of its own
+apart from the console, so Prometheus scrapes every replica (a standby too).
 
-Optional TLS (a PEM certificate and key) and optional token auth as kube-rbac-proxy and
-controller-runtime do it: a bearer token is authenticated by TokenReview and authorised by a
-SubjectAccessReview for the non-resource URL `/metrics`, verb `get` (401 without a token or
-with one the API server does not know, 403 when RBAC says no). A WSGI server in a thread of
-its own: light, and independent of the Twisted reactor the kubelet and console share.
-Started by `nebula_site.manager.listeners.start_metrics_listener`. Never logs a token.
-Tests: tests/console/test_metrics_listener.py.
+Optional token auth as kube-rbac-proxy and controller-runtime do it: a bearer token is
+authenticated by TokenReview and authorised by a SubjectAccessReview for the non-resource URL
+`/metrics`, verb `get` (401 without a token or with one the API server does not know, 403 when
+RBAC says no). A WSGI app: `nebula_site.manager.listeners.MetricsListener` serves it (plain HTTP
+or TLS) on the kubelet and console listeners' bounded machinery (`vnode.kubelet.wsgilistener`,
+I7); its reviews block, so it runs on that listener's small pool, never on the reactor. Never
+logs a token. Tests: tests/console/test_metrics_listener.py.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
-import ssl
-import threading
 from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import make_wsgi_app
 
@@ -90,69 +85,3 @@ def application(*, reviewer: Reviewer | None = None) -> WsgiApp:
     """The listener's WSGI app: the registry's exposition, behind the token gate if given."""
     app: WsgiApp = make_wsgi_app(metrics.REGISTRY)
     return routes(TokenGate(app, reviewer) if reviewer is not None else app)
-
-
-class _Server(ThreadingMixIn, WSGIServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hangs up or fails the TLS handshake: its problem, not a traceback here.
-        logger.debug("metrics: a request from %s failed", client_address, exc_info=True)
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # one line per scrape is noise
-        pass
-
-
-class MetricsListener:
-    """`/metrics` on `host:port` (empty host: every interface; port 0: any free one)."""
-
-    def __init__(
-        self, host: str, port: int, *, cert: tuple[str, str] | None = None, reviewer: Reviewer | None = None
-    ) -> None:
-        self.host, self.requested_port = host, port
-        self.cert = cert
-        self.reviewer = reviewer
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def scheme(self) -> str:
-        return "https" if self.cert is not None else "http"
-
-    @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("the metrics listener is not started")
-        return int(self._server.server_address[1])
-
-    def start(self) -> None:
-        """Bind and serve in a thread. Raises OSError (address in use) or ssl.SSLError and
-        OSError for a certificate that does not load."""
-        context = None
-        if self.cert is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(*self.cert)
-        family = _Server6 if ":" in self.host else _Server
-        server = make_server(self.host, self.requested_port, application(reviewer=self.reviewer), family, _QuietHandler)
-        if context is not None:
-            # The handshake happens on the first read, in the request's own thread: a client
-            # that connects and says nothing never holds up the accept loop.
-            server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="metrics-listener", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout)

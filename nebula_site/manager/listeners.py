@@ -1,9 +1,11 @@
 """The manager's listeners: the kubelet and console listeners (one Daphne server), the metrics
-listener, the kubelet certificate from the CSR API, and where other replicas reach the console.
+listener (on the same reactor and bounds), the kubelet certificate from the CSR API, and where
+other replicas reach the console.
 
 Started by `nebula_site.manager.main` from a `ManagerConfig`, in that order, each stopped by its
 ordered stop. Never parses flags and never reads settings.
-Tests: tests/nebula_site/test_advertised_console.py, tests/vnode/kubelet/test_listener_limits.py.
+Tests: tests/nebula_site/test_advertised_console.py, tests/vnode/kubelet/test_listener_limits.py,
+tests/console/test_metrics_listener.py.
 """
 
 from __future__ import annotations
@@ -11,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from console import leaderpeer
-from console.exporter import MetricsListener
+from console import exporter, leaderpeer
 from kube.client import Kube, load_api_client
 from kube.reviews import Reviewer
 from nebula_site.manager import config as manager_config
@@ -20,6 +21,27 @@ from vnode.kubelet import certcsr
 from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.kubelet.wsgilistener import WsgiListener
+
+METRICS = "metrics"  # the metrics listener's name in vnode.kubelet.limits (body limit, log lines)
+
+
+class MetricsListener(WsgiListener):
+    """`/metrics` (`console.exporter`'s app, behind the token gate with `reviewer`) on
+    `host:port`, plain HTTP or TLS with `cert`, bounded by `bounds` as the kubelet and console
+    listeners are (I7): start(), stop(), port, scheme."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        cert: tuple[str, str] | None = None,
+        reviewer: Reviewer | None = None,
+        bounds: Limits | None = None,
+    ) -> None:
+        super().__init__(host, port, exporter.application(reviewer=reviewer), name=METRICS, cert=cert, bounds=bounds)
+        self.reviewer = reviewer
 
 
 def start_listeners(config: manager_config.ManagerConfig) -> Listeners:
@@ -64,14 +86,20 @@ def start_serving_csr(
 
 
 def start_metrics_listener(
-    metrics: tuple[str, int], *, cert: tuple[str, str] | None, token_auth: bool, kubeconfig: str | None
+    metrics: tuple[str, int],
+    *,
+    cert: tuple[str, str] | None,
+    token_auth: bool,
+    kubeconfig: str | None,
+    bounds: Limits | None = None,
 ) -> MetricsListener:
     """The metrics listener (`console.exporter`), started: plain HTTP, or TLS with `cert`;
-    with `token_auth`, scrapers' tokens are reviewed by the API server of `kubeconfig`.
+    with `token_auth`, scrapers' tokens are reviewed by the API server of `kubeconfig`; its
+    caps and deadlines are `bounds` (the kubelet and console listeners' `Limits`, I7).
     Serves whether or not this process leads. Raises what binding or loading the certificate
-    raises (OSError, ssl.SSLError)."""
+    raises (OSError, ValueError)."""
     reviewer = Reviewer(Kube(load_api_client(kubeconfig, pool_size=4))) if token_auth else None
-    listener = MetricsListener(*metrics, cert=cert, reviewer=reviewer)
+    listener = MetricsListener(*metrics, cert=cert, reviewer=reviewer, bounds=bounds)
     listener.start()
     return listener
 

@@ -22,12 +22,12 @@ from typing import Protocol
 from django.conf import settings
 from django.core.management import call_command
 
-from console.exporter import MetricsListener
 from kube.client import KubeError, load_api_client
 from nebula_site import demo
 from nebula_site.manager import config as manager_config
 from nebula_site.manager import devinstall
 from nebula_site.manager import listeners as manager_listeners
+from nebula_site.manager.listeners import MetricsListener
 from vnode.kubelet.server import Listeners
 
 logger = logging.getLogger(__name__)
@@ -114,8 +114,9 @@ def start_metrics(config: manager_config.ManagerConfig, say: Say) -> MetricsList
             cert=config.metrics_cert,
             token_auth=config.metrics_token_auth,
             kubeconfig=config.kubeconfig,
+            bounds=config.listener_limits,
         )
-    except Exception as exc:  # OSError (in use), ssl.SSLError (certificate), a bad kubeconfig
+    except Exception as exc:  # OSError (in use), ValueError (certificate), a bad kubeconfig
         if config.metrics_optional and getattr(exc, "errno", None) == errno.EADDRINUSE:
             logger.warning("no metrics listener: %s:%d: %s", *config.metrics_addr, exc)
             return None

@@ -16,7 +16,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from console.exporter import MetricsListener
+from nebula_site.manager.listeners import MetricsListener
 from tests.support.clients.scrape import check_metrics, family_of, get, metric_names
 from tests.support.rigs.console import Scenario
 

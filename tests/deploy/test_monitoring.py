@@ -7,6 +7,7 @@ the dashboard shipped as a Grafana sidecar ConfigMap, and every overlay's manage
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -18,7 +19,16 @@ from django.core.management import load_command_class
 
 from nebula_site.config import parse_address
 from tests.support.clients.scrape import promtool
-from tests.support.deploy.manifests import DEPLOY, OVERLAYS, find, kubectl, manager_container, render
+from tests.support.deploy.manifests import (
+    DEPLOY,
+    OVERLAYS,
+    ROOT,
+    find,
+    kubectl,
+    manager_container,
+    render,
+    render_copy,
+)
 
 MONITORING = DEPLOY / "monitoring"
 Obj = dict[str, Any]
@@ -142,9 +152,33 @@ def test_every_overlay_serves_metrics_on_the_port_its_service_and_network_policy
     assert [p["targetPort"] for p in service["spec"]["ports"]] == ["metrics"]
     policy = find(objects, "NetworkPolicy", "nebula-manager")
     (rule,) = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "metrics"]
-    # Prometheus from any namespace, as the Prometheus Operator labels its Pods.
+    # I7: only the Prometheus of the monitoring namespace, as the Prometheus Operator labels its
+    # Pods: the namespace and the label in ONE peer (two peers would admit either: any Pod of
+    # monitoring, or a Pod labelled prometheus in any namespace).
     assert rule["from"] == [
-        {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
+    ]
+
+
+def test_I7_the_overlay_in_docs_monitoring_md_admits_only_the_prometheus_of_another_namespace(
+    tmp_path: Path,
+) -> None:
+    docs = (ROOT / "docs" / "monitoring.md").read_text()
+    (snippet,) = re.findall(r"```yaml\n(# deploy/overlays/<yours>/kustomization.yaml.*?)```", docs, re.S)
+    deploy = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, deploy)
+    (deploy / "overlays" / "yours").mkdir()
+    (deploy / "overlays" / "yours" / "kustomization.yaml").write_text(snippet)
+    policy = find(render_copy(deploy, "yours"), "NetworkPolicy", "nebula-manager")
+    (rule,) = [r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == "metrics"]
+    assert rule["from"] == [
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prometheus-system"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        }
     ]
 
 

@@ -17,6 +17,8 @@ The only part of vnode that may import Daphne, Twisted and Channels. Map of the 
 - `wsexec`     that session over websocket: a Channels consumer
 - `portforward` port-forward over SPDY/3.1; `portforward_pair` one forwarded connection's threads
 - `spdyconn`   the SPDY connection plumbing `spdyexec` and `portforward` share (producer, clocks, close)
+- `limits`     I7 on every listener: caps, heads, bodies, deadlines; `wsgilistener` a WSGI app
+               on a port of its own with those bounds (the metrics listener)
 
 Provider calls block, so they run on threads, never on the reactor. Nothing here imports
 Django: the console application is handed in by the caller.

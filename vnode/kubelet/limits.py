@@ -1,13 +1,15 @@
-"""I7 at the HTTP layer of both listeners: request heads, bodies, deadlines and connection caps.
+"""I7 at the HTTP layer of every listener (kubelet, console, metrics): heads, bodies, deadlines, caps.
 
-`Limits` is the configuration (`Listeners(limits=...)`, from runvnode flags and NEBULA
-settings). `ConnectionCaps` wraps a listener's outermost factory (outside TLS) and refuses a
-connection at accept when its client address or the listener holds too many. `arm` bounds
-one HTTP channel (head size and count, a deadline for the head and then the body, counted
-from the accept or the end of the previous response, never reset by a trickle);
-`KubeletRequest` calls `admit_length`, `admit_chunk`, `request_received` and
-`request_finished`. A refusal is a status with a text message, then the connection closes;
-nothing here reads a body it will refuse. Tests: tests/vnode/kubelet/test_listener_limits.py.
+`Limits` is the configuration (`Listeners(bounds=...)`, `MetricsListener(bounds=...)`, from
+runvnode flags and NEBULA settings). `ConnectionCaps` wraps a listener's outermost factory
+(outside TLS) and refuses a connection at accept when its client address or the listener holds
+too many. `arm` bounds one HTTP channel (head size and count, a deadline for the head and then
+the body, counted from the accept or the end of the previous response, never reset by a
+trickle); `BoundedRequest` (the base of `upgrade.KubeletRequest` and `console.exporter`'s
+request) calls `admit_length`, `admit_chunk`, `request_received`, `request_finished` and
+`release_body`. A refusal is a status with a text message, then the connection closes; nothing
+here reads a body it will refuse. Tests: tests/vnode/kubelet/test_listener_limits.py,
+tests/console/test_metrics_listener.py.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from twisted.protocols.policies import WrappingFactory
+from twisted.web import http
 
 from vnode.kubelet.loop import reactor
 
@@ -64,7 +67,8 @@ class Limits:
         return cls(**values)
 
     def body_limit(self, listener: str) -> int:
-        return self.kubelet_body if listener == "kubelet" else self.console_body
+        """The console's large limit; the kubelet's small one for every other listener (metrics)."""
+        return self.console_body if listener == "console" else self.kubelet_body
 
 
 # -- refusing ------------------------------------------------------------------------------
@@ -280,6 +284,34 @@ def request_finished(request: Any) -> None:
         channel._nebula_timer = reactor.callLater(channel._nebula_limits.keepalive_timeout, _timed_out, channel, "idle")
 
 
+_Request: Any = http.Request  # untyped here, as Daphne's subclass of it is
+
+
+class BoundedRequest(_Request):  # type: ignore[misc]
+    """A request of an `arm`ed channel: its body is bounded while it arrives, no deadline runs
+    while it is answered, and the keep-alive wait starts when it is finished. Mixed in before
+    the server's own request class (Daphne's `WebRequest`, twisted.web's `Request`)."""
+
+    def gotLength(self, length: int | None) -> None:
+        admit_length(self, length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        if admit_chunk(self, data):
+            self.content.write(data)
+
+    def connectionLost(self, reason: Any) -> None:
+        release_body(self)
+        super().connectionLost(reason)
+
+    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
+        request_received(self)
+        super().requestReceived(command, path, version)
+
+    def finish(self) -> Any:
+        request_finished(self)  # before: finishing may start parsing the next request
+        return super().finish()
+
+
 def release(channel: Any) -> None:
     """The connection was upgraded: its stream protocol bounds it from now on."""
     _cancel(channel)
@@ -314,9 +346,11 @@ class ConnectionCaps(WrappingFactory):
         return super().buildProtocol(addr)
 
     def registerProtocol(self, p: Any) -> None:
+        self.protocols[p] = 1  # every open connection, for a listener that ends them at stop
         self.open[str(getattr(p.getPeer(), "host", ""))] += 1
 
     def unregisterProtocol(self, p: Any) -> None:
+        self.protocols.pop(p, None)
         host = str(getattr(p.getPeer(), "host", ""))
         self.open[host] -= 1
         if self.open[host] <= 0:

@@ -48,30 +48,12 @@ class ListenerFactory(HTTPFactory):  # type: ignore[misc]
         return protocol
 
 
-class KubeletRequest(WebRequest):  # type: ignore[misc]
+class KubeletRequest(limits.BoundedRequest, WebRequest):  # type: ignore[misc]
+    """Daphne's request, its body and deadlines bounded (I7, `limits.BoundedRequest`)."""
+
     nebula_listener = CONSOLE
     nebula_admitted = False  # set by `auth.admit` once the request is authorised
     _accepted: tuple[str, ...] = execparams.SPDY_PROTOCOLS  # for a 403's X-Accepted-Stream-Protocol-Versions
-
-    # -- I7: the body is bounded while it arrives (vnode/kubelet/limits.py) -----------------
-    def gotLength(self, length: int | None) -> None:
-        limits.admit_length(self, length)
-
-    def handleContentChunk(self, data: bytes) -> None:
-        if limits.admit_chunk(self, data):
-            self.content.write(data)
-
-    def connectionLost(self, reason: Any) -> None:
-        limits.release_body(self)
-        super().connectionLost(reason)
-
-    def requestReceived(self, command: bytes, path: bytes, version: bytes) -> None:
-        limits.request_received(self)
-        super().requestReceived(command, path, version)
-
-    def finish(self) -> Any:
-        limits.request_finished(self)  # before: finishing may start parsing the next request
-        return super().finish()
 
     def process(self) -> Any:
         self.nebula_listener = self.channel.factory.listener
