@@ -1,6 +1,7 @@
 """The connection caps' log line (vnode/kubelet/limits.py `ConnectionCaps`), over real sockets:
 every refused connection is counted in some line (the last ones too, said LOG_EVERY after the
-previous line), lines are at most one per LOG_EVERY, and none carries a traceback, at DEBUG too."""
+previous line), lines are at most one per LOG_EVERY, and none carries a traceback, at DEBUG too;
+nor does any refused, broken or abandoned connection of the metrics listener."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import logging
 import re
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.support.polling import wait_for
 from tests.support.rigs.vnode import loopback_listeners
+from tests.support.servers.tls import self_signed_certificate
 from vnode.kubelet import limits
 from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
@@ -72,3 +77,53 @@ def running_caps_open(running: object) -> dict[str, int]:
     """The console listener's open connections by client address, as its caps count them."""
     port = running._ports["console"]  # type: ignore[attr-defined]
     return dict(port.factory.open)
+
+
+def test_I7_the_metrics_listener_logs_no_traceback_for_refused_broken_or_abandoned_connections(
+    kept: Kept, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """At DEBUG: connections over the cap, a TLS handshake that is garbage and one cut off
+    mid-record log no traceback (the thread-per-connection listener before logged ten lines
+    for each broken connection)."""
+    from nebula_site.manager.listeners import MetricsListener
+
+    monkeypatch.setattr(limits, "LOG_EVERY", 0.5)
+    private = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "tls.crt").write_bytes(
+        self_signed_certificate(private, "nebula-metrics", ip="127.0.0.1").public_bytes(serialization.Encoding.PEM)
+    )
+    (tmp_path / "tls.key").write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    extra = [logging.getLogger(name) for name in ("nebula_site", "console")]
+    for each in extra:
+        each.addHandler(kept)
+    listener = MetricsListener("127.0.0.1", 0, cert=(str(cert), str(key)), bounds=Limits(per_client=2, head_timeout=1))
+    listener.start()
+    try:
+        held = [socket.create_connection(("127.0.0.1", listener.port), timeout=10) for _ in range(2)]
+        for _ in range(5):
+            with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as refused:
+                assert refused.recv(1) == b""
+        for sock in held:
+            sock.sendall(b"\x16\x03\x01\x00\x05garbage-not-tls")  # a handshake that is not one
+            sock.close()
+        wait_for(lambda: listener_open(listener) == 0, what="the broken connections closed")
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as cut:
+            cut.sendall(b"\x16\x03\x01")  # cut off mid-record
+        wait_for(lambda: listener_open(listener) == 0, what="the cut connection closed", timeout=30)
+    finally:
+        listener.stop()
+        for each in extra:
+            each.removeHandler(kept)
+    said = [re.search(r"metrics listener: refused (\d+) connection", r.getMessage()) for r in kept.records]
+    assert sum(int(m.group(1)) for m in said if m) == 5, [r.getMessage() for r in kept.records]
+    assert not [r for r in kept.records if r.exc_info or "Traceback" in r.getMessage()]
+
+
+def listener_open(listener: object) -> int:
+    """Open connections of a `WsgiListener`, as its caps count them."""
+    return sum(listener._caps.open.values())  # type: ignore[attr-defined]
