@@ -43,7 +43,8 @@ __all__ = [
     "StreamReset",
 ]
 
-# A peer that keeps provoking RST_STREAMs nobody collects is refused rather than buffered.
+# Parsing stops once this many RST_STREAMs wait to be sent (`stalled`), so a burst of refused
+# streams is answered in batches the caller writes between; no more is ever queued here.
 MAX_PENDING_FRAMES = 256
 
 
@@ -90,6 +91,7 @@ class _Session:
         self._events: list[ClientEvent] = []
         self._failure: str | None = None
         self._goaway_sent = False
+        self.stalled = False  # parsing stopped at MAX_PENDING_FRAMES: write `data_to_send`, then `receive(b"")`
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -113,16 +115,17 @@ class _Session:
             del buffer[:offset]
         elif offset < len(data):
             buffer += data[offset:]
-        if len(self._pending) > MAX_PENDING_FRAMES:
-            self._failure = "too many stream errors left unsent"
-            raise ProtocolError(self._failure)
         return events
 
     def _parse_frames(self, source: bytes | bytearray) -> int:
         """Handle every complete frame in `source`; return how many bytes they took."""
         offset, size = 0, len(source)
+        self.stalled = False
         with memoryview(source) as view:
             while size - offset >= frames.HEADER_SIZE:
+                if len(self._pending) >= MAX_PENDING_FRAMES:
+                    self.stalled = True  # the rest waits until these are sent
+                    break
                 word0, flags, length = frames.parse_head(source, offset)
                 if length > self.max_frame_size:
                     raise ProtocolError(f"frame of {length} bytes exceeds the {self.max_frame_size} byte bound")

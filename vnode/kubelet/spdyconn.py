@@ -61,16 +61,28 @@ class SpdyConnection(Protocol):
         if self._closed:
             return
         self._clocks.activity()
-        try:
-            events = self._session.receive(data)
-        except spdy.ProtocolError as exc:
-            self.log.info("%s session ended: %s", self.log_label, exc)
-            self._write(self._session.goaway(1))
-            self._close()
-            return
-        for event in events:
-            self._on_event(event)
-        self._write(self._session.data_to_send())
+        while True:
+            try:
+                events = self._session.receive(data)
+            except spdy.ProtocolError as exc:
+                self._end_session(str(exc))
+                return
+            for event in events:
+                self._on_event(event)
+            self._write(self._session.data_to_send())
+            if not self._session.stalled or self._closed:
+                return
+            # A burst of refused streams: their RST_STREAMs went out in a batch, parsing goes on.
+            # A client that does not read them (the transport is full) is not collecting them.
+            if not self._writable.is_set():
+                self._end_session("too many stream errors left unread by the client")
+                return
+            data = b""
+
+    def _end_session(self, why: str) -> None:
+        self.log.info("%s session ended: %s", self.log_label, why)
+        self._write(self._session.goaway(1))
+        self._close()
 
     def connectionLost(self, reason: Any = None) -> None:
         self._closed = True

@@ -257,6 +257,11 @@ class SpdyClient:
                 self.eof = True
 
     def _feed(self, chunk: bytes) -> None:
+        self._take(chunk)
+        while self.session.stalled:  # RST_STREAMs of our own queued: they go out with the next write
+            self._take(b"")
+
+    def _take(self, chunk: bytes) -> None:
         for event in self.session.receive(chunk):
             if isinstance(event, spdy.DataReceived):
                 self.data.setdefault(event.stream_id, bytearray()).extend(event.data)

@@ -187,6 +187,30 @@ def test_I7_forwarded_connections_per_session_are_bounded(server: Listeners, ech
         client.ping(1)
 
 
+def test_I7_a_burst_of_streams_past_the_cap_is_refused_stream_by_stream_and_the_first_connection_works_on(
+    server: Listeners, echo: tuple[Handler, int]
+) -> None:
+    """700 streams opened at once (far past the 256 a session takes, and past the 256 refusals
+    the session queues before it writes them): each one over the cap is refused alone with
+    REFUSED_STREAM, and the connection forwarded before them still echoes."""
+    _, port = echo
+    with connect(server, protocols=PROTOCOLS) as client:
+        error, data = open_pair(client, port, 0)
+        client.send(data, b"first\n")
+        client.wait_for(lambda: client.received(data) == b"first\n", "the first echo")
+        burst = [
+            client.open("data", headers=[("port", str(port)), ("requestID", str(n))], wait=False) for n in range(1, 701)
+        ]
+        client.ping(7)
+        client.send(data, b"again\n")
+        client.wait_for(lambda: client.received(data) == b"first\nagain\n", "the echo after the burst")
+        client.wait_for(
+            lambda: len([s for s in burst if s in client.resets]) >= 700 - 2 * portforward.MAX_PAIRS, "refusals"
+        )
+        assert {client.resets[s] for s in burst if s in client.resets} == {spdyframes.REFUSED_STREAM}
+        assert client.goaway is None
+
+
 def test_old_clients_without_request_ids_are_paired_by_stream_id() -> None:
     assert portforward.stream_fields((("streamtype", "error"), ("port", "80")), 5) == ("error", "80", "5")
     assert portforward.stream_fields((("streamtype", "data"), ("port", "80")), 7) == ("data", "80", "5")

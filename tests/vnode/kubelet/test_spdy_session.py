@@ -188,6 +188,29 @@ def test_more_streams_than_the_bound_are_refused_with_rst_stream() -> None:
     assert server.goaway()[8:12] == struct.pack(">I", 3)  # the refused stream was not processed
 
 
+def test_I7_a_burst_of_refused_streams_stalls_parsing_at_the_pending_bound_and_nothing_is_lost() -> None:
+    """More refusals than MAX_PENDING_FRAMES in one read: parsing stops there (`stalled`), the
+    caller writes that batch and asks again; every stream is refused once, in order, and the
+    session never holds more than the bound."""
+    client, server = spdy.ClientSession(), spdy.ServerSession(max_streams=2)
+    wire = b"".join(client.open([("streamtype", "x")])[1] for _ in range(2 + 3 * spdy.MAX_PENDING_FRAMES + 5))
+    opened = [e.stream_id for e in server.receive(wire) if isinstance(e, spdy.StreamOpened)]
+    refused: list[bytes] = []
+    while True:
+        batch = server.data_to_send()
+        assert len(batch) <= spdy.MAX_PENDING_FRAMES * 16  # RST_STREAM frames are 16 bytes
+        refused += [batch[i : i + 16] for i in range(0, len(batch), 16)]
+        if not server.stalled:
+            break
+        assert server.receive(b"") == []
+    assert opened == [1, 3]
+    first_refused = 5
+    expected = [
+        spdyframes.rst_stream_frame(first_refused + 2 * n, spdyframes.REFUSED_STREAM) for n in range(len(refused))
+    ]
+    assert refused == expected and len(refused) == 3 * spdy.MAX_PENDING_FRAMES + 5
+
+
 @pytest.mark.parametrize(
     "wire, rule",
     [
