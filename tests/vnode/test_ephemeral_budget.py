@@ -230,3 +230,31 @@ def test_a_lowered_budget_drops_ended_output_at_once() -> None:
     budget.set_limit(2 * MIB)
     assert fanout.gone and told == [(3 * MIB, True)] and budget.kept() == 0
     fanout.release()
+
+
+def test_I7_the_setting_sizes_the_one_budget_every_runner_of_the_process_shares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.core.management.base import CommandError
+
+    from nebula_site.management.commands.runvnode import ephemeral_output_budget
+    from nebula_site.manager.config import RunnerOptions
+    from nebula_site.manager.runners import process_output_budget
+    from vnode.ephemeral import budget as budget_module
+
+    fresh = OutputBudget()
+    monkeypatch.setattr(budget_module, "PROCESS_BUDGET", fresh)
+    limit = ephemeral_output_budget({"EPHEMERAL_OUTPUT_BUDGET": 16 * MIB})
+    assert process_output_budget(RunnerOptions(node_ip=None, kubelet_port=0, ephemeral_output_budget=limit)) is fresh
+    assert fresh.limit == 16 * MIB
+    assert ephemerals_with(fresh).budget is fresh
+    unset = Ephemerals(
+        cast(Provider, Exec()),
+        now=lambda: datetime.now(UTC),
+        changed=lambda key: None,
+        pulls_images=lambda: True,
+        several_containers=lambda: False,
+    )
+    assert unset.budget is fresh  # an Ephemerals built without one shares the process's
+    with pytest.raises(CommandError, match=r"EPHEMERAL_OUTPUT_BUDGET.*whole bytes from 1048576"):
+        ephemeral_output_budget({"EPHEMERAL_OUTPUT_BUDGET": "64Mi"})
