@@ -61,6 +61,7 @@ EVENT_PROVISIONING = "Provisioning"
 EVENT_STARTED = "Started"
 EVENT_EPHEMERAL_UNSERVED = "EphemeralFieldsNotApplied"  # an ephemeral container's fields the exec cannot honour
 EVENT_EPHEMERAL_FAILED = "Failed"  # the kubelet's: a container (here an ephemeral one) that could not start
+EVENT_EPHEMERAL_OUTPUT_DROPPED = "EphemeralOutputDropped"  # kept ephemeral output dropped for the process budget (I7)
 EVENT_CONTAINER_FAILED = "Failed"  # the kubelet's FailedToCreateContainer: `Error: <why>` (a config error)
 EVENT_KILLING = "Killing"
 EVENT_UNHEALTHY = "Unhealthy"  # a probe failed (the kubelet's words)

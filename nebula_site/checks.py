@@ -8,6 +8,7 @@ nebula.E009 bad CLUSTER_NAME            nebula.E010 bad RESTART_BACKOFF_*
 nebula.E011 bad NODE_DNS_NAME           nebula.E012 bad PROBE_WORKERS
 nebula.E017 bad LISTENER_LIMITS          nebula.E018 bad PROVIDER_OPERATIONS (or a provider's OPERATIONS)
 nebula.E019 SHARE_PROVIDERS not a boolean   nebula.E020 bad SPEND_INTERVAL
+nebula.E021 bad EPHEMERAL_OUTPUT_BUDGET
 Under nebula_site.production (its NEBULA_PRODUCTION marker), always, not only with --deploy:
 nebula.E013 the public development SECRET_KEY   nebula.E014 a weak SECRET_KEY (or fallback)
 nebula.E015 '*' in ALLOWED_HOSTS
@@ -29,6 +30,7 @@ from django.core.checks import CheckMessage, Error, register
 from nebula_site.config import DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from providers import registry
 from providers.owner import Owner
+from vnode.ephemeral.budget import DEFAULT_LIMIT, check_limit
 from vnode.kubelet.limits import Limits
 
 
@@ -98,6 +100,10 @@ def check_nebula_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     if isinstance(spend, bool) or not isinstance(spend, (int, float)) or not 1 <= spend <= 3600:
         message = f"NEBULA['SPEND_INTERVAL']={spend!r} must be seconds from 1 to 3600"
         errors.append(Error(message, id="nebula.E020"))
+    try:
+        check_limit(conf.get("EPHEMERAL_OUTPUT_BUDGET", DEFAULT_LIMIT))
+    except ValueError as exc:
+        errors.append(Error(f"NEBULA['EPHEMERAL_OUTPUT_BUDGET']: {exc}", id="nebula.E021"))
     share = conf.get("SHARE_PROVIDERS", False)
     if not isinstance(share, bool):
         errors.append(Error(f"NEBULA['SHARE_PROVIDERS']={share!r} must be true or false", id="nebula.E019"))

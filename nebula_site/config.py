@@ -70,6 +70,9 @@ DEFAULTS: dict[str, Any] = {
     # Probes run by the manager at once, per provider (a bound: probing thousands of Pods
     # never starves the poll loop; more due probes wait their turn).
     "PROBE_WORKERS": 16,
+    # I7: bytes of ephemeral containers' output (`kubectl logs -c <debug container>`) kept by
+    # the whole process; past it the output of the one that ended first is dropped, with an Event.
+    "EPHEMERAL_OUTPUT_BUDGET": 64 * 1024 * 1024,
     # Seconds between publications of the NodePools' moving spend figures (docs/cost.md).
     "SPEND_INTERVAL": 60.0,
     # Seconds between provider.list() calls when the provider does not say otherwise.

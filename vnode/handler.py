@@ -33,6 +33,7 @@ from providers.base import (
     Provider,
 )
 from vnode.blocklister import Blocklister
+from vnode.ephemeral.budget import OutputBudget
 from vnode.ephemeral.containers import Ephemerals
 from vnode.model import assess
 from vnode.model.reachability import with_reachability
@@ -71,6 +72,7 @@ class Handler:
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         snapshot_ttl: float = 2.0,
         probe_workers: int = DEFAULT_WORKERS,
+        output_budget: OutputBudget | None = None,  # None: the process's (vnode.ephemeral.budget)
         monotonic: Callable[[], float] = time.monotonic,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
@@ -87,6 +89,7 @@ class Handler:
             changed=lambda key: self.queue_flush(key),
             pulls_images=lambda: traits.capabilities().pulls_images,
             several_containers=lambda: traits.capabilities().shapes.several_containers,
+            budget=output_budget,
         )
         self.context = context = PhaseContext(
             provider,

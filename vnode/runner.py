@@ -14,6 +14,7 @@ from kube.events import EventRecorder
 from kube.operations import OperationLimits
 from providers.base import Provider
 from vnode.blocklister import Blocklister
+from vnode.ephemeral.budget import OutputBudget
 from vnode.handler import Handler
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
 from vnode.nodecontroller import NodeController
@@ -40,6 +41,7 @@ class Runner:
         backoff: BackoffPolicy = DEFAULT_BACKOFF,
         probe_workers: int = DEFAULT_WORKERS,
         operations: OperationLimits | None = None,
+        output_budget: OutputBudget | None = None,
     ) -> None:
         self.provider = provider
         self.events = events = EventRecorder(kube, component=f"nebula-{provider.name}", host=f"nebula-{provider.name}")
@@ -52,6 +54,7 @@ class Runner:
             poll_interval=poll_interval,
             backoff=backoff,
             probe_workers=probe_workers,
+            output_budget=output_budget,
         )
         self.pods = PodController(
             self.handler, kube=kube, watch_kube=watch_kube, events=events, workers=workers, operations=operations

@@ -15,6 +15,7 @@ from typing import Any
 from kube.client import Kube, load_api_client
 from kube.operations import OperationLimits
 from placement.settle import SPEND_INTERVAL
+from vnode.ephemeral.budget import DEFAULT_LIMIT as DEFAULT_EPHEMERAL_OUTPUT
 from vnode.kubelet import auth as kubeletauth
 from vnode.kubelet.limits import Limits
 from vnode.model.runs import DEFAULT_BACKOFF, BackoffPolicy
@@ -42,6 +43,7 @@ class RunnerOptions:
     workers: int = 8
     backoff: BackoffPolicy = DEFAULT_BACKOFF
     probe_workers: int = DEFAULT_PROBE_WORKERS
+    ephemeral_output_budget: int = DEFAULT_EPHEMERAL_OUTPUT  # bytes, for the whole process (I7)
 
 
 @dataclass(frozen=True)

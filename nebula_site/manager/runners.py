@@ -19,6 +19,7 @@ from nebula_site.manager import config as manager_config
 from providers.base import Provider
 from vnode import podcontroller
 from vnode.blocklister import Blocklister
+from vnode.ephemeral import budget as ephemeral_budget
 from vnode.fencing import fenced
 from vnode.poolpolicy import PoolPolicies
 from vnode.runner import Runner
@@ -55,7 +56,17 @@ def build_runner(
         backoff=options.backoff,
         probe_workers=options.probe_workers,
         operations=operations,
+        output_budget=process_output_budget(options),
     )
+
+
+def process_output_budget(options: manager_config.RunnerOptions) -> ephemeral_budget.OutputBudget:
+    """The process's one budget of kept ephemeral output, at the configured limit: every
+    Runner of this process shares it (`NEBULA['EPHEMERAL_OUTPUT_BUDGET']`)."""
+    budget = ephemeral_budget.PROCESS_BUDGET
+    if budget.limit != options.ephemeral_output_budget:
+        budget.set_limit(options.ephemeral_output_budget)
+    return budget
 
 
 def api_pool_size(operations: Iterable[OperationLimits], workers: int) -> int:

@@ -68,6 +68,9 @@ def test_provider_overrides_are_merged_with_the_builtin_ones() -> None:
         ({"PROVIDER_OPERATIONS": [8]}, "nebula.E018"),
         ({"PROVIDERS": {"x": {"BACKEND": "providers.fake.FakeProvider", "OPERATIONS": {"rate": -1}}}}, "nebula.E018"),
         ({"SHARE_PROVIDERS": "yes"}, "nebula.E019"),
+        ({"EPHEMERAL_OUTPUT_BUDGET": 1024}, "nebula.E021"),
+        ({"EPHEMERAL_OUTPUT_BUDGET": "64Mi"}, "nebula.E021"),
+        ({"EPHEMERAL_OUTPUT_BUDGET": 2 * 1024**3}, "nebula.E021"),
     ],
 )
 def test_each_bad_setting_has_its_stable_id(overrides: dict[str, Any], expected: str) -> None:

@@ -22,6 +22,7 @@ from kube import names
 from kube.times import rfc3339
 from providers import errors
 from providers.base import Executor, InstanceId, LogOptions, Process, Provider
+from vnode.ephemeral import budget as output_budget
 from vnode.ephemeral.streams import Attachment, Fanout, LogReader
 from vnode.model.containerstatus import UNLOCATED
 from vnode.model.tracking import Tracked
@@ -97,8 +98,11 @@ class Ephemerals:
         changed: Callable[[str], None],
         pulls_images: Callable[[], bool],
         several_containers: Callable[[], bool],
+        budget: output_budget.OutputBudget | None = None,
     ) -> None:
         self._provider = provider
+        # Kept output is bounded per process, across every provider's Ephemerals (I7).
+        self.budget = budget if budget is not None else output_budget.PROCESS_BUDGET
         self._now = now
         self._changed = changed
         self._pulls_images = pulls_images
@@ -180,22 +184,21 @@ class Ephemerals:
             entry.say("Warning", names.EVENT_EPHEMERAL_FAILED, f'ephemeral container "{run.name}": {exc}')
             self._changed(entry.key)
             return
-        with self._lock:
+        with self._lock:  # one block: `forget` sees the Fanout (and releases it) or the run gone
             gone = self._runs.get(entry.key, {}).get(run.name) is not run or run.exit_code is not None
-            if gone:  # the Pod went (or finished) while the exec was being started
-                run.fanout = None
-        if gone:
+            if not gone:
+                run.started_at = self._now()
+                run.fanout = fanout = Fanout(
+                    process,
+                    tty=tty,
+                    stdin_once=bool(container.get("stdinOnce")),
+                    on_exit=lambda code: self._ended(entry.key, run, code),
+                    budget=self.budget,
+                    on_dropped=lambda lost, whole: self._dropped(entry, run.name, lost, whole),
+                )
+        if gone:  # the Pod went (or finished) while the exec was being started
             process.close()
             return
-        with self._lock:
-            run.started_at = self._now()
-            run.fanout = Fanout(
-                process,
-                tty=tty,
-                stdin_once=bool(container.get("stdinOnce")),
-                on_exit=lambda code: self._ended(entry.key, run, code),
-            )
-            fanout = run.fanout
         entry.say("Normal", names.EVENT_STARTED, f"Started ephemeral container {run.name}")
         fanout.start()
         self._changed(entry.key)
@@ -214,6 +217,24 @@ class Ephemerals:
             run.exit_code, run.finished_at = code, self._now()
             run.reason = "Completed" if code == 0 else "Error"
         self._changed(key)
+
+    def _dropped(self, entry: Tracked, name: str, lost: int, whole: bool) -> None:
+        """The budget dropped some of `name`'s output: said on its Pod (written by the next flush)."""
+        limit = self.budget.limit
+        if whole:
+            message = (
+                f'ephemeral container "{name}": its kept output ({lost} bytes) was dropped to stay within the '
+                f"{limit} bytes kept for all ephemeral containers (NEBULA['EPHEMERAL_OUTPUT_BUDGET']); "
+                "`kubectl logs` of it now says so"
+            )
+        else:
+            message = (
+                f'ephemeral container "{name}": its oldest output ({lost} bytes) was dropped to stay within the '
+                f"{limit} bytes kept for all ephemeral containers (NEBULA['EPHEMERAL_OUTPUT_BUDGET']); "
+                "its newest output is kept while it runs"
+            )
+        entry.say("Warning", names.EVENT_EPHEMERAL_OUTPUT_DROPPED, message)
+        self._changed(entry.key)
 
     def overlay(self, entry: Tracked) -> None:
         """Put the ephemeral containers' statuses into the entry's desired status."""
@@ -241,13 +262,17 @@ class Ephemerals:
         return self._fanout(key, name).attach()
 
     def logs(self, key: str, name: str, options: LogOptions) -> LogReader:
-        """The kept output (stdout and stderr merged, newest 4 MiB); NotSupported for
-        timestamps and since, which are not recorded for an ephemeral container."""
+        """The kept output (stdout and stderr merged, newest 4 MiB within the process's budget);
+        NotSupported for timestamps and since, which are not recorded for an ephemeral container;
+        NotFound saying why once the budget dropped its output."""
         if options.timestamps or options.since is not None:
             raise errors.NotSupported(f'ephemeral container "{name}": timestamps and since are not kept for its output')
-        return self._fanout(key, name).log_reader(
-            follow=options.follow, tail_lines=options.tail_lines, limit_bytes=options.limit_bytes
-        )
+        try:
+            return self._fanout(key, name).log_reader(
+                follow=options.follow, tail_lines=options.tail_lines, limit_bytes=options.limit_bytes
+            )
+        except errors.NotFound as exc:
+            raise errors.NotFound(f'ephemeral container "{name}": {exc}') from exc
 
     def _fanout(self, key: str, name: str) -> Fanout:
         with self._lock:
@@ -268,13 +293,14 @@ class Ephemerals:
             run.fanout.process.close()
 
     def forget(self, key: str) -> None:
-        """The Pod is gone (or going): close every ephemeral process it still runs."""
+        """The Pod is gone (or going): close every ephemeral process it still runs and give
+        back the memory of their kept output (the budget counts it no more)."""
         with self._lock:
             runs = self._runs.pop(key, {})
         for run in runs.values():
             if run.fanout is not None:
                 try:
-                    run.fanout.process.close()
+                    run.fanout.release()
                 except OSError as exc:
                     logger.info("closing ephemeral container %s of %s: %s", run.name, key, exc)
 

@@ -1,9 +1,11 @@
 """The output side of one ephemeral container's process: a pump that reads it once and hands
-every byte to the attached clients (`kubectl attach`, `kubectl debug -it`) and a bounded log.
+every byte to the attached clients (`kubectl attach`, `kubectl debug -it`) and to its kept output
+(`vnode.ephemeral.ring`), within the process's budget (`vnode.ephemeral.budget`).
 
-`vnode.ephemeral.containers` starts a `Fanout` per process; the kubelet API gets an `Attachment` (a
-`Process` whose close detaches, never kills) or a `LogReader`. Never writes to the API.
-Tests: tests/vnode/test_ephemeral.py
+`vnode.ephemeral.containers` starts a `Fanout` per process and releases it when the Pod goes; the
+kubelet API gets an `Attachment` (a `Process` whose close detaches, never kills) or a `LogReader`.
+Never writes to the API; never calls the budget while holding its own lock.
+Tests: tests/vnode/test_ephemeral.py, tests/vnode/test_ephemeral_budget.py
 """
 
 from __future__ import annotations
@@ -12,27 +14,45 @@ import queue
 import threading
 from collections.abc import Callable
 
+from providers import errors
 from providers.base import Process
+from vnode.ephemeral.budget import PER_CONTAINER, OutputBudget
+from vnode.ephemeral.ring import KeptOutput
 
-LOG_LIMIT = 4 * 1024 * 1024  # the newest bytes kept for `kubectl logs -c <ephemeral>`
+LOG_LIMIT = PER_CONTAINER  # the newest bytes kept for `kubectl logs -c <ephemeral>`, the budget permitting
 _EOF = b""
+READ_SIZE = 65536
 
 
 class Fanout:
     """Reads the process's stdout and stderr on two threads until EOF; thread-safe."""
 
-    def __init__(self, process: Process, *, tty: bool, stdin_once: bool, on_exit: Callable[[int], None]) -> None:
+    def __init__(
+        self,
+        process: Process,
+        *,
+        tty: bool,
+        stdin_once: bool,
+        on_exit: Callable[[int], None],
+        budget: OutputBudget,
+        on_dropped: Callable[[int, bool], None] = lambda lost, whole: None,
+    ) -> None:
         self.process = process
         self._tty = tty
         self.stdin_once = stdin_once
         self._on_exit = on_exit
+        self._budget = budget
+        self._on_dropped = on_dropped
         self._lock = threading.Lock()
+        self._writing = threading.Lock()  # the two pumps append one at a time (never the budget's)
         self._clients: list[tuple[queue.Queue[bytes], queue.Queue[bytes]]] = []
-        self._log = bytearray()
-        self._dropped = 0  # bytes cut off the log's front
+        self._log = KeptOutput()
+        self.lost = 0  # bytes of its output the budget dropped (all of it once `gone`)
+        self.gone = False  # its whole output was dropped for the budget
         self._log_changed = threading.Condition(self._lock)
         self._open_streams = 1 if tty else 2
         self.ended = False
+        budget.join(self)
 
     def start(self) -> None:
         threading.Thread(target=self._pump, args=(False,), name="ephemeral stdout", daemon=True).start()
@@ -43,22 +63,23 @@ class Fanout:
         read = self.process.read_stderr if stderr else self.process.read_stdout
         while True:
             try:
-                data = read(65536)
+                data = read(READ_SIZE)
             except OSError:
                 data = _EOF
-            with self._lock:
+            with self._writing:
                 if data:
-                    self._log += data
-                    excess = max(0, len(self._log) - LOG_LIMIT)
-                    del self._log[:excess]
-                    self._dropped += excess
-                for out, err in self._clients:
-                    (err if stderr else out).put(data)
-                self._log_changed.notify_all()
-                if data:
-                    continue
-                self._open_streams -= 1
-                last = self._open_streams == 0
+                    with self._lock:
+                        chunks = self._log.chunks_for(len(data))
+                    self._budget.reserve(self, chunks)  # may drop others' output, or this one's oldest
+                with self._lock:
+                    self._log.append(data)
+                    for out, err in self._clients:
+                        (err if stderr else out).put(data)
+                    self._log_changed.notify_all()
+                    if data:
+                        continue
+                    self._open_streams -= 1
+                    last = self._open_streams == 0
             break
         if last:
             code = self.process.wait()
@@ -66,8 +87,39 @@ class Fanout:
             with self._lock:
                 self.ended = True
                 self._log_changed.notify_all()
+            self._budget.ended(self)
             self._on_exit(-1 if code is None else code)
 
+    def release(self) -> None:
+        """Its Pod is gone: close the process, unmap the kept output, leave the budget."""
+        try:
+            self.process.close()
+        finally:
+            self._budget.leave(self)
+            self.wake()
+
+    # -- the budget's member (vnode.ephemeral.budget.Member) -------------------------------
+    def kept_chunks(self) -> int:
+        with self._lock:
+            return self._log.chunks
+
+    def drop_kept(self, chunks: int | None) -> tuple[int, int]:
+        with self._lock:
+            before = self._log.start
+            if chunks is None:
+                freed = self._log.close()
+            else:
+                freed = self._log.drop_front(max(0, min(chunks, self._log.chunks - 1)))
+            self._log_changed.notify_all()
+            return freed, self._log.start - before
+
+    def told_dropped(self, lost: int, *, whole: bool) -> None:
+        with self._lock:
+            self.lost += lost
+            self.gone = self.gone or whole
+        self._on_dropped(lost, whole)
+
+    # -- clients ---------------------------------------------------------------------------
     def attach(self) -> Attachment:
         out: queue.Queue[bytes] = queue.Queue()
         err: queue.Queue[bytes] = queue.Queue()
@@ -86,26 +138,29 @@ class Fanout:
         attachment.err.put(_EOF)
 
     def log_reader(self, *, follow: bool, tail_lines: int | None = None, limit_bytes: int | None = None) -> LogReader:
-        """A reader from the first kept byte, or from the last `tail_lines` lines kept."""
+        """A reader from the first kept byte, or from the last `tail_lines` lines kept;
+        NotFound saying so when the budget dropped the whole output."""
         with self._lock:
-            text, start = bytes(self._log), self._dropped
-        end = None if follow else start + len(text)  # a one-shot read is the log as it is now
-        if tail_lines is not None:
-            lines = text.splitlines(keepends=True)
-            kept = lines[len(lines) - tail_lines :] if tail_lines < len(lines) else lines
-            start += len(text) - sum(len(line) for line in kept)
-        if end is not None:
+            if self.gone:
+                raise errors.NotFound(
+                    f"its output ({self.lost} bytes) was dropped: the manager keeps at most {self._budget.limit} "
+                    "bytes of ephemeral containers' output (NEBULA['EPHEMERAL_OUTPUT_BUDGET']), "
+                    "and drops the output of the one that ended first when it needs room"
+                )
+            start, end = self._log.start, self._log.end
+            if tail_lines is not None:
+                start = self._log.tail_start(tail_lines)
+        if not follow:  # a one-shot read is the log as it is now
             limit_bytes = end - start if limit_bytes is None else min(limit_bytes, end - start)
         return LogReader(self, follow=follow, start=start, limit_bytes=limit_bytes)
 
-    def read_log(self, offset: int, *, follow: bool, closed: threading.Event) -> tuple[int, bytes]:
-        """The log from absolute `offset` (bytes cut off the front are skipped) and where that
-        data starts; b"" at the end."""
+    def read_log(self, offset: int, *, follow: bool, closed: threading.Event, size: int) -> tuple[int, bytes]:
+        """Up to `size` bytes of the log from absolute `offset` (bytes cut off the front are
+        skipped) and where they start; b"" at the end."""
         with self._lock:
-            while follow and self._dropped + len(self._log) <= offset and not self.ended and not closed.is_set():
+            while follow and self._log.end <= offset and not self.ended and not closed.is_set():
                 self._log_changed.wait(0.5)
-            start = max(offset, self._dropped)
-            return start, bytes(self._log[start - self._dropped :])
+            return self._log.read(offset, size)
 
     def wake(self) -> None:
         with self._lock:
@@ -166,8 +221,8 @@ class LogReader:
     def read(self, max_bytes: int = 65536) -> bytes:
         if self._closed.is_set() or self._left == 0:
             return _EOF
-        start, data = self._fanout.read_log(self._offset, follow=self._follow, closed=self._closed)
-        data = data[: max_bytes if self._left is None else min(max_bytes, self._left)]
+        size = max_bytes if self._left is None else min(max_bytes, self._left)
+        start, data = self._fanout.read_log(self._offset, follow=self._follow, closed=self._closed, size=size)
         self._offset = start + len(data)
         if self._left is not None:
             self._left -= len(data)

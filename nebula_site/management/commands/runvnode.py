@@ -26,7 +26,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from nebula_site import cli, gcpace, kubeletflags, servingcert
+from nebula_site import cli, freedmemory, gcpace, kubeletflags, servingcert
 from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from nebula_site.manager import config as manager_config
 from nebula_site.manager import listeners as manager_listeners
@@ -35,6 +35,7 @@ from nebula_site.manager import startup
 from nebula_site.signals import stop_on_signals
 from providers import registry
 from providers.owner import STANDALONE_CLUSTER
+from vnode.ephemeral.budget import DEFAULT_LIMIT, check_limit
 from vnode.model.runs import BackoffPolicy
 
 DEV_KUBECONFIG = ".nebula/kubeconfig"
@@ -124,6 +125,14 @@ def restart_backoff() -> BackoffPolicy:
         maximum=float(conf["RESTART_BACKOFF_MAX"]),
         reset=float(conf["RESTART_BACKOFF_RESET"]),
     )
+
+
+def ephemeral_output_budget(conf: dict[str, Any]) -> int:
+    """NEBULA['EPHEMERAL_OUTPUT_BUDGET'] in bytes (checked by nebula.E021)."""
+    try:
+        return check_limit(conf.get("EPHEMERAL_OUTPUT_BUDGET", DEFAULT_LIMIT))
+    except ValueError as exc:
+        raise CommandError(f"NEBULA['EPHEMERAL_OUTPUT_BUDGET']: {exc}") from exc
 
 
 def console_cert_files(options: dict[str, Any]) -> tuple[str, str] | None:
@@ -218,6 +227,7 @@ class Command(cli.NebulaCommand, BaseCommand):
                 "set DJANGO_SECRET_KEY (and DJANGO_SETTINGS_MODULE=nebula_site.production) beyond a dev machine"
             )
         say = functools.partial(say_line, self.stdout)
+        freedmemory.return_large_frees()  # before the threads start: freed buffers leave RSS (I7)
         stop = threading.Event()
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included; the collector
         # runs at the pace of a process holding every Pod of its nodes (nebula_site/gcpace.py).
@@ -295,6 +305,7 @@ def manager_config_from(options: dict[str, Any]) -> manager_config.ManagerConfig
             poll_interval=options["poll_interval"],
             backoff=restart_backoff(),
             probe_workers=int(conf["PROBE_WORKERS"]),
+            ephemeral_output_budget=ephemeral_output_budget(conf),
         ),
         kubelet_addr=kubelet_addr,
         console_addr=console_addr,

@@ -1,7 +1,8 @@
 """`kubectl debug` end to end: real kubectl 1.37 and the image's kubectl add an ephemeral
 container through the devcluster's `pods/ephemeralcontainers`, Nebula runs it as a new
 process in the local instance, and kubectl attaches to it through the devcluster's proxy
-and the kubelet listener; kubectl 1.20 gets the error a modern API server gives it."""
+and the kubelet listener; kubectl 1.20 gets the error a modern API server gives it; output
+dropped for the budget (I7) is said by `kubectl logs` and an Event."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from tests.support.clients.kubectl import KUBECTL_120, KUBECTL_137, KUBECTL_IMAGE, Rig
 from tests.support.clients.terminal import on_a_terminal, type_until
 from tests.support.polling import wait_for
+from vnode.ephemeral.budget import MIB, OutputBudget
 
 MODERN = {"kubectl-1.37": KUBECTL_137, "kubectl-image": KUBECTL_IMAGE}
 
@@ -126,3 +128,38 @@ def test_kubectl_120_gets_the_error_a_modern_server_gives(rig: Rig) -> None:
         or b'no kind "EphemeralContainers"' in done.stderr
     )
     assert b"panic" not in done.stderr
+
+
+def test_I7_kubectl_logs_of_a_debug_container_whose_output_was_dropped_says_so(rig: Rig) -> None:
+    """Two debug containers past a 1 MiB budget: the first one's output is dropped, with an
+    Event naming it, and `kubectl logs -c` of it says why instead of showing nothing."""
+    ephemerals = rig.runner.handler.ephemerals
+    kept_budget, ephemerals.budget = ephemerals.budget, OutputBudget(MIB)
+    try:
+        for name in ("spill-a", "spill-b"):
+            script = f"yes 'output of {name}' | head -c 700000; echo; echo done {name}"
+            body = {
+                "spec": {"ephemeralContainers": [{"name": name, "image": "busybox", "command": ["sh", "-c", script]}]}
+            }
+            done = rig.kubectl(
+                KUBECTL_137, "patch", "pod", rig.pod, "--subresource=ephemeralcontainers", "-p", json.dumps(body)
+            )
+            assert done.returncode == 0, done.stderr
+            wait_for(lambda: terminated(rig, name), 30, 0.2)  # noqa: B023 (waited for at once)
+        dropped = rig.kubectl(KUBECTL_137, "logs", rig.pod, "-c", "spill-a")
+        assert dropped.returncode != 0 and dropped.stdout == b""
+        assert b'"spill-a": its output (700014 bytes) was dropped' in dropped.stderr
+        assert b"EPHEMERAL_OUTPUT_BUDGET" in dropped.stderr
+        kept = rig.kubectl(KUBECTL_137, "logs", rig.pod, "-c", "spill-b", "--tail=1")
+        assert kept.returncode == 0 and kept.stdout == b"done spill-b\n", kept.stderr
+
+        def event() -> str:
+            listed = rig.kubectl(
+                KUBECTL_137, "get", "events", "--field-selector", "reason=EphemeralOutputDropped", "-o", "json"
+            )
+            return " ".join(str(e.get("message")) for e in json.loads(listed.stdout or b"{}").get("items") or [])
+
+        message = wait_for(event, 30, 0.2)
+        assert 'ephemeral container "spill-a": its kept output (700014 bytes) was dropped' in message
+    finally:
+        ephemerals.budget = kept_budget
