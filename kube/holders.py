@@ -4,11 +4,13 @@ a replica (anyone RBAC lets write Leases in the manager's namespace).
 Used by `kube.leases` (every rule that reads a holder: alive, members, takeable, the fence's
 revocation) through `Holders.trusted`, and by the console's leader peer (`addresses`). A
 replica that runs as a Pod names itself `<pod name>_<pod uid>` (`pod_identity`); `PodHolders`
-trusts a holder only if that Pod exists in the manager's namespace with that UID and carries
-the manager's labels. Anything else (a made-up name, a Pod that is gone or is another's) is
-ignored, and said once per holder in the log. It fails open: when the Pods cannot be listed
-(the API server errs), every holder is trusted, since wrongly distrusting a live replica would
-let two replicas serve one provider. `ANY` trusts everyone (not running as a Pod: dev and tests).
+trusts a holder only if that Pod exists in the manager's namespace with that UID. (No label is
+asked: whoever may create Pods there may run one as the manager's ServiceAccount anyway, and a
+label the replicas disagreed on would let two of them serve one provider.) Anything else (a
+made-up name, a Pod that is gone, another UID) is ignored, and said once per holder in the
+log. It fails open: when the Pods cannot be listed (the API server errs, or the namespace holds
+more than MAX_PODS), every holder is trusted, since wrongly distrusting a live replica would let
+two replicas serve one provider. `ANY` trusts everyone (not running as a Pod: dev and tests).
 Tests: tests/kube/test_holders.py, tests/nebula_site/test_sharing_managers.py (spoofed Leases).
 """
 
@@ -18,7 +20,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Protocol
 
 from kube.client import Kube, KubeError, path_for
@@ -29,7 +31,7 @@ SEPARATOR = "_"  # in no Pod name and no UID
 TRUST_TTL = 10.0  # seconds the list of the manager's Pods is kept
 REFRESH = 1.0  # seconds at least between two lists, when a holder is not among the Pods listed
 REMEMBERED = 256  # holders already said in the log, remembered at most (I7: made-up names cannot grow memory)
-MAX_PODS = 1024  # manager Pods kept from one list (I7)
+MAX_PODS = 1024  # Pods of the manager's namespace judged from one list; more: not checked (I7)
 
 
 def pod_identity(pod: str, uid: str) -> str:
@@ -67,8 +69,8 @@ ANY = AnyHolder()
 
 
 class PodHolders:
-    """Trusts holders that are live manager Pods of `namespace` (see the module docstring).
-    Thread-safe. The Pods are listed (by the manager's labels) at most every TRUST_TTL, and
+    """Trusts holders that are live Pods of `namespace` (see the module docstring).
+    Thread-safe. The Pods are listed at most every TRUST_TTL, and
     again, at most every REFRESH seconds, when a holder is not among them: a replica that just
     started is known within a round, and no number of made-up holders costs more reads."""
 
@@ -78,13 +80,11 @@ class PodHolders:
         *,
         namespace: str,
         own: str,
-        labels: Mapping[str, str],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._kube = kube
         self._namespace = namespace
         self._own = own
-        self._labels = dict(labels)
         self._clock = clock
         self._pods: dict[str, tuple[str, frozenset[str]]] = {}  # Pod name -> (uid, IPs)
         self._listed_at = float("-inf")
@@ -121,20 +121,27 @@ class PodHolders:
             with self._lock:
                 known = self._pods.get(pod)
         if known is None:
-            return f"no manager Pod {self._namespace}/{pod}"
+            return f"no Pod {self._namespace}/{pod}"
         if known[0] != uid:
             return f"Pod {self._namespace}/{pod} has another UID"
         return ""
 
     def _list(self) -> bool:
-        selector = ",".join(f"{key}={value}" for key, value in sorted(self._labels.items()))
         try:
-            items, _ = self._kube.list(path_for("pods", namespace=self._namespace), labelSelector=selector)
+            items, _ = self._kube.list(path_for("pods", namespace=self._namespace))
         except KubeError as exc:
-            logger.debug("cannot list the manager's Pods (every Lease holder trusted meanwhile): %s", exc)
+            logger.debug("cannot list the Pods of %s (every Lease holder trusted meanwhile): %s", self._namespace, exc)
+            return False
+        if len(items) > MAX_PODS:
+            logger.warning(
+                "%s holds %d Pods, over %d: Lease holders are not checked this round",
+                self._namespace,
+                len(items),
+                MAX_PODS,
+            )
             return False
         pods: dict[str, tuple[str, frozenset[str]]] = {}
-        for item in items[:MAX_PODS]:
+        for item in items:
             meta, status = item.get("metadata") or {}, item.get("status") or {}
             ips = {str(p.get("ip")) for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip")}
             if status.get("podIP"):
