@@ -12,6 +12,7 @@ Tests: tests/console/test_forward.py, tests/kube/test_leader.py, tests/kube/test
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -95,9 +96,9 @@ class LeaseLocator:
     """Reads the leader Lease on each call (into one `kube.leases` view, so a holder that stops
     renewing is gone a duration after this process last saw it renew): the console of whoever
     holds it, unless that is this process (`identity`), which serves its own requests once it leads.
-    With `holders` that check Pods (`kube.holders.PodHolders`), only a replica of this install
-    leads, and its console URL must name one of its Pod's IPs: a Lease edited by someone else
-    sends no request elsewhere."""
+    With `holders` that check Pods (`kube.holders.PodHolders`), only a holder that is a replica
+    of this install is forwarded to, and only if its console URL names one of its Pod's IPs: a
+    Lease edited by someone else sends no request elsewhere."""
 
     def __init__(
         self,
@@ -125,6 +126,21 @@ class LeaseLocator:
             raise HeldHere()
         peer = peer_from(holder.annotations)
         addresses = self._holders.addresses(holder.identity)
-        if addresses is not None and peer.host not in addresses:
+        if addresses is not None and not _among(peer.host, addresses):
             raise NoLeader(f"the leader Lease names a console at {peer.host}, not an address of its holder's Pod")
         return peer
+
+
+def _among(host: str, addresses: frozenset[str]) -> bool:
+    """Is `host` one of `addresses`, as IP addresses (an IPv6 address however it is written)?"""
+    try:
+        wanted = ipaddress.ip_address(host)
+    except ValueError:
+        return host in addresses
+    for address in addresses:
+        try:
+            if ipaddress.ip_address(address) == wanted:
+                return True
+        except ValueError:
+            continue
+    return False

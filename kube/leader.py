@@ -5,8 +5,8 @@ same rules as every other: another's Lease is alive until it stayed unchanged fo
 by this process's monotonic clock, writes carry the resourceVersion, and `fence` (valid until
 `renew_deadline` after the start of the last successful renewal) is what the leader's own
 writers check. Released on a clean shutdown so a standby takes over at once; the holder's
-`annotations` are written with every acquisition and renewal, and removed on release. A holder
-`holders` does not trust (a spoofed write) is nobody.
+`annotations` are written with every acquisition and renewal, and removed on release. `holders`
+decides only whom `holder()` names (a holder that is not a replica: nobody); never who may take it.
 Tests: tests/kube/test_leader.py.
 """
 

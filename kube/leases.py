@@ -15,8 +15,11 @@ The rules, for every Lease here (client-go's leaderelection, plus a fence):
   begun after a slow read was sent, and its holder's fence runs from that beginning.
 - A Lease held by someone alive is never written; a free, released or dead one is taken by
   a write carrying the resourceVersion this replica read, so two takers never both win.
-- A holder `kube.holders` does not trust (not a replica of this install: a spoofed write) is
-  nobody: its Lease is takeable, it is no member, and it revokes no fence.
+- A member Lease counts only if it is named for its holder and `kube.holders` trusts that
+  holder (a replica of this install), once per replica: made-up members never shrink a share.
+  Taking and fencing do not depend on it (a wrong judgement there could let two replicas
+  serve one provider); `LeaseReader.holder` names only a trusted holder (who leads, for the
+  console).
 - A holder's `Fence` is valid until the start of its last successful renewal + the duration
   − `margin` (monotonic): it stops writing for that Lease `margin` seconds before any taker can
   have begun, even when its renewals hang or the process was paused.
@@ -138,7 +141,7 @@ class Seen:
 
 class LeaseView:
     """Pure but for its memory: the Leases this replica read, each with when it last changed.
-    A holder `holders` does not trust counts as nobody."""
+    `holders` judges who may count as a member."""
 
     def __init__(self, holders: Holders = ANY) -> None:
         self._seen: dict[str, Seen] = {}
@@ -169,21 +172,24 @@ class LeaseView:
         return self._seen.get(name)
 
     def members(self, at: float) -> list[str]:
-        """The identities of the live members."""
-        live = (s.holder for s in self._seen.values() if s.kind == MEMBER and s.alive(at))
-        return sorted(holder for holder in live if self.holders.trusted(holder))
+        """The identities of the live members: member Leases named for their holder, holders
+        `holders` trusts, one per replica (`holders.replica_of`)."""
+        by_replica: dict[str, str] = {}
+        for name, seen in sorted(self._seen.items()):
+            if seen.kind != MEMBER or name != member_lease(seen.holder) or not seen.alive(at):
+                continue
+            if self.holders.trusted(seen.holder):
+                by_replica.setdefault(self.holders.replica_of(seen.holder), seen.holder)
+        return sorted(by_replica.values())
 
     def dead_members(self, at: float, *, after: float) -> list[Seen]:
         """Member Leases nobody renewed for `after` seconds (their replica is gone)."""
         return [s for s in self._seen.values() if s.kind == MEMBER and at - s.changed_at >= after]
 
     def takeable(self, name: str, identity: str, at: float) -> bool:
-        """Not held by anyone else alive: missing, released, ours, unchanged for its duration,
-        or held by someone who is not a replica of this install."""
+        """Not held by anyone else alive: missing, released, ours, or unchanged for its duration."""
         seen = self._seen.get(name)
-        if seen is None or seen.holder in ("", identity) or not seen.alive(at):
-            return True
-        return not self.holders.trusted(seen.holder)
+        return seen is None or seen.holder in ("", identity) or not seen.alive(at)
 
 
 def annotated(metadata: JsonDict, ours: Mapping[str, str], *, keep: bool) -> JsonDict:
@@ -275,12 +281,8 @@ class SharedLeases(LeaseReader):
         return seen
 
     def _revoke_if_taken(self, name: str) -> None:
-        """Another replica holds it now: stop writing. Not for a write no replica made (an
-        emptied or spoofed holder): the fence holds, and the next renewal takes it back."""
         seen, fence = self.view.get(name), self._fences.get(name)
-        if seen is None or fence is None or seen.holder in ("", self.identity) or not fence.valid():
-            return
-        if self.view.holders.trusted(seen.holder):
+        if seen is not None and fence is not None and seen.holder != self.identity and fence.valid():
             logger.error("lease %s is now held by %s: this replica stops writing for it", name, seen.holder)
             fence.revoke()
 

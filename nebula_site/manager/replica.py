@@ -1,11 +1,12 @@
-"""This replica's Lease identity, and who else may hold a Lease of this install (issue 38's
-guard against spoofed Leases: `kube.holders`).
+"""This replica's Lease identity, and who is a replica of this install (issue 38's guard
+against made-up members and console addresses: `kube.holders`).
 
 Called once by `nebula_site.manager.main`. Running as a Pod (the Deployment sets POD_NAME and
-POD_UID from the downward API), the identity is `<pod>_<uid>` and a holder counts only if it
-names a Pod of the manager's namespace with its UID. Otherwise (dev, tests, `make run`) the
-identity is host-pid-nonce and every holder is trusted, which the log says once. Never raises.
-Tests: tests/nebula_site/test_sharing_managers.py (spoofed Leases), tests/kube/test_holders.py.
+POD_UID from the downward API), the identity is `<pod>-<uid>`, and holders are judged against
+the Pods of the replica's own namespace (POD_NAMESPACE; the Lease namespace when unset).
+Otherwise (dev, tests, `make run`) the identity is host-pid-nonce and every holder counts,
+which the log says once. Never raises.
+Tests: tests/nebula_site/test_sharing_managers.py (spoofed members), tests/kube/test_holders.py.
 """
 
 from __future__ import annotations
@@ -30,5 +31,6 @@ def replica(kube: Kube, namespace: str, environ: Mapping[str, str] | None = None
         logger.info("Lease holders are not checked: POD_NAME and POD_UID are not set (not running as a Pod)")
         return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}", ANY
     identity = pod_identity(pod, uid)
-    logger.info("Lease holders are checked: Pods of %s, by name and UID (this replica: %s)", namespace, identity)
-    return identity, PodHolders(kube, namespace=namespace, own=identity)
+    pods = env.get("POD_NAMESPACE") or namespace
+    logger.info("Lease holders are checked: Pods of %s, by name and UID (this replica: %s)", pods, identity)
+    return identity, PodHolders(kube, namespace=pods, own=identity)

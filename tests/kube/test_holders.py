@@ -1,10 +1,10 @@
-"""Lease holders that are not replicas of this install are nobody (kube/holders.py, the rules of
-kube/leases.py, the console's leader peer), against the embedded API server over real HTTP:
-a made-up holder, a gone Pod or another UID is ignored and said once; a live Pod of the
-namespace is trusted, with its IPs; an API server that errs, or a namespace with more Pods
-than are judged, trusts every holder (fail open: never two replicas on one provider); a
-spoofed node Lease stays takeable and revokes no fence, spoofed members do not count, and a
-leader Lease's console URL must name an IP of its holder's Pod."""
+"""Who is a replica of this install (kube/holders.py), and what that decides (kube/leases.py's
+members, the console's leader peer), against the embedded API server over real HTTP: a
+made-up holder, a gone Pod or another UID is not one and is said once; a live Pod of the
+namespace is, in this identity form and the earlier one (an upgrade), with its IPs; made-up
+or copied member Leases never shrink a share; a leader Lease's console URL must name an IP of
+its holder's Pod; an API server that errs, or more Pods than are judged, counts everyone, with
+at most one list a second however many holders are asked about."""
 
 from __future__ import annotations
 
@@ -17,35 +17,54 @@ import pytest
 from console.leaderpeer import LeaseLocator, NoLeader, Peer
 from kube import holders as holders_module
 from kube import names
-from kube.client import Kube, UnreachableError
-from kube.holders import ANY, PodHolders, parse_identity, pod_identity
-from kube.leases import MEMBER, NODE, SharedLeases, lease_path, member_lease, node_lease
+from kube.client import Kube, UnreachableError, path_for
+from kube.holders import ANY, PodHolders, parse_identity, pod_identity, pod_of
+from kube.leases import MEMBER, SharedLeases, member_lease
+from tests.support.clock import ManualClock
 from tests.support.spoofing import manager_pod, spoof
 
 NS = "default"
 
 
-def test_identities_name_a_pod_and_its_uid_and_nothing_else_parses() -> None:
+class Counting:
+    """A Kube that counts its lists (and fails them while `down`)."""
+
+    def __init__(self, kube: Kube | None) -> None:
+        self.kube, self.lists, self.down = kube, 0, kube is None
+
+    def list(self, path: str, **selectors: str) -> Any:
+        self.lists += 1
+        if self.down or self.kube is None:
+            raise UnreachableError(0, "Unreachable", "the API server does not answer")
+        return self.kube.list(path, **selectors)
+
+
+def test_identities_name_a_pod_and_its_uid_and_are_valid_in_a_lease_name() -> None:
     uid = str(uuid.uuid4())
-    assert parse_identity(pod_identity("nebula-manager-7d9f-abcde", uid)) == ("nebula-manager-7d9f-abcde", uid)
-    for text in ("", "host-123-abcdef", "_uid", "pod_", "a_b_c"):
+    identity = pod_identity("nebula-manager-7d9f-abcde", uid)
+    assert parse_identity(identity) == ("nebula-manager-7d9f-abcde", uid)
+    assert pod_of(identity) == "nebula-manager-7d9f-abcde"
+    assert pod_of("nebula-manager-7d9f-abcde-12345-0a1b2c") == "nebula-manager-7d9f-abcde"  # the earlier form
+    for text in ("", "mallory", "a_b", "nebula-manager-7d9f-abcde-not-a-uid"):
         assert parse_identity(text) is None, text
+    assert set(member_lease(identity)) <= set("abcdefghijklmnopqrstuvwxyz0123456789-.")  # an RFC 1123 name
 
 
-def test_only_a_live_manager_pod_with_its_uid_is_trusted_and_each_stranger_is_said_once(
+def test_only_a_live_pod_of_the_namespace_with_its_uid_is_a_replica_and_each_stranger_is_said_once(
     kube: Kube, caplog: pytest.LogCaptureFixture
 ) -> None:
     own = manager_pod(kube, "manager-a")
     other = manager_pod(kube, "manager-b", ip="10.0.0.8")
-    tenant = manager_pod(kube, "tenant-app", labels={"app.kubernetes.io/name": "web"})
     holders = PodHolders(kube, namespace=NS, own=own)
     assert holders.trusted(own) and holders.trusted("")
-    assert holders.trusted(tenant)  # any Pod of the namespace: who may create one may run the manager's account
     assert holders.trusted(other) and holders.addresses(other) == frozenset({"10.0.0.8"})
+    assert holders.trusted("manager-b-4242-0a1b2c")  # a replica of the earlier version, during an upgrade
+    assert holders.replica_of("manager-b-4242-0a1b2c") == holders.replica_of(other) == "manager-b"
     strangers = {
         "mallory": "not of the form",
         pod_identity("gone", str(uuid.uuid4())): "no Pod default/gone",
         pod_identity("manager-b", str(uuid.uuid4())): "another UID",
+        "ghost-4242-0a1b2c": "no Pod default/ghost",
     }
     with caplog.at_level(logging.WARNING, logger="kube.holders"):
         for identity in strangers:
@@ -56,34 +75,30 @@ def test_only_a_live_manager_pod_with_its_uid_is_trusted_and_each_stranger_is_sa
         assert any(repr(identity) in line and why in line for line in said), (identity, said)
 
 
-def test_a_holder_whose_pod_cannot_be_read_is_trusted_so_no_live_replica_is_ever_taken_over(kube: Kube) -> None:
-    class Erring:
-        def list(self, path: str, **_: Any) -> Any:
-            raise UnreachableError(0, "Unreachable", "the API server does not answer")
-
-    holders = PodHolders(Erring(), namespace=NS, own="x_1")  # type: ignore[arg-type]
-    assert holders.trusted(pod_identity("manager-z", str(uuid.uuid4())))
+def test_an_api_server_that_errs_counts_everyone_and_is_asked_at_most_once_a_second() -> None:
+    clock = ManualClock(100.0)
+    erring = Counting(None)
+    holders = PodHolders(erring, namespace=NS, own="x", clock=clock)  # type: ignore[arg-type]
+    for _ in range(100):
+        assert holders.trusted(pod_identity("manager-z", str(uuid.uuid4())))
+    assert erring.lists == 1
+    assert holders.addresses(pod_identity("manager-z", str(uuid.uuid4()))) == frozenset()  # never forward unchecked
+    clock.now += holders_module.REFRESH
+    holders.trusted("manager-z-1-0a1b2c")
+    assert erring.lists == 2
 
 
 def test_I7_made_up_holders_cost_neither_memory_nor_a_read_each(kube: Kube, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(holders_module, "REMEMBERED", 16)
-    lists: list[str] = []
-
-    class Counting:
-        def list(self, path: str, **selectors: str) -> Any:
-            lists.append(path)
-            return kube.list(path, **selectors)
-
-    holders = PodHolders(Counting(), namespace=NS, own="x_1", clock=lambda: 100.0)  # type: ignore[arg-type]
+    counting = Counting(kube)
+    holders = PodHolders(counting, namespace=NS, own="x", clock=lambda: 100.0)  # type: ignore[arg-type]
     for i in range(1000):
         assert not holders.trusted(pod_identity(f"mallory-{i}", str(uuid.uuid4())))
     assert len(holders._reported) <= 16
-    assert len(lists) == 1  # one list for all of them (the clock stands still: no REFRESH second passed)
+    assert counting.lists == 1  # one list for all of them (the clock stands still: no REFRESH second passed)
 
 
-def test_a_namespace_with_more_pods_than_judged_trusts_every_holder(
-    kube: Kube, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_namespace_with_more_pods_than_judged_counts_everyone(kube: Kube, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(holders_module, "MAX_PODS", 2)
     own = manager_pod(kube, "manager-a")
     for name in ("other-1", "other-2"):
@@ -92,27 +107,24 @@ def test_a_namespace_with_more_pods_than_judged_trusts_every_holder(
     assert holders.trusted(pod_identity("gone", str(uuid.uuid4())))  # cannot judge: fails open
 
 
-def test_a_spoofed_node_lease_stays_takeable_revokes_no_fence_and_spoofed_members_do_not_count(kube: Kube) -> None:
+def test_made_up_misnamed_or_copied_member_leases_never_shrink_a_share(kube: Kube) -> None:
     own = manager_pod(kube, "manager-a")
     other = manager_pod(kube, "manager-b")
     holders = PodHolders(kube, namespace=NS, own=own)
     leases = SharedLeases(kube, namespace=NS, identity=own, duration=30, margin=10, holders=holders)
     peer = SharedLeases(kube, namespace=NS, identity=other, duration=30, margin=10, holders=holders)
     assert leases.hold(member_lease(own), MEMBER) and peer.hold(member_lease(other), MEMBER)
-    assert leases.hold(node_lease("gpu"), NODE)
-    fence = leases.fence(node_lease("gpu"))
     for i in range(3):
-        spoof(kube, member_lease(f"mallory-{i}"), f"mallory-{i}", MEMBER)
-    spoof(kube, node_lease("gpu"), "mallory", NODE)
+        made_up = pod_identity(f"mallory-{i}", str(uuid.uuid4()))
+        spoof(kube, member_lease(made_up), made_up, MEMBER)  # no such Pod
+    spoof(kube, "nebula-member-extra", other, MEMBER)  # a live replica's identity, under another name
+    spoof(kube, member_lease("manager-b-4242-0a1b2c"), "manager-b-4242-0a1b2c", MEMBER)  # the same Pod again
     leases.refresh()
-    assert leases.view.members(leases.clock()) == sorted([own, other])  # the three spoofed members ignored
-    assert fence.valid()  # a spoofed holder revokes nothing
-    assert leases.view.takeable(node_lease("gpu"), own, leases.clock())
-    assert leases.hold(node_lease("gpu"), NODE)  # the next renewal takes it back
-    assert kube.get(lease_path(NS, node_lease("gpu")))["spec"]["holderIdentity"] == own
-    spoof(kube, node_lease("gpu"), other, NODE)  # a real replica holding it does revoke
-    leases.refresh()
-    assert not fence.valid()
+    members = leases.view.members(leases.clock())
+    assert len(members) == 2 and {holders.replica_of(m) for m in members} == {"manager-a", "manager-b"}
+    unchecked = SharedLeases(kube, namespace=NS, identity="dev", duration=30, margin=10, holders=ANY)
+    unchecked.refresh()
+    assert len(unchecked.view.members(unchecked.clock())) == 6  # not running as a Pod: only the name rule
 
 
 def test_the_console_url_is_taken_only_from_a_replica_and_only_at_its_pods_address(kube: Kube) -> None:
@@ -126,8 +138,32 @@ def test_the_console_url_is_taken_only_from_a_replica_and_only_at_its_pods_addre
     spoof(kube, "nebula-manager", leader, "leader", {url: "http://203.0.113.9:8443"})  # the URL edited
     with pytest.raises(NoLeader, match="not an address of its holder's Pod"):
         locate()
-    spoof(kube, "nebula-manager", "mallory", "leader", {url: "http://10.0.0.8:8443"})  # the holder spoofed
+    made_up = pod_identity("mallory", str(uuid.uuid4()))
+    spoof(kube, "nebula-manager", made_up, "leader", {url: "http://10.0.0.8:8443"})  # the holder made up
     with pytest.raises(NoLeader, match="no replica holds"):
         locate()
     unchecked = LeaseLocator(kube, namespace=NS, name="nebula-manager", identity=own, holders=ANY)
     assert unchecked() == Peer("http://10.0.0.8:8443")  # not running as a Pod: as before
+
+
+def test_a_leader_pod_listed_before_it_had_an_ip_is_listed_again_for_it(kube: Kube) -> None:
+    clock = ManualClock(100.0)
+    own = manager_pod(kube, "manager-a")
+    body = {"metadata": {"name": "manager-c"}, "spec": {"nodeName": "w", "containers": [{"name": "m", "image": "n"}]}}
+    pending = kube.create(path_for("pods", namespace=NS), body)
+    identity = pod_identity("manager-c", pending["metadata"]["uid"])
+    holders = PodHolders(kube, namespace=NS, own=own, clock=clock)
+    assert holders.trusted(identity) and holders.addresses(identity) == frozenset()
+    status = {"status": {"phase": "Running", "podIP": "10.0.0.9", "podIPs": [{"ip": "10.0.0.9"}]}}
+    kube.patch(path_for("pods", namespace=NS, name="manager-c", subresource="status"), status)
+    clock.now += holders_module.REFRESH
+    assert holders.addresses(identity) == frozenset({"10.0.0.9"})
+
+
+def test_an_ipv6_console_url_matches_its_pods_address_however_it_is_written(kube: Kube) -> None:
+    own = manager_pod(kube, "manager-a")
+    leader = manager_pod(kube, "manager-b", ip="fd00::8")
+    holders = PodHolders(kube, namespace=NS, own=own)
+    locate = LeaseLocator(kube, namespace=NS, name="nebula-manager", identity=own, holders=holders)
+    spoof(kube, "nebula-manager", leader, "leader", {names.CONSOLE_URL_ANNOTATION: "http://[fd00:0:0::0008]:8443"})
+    assert locate() == Peer("http://[fd00:0:0::0008]:8443")
