@@ -7,13 +7,13 @@ the console's leader peer (`addresses`: a standby forwards only to the leader Po
 Taking and fencing node and leader Leases never depend on it: a wrong judgement there could
 let two replicas serve one provider. A replica that runs as a Pod names itself
 `<pod name>-<pod uid>` (`pod_identity`: a valid Lease name part); `PodHolders` trusts that
-identity only if the Pod exists in the manager's namespace with that UID, and an identity of
-the form before it, `<pod name>-<pid>-<6 hex>` (replicas of an earlier version, during an
-upgrade), if the Pod exists. No label is asked: whoever may create Pods there may run one as
-the manager's ServiceAccount anyway. Anything else is ignored, and said once per holder in the
-log. It fails open for members (the Pods cannot be listed, or more than MAX_PODS: everyone
-counts) and closed for the console's address (no IPs known: no forwarding). `ANY` trusts
-everyone (not running as a Pod: dev and tests).
+identity only if the Pod exists in the manager's namespace with that UID (identities of
+earlier versions, host-pid-nonce, are not trusted: they only count less, which is safe). No
+label is asked: whoever may create Pods there may run one as the manager's ServiceAccount
+anyway. Anything else is ignored, and said once per holder in the log. When it cannot tell
+(the Pods cannot be listed for TRUST_TTL, or more than MAX_PODS) it trusts no other holder:
+counting too few members only makes each share larger (only free Leases are ever taken), and
+no console is forwarded to. `ANY` trusts everyone (not running as a Pod: dev and tests).
 Tests: tests/kube/test_holders.py, tests/nebula_site/test_sharing_managers.py (spoofed members).
 """
 
@@ -32,13 +32,13 @@ from kube.client import Kube, KubeError, path_for
 logger = logging.getLogger(__name__)
 
 TRUST_TTL = 10.0  # seconds the list of the namespace's Pods is kept
-REFRESH = 1.0  # seconds at least between two lists (a holder not among those listed; a failed list)
+REFRESH = 1.0  # seconds at least between two lists (a holder not among those listed; after a failed one)
 REMEMBERED = 256  # holders already said in the log, remembered at most (I7: made-up names cannot grow memory)
-MAX_PODS = 1024  # Pods of the manager's namespace judged from one list; more: not checked (I7)
+MAX_PODS = 1024  # Pods of the manager's namespace judged from one list; more: no other holder trusted (I7)
 _POD_FORM = re.compile(
     r"(?P<pod>[a-z0-9][a-z0-9.-]*)-(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
 )
-_EARLIER_FORM = re.compile(r"(?P<pod>[a-z0-9][a-z0-9.-]*)-(?P<pid>[0-9]+)-(?P<nonce>[0-9a-f]{6})")
+Pods = dict[str, tuple[str, frozenset[str]]]  # Pod name -> (uid, IPs)
 
 
 def pod_identity(pod: str, uid: str) -> str:
@@ -50,12 +50,6 @@ def parse_identity(identity: str) -> tuple[str, str] | None:
     """(Pod name, UID) of an identity `pod_identity` made, None for any other text."""
     found = _POD_FORM.fullmatch(identity)
     return (found["pod"], found["uid"]) if found else None
-
-
-def pod_of(identity: str) -> str | None:
-    """The Pod an identity names, in this form or the earlier one; None for any other text."""
-    found = _POD_FORM.fullmatch(identity) or _EARLIER_FORM.fullmatch(identity)
-    return found["pod"] if found else None
 
 
 class Holders(Protocol):
@@ -88,18 +82,23 @@ ANY = AnyHolder()
 class PodHolders:
     """Trusts holders that are live Pods of `namespace` (see the module docstring). Thread-safe.
     The Pods are listed at most every TRUST_TTL, and again (at most every REFRESH seconds) for
-    a holder not among them or a Pod with no IP yet: a replica that just started is known
-    within a round, and no number of made-up holders, nor a failing API server, costs more."""
+    a holder not among them or a Pod with no IP yet, by one thread while the others wait for
+    its answer: a replica that just started is known within a round, and no number of made-up
+    holders or callers, nor a failing API server, costs more. A failed list keeps the last good
+    one until it is TRUST_TTL old; then, until a list succeeds, no other holder is trusted."""
 
     def __init__(self, kube: Kube, *, namespace: str, own: str, clock: Callable[[], float] = time.monotonic) -> None:
         self._kube = kube
         self._namespace = namespace
         self._own = own
         self._clock = clock
-        self._pods: dict[str, tuple[str, frozenset[str]]] | None = None  # Pod name -> (uid, IPs); None: cannot tell
-        self._listed_at = float("-inf")
+        self._pods: Pods | None = None  # the last good list; None: none, or over MAX_PODS
+        self._good_at = float("-inf")  # when it was listed
+        self._tried_at = float("-inf")  # the last list, good or not
+        self._failing = False
         self._reported: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.Lock()
+        self._listing = threading.Lock()
 
     def trusted(self, identity: str) -> bool:
         if identity in ("", self._own):
@@ -110,57 +109,73 @@ class PodHolders:
         return not why
 
     def replica_of(self, identity: str) -> str:
-        return pod_of(identity) or identity
+        named = parse_identity(identity)
+        return named[0] if named else identity
 
     def addresses(self, identity: str) -> frozenset[str] | None:
-        pod = pod_of(identity)
-        if pod is None or self._judge(identity):
+        named = parse_identity(identity)
+        if named is None or self._judge(identity):
             return frozenset()
-        known = self._pods_now(refresh=lambda pods: not (pods or {}).get(pod, ("", frozenset()))[1])
-        return frozenset() if known is None else known.get(pod, ("", frozenset()))[1]
+        known = self._pods_now(refresh=lambda pods: not pods.get(named[0], ("", frozenset()))[1])
+        return frozenset() if known is None else known.get(named[0], ("", frozenset()))[1]
 
     def _judge(self, identity: str) -> str:
-        """Why `identity` is not trusted ("": it is, or the Pods cannot be told)."""
-        named, pod = parse_identity(identity), pod_of(identity)
-        if pod is None:
+        """Why `identity` is not a replica ("": it is)."""
+        named = parse_identity(identity)
+        if named is None:
             return "not of the form <pod>-<uid>"
-
-        def unknown(pods: dict[str, tuple[str, frozenset[str]]] | None) -> bool:
-            found = (pods or {}).get(pod)
-            return found is None or named is not None and found[0] != named[1]
-
-        known = self._pods_now(refresh=unknown)
+        pod, uid = named
+        known = self._pods_now(refresh=lambda pods: pods.get(pod, ("", frozenset()))[0] != uid)
         if known is None:
-            return ""  # cannot tell: everyone counts
+            return f"the Pods of {self._namespace} cannot be listed"
         found = known.get(pod)
         if found is None:
             return f"no Pod {self._namespace}/{pod}"
-        if named is not None and found[0] != named[1]:
+        if found[0] != uid:
             return f"Pod {self._namespace}/{pod} has another UID"
         return ""
 
-    def _pods_now(
-        self, refresh: Callable[[dict[str, tuple[str, frozenset[str]]] | None], bool]
-    ) -> dict[str, tuple[str, frozenset[str]]] | None:
-        """The Pods as last listed, listed again when stale, or when `refresh` says the last
-        list lacks something and it is REFRESH old."""
-        with self._lock:
-            age, pods = self._clock() - self._listed_at, self._pods
-        if age >= TRUST_TTL or age >= REFRESH and refresh(pods):
-            pods = self._list()
-        return pods
+    def _pods_now(self, refresh: Callable[[Pods], bool]) -> Pods | None:
+        """The last good list if it is fresh: listed again when it is TRUST_TTL old, or when
+        `refresh` says it lacks something and the last try is REFRESH old. One lister at a time."""
+        if not self._due(refresh):
+            return self._current()
+        with self._listing:
+            if self._due(refresh):  # not listed meanwhile by another caller
+                self._list()
+        return self._current()
 
-    def _list(self) -> dict[str, tuple[str, frozenset[str]]] | None:
-        pods: dict[str, tuple[str, frozenset[str]]] | None = None
+    def _due(self, refresh: Callable[[Pods], bool]) -> bool:
+        with self._lock:
+            now, pods = self._clock(), self._pods
+            since_good, since_tried = now - self._good_at, now - self._tried_at
+        if since_tried < REFRESH:
+            return False
+        return since_good >= TRUST_TTL or pods is None or refresh(pods)
+
+    def _current(self) -> Pods | None:
+        with self._lock:
+            return self._pods if self._clock() - self._good_at < TRUST_TTL else None
+
+    def _list(self) -> None:
         try:
             items, _ = self._kube.list(path_for("pods", namespace=self._namespace))
         except KubeError as exc:
-            logger.debug("cannot list the Pods of %s (every member counts meanwhile): %s", self._namespace, exc)
-            items = None
-        if items is not None and len(items) > MAX_PODS:
+            with self._lock:
+                self._tried_at, first = self._clock(), not self._failing
+                self._failing = True
+            if first:
+                logger.warning(
+                    "cannot list the Pods of %s (Lease holders judged by the last list): %s", self._namespace, exc
+                )
+            return
+        pods: Pods | None = None
+        if len(items) > MAX_PODS:
             many = len(items)
-            logger.warning("%s holds %d Pods, over %d: Lease holders not checked now", self._namespace, many, MAX_PODS)
-        elif items is not None:
+            logger.warning(
+                "%s holds %d Pods, over %d: no other Lease holder counts now", self._namespace, many, MAX_PODS
+            )
+        else:
             pods = {}
             for item in items:
                 meta, status = item.get("metadata") or {}, item.get("status") or {}
@@ -169,8 +184,8 @@ class PodHolders:
                     ips.add(str(status["podIP"]))
                 pods[str(meta.get("name", ""))] = (str(meta.get("uid", "")), frozenset(ips))
         with self._lock:
-            self._pods, self._listed_at = pods, self._clock()
-        return pods
+            now = self._clock()
+            self._pods, self._good_at, self._tried_at, self._failing = pods, now, now, False
 
     def _report(self, identity: str, why: str) -> None:
         with self._lock:

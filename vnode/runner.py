@@ -81,4 +81,5 @@ class Runner:
         deadline = time.monotonic() + timeout
         busy = self.handler.prober.stop(min(timeout, 5.0))  # a running probe ends within its timeout
         busy += self.pods.stop(max(0.0, deadline - time.monotonic()))
+        self.handler.ephemerals.close()  # their processes end, their kept output leaves the process's budget
         return busy + self.node.stop(max(0.0, deadline - time.monotonic()))

@@ -26,7 +26,7 @@ import pytest
 
 from devcluster import DevCluster
 from kube.client import Kube, path_for
-from kube.holders import parse_identity, pod_identity, pod_of
+from kube.holders import parse_identity, pod_identity
 from kube.leases import MEMBER, member_lease
 from providers.fake.server import FakeCloudServer, start_server
 from tests.support.factories import make_pod
@@ -195,21 +195,22 @@ def test_made_up_or_copied_member_leases_do_not_shrink_the_shares_of_replicas_ru
 ) -> None:
     """Two replicas running as (recorded) manager Pods share four providers, two each. Someone
     who may write Leases registers made-up members (Pods that do not exist), a copy of a live
-    replica under another Lease name and the earlier identity form of a live Pod, renewed for
+    replica under another Lease name and an earlier version's identity form, renewed for
     three lease durations: the shares stay two each (before, five members made each replica
     give one provider back), and each replica says once that it ignores each made-up holder."""
     aliases = [f"s{i}" for i in range(4)]
     rig = rig_for(aliases)
-    managers = []
+    managers, identities = [], []
     for name in ("a", "b"):
         identity = manager_pod(kube, f"nebula-manager-{name}", ip="127.0.0.1")
+        identities.append(identity)
         named = parse_identity(identity)
         assert named is not None
         managers.append(rig.manager(name, env={"POD_NAME": named[0], "POD_UID": named[1]}))
     for manager in managers:
         wait_for(manager.learn_identity, 60, 0.2, what=f"{manager.name} shares")
     first, second = managers
-    assert pod_of(first.identity) == "nebula-manager-a" and pod_of(second.identity) == "nebula-manager-b"
+    assert [parse_identity(m.identity) for m in managers] == [parse_identity(i) for i in identities]
     two_each = {first.identity: 2, second.identity: 2}
     wait_for(lambda: shares(kube, aliases) == two_each, 60, 0.2, what="two providers each")
     made_up = [pod_identity(f"mallory-{i}", str(uuid.uuid4())) for i in range(3)]
@@ -221,7 +222,9 @@ def test_made_up_or_copied_member_leases_do_not_shrink_the_shares_of_replicas_ru
             for identity in made_up:
                 spoof(kube, member_lease(identity), identity, MEMBER)
             spoof(kube, "nebula-member-copy", second.identity, MEMBER)
-            spoof(kube, member_lease("nebula-manager-a-4242-0a1b2c"), "nebula-manager-a-4242-0a1b2c", MEMBER)
+            spoof(
+                kube, member_lease("nebula-manager-a-4242-0a1b2c"), "nebula-manager-a-4242-0a1b2c", MEMBER
+            )  # old form
             assert shares(kube, aliases) == two_each
             time.sleep(0.3)
         wait_for(lambda: watch.settled(pods), 60, 0.2, what="one instance per live Pod")

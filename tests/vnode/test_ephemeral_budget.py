@@ -258,3 +258,20 @@ def test_I7_the_setting_sizes_the_one_budget_every_runner_of_the_process_shares(
     assert unset.budget is fresh  # an Ephemerals built without one shares the process's
     with pytest.raises(CommandError, match=r"EPHEMERAL_OUTPUT_BUDGET.*whole bytes from 1048576"):
         ephemeral_output_budget({"EPHEMERAL_OUTPUT_BUDGET": "64Mi"})
+
+
+def test_I7_a_stopped_runners_ephemeral_processes_end_and_their_output_leaves_the_budget() -> None:
+    """`Runner.stop` closes its `Ephemerals` (a provider given to another replica, a shutdown):
+    a running debug container's process ends, and nothing of any Pod stays counted."""
+    budget = OutputBudget(64 * MIB)
+    ephemerals = ephemerals_with(budget)
+    ended = pod_with([writer("dbg-ended", 3 * CHUNK)])
+    running = pod_with([writer("dbg-running", CHUNK, then="sleep 600")])
+    for entry in (ended, running):
+        ephemerals.sync(entry)
+    wait_for(lambda: terminated(ephemerals, ended, 1), 60, 0.2, what="the first debug container ended")
+    wait_for(lambda: budget.members() == 2 and budget.kept() > 0, 60, 0.2, what="both counted")
+    ephemerals.close()
+    assert budget.members() == 0 and budget.kept() == 0
+    with pytest.raises(errors.NotFound):
+        ephemerals.logs(running.key, "dbg-running", LogOptions())

@@ -292,6 +292,14 @@ class Ephemerals:
             assert run.fanout is not None
             run.fanout.process.close()
 
+    def close(self) -> None:
+        """The Runner stops (shutdown, or its provider given to another replica): every Pod's
+        ephemeral processes are closed and their kept output leaves the budget."""
+        with self._lock:
+            keys = list(self._runs)
+        for key in keys:
+            self.forget(key)
+
     def forget(self, key: str) -> None:
         """The Pod is gone (or going): close every ephemeral process it still runs and give
         back the memory of their kept output (the budget counts it no more)."""

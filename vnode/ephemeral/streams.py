@@ -84,10 +84,10 @@ class Fanout:
         if last:
             code = self.process.wait()
             self.process.close()  # frees its pipes; the exit code is kept below
+            self._budget.ended(self)  # before `ended` reads true: whoever waits for it finds the budget told
             with self._lock:
                 self.ended = True
                 self._log_changed.notify_all()
-            self._budget.ended(self)
             self._on_exit(-1 if code is None else code)
 
     def release(self) -> None:
