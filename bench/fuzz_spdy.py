@@ -177,17 +177,23 @@ def drive(data: bytes, cuts: list[int], limits: dict[str, int]) -> None:
     previous = 0
     try:
         for cut in [*cuts, len(data)]:
-            for event in session.receive(data[previous:cut]):
-                if isinstance(event, spdy.StreamOpened):
-                    session.reply(event.stream_id)
-                elif isinstance(event, spdy.DataReceived):
-                    session.send_data(event.stream_id, event.data[:100], fin=event.fin)
-                elif isinstance(event, spdy.PingReceived):
-                    session.ping(event.ping_id)
-                elif isinstance(event, spdy.StreamReset):
-                    session.reset(event.stream_id)
-                elif isinstance(event, spdy.GoAwayReceived):
-                    session.goaway()
+            piece = data[previous:cut]
+            while True:  # as spdyconn does: a stalled session parses on once its refusals are sent
+                for event in session.receive(piece):
+                    if isinstance(event, spdy.StreamOpened):
+                        session.reply(event.stream_id)
+                    elif isinstance(event, spdy.DataReceived):
+                        session.send_data(event.stream_id, event.data[:100], fin=event.fin)
+                    elif isinstance(event, spdy.PingReceived):
+                        session.ping(event.ping_id)
+                    elif isinstance(event, spdy.StreamReset):
+                        session.reset(event.stream_id)
+                    elif isinstance(event, spdy.GoAwayReceived):
+                        session.goaway()
+                if not session.stalled:
+                    break
+                session.data_to_send()
+                piece = b""
             previous = cut
         session.data_to_send()
     except spdy.ProtocolError:

@@ -26,6 +26,7 @@ MAX_FRAME = 1 << 20  # I7: kubectl writes at most 32 KiB per frame
 MAX_HEADER_BLOCK = 64 << 10
 IN_FLIGHT = 16  # output chunks handed to the reactor and not yet written
 DATA_FRAME = 32 * 1024  # kubectl's own frame size: safe for every client
+UNREAD_REFUSALS = 4096  # I7: RST_STREAMs (16 bytes each) added to a full transport before the session ends
 
 
 class SpdyConnection(Protocol):
@@ -45,6 +46,7 @@ class SpdyConnection(Protocol):
             max_data_payload=DATA_FRAME,
         )
         self._closed = False
+        self._unread_refusals = 0  # RST_STREAMs written while the transport was full (see dataReceived)
         self._writable = threading.Event()
         self._writable.set()
         self._gone = threading.Event()
@@ -73,10 +75,13 @@ class SpdyConnection(Protocol):
             if not self._session.stalled or self._closed:
                 return
             # A burst of refused streams: their RST_STREAMs went out in a batch, parsing goes on.
-            # A client that does not read them (the transport is full) is not collecting them.
+            # While the transport is full (a busy client, or one that reads nothing), at most
+            # UNREAD_REFUSALS of them are added to it; past that the client is not collecting them.
             if not self._writable.is_set():
-                self._end_session("too many stream errors left unread by the client")
-                return
+                self._unread_refusals += spdy.MAX_PENDING_FRAMES
+                if self._unread_refusals > UNREAD_REFUSALS:
+                    self._end_session("too many stream errors left unread by the client")
+                    return
             data = b""
 
     def _end_session(self, why: str) -> None:
@@ -98,6 +103,7 @@ class SpdyConnection(Protocol):
         self._writable.clear()
 
     def resumeProducing(self) -> None:
+        self._unread_refusals = 0
         self._writable.set()
 
     def stopProducing(self) -> None:

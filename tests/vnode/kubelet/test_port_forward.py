@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 import websocket
+from twisted.internet.testing import StringTransport
 
 from providers.base import LogOptions, LogStreamer, ProvisionRequest
 from providers.claim import claim_name
@@ -30,7 +31,7 @@ from tests.support.rigs.offline import adopt_new_pod, offline_handler
 from tests.support.servers import echo as echoserver
 from tests.support.servers.tls import https_get
 from vnode.handler import Handler
-from vnode.kubelet import portforward, spdyframes
+from vnode.kubelet import loop, portforward, spdy, spdyconn, spdyframes
 from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
@@ -209,6 +210,40 @@ def test_I7_a_burst_of_streams_past_the_cap_is_refused_stream_by_stream_and_the_
         )
         assert {client.resets[s] for s in burst if s in client.resets} == {spdyframes.REFUSED_STREAM}
         assert client.goaway is None
+
+
+def test_I7_refusals_wait_in_a_full_transport_up_to_a_bound_and_past_it_the_session_ends() -> None:
+    """On the protocol itself, its transport full (`pauseProducing`: a busy client, e.g. one
+    receiving a download, or one that reads nothing): 2,000 refused streams still leave the
+    session alive; past spdyconn.UNREAD_REFUSALS more while it stays full, it ends with GOAWAY;
+    once the transport drains (`resumeProducing`) the count starts again."""
+    loop.ensure_running()
+    client = spdy.ClientSession()
+
+    def syn_streams(count: int) -> bytes:
+        return b"".join(
+            client.open([("streamtype", "data"), ("port", "80"), ("requestID", str(n))])[1] for n in range(count)
+        )
+
+    def run() -> tuple[bool, bool, bool]:
+        protocol = portforward.SpdyPortForwardProtocol(dial=lambda port: None, pod="default/p", name="p")  # type: ignore[arg-type,return-value]
+        transport = StringTransport()
+        protocol.makeConnection(transport)
+        try:
+            protocol.pauseProducing()
+            protocol.dataReceived(syn_streams(2 * portforward.MAX_PAIRS + 2000))
+            alive_while_full = not protocol._closed
+            protocol.resumeProducing()
+            protocol.pauseProducing()
+            protocol.dataReceived(syn_streams(2000))
+            alive_after_drain = not protocol._closed
+            protocol.dataReceived(syn_streams(spdyconn.UNREAD_REFUSALS))
+            return alive_while_full, alive_after_drain, protocol._closed
+        finally:
+            protocol.connectionLost()
+
+    alive_while_full, alive_after_drain, ended = loop.on_reactor(run)
+    assert alive_while_full and alive_after_drain and ended
 
 
 def test_old_clients_without_request_ids_are_paired_by_stream_id() -> None:
