@@ -390,7 +390,8 @@ def test_a_slow_provision_holds_only_its_own_pod_and_each_pod_gets_one_instance(
         wait_for(lambda: phase_of(kube, "quick") == "Running", what="quick Running beside a stuck provision")
         kube.delete(path_for("pods", namespace="default", name="quick"))
         wait_for(lambda: get_pod(kube, "quick") is None, what="quick deleted beside a stuck provision")
-        assert runner.pods.operations.running == 1
+        # Quick's operation returns just after its final DELETE lands: then only slow's provision runs.
+        wait_for(lambda: runner.pods.operations.running == 1, what="only the stuck provision still running")
         assert phase_of(kube, "slow") == "Pending"
     finally:
         provider.release.set()
