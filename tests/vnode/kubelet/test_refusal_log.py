@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.support.polling import wait_for
+from tests.support.rigs.console import Records
 from tests.support.rigs.vnode import loopback_listeners
 from tests.support.servers.tls import self_signed_certificate
 from vnode.kubelet import limits
@@ -25,20 +26,11 @@ from vnode.kubelet.resolve import HandlerRegistry
 REFUSED = re.compile(r"console listener: refused (\d+) connection\(s\) over the caps \(2 per client")
 
 
-class Kept(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
-def kept() -> Iterator[Kept]:
+def kept() -> Iterator[Records]:
     """Every record of the listener's loggers, at DEBUG (a handler of the test's own: the
     process's logging set-up may replace the root's handlers)."""
-    handler = Kept()
+    handler = Records()
     loggers = [logging.getLogger(name) for name in ("vnode.kubelet", "twisted", "daphne")]
     levels = [each.level for each in loggers]
     for each in loggers:
@@ -51,7 +43,7 @@ def kept() -> Iterator[Kept]:
 
 
 def test_I7_every_refused_connection_is_counted_in_the_log_and_none_logs_a_traceback(
-    kept: Kept, monkeypatch: pytest.MonkeyPatch
+    kept: Records, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(limits, "LOG_EVERY", 0.5)
     with loopback_listeners(HandlerRegistry(), Limits(per_client=2)) as running:
@@ -80,7 +72,7 @@ def running_caps_open(running: object) -> dict[str, int]:
 
 
 def test_I7_the_metrics_listener_logs_no_traceback_for_refused_broken_or_abandoned_connections(
-    kept: Kept, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    kept: Records, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """At DEBUG: connections over the cap, a TLS handshake that is garbage and one cut off
     mid-record log no traceback (the thread-per-connection listener before logged ten lines
