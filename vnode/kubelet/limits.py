@@ -5,8 +5,8 @@ runvnode flags and NEBULA settings). `ConnectionCaps` wraps a listener's outermo
 (outside TLS) and refuses a connection at accept when its client address or the listener holds
 too many. `arm` bounds one HTTP channel (head size and count, a deadline for the head and then
 the body, counted from the accept or the end of the previous response, never reset by a
-trickle); `BoundedRequest` (the base of `upgrade.KubeletRequest` and `console.exporter`'s
-request) calls `admit_length`, `admit_chunk`, `request_received`, `request_finished` and
+trickle); `BoundedRequest` (the base of `upgrade.KubeletRequest` and
+`wsgilistener.BoundedWsgiRequest`) calls `admit_length`, `admit_chunk`, `request_received`, `request_finished` and
 `release_body`. A refusal is a status with a text message, then the connection closes; nothing
 here reads a body it will refuse. Tests: tests/vnode/kubelet/test_listener_limits.py,
 tests/console/test_metrics_listener.py.
@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from twisted.protocols.policies import WrappingFactory
+from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.web import http
 
 from vnode.kubelet.loop import reactor
@@ -385,3 +386,11 @@ class ConnectionCaps(WrappingFactory):
             self._last_host,
         )
         self._logged, self._unlogged = time.monotonic(), 0
+
+
+def outermost(factory: Any, *, tls: Any, bounds: Limits, name: str) -> ConnectionCaps:
+    """A listener's outermost factory: `factory` behind TLS (when `tls`, a
+    `certs.ServerTLS`), the caps outside both, so a refused connection costs no handshake."""
+    if tls is not None:
+        factory = TLSMemoryBIOFactory(tls, False, factory)  # what SSL4ServerEndpoint does
+    return ConnectionCaps(factory, per_client=bounds.per_client, total=bounds.total, name=name)

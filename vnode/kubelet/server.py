@@ -24,7 +24,6 @@ from cryptography.hazmat.primitives import hashes
 from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet import defer, endpoints
-from twisted.protocols.tls import TLSMemoryBIOFactory
 
 from vnode.kubelet import auth, certfiles, certs, limits, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
@@ -173,11 +172,9 @@ class Listeners(Server):  # type: ignore[misc]
 
     def _listen(self, name: str, config: ListenerConfig, tls: certs.ServerTLS | None) -> Any:
         interface = config.host or ("::" if self.node_ip and ":" in self.node_ip else "0.0.0.0")
-        factory: Any = ListenerFactory(self, name, self.limits)
-        if tls is not None:
-            factory = TLSMemoryBIOFactory(tls, False, factory)  # type: ignore[arg-type]  # what SSL4ServerEndpoint does
-        # I7: counted outside TLS, so a refused connection costs no handshake
-        capped = limits.ConnectionCaps(factory, per_client=self.limits.per_client, total=self.limits.total, name=name)
+        capped = limits.outermost(
+            ListenerFactory(self, name, self.limits), tls=tls, bounds=self.limits, name=name
+        )  # I7
         endpoint = endpoints.TCP4ServerEndpoint(  # type: ignore[no-untyped-call]
             loop.reactor, config.port, interface=interface
         )

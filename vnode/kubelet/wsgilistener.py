@@ -16,7 +16,6 @@ from typing import Any
 
 from twisted.internet import endpoints
 from twisted.internet.error import CannotListenError
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.python.threadpool import ThreadPool
 from twisted.web import server
 from twisted.web.wsgi import WSGIResource
@@ -128,13 +127,8 @@ class WsgiListener:
 
     def _listen(self, pool: ThreadPool, tls: certs.ServerTLS | None) -> Any:
         resource = WSGIResource(loop.reactor, pool, self.app)  # type: ignore[no-untyped-call]
-        site: Any = _Site(resource, self.bounds, self.name)
-        if tls is not None:
-            site = TLSMemoryBIOFactory(tls, False, site)  # type: ignore[arg-type]  # what SSL4ServerEndpoint does
-        # counted outside TLS, so a refused connection costs no handshake
-        caps = self._caps = limits.ConnectionCaps(
-            site, per_client=self.bounds.per_client, total=self.bounds.total, name=self.name
-        )
+        site = _Site(resource, self.bounds, self.name)
+        caps = self._caps = limits.outermost(site, tls=tls, bounds=self.bounds, name=self.name)
         kind = endpoints.TCP6ServerEndpoint if ":" in self.host else endpoints.TCP4ServerEndpoint
         endpoint = kind(loop.reactor, self.requested_port, backlog=BACKLOG, interface=self.host or "0.0.0.0")
         return endpoint.listen(caps)  # type: ignore[no-untyped-call]
