@@ -103,10 +103,10 @@ def test_I7_the_metrics_listener_logs_no_traceback_for_refused_broken_or_abandon
         for sock in held:
             sock.sendall(b"\x16\x03\x01\x00\x05garbage-not-tls")  # a handshake that is not one
             sock.close()
-        wait_for(lambda: listener_open(listener) == 0, what="the broken connections closed")
+        wait_for(lambda: listener.held() == 0, what="the broken connections closed")
         with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as cut:
             cut.sendall(b"\x16\x03\x01")  # cut off mid-record
-        wait_for(lambda: listener_open(listener) == 0, what="the cut connection closed", timeout=30)
+        wait_for(lambda: listener.held() == 0, what="the cut connection closed", timeout=30)
     finally:
         listener.stop()
         for each in extra:
@@ -114,8 +114,3 @@ def test_I7_the_metrics_listener_logs_no_traceback_for_refused_broken_or_abandon
     said = [re.search(r"metrics listener: refused (\d+) connection", r.getMessage()) for r in kept.records]
     assert sum(int(m.group(1)) for m in said if m) == 5, [r.getMessage() for r in kept.records]
     assert not [r for r in kept.records if r.exc_info or "Traceback" in r.getMessage()]
-
-
-def listener_open(listener: object) -> int:
-    """Open connections of a `WsgiListener`, as its caps count them."""
-    return sum(listener._caps.open.values())  # type: ignore[attr-defined]
