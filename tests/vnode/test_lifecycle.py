@@ -156,12 +156,16 @@ def test_a_credential_survives_a_failed_patch(kube: Kube, start_runner: Callable
     runner_kube = FailingOnce(kube)
     start_runner(provider, kube=runner_kube)
     kube.create(path_for("pods", namespace="default"), make_pod("keyed", "gpu"))
-    secret = wait_for(
-        lambda: kube.get(path_for("secrets", namespace="default", name="keyed-connect")),
-        ignoring=(KubeError,),
-        what="the connect Secret is written after the failed patch",
+    # The Secret is written before the Pod's annotations: wait for the patch to have failed
+    # and then to have been written again, not only for the Secret.
+    wait_for(lambda: runner_kube.failed, what="the first annotations patch failed")
+    wait_for(
+        lambda: names.INSTANCE_ID_ANNOTATION
+        in (get_pod(kube, "keyed") or {}).get("metadata", {}).get("annotations", {}),
+        what="the annotations written after the failed patch",
     )
-    assert runner_kube.failed and set(secret["data"]) == {"token"}
+    secret = kube.get(path_for("secrets", namespace="default", name="keyed-connect"))
+    assert set(secret["data"]) == {"token"}
     assert len(provider.cloud.call_log("provision")) == 1
 
 
