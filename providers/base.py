@@ -32,10 +32,12 @@ from providers.pullauth import RegistryAuth
 from providers.shape import ContainerFacts, ContainerSpec, Shapes, Volume
 from providers.streams import Attacher as Attacher
 from providers.streams import ContainerStopper as ContainerStopper
+from providers.streams import DetachablePortConnection as DetachablePortConnection
 from providers.streams import Executor as Executor
 from providers.streams import LogOptions as LogOptions
 from providers.streams import LogStream as LogStream
 from providers.streams import LogStreamer as LogStreamer
+from providers.streams import PolledLogStream as PolledLogStream
 from providers.streams import PortConnection as PortConnection
 from providers.streams import PortForwarder as PortForwarder
 from providers.streams import Process as Process

@@ -11,6 +11,7 @@ Tests: tests/providers/test_contract.py, tests/providers/local/test_local_forwar
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -41,6 +42,18 @@ class LogStream(Protocol):
 
     def close(self) -> None:
         """Stop following; safe from any thread; a blocked read returns b""."""
+        ...
+
+
+@runtime_checkable
+class PolledLogStream(LogStream, Protocol):
+    """A `LogStream` that can also be asked without waiting, so the kubelet can follow many
+    of them from a fixed pool instead of a thread each (I7). Optional: a stream without it
+    is read by a thread of its own, under the process-wide cap on followers."""
+
+    def read_nowait(self, max_bytes: int = 65536) -> bytes | None:
+        """What `read` would return if it returned at once: bytes, b"" at the end, or None
+        when nothing has come yet (ask again later). Never waits, beyond a local file read."""
         ...
 
 
@@ -171,6 +184,22 @@ class PortConnection(Protocol):
 
     def close(self) -> None:
         """Close both directions and free everything; a blocked `read` returns b"". Idempotent."""
+        ...
+
+
+@runtime_checkable
+class DetachablePortConnection(PortConnection, Protocol):
+    """A `PortConnection` that can hand over a connected stream socket, so the kubelet pumps
+    it on its event loop instead of two threads (I7). Optional: a connection without it is
+    pumped by threads, under a smaller process-wide cap."""
+
+    def detach(self) -> socket.socket:
+        """The connection as a connected stream socket: the TCP socket itself, or one end of
+        a socket pair whose other end the provider pumps on its own event loop (never a
+        thread per connection). From then on the caller owns the socket (reads, writes,
+        shuts down, closes it) and calls none of this object's other methods. Called at most
+        once, before any read or write. The far side sees the caller's shutdown(SHUT_WR) as
+        `close_write` and its close as `close`."""
         ...
 
 

@@ -9,19 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.streamcaps import StreamCaps
 from vnode.kubelet.views import Receive, Scope, Send, serve_http
 from vnode.kubelet.wsexec import ExecConsumer
 
 
 class KubeletApp:
-    def __init__(self, registry: HandlerRegistry) -> None:
+    def __init__(self, registry: HandlerRegistry, streams: StreamCaps | None = None) -> None:
         self.registry = registry
-        self._websocket: Any = ExecConsumer.as_asgi(registry=registry)
+        self.streams = streams or StreamCaps.from_limits(Limits())  # I7: process-wide stream caps
+        self._websocket: Any = ExecConsumer.as_asgi(registry=registry, streams=self.streams)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            await serve_http(scope, receive, send, self.registry)
+            await serve_http(scope, receive, send, self.registry, self.streams)
         elif scope["type"] == "websocket":
             await self._websocket(scope, receive, send)
         elif scope["type"] == "lifespan":

@@ -1,9 +1,8 @@
 """I7 at the HTTP layer of every listener (kubelet, console, metrics): heads, bodies, deadlines, caps.
 
 `Limits` is the configuration (`Listeners(bounds=...)`, `MetricsListener(bounds=...)`, from
-runvnode flags and NEBULA settings). `ConnectionCaps` wraps a listener's outermost factory
-(outside TLS) and refuses a connection at accept when its client address or the listener holds
-too many. `arm` bounds one HTTP channel (head size and count, a deadline for the head and then
+runvnode flags and NEBULA settings); `conncaps` enforces its connection caps and `streamcaps`
+its process-wide stream caps. `arm` bounds one HTTP channel (head size and count, a deadline for the head and then
 the body, counted from the accept or the end of the previous response, never reset by a
 trickle); `BoundedRequest` (the base of `upgrade.KubeletRequest` and
 `wsgilistener.BoundedWsgiRequest`) calls `admit_length`, `admit_chunk`, `request_received`, `request_finished` and
@@ -17,13 +16,10 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from twisted.protocols.policies import WrappingFactory
-from twisted.protocols.tls import TLSMemoryBIOFactory
 from twisted.web import http
 
 from vnode.kubelet.loop import reactor
@@ -48,10 +44,16 @@ class Limits:
     body_timeout: float = 60.0  # seconds from the same start to the whole body
     keepalive_timeout: float = 120.0  # an idle kept-alive connection; over Go's 90 s, so clients close first
     per_client: int = 512  # open connections per client address (kubectl through the API server: one address)
+    authenticated_total: int = 12288  # connections whose client certificate the client CA verified, per listener
     total: int = 2048  # open connections per listener
     stream_creation_timeout: float = 30.0  # the kubelet's: upgrade to every stream set up
     stream_idle_timeout: float = 4 * 3600.0  # the kubelet's --streaming-connection-idle-timeout
     bodies_in_flight: int = 64 * MIB  # request bodies held at once per listener (503 past it)
+    # Process-wide stream caps (`streamcaps.StreamCaps`), across every connection and session:
+    forwards_total: int = 1024  # forwarded connections of all port-forward sessions (8 x 128)
+    forwards_threaded: int = 128  # those pumped by two threads each (a provider without `detach`)
+    sessions_total: int = 256  # exec and attach sessions (a few threads each)
+    followers_total: int = 10240  # containerLogs streams: every Pod of a 10,000-Pod node followed at once
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -316,81 +318,3 @@ class BoundedRequest(_Request):  # type: ignore[misc]
 def release(channel: Any) -> None:
     """The connection was upgraded: its stream protocol bounds it from now on."""
     _cancel(channel)
-
-
-# -- connections ---------------------------------------------------------------------------
-class ConnectionCaps(WrappingFactory):
-    """Refuses a connection at accept (closed at once, nothing read) past `per_client` from
-    its address or `total` in all; says so in the log at most every LOG_EVERY seconds, each
-    line counting every refusal since the previous one (the last ones are said LOG_EVERY
-    after the previous line, or when the listener stops), never with a traceback."""
-
-    noisy = False  # no "Starting factory" lines
-
-    def __init__(self, wrapped: Any, *, per_client: int, total: int, name: str) -> None:
-        super().__init__(wrapped)  # type: ignore[no-untyped-call]
-        self.per_client = per_client
-        self.total = total
-        self.name = name
-        self.open: Counter[str] = Counter()
-        self.refused = 0
-        self._logged = -LOG_EVERY
-        self._unlogged = 0
-        self._last_host = ""
-        self._pending: Any = None  # the delayed call that says the refusals not yet said
-
-    def buildProtocol(self, addr: Any) -> Any:
-        host = str(getattr(addr, "host", addr))
-        if self.open[host] >= self.per_client or sum(self.open.values()) >= self.total:
-            self._refused(host)
-            return None
-        return super().buildProtocol(addr)
-
-    def registerProtocol(self, p: Any) -> None:
-        self.protocols[p] = 1  # every open connection, for a listener that ends them at stop
-        self.open[str(getattr(p.getPeer(), "host", ""))] += 1
-
-    def unregisterProtocol(self, p: Any) -> None:
-        self.protocols.pop(p, None)
-        host = str(getattr(p.getPeer(), "host", ""))
-        self.open[host] -= 1
-        if self.open[host] <= 0:
-            del self.open[host]
-
-    def doStop(self) -> None:
-        self._say_refused()
-        super().doStop()  # type: ignore[no-untyped-call]
-
-    def _refused(self, host: str) -> None:
-        self.refused += 1
-        self._unlogged += 1
-        self._last_host = host
-        wait = self._logged + LOG_EVERY - time.monotonic()
-        if wait <= 0:
-            self._say_refused()
-        elif self._pending is None:
-            self._pending = reactor.callLater(wait, self._say_refused)
-
-    def _say_refused(self) -> None:
-        if self._pending is not None and self._pending.active():
-            self._pending.cancel()
-        self._pending = None
-        if not self._unlogged:
-            return
-        logger.warning(
-            "%s listener: refused %d connection(s) over the caps (%d per client, %d in all); last from %s",
-            self.name,
-            self._unlogged,
-            self.per_client,
-            self.total,
-            self._last_host,
-        )
-        self._logged, self._unlogged = time.monotonic(), 0
-
-
-def outermost(factory: Any, *, tls: Any, bounds: Limits, name: str) -> ConnectionCaps:
-    """A listener's outermost factory: `factory` behind TLS (when `tls`, a
-    `certs.ServerTLS`), the caps outside both, so a refused connection costs no handshake."""
-    if tls is not None:
-        factory = TLSMemoryBIOFactory(tls, False, factory)  # what SSL4ServerEndpoint does
-    return ConnectionCaps(factory, per_client=bounds.per_client, total=bounds.total, name=name)

@@ -25,11 +25,12 @@ from daphne.server import Server
 from daphne.ws_protocol import WebSocketFactory
 from twisted.internet import defer, endpoints
 
-from vnode.kubelet import auth, certfiles, certs, limits, loop
+from vnode.kubelet import auth, certfiles, certs, conncaps, limits, loop
 from vnode.kubelet.app import KubeletApp, refuse_websocket
 from vnode.kubelet.flow import ResponseFlow
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.spdyconn import SpdyConnection
+from vnode.kubelet.streamcaps import StreamCaps
 from vnode.kubelet.upgrade import CONSOLE, KUBELET, ListenerFactory
 
 logger = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ class Listeners(Server):  # type: ignore[misc]
         )
         self.registry = registry
         self.limits = bounds or limits.Limits()  # I7: bodies, heads, deadlines, connection caps
+        self.streams = StreamCaps.from_limits(self.limits)  # I7: process-wide stream caps
         self.kubelet_config = kubelet
         self.console_config = console
         self.node_ip = node_ip
@@ -93,7 +95,7 @@ class Listeners(Server):  # type: ignore[misc]
         self.console_ca_path = console_ca_path
         self.console_cert = console_cert  # (cert, key) PEM files; else an in-memory certificate
         self.console_optional = console_optional  # a default address in use: warn, serve no console
-        self._apps: dict[str, Any] = {KUBELET: KubeletApp(registry), CONSOLE: console_app}
+        self._apps: dict[str, Any] = {KUBELET: KubeletApp(registry, self.streams), CONSOLE: console_app}
         self._ports: dict[str, Any] = {}
         self._upgraded: set[SpdyConnection] = set()
         self._running = False
@@ -172,7 +174,7 @@ class Listeners(Server):  # type: ignore[misc]
 
     def _listen(self, name: str, config: ListenerConfig, tls: certs.ServerTLS | None) -> Any:
         interface = config.host or ("::" if self.node_ip and ":" in self.node_ip else "0.0.0.0")
-        capped = limits.outermost(
+        capped = conncaps.outermost(
             ListenerFactory(self, name, self.limits), tls=tls, bounds=self.limits, name=name
         )  # I7
         endpoint = endpoints.TCP4ServerEndpoint(  # type: ignore[no-untyped-call]

@@ -23,6 +23,7 @@ from vnode.kubelet import logparams, routes
 from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.streamcaps import StreamCaps
 from vnode.stats import resourcemetrics, usage
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,9 @@ async def respond_json(send: Send, data: Any) -> None:
     await respond(send, 200, json.dumps(data).encode(), [(b"content-type", b"application/json")])
 
 
-async def serve_http(scope: Scope, receive: Receive, send: Send, registry: HandlerRegistry) -> None:
+async def serve_http(
+    scope: Scope, receive: Receive, send: Send, registry: HandlerRegistry, streams: StreamCaps | None = None
+) -> None:
     """One kubelet HTTP request (no upgrade). 404 for anything not a kubelet route (I5)."""
     try:
         route = routes.resolve(scope["method"], scope.get("raw_path", b"").decode("latin-1") or scope["path"])

@@ -27,6 +27,7 @@ from vnode.kubelet import execparams, loop, resolve, routes
 from vnode.kubelet.problems import Problem
 from vnode.kubelet.remote import RemoteSession
 from vnode.kubelet.resolve import HandlerRegistry
+from vnode.kubelet.streamcaps import StreamCaps
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +38,10 @@ _CHANNELS = {"stdout": STDOUT, "stderr": STDERR}
 class ExecConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     """One websocket exec or attach. Built per connection by `as_asgi(registry=...)`."""
 
-    def __init__(self, *, registry: HandlerRegistry) -> None:
+    def __init__(self, *, registry: HandlerRegistry, streams: StreamCaps | None = None) -> None:
         super().__init__()
         self._registry = registry
+        self._streams = streams  # I7: the process-wide stream caps (None: uncapped, for unit tests)
         self._protocol = ""
         self._session: RemoteSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -2,7 +2,7 @@
 
 On the process's one Twisted reactor (`loop`): a twisted.web `Site` over a `WSGIResource` whose
 app runs on a FIXED pool of POOL_THREADS threads (its only threads; no thread per connection),
-wrapped in `limits.ConnectionCaps` (outside TLS), each channel `limits.arm`ed, each request a
+wrapped in `conncaps.ConnectionCaps` (outside TLS), each channel `limits.arm`ed, each request a
 `limits.BoundedRequest`. Served by `nebula_site.manager.listeners.MetricsListener` (the metrics
 listener); never runs the app on the reactor thread. Tests: tests/console/test_metrics_listener.py.
 """
@@ -20,7 +20,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.web import server
 from twisted.web.wsgi import WSGIResource
 
-from vnode.kubelet import certs, limits, loop
+from vnode.kubelet import certs, conncaps, limits, loop
 from vnode.kubelet.limits import Limits
 
 logger = logging.getLogger(__name__)
@@ -88,7 +88,7 @@ class WsgiListener:
         self.cert = cert
         self.bounds = bounds or Limits()
         self._port: Any = None
-        self._caps: limits.ConnectionCaps | None = None
+        self._caps: conncaps.ConnectionCaps | None = None
         self._pool: ThreadPool | None = None
 
     @property
@@ -128,7 +128,7 @@ class WsgiListener:
     def _listen(self, pool: ThreadPool, tls: certs.ServerTLS | None) -> Any:
         resource = WSGIResource(loop.reactor, pool, self.app)  # type: ignore[no-untyped-call]
         site = _Site(resource, self.bounds, self.name)
-        caps = self._caps = limits.outermost(site, tls=tls, bounds=self.bounds, name=self.name)
+        caps = self._caps = conncaps.outermost(site, tls=tls, bounds=self.bounds, name=self.name)
         kind = endpoints.TCP6ServerEndpoint if ":" in self.host else endpoints.TCP4ServerEndpoint
         endpoint = kind(loop.reactor, self.requested_port, backlog=BACKLOG, interface=self.host or "0.0.0.0")
         return endpoint.listen(caps)  # type: ignore[no-untyped-call]
@@ -147,7 +147,7 @@ class WsgiListener:
             _stop_pool(pool, timeout)
 
 
-def _close(port: Any, caps: limits.ConnectionCaps | None) -> Any:
+def _close(port: Any, caps: conncaps.ConnectionCaps | None) -> Any:
     for wrapper in list(caps.protocols if caps is not None else ()):
         if wrapper.transport is not None:
             wrapper.transport.abortConnection()

@@ -1,4 +1,4 @@
-"""The connection caps' log line (vnode/kubelet/limits.py `ConnectionCaps`), over real sockets:
+"""The connection caps' log line (vnode/kubelet/conncaps.py `ConnectionCaps`), over real sockets:
 every refused connection is counted in some line (the last ones too, said LOG_EVERY after the
 previous line), lines are at most one per LOG_EVERY, and none carries a traceback, at DEBUG too;
 nor does any refused, broken or abandoned connection of the metrics listener."""
@@ -19,7 +19,7 @@ from tests.support.polling import wait_for
 from tests.support.rigs.console import Records
 from tests.support.rigs.vnode import loopback_listeners
 from tests.support.servers.tls import self_signed_certificate
-from vnode.kubelet import limits
+from vnode.kubelet import conncaps
 from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 
@@ -45,7 +45,7 @@ def kept() -> Iterator[Records]:
 def test_I7_every_refused_connection_is_counted_in_the_log_and_none_logs_a_traceback(
     kept: Records, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(limits, "LOG_EVERY", 0.5)
+    monkeypatch.setattr(conncaps, "LOG_EVERY", 0.5)
     with loopback_listeners(HandlerRegistry(), Limits(per_client=2)) as running:
         held = [socket.create_connection(("127.0.0.1", running.console_port), timeout=10) for _ in range(2)]
         wait_for(lambda: sum(running_caps_open(running).values()) == 2, what="the two held connections counted")
@@ -79,7 +79,7 @@ def test_I7_the_metrics_listener_logs_no_traceback_for_refused_broken_or_abandon
     for each broken connection)."""
     from nebula_site.manager.listeners import MetricsListener
 
-    monkeypatch.setattr(limits, "LOG_EVERY", 0.5)
+    monkeypatch.setattr(conncaps, "LOG_EVERY", 0.5)
     private = ec.generate_private_key(ec.SECP256R1())
     (tmp_path / "tls.crt").write_bytes(
         self_signed_certificate(private, "nebula-metrics", ip="127.0.0.1").public_bytes(serialization.Encoding.PEM)
