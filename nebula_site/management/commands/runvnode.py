@@ -26,7 +26,7 @@ import yaml
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, OutputWrapper
 
-from nebula_site import cli, freedmemory, gcpace, kubeletflags, servingcert
+from nebula_site import cli, freedmemory, gcpace, kubeletflags, openfiles, servingcert
 from nebula_site.config import DEFAULTS, DEV_SECRET_KEY, operation_limits, parse_address, validate_dns_name
 from nebula_site.manager import config as manager_config
 from nebula_site.manager import listeners as manager_listeners
@@ -228,6 +228,7 @@ class Command(cli.NebulaCommand, BaseCommand):
             )
         say = functools.partial(say_line, self.stdout)
         freedmemory.return_large_frees()  # before the threads start: freed buffers leave RSS (I7)
+        openfiles.raise_to_hard(config.listener_limits)  # as Go programs do: the caps, not EMFILE, bound streams
         stop = threading.Event()
         # From here on SIGTERM/SIGINT ask for an orderly stop, start-up included; the collector
         # runs at the pace of a process holding every Pod of its nodes (nebula_site/gcpace.py).
