@@ -2,19 +2,21 @@
 and console addresses written by someone who is not a replica (anyone RBAC lets write Leases
 in the manager's namespace).
 
-Used by `kube.leases` (which member Leases count, and who `LeaseReader.holder` names) and by
-the console's leader peer (`addresses`: a standby forwards only to the leader Pod's IPs).
-Taking and fencing node and leader Leases never depend on it: a wrong judgement there could
-let two replicas serve one provider. A replica that runs as a Pod names itself
+Used by `kube.leases` (which member Leases count, who `LeaseReader.holder` names, and which
+live holder is a `stranger` whose Lease may be taken over) and by the console's leader peer
+(`addresses`: a standby forwards only to the leader Pod's IPs). Fencing never depends on it: a
+Lease taken from a stranger is written for only a full duration later (`kube.leases`), so even
+a wrong judgement cannot let two replicas serve one provider. A replica that runs as a Pod names itself
 `<pod name>-<pod uid>` (`pod_identity`: a valid Lease name part); `PodHolders` trusts that
 identity only if the Pod exists in the manager's namespace with that UID (identities of
-earlier versions, host-pid-nonce, are not trusted: they only count less, which is safe). No
+earlier versions, host-pid-nonce, are not trusted: they count less, and are strangers). No
 label is asked: whoever may create Pods there may run one as the manager's ServiceAccount
 anyway. Anything else is ignored, and said once per holder in the log. When it cannot tell
 (the Pods cannot be listed for TRUST_TTL, or more than MAX_PODS) it trusts no other holder:
-counting too few members only makes each share larger (only free Leases are ever taken), and
-no console is forwarded to. `ANY` trusts everyone (not running as a Pod: dev and tests).
-Tests: tests/kube/test_holders.py, tests/nebula_site/test_sharing_managers.py (spoofed members).
+counting too few members only makes each share larger, no holder is a stranger, and no
+console is forwarded to. `ANY` trusts everyone (not running as a Pod: dev and tests).
+Tests: tests/kube/test_holders.py, tests/kube/test_lease_strangers.py,
+tests/nebula_site/test_sharing_managers.py (spoofed members and Leases).
 """
 
 from __future__ import annotations
@@ -62,6 +64,11 @@ class Holders(Protocol):
     def addresses(self, identity: str) -> frozenset[str] | None:
         """The Pod IPs of a trusted holder (empty: none known); None when not checked (`ANY`)."""
 
+    def stranger(self, identity: str, since: float) -> str:
+        """Why `identity` is known not to be a replica, by a list of the Pods begun after
+        `since` (this process's clock; when the holder was first seen): a replica's Pod exists
+        before it can write, so such a list shows it. "" when it may be one, or cannot be told."""
+
 
 class AnyHolder:
     """Trusts every holder: a replica not running as a Pod cannot tell."""
@@ -74,6 +81,9 @@ class AnyHolder:
 
     def addresses(self, identity: str) -> frozenset[str] | None:
         return None
+
+    def stranger(self, identity: str, since: float) -> str:
+        return ""
 
 
 ANY = AnyHolder()
@@ -94,6 +104,7 @@ class PodHolders:
         self._clock = clock
         self._pods: Pods | None = None  # the last good list; None: none, or over MAX_PODS
         self._good_at = float("-inf")  # when it was listed
+        self._good_from = float("-inf")  # when that list was asked for
         self._tried_at = float("-inf")  # the last list, good or not
         self._failing = False
         self._reported: OrderedDict[str, None] = OrderedDict()
@@ -118,6 +129,21 @@ class PodHolders:
             return frozenset()
         known = self._pods_now(refresh=lambda pods: not pods.get(named[0], ("", frozenset()))[1])
         return frozenset() if known is None else known.get(named[0], ("", frozenset()))[1]
+
+    def stranger(self, identity: str, since: float) -> str:
+        if identity in ("", self._own):
+            return ""
+        if parse_identity(identity) is None:
+            return "not of the form <pod>-<uid>"
+        with self._lock:
+            stale = self._good_from <= since
+        if stale:
+            self._pods_now(refresh=lambda pods: True)  # at most every REFRESH, one lister at a time
+            with self._lock:
+                if self._good_from <= since:
+                    return ""  # no list begun after the holder was seen (yet): cannot tell
+        why = self._judge(identity)
+        return "" if why.startswith("the Pods of") else why
 
     def _judge(self, identity: str) -> str:
         """Why `identity` is not a replica ("": it is)."""
@@ -158,6 +184,7 @@ class PodHolders:
             return self._pods if self._clock() - self._good_at < TRUST_TTL else None
 
     def _list(self) -> None:
+        asked = self._clock()
         try:
             items, _ = self._kube.list(path_for("pods", namespace=self._namespace))
         except KubeError as exc:
@@ -186,6 +213,7 @@ class PodHolders:
         with self._lock:
             now = self._clock()
             self._pods, self._good_at, self._tried_at, self._failing = pods, now, now, False
+            self._good_from = asked
 
     def _report(self, identity: str, why: str) -> None:
         with self._lock:

@@ -80,10 +80,11 @@ class LeaderElector:
         return self._leases.hold(self._name, annotations=self._annotations)
 
     def acquire(self, stop: threading.Event) -> bool:
-        """Block until we lead (True) or `stop` is set (False)."""
+        """Block until we lead (True) or `stop` is set (False). A Lease taken from a stranger
+        (`kube.leases`) is renewed meanwhile, and led from once its fence is valid."""
         while not stop.is_set():
             try:
-                if self.try_acquire_or_renew():
+                if self.try_acquire_or_renew() and self.fence.valid():
                     self.is_leader = True
                     observe.current().leadership(True)
                     logger.info("%s is the leader (lease %s/%s)", self.identity, self._namespace, self._name)
@@ -96,14 +97,13 @@ class LeaderElector:
         return False
 
     def keep(self, stop: threading.Event) -> None:
-        """Renew until `stop` is set; return early (leadership lost) once the fence ran out:
-        renewals kept failing for `renew_deadline`, or another holder was seen."""
+        """Renew until `stop` is set; return early (leadership lost) once the fence is no longer
+        valid: renewals kept failing for `renew_deadline`, or another holder was seen (and the
+        Lease, taken back from a stranger since, is not written for yet)."""
         while not stop.wait(self._retry):
             try:
-                if self.try_acquire_or_renew():
-                    observe.current().leadership(True)
-                    continue
-                observe.current().leadership(False)
+                renewed = self.try_acquire_or_renew()
+                observe.current().leadership(renewed)
             except KubeError as exc:
                 observe.current().leadership(None)
                 logger.warning("leader election: renew failed: %s", exc)

@@ -13,8 +13,14 @@ The rules, for every Lease here (client-go's leaderelection, plus a fence):
   another's wall clock, so a taker waits a full duration after it last saw a renewal. A change
   is dated when the read that showed it *answered*, not when it was sent: a renewal may have
   begun after a slow read was sent, and its holder's fence runs from that beginning.
-- A Lease held by someone alive is never written; a free, released or dead one is taken by
-  a write carrying the resourceVersion this replica read, so two takers never both win.
+- A Lease held by someone alive is never written, unless `kube.holders` knows that someone
+  for a `stranger` (not a replica of this install, by a list of the Pods begun after it was
+  first seen). A free, released, dead or stranger's one is taken by a write carrying the
+  resourceVersion this replica read, so two takers never both win.
+- A Lease taken from a live stranger is held (renewed) at once but written for only a full
+  duration after the take: had the judgement been wrong, the holder's last renewal began
+  before this write, so its fence has ended by then. A stranger that writes the Lease again
+  takes it back like anyone (every change of holder ends a fence): only RBAC stops one.
 - A member Lease counts only if it is named for its holder and `kube.holders` trusts that
   holder (a replica of this install), once per replica: made-up members never shrink a share.
   Taking and fencing do not depend on it (a wrong judgement there could let two replicas
@@ -76,16 +82,29 @@ class Fence:
     def __init__(self, lease: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.lease = lease
         self._clock = clock
+        self._from = float("-inf")  # a Lease taken from a live stranger: not before a duration later
         self._until = float("-inf")
 
-    def extend(self, until: float) -> None:
+    def extend(self, until: float, *, not_before: float | None = None) -> None:
+        """Valid until `until`; a take (`not_before` given) also sets when validity begins."""
+        if not_before is not None:
+            self._from = not_before
         self._until = until
 
     def revoke(self) -> None:
         self._until = float("-inf")
 
     def valid(self) -> bool:
+        return self._from <= self._clock() < self._until
+
+    def held(self) -> bool:
+        """Valid now, or `pending`: not yet run out nor revoked."""
         return self._clock() < self._until
+
+    def pending(self) -> bool:
+        """Held, but taken from a live stranger too recently to write for yet."""
+        now = self._clock()
+        return now < self._from and now < self._until
 
     def check(self) -> None:
         if not self.valid():
@@ -109,15 +128,18 @@ class Seen:
     renew_time: str
     duration: float
     changed_at: float
+    held_since: float  # when this holder was first seen holding it (this replica's clock)
 
     @classmethod
     def of(cls, lease: JsonDict, at: float, before: Seen | None = None) -> Seen:
-        """Pure: `lease` read at `at`; unchanged since `before`, it keeps `before`'s change time."""
+        """Pure: `lease` read at `at`; unchanged since `before`, it keeps `before`'s change time
+        (and, held by the same holder, when that holder was first seen)."""
         spec = lease.get("spec") or {}
         holder, renew = str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or "")
         same = before is not None and (before.holder, before.renew_time) == (holder, renew)
         changed = before.changed_at if before is not None and same else at
-        return cls(lease, holder, renew, float(spec.get("leaseDurationSeconds") or 0), changed)
+        since = before.held_since if before is not None and before.holder == holder else at
+        return cls(lease, holder, renew, float(spec.get("leaseDurationSeconds") or 0), changed, since)
 
     @property
     def resource_version(self) -> str:
@@ -187,9 +209,16 @@ class LeaseView:
         return [s for s in self._seen.values() if s.kind == MEMBER and at - s.changed_at >= after]
 
     def takeable(self, name: str, identity: str, at: float) -> bool:
-        """Not held by anyone else alive: missing, released, ours, or unchanged for its duration."""
+        """Not held by a replica alive: missing, released, ours, unchanged for its duration, or
+        held by a `stranger` (which may list the Pods: see `kube.holders`)."""
         seen = self._seen.get(name)
-        return seen is None or seen.holder in ("", identity) or not seen.alive(at)
+        if seen is None or seen.holder in ("", identity) or not seen.alive(at):
+            return True
+        return bool(self.stranger(seen))
+
+    def stranger(self, seen: Seen) -> str:
+        """Why the holder of `seen` is known not to be a replica ("": it may be one)."""
+        return self.holders.stranger(seen.holder, seen.held_since)
 
 
 def annotated(metadata: JsonDict, ours: Mapping[str, str], *, keep: bool) -> JsonDict:
@@ -282,7 +311,7 @@ class SharedLeases(LeaseReader):
 
     def _revoke_if_taken(self, name: str) -> None:
         seen, fence = self.view.get(name), self._fences.get(name)
-        if seen is not None and fence is not None and seen.holder != self.identity and fence.valid():
+        if seen is not None and fence is not None and seen.holder != self.identity and fence.held():
             logger.error("lease %s is now held by %s: this replica stops writing for it", name, seen.holder)
             fence.revoke()
 
@@ -295,6 +324,9 @@ class SharedLeases(LeaseReader):
         if not self.view.takeable(name, self.identity, at):
             return False
         seen = self.view.get(name)
+        # Taken from a live holder (a stranger: `takeable` said so): written for only a duration on,
+        # whatever the judgement says now.
+        from_live = seen is not None and seen.holder not in ("", self.identity) and seen.alive(at)
         ours = annotations or {}
         renew = micro_time(self._now())
         spec: JsonDict = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration)}
@@ -317,7 +349,19 @@ class SharedLeases(LeaseReader):
         except (ConflictError, NotFoundError):
             return False
         self.view.wrote(written, at)
-        self.fence(name).extend(at + self.duration - self._margin)
+        if from_live:
+            assert seen is not None
+            logger.warning(
+                "lease %s was held by %r, not a replica of this install (%s): taken over; written for in %.0f s",
+                name,
+                seen.holder[:300],
+                self.view.stranger(seen) or "judged so before the write",
+                self.duration,
+            )
+            begins: float | None = at + self.duration
+        else:
+            begins = float("-inf") if seen is None or seen.holder != self.identity else None  # None: a renewal
+        self.fence(name).extend(at + self.duration - self._margin, not_before=begins)
         return True
 
     def release(self, name: str, *, annotations: Mapping[str, str] | None = None) -> None:

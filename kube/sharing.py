@@ -10,8 +10,10 @@ Every `retry` seconds one loop (`Sharing.tick`):
 3. renews every node Lease it holds;
 4. holds at most ceil(M/N) of the M providers while N replicas are alive: beyond that it gives
    one back (stops its Runner, in-flight calls finishing, then releases the Lease); below it,
-   it takes free or dead ones in its own preference order (rendezvous hashing, so replicas
-   prefer different providers and rarely race for one).
+   it takes free, dead or strangers' ones in its own preference order (rendezvous hashing, so
+   replicas prefer different providers and rarely race for one). One taken from a live
+   stranger is renewed but served (its Runner built) only once its fence is valid, a full
+   duration later (`kube.leases`).
 A Runner's writes (the API server and its provider's provision / terminate / restart /
 stop_container) pass only while its own `Term` is valid: the node Lease's fence, and not
 ended. Placement, the mirror and the console stay with the leader Lease.
@@ -120,6 +122,7 @@ class Sharing(Generic[R]):
         self._on_change = on_change
         self._member = member_lease(leases.identity)
         self._served: dict[str, Served[R]] = {}
+        self._pending: set[str] = set()  # held, taken from a stranger: served once the fence is valid
         self._rounds = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -157,6 +160,7 @@ class Sharing(Generic[R]):
         back, renewals kept up until the last one stopped."""
         leases = self._leases
         if self._stop.is_set():
+            self._release_pending()
             for alias, served in list(self._served.items()):
                 if served.stopping is None:
                     served.give_back = True
@@ -173,6 +177,7 @@ class Sharing(Generic[R]):
             self._renew(alias)
         if self._stop.is_set():
             return
+        self._serve_pending()
         try:
             leases.hold(self._member, MEMBER)
         except KubeError as exc:
@@ -181,8 +186,10 @@ class Sharing(Generic[R]):
         if self._rounds < 2:  # the first round only says this replica is here: replicas starting
             return  # together see each other before any takes, so none takes all and gives most back
         share = quota(len(self._aliases), len(leases.view.members(leases.clock())))
-        held = len(self._served)
-        if held > share and not any(s.give_back for s in self._served.values()):
+        held = len(self._served) + len(self._pending)
+        if held > share and self._pending:
+            self._release_pending(one=True)
+        elif held > share and not any(s.give_back for s in self._served.values()):
             self._give_back(share)
         elif held < share:
             self._take(share - held)
@@ -193,6 +200,24 @@ class Sharing(Generic[R]):
             self._leases.hold(node_lease(alias), NODE)
         except KubeError as exc:
             logger.warning("provider sharing: cannot renew %s (serving until it runs out): %s", node_lease(alias), exc)
+
+    def _serve_pending(self) -> None:
+        """Renew the Leases taken from strangers; serve those whose fence is valid now, forget
+        those lost again (taken back, or run out)."""
+        for alias in sorted(self._pending):
+            self._renew(alias)
+            fence = self._leases.fence(node_lease(alias))
+            if fence.valid():
+                self._pending.discard(alias)
+                self._serve(alias)
+            elif not fence.held():
+                self._pending.discard(alias)
+                logger.warning("provider sharing: %s, taken from a stranger, was lost again", node_lease(alias))
+
+    def _release_pending(self, *, one: bool = False) -> None:
+        for alias in sorted(self._pending, key=self._order.index, reverse=True)[: 1 if one else None]:
+            self._pending.discard(alias)
+            self._leases.release(node_lease(alias))
 
     def _stop_lapsed(self) -> None:
         """A Runner whose Lease ran out (or was taken) stops now; its writes are refused already."""
@@ -244,7 +269,9 @@ class Sharing(Generic[R]):
             name = node_lease(alias)
             if wanted <= 0:
                 return
-            if alias in self._served or not self._leases.view.takeable(name, self._leases.identity, at):
+            if alias in self._served or alias in self._pending:
+                continue
+            if not self._leases.view.takeable(name, self._leases.identity, at):
                 continue
             try:
                 if not self._leases.hold(name, NODE):
@@ -252,14 +279,23 @@ class Sharing(Generic[R]):
             except KubeError as exc:
                 logger.warning("provider sharing: cannot take %s: %s", name, exc)
                 continue
-            term = Term(self._leases.fence(name))
-            runner = self._build(alias, term)
-            runner.start()
-            with self._lock:
-                self._served[alias] = Served(runner, term)
-            logger.info("virtual node %s: served here (lease %s)", runner.handler.node_name, name)
-            self._on_change(self.runners())
             wanted -= 1
+            if self._leases.fence(name).pending():
+                self._pending.add(alias)
+                logger.info("provider sharing: %s taken from a stranger; served once its fence is valid", name)
+            else:
+                self._serve(alias)
+
+    def _serve(self, alias: str) -> None:
+        """Build and start the Runner of a provider whose node Lease this replica holds."""
+        name = node_lease(alias)
+        term = Term(self._leases.fence(name))
+        runner = self._build(alias, term)
+        runner.start()
+        with self._lock:
+            self._served[alias] = Served(runner, term)
+        logger.info("virtual node %s: served here (lease %s)", runner.handler.node_name, name)
+        self._on_change(self.runners())
 
     def _forget_dead_members(self) -> None:
         at = self._leases.clock()
@@ -276,6 +312,7 @@ class Sharing(Generic[R]):
         deadline = time.monotonic() + timeout
         self._stop.set()
         busy = join_within([self._thread] if self._thread is not None else [], timeout)
+        self._release_pending()
         for alias, served in list(self._served.items()):  # the loop never ran, or did not finish
             if served.stopping is None:
                 served.give_back = True

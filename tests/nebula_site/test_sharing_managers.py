@@ -11,7 +11,9 @@ invariants of tests/vnode/test_invariants.py checked every 0.2 s throughout:
   paused one writes nothing for the provider it lost (its fence), stops that Runner, stands by
   instead of exiting, and the two share again, one each;
 - two replicas running as manager Pods: member Leases made up or copied by someone who may
-  write Leases do not shrink the shares (kube/holders.py).
+  write Leases do not shrink the shares (kube/holders.py);
+- a replica running as a manager Pod serves its provider and leads though a stranger held the
+  node and leader Leases (and renewed them) before it started, and again after one more write.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pytest
 from devcluster import DevCluster
 from kube.client import Kube, path_for
 from kube.holders import parse_identity, pod_identity
-from kube.leases import MEMBER, member_lease
+from kube.leases import MEMBER, NODE, member_lease, node_lease
 from providers.fake.server import FakeCloudServer, start_server
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
@@ -41,7 +43,7 @@ from tests.support.rigs.managers import (
     running,
     shares,
 )
-from tests.support.spoofing import manager_pod, spoof
+from tests.support.spoofing import manager_pod, renew_as_holder, spoof
 
 pytestmark = pytest.mark.slow
 
@@ -235,3 +237,43 @@ def test_made_up_or_copied_member_leases_do_not_shrink_the_shares_of_replicas_ru
         assert "giving" not in text, text[-3000:]  # no provider given back for the fake members
         for identity in made_up:
             assert len([line for line in text.splitlines() if f"'{identity}' is not a replica" in line]) == 1
+
+
+def test_a_spoofed_node_lease_does_not_stop_a_replica_serving_its_provider(
+    kube: Kube, cloud: FakeCloudServer, rig_for: type[Rig]
+) -> None:
+    """Someone who may write Leases holds the node Lease of the one provider and the leader
+    Lease under made-up replica identities, renewing them as a holder would, before the
+    replica starts (before, it waited forever). The replica takes both over and serves and
+    leads a lease duration later; a stranger's write while it serves costs one more duration."""
+    rig = rig_for(["s0"])
+    strangers = {
+        node_lease("s0"): pod_identity("mallory", str(uuid.uuid4())),
+        "nebula-manager": pod_identity("mallory-leader", str(uuid.uuid4())),
+    }
+    for name, identity in strangers.items():
+        spoof(kube, name, identity, NODE if name.startswith("nebula-node-") else "")
+    identity = manager_pod(kube, "nebula-manager-a", ip="127.0.0.1")
+    named = parse_identity(identity)
+    assert named is not None
+    manager = rig.manager("a", env={"POD_NAME": named[0], "POD_UID": named[1]})
+    with InvariantWatch(kube, cloud) as watch:
+        renewing = set(strangers)
+        ends = time.monotonic() + 90
+        while renewing and time.monotonic() < ends:  # until the replica has taken both over
+            renewing = {name for name in renewing if renew_as_holder(kube, name, strangers[name])}
+            time.sleep(0.3)
+        assert not renewing, f"still held by the strangers: {sorted(renewing)}"
+        wait_for(lambda: shares(kube, ["s0"]) == {identity: 1}, 10, 0.2, what="the replica holds s0")
+        wait_for(lambda: leader(kube) == identity, 10, 0.2, what="the replica leads")
+        first = {create(kube, "job-first", "s0")}
+        wait_for(lambda: running(kube, first), 60, 0.2, what="the provider served")
+        spoof(kube, node_lease("s0"), strangers[node_lease("s0")], NODE)  # once more, while it serves
+        wait_for(lambda: shares(kube, ["s0"]) == {identity: 1}, 30, 0.2, what="taken over again")
+        late = {create(kube, "job-late", "s0")}
+        wait_for(lambda: running(kube, first | late), 60, 0.2, what="served again")
+        wait_for(lambda: watch.settled(first | late), 60, 0.2, what="one instance per live Pod")
+    assert watch.samples > 10
+    assert watch.violations == []
+    text = manager.log.read_text(errors="replace")
+    assert "lease nebula-node-s0 was held by" in text and "taken over" in text, text[-3000:]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from kube.client import Kube, NotFoundError, path_for
+from kube.client import ConflictError, Kube, NotFoundError, path_for
 from kube.holders import pod_identity
 from kube.leases import API_VERSION, KIND_LABEL, lease_path
 from kube.times import micro_time
@@ -44,7 +44,7 @@ def spoof(
     try:
         current = kube.get(lease_path(namespace, name))
     except NotFoundError:
-        metadata = {"name": name, "labels": {KIND_LABEL: kind}, "annotations": annotations or {}}
+        metadata = {"name": name, "labels": {KIND_LABEL: kind} if kind else {}, "annotations": annotations or {}}
         kube.create(
             lease_path(namespace), {"apiVersion": API_VERSION, "kind": "Lease", "metadata": metadata, "spec": spec}
         )
@@ -52,3 +52,20 @@ def spoof(
     current["spec"] = dict(current["spec"], **spec)
     current["metadata"]["annotations"] = dict(current["metadata"].get("annotations") or {}, **(annotations or {}))
     kube.replace(lease_path(namespace, name), current)
+
+
+def renew_as_holder(kube: Kube, name: str, holder: str, *, namespace: str = "default") -> bool:
+    """Renew the Lease `name` as its holder `holder` would (a write carrying the resourceVersion
+    read); False, writing nothing, once someone else holds it or wrote first."""
+    try:
+        current = kube.get(lease_path(namespace, name))
+    except NotFoundError:
+        return False
+    if current["spec"].get("holderIdentity") != holder:
+        return False
+    current["spec"]["renewTime"] = micro_time(datetime.now(UTC))
+    try:
+        kube.replace(lease_path(namespace, name), current)
+    except ConflictError:
+        return False
+    return True
