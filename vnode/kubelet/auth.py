@@ -43,6 +43,7 @@ ALLOWED_TTL = 300.0  # authorization.webhook.cacheAuthorizedTTL
 DENIED_TTL = 30.0  # authorization.webhook.cacheUnauthorizedTTL
 MAX_CACHED = 4096  # I7: entries per cache; a full cache starts afresh
 REVIEW_WORKERS = 4
+MAX_WAITING = 1024  # I7: requests waiting for a review thread; past it 503, nothing queued
 _VERBS = {"GET": "get", "HEAD": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
 _SUBRESOURCES = {"stats": "stats", "metrics": "metrics", "logs": "log", "spec": "spec"}
 _POD_ROUTES = frozenset({"containerLogs", "exec", "attach", "portForward"})
@@ -97,7 +98,7 @@ class Credentials:
 
 @dataclass(frozen=True)
 class Decision:
-    """The gate's answer: `code` 200 lets the request through; else 401, 403 or 500 with `message`."""
+    """The gate's answer: `code` 200 lets the request through; else 401, 403, 500 or 503 with `message`."""
 
     code: int
     message: str = ""
@@ -209,12 +210,29 @@ class Gate:
         self._decisions = _Cache(monotonic)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self.waiting = 0  # requests submitted and not yet decided (I7: at most MAX_WAITING)
+        self.refused = 0
 
     def submit(self, credentials: Credentials, method: str, raw_path: str) -> Future[Decision]:
+        """Decide on a review thread; at once a 503 when MAX_WAITING requests already wait."""
         with self._pool_lock:
+            if self.waiting >= MAX_WAITING:
+                self.refused += 1
+                busy: Future[Decision] = Future()
+                busy.set_result(
+                    Decision(503, f"{MAX_WAITING} kubelet requests are waiting for authorization; try again")
+                )
+                return busy
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(REVIEW_WORKERS, thread_name_prefix="kubelet-auth")
-            return self._pool.submit(self.decide, credentials, method, raw_path)
+            self.waiting += 1
+            future = self._pool.submit(self.decide, credentials, method, raw_path)
+        future.add_done_callback(self._decided)
+        return future
+
+    def _decided(self, _future: Future[Decision]) -> None:
+        with self._pool_lock:
+            self.waiting -= 1
 
     def close(self) -> None:
         """Stop the review threads and close the API client's pooled connections (a client
@@ -332,6 +350,8 @@ def _finish(request: Any, done: Future[Decision], proceed: Callable[[], Any]) ->
     request.setResponseCode(decision.code)
     request.setHeader(b"content-type", b"text/plain; charset=utf-8")
     request.setHeader(b"content-length", str(len(body)).encode())
+    if decision.code == 503:
+        request.setHeader(b"retry-after", b"1")
     if request.requestHeaders.hasHeader(b"upgrade"):
         request.setHeader(b"connection", b"close")  # an upgrade that did not happen ends the connection
         request.channel.persistent = False

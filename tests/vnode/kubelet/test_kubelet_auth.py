@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -367,3 +368,31 @@ def test_I7_the_review_caches_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     for n in range(20):
         cache.put(n, True, 60.0)
     assert len(cache._entries) <= 8 and cache.get(19) == (True, True)
+
+
+def test_I7_requests_past_the_waiting_bound_are_503_at_once_and_nothing_more_is_queued(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(auth, "MAX_WAITING", 8)
+    gate = auth.Gate(auth.OPEN, HandlerRegistry())
+    release = threading.Event()
+
+    def slow(credentials: auth.Credentials, method: str, raw_path: str) -> auth.Decision:
+        release.wait(30)
+        return auth.Decision(200)
+
+    monkeypatch.setattr(gate, "decide", slow)
+    nobody = auth.Credentials(None, "", None)
+    try:
+        held = [gate.submit(nobody, "GET", "/pods") for _ in range(8)]
+        refused = gate.submit(nobody, "GET", "/pods")
+        assert refused.done() and refused.result().code == 503
+        assert "8 kubelet requests are waiting" in refused.result().message
+        assert gate.waiting == 8 and gate.refused == 1
+        release.set()
+        assert [f.result(30).code for f in held] == [200] * 8
+        wait_for(lambda: gate.waiting == 0, 10, 0.01, what="every waiting request decided")
+        assert gate.submit(nobody, "GET", "/pods").result(30).code == 200  # room again
+    finally:
+        release.set()
+        gate.close()
