@@ -275,3 +275,38 @@ def test_I7_a_stopped_runners_ephemeral_processes_end_and_their_output_leaves_th
     assert budget.members() == 0 and budget.kept() == 0
     with pytest.raises(errors.NotFound):
         ephemerals.logs(running.key, "dbg-running", LogOptions())
+
+
+def running(ephemerals: Ephemerals, entry: Tracked) -> int:
+    ephemerals.overlay(entry)
+    statuses = (entry.desired_status or {}).get("ephemeralContainerStatuses") or []
+    return sum("running" in s["state"] for s in statuses)
+
+
+def sleeper(name: str) -> dict[str, Any]:
+    return {"name": name, "image": "busybox", "command": ["sleep", "60"]}
+
+
+def test_I7_debug_containers_past_the_running_cap_are_refused_with_a_reason_and_their_places_come_back() -> None:
+    budget = OutputBudget(8 * MIB)
+    budget.max_running = 2
+    ephemerals = ephemerals_with(budget)
+    entry = pod_with([sleeper("one"), sleeper("two"), sleeper("three")])
+    try:
+        ephemerals.sync(entry)
+        wait_for(lambda: terminated(ephemerals, entry, 1), 30, 0.05, what="the third refused")
+        statuses = {s["name"]: s["state"] for s in (entry.desired_status or {})["ephemeralContainerStatuses"]}
+        refused = statuses["three"]["terminated"]
+        assert refused["reason"] == "StartError" and "already runs 2 ephemeral containers" in refused["message"]
+        assert any(e[1] == "Failed" and '"three"' in e[2] and "its limit" in e[2] for e in entry.events)
+        assert budget.running == 2
+        wait_for(lambda: running(ephemerals, entry) == 2, 30, 0.05, what="the two started")
+        ephemerals.stop(entry.key)  # the Pod ends: its two processes are killed and give their places back
+        wait_for(lambda: budget.running == 0, 30, 0.05, what="places given back")
+        later = pod_with([sleeper("four")])
+        ephemerals.sync(later)
+        wait_for(lambda: budget.running == 1, 30, 0.05, what="a new one admitted")
+        ephemerals.forget(later.key)
+        wait_for(lambda: budget.running == 0, 30, 0.05, what="given back when its Pod goes")
+    finally:
+        ephemerals.close()

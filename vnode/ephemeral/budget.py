@@ -22,6 +22,7 @@ DEFAULT_LIMIT = 64 * MIB  # NEBULA['EPHEMERAL_OUTPUT_BUDGET']: bytes kept across
 PER_CONTAINER = 4 * MIB  # the newest bytes one container keeps (the budget permitting)
 FLOOR = 2 * CHUNK  # what a running container keeps however full the budget: its newest 64 KiB at least
 MIN_LIMIT = MIB
+MAX_RUNNING = 64  # ephemeral containers running at once in the process (each holds a few threads and its floor)
 MAX_LIMIT = 1024 * MIB
 
 
@@ -66,6 +67,23 @@ class OutputBudget:
         self._kept = 0
         self.peak = 0  # the most ever kept at once (after each reservation's drops)
         self.dropped = 0  # bytes of output dropped for the budget, ended and running
+        self.max_running = MAX_RUNNING
+        self.running = 0  # ephemeral containers admitted (starting or running) and not yet ended
+
+    def admit(self) -> bool:
+        """A place for one more running ephemeral container; False at `max_running` (I7)."""
+        with self._lock:
+            if self.running >= self.max_running:
+                return False
+            self.running += 1
+            return True
+
+    def discharge(self) -> None:
+        """An admitted container ended, or never started: its place is free (once per `admit`)."""
+        with self._lock:
+            if self.running <= 0:
+                raise RuntimeError("an ephemeral container discharged that was never admitted")
+            self.running -= 1
 
     def kept(self) -> int:
         """Bytes of memory held for kept output across every member."""

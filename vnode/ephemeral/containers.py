@@ -130,6 +130,8 @@ class Ephemerals:
                 self._lost(run, before)  # (one shown waiting never ran: it starts as a new one)
             elif not isinstance(self._provider, Executor):
                 self._refuse(entry, run)
+            elif not self.budget.admit():
+                self._too_many(entry, run)
             else:
                 threading.Thread(
                     target=self._start, args=(entry, run, dict(container)), name=f"ephemeral {name}", daemon=True
@@ -152,8 +154,21 @@ class Ephemerals:
         entry.say("Warning", names.EVENT_EPHEMERAL_FAILED, f'ephemeral container "{run.name}": {message}')
         self._changed(entry.key)
 
+    def _too_many(self, entry: Tracked, run: EphemeralRun) -> None:
+        """Not started: the process runs its most ephemeral containers already (I7). Never
+        started later either: a kubelet does not start an ephemeral container twice."""
+        message = (
+            f"not started: this manager already runs {self.budget.max_running} ephemeral containers, "
+            "its limit; start another once some have ended"
+        )
+        with self._lock:
+            run.exit_code, run.reason, run.finished_at, run.message = 128, "StartError", self._now(), message
+        entry.say("Warning", names.EVENT_EPHEMERAL_FAILED, f'ephemeral container "{run.name}": {message}')
+        self._changed(entry.key)
+
     def _start(self, entry: Tracked, run: EphemeralRun, container: JsonDict) -> None:
-        """On its own thread: exec the command in the target's (or first app container's) context."""
+        """On its own thread, admitted (`budget.admit`): exec the command in the target's (or
+        first app container's) context. The place is given back when it ends or fails to start."""
         assert entry.instance_id is not None
         command = [str(part) for part in [*(container.get("command") or []), *(container.get("args") or [])]]
         tty, stdin = bool(container.get("tty")), bool(container.get("stdin"))
@@ -178,12 +193,16 @@ class Ephemerals:
         try:
             process = self._exec(entry.instance_id, command, tty=tty, stdin=stdin, target=target)
         except errors.ProviderError as exc:
+            self.budget.discharge()
             with self._lock:
                 run.exit_code, run.reason, run.finished_at = 128, "StartError", self._now()
                 run.message = str(exc)
             entry.say("Warning", names.EVENT_EPHEMERAL_FAILED, f'ephemeral container "{run.name}": {exc}')
             self._changed(entry.key)
             return
+        except BaseException:
+            self.budget.discharge()
+            raise
         with self._lock:  # one block: `forget` sees the Fanout (and releases it) or the run gone
             gone = self._runs.get(entry.key, {}).get(run.name) is not run or run.exit_code is not None
             if not gone:
@@ -192,11 +211,12 @@ class Ephemerals:
                     process,
                     tty=tty,
                     stdin_once=bool(container.get("stdinOnce")),
-                    on_exit=lambda code: self._ended(entry.key, run, code),
+                    on_exit=lambda code: self._exited(entry.key, run, code),
                     budget=self.budget,
                     on_dropped=lambda lost, whole: self._dropped(entry, run.name, lost, whole),
                 )
         if gone:  # the Pod went (or finished) while the exec was being started
+            self.budget.discharge()
             process.close()
             return
         entry.say("Normal", names.EVENT_STARTED, f"Started ephemeral container {run.name}")
@@ -209,6 +229,10 @@ class Ephemerals:
         if self._several():
             return executor.exec(InstanceId(instance_id), command, tty=tty, stdin=stdin, container=target)
         return executor.exec(InstanceId(instance_id), command, tty=tty, stdin=stdin)
+
+    def _exited(self, key: str, run: EphemeralRun, code: int) -> None:
+        self.budget.discharge()  # once: the Fanout's last pump calls this once
+        self._ended(key, run, code)
 
     def _ended(self, key: str, run: EphemeralRun, code: int) -> None:
         with self._lock:
