@@ -24,6 +24,7 @@ from providers.local.process import start_process
 from tests.support.factories import make_pod
 from tests.support.pods import get_pod, phase_of
 from tests.support.polling import wait_for
+from vnode.ephemeral import streams
 from vnode.ephemeral.containers import CREATING, LOST, NOT_SUPPORTED, Ephemerals
 from vnode.model.tracking import Tracked
 from vnode.runner import Runner
@@ -351,3 +352,33 @@ def test_a_one_shot_log_read_is_the_kept_output_as_it_is_now(options: LogOptions
         got += chunk
     assert got == expected
     ephemerals.forget(entry.key)
+
+
+def test_I7_an_attached_client_that_stops_reading_holds_back_bounded_output_then_is_detached(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Output waits for a full client (as a container runtime's attach does), never piles up
+    for it: at most CLIENT_CHUNKS chunks each, and after SLOW_CLIENT seconds without room it is
+    detached while a client that reads gets every byte."""
+    monkeypatch.setattr(streams, "SLOW_CLIENT", 1.0)
+    _, ephemerals, entry = start_running(SHELL)
+    reader, stalled = ephemerals.attach(entry.key, "dbg"), ephemerals.attach(entry.key, "dbg")
+    size = 4 * 1024 * 1024  # many times what CLIENT_CHUNKS chunks hold
+    reader.write_stdin(f"yes x | head -c {size}; echo end\n".encode())  # "x\n" lines
+    got = bytearray()
+    while not got.endswith(b"end\n"):
+        chunk = reader.read_stdout()
+        assert chunk, "the reading client's output ended early"
+        got += chunk
+        assert stalled.out.qsize() <= streams.CLIENT_CHUNKS
+    assert got.count(b"x\n") == size // 2
+    fanout = ephemerals._fanout(entry.key, "dbg")
+    assert fanout.detached_slow == 1
+    drained = b""
+    while chunk := stalled.read_stdout():  # what it had queued, then the end of its attach
+        drained += chunk
+    assert len(drained) <= streams.CLIENT_CHUNKS * streams.READ_SIZE
+    reader.write_stdin(b"echo still\n")
+    assert reader.read_stdout() == b"still\n" and state_of(ephemerals, entry) == "running"
+    reader.write_stdin(b"exit 0\n")
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")

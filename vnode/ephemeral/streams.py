@@ -22,6 +22,8 @@ from vnode.ephemeral.ring import KeptOutput
 LOG_LIMIT = PER_CONTAINER  # the newest bytes kept for `kubectl logs -c <ephemeral>`, the budget permitting
 _EOF = b""
 READ_SIZE = 65536
+CLIENT_CHUNKS = 8  # I7: output chunks (of READ_SIZE at most) queued per attached client stream
+SLOW_CLIENT = 60.0  # seconds an attached client may keep its queue full before it is detached
 
 
 class Fanout:
@@ -46,6 +48,7 @@ class Fanout:
         self._lock = threading.Lock()
         self._writing = threading.Lock()  # the two pumps append one at a time (never the budget's)
         self._clients: list[tuple[queue.Queue[bytes], queue.Queue[bytes]]] = []
+        self.detached_slow = 0  # attached clients detached for leaving their queue full (I7)
         self._log = KeptOutput()
         self.lost = 0  # bytes of its output the budget dropped (all of it once `gone`)
         self.gone = False  # its whole output was dropped for the budget
@@ -73,13 +76,14 @@ class Fanout:
                     self._budget.reserve(self, chunks)  # may drop others' output, or this one's oldest
                 with self._lock:
                     self._log.append(data)
-                    for out, err in self._clients:
-                        (err if stderr else out).put(data)
+                    clients = list(self._clients)
                     self._log_changed.notify_all()
-                    if data:
-                        continue
-                    self._open_streams -= 1
-                    last = self._open_streams == 0
+                    if not data:
+                        self._open_streams -= 1
+                        last = self._open_streams == 0
+                self._deliver(clients, data, stderr)  # under `_writing` only: may wait for a client
+                if data:
+                    continue
             break
         if last:
             code = self.process.wait()
@@ -120,9 +124,23 @@ class Fanout:
         self._on_dropped(lost, whole)
 
     # -- clients ---------------------------------------------------------------------------
+    def _deliver(self, clients: list[tuple[queue.Queue[bytes], queue.Queue[bytes]]], data: bytes, stderr: bool) -> None:
+        """Hand `data` to every attached client: a client whose queue is full holds the output
+        back (as a container runtime's attach does), for SLOW_CLIENT seconds at most; then it
+        is detached (its attach ends), and the output goes on for the others."""
+        for out, err in clients:
+            try:
+                (err if stderr else out).put(data, timeout=SLOW_CLIENT)
+            except queue.Full:
+                with self._lock:
+                    self._clients = [c for c in self._clients if c != (out, err)]
+                    self.detached_slow += 1
+                _end(out)
+                _end(err)
+
     def attach(self) -> Attachment:
-        out: queue.Queue[bytes] = queue.Queue()
-        err: queue.Queue[bytes] = queue.Queue()
+        out: queue.Queue[bytes] = queue.Queue(CLIENT_CHUNKS)
+        err: queue.Queue[bytes] = queue.Queue(CLIENT_CHUNKS)
         with self._lock:
             if self.ended:
                 out.put(_EOF)
@@ -134,8 +152,8 @@ class Fanout:
     def detach(self, attachment: Attachment) -> None:
         with self._lock:
             self._clients = [c for c in self._clients if c != (attachment.out, attachment.err)]
-        attachment.out.put(_EOF)
-        attachment.err.put(_EOF)
+        _end(attachment.out)
+        _end(attachment.err)
 
     def log_reader(self, *, follow: bool, tail_lines: int | None = None, limit_bytes: int | None = None) -> LogReader:
         """A reader from the first kept byte, or from the last `tail_lines` lines kept;
@@ -165,6 +183,19 @@ class Fanout:
     def wake(self) -> None:
         with self._lock:
             self._log_changed.notify_all()
+
+
+def _end(chunks: queue.Queue[bytes]) -> None:
+    """The client's stream ends now: what it has not read is dropped, then EOF."""
+    while True:
+        try:
+            chunks.put_nowait(_EOF)
+            return
+        except queue.Full:
+            try:
+                chunks.get_nowait()
+            except queue.Empty:
+                pass
 
 
 class Attachment:
