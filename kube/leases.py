@@ -17,10 +17,12 @@ The rules, for every Lease here (client-go's leaderelection, plus a fence):
   for a `stranger` (not a replica of this install, by a list of the Pods begun after it was
   first seen). A free, released, dead or stranger's one is taken by a write carrying the
   resourceVersion this replica read, so two takers never both win.
-- A Lease taken from a live stranger is held (renewed) at once but written for only a full
-  duration after the take: had the judgement been wrong, the holder's last renewal began
-  before this write, so its fence has ended by then. A stranger that writes the Lease again
-  takes it back like anyone (every change of holder ends a fence): only RBAC stops one.
+- A Lease taken from a live holder (a stranger, or this replica's identity that this process
+  did not write last) is held (renewed) at once but written for only `takeover_wait` after
+  the take (the longer of the two durations): had the judgement been wrong, the holder's last
+  renewal began before this write, so its fence has ended by then. A stranger that writes the
+  Lease again takes it back like anyone (every change of holder ends a fence). A writer who
+  fakes a release or deletes a Lease is not guarded against here: RBAC is (docs/deploy.md).
 - A member Lease counts only if it is named for its holder and `kube.holders` trusts that
   holder (a replica of this install), once per replica: made-up members never shrink a share.
   Taking and fencing do not depend on it (a wrong judgement there could let two replicas
@@ -44,6 +46,8 @@ from typing import Any
 
 from kube import names
 from kube.client import ConflictError, Kube, KubeError, NotFoundError, path_for
+from kube.fence import Fence as Fence
+from kube.fence import FencedError as FencedError
 from kube.holders import ANY, Holders
 from kube.times import micro_time
 
@@ -54,6 +58,7 @@ GROUP = "coordination.k8s.io"  # the Lease's API group: the one place product co
 API_VERSION = f"{GROUP}/v1"
 KIND_LABEL = f"{names.PREFIX}/lease"
 MEMBER, NODE = "member", "node"
+MAX_TAKEOVER_WAIT = 4  # lease durations at most that a takeover from a live holder waits
 
 
 def member_lease(identity: str) -> str:
@@ -67,48 +72,6 @@ def node_lease(alias: str) -> str:
 def lease_path(namespace: str, name: str | None = None) -> str:
     """The API path of the Lease `namespace/name` (of the namespace's Leases without a name)."""
     return path_for("leases", namespace=namespace, name=name, group=GROUP)
-
-
-class FencedError(KubeError):
-    """A write refused before it was sent: this replica's Lease for it is no longer valid."""
-
-    def __init__(self, lease: str) -> None:
-        super().__init__(0, "Fenced", f"lease {lease} is not held (or ran out): not writing")
-
-
-class Fence:
-    """Whether this replica may still write for one Lease; `check` raises FencedError when not."""
-
-    def __init__(self, lease: str, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.lease = lease
-        self._clock = clock
-        self._from = float("-inf")  # a Lease taken from a live stranger: not before a duration later
-        self._until = float("-inf")
-
-    def extend(self, until: float, *, not_before: float | None = None) -> None:
-        """Valid until `until`; a take (`not_before` given) also sets when validity begins."""
-        if not_before is not None:
-            self._from = not_before
-        self._until = until
-
-    def revoke(self) -> None:
-        self._until = float("-inf")
-
-    def valid(self) -> bool:
-        return self._from <= self._clock() < self._until
-
-    def held(self) -> bool:
-        """Valid now, or `pending`: not yet run out nor revoked."""
-        return self._clock() < self._until
-
-    def pending(self) -> bool:
-        """Held, but taken from a live stranger too recently to write for yet."""
-        now = self._clock()
-        return now < self._from and now < self._until
-
-    def check(self) -> None:
-        if not self.valid():
-            raise FencedError(self.lease)
 
 
 @dataclass(frozen=True)
@@ -290,6 +253,7 @@ class SharedLeases(LeaseReader):
         self._margin = margin
         self._now = now
         self._fences: dict[str, Fence] = {}
+        self._written: dict[str, str] = {}  # Lease -> the resourceVersion of this process's last write of it
         self._lock = threading.Lock()
 
     def fence(self, name: str) -> Fence:
@@ -324,16 +288,22 @@ class SharedLeases(LeaseReader):
         if not self.view.takeable(name, self.identity, at):
             return False
         seen = self.view.get(name)
-        # Taken from a live holder (a stranger: `takeable` said so): written for only a duration on,
-        # whatever the judgement says now.
-        from_live = seen is not None and seen.holder not in ("", self.identity) and seen.alive(at)
-        ours = annotations or {}
+        # Taken from a live holder (a stranger, as `takeable` said, or this replica's own identity
+        # written by someone else or by this process before a restart): written for only a
+        # duration on, whatever the judgement says now.
+        ours = (
+            seen is not None
+            and seen.holder == self.identity
+            and (self.fence(name).held() or seen.resource_version == self._written.get(name))
+        )  # held, or at least last written by this process: nobody else wrote since
+        from_live = seen is not None and seen.holder != "" and not ours and seen.alive(at)
+        published = annotations or {}
         renew = micro_time(self._now())
         spec: JsonDict = {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration)}
         spec["renewTime"] = renew
         try:
             if seen is None:
-                metadata: JsonDict = {"name": name, "namespace": self._namespace, "annotations": dict(ours)}
+                metadata: JsonDict = {"name": name, "namespace": self._namespace, "annotations": dict(published)}
                 if kind is not None:
                     metadata["labels"] = {KIND_LABEL: kind}
                 body = {"apiVersion": API_VERSION, "kind": "Lease", "metadata": metadata}
@@ -343,26 +313,34 @@ class SharedLeases(LeaseReader):
                 held = dict(seen.lease.get("spec") or {})
                 if seen.holder != self.identity:
                     spec.update(acquireTime=renew, leaseTransitions=int(held.get("leaseTransitions") or 0) + 1)
-                metadata = annotated(seen.lease.get("metadata") or {}, ours, keep=True)
+                metadata = annotated(seen.lease.get("metadata") or {}, published, keep=True)
                 lease = dict(seen.lease, metadata=metadata, spec=dict(held, **spec))
                 written = self._kube.replace(self._path(name), lease)
         except (ConflictError, NotFoundError):
             return False
         self.view.wrote(written, at)
+        self._written[name] = str((written.get("metadata") or {}).get("resourceVersion", ""))
         if from_live:
             assert seen is not None
-            logger.warning(
-                "lease %s was held by %r, not a replica of this install (%s): taken over; written for in %.0f s",
-                name,
-                seen.holder[:300],
-                self.view.stranger(seen) or "judged so before the write",
-                self.duration,
-            )
-            begins: float | None = at + self.duration
+            wait = self.takeover_wait(seen)
+            if seen.holder == self.identity:
+                why = "names this replica, but not as this process held it (a restart, or someone else wrote it)"
+            else:
+                why = f"was held by {seen.holder[:300]!r}, not a replica of this install "
+                why += f"({self.view.stranger(seen) or 'judged so before the write'})"
+            logger.warning("lease %s %s: taken over; written for in %.0f s", name, why, wait)
+            begins: float | None = at + wait
         else:
-            begins = float("-inf") if seen is None or seen.holder != self.identity else None  # None: a renewal
+            begins = None if ours else float("-inf")  # None: a renewal keeps when validity began
         self.fence(name).extend(at + self.duration - self._margin, not_before=begins)
         return True
+
+    def takeover_wait(self, seen: Seen) -> float:
+        """How long after taking `seen` from a live holder this replica may write for it: the
+        longer of its own duration and the holder's (whose fence runs on its own), the
+        holder's counted up to MAX_TAKEOVER_WAIT durations of ours (a made-up one cannot
+        postpone the takeover for ever)."""
+        return max(self.duration, min(seen.duration, MAX_TAKEOVER_WAIT * self.duration))
 
     def release(self, name: str, *, annotations: Mapping[str, str] | None = None) -> None:
         """Stop writing for `name`, then give it up (its `annotations` removed) so another

@@ -204,20 +204,29 @@ class Sharing(Generic[R]):
     def _serve_pending(self) -> None:
         """Renew the Leases taken from strangers; serve those whose fence is valid now, forget
         those lost again (taken back, or run out)."""
-        for alias in sorted(self._pending):
+        with self._lock:
+            pending = sorted(self._pending)
+        for alias in pending:
             self._renew(alias)
             fence = self._leases.fence(node_lease(alias))
             if fence.valid():
-                self._pending.discard(alias)
+                with self._lock:
+                    self._pending.discard(alias)
                 self._serve(alias)
             elif not fence.held():
-                self._pending.discard(alias)
+                with self._lock:
+                    self._pending.discard(alias)
                 logger.warning("provider sharing: %s, taken from a stranger, was lost again", node_lease(alias))
 
     def _release_pending(self, *, one: bool = False) -> None:
-        for alias in sorted(self._pending, key=self._order.index, reverse=True)[: 1 if one else None]:
-            self._pending.discard(alias)
-            self._leases.release(node_lease(alias))
+        """Stop renewing Leases taken from strangers and not served yet, without writing them
+        free: a release would let any replica take one at once, before the wait that makes the
+        takeover safe has passed (whoever takes it next waits out this replica's renewals)."""
+        with self._lock:
+            dropped = sorted(self._pending, key=self._order.index, reverse=True)[: 1 if one else None]
+            self._pending.difference_update(dropped)
+        for alias in dropped:
+            self._leases.fence(node_lease(alias)).revoke()
 
     def _stop_lapsed(self) -> None:
         """A Runner whose Lease ran out (or was taken) stops now; its writes are refused already."""
@@ -281,7 +290,8 @@ class Sharing(Generic[R]):
                 continue
             wanted -= 1
             if self._leases.fence(name).pending():
-                self._pending.add(alias)
+                with self._lock:
+                    self._pending.add(alias)
                 logger.info("provider sharing: %s taken from a stranger; served once its fence is valid", name)
             else:
                 self._serve(alias)

@@ -22,6 +22,7 @@ from tests.support.spoofing import manager_pod, spoof
 
 NS = "default"
 DURATION, MARGIN = 15.0, 5.0
+SPOOFED = 30.0  # the strangers' Leases' leaseDurationSeconds (tests.support.spoofing): a taker waits the longer
 NAME = node_lease("gpu")
 
 
@@ -95,13 +96,13 @@ def test_a_lease_held_by_a_live_stranger_is_taken_over_and_written_for_only_a_fu
     assert holder_of(kube) == me.identity
     assert any("was held by" in r.getMessage() and "no Pod default/mallory" in r.getMessage() for r in caplog.records)
     fence = me.fence(NAME)
-    assert fence.pending() and not fence.valid()  # the stranger might have been a replica: wait a duration
+    assert fence.pending() and not fence.valid()  # the stranger might have been a replica: wait its duration
     taken_at = clock.now
-    for _ in range(5):  # renewed meanwhile, as the sharing loop does
+    for _ in range(12):  # renewed meanwhile, as the sharing loop does
         clock.now += 3.0
         me.refresh()
         assert me.hold(NAME, NODE)
-        assert fence.valid() == (clock.now >= taken_at + DURATION)
+        assert fence.valid() == (clock.now >= taken_at + SPOOFED)
     assert fence.valid() and not fence.pending()
 
 
@@ -128,9 +129,11 @@ def test_a_stranger_that_writes_the_lease_again_ends_the_takers_fence_and_is_tak
     clock.now += REFRESH
     me.refresh()
     assert me.hold(NAME, NODE)
-    clock.now += DURATION
-    me.refresh()
-    assert me.hold(NAME, NODE) and me.fence(NAME).valid()
+    for _ in range(int(SPOOFED // 3) + 1):
+        clock.now += 3.0
+        me.refresh()
+        assert me.hold(NAME, NODE)
+    assert me.fence(NAME).valid()
     spoof(kube, NAME, made_up, NODE)  # written again
     me.refresh()
     assert not me.fence(NAME).held()  # every change of holder ends a fence
@@ -170,7 +173,7 @@ def test_a_spoofed_node_lease_is_served_once_the_fence_taken_from_the_stranger_i
         clock.now += REFRESH
     assert holder_of(kube) == me.identity
     assert built == [] and sharing.serving() == []  # held, not yet served
-    while clock.now < 1000.0 + 3 * REFRESH + DURATION:
+    while clock.now < 1000.0 + 3 * REFRESH + SPOOFED:
         sharing.tick()
         clock.now += REFRESH
     sharing.tick()
@@ -178,3 +181,49 @@ def test_a_spoofed_node_lease_is_served_once_the_fence_taken_from_the_stranger_i
     assert sharing.serving() == ["gpu"]
     sharing.stop(1.0)
     assert holder_of(kube) == ""  # released on stop
+
+
+def test_this_replicas_identity_written_by_someone_else_is_taken_as_from_a_live_holder(kube: Kube) -> None:
+    """A live Lease naming this replica that this process did not write last (a restart under
+    the same identity, or a forgery while another replica held it) is written for only after
+    the wait, as one taken from a stranger."""
+    clock = ManualClock(1000.0)
+    me = replica(kube, "manager-a", clock)
+    spoof(kube, NAME, me.identity, NODE)
+    me.refresh()
+    assert me.hold(NAME, NODE)
+    assert me.fence(NAME).pending()
+    clock.now += SPOOFED
+    me.refresh()
+    assert me.hold(NAME, NODE) and me.fence(NAME).valid()  # renewed since: its own write now
+
+
+def test_the_wait_is_the_holders_duration_when_longer_and_never_more_than_four_of_ours(kube: Kube) -> None:
+    clock = ManualClock(1000.0)
+    me = replica(kube, "manager-a", clock)
+    spoof(kube, NAME, "mallory", NODE)
+    me.refresh()
+    seen = me.view.get(NAME)
+    assert seen is not None and me.takeover_wait(seen) == SPOOFED
+    lease = kube.get(path_for("leases", namespace=NS, name=NAME, group="coordination.k8s.io"))
+    lease["spec"]["leaseDurationSeconds"] = 100_000
+    kube.replace(path_for("leases", namespace=NS, name=NAME, group="coordination.k8s.io"), lease)
+    me.refresh()
+    seen = me.view.get(NAME)
+    assert seen is not None and me.takeover_wait(seen) == 4 * DURATION
+
+
+def test_a_lease_taken_from_a_stranger_and_given_up_before_it_is_served_is_not_written_free(kube: Kube) -> None:
+    """Released, it could be taken at once by any replica, before the wait that makes the
+    takeover safe has passed: it is only no longer renewed."""
+    clock = ManualClock(1000.0)
+    me = replica(kube, "manager-a", clock)
+    spoof(kube, NAME, "mallory", NODE)
+    sharing = Sharing(me, ["gpu"], lambda alias, term: Runner(alias, term), retry=1.0, stop_timeout=1.0)
+    for _ in range(2):
+        sharing.tick()
+        clock.now += REFRESH
+    assert holder_of(kube) == me.identity and me.fence(NAME).pending()
+    sharing.stop(1.0)
+    assert holder_of(kube) == me.identity  # not written free
+    assert not me.fence(NAME).held()
