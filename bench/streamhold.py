@@ -94,11 +94,13 @@ def hold(
     while figures()[0] > before[0] + 2 and time.monotonic() < deadline:
         time.sleep(0.5)
     after = figures()
+    left = sorted({thread.name.rstrip("0123456789_-") for thread in threading.enumerate()})
     caps = server.streams
     print(
         f"hold {followers} logs -f + {execs} exec + {forwards} port-forwards for {seconds:.0f}s from one "
         f"authenticated address: errors={errors} (target 0)\n  {said('before', before)}\n"
-        f"  {said('held', held or (0, 0.0, 0))}\n  {said('peak', peak)}\n  {said('after close', after)}\n"
+        f"  {said('held', held or (0, 0.0, 0))}\n  {said('peak', peak)}\n  {said('after close', after)} "
+        f"(Python threads left: {', '.join(left)})\n"
         f"  stream caps refused: sessions {caps.sessions.refused}, forwards {caps.forwards.refused}, "
         f"followers {caps.followers.refused}; client lines: {[x for x in lines if not x.startswith('load:')][:5]}",
         flush=True,
