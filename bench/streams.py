@@ -3,20 +3,20 @@
 Prints, in one run: raw TLS socket copy throughput (the physical limit here), containerLogs
 throughput, SPDY exec stdout throughput and websocket exec stdout throughput (each also as
 a ratio to raw), port-forward download throughput (as a ratio to raw), the echo round-trip
-p50/p99 through an exec session, a hold test of 1,000 `logs -f` followers plus 100 exec
-sessions for `--hold` seconds with the error count and the server's RSS, and a hold of
-`--forwards` port-forwards (echoing every 5 s) for as long. Throughput runs use the local
-provider (real processes); the hold tests use the in-process fake provider, whose scripted
-logs and echo port cost no processes. Every
-client runs in a child process, as kubectl does, so the figures are the server's alone.
+p50/p99 through an exec session, and the hold test (bench/streamhold.py): 1,000 `logs -f`
+followers, 100 exec sessions and 200 port-forwards from one authenticated address for `--hold`
+seconds, with the error count and the server's threads, RSS and fds before, held and after.
+Throughput runs use the local provider (real processes); the hold uses the in-process fake
+provider, whose scripted logs and echo port cost no processes. Every client runs in a child
+process, as kubectl does, so the figures are the server's alone.
 Usage: python bench/streams.py [--megabytes 200] [--hold 60] [--followers 1000] [--execs 100]
-       [--forwards 200]
+       [--forwards 200] [--hold-only]
 """
 
 from __future__ import annotations
 
 import argparse
-import selectors
+import resource
 import socket
 import ssl
 import statistics
@@ -32,16 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 import websocket  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
 
-from bench import portforward  # noqa: E402
-from kube.client import Kube  # noqa: E402
-from kube.events import EventRecorder  # noqa: E402
+from bench import portforward, streamhold  # noqa: E402
 from providers.base import LogOptions, PodSpec, Provider, ProvisionRequest  # noqa: E402
 from providers.claim import claim_name  # noqa: E402
-from providers.fake import FakeProvider  # noqa: E402
 from providers.local import LocalProvider, folder  # noqa: E402
 from tests.support.clients.spdy import SpdyClient  # noqa: E402
+from tests.support.rigs import offline  # noqa: E402
 from tests.support.servers import echo as echoserver  # noqa: E402
 from vnode.handler import Handler  # noqa: E402
 from vnode.kubelet import certs  # noqa: E402
@@ -73,8 +70,8 @@ def adopt(handler: Handler, name: str, command: tuple[str, ...]) -> None:
 
 
 def offline_handler(provider: Provider) -> Handler:
-    kube = Kube(k8s.ApiClient(k8s.Configuration()))
-    return Handler(provider, kube=kube, events=EventRecorder(kube, component="bench"))
+    """A Handler with no API server: its writes and Events are kept in memory."""
+    return offline.offline_handler(provider, events=offline.KeptEvents(), kube=offline.KeptPatches())
 
 
 # -- throughput ------------------------------------------------------------------------------
@@ -193,89 +190,6 @@ def echo_latency(port: int, pod: str, rounds: int = 300) -> tuple[float, float]:
     return statistics.median(samples), samples[int(len(samples) * 0.99) - 1]
 
 
-# -- hold test: the load runs in a child process, so the RSS measured is the server's --------
-def hold_load(port: int, followers: int, execs: int, seconds: float) -> int:
-    """Child process: open every stream, keep them for `seconds`, count what went wrong."""
-    errors = 0
-    # Exec sessions first: the SPDY test client uses select(), which takes fds below 1024 only.
-    sessions: list[tuple[SpdyClient, dict[str, int]]] = []
-    for i in range(execs):
-        path = f"/exec/bench/held-{i % 10}/main?command=cat&input=1&output=1&error=1"
-        client = SpdyClient.connect(("127.0.0.1", port), path, ssl_context=TLS, timeout=60)
-        sessions.append((client, client.open_exec(stdin=True)))
-    selector = selectors.DefaultSelector()
-    socks = []
-    for i in range(followers):
-        sock = TLS.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=60))
-        sock.sendall(f"GET /containerLogs/bench/held-{i % 10}/main?follow=true HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-        sock.setblocking(False)
-        selector.register(sock, selectors.EVENT_READ, bytearray())
-        socks.append(sock)
-    print(f"load: {followers} followers and {execs} exec sessions open", flush=True)
-    deadline = time.monotonic() + seconds
-    next_ping = time.monotonic()
-    while time.monotonic() < deadline:
-        for key, _ in selector.select(timeout=0.5):
-            try:
-                data = key.fileobj.recv(65536)  # type: ignore[union-attr]
-            except (ssl.SSLWantReadError, BlockingIOError):
-                continue
-            if not data:
-                errors += 1
-                selector.unregister(key.fileobj)
-            elif not key.data:
-                key.data.extend(data)
-                errors += 0 if data.startswith(b"HTTP/1.1 200") else 1
-        if time.monotonic() >= next_ping:
-            next_ping += 5.0
-            for index, (client, streams) in enumerate(sessions):
-                try:
-                    client.send(streams["stdin"], b"ping %d\n" % index)
-                except (OSError, TimeoutError, EOFError):
-                    errors += 1
-    for client, streams in sessions:
-        try:
-            result = client.communicate(streams)
-            errors += 0 if b"Success" in result.error and result.stdout.startswith(b"ping") else 1
-        except (OSError, TimeoutError, EOFError):
-            errors += 1
-        client.close()
-    for sock in socks:
-        sock.close()
-    return errors
-
-
-def hold(server: Listeners, registry: HandlerRegistry, args: argparse.Namespace) -> None:
-    provider = FakeProvider("fake", {"cloud": f"bench-{uuid.uuid4().hex}", "scenario": {"log": {"interval": 1.0}}})
-    handler = offline_handler(provider)
-    registry.add(handler)
-    for i in range(10):
-        adopt(handler, f"held-{i}", ("sleep",))
-    before = rss_mb()
-    child = subprocess.Popen(
-        [sys.executable, __file__, "--load-client", str(server.kubelet_port), str(args.followers), str(args.execs),
-         str(args.hold)], stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    peak = before
-    assert child.stdout is not None
-    output = []
-    while child.poll() is None:
-        line = child.stdout.readline()
-        if line:
-            output.append(line.strip())
-        peak = max(peak, rss_mb())
-    output += [line.strip() for line in child.stdout.read().splitlines()]
-    errors = next((int(x.split("=")[1]) for x in output if x.startswith("errors=")), -1)
-    deadline = time.monotonic() + 15  # the load has gone: every follower and session must wind down
-    while threading.active_count() > 10 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    threads = threading.active_count()
-    print(
-        f"hold {args.followers} logs -f + {args.execs} exec for {args.hold:.0f}s: errors={errors}, "
-        f"server RSS {before:.0f} MB before, peak {peak:.0f} MB (target < 500 MB), threads left after {threads}"
-    )
-
-
 def wait_listening(port: int) -> None:
     deadline = time.monotonic() + 60
     while True:
@@ -286,37 +200,6 @@ def wait_listening(port: int) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-
-
-def hold_forwards(server: Listeners, registry: HandlerRegistry, args: argparse.Namespace) -> None:
-    scenario = {"ports": {"echo": [9000]}}
-    provider = FakeProvider("fakepf", {"cloud": f"bench-pf-{uuid.uuid4().hex}", "scenario": scenario})
-    handler = offline_handler(provider)
-    registry.add(handler)
-    adopt(handler, "echo", ("sleep",))
-    before = rss_mb()
-    command = [
-        sys.executable,
-        __file__,
-        "--forward-client",
-        str(server.kubelet_port),
-        str(args.forwards),
-        str(args.hold),
-    ]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    peak, output = before, []
-    assert child.stdout is not None
-    while child.poll() is None:
-        if line := child.stdout.readline():
-            output.append(line.strip())
-        peak = max(peak, rss_mb())
-    output += [line.strip() for line in child.stdout.read().splitlines()]
-    errors = next((int(x.split("=")[1]) for x in output if x.startswith("errors=")), -1)
-    print(
-        f"hold {args.forwards} port-forwards for {args.hold:.0f}s: errors={errors} (target 0), "
-        f"server RSS {before:.0f} MB before, peak {peak:.0f} MB"
-    )
-    registry.remove(handler)
 
 
 def throughput(server: Listeners, local: LocalProvider, handler: Handler, state: Path, total: int) -> None:
@@ -351,29 +234,39 @@ def main() -> None:
     parser.add_argument("--followers", type=int, default=1000)
     parser.add_argument("--execs", type=int, default=100)
     parser.add_argument("--forwards", type=int, default=200, help="port-forwards held open (0: none)")
-    parser.add_argument("--load-client", nargs=4, help=argparse.SUPPRESS)
-    parser.add_argument("--forward-client", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--hold-only", action="store_true", help="skip the throughput runs")
+    parser.add_argument("--load-client", nargs=6, help=argparse.SUPPRESS)
     parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.client:
         kind, port, target, size = args.client
         client_main(kind, int(port), target, int(size))
         return
-    if args.forward_client:
-        port, forwards, seconds = args.forward_client
-        print(f"errors={portforward.hold(int(port), 'echo', 9000, int(forwards), float(seconds))}", flush=True)
-        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # 1,300 streams: an fd each, both ends
     if args.load_client:
-        port, followers, execs, seconds = args.load_client
-        print(f"errors={hold_load(int(port), int(followers), int(execs), float(seconds))}", flush=True)
+        port, pem, followers, execs, forwards, seconds = args.load_client
+        errors = streamhold.load(int(port), pem, int(followers), int(execs), int(forwards), float(seconds))
+        print(f"errors={errors}", flush=True)
         return
     total = args.megabytes * MB
     registry = HandlerRegistry()
-    server = Listeners(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1")
+    keys = tempfile.TemporaryDirectory()
+    ca_path, pem = streamhold.client_ca(Path(keys.name))
+    server = Listeners(registry, kubelet=ListenerConfig("127.0.0.1", 0), node_ip="127.0.0.1", client_ca=ca_path)
     import logging
 
     logging.disable(logging.WARNING)  # the open-port warning and Twisted's access log
     server.start()
+    if not args.hold_only:
+        throughput_run(server, total)
+    streamhold.hold(server, registry, pem, adopt, offline_handler, args.followers, args.execs, args.forwards, args.hold)
+    server.stop()
+    keys.cleanup()
+
+
+def throughput_run(server: Listeners, total: int) -> None:
+    registry = server.registry
     with tempfile.TemporaryDirectory() as state:
         local = LocalProvider("local", {"state_dir": state, "grace_period": 1})
         handler = offline_handler(local)
@@ -387,10 +280,6 @@ def main() -> None:
                 for instance in left:
                     local.terminate(instance.id)
                 time.sleep(0.2)
-    hold(server, registry, args)
-    if args.forwards:
-        hold_forwards(server, registry, args)
-    server.stop()
 
 
 if __name__ == "__main__":

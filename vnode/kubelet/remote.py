@@ -4,7 +4,9 @@ Built by the SPDY protocol and the websocket consumer once their streams exist. 
 provider's blocking calls on the session's own threads, never on the reactor: one starts
 the command and waits for it, one pumps stdout, one stderr, one feeds stdin and resizes.
 The transport's `Outlet` is called from those threads. A client that goes away (`abort`)
-kills the command and frees everything.
+kills the command and frees everything. THREADS_PER_SESSION threads at most (3 with a tty):
+`on_end` (the process-wide cap's give-back) is called once, when the last of them is done
+(or at `abort` of a session never started).
 Tests: tests/vnode/kubelet/test_exec_sessions.py.
 """
 
@@ -28,6 +30,7 @@ READ_SIZE = 128 * 1024  # per hop from a pump thread to the transport (which fra
 MAX_RESIZE_LINE = 1024  # I7: a resize message is about 30 bytes
 STDIN_HIGH_WATER = 4 * 1024 * 1024  # queued stdin bytes at which the transport stops reading
 STDIN_LOW_WATER = 1024 * 1024
+THREADS_PER_SESSION = 4  # main (start, wait), stdout pump, stderr pump (none with a tty), stdin feeder
 
 
 class Outlet(Protocol):
@@ -64,8 +67,11 @@ class RemoteSession:
         json_status: bool,
         attach: bool,
         name: str = "exec",
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         self._start_process = start_process
+        self._on_end = once(on_end) if on_end is not None else None
+        self._started = False
         self._request = request
         self._outlet = outlet
         self._json_status = json_status
@@ -113,12 +119,27 @@ class RemoteSession:
         self._inbox.put(None)
         with self._lock:
             process = self._process
+            started = self._started
         if process is not None:
             _close_quietly(process)
+        if not started:
+            self._ended()
+
+    def _ended(self) -> None:
+        if self._on_end is not None:
+            self._on_end()
 
     # -- the session's threads ------------------------------------------------------------
     def start(self) -> None:
-        self._spawn(self._run, "main")
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        try:
+            self._spawn(self._run, "main")
+        except BaseException:
+            self._ended()
+            raise
 
     def _spawn(self, target: Callable[[], None], role: str) -> threading.Thread:
         thread = threading.Thread(target=target, name=f"kubelet-{self._name}-{role}", daemon=True)
@@ -128,27 +149,32 @@ class RemoteSession:
     def _run(self) -> None:
         kind = "attach" if self._attach else "exec"
         observe.current().stream_opened(kind)
+        feeder: threading.Thread | None = None
         try:
-            self._serve()
+            feeder = self._serve()
         finally:
             observe.current().stream_closed(kind)
+            if feeder is not None:
+                feeder.join()  # its place (and thread) is the session's until it is done
+            self._ended()
 
-    def _serve(self) -> None:
-        """Start the command, pump until its output ends, report its exit, clean up."""
+    def _serve(self) -> threading.Thread | None:
+        """Start the command, pump until its output ends, report its exit, clean up; the
+        stdin feeder (ending once `None` is queued), if it was started."""
         try:
             process = self._start_process()
         except Exception as exc:  # the provider's error becomes the error channel's message
             self._outlet.finish(exec_status_bytes(None, exc, attach=self._attach, json_status=self._json_status))
-            return
+            return None
         with self._lock:
             self._process = process
         if self._aborted.is_set():
             _close_quietly(process)
-            return
+            return None
         pumps = [self._spawn(lambda: self._pump(process.read_stdout, "stdout", self._request.stdout), "stdout")]
         if not self._request.tty:
             pumps.append(self._spawn(lambda: self._pump(process.read_stderr, "stderr", self._request.stderr), "stderr"))
-        self._spawn(lambda: self._feed(process), "stdin")
+        feeder = self._spawn(lambda: self._feed(process), "stdin")
         for pump in pumps:
             pump.join()
         failure: BaseException | None = None
@@ -161,6 +187,7 @@ class RemoteSession:
             self._outlet.finish(exec_status_bytes(code, failure, attach=self._attach, json_status=self._json_status))
         self._inbox.put(None)
         _close_quietly(process)
+        return feeder
 
     def _pump(self, read: Callable[[int], bytes], stream: str, wanted: bool) -> None:
         try:
@@ -215,6 +242,20 @@ def parse_resize(line: bytes) -> tuple[int, int] | None:
         return None
     assert isinstance(width, int) and isinstance(height, int)
     return width, height
+
+
+def once(call: Callable[[], None]) -> Callable[[], None]:
+    """`call`, done at most once however often (and from whichever threads) it is called."""
+    lock, done = threading.Lock(), [False]
+
+    def first() -> None:
+        with lock:
+            if done[0]:
+                return
+            done[0] = True
+        call()
+
+    return first
 
 
 def _close_quietly(process: Process) -> None:

@@ -53,14 +53,17 @@ class SpdyExecProtocol(SpdyConnection):
         name: str,
         creation_timeout: float = CREATION_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
+        on_end: Callable[[], None] | None = None,
     ) -> None:
+        """`on_end` is called once, when the session's threads are done (or the connection
+        went before they started): the process-wide session cap's give-back."""
         super().__init__(max_streams=MAX_STREAMS, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
         self._request = request
         self._expected = expected_streams(request, protocol)
         self._ids: dict[str, int] = {}
         self._types: dict[int, str] = {}
         self._remote = RemoteSession(
-            start_process, request, self, json_status=json_status(protocol), attach=attach, name=name
+            start_process, request, self, json_status=json_status(protocol), attach=attach, name=name, on_end=on_end
         )
         self._started = False
         self._finished = False
@@ -68,6 +71,10 @@ class SpdyExecProtocol(SpdyConnection):
 
     def _release(self) -> None:
         self._cancel_timer()
+        self._remote.abort()
+
+    def abandon(self) -> None:
+        """The hand-over failed before the connection was ours: end the (unstarted) session."""
         self._remote.abort()
 
     # -- SPDY events --------------------------------------------------------------------------

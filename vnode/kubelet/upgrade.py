@@ -6,7 +6,9 @@ listener to the kubelet app and the console listener to Django (I5). Every kubel
 is authorised first (`auth.admit`). A SPDY upgrade on the kubelet listener is validated,
 answered 101 and handed to `SpdyExecProtocol` (the recipe of dependencies.md §2: Daphne
 only upgrades websockets); a portForward upgrade is handed to
-`portforward.SpdyPortForwardProtocol`. This touches Daphne and Twisted internals;
+`portforward.SpdyPortForwardProtocol`. An exec or attach takes a place of the process-wide
+session cap (`server.streams.sessions`) before its 101 and gives it back once its threads are
+done; past the cap it is a 503 with Retry-After and the cap's text. This touches Daphne and Twisted internals;
 tests/vnode/kubelet/test_spdy_wire.py guards the hand-off (tests/vnode/kubelet/test_port_forward.py
 the port-forward one).
 """
@@ -29,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 KUBELET = "kubelet"
 CONSOLE = "console"
+RETRY_AFTER = 5.0  # seconds a client refused by a process-wide stream cap is told to wait
 
 
 class ListenerFactory(HTTPFactory):  # type: ignore[misc]
@@ -127,7 +130,12 @@ class KubeletRequest(limits.BoundedRequest, WebRequest):  # type: ignore[misc]
         except Problem as problem:
             self._answer(problem)
             return
-        self._hand_over(protocol, spdy)
+        try:
+            self._hand_over(protocol, spdy)
+        except BaseException:
+            if isinstance(spdy, SpdyExecProtocol):
+                spdy.abandon()  # its place of the session cap goes back
+            raise
 
     def _spdy_protocol(self) -> tuple[str, SpdyExecProtocol | SpdyPortForwardProtocol]:
         forward = resolve.forward_route(self.method.decode("latin-1"), self.path.decode("latin-1"))
@@ -145,15 +153,24 @@ class KubeletRequest(limits.BoundedRequest, WebRequest):  # type: ignore[misc]
         start = self.server.registry.starter(route, request)
         name = f"spdy-{route.kind.value}-{route.namespace}-{route.pod}"
         bounds = self.channel.factory.limits
-        session = SpdyExecProtocol(
-            protocol=protocol,
-            request=request,
-            start_process=start,
-            attach=attach,
-            name=name,
-            creation_timeout=bounds.stream_creation_timeout,
-            idle_timeout=bounds.stream_idle_timeout,
-        )
+        places = self.server.streams.sessions  # I7: the process-wide cap, taken last (nothing raises after)
+        if not places.take():
+            logger.info("SPDY %s refused: %s", route.kind.value, places.refusal())
+            raise Problem(503, places.refusal(), retry_after=RETRY_AFTER)
+        try:
+            session = SpdyExecProtocol(
+                protocol=protocol,
+                request=request,
+                start_process=start,
+                attach=attach,
+                name=name,
+                creation_timeout=bounds.stream_creation_timeout,
+                idle_timeout=bounds.stream_idle_timeout,
+                on_end=places.give,
+            )
+        except BaseException:
+            places.give()
+            raise
         return protocol, session
 
     def _port_forward(self, route: routes.Route) -> tuple[str, SpdyPortForwardProtocol]:

@@ -3,7 +3,9 @@
 Routed by `app.KubeletApp` for websocket upgrades on the kubelet listener. Subprotocols:
 v5 (binary, with the CLOSE signal `ff <channel>`), v4 and channel.k8s.io (binary), and
 their base64 text variants. Anything we cannot serve is refused before the handshake
-completes (403), so kubectl falls back to SPDY, where it gets a proper error.
+completes (403), so kubectl falls back to SPDY, where it gets a proper error; so is a session
+past the process-wide cap (`StreamCaps.sessions`, taken at connect, given back once the
+session's threads are done or the client went before it started).
 Tests: tests/vnode/kubelet/test_kubectl_e2e.py.
 """
 
@@ -25,7 +27,7 @@ from channels.utils import await_many_dispatch
 from providers.base import Process
 from vnode.kubelet import execparams, loop, resolve, routes
 from vnode.kubelet.problems import Problem
-from vnode.kubelet.remote import RemoteSession
+from vnode.kubelet.remote import RemoteSession, once
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.streamcaps import StreamCaps
 
@@ -46,6 +48,7 @@ class ExecConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         self._session: RemoteSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._gone = threading.Event()
+        self._give_back: Callable[[], None] | None = None  # once the session cap's place is taken
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Channels' own, minus the channel layer: this consumer joins no group, and so
@@ -82,13 +85,30 @@ class ExecConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
         if chosen is None:
             await self.close()
             return
-        self._protocol = chosen
-        await self.accept(subprotocol=chosen or None)
-        first = STDOUT if request.stdout else STDERR if request.stderr else ERROR
-        await self._send_frame(first, b"")  # "ready": what the kubelet sends first
-        json_status = execparams.json_status(chosen)
-        self._session = RemoteSession(start, request, self, json_status=json_status, attach=attach, name=name)
+        if self._streams is not None:
+            places = self._streams.sessions
+            if not places.take():
+                logger.info("websocket exec refused (403): %s", places.refusal())
+                await self.close()  # before accept: 403, and kubectl's SPDY fallback is told why
+                return
+            self._give_back = once(places.give)
+        try:
+            self._protocol = chosen
+            await self.accept(subprotocol=chosen or None)
+            first = STDOUT if request.stdout else STDERR if request.stderr else ERROR
+            await self._send_frame(first, b"")  # "ready": what the kubelet sends first
+            json_status = execparams.json_status(chosen)
+            self._session = RemoteSession(
+                start, request, self, json_status=json_status, attach=attach, name=name, on_end=self._give_back
+            )
+        except BaseException:
+            self._ended()
+            raise
         self._session.start()
+
+    def _ended(self) -> None:
+        if self._give_back is not None:
+            self._give_back()
 
     def _prepare(self) -> tuple[Callable[[], Process], execparams.StreamRequest, bool, str]:
         query = self.scope.get("query_string", b"").decode("latin-1")
@@ -123,7 +143,9 @@ class ExecConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]
     async def disconnect(self, code: int) -> None:
         self._gone.set()
         if self._session is not None:
-            self._session.abort()
+            self._session.abort()  # gives the place back once its threads are done
+        else:
+            self._ended()
 
     async def _send_frame(self, channel: int, payload: bytes) -> None:
         if "base64" in self._protocol:
