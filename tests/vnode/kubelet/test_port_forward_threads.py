@@ -6,6 +6,7 @@ given back. The Pod is a local instance running tests/support/servers/echo.py.""
 
 from __future__ import annotations
 
+import socket
 import ssl
 import sys
 import threading
@@ -14,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from twisted.internet.testing import StringTransport
 
 from providers.base import InstanceId, LogOptions, LogStreamer, PortConnection, ProvisionRequest
 from providers.claim import claim_name
@@ -26,10 +28,11 @@ from tests.support.polling import wait_for
 from tests.support.rigs.offline import offline_handler
 from tests.support.servers import echo as echoserver
 from vnode.handler import Handler
-from vnode.kubelet import portforward, portforward_socket
+from vnode.kubelet import loop, portforward, portforward_socket, spdy
 from vnode.kubelet.limits import Limits
 from vnode.kubelet.resolve import HandlerRegistry
 from vnode.kubelet.server import ListenerConfig, Listeners
+from vnode.kubelet.streamcaps import StreamCaps
 
 TLS = ssl._create_unverified_context()
 PROTOCOLS = ("portforward.k8s.io",)
@@ -274,3 +277,68 @@ def test_I7_places_are_given_back_on_every_path(capped: Listeners, echo: tuple[H
     dropped.close()  # no FIN, no RST_STREAM
     wait_for(lambda: capped.streams.forwards.open == 0, 30, what="a dropped session's places")
     assert b"eof after" in logs(handler)
+
+
+class SocketEnd:
+    """One end of a socket pair as a `DetachablePortConnection` (the test holds the other)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+
+    def read(self, max_bytes: int = 65536) -> bytes:
+        raise AssertionError("a detachable connection is never read by the kubelet")
+
+    def write(self, data: bytes) -> None:
+        raise AssertionError("a detachable connection is never written by the kubelet")
+
+    def close_write(self) -> None:
+        raise AssertionError("a detachable connection is never half-closed by the kubelet")
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def detach(self) -> socket.socket:
+        return self._sock
+
+
+def test_I7_a_full_session_transport_stops_reading_the_provider_socket_until_it_drains() -> None:
+    """Output back-pressure on the reactor path: while the session's transport is full
+    (`pauseProducing`, a slow client) the pump's socket is not read (not among the reactor's
+    readers); once it drains, what the provider sent meanwhile reaches the data stream."""
+    loop.ensure_running()
+    near, far = socket.socketpair()
+    caps = StreamCaps.from_limits(Limits())
+    dial = lambda port: SocketEnd(near)  # noqa: E731
+    protocol = portforward.SpdyPortForwardProtocol(dial=dial, pod="default/p", name="p", caps=caps)
+    transport = StringTransport()
+    client = spdy.ClientSession()
+    headers = [("port", "80"), ("requestID", "0")]
+    error, wire = client.open([("streamtype", "error"), *headers], fin=True)
+    data, more = client.open([("streamtype", "data"), *headers])
+    loop.on_reactor(protocol.makeConnection, transport)
+    loop.on_reactor(protocol.dataReceived, wire + more)
+    pumps = wait_for(lambda: loop.on_reactor(lambda: list(protocol._pumps)), 30, what="the pump on the reactor")
+    received = bytearray()
+
+    def reading() -> bool:
+        return loop.on_reactor(lambda: pumps[0].transport in loop.reactor.getReaders())
+
+    def output() -> bytes:
+        wire = loop.on_reactor(lambda: (transport.value(), transport.clear())[0])
+        for event in client.receive(wire):
+            if isinstance(event, spdy.DataReceived) and event.stream_id == data:
+                received.extend(event.data)
+        return bytes(received)
+
+    try:
+        assert reading()
+        loop.on_reactor(protocol.pauseProducing)
+        assert not reading()
+        far.sendall(b"sent while full")
+        loop.on_reactor(protocol.resumeProducing)
+        assert reading()
+        wait_for(lambda: output() == b"sent while full", 30, what="what the provider sent, after the drain")
+    finally:
+        loop.on_reactor(protocol.connectionLost)
+        far.close()
+    wait_for(lambda: caps.forwards.open == 0, 30, what="the place given back")
