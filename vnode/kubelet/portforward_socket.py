@@ -23,7 +23,7 @@ from twisted.internet.protocol import Protocol as TwistedProtocol
 from zope.interface import implementer  # type: ignore[import-untyped]
 
 from vnode.kubelet.loop import reactor
-from vnode.kubelet.portforward_pair import StreamPair
+from vnode.kubelet.portforward_pair import READ_SIZE, StreamPair
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +111,7 @@ class SocketPump(TwistedProtocol):
 
     # -- Twisted (the socket's side) ----------------------------------------------------------
     def connectionMade(self) -> None:
+        self.transport.bufferSize = READ_SIZE  # reads of this size (Twisted's 64 KiB: ~25% slower)
         self.transport.registerProducer(self, True)
         self._outlet.pump_started(self)
         self.pair.sink = self
