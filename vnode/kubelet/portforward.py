@@ -198,7 +198,12 @@ class SpdyPortForwardProtocol(SpdyConnection):
                 self._end(pair, error_text(pair.port, self._pod, exc))
                 pair.give_back()
                 return
-            adopt(sock, SocketPump(pair, self))
+            try:
+                adopt(sock, SocketPump(pair, self))
+            except Exception as exc:  # not a stream socket the reactor can take: the provider's fault
+                logger.warning("port-forward to %s:%d: cannot pump the socket", self._pod, pair.port, exc_info=exc)
+                self._end(pair, error_text(pair.port, self._pod, exc))
+                pair.give_back()
         elif pair.hold(self._caps.threaded_forwards):
             pair.start_threads(connection, self, pod=self._pod, name=f"{self._name}-{pair.port}-{pair.request_id}")
         else:
