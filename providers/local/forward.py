@@ -2,7 +2,8 @@
 
 Called by `LocalProvider.port_forward` on a kubelet worker thread. Local instances are
 process groups on this machine, sharing its network, so the Pod's port is 127.0.0.1:port.
-Wraps the socket as a `PortConnection`; never listens, never touches the instance's files.
+Wraps the socket as a `DetachablePortConnection` (the kubelet detaches it and pumps it on its
+event loop); never listens, never touches the instance's files.
 Tests: tests/providers/local/test_local_forward.py.
 """
 
@@ -17,8 +18,8 @@ CONNECT_TIMEOUT = 10.0
 
 
 class SocketConnection:
-    """A connected TCP socket as a `PortConnection`; safe from threads (one reader, writers
-    serialised by the kernel's send path, close from anywhere)."""
+    """A connected TCP socket as a `DetachablePortConnection`; safe from threads (one reader,
+    writers serialised by the kernel's send path, close from anywhere)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
@@ -56,6 +57,15 @@ class SocketConnection:
             except OSError:
                 pass
             self._sock.close()
+
+    def detach(self) -> socket.socket:
+        """The TCP socket itself; the caller owns it from now on (this object's `close` leaves
+        it alone, its reads return b"" and its writes fail)."""
+        with self._lock:
+            if self._closed.is_set():
+                raise BrokenPipeError("the connection is closed or already detached")
+            self._closed.set()
+            return self._sock
 
 
 def connect_loopback(port: int, *, label: str) -> SocketConnection:

@@ -1,13 +1,13 @@
 """Port-forward over SPDY/3.1 (`portforward.k8s.io`): a `spdyconn.SpdyConnection` around the session.
 
 Installed on the connection by `upgrade.KubeletRequest` after the 101. Per forwarded
-connection the client opens an error and a data stream with headers `streamType`, `port`
-and `requestID`; the two are paired by request id, and a complete pair dials the provider
-and pumps on its own threads (`portforward_pair`). Errors go as text on the pair's error
-stream, then both streams are closed, as the upstream kubelet does (its
-pkg/kubelet/cri/streaming/portforward/httpstream.go). Runs on the reactor and never
-calls a provider there.
-Tests: tests/vnode/kubelet/test_port_forward.py.
+connection the client opens an error and a data stream (headers `streamType`, `port`,
+`requestID`), paired by request id. A complete pair takes a process-wide place
+(`StreamCaps.forwards`), dials the provider on the shared pool (`portforward_socket.DIALS`)
+and is pumped on the reactor (a detachable connection) or by two threads under
+`threaded_forwards`; a pair past a cap is refused alone. Errors go as text on the error
+stream, then both streams close, as upstream's httpstream.go. Never calls a provider here.
+Tests: tests/vnode/kubelet/test_port_forward.py, tests/vnode/kubelet/test_port_forward_threads.py.
 """
 
 from __future__ import annotations
@@ -15,11 +15,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from providers.base import DetachablePortConnection, PortConnection
 from vnode.kubelet import spdy, spdyframes
+from vnode.kubelet.limits import Limits
 from vnode.kubelet.loop import reactor
-from vnode.kubelet.portforward_pair import Dialer, StreamPair
-from vnode.kubelet.problems import Problem
+from vnode.kubelet.portforward_pair import Dialer, StreamPair, error_text, refusal_text
+from vnode.kubelet.portforward_socket import DIALS, SocketPump, adopt
+from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.spdyconn import SpdyConnection
+from vnode.kubelet.streamcaps import StreamCaps
 from vnode.kubelet.streamtimers import IDLE_TIMEOUT
 
 logger = logging.getLogger(__name__)
@@ -78,6 +82,7 @@ class SpdyPortForwardProtocol(SpdyConnection):
         name: str,
         creation_timeout: float = CREATION_TIMEOUT,
         idle_timeout: float = IDLE_TIMEOUT,
+        caps: StreamCaps | None = None,
     ) -> None:
         # I7: the session closes if no pair is set up in time, or after idle_timeout without traffic.
         super().__init__(max_streams=2 * MAX_PAIRS, creation_timeout=creation_timeout, idle_timeout=idle_timeout)
@@ -90,6 +95,8 @@ class SpdyPortForwardProtocol(SpdyConnection):
         self._queued = 0  # client bytes handed to pairs and not yet written (reactor only)
         self._paused = False
         self._creation_timeout = creation_timeout
+        self._caps = caps or StreamCaps.from_limits(Limits())  # the listener's, shared by every session
+        self._pumps: set[SocketPump] = set()  # pairs pumped on the reactor (paused with the transport)
 
     def _release(self) -> None:
         for timer in self._timers.values():
@@ -98,6 +105,8 @@ class SpdyPortForwardProtocol(SpdyConnection):
         self._timers.clear()
         for pair in list(self._pairs.values()):
             pair.client_reset()
+        for pump in list(self._pumps):
+            pump.abort()  # also those whose pair ended and that still flush to the provider
         self._pairs.clear()
         self._by_stream.clear()
 
@@ -143,11 +152,64 @@ class SpdyPortForwardProtocol(SpdyConnection):
             logger.info("port-forward %s request %s: %s", self._name, request_id, problem)
             if kind not in ("error", "data") or pair.error_id != event.stream_id:
                 self._write(self._session.reset(event.stream_id))
+            if pair.started:
+                pair.client_reset()  # its provider side is closed with its streams
             self._end(pair, problem)
             return
         if pair.complete() and not pair.started:
             self._cancel_timer(request_id)
-            pair.start(self._dial, self, pod=self._pod, name=f"{self._name}-{pair.port}-{request_id}")
+            self._start(pair)
+
+    def _start(self, pair: StreamPair) -> None:
+        """A place among the process's forwarded connections, then the dial on the pool."""
+        pair.started = True
+        if not pair.hold(self._caps.forwards):
+            logger.info("port-forward %s request %s refused: %s", self._name, pair.request_id, "forwards_total")
+            self._end(pair, refusal_text(pair.port, self._pod, self._caps.forwards))
+            return
+        dial, port = self._dial, pair.port
+
+        def job() -> None:
+            try:
+                connection = dial(port)
+            except Exception as exc:
+                if problem_from(exc).code == 500:
+                    logger.warning("port-forward to %s:%d failed", self._pod, port, exc_info=exc)
+                reactor.callFromThread(self._dialed, pair, None, error_text(port, self._pod, exc))
+            else:
+                reactor.callFromThread(self._dialed, pair, connection, "")
+
+        DIALS.submit(job)
+
+    def _dialed(self, pair: StreamPair, connection: PortConnection | None, error: str) -> None:
+        """On the reactor, the dial's outcome: pump it on the reactor if the provider can
+        detach it, else on two threads if a threaded place is free; else refuse the pair."""
+        if connection is None or self._closed or pair.ended:
+            if connection is not None:
+                DIALS.submit(connection.close)
+            self._end(pair, error)
+            pair.give_back()
+            return
+        if isinstance(connection, DetachablePortConnection):
+            try:
+                sock = connection.detach()
+            except OSError as exc:
+                DIALS.submit(connection.close)
+                self._end(pair, error_text(pair.port, self._pod, exc))
+                pair.give_back()
+                return
+            try:
+                adopt(sock, SocketPump(pair, self))
+            except Exception as exc:  # not a stream socket the reactor can take: the provider's fault
+                logger.warning("port-forward to %s:%d: cannot pump the socket", self._pod, pair.port, exc_info=exc)
+                self._end(pair, error_text(pair.port, self._pod, exc))
+                pair.give_back()
+        elif pair.hold(self._caps.threaded_forwards):
+            pair.start_threads(connection, self, pod=self._pod, name=f"{self._name}-{pair.port}-{pair.request_id}")
+        else:
+            DIALS.submit(connection.close)
+            self._end(pair, refusal_text(pair.port, self._pod, self._caps.threaded_forwards))
+            pair.give_back()
 
     def _timed_out(self, reason: str) -> None:
         logger.info("SPDY port-forward %s: %s; closing", self._name, reason)
@@ -170,6 +232,36 @@ class SpdyPortForwardProtocol(SpdyConnection):
         if size and not self._gone.is_set():
             reactor.callFromThread(self._taken, size)
 
+    # -- SocketOutlet (from reactor pumps) ----------------------------------------------------
+    def forward(self, pair: StreamPair, data: bytes) -> None:
+        if not pair.ended and pair.data_id is not None:
+            self._write(self._session.send_data(pair.data_id, data))
+
+    def finish_pair(self, pair: StreamPair) -> None:
+        self._end(pair, "")
+
+    def taken(self, size: int) -> None:
+        self._taken(size)
+
+    def pump_started(self, pump: SocketPump) -> None:
+        self._pumps.add(pump)
+        if not self._writable.is_set():
+            pump.hold_output(True)
+
+    def pump_gone(self, pump: SocketPump) -> None:
+        self._pumps.discard(pump)
+
+    # IPushProducer (the session's transport): a full transport stops reading every reactor pump.
+    def pauseProducing(self) -> None:
+        super().pauseProducing()
+        for pump in self._pumps:
+            pump.hold_output(True)
+
+    def resumeProducing(self) -> None:
+        super().resumeProducing()
+        for pump in list(self._pumps):
+            pump.hold_output(False)
+
     # -- on the reactor -------------------------------------------------------------------
     def _taken(self, size: int) -> None:
         self._queued -= size
@@ -184,14 +276,14 @@ class SpdyPortForwardProtocol(SpdyConnection):
 
     def _end(self, pair: StreamPair, error: str) -> None:
         """The error (if any) on the error stream, then FIN on both; forget the pair. A pair
-        that never started is closed here; a started one its threads close."""
+        without a pump is closed here; a pumped one its pump closes (and gives its places back)."""
         if self._closed or pair.ended:
             return
         pair.ended = True
         self._cancel_timer(pair.request_id)
         if self._pairs.get(pair.request_id) is pair:
             del self._pairs[pair.request_id]
-        if not pair.started:
+        if not pair.threaded and pair.sink is None:
             pair.close()
             self._taken(pair.discard_input())
         for stream_id in (pair.data_id, pair.error_id):

@@ -188,6 +188,7 @@ class KubeletRequest(limits.BoundedRequest, WebRequest):  # type: ignore[misc]
             name=name,
             creation_timeout=bounds.stream_creation_timeout,
             idle_timeout=bounds.stream_idle_timeout,
+            caps=self.server.streams,
         )
         return protocol, session
 

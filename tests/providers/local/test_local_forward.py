@@ -3,11 +3,20 @@ with half-close, and the dial error's words when nothing listens."""
 
 from __future__ import annotations
 
+import socket
 import sys
 
 import pytest
 
-from providers.base import ClaimName, InstanceId, InstanceState, PodSpec, PortForwarder, ProvisionRequest
+from providers.base import (
+    ClaimName,
+    DetachablePortConnection,
+    InstanceId,
+    InstanceState,
+    PodSpec,
+    PortForwarder,
+    ProvisionRequest,
+)
 from providers.errors import NotFound, Unavailable
 from providers.local import LocalProvider
 from tests.support.polling import wait_for
@@ -49,3 +58,26 @@ def test_nothing_listening_is_unavailable_in_the_dial_errors_words(provider: Loc
         provider.port_forward(instance_id, port)
     with pytest.raises(NotFound):
         provider.port_forward(InstanceId("local-nothing-here"), port)
+
+
+def test_a_detached_connection_hands_over_its_socket_and_lets_go_of_it(provider: LocalProvider) -> None:
+    port = echoserver.free_port()
+    instance_id = start_echo(provider, port)
+    connection = wait_for(lambda: provider.port_forward(instance_id, port), 30, ignoring=(Unavailable,))
+    assert isinstance(connection, DetachablePortConnection)
+    sock = connection.detach()
+    try:
+        connection.close()  # no longer its socket: the caller's stays open
+        assert connection.read() == b""
+        with pytest.raises(OSError):
+            connection.write(b"x")
+        with pytest.raises(OSError, match="already detached"):
+            connection.detach()
+        sock.sendall(b"ping\n")
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        while data := sock.recv(65536):
+            received += data
+        assert received == b"ping\n"
+    finally:
+        sock.close()
