@@ -24,7 +24,7 @@ from typing import IO
 
 from providers.local import pids
 
-MAX_BUFFER = 16 * 1024 * 1024  # per stream; beyond it the pump stops reading (back-pressure)
+MAX_BUFFER = 4 * 1024 * 1024  # per stream; beyond it the pump stops reading (the pipe fills, the command waits)
 _POLL_SECONDS = 0.1
 
 

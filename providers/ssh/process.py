@@ -21,7 +21,7 @@ from providers.errors import Unavailable
 from providers.ssh.loop import LoopThread, shared_loop
 from providers.ssh.target import SshTarget, connect, describe
 
-MAX_BUFFER = 16 * 1024 * 1024  # per stream; beyond it the pump stops reading (back-pressure)
+MAX_BUFFER = 4 * 1024 * 1024  # per stream; beyond it the pump stops reading (the pipe fills, the command waits)
 _PUMP_PAUSE = 0.05
 _CALL_TIMEOUT = 30.0
 EOF_CHAR = b"\x04"

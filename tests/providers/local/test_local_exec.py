@@ -155,3 +155,25 @@ def test_an_exec_reads_its_output_when_the_manager_holds_over_1024_descriptors(t
     finally:
         for fd in held:
             os.close(fd)
+
+
+def test_I7_output_nobody_reads_is_buffered_up_to_the_bound_and_the_command_waits() -> None:
+    """A command writing 16 MiB that nobody reads: the pump holds MAX_BUFFER (plus one read)
+    and stops reading, so the pipe fills and the command blocks; read, every byte arrives."""
+    from providers.local import process as local_process
+
+    size = 16 * 1024 * 1024
+    process = local_process.start_process(
+        ["head", "-c", str(size), "/dev/zero"], cwd="/", env={}, tty=False, stdin=False
+    )
+    try:
+        pump = process._stdout  # type: ignore[attr-defined]
+        wait_for(lambda: len(pump._buffer) >= local_process.MAX_BUFFER, 30, 0.05, what="the buffer full")
+        assert process.wait(0.5) is None  # the command waits on its full pipe
+        assert len(pump._buffer) <= local_process.MAX_BUFFER + 65536
+        total = 0
+        while chunk := process.read_stdout(65536):
+            total += len(chunk)
+        assert total == size and process.wait(10) == 0
+    finally:
+        process.close()
