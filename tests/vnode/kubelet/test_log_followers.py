@@ -187,6 +187,9 @@ def test_I7_a_log_stream_past_followers_total_is_a_429_and_the_others_stream_on(
         wait_for(lambda: gauge.open == 2, 60, what="a closed follower's place given back")
         code, _, _ = https_get(capped.kubelet_port, path.replace("follow=true", "follow=false"))
         assert code == 200
+        # An error from the provider's side, after the place was taken, gives it back too.
+        assert https_get(capped.kubelet_port, path.replace("follow=true", "previous=true"))[0] == 400
+        assert gauge.open == 2
     finally:
         clients.close()
     wait_for(lambda: gauge.open == 0, 60, what="every place given back")
@@ -199,22 +202,29 @@ def test_I7_a_slow_client_parks_its_follower_and_output_piles_up_at_the_source_n
     wait_for(lambda: pool.following() == 0, 60, what="no followers left from before")
     path = running_pod(server, big_lines, "flood")
     clients = Clients(server.kubelet_port, [f"{path}?follow=true"], receive_buffer=4096)
+    stalled = Clients(server.kubelet_port, [f"{path}?follow=true"], receive_buffer=4096)
     try:
-        (follower,) = wait_for(pool.snapshot, 60, what="the follower")
-        wait_for(lambda: follower.state == follow.PARKED, 120, what="the follower parked (its queue full)")
-        # All the output exists now; the follower has read about what the socket buffers
+        followers = wait_for(lambda: len(pool.snapshot()) == 2 and pool.snapshot(), 60, what="two followers")
+        parked = lambda: all(f.state == follow.PARKED for f in followers)  # noqa: E731
+        wait_for(parked, 120, what="both followers parked (their queues full)")
+        # All the output exists now; each follower has read about what the socket buffers
         # hold (they may still take a chunk more), not what the source produced.
         last = f" {BIG_LINES}\n".encode()
         wait_for(lambda: https_get(server.kubelet_port, f"{path}?tailLines=1")[2].endswith(last), 60)
         total = len(https_get(server.kubelet_port, path)[2])
-        assert follower.read_bytes < total / 2
-        assert follower.queued_bytes <= follow.QUEUED_CHUNKS * follow.READ_SIZE
+        for follower in followers:
+            assert follower.read_bytes < total / 2
+            assert follower.queued_bytes <= follow.QUEUED_CHUNKS * follow.READ_SIZE
+        # A parked follower whose client goes is released, its place given back.
+        stalled.close()
+        wait_for(lambda: pool.following() == 1 and server.streams.followers.open == 1, 60, what="one released")
         # Once the client reads, everything arrives, in order.
         wait_for(lambda: clients.every(lambda data: dechunked(data).endswith(last)), 120, 0.0, what="all of it")
         body = dechunked(bytes(next(iter(clients.received.values()))))
         assert body.count(b"x" * 1000) == BIG_LINES
     finally:
         clients.close()
+        stalled.close()
     wait_for(lambda: pool.following() == 0, 60, what="the follower released")
 
 
