@@ -125,10 +125,18 @@ class ScriptedLogStream:
         return self
 
     def read(self, max_bytes: int = 65536) -> bytes:
+        """Block (asking again every `poll` seconds) until `read_nowait` has an answer."""
+        while (data := self.read_nowait(max_bytes)) is None:
+            self._closed.wait(self._poll)
+        return data
+
+    def read_nowait(self, max_bytes: int = 65536) -> bytes | None:
+        """`PolledLogStream`: output, b"" at the end (or once closed), None for nothing new yet.
+        Fetches until output is there or nothing new came (over HTTP for a cloud behind its service)."""
         with self._lock:
             while not self._buffer and not self._done and not self._closed.is_set():
                 if not self._fill():
-                    self._closed.wait(self._poll)
+                    return None
             if self._closed.is_set():
                 return b""
             chunk = bytes(self._buffer[:max_bytes])

@@ -7,7 +7,8 @@ chunk's offset and its arrival time. A line's time is that of the chunk holding 
 first byte. So a plain read is a file copy, and only `timestamps` and `since` walk the
 lines, with the index beside them. `tail_lines` counts newlines backwards in blocks
 (never reading the whole file), `limit_bytes` cuts the output, `follow` polls for new
-output until the workload exited and the file is drained. A restarted instance keeps its
+output until the workload exited and the file is drained (`read_nowait` is one step of
+that, for the kubelet's follower pool). A restarted instance keeps its
 previous run's log and index in `PREVIOUS_DIR`, read the same way.
 Tests: tests/providers/local/test_local_logs.py.
 """
@@ -156,15 +157,24 @@ class FileLogStream:
         handle.seek(start)
 
     def read(self, max_bytes: int = 65536) -> bytes:
+        """Block (polling every POLL_SECONDS while following) until `read_nowait` has an answer."""
+        while (data := self.read_nowait(max_bytes)) is None:
+            self._closed.wait(POLL_SECONDS)
+        return data
+
+    def read_nowait(self, max_bytes: int = 65536) -> bytes | None:
+        """`PolledLogStream`: output, b"" at the end (or once closed), None for nothing new yet."""
         try:
-            return self._read(max(1, max_bytes))
+            return self._step(max(1, max_bytes))
         except OSError as exc:
             self.close()
             raise Unavailable(f"cannot read the log: {exc.strerror or type(exc).__name__}") from exc
 
-    def _read(self, max_bytes: int) -> bytes:
-        while not self._closed.is_set():
-            with self._lock:
+    def _step(self, max_bytes: int) -> bytes | None:
+        if self._closed.is_set():
+            return b""
+        with self._lock:
+            while True:
                 if self._handle is None:
                     return b""
                 if self._out:
@@ -181,8 +191,7 @@ class FileLogStream:
                         continue
                     self._release()
                     return b""
-            self._closed.wait(POLL_SECONDS)
-        return b""
+                return None
 
     def _take(self, max_bytes: int) -> bytes:
         """Up to `max_bytes` of output: whole blocks as they are (no copy) when they fit."""

@@ -15,7 +15,7 @@ from typing import Any
 from providers import errors
 
 REASONS = {400: "BadRequest", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed", 500: "InternalError"}
-REASONS.update({501: "NotImplemented", 503: "ServiceUnavailable"})
+REASONS.update({429: "TooManyRequests", 501: "NotImplemented", 503: "ServiceUnavailable"})
 
 
 @dataclass(frozen=True)

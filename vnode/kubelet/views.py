@@ -1,7 +1,9 @@
 """The kubelet listener's plain HTTP routes, as one ASGI callable per request.
 
 Called by `app.KubeletApp` for `type: http`. containerLogs streams the provider's bytes
-chunk by chunk (Twisted flushes each write); every provider call runs off the reactor.
+chunk by chunk (Twisted flushes each write), a polled stream from `follow`'s pool, any
+other from a thread of its own, each under `StreamCaps.followers`; every provider call
+runs off the reactor.
 Errors before the response starts go through `problems.problem_from`, the one mapping.
 Tests: tests/vnode/kubelet/test_listeners.py.
 """
@@ -12,14 +14,14 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from kube import observe
 from providers import errors
-from providers.base import LogStream
-from vnode.kubelet import logparams, routes
+from providers.base import LogStream, PolledLogStream
+from vnode.kubelet import follow, logparams, routes
 from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.resolve import HandlerRegistry
@@ -33,9 +35,9 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-LOG_READ_SIZE = 256 * 1024
+LOG_READ_SIZE = follow.READ_SIZE
 IGNORED_HEADER = b"x-nebula-log-options-ignored"
-QUEUED_CHUNKS = 2  # per follower: bounded, so a slow client slows the reader, not our memory
+REFUSED_RETRY_AFTER = 5.0  # seconds a log stream refused at `followers_total` is told to wait
 
 
 async def respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -67,7 +69,7 @@ async def serve_http(
     query = scope.get("query_string", b"").decode("latin-1")
     try:
         if route.kind is routes.Kind.LOGS:
-            await serve_logs(route, query, receive, send, registry)
+            await serve_logs(route, query, receive, send, registry, streams)
         elif route.kind in routes.STREAMING:
             raise Problem(400, "unable to upgrade: missing upgrade headers in request (SPDY/3.1 or websocket)")
         elif route.kind is routes.Kind.PORT_FORWARD:
@@ -117,45 +119,79 @@ def stats_summary(registry: HandlerRegistry) -> dict[str, Any]:
     return usage.summary(node_usage(registry), now=datetime.now(UTC))
 
 
-async def serve_logs(route: routes.Route, query: str, receive: Receive, send: Send, registry: HandlerRegistry) -> None:
-    """Validate, open the provider's stream, then copy it out chunk by chunk until it ends
-    or the client goes (which closes the stream, waking a blocked read)."""
+async def serve_logs(
+    route: routes.Route,
+    query: str,
+    receive: Receive,
+    send: Send,
+    registry: HandlerRegistry,
+    streams: StreamCaps | None = None,
+) -> None:
+    """Validate, take a follower's place (I7: 429 past `followers_total`), open the
+    provider's stream, then copy it out chunk by chunk until it ends or the client goes
+    (which closes the stream). The place is given back once, however the answer ends."""
     try:
         options = logparams.parse_log_options(query, now=datetime.now(UTC))
     except logparams.InvalidParameter as exc:
         raise Problem(400, str(exc)) from exc
     handler = registry.target(route.namespace, route.pod, route.container, capability="logs")
     options, ignored = logparams.honoured_by(options, stamps_at_source=handler.capabilities().log_timestamps)
-    stream = await asyncio.to_thread(
-        handler.serving.get_container_logs, route.namespace, route.pod, route.container, options
-    )
-    headers = [(b"content-type", b"text/plain; charset=utf-8")]
-    if ignored:
-        headers.append((IGNORED_HEADER, ", ".join(ignored).encode()))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    watcher = asyncio.ensure_future(_close_on_disconnect(receive, stream))
-    observe.current().stream_opened("logs")
+    gauge = streams.followers if streams is not None else None
+    if gauge is not None and not gauge.take():
+        raise Problem(429, gauge.refusal(), retry_after=REFUSED_RETRY_AFTER)
     try:
-        async for chunk in read_in_thread(stream, name=f"logs-{route.namespace}-{route.pod}"):
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+        stream = await asyncio.to_thread(
+            handler.serving.get_container_logs, route.namespace, route.pod, route.container, options
+        )
+        headers = [(b"content-type", b"text/plain; charset=utf-8")]
+        if ignored:
+            headers.append((IGNORED_HEADER, ", ".join(ignored).encode()))
+        await _stream_logs(stream, headers, receive, send, name=f"logs-{route.namespace}-{route.pod}")
     finally:
-        observe.current().stream_closed("logs")
-        watcher.cancel()
-        stream.close()
+        if gauge is not None:
+            gauge.give()
 
 
-async def _close_on_disconnect(receive: Receive, stream: LogStream) -> None:
+async def _stream_logs(
+    stream: LogStream, headers: list[tuple[bytes, bytes]], receive: Receive, send: Send, *, name: str
+) -> None:
+    """A `PolledLogStream` is followed by the pool (no thread of its own); any other by
+    `read_in_thread`. Either way the stream is closed when this returns."""
+    if isinstance(stream, PolledLogStream):
+        follower = follow.follow(stream)  # owns the stream from here: closes it off the loop
+        chunks, stop = follower.chunks(), follower.close
+    else:
+        chunks, stop = read_in_thread(stream, name=name), stream.close
+    watcher: asyncio.Future[None] | None = None
+    try:
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        watcher = asyncio.ensure_future(_close_on_disconnect(receive, stop))
+        observe.current().stream_opened("logs")
+        try:
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            observe.current().stream_closed("logs")
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        await chunks.aclose()
+        stop()
+
+
+async def _close_on_disconnect(receive: Receive, stop: Callable[[], None]) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-    stream.close()
+    stop()
 
 
-async def read_in_thread(stream: LogStream, *, name: str) -> Any:
-    """Yield what `stream.read` returns, read by a thread of its own (a follower may block
-    for hours; it must not hold a shared pool's worker). A bounded queue in between."""
+async def read_in_thread(stream: LogStream, *, name: str) -> AsyncGenerator[bytes, None]:
+    """Yield what `stream.read` returns, read by a thread of its own: for a stream without
+    `read_nowait` (ssh, modal, runpod), which may block for hours in `read`, so it must
+    not hold a pool's worker. A bounded queue in between."""
     loop = asyncio.get_running_loop()
-    chunks: asyncio.Queue[bytes | BaseException] = asyncio.Queue(QUEUED_CHUNKS)
+    chunks: asyncio.Queue[bytes | BaseException] = asyncio.Queue(follow.QUEUED_CHUNKS)
     stop = threading.Event()
 
     def put(item: bytes | BaseException) -> bool:
