@@ -3,7 +3,7 @@ callers are synchronous threads (the kubelet API's workers) but whose I/O multip
 
 Used by `providers.ssh.loop` (every SSH connection of the process) and by
 `providers.fake.forward` (every detached echo connection). Started on first use; never runs
-caller code other than the coroutines it is handed, and never starts a second thread.
+caller code other than the coroutines it is handed; its threads are its own and a fixed pool.
 Tests: tests/providers/ssh/test_ssh.py, tests/providers/fake/test_fake_forward.py.
 """
 
@@ -21,10 +21,15 @@ T = TypeVar("T")
 
 
 class LoopThread:
-    """One event loop on one daemon thread; `run` blocks the calling thread for a result."""
+    """One event loop on one daemon thread; `run` blocks the calling thread for a result.
 
-    def __init__(self, name: str) -> None:
+    The loop's default executor (what `run_in_executor(None, ...)` uses: asyncssh builds each
+    connection's options there) is a fixed pool of `executor_threads`, so no burst of
+    connections adds threads beyond it."""
+
+    def __init__(self, name: str, *, executor_threads: int = 2) -> None:
         self._name = name
+        self._executor_threads = executor_threads
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -33,6 +38,8 @@ class LoopThread:
         with self._lock:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
+                pool = concurrent.futures.ThreadPoolExecutor(self._executor_threads, f"{self._name}-executor")
+                loop.set_default_executor(pool)
                 ready = threading.Event()
                 thread = threading.Thread(target=self._serve, args=(loop, ready), name=self._name, daemon=True)
                 thread.start()
@@ -69,7 +76,7 @@ class LoopThread:
         asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-        loop.close()
+        loop.close()  # also shuts the default executor down
 
 
 async def _cancel_all() -> None:
