@@ -106,9 +106,14 @@ class FarEnd:
         async def close() -> None:
             for server in self._servers:
                 server.close()
-            for writer in list(self._writers):
-                writer.close()
-            await asyncio.sleep(0.1)  # lets the transports close (not an assertion)
+            await asyncio.sleep(0.1)  # a connection accepted just now gets its handler started
+            deadline = asyncio.get_running_loop().time() + 30
+            while self._writers and asyncio.get_running_loop().time() < deadline:
+                for writer in list(self._writers):
+                    writer.close()  # each handler then ends and forgets its writer
+                await asyncio.sleep(0.05)
+            for server in self._servers:
+                await server.wait_closed()
 
         self.loop.run(close(), 30)
         self.loop.stop()
