@@ -1,30 +1,42 @@
 """The fake cloud's port-forward: a scripted echo service on the ports the scenario declares.
 
 Called by `FakeProvider.port_forward` (in-process clouds only). A port listed under the
-scenario's `ports.echo` answers every byte with itself, in memory, with TCP-like
-back-pressure and half-close; any other port is refused in the dial error's words.
-Holds no instance state; never opens a socket.
+scenario's `ports.echo` answers every byte with itself, with TCP-like back-pressure and
+half-close: in memory for the blocking `PortConnection` calls, or over a socket pair once
+`detach`ed, whose far ends ONE shared event-loop thread echoes for every connection (never a
+thread each). Any other port is refused in the dial error's words. Holds no instance state.
 Tests: tests/providers/fake/test_fake_forward.py.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
+import contextlib
+import socket
 import threading
 
 from providers import base
 from providers.errors import NotFound, Unavailable
+from providers.eventloop import LoopThread
 
 BUFFERED = 4 << 20  # bytes echoed and not yet read before a write waits, as a full socket would
+_CHUNK = 65536  # what the loop reads at a time; it reads again once the echo has drained
+
+_echo_loop = LoopThread("nebula-fake-echo")
+atexit.register(_echo_loop.stop)
+_echoing: set[asyncio.Future[None]] = set()  # the detached echoes (the loop holds tasks weakly)
 
 
 class EchoConnection:
-    """A `PortConnection` whose far side sends back what it receives; safe from threads."""
+    """A `DetachablePortConnection` whose far side sends back what it receives; safe from threads."""
 
     def __init__(self, limit: int = BUFFERED) -> None:
         self._buffer = bytearray()
         self._limit = limit
         self._eof = False  # the client half-closed: the echo ends once drained
         self._closed = False
+        self._detached = False
         self._changed = threading.Condition()
 
     def read(self, max_bytes: int = 65536) -> bytes:
@@ -55,6 +67,57 @@ class EchoConnection:
             self._closed = True
             self._buffer.clear()
             self._changed.notify_all()
+
+    def detach(self) -> socket.socket:
+        """One end of a socket pair whose other end the shared echo loop answers: what the
+        caller sends comes back; after its shutdown(SHUT_WR) the rest comes back, then EOF.
+        The loop reads only what it could send back (drain), so a caller that stops reading
+        stalls its own writes once the socket buffers are full. This object is closed."""
+        with self._changed:
+            if self._detached or self._closed or self._eof or self._buffer:
+                raise RuntimeError("an echo connection is detached at most once, before any use")
+            self._detached = self._closed = True
+            self._changed.notify_all()
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        _echo_loop.submit(_echo(ours))
+        return theirs
+
+
+def live_echoes() -> int:
+    """How many detached echo connections the shared loop still serves (tests, the soak bench)."""
+    return len(_echoing)
+
+
+async def _echo(ours: socket.socket) -> None:
+    task = asyncio.current_task()
+    if task is not None:
+        _echoing.add(task)
+    try:
+        await _answer(ours)
+    finally:
+        if task is not None:
+            _echoing.discard(task)
+
+
+async def _answer(ours: socket.socket) -> None:
+    try:
+        reader, writer = await asyncio.open_connection(sock=ours, limit=_CHUNK)
+    except OSError:
+        ours.close()
+        return
+    try:
+        while data := await reader.read(_CHUNK):
+            writer.write(data)
+            await writer.drain()
+        writer.write_eof()
+        await writer.drain()
+    except OSError:
+        pass  # the caller closed: nothing is left to echo to
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
 
 
 def open_port(

@@ -1,82 +1,19 @@
-"""The private asyncio event loop thread that every SSH connection of this process runs on.
+"""The process-wide asyncio event loop thread that every SSH connection of this process runs on.
 
-Called by `providers.ssh.process` and `providers.ssh.logs`, whose callers are synchronous
-threads (the kubelet API's workers). Started on first use, stopped at interpreter exit;
-never runs caller code other than the coroutines it is handed.
-Tests: tests/providers/ssh/test_ssh.py.
+Called by `providers.ssh.process`, `providers.ssh.logs` and `providers.ssh.forward` (whose
+detached port-forwards are pumped here, never on a thread of their own), whose callers are
+synchronous threads. `LoopThread` itself lives in `providers.eventloop`; this module owns the
+one shared instance, stopped at interpreter exit.
+Tests: tests/providers/ssh/test_ssh.py, tests/providers/ssh/test_ssh_forward.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
-import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
-T = TypeVar("T")
+from providers.eventloop import LoopThread
 
-
-class LoopThread:
-    """One event loop on one daemon thread; `run` blocks the calling thread for a result."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                ready = threading.Event()
-                thread = threading.Thread(target=self._serve, args=(loop, ready), name=self._name, daemon=True)
-                thread.start()
-                ready.wait()
-                self._loop, self._thread = loop, thread
-            return self._loop
-
-    @staticmethod
-    def _serve(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
-        asyncio.set_event_loop(loop)
-        loop.call_soon(ready.set)
-        loop.run_forever()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Schedule `coro` on the loop; the caller may wait on the future or not."""
-        return asyncio.run_coroutine_threadsafe(coro, self._ensure())
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run `coro` on the loop and wait for its result; TimeoutError cancels it."""
-        future = self.submit(coro)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no answer in {timeout} s") from None
-
-    def stop(self) -> None:
-        """Cancel what still runs, stop the loop and join its thread. A later use starts a new one."""
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-        asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
-
-
-async def _cancel_all() -> None:
-    current = asyncio.current_task()
-    tasks = [task for task in asyncio.all_tasks() if task is not current]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
+__all__ = ["LoopThread", "shared_loop"]
 
 _shared = LoopThread("nebula-ssh")
 atexit.register(_shared.stop)
