@@ -141,16 +141,35 @@ def execs(options: dict[str, Any]) -> Opened:
     context, held, refused = tls(options), [], 0
     path = f"/exec/{options['pod']}/main?command=cat&input=1&output=1&error=1"
     for n in range(options["count"]):
-        try:
-            client = SpdyClient.connect((ADDR, options["port"]), path, ssl_context=context, timeout=15)
-            streams = client.open_exec(stdin=True)
-            line = b"soak %d\n" % n
-            client.send(streams["stdin"], line)
-            client.wait_for(lambda c=client, s=streams["stdout"], e=line: c.received(s).endswith(e), "the echo")  # type: ignore[misc]
+        client = one_exec(context, options["port"], path, b"soak %d\n" % n)
+        if client is None:
+            refused += 1  # refused at the upgrade, or the session refused (said on its error stream)
+        else:
             held.append(client)
-        except FAILED:
-            refused += 1
     return held, refused
+
+
+def one_exec(context: ssl.SSLContext, port: int, path: str, line: bytes) -> SpdyClient | None:
+    """One exec session whose `cat` echoed `line`; None (and closed) if not."""
+    client = None
+    try:
+        client = SpdyClient.connect((ADDR, port), path, ssl_context=context, timeout=15)
+        streams = client.open_exec(stdin=True)
+        out, error = streams["stdout"], streams["error"]
+        client.send(streams["stdin"], line)
+        client.wait_for(lambda: echoed(client, out, error, line), "the echo")
+        if client.received(out).endswith(line):
+            return client
+    except FAILED:
+        pass
+    if client is not None:
+        client.close()
+    return None
+
+
+def echoed(client: SpdyClient, data: int, error: int, line: bytes) -> bool:
+    """The echo came back, or the stream was refused: closed, or the error stream spoke."""
+    return client.received(data).endswith(line) or client.closed(data) or bool(client.received(error))
 
 
 def forwards(options: dict[str, Any]) -> Opened:
@@ -170,14 +189,18 @@ def forwards(options: dict[str, Any]) -> Opened:
         for n in range(options["each"]):
             try:
                 headers = [("port", str(options["remote"])), ("requestID", str(n))]
-                client.finish(client.open("error", headers=headers))
+                error = client.open("error", headers=headers)
+                client.finish(error)
                 data = client.open("data", headers=headers)
                 line = b"soak %d %d\n" % (s, n)
                 client.send(data, line)
-                client.wait_for(lambda c=client, d=data, e=line: bytes(c.data[d]).endswith(e), "the echo", timeout=10)  # type: ignore[misc]
-                echoing += 1
+                client.wait_for(lambda c=client, d=data, e=error, x=line: echoed(c, d, e, x), "the echo", timeout=10)  # type: ignore[misc]
+                if client.received(data).endswith(line):
+                    echoing += 1
+                    continue
             except FAILED:
-                refused += 1
+                pass
+            refused += 1  # this connection refused alone (its session goes on), or failed
     print(f"note {echoing} forwarded connections echoing in {len(held)} sessions", flush=True)
     return held, refused
 
