@@ -382,3 +382,30 @@ def test_I7_an_attached_client_that_stops_reading_holds_back_bounded_output_then
     assert reader.read_stdout() == b"still\n" and state_of(ephemerals, entry) == "running"
     reader.write_stdin(b"exit 0\n")
     wait_for(lambda: state_of(ephemerals, entry) == "terminated")
+
+
+def test_a_client_that_leaves_with_a_full_queue_does_not_hold_the_output_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Detached while the output waits for room in its queue: the output goes on for the
+    others at once, not after SLOW_CLIENT, and it is not counted as a slow client."""
+    monkeypatch.setattr(streams, "SLOW_CLIENT", 120.0)
+    _, ephemerals, entry = start_running(SHELL)
+    reader, leaving = ephemerals.attach(entry.key, "dbg"), ephemerals.attach(entry.key, "dbg")
+    size = 2 * 1024 * 1024
+    reader.write_stdin(f"yes x | head -c {size}; echo end\n".encode())
+    got = bytearray()
+    while leaving.out.qsize() < streams.CLIENT_CHUNKS:  # its queue fills while this one reads
+        got += reader.read_stdout()
+    leaving.close()
+    done = threading.Event()
+
+    def read_rest() -> None:
+        while not got.endswith(b"end\n"):
+            got.extend(reader.read_stdout())
+        done.set()
+
+    threading.Thread(target=read_rest, daemon=True).start()
+    assert done.wait(60), "the output stayed held back for the client that left"
+    assert got.count(b"x\n") == size // 2
+    assert ephemerals._fanout(entry.key, "dbg").detached_slow == 0
+    reader.write_stdin(b"exit 0\n")
+    wait_for(lambda: state_of(ephemerals, entry) == "terminated")

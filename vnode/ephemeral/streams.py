@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from providers import errors
@@ -24,6 +25,7 @@ _EOF = b""
 READ_SIZE = 65536
 CLIENT_CHUNKS = 8  # I7: output chunks (of READ_SIZE at most) queued per attached client stream
 SLOW_CLIENT = 60.0  # seconds an attached client may keep its queue full before it is detached
+_RECHECK = 0.2  # seconds between two looks at whether a client waited for is still attached
 
 
 class Fanout:
@@ -129,14 +131,24 @@ class Fanout:
         back (as a container runtime's attach does), for SLOW_CLIENT seconds at most; then it
         is detached (its attach ends), and the output goes on for the others."""
         for out, err in clients:
-            try:
-                (err if stderr else out).put(data, timeout=SLOW_CLIENT)
-            except queue.Full:
-                with self._lock:
-                    self._clients = [c for c in self._clients if c != (out, err)]
-                    self.detached_slow += 1
-                _end(out)
-                _end(err)
+            chunks = err if stderr else out
+            deadline = time.monotonic() + SLOW_CLIENT
+            while True:
+                try:
+                    chunks.put(data, timeout=min(_RECHECK, max(0.0, deadline - time.monotonic())))
+                    break
+                except queue.Full:
+                    with self._lock:
+                        attached = (out, err) in self._clients
+                        slow = attached and time.monotonic() >= deadline
+                        if slow:
+                            self._clients = [c for c in self._clients if c != (out, err)]
+                            self.detached_slow += 1
+                    if slow:
+                        _end(out)
+                        _end(err)
+                    if not attached or slow:
+                        break  # it left (its attach ended) or was detached: on to the others
 
     def attach(self) -> Attachment:
         out: queue.Queue[bytes] = queue.Queue(CLIENT_CHUNKS)
