@@ -193,7 +193,7 @@ class SpdyPortForwardProtocol(SpdyConnection):
         if isinstance(connection, DetachablePortConnection):
             try:
                 sock = connection.detach()
-            except OSError as exc:
+            except Exception as exc:  # the provider's fault: this pair alone ends
                 DIALS.submit(connection.close)
                 self._end(pair, error_text(pair.port, self._pod, exc))
                 pair.give_back()
@@ -237,8 +237,8 @@ class SpdyPortForwardProtocol(SpdyConnection):
         if not pair.ended and pair.data_id is not None:
             self._write(self._session.send_data(pair.data_id, data))
 
-    def finish_pair(self, pair: StreamPair) -> None:
-        self._end(pair, "")
+    def finish_pair(self, pair: StreamPair, broke: str = "") -> None:
+        self._end(pair, f"error forwarding port {pair.port} to pod {self._pod}, uid : {broke}" if broke else "")
 
     def taken(self, size: int) -> None:
         self._taken(size)

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IHalfCloseableProtocol
 from twisted.internet.protocol import Factory
 from twisted.internet.protocol import Protocol as TwistedProtocol
@@ -27,41 +28,71 @@ from vnode.kubelet.portforward_pair import READ_SIZE, StreamPair
 
 logger = logging.getLogger(__name__)
 
-DIAL_THREADS = 8  # provider dials at once, across every session; more wait their turn
+DIAL_THREADS = 64  # provider dials and closes at once, across every session; more wait their turn
+DIAL_LINGER = 10.0  # seconds an idle dial thread waits for another job before it ends
 
 
 class DialPool:
-    """A fixed number of daemon threads, started at the first job, that run blocking jobs
-    (provider dials and closes) in order. Shared by the process; `stop` is for tests."""
+    """Daemon threads, started as jobs wait and none is idle, at most `size`, that run blocking
+    jobs (provider dials and closes) in order; an idle one ends after `linger` seconds. A few
+    slow dials (an unreachable VM: 45 s each over SSH) so hold only their own threads, not
+    everyone's port-forwards. Shared by the process; `stop` is for tests."""
 
-    def __init__(self, size: int = DIAL_THREADS) -> None:
+    def __init__(self, size: int = DIAL_THREADS, linger: float = DIAL_LINGER) -> None:
         self.size = size
+        self._linger = linger
         self._jobs: queue.SimpleQueue[Callable[[], object] | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
+        self._threads: set[threading.Thread] = set()
+        self._idle = 0  # threads waiting for a job
+        self._waiting = 0  # jobs no thread has taken yet
         self._lock = threading.Lock()
+        self._started = 0
 
     def submit(self, job: Callable[[], object]) -> None:
         with self._lock:
-            if not self._threads:
-                self._threads = [
-                    threading.Thread(target=self._work, name=f"portforward-dial-{n}", daemon=True)
-                    for n in range(self.size)
-                ]
-                for thread in self._threads:
-                    thread.start()
             self._jobs.put(job)
+            self._waiting += 1
+            if self._waiting > self._idle and len(self._threads) < self.size:
+                self._started += 1
+                thread = threading.Thread(target=self._work, name=f"portforward-dial-{self._started}", daemon=True)
+                self._threads.add(thread)
+                thread.start()
+
+    def threads(self) -> int:
+        with self._lock:
+            return len(self._threads)
 
     def stop(self) -> None:
         """Let the threads finish the queued jobs and end; the next `submit` starts them again."""
         with self._lock:
-            threads, self._threads = self._threads, []
+            threads, self._threads = set(self._threads), set()
             for _ in threads:
                 self._jobs.put(None)
+                self._waiting += 1
         for thread in threads:
             thread.join()
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        me = threading.current_thread()
+        while True:
+            with self._lock:
+                self._idle += 1
+            try:
+                job = self._jobs.get(timeout=self._linger)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                    if self._waiting == 0:  # else a job came as the wait ended: take it
+                        self._threads.discard(me)
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
+                self._waiting -= 1
+            if job is None:
+                with self._lock:
+                    self._threads.discard(me)
+                return
             try:
                 job()
             except Exception:
@@ -78,8 +109,9 @@ class SocketOutlet(Protocol):
         """DATA from the provider's side to the pair's data stream."""
         ...
 
-    def finish_pair(self, pair: StreamPair) -> None:
-        """The provider's side ended: FIN on both streams (no error text)."""
+    def finish_pair(self, pair: StreamPair, broke: str = "") -> None:
+        """The provider's side ended: FIN on both streams, after `broke` (why the connection
+        broke, if it did not end cleanly) on the error stream."""
         ...
 
     def taken(self, size: int) -> None:
@@ -140,7 +172,8 @@ class SocketPump(TwistedProtocol):
 
     def connectionLost(self, reason: Any = None) -> None:
         self._done = True
-        self._outlet.finish_pair(self.pair)  # a no-op once the pair has ended
+        broke = "" if reason is None or reason.check(ConnectionDone) else str(reason.getErrorMessage())
+        self._outlet.finish_pair(self.pair, broke)  # a no-op once the pair has ended (our own abort)
         self._taken_all()
         self._outlet.pump_gone(self)
         self.pair.give_back()

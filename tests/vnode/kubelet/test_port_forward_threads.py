@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
 import sys
 import threading
 import uuid
@@ -37,7 +38,7 @@ from vnode.kubelet.streamcaps import StreamCaps
 TLS = ssl._create_unverified_context()
 PROTOCOLS = ("portforward.k8s.io",)
 SESSIONS = 8
-SLACK = 16  # the dial pool's 8 threads and room for the test process's own comings and goings
+SLACK = portforward_socket.DIAL_THREADS + 8  # the dial pool at its most, and the test process's own comings and goings
 
 
 class Undetachable:
@@ -342,3 +343,53 @@ def test_I7_a_full_session_transport_stops_reading_the_provider_socket_until_it_
         loop.on_reactor(protocol.connectionLost)
         far.close()
     wait_for(lambda: caps.forwards.open == 0, 30, what="the place given back")
+
+
+def test_I7_slow_dials_hold_only_their_own_threads_and_idle_ones_end() -> None:
+    """Eight dials to an unreachable instance (each holding its thread) do not hold back a
+    dial to a live one; the pool never passes its size, and idle threads end after the linger."""
+    pool = portforward_socket.DialPool(size=12, linger=0.5)
+    release, fast = threading.Event(), threading.Event()
+    try:
+        for _ in range(8):
+            pool.submit(lambda: release.wait(30))
+        pool.submit(fast.set)
+        assert fast.wait(10), "a fast dial waited behind slow ones"
+        for _ in range(20):
+            pool.submit(lambda: release.wait(30))
+        assert pool.threads() == 12  # at most its size; the rest wait their turn
+    finally:
+        release.set()
+    wait_for(lambda: pool.threads() == 0, 30, 0.05, what="idle dial threads ended")
+
+
+def test_a_connection_the_pod_resets_says_so_on_the_error_stream_and_a_clean_end_does_not(
+    capped: Listeners, echo: tuple[Handler, int]
+) -> None:
+    """As the upstream kubelet writes the copy's error: a reset from the Pod's side is text on
+    the error stream; a clean close is FIN alone (the reactor pump, as the threaded one)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    resetting = listener.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(2):
+            peer, _ = listener.accept()
+            if peer.recv(64) == b"reset\n":
+                peer.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            peer.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with connect(capped, protocols=PROTOCOLS) as client:
+            error, data = open_pair(client, resetting, 1)
+            client.send(data, b"reset\n")
+            client.wait_closed([error, data])
+            said = client.received(error).decode()
+            assert said.startswith(f"error forwarding port {resetting} to pod default/echo, uid : "), said
+            error, data = open_pair(client, resetting, 2)
+            client.send(data, b"bye\n")
+            client.wait_closed([error, data])
+            assert client.received(error) == b""
+        wait_for(lambda: capped.streams.forwards.open == 0, 30, what="the places given back")
+    finally:
+        listener.close()
