@@ -5,6 +5,8 @@ to the system when dropped, and released when the Pod goes. The containers are r
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -310,3 +312,39 @@ def test_I7_debug_containers_past_the_running_cap_are_refused_with_a_reason_and_
         wait_for(lambda: budget.running == 0, 30, 0.05, what="given back when its Pod goes")
     finally:
         ephemerals.close()
+
+
+CHURN = """
+import subprocess
+import sys
+import threading
+from tests.vnode.test_ephemeral_budget import rss
+from vnode.ephemeral import trim
+
+kept = []
+
+def churn():
+    chunks = [bytes(64 * 1024) for _ in range(640)]  # 40 MiB of 64 KiB reads, as a pump makes
+    kept.append(bytes(4096))  # allocated after them (malloc's, not pymalloc's): the arena's top stays busy
+    del chunks
+
+start = rss()
+threads = [threading.Thread(target=churn) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+freed = rss()
+print(start, freed, trim.give_back_freed(), rss())
+"""
+
+
+def test_I7_heap_the_pumps_freed_goes_back_to_the_system_when_a_debug_container_ends() -> None:
+    """What threads free stays in glibc's arenas (only the top of each is trimmed on its own):
+    `trim.give_back_freed`, called as a container's process ends, returns those pages. In a
+    fresh interpreter, so that no earlier test's free memory absorbs the churn."""
+    ran = subprocess.run([sys.executable, "-c", CHURN], capture_output=True, text=True, timeout=120, check=True)
+    start, freed, trimmed, after = ran.stdout.split()
+    assert trimmed == "True"
+    assert int(freed) - int(start) >= 24 * MIB, ran.stdout  # the arenas kept much of the 160 MiB
+    assert int(after) - int(start) <= 8 * MIB, ran.stdout  # and gave it back

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from providers import errors
 from providers.base import Process
+from vnode.ephemeral import trim
 from vnode.ephemeral.budget import PER_CONTAINER, OutputBudget
 from vnode.ephemeral.ring import KeptOutput
 
@@ -95,6 +96,7 @@ class Fanout:
                 self.ended = True
                 self._log_changed.notify_all()
             self._on_exit(-1 if code is None else code)
+            trim.give_back_freed()  # what its pumps' reads freed (I7)
 
     def release(self) -> None:
         """Its Pod is gone: close the process, unmap the kept output, leave the budget."""
@@ -103,6 +105,7 @@ class Fanout:
         finally:
             self._budget.leave(self)
             self.wake()
+            trim.give_back_freed()
 
     # -- the budget's member (vnode.ephemeral.budget.Member) -------------------------------
     def kept_chunks(self) -> int:
