@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from providers.base import PolledLogStream
 
@@ -30,6 +30,18 @@ LAST_DELAY = 1.0
 # A follower's state, under the pool's lock: due (in the heap), polling (a pool thread reads
 # it), parked (its queue is full: polled again once the client takes a chunk), done.
 DUE, POLLING, PARKED, DONE = "due", "polling", "parked", "done"
+
+
+async def until_end(take: Callable[[], Awaitable[bytes | BaseException]]) -> AsyncGenerator[bytes, None]:
+    """The chunks `take` gives a log answer, until b"" (the end) or an exception (logged)."""
+    while True:
+        item = await take()
+        if isinstance(item, BaseException):
+            logger.warning("log stream failed: %s", item)
+            return
+        if not item:
+            return
+        yield item
 
 
 class Follower:
@@ -59,14 +71,8 @@ class Follower:
     async def chunks(self) -> AsyncGenerator[bytes, None]:
         """What the stream gives until its end, its failure (logged) or `close`."""
         try:
-            while True:
-                item = await self._next()
-                if isinstance(item, BaseException):
-                    logger.warning("log stream failed: %s", item)
-                    return
-                if not item:
-                    return
-                yield item
+            async for chunk in until_end(self._next):
+                yield chunk
         finally:
             self.close()
 

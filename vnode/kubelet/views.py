@@ -22,6 +22,7 @@ from kube import observe
 from providers import errors
 from providers.base import LogStream, PolledLogStream
 from vnode.kubelet import follow, logparams, routes
+from vnode.kubelet.follow import until_end
 from vnode.kubelet.loop import run_unless
 from vnode.kubelet.problems import Problem, problem_from
 from vnode.kubelet.resolve import HandlerRegistry
@@ -209,14 +210,8 @@ async def read_in_thread(stream: LogStream, *, name: str) -> AsyncGenerator[byte
     thread = threading.Thread(target=pump, name=name, daemon=True)
     thread.start()
     try:
-        while True:
-            item = await chunks.get()
-            if isinstance(item, BaseException):
-                logger.warning("log stream failed: %s", item)
-                return
-            if not item:
-                return
-            yield item
+        async for chunk in until_end(chunks.get):
+            yield chunk
     finally:
         stop.set()
         stream.close()

@@ -8,6 +8,7 @@ any call that would reach the API fails the test at once.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from providers.base import Instance, InstanceState, Provider, ProvisionRequest
@@ -71,6 +72,18 @@ def kept_fake_handler(prefix: str, scenario: dict[str, Any] | None = None) -> tu
         options["scenario"] = scenario
     writes, events = KeptPatches(), KeptEvents()
     return offline_handler(FakeProvider("fake", options), events=events, kube=writes), writes, events
+
+
+def serving_fake(registry: Any, prefix: str, scenario: dict[str, Any]) -> Iterator[Handler]:
+    """A fake cloud (`prefix-<random>`, `scenario`) behind an offline Handler on `registry`
+    (a kubelet listener's), for a module fixture to `yield from`; its instances ended after."""
+    provider = FakeProvider("fake", {"cloud": f"{prefix}-{uuid.uuid4().hex}", "scenario": scenario})
+    handler = offline_handler(provider)
+    registry.add(handler)
+    yield handler
+    registry.remove(handler)
+    for instance in provider.list():
+        provider.terminate(instance.id)
 
 
 def adopt_provisioned(handler: Handler, pod: dict[str, Any], *, running: bool = False) -> str:

@@ -4,17 +4,15 @@ embedded API server, an in-process Runner on the local provider, the server, one
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from devcluster import DevCluster
-from providers.fake import FakeProvider
 from tests.support.clients.kubectl import Rig
 from tests.support.factories import make_pod
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import offline_handler
+from tests.support.rigs.offline import serving_fake
 from tests.support.rigs.vnode import loopback_listeners, runner_with_pod
 from tests.support.servers.tls import https_get
 from vnode.handler import Handler
@@ -39,13 +37,7 @@ def fake_handler(registry: HandlerRegistry) -> Iterator[Handler]:
         "log": {"interval": 0.05},
         "exec": {"commands": {"both": {"stdout": "to-stdout\n", "stderr": "to-stderr\n", "exit_code": 3}}},
     }
-    provider = FakeProvider("fake", {"cloud": f"kubelet-{uuid.uuid4().hex}", "scenario": scenario})
-    handler = offline_handler(provider)
-    registry.add(handler)
-    yield handler
-    registry.remove(handler)
-    for instance in provider.list():
-        provider.terminate(instance.id)
+    yield from serving_fake(registry, "kubelet", scenario)
 
 
 @pytest.fixture(scope="module")

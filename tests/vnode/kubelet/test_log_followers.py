@@ -11,16 +11,14 @@ import socket
 import ssl
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from providers.base import LogStream
-from providers.fake import FakeProvider
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import adopt_new_pod, offline_handler
+from tests.support.rigs.offline import adopt_new_pod, serving_fake
 from tests.support.rigs.vnode import loopback_listeners
 from tests.support.servers.tls import https_get
 from vnode.handler import Handler
@@ -49,13 +47,7 @@ def capped(registry: HandlerRegistry) -> Iterator[Listeners]:
 
 
 def handler_with(registry: HandlerRegistry, log: dict[str, Any]) -> Iterator[Handler]:
-    provider = FakeProvider("fake", {"cloud": f"followers-{uuid.uuid4().hex}", "scenario": {"log": log}})
-    handler = offline_handler(provider)
-    registry.add(handler)
-    yield handler
-    registry.remove(handler)
-    for instance in provider.list():
-        provider.terminate(instance.id)
+    yield from serving_fake(registry, "followers", {"log": log})
 
 
 @pytest.fixture(scope="module")

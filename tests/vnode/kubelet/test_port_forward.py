@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import os
 import ssl
-import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -18,14 +17,10 @@ import pytest
 import websocket
 from twisted.internet.testing import StringTransport
 
-from providers.base import LogOptions, LogStreamer, ProvisionRequest
-from providers.claim import claim_name
 from providers.local import LocalProvider
-from providers.podspec import pod_spec_from_dict
 from tests.support.clients.spdy import SpdyClient, UpgradeRefused
-from tests.support.factories import make_pod
-from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
+from tests.support.rigs.echopod import echo_pod, logs
 from tests.support.rigs.noforward import NoForwardProvider
 from tests.support.rigs.offline import adopt_new_pod, offline_handler
 from tests.support.servers import echo as echoserver
@@ -45,23 +40,8 @@ def echo(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry) ->
     """A local instance serving an echo on `port`, tracked by a Handler on the listener."""
     folder = tmp_path_factory.mktemp("forward")
     provider = LocalProvider("local", {"state_dir": str(folder), "grace_period": 1})
-    handler = offline_handler(provider)
-    port = echoserver.free_port()
-    pod = make_pod(
-        "echo", namespace="default", uid=str(uuid.uuid4()), command=(sys.executable, echoserver.__file__, str(port))
-    )
-    meta = pod["metadata"]
-    result = provider.provision(
-        pod_spec_from_dict(pod), ProvisionRequest(claim=claim_name("default", "echo", meta["uid"]))
-    )
-    handler.adopt(pod, wait_for(lambda: provider.get(result.instance_id), what="the echo instance"))
-    wait_for(lambda: b"listening" in logs(handler), 30, what="the echo server to listen")
-    registry.add(handler)
-    yield handler, port
-    registry.remove(handler)
-    for instance in provider.list():
-        provider.terminate(instance.id)
-    kill_leftovers(folder)
+    with echo_pod(provider, folder, registry) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -74,19 +54,6 @@ def unforwardable(registry: HandlerRegistry) -> Iterator[str]:
     registry.remove(handler)
     for instance in provider.list():
         provider.terminate(instance.id)
-
-
-def logs(handler: Handler) -> bytes:
-    provider = handler.provider
-    assert isinstance(provider, LogStreamer)
-    stream = provider.logs(handler.serving.kubelet_instance("default", "echo", "main", capability="logs"), LogOptions())
-    try:
-        out = b""
-        while data := stream.read():
-            out += data
-        return out
-    finally:
-        stream.close()
 
 
 def connect(server: Listeners, pod: str = "echo", **kwargs: Any) -> SpdyClient:

@@ -9,24 +9,18 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
-import sys
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from twisted.internet.testing import StringTransport
 
-from providers.base import InstanceId, LogOptions, LogStreamer, PortConnection, ProvisionRequest
-from providers.claim import claim_name
+from providers.base import InstanceId, PortConnection
 from providers.local import LocalProvider
-from providers.podspec import pod_spec_from_dict
 from tests.support.clients.spdy import SpdyClient
-from tests.support.factories import make_pod
-from tests.support.local_cleanup import kill_leftovers
 from tests.support.polling import wait_for
-from tests.support.rigs.offline import offline_handler
+from tests.support.rigs.echopod import echo_pod, logs
 from tests.support.servers import echo as echoserver
 from vnode.handler import Handler
 from vnode.kubelet import loop, portforward, portforward_socket, spdy
@@ -70,19 +64,6 @@ class SwitchableProvider(LocalProvider):
         return connection if self.detachable else Undetachable(connection)
 
 
-def logs(handler: Handler) -> bytes:
-    provider = handler.provider
-    assert isinstance(provider, LogStreamer)
-    stream = provider.logs(handler.serving.kubelet_instance("default", "echo", "main", capability="logs"), LogOptions())
-    try:
-        out = b""
-        while data := stream.read():
-            out += data
-        return out
-    finally:
-        stream.close()
-
-
 def connect(server: Listeners, **kwargs: Any) -> SpdyClient:
     return SpdyClient.connect(
         ("127.0.0.1", server.kubelet_port), "/portForward/default/echo", ssl_context=TLS, **kwargs
@@ -101,21 +82,8 @@ def open_pair(client: SpdyClient, port: int, request_id: int) -> tuple[int, int]
 def echo(tmp_path_factory: pytest.TempPathFactory, registry: HandlerRegistry) -> Iterator[tuple[Handler, int]]:
     folder = tmp_path_factory.mktemp("forward-threads")
     provider = SwitchableProvider("local", {"state_dir": str(folder), "grace_period": 1})
-    handler = offline_handler(provider)
-    port = echoserver.free_port()
-    pod = make_pod(
-        "echo", namespace="default", uid=str(uuid.uuid4()), command=(sys.executable, echoserver.__file__, str(port))
-    )
-    request = ProvisionRequest(claim=claim_name("default", "echo", pod["metadata"]["uid"]))
-    result = provider.provision(pod_spec_from_dict(pod), request)
-    handler.adopt(pod, wait_for(lambda: provider.get(result.instance_id), what="the echo instance"))
-    wait_for(lambda: b"listening" in logs(handler), 30, what="the echo server to listen")
-    registry.add(handler)
-    yield handler, port
-    registry.remove(handler)
-    for instance in provider.list():
-        provider.terminate(instance.id)
-    kill_leftovers(folder)
+    with echo_pod(provider, folder, registry) as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
