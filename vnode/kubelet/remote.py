@@ -22,7 +22,7 @@ from typing import Protocol
 from kube import observe
 from providers.base import Process
 from vnode.kubelet.execparams import StreamRequest
-from vnode.kubelet.problems import exec_status_bytes
+from vnode.kubelet.problems import Problem, exec_status_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ READ_SIZE = 128 * 1024  # per hop from a pump thread to the transport (which fra
 MAX_RESIZE_LINE = 1024  # I7: a resize message is about 30 bytes
 STDIN_HIGH_WATER = 4 * 1024 * 1024  # queued stdin bytes at which the transport stops reading
 STDIN_LOW_WATER = 1024 * 1024
+STDIN_MAX = 16 * 1024 * 1024  # queued stdin that ends a session whose client cannot be paused (a websocket)
 THREADS_PER_SESSION = 4  # main (start, wait), stdout pump, stderr pump (none with a tty), stdin feeder
 
 
@@ -93,9 +94,21 @@ class RemoteSession:
             self._queued += len(data)
             pause = not self._paused and self._queued >= STDIN_HIGH_WATER
             self._paused = self._paused or pause
+            over = self._queued > STDIN_MAX
+        if over:  # the outlet did not pause its client (Channels cannot): I7, end here
+            self._overflow()
+            return
         self._inbox.put(("stdin", data))
         if pause:
             self._outlet.pause_input(True)
+
+    def _overflow(self) -> None:
+        logger.warning(
+            "%s: over %d bytes of stdin queued that the command has not read; ending it", self._name, STDIN_MAX
+        )
+        failure = Problem(413, f"over {STDIN_MAX} bytes of stdin sent that the command has not read")
+        self.abort()  # first: the session's own end then says nothing more
+        self._outlet.finish(exec_status_bytes(None, failure, attach=self._attach, json_status=self._json_status))
 
     def stdin_eof(self) -> None:
         self._inbox.put(("eof", b""))
