@@ -50,7 +50,7 @@ contracts: bootstrap
 	$(VENV)/bin/lint-imports
 
 pytest: bootstrap tools
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 test: bootstrap tools lint typecheck contracts pytest
 

@@ -58,7 +58,7 @@ CAPS = {
         "sessions_total": 32, "forwards_total": 128, "forwards_threaded": 64, "followers_total": 96,
     },
     "quick": {
-        "per_client": 16, "total": 128, "authenticated_total": 64, "head_timeout": 5.0,
+        "per_client": 16, "total": 128, "authenticated_total": 64, "head_timeout": 2.0,
         "sessions_total": 8, "forwards_total": 16, "forwards_threaded": 8, "followers_total": 12,
     },
 }  # fmt: skip

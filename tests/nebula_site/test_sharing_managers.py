@@ -252,7 +252,7 @@ def test_a_spoofed_node_lease_does_not_stop_a_replica_serving_its_provider(
         "nebula-manager": pod_identity("mallory-leader", str(uuid.uuid4())),
     }
     for name, identity in strangers.items():
-        spoof(kube, name, identity, NODE if name.startswith("nebula-node-") else "")
+        spoof(kube, name, identity, NODE if name.startswith("nebula-node-") else "", duration=LEASE)
     identity = manager_pod(kube, "nebula-manager-a", ip="127.0.0.1")
     named = parse_identity(identity)
     assert named is not None
@@ -268,7 +268,7 @@ def test_a_spoofed_node_lease_does_not_stop_a_replica_serving_its_provider(
         wait_for(lambda: leader(kube) == identity, 10, 0.2, what="the replica leads")
         first = {create(kube, "job-first", "s0")}
         wait_for(lambda: running(kube, first), 60, 0.2, what="the provider served")
-        spoof(kube, node_lease("s0"), strangers[node_lease("s0")], NODE)  # once more, while it serves
+        spoof(kube, node_lease("s0"), strangers[node_lease("s0")], NODE, duration=LEASE)  # once more, while it serves
         wait_for(lambda: shares(kube, ["s0"]) == {identity: 1}, 30, 0.2, what="taken over again")
         late = {create(kube, "job-late", "s0")}
         wait_for(lambda: running(kube, first | late), 60, 0.2, what="served again")

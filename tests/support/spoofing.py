@@ -37,10 +37,12 @@ def spoof(
     annotations: dict[str, str] | None = None,
     *,
     namespace: str = "default",
+    duration: int = 30,
 ) -> None:
-    """Create or overwrite the Lease `name` as held by `holder`, renewed now (its other fields kept)."""
+    """Create or overwrite the Lease `name` as held by `holder` for `duration` seconds, renewed
+    now (its other fields kept)."""
     now = micro_time(datetime.now(UTC))
-    spec = {"holderIdentity": holder, "leaseDurationSeconds": 30, "renewTime": now, "acquireTime": now}
+    spec = {"holderIdentity": holder, "leaseDurationSeconds": duration, "renewTime": now, "acquireTime": now}
     try:
         current = kube.get(lease_path(namespace, name))
     except NotFoundError:

@@ -234,8 +234,8 @@ class SpdyClient:
             want_write = [sock] if self._outbox else []
             if not want_read and not want_write:
                 return
-            ready_read, ready_write, _ = select.select(want_read, want_write, [], timeout)
-            readable = bool(ready_read)
+            ready_read, ready_write = _wait(sock, read=bool(want_read), write=bool(want_write), timeout=timeout)
+            readable = ready_read
             if ready_write:
                 try:
                     sent = sock.send(self._outbox[:CHUNK])
@@ -325,3 +325,15 @@ def _dechunk(body: bytes) -> bytes:
             break
         out, rest = out + rest[:size], rest[size + 2 :]
     return out
+
+
+def _wait(sock: socket.socket, *, read: bool, write: bool, timeout: float) -> tuple[bool, bool]:
+    """(readable, writable) within `timeout`: poll, not select, which refuses a descriptor
+    numbered 1024 or more (a test holding a thousand connections gets such numbers)."""
+    poller = select.poll()
+    poller.register(sock, (select.POLLIN if read else 0) | (select.POLLOUT if write else 0))
+    events = 0
+    for _fd, mask in poller.poll(max(0.0, timeout) * 1000):
+        events |= mask
+    broken = bool(events & (select.POLLERR | select.POLLHUP))
+    return bool(events & select.POLLIN) or (read and broken), bool(events & select.POLLOUT) or (write and broken)

@@ -10,7 +10,7 @@ import socket
 import ssl
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -70,12 +70,31 @@ def connect(server: Listeners, **kwargs: Any) -> SpdyClient:
     )
 
 
-def open_pair(client: SpdyClient, port: int, request_id: int) -> tuple[int, int]:
-    """As kubectl does: the error stream (half-closed at once), then the data stream."""
+def open_pair(client: SpdyClient, port: int, request_id: int, *, wait: bool = True) -> tuple[int, int]:
+    """As kubectl does: the error stream (half-closed at once), then the data stream; each
+    waiting for its reply, unless `wait` is off (many pairs opened at once, `open_pairs`)."""
     headers = [("port", str(port)), ("requestID", str(request_id))]
-    error = client.open("error", headers=headers)
+    error = client.open("error", headers=headers, wait=wait)
     client.finish(error)
-    return error, client.open("data", headers=headers)
+    return error, client.open("data", headers=headers, wait=wait)
+
+
+def open_pairs(client: SpdyClient, port: int, count: int) -> list[tuple[int, int]]:
+    """`count` pairs opened back to back, as a browser's burst of connections, then every reply."""
+    pairs = [open_pair(client, port, n, wait=False) for n in range(count)]
+    streams = [stream for pair in pairs for stream in pair]
+    client.wait_for(lambda: all(s in client.replied or s in client.resets for s in streams), "every reply")
+    return pairs
+
+
+def echo_all(client: SpdyClient, pairs: list[tuple[int, int]], say: Callable[[int], bytes]) -> None:
+    """`say(n)` sent on every pair's data stream at once, then each one's echo awaited."""
+    before = {data: len(client.received(data)) for _, data in pairs}
+    for n, (_, data) in enumerate(pairs):
+        client.send(data, say(n))
+    for n, (_, data) in enumerate(pairs):
+        expected = say(n)
+        client.wait_for(lambda d=data, e=expected: client.received(d)[before[d] :] == e, f"the echo on {n}")  # type: ignore[misc]
 
 
 @pytest.fixture(scope="module")
@@ -131,19 +150,14 @@ def test_I7_eight_sessions_of_128_forwarded_connections_use_no_thread_per_connec
         for s in range(SESSIONS):  # each session connects when it starts (an idle one times out in 30 s)
             client = connect(server, protocols=PROTOCOLS, timeout=120)
             clients.append(client)
-            pairs = [open_pair(client, port, n) for n in range(portforward.MAX_PAIRS)]
+            pairs = open_pairs(client, port, portforward.MAX_PAIRS)
             sessions.append(pairs)
-            for n, (_, data) in enumerate(pairs):
-                client.send(data, f"session {s} connection {n}\n".encode())
-            for n, (_, data) in enumerate(pairs):
-                expected = f"session {s} connection {n}\n".encode()
-                client.wait_for(lambda d=data, e=expected, c=client: c.received(d) == e, f"echo {s}/{n}")  # type: ignore[misc]
+            echo_all(client, pairs, lambda n, s=s: f"session {s} connection {n}\n".encode())  # type: ignore[misc]
             peak = max(peak, threading.active_count())
         assert server.streams.forwards.open == SESSIONS * portforward.MAX_PAIRS
         assert server.streams.threaded_forwards.open == 0
         for s, (client, pairs) in enumerate(zip(clients, sessions, strict=True)):
-            for n, (_, data) in enumerate(pairs):
-                echoes(client, data, f"again {s}/{n}\n".encode())
+            echo_all(client, pairs, lambda n, s=s: f"again {s}/{n}\n".encode())  # type: ignore[misc]
         peak = max(peak, threading.active_count())
         assert peak <= baseline + SLACK, f"{peak} threads with 1,024 connections open, {baseline} before"
         for client, pairs in zip(clients, sessions, strict=True):
