@@ -1,13 +1,12 @@
 """Port-forward figures for bench/streams.py: download throughput through one forwarded
-connection (a local Pod sending zeros), and a hold of many forwards on the fake provider's
-echo port. Each runs its client in a child process; imported by bench/streams.py only.
+connection (a local Pod sending zeros), its client in a child process, and the pair opening
+the hold (bench/streamhold.py) shares. Imported by bench/streams.py and bench/streamhold.py only.
 """
 
 from __future__ import annotations
 
 import ssl
 import sys
-import time
 
 from tests.support.clients.spdy import SpdyClient
 
@@ -34,39 +33,6 @@ def download(kubelet_port: int, target: str, total: int) -> int:
         c.data[data] = bytearray()
     assert got == total, got
     return got
-
-
-def hold(kubelet_port: int, pod: str, port: int, forwards: int, seconds: float) -> int:
-    """Child: `forwards` sessions with one connection each to the echo `port`, each echoing a
-    line every 5 s for `seconds`; then each half-closes and must see a clean end. Errors counted."""
-    errors = 0
-    sessions: list[tuple[SpdyClient, int, int]] = []
-    for n in range(forwards):
-        client = SpdyClient.connect(
-            ("127.0.0.1", kubelet_port), f"/portForward/bench/{pod}", protocols=PROTOCOLS, ssl_context=TLS, timeout=60
-        )
-        sessions.append((client, *open_pair(client, port, n)))
-    print(f"load: {forwards} port-forwards open", flush=True)
-    deadline, rounds = time.monotonic() + seconds, 0
-    while time.monotonic() < deadline:
-        rounds += 1
-        for n, (client, _, data) in enumerate(sessions):
-            line = b"ping %d %d\n" % (n, rounds)
-            try:
-                client.send(data, line)
-                client.wait_for(lambda c=client, d=data, e=line: bytes(c.data[d]).endswith(e), "the echo")  # type: ignore[misc]
-            except (OSError, TimeoutError, EOFError):
-                errors += 1
-        time.sleep(max(0.0, min(5.0, deadline - time.monotonic())))
-    for client, error, data in sessions:
-        try:
-            client.finish(data)
-            client.wait_closed([data, error])
-            errors += 1 if client.received(error) or data in client.resets else 0
-        except (OSError, TimeoutError, EOFError):
-            errors += 1
-        client.close()
-    return errors
 
 
 if __name__ == "__main__":
