@@ -4,7 +4,6 @@ echoes, no thread per connection); other ports, stopped instances and HTTP cloud
 
 from __future__ import annotations
 
-import select
 import socket
 import threading
 import uuid
@@ -18,6 +17,7 @@ from providers.fake.forward import EchoConnection, live_echoes
 from providers.streams import DetachablePortConnection
 from tests.support.factories import make_pod_spec
 from tests.support.polling import wait_for
+from tests.support.stalling import BOUND, pattern, read_to_eof, send_until_stalled
 
 
 def test_an_echo_port_answers_every_byte_and_ends_after_a_half_close() -> None:
@@ -68,9 +68,6 @@ def test_a_bad_ports_entry_is_refused_by_name() -> None:
 # The detached echo (`DetachablePortConnection`): a socket pair whose far ends one shared
 # event-loop thread answers.
 
-STALL = 5.0  # seconds without room to send after which a sender counts as stalled (a wait, not an assertion)
-BOUND = 64 << 20  # far more than the socket buffers and the loop's chunk; an unpaused echo takes any amount
-
 
 def detached(port: int = 8080) -> tuple[FakeProvider, socket.socket]:
     provider = FakeProvider("fake", {"cloud": f"fwd-{uuid.uuid4().hex}", "scenario": {"ports": {"echo": [8080]}}})
@@ -78,13 +75,6 @@ def detached(port: int = 8080) -> tuple[FakeProvider, socket.socket]:
     connection = provider.port_forward(result.instance_id, port)
     assert isinstance(connection, DetachablePortConnection)
     return provider, connection.detach()
-
-
-def read_to_eof(sock: socket.socket) -> bytes:
-    out = bytearray()
-    while data := sock.recv(65536):
-        out += data
-    return bytes(out)
 
 
 def test_a_detached_echo_answers_every_byte_and_ends_after_a_half_close() -> None:
@@ -120,25 +110,6 @@ def test_a_stalled_reader_stalls_the_detached_writer() -> None:
         sock.setblocking(True)
         sock.shutdown(socket.SHUT_WR)
         assert read_to_eof(sock) == pattern(sent)
-
-
-def pattern(size: int) -> bytes:
-    return (bytes(range(256)) * (size // 256 + 1))[:size]
-
-
-def send_until_stalled(sock: socket.socket) -> int:
-    """Bytes accepted before `sock` stayed full for STALL seconds (or BOUND was passed)."""
-    sock.setblocking(False)
-    chunk = pattern(1 << 20)  # 1 MiB, a multiple of 256 so the pattern runs on across sends
-    sent = 0
-    while sent < BOUND:
-        try:
-            sent += sock.send(chunk[sent % len(chunk) :])
-        except BlockingIOError:
-            _, writable, _ = select.select([], [sock], [], STALL)
-            if not writable:
-                return sent
-    return sent
 
 
 def test_an_echo_connection_detaches_once_before_any_use() -> None:

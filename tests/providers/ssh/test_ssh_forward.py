@@ -6,7 +6,6 @@ back-pressure, and costs no thread per connection."""
 from __future__ import annotations
 
 import asyncio
-import select
 import socket
 import threading
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from providers.streams import DetachablePortConnection
 from tests.support.polling import wait_for
 from tests.support.servers import echo as echoserver
 from tests.support.servers.sshd import Sshd
+from tests.support.stalling import BOUND, pattern, read_to_eof, send_until_stalled
 
 
 @pytest.fixture
@@ -66,9 +66,6 @@ def test_a_port_nothing_listens_on_is_unavailable(sshd: Sshd) -> None:
 # The detached forward (`DetachablePortConnection`): one end of a socket pair spliced to the
 # channel on the shared SSH loop. The far-end servers run on one event loop of their own, so
 # counting threads counts only what the forwards cost.
-
-STALL = 5.0  # seconds without room to send after which a sender counts as stalled (a wait, not an assertion)
-BOUND = 64 << 20  # far more than every buffer on the path holds; a pump that never pauses takes any amount
 
 
 class FarEnd:
@@ -148,13 +145,6 @@ def far_end() -> Iterator[FarEnd]:
     servers.stop()
 
 
-def read_to_eof(sock: socket.socket) -> bytes:
-    out = bytearray()
-    while data := sock.recv(65536):
-        out += data
-    return bytes(out)
-
-
 def read_line(sock: socket.socket) -> bytes:
     line = b""
     while not line.endswith(b"\n") and (data := sock.recv(64)):
@@ -229,25 +219,6 @@ def test_a_stalled_reader_stalls_the_writer(sshd: Sshd, far_end: FarEnd) -> None
         sock.shutdown(socket.SHUT_WR)
         echoed = read_to_eof(sock)
     assert echoed == pattern(sent)
-
-
-def pattern(size: int) -> bytes:
-    return (bytes(range(256)) * (size // 256 + 1))[:size]
-
-
-def send_until_stalled(sock: socket.socket) -> int:
-    """Bytes accepted before `sock` stayed full for STALL seconds (or BOUND was passed)."""
-    sock.setblocking(False)
-    chunk = pattern(1 << 20)  # 1 MiB, a multiple of 256 so the pattern runs on across sends
-    sent = 0
-    while sent < BOUND:
-        try:
-            sent += sock.send(chunk[sent % len(chunk) :] if sent % len(chunk) else chunk)
-        except BlockingIOError:
-            _, writable, _ = select.select([], [sock], [], STALL)
-            if not writable:
-                return sent
-    return sent
 
 
 def test_detach_is_refused_after_a_read_or_twice(sshd: Sshd, far_end: FarEnd) -> None:
